@@ -1,0 +1,207 @@
+//! Output shared by the subcommands: exit codes, text tables, escaping of untrusted strings,
+//! the JSON shape of a sandbox, and writing to stdout without dying on a closed pipe.
+
+use std::borrow::Cow;
+use std::io::Write;
+
+use serde::Serialize;
+
+use crate::identity::{Identity, Liveness};
+use crate::providers::Sandbox;
+use crate::reclaim::ListFailure;
+use crate::timefmt;
+
+/// Process exit codes of `ps`, `stop`, `providers`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Everything answered and everything asked for was done.
+    Ok,
+    /// A provider could not be queried, a target was not found, or a removal failed.
+    Failure,
+    /// Bad usage or bad config.
+    Usage,
+}
+
+impl Exit {
+    pub fn code(self) -> u8 {
+        match self {
+            Exit::Ok => 0,
+            Exit::Failure => 1,
+            Exit::Usage => 2,
+        }
+    }
+}
+
+/// Writes `text` to stdout. A closed pipe (`sandguard ps | head -1`) is not an error worth a
+/// message: the reader went away.
+pub fn emit(text: &str) {
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("sandguard: cannot write to stdout: {e}");
+        }
+    }
+}
+
+/// Serialises `value` as one line of JSON on stdout.
+pub fn emit_json(value: &impl Serialize) {
+    match serde_json::to_string(value) {
+        Ok(mut text) => {
+            text.push('\n');
+            emit(&text);
+        }
+        Err(e) => eprintln!("sandguard: cannot encode JSON: {e}"),
+    }
+}
+
+/// Makes a provider-supplied string safe for a terminal: control characters (escape
+/// sequences, carriage returns, …) are shown escaped instead of being interpreted.
+pub fn sanitize(s: &str) -> Cow<'_, str> {
+    if s.chars().any(char::is_control) {
+        Cow::Owned(
+            s.chars()
+                .map(|c| {
+                    if c.is_control() {
+                        c.escape_default().to_string()
+                    } else {
+                        c.to_string()
+                    }
+                })
+                .collect(),
+        )
+    } else {
+        Cow::Borrowed(s)
+    }
+}
+
+/// Lays out rows under headers, columns separated by three spaces, the last one unpadded.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let line = |cells: Vec<&str>, out: &mut String| {
+        let last = cells.len().saturating_sub(1);
+        for (i, cell) in cells.iter().enumerate() {
+            out.push_str(cell);
+            if i < last {
+                out.push_str(&" ".repeat(widths[i] - cell.chars().count() + 3));
+            }
+        }
+        out.push('\n');
+    };
+    line(headers.to_vec(), &mut out);
+    for row in rows {
+        line(row.iter().map(String::as_str).collect(), &mut out);
+    }
+    out
+}
+
+/// The owner of a sandbox, judged from its `sandguard.owner` label.
+pub fn owner_liveness(sandbox: &Sandbox) -> Liveness {
+    sandbox
+        .owner()
+        .and_then(Identity::parse_label)
+        .map(|id| id.liveness())
+        .unwrap_or(Liveness::Unknown)
+}
+
+/// The JSON shape of one sandbox, shared by `ps --json` and `stop --json`.
+#[derive(Debug, Serialize)]
+pub struct SandboxJson<'a> {
+    pub provider: &'a str,
+    pub instance_id: &'a str,
+    pub kind: &'static str,
+    pub status: &'a str,
+    /// RFC 3339, UTC.
+    pub created_at: Option<String>,
+    pub image: Option<&'a str>,
+    pub session: Option<&'a str>,
+    pub owner: Option<&'a str>,
+    /// `true`, `false`, or `null` when it cannot be told from here.
+    pub owner_alive: Option<bool>,
+    pub labels: &'a std::collections::BTreeMap<String, String>,
+}
+
+impl<'a> SandboxJson<'a> {
+    pub fn new(s: &'a Sandbox) -> Self {
+        let owner_alive = match owner_liveness(s) {
+            Liveness::Alive => Some(true),
+            Liveness::Dead => Some(false),
+            Liveness::Unknown => None,
+        };
+        SandboxJson {
+            provider: &s.provider,
+            instance_id: &s.id,
+            kind: s.kind.as_str(),
+            status: &s.status,
+            created_at: s.created_at.map(timefmt::format_rfc3339),
+            image: s.image.as_deref(),
+            session: s.session(),
+            owner: s.owner(),
+            owner_alive,
+            labels: &s.labels,
+        }
+    }
+}
+
+/// The JSON shape of a provider that could not be queried.
+#[derive(Debug, Serialize)]
+pub struct ErrorJson<'a> {
+    pub provider: &'a str,
+    pub error: &'a str,
+}
+
+impl<'a> From<&'a ListFailure> for ErrorJson<'a> {
+    fn from(f: &'a ListFailure) -> Self {
+        ErrorJson {
+            provider: &f.provider,
+            error: &f.error,
+        }
+    }
+}
+
+/// The lines that end a text output when providers failed.
+pub fn failure_lines(failures: &[ListFailure], consequence: &str) -> String {
+    failures
+        .iter()
+        .map(|f| {
+            format!(
+                "error: could not query {}: {}; {consequence}\n",
+                f.provider,
+                sanitize(&f.error)
+            )
+        })
+        .collect()
+}
+
+/// The id as the text table shows it: Docker ids cut to 12 characters, as `docker ps` does
+/// (`stop` accepts any unique prefix); other providers' ids whole.
+pub fn display_id(s: &Sandbox) -> String {
+    let id = sanitize(&s.id);
+    if s.provider == "docker" && id.len() == 64 {
+        id[..12].to_string()
+    } else {
+        id.into_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escape_sequences_are_defused() {
+        assert_eq!(sanitize("plain"), "plain");
+        assert_eq!(sanitize("a\x1b[31mred\r"), "a\\u{1b}[31mred\\r");
+    }
+
+    #[test]
+    fn tables_align() {
+        let t = table(&["A", "BB"], &[vec!["long".into(), "x".into()]]);
+        assert_eq!(t, "A      BB\nlong   x\n");
+    }
+}

@@ -1,0 +1,232 @@
+//! `sandguard stop ID` and `sandguard stop --all`: list afresh, then remove through the one
+//! reclaim path.
+//!
+//! - `ID` matches a managed sandbox's full id or a unique prefix of it (the table shows Docker
+//!   ids cut to 12 characters). Only sandboxes carrying `sandguard.session` can be found: a
+//!   stranger's container is "not found", never removed.
+//! - `--all` removes every managed sandbox (instances, then networks, then volumes), narrowed by
+//!   `--provider` and `--session`; `--dry-run` lists what would go and touches nothing.
+//! - Exit 1 when the id is not found or ambiguous, when a removal failed, or when a provider
+//!   could not be queried; in that last case the output says sandboxes may still be running.
+
+use serde::Serialize;
+
+use super::output::{self, sanitize, ErrorJson, Exit, SandboxJson};
+use crate::config::Settings;
+use crate::labels::Selector;
+use crate::providers::{Registry, Sandbox};
+use crate::reclaim::{self, ListFailure, Options, Removal};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The sandbox to remove: its id, or a unique prefix of it
+    #[arg(
+        value_name = "INSTANCE_ID",
+        required_unless_present = "all",
+        conflicts_with = "all"
+    )]
+    id: Option<String>,
+    /// Remove every managed sandbox (narrowed by --provider and --session)
+    #[arg(long)]
+    all: bool,
+    /// Only this provider
+    #[arg(long, value_name = "P")]
+    provider: Option<String>,
+    /// Only the sandboxes of this session
+    #[arg(long, value_name = "S")]
+    session: Option<String>,
+    /// Say what would be removed, remove nothing
+    #[arg(long)]
+    dry_run: bool,
+    /// Print JSON instead of text
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct StopJson<'a> {
+    dry_run: bool,
+    results: Vec<ResultJson<'a>>,
+    errors: Vec<ErrorJson<'a>>,
+    /// True only when every target is gone and every provider answered.
+    clean: bool,
+}
+
+#[derive(Serialize)]
+struct ResultJson<'a> {
+    #[serde(flatten)]
+    sandbox: SandboxJson<'a>,
+    /// `removed`, `gone`, `failed`, `unfinished`, or `would_remove` in a dry run.
+    outcome: &'static str,
+    error: Option<&'a str>,
+}
+
+pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Exit {
+    let providers = match registry.select(args.provider.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("sandguard: {e}");
+            return Exit::Failure;
+        }
+    };
+    let selector = match &args.session {
+        Some(s) => Selector::session(s),
+        None => Selector::managed(),
+    };
+    let (found, failures) = reclaim::list_all(&providers, &selector).await;
+    let targets = match &args.id {
+        Some(id) => match pick(found, id) {
+            Ok(target) => vec![target],
+            Err(message) => {
+                report_not_found(&args, &message, &failures);
+                return Exit::Failure;
+            }
+        },
+        None => found,
+    };
+    let removals = if args.dry_run {
+        Vec::new()
+    } else {
+        reclaim::remove_all(
+            &providers,
+            targets.clone(),
+            &Options::from(&settings.reclaim),
+        )
+        .await
+    };
+    let clean = failures.is_empty() && removals.iter().all(|r| r.outcome.is_success());
+    if args.json {
+        print_json(&args, &targets, &removals, &failures, clean);
+    } else {
+        print_text(&args, &targets, &removals, &failures);
+    }
+    if clean {
+        Exit::Ok
+    } else {
+        Exit::Failure
+    }
+}
+
+/// The one sandbox `id` names: an exact id, else a unique prefix.
+fn pick(found: Vec<Sandbox>, id: &str) -> Result<Sandbox, String> {
+    if let Some(exact) = found.iter().find(|s| s.id == id) {
+        return Ok(exact.clone());
+    }
+    let mut matches: Vec<Sandbox> = found.into_iter().filter(|s| s.id.starts_with(id)).collect();
+    match matches.len() {
+        0 => Err(format!("no managed sandbox {:?} found", sanitize(id))),
+        1 => Ok(matches.remove(0)),
+        _ => Err(format!(
+            "{:?} is ambiguous: it matches {}",
+            sanitize(id),
+            matches
+                .iter()
+                .map(|s| format!("{} {}", s.provider, sanitize(&s.id)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+fn report_not_found(args: &Args, message: &str, failures: &[ListFailure]) {
+    if args.json {
+        output::emit_json(&serde_json::json!({
+            "dry_run": args.dry_run,
+            "results": [],
+            "errors": failures.iter().map(ErrorJson::from).collect::<Vec<_>>(),
+            "not_found": message,
+            "clean": false,
+        }));
+    } else {
+        eprintln!("sandguard: {message}");
+        eprint!(
+            "{}",
+            output::failure_lines(failures, "it may be there and still running")
+        );
+    }
+}
+
+fn print_json(
+    args: &Args,
+    targets: &[Sandbox],
+    removals: &[Removal],
+    failures: &[ListFailure],
+    clean: bool,
+) {
+    let results = if args.dry_run {
+        targets
+            .iter()
+            .map(|s| ResultJson {
+                sandbox: SandboxJson::new(s),
+                outcome: "would_remove",
+                error: None,
+            })
+            .collect()
+    } else {
+        removals
+            .iter()
+            .map(|r| ResultJson {
+                sandbox: SandboxJson::new(&r.sandbox),
+                outcome: r.outcome.as_str(),
+                error: r.outcome.error(),
+            })
+            .collect()
+    };
+    output::emit_json(&StopJson {
+        dry_run: args.dry_run,
+        results,
+        errors: failures.iter().map(ErrorJson::from).collect(),
+        clean,
+    });
+}
+
+fn print_text(args: &Args, targets: &[Sandbox], removals: &[Removal], failures: &[ListFailure]) {
+    let mut text = String::new();
+    let describe = |s: &Sandbox| {
+        format!(
+            "{} {} {}",
+            s.provider,
+            s.kind.as_str(),
+            output::display_id(s)
+        )
+    };
+    if args.dry_run {
+        for s in targets {
+            text.push_str(&format!(
+                "would remove {} (session {})\n",
+                describe(s),
+                sanitize(s.session().unwrap_or("-"))
+            ));
+        }
+        text.push_str(&format!(
+            "{} would be removed (dry run: nothing was touched).\n",
+            targets.len()
+        ));
+    } else {
+        for r in removals {
+            let line = match r.outcome.error() {
+                Some(e) => format!(
+                    "{} {}: {}\n",
+                    r.outcome.as_str(),
+                    describe(&r.sandbox),
+                    sanitize(e)
+                ),
+                None => format!("{} {}\n", r.outcome.as_str(), describe(&r.sandbox)),
+            };
+            text.push_str(&line);
+        }
+        let ok = removals.iter().filter(|r| r.outcome.is_success()).count();
+        let failed = removals.len() - ok;
+        text.push_str(&match (removals.len(), failed) {
+            (0, _) if failures.is_empty() => "Nothing to stop.\n".to_string(),
+            (0, _) => "Nothing to stop on the providers that answered.\n".to_string(),
+            (_, 0) => format!("{ok} stopped.\n"),
+            _ => format!("{ok} stopped, {failed} could not be removed and may still be running.\n"),
+        });
+    }
+    text.push_str(&output::failure_lines(
+        failures,
+        "sandboxes there may still be running",
+    ));
+    output::emit(&text);
+}

@@ -1,0 +1,624 @@
+//! Configuration: the config file, the environment and the command-line flags, resolved once
+//! into a plain [`Settings`] that the rest of the library reads.
+//!
+//! Lookup order for the file (the first that is given or exists wins; files are not merged):
+//! `--config FILE`, `$SANDGUARD_CONFIG`, `$XDG_CONFIG_HOME/sandguard/config.toml` (with
+//! `~/.config` standing in for an unset `XDG_CONFIG_HOME`, as the XDG spec says),
+//! `/etc/sandguard/config.toml`. A file named by `--config` or `$SANDGUARD_CONFIG` must exist;
+//! the others are optional.
+//!
+//! Precedence for each value: flags beat the environment, the environment beats the file, the
+//! file beats the built-in defaults. The documented example with every key and its default is
+//! `config/sandguard.toml`.
+//!
+//! Errors name the file, the line and the key (`sandguard.toml:7: key `reclaim.deadline`: …`)
+//! and never echo a value that might be a secret.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Everything sandguard reads from configuration, after file, environment and flags.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The file the settings came from, if any.
+    pub source: Option<PathBuf>,
+    /// The ledger's state directory.
+    pub state_dir: PathBuf,
+    /// The log level for diagnostics on stderr.
+    pub log_level: tracing::Level,
+    pub watch: WatchSettings,
+    pub reclaim: ReclaimSettings,
+    pub docker: DockerSettings,
+}
+
+/// The sidecar's lease.
+#[derive(Debug, Clone)]
+pub struct WatchSettings {
+    /// How long an owner that sends heartbeats may go silent before its lease expires.
+    pub grace: Duration,
+}
+
+/// The reclaim path's limits.
+#[derive(Debug, Clone)]
+pub struct ReclaimSettings {
+    /// Removals in flight at once, per provider.
+    pub concurrency: usize,
+    /// After this long, whatever is left is reported (and, under a session, left pending).
+    pub deadline: Duration,
+    /// Delay before the second listing that catches creates in flight when the owner died.
+    pub settle: Duration,
+    /// First retry delay; doubles on each attempt, with jitter.
+    pub retry_initial: Duration,
+    /// Cap on a single retry delay.
+    pub retry_max: Duration,
+}
+
+/// The Docker driver.
+#[derive(Debug, Clone)]
+pub struct DockerSettings {
+    /// `Some(false)` switches the driver off; `Some(true)` makes it configured even when no
+    /// socket is present (so a missing daemon is reported as an error); `None` lets sandguard
+    /// decide (configured when `DOCKER_HOST` is set or the default socket exists).
+    pub enabled: Option<bool>,
+    /// `unix:///path` or `tcp://host:port`; `DOCKER_HOST` when unset.
+    pub host: Option<String>,
+    /// A pinned Engine API version such as `1.41`; negotiated with the daemon when unset.
+    pub api_version: Option<String>,
+    /// Per-request timeout.
+    pub timeout: Duration,
+}
+
+/// What the user typed on the command line that overrides configuration.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub config: Option<PathBuf>,
+    pub grace: Option<Duration>,
+    pub state_dir: Option<PathBuf>,
+}
+
+/// A configuration error; [`crate::cli`] maps every variant to exit code 2.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{file}: cannot read config file: {source}")]
+    Read {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{file}:{line}: {what}: {message}")]
+    Invalid {
+        file: String,
+        line: usize,
+        what: String,
+        message: String,
+    },
+    #[error("environment variable {var}: {message}")]
+    Env { var: String, message: String },
+}
+
+/// A duration written the human way: `500ms`, `5s`, `10m`, `2h`, `7d`, or a sum such as `1h30m`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HumanDuration(pub Duration);
+
+impl std::str::FromStr for HumanDuration {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        parse_duration(s).map(HumanDuration)
+    }
+}
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        parse_duration(&s)
+            .map(HumanDuration)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// Parses `5s`, `10m`, `2h`, `7d`, `250ms`, `1h30m`, or `0`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || {
+        format!(
+            "invalid duration {text:?}: expected a number and a unit, such as 5s, 10m, 2h or 7d"
+        )
+    };
+    let s = text.trim();
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if s.is_empty() {
+        return Err(bad());
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        if digits == 0 {
+            return Err(bad());
+        }
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let unit = match &rest[..unit_len] {
+            "ms" => Duration::from_millis(1),
+            "s" => Duration::from_secs(1),
+            "m" => Duration::from_secs(60),
+            "h" => Duration::from_secs(3600),
+            "d" => Duration::from_secs(86_400),
+            _ => return Err(bad()),
+        };
+        rest = &rest[unit_len..];
+        let part = unit
+            .checked_mul(u32::try_from(n).map_err(|_| bad())?)
+            .ok_or_else(bad)?;
+        total = total.checked_add(part).ok_or_else(bad)?;
+    }
+    Ok(total)
+}
+
+// The file as written. Every table denies unknown keys so a typo is an error, not a silent
+// default.
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    state_dir: Option<PathBuf>,
+    log_level: Option<LogLevel>,
+    #[serde(default)]
+    watch: FileWatch,
+    #[serde(default)]
+    reclaim: FileReclaim,
+    #[serde(default)]
+    providers: FileProviders,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileWatch {
+    grace: Option<HumanDuration>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileReclaim {
+    concurrency: Option<Concurrency>,
+    deadline: Option<HumanDuration>,
+    settle: Option<HumanDuration>,
+    retry_initial: Option<HumanDuration>,
+    retry_max: Option<HumanDuration>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileProviders {
+    #[serde(default)]
+    docker: FileDocker,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileDocker {
+    enabled: Option<bool>,
+    host: Option<String>,
+    api_version: Option<String>,
+    timeout: Option<HumanDuration>,
+}
+
+/// A concurrency limit: an integer from 1 to 1024.
+#[derive(Debug, Clone, Copy)]
+struct Concurrency(usize);
+
+impl<'de> Deserialize<'de> for Concurrency {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let n = i64::deserialize(d)?;
+        if (1..=1024).contains(&n) {
+            Ok(Concurrency(n as usize))
+        } else {
+            Err(serde::de::Error::custom(format!(
+                "must be between 1 and 1024, not {n}"
+            )))
+        }
+    }
+}
+
+/// A log level name.
+#[derive(Debug, Clone, Copy)]
+struct LogLevel(tracing::Level);
+
+impl<'de> Deserialize<'de> for LogLevel {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        parse_level(&s)
+            .map(LogLevel)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+fn parse_level(s: &str) -> Result<tracing::Level, String> {
+    s.parse::<tracing::Level>()
+        .map_err(|_| format!("unknown log level {s:?}: expected error, warn, info, debug or trace"))
+}
+
+/// Where the environment comes from; tests pass a map instead of the process environment.
+pub trait Env {
+    fn var(&self, name: &str) -> Option<String>;
+}
+
+/// The process environment.
+pub struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok().filter(|v| !v.is_empty())
+    }
+}
+
+impl Env for std::collections::HashMap<String, String> {
+    fn var(&self, name: &str) -> Option<String> {
+        self.get(name).cloned().filter(|v| !v.is_empty())
+    }
+}
+
+impl Settings {
+    /// Resolves file, environment and flags into settings, once.
+    pub fn resolve(overrides: &Overrides, env: &dyn Env) -> Result<Settings, ConfigError> {
+        let (source, file) = match find_config_file(overrides, env)? {
+            Some(path) => {
+                let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+                    file: path.display().to_string(),
+                    source,
+                })?;
+                let parsed = parse_file(&path, &text)?;
+                (Some(path), parsed)
+            }
+            None => (None, FileConfig::default()),
+        };
+        Self::layer(source, file, overrides, env)
+    }
+
+    /// The built-in defaults, as if no file, environment or flag said anything.
+    pub fn defaults() -> Settings {
+        Self::layer(
+            None,
+            FileConfig::default(),
+            &Overrides::default(),
+            &std::collections::HashMap::new(),
+        )
+        .expect("defaults are valid")
+    }
+
+    fn layer(
+        source: Option<PathBuf>,
+        file: FileConfig,
+        overrides: &Overrides,
+        env: &dyn Env,
+    ) -> Result<Settings, ConfigError> {
+        let env_duration = |var: &str| -> Result<Option<Duration>, ConfigError> {
+            env.var(var)
+                .map(|v| {
+                    parse_duration(&v).map_err(|message| ConfigError::Env {
+                        var: var.into(),
+                        message,
+                    })
+                })
+                .transpose()
+        };
+        let state_dir = overrides
+            .state_dir
+            .clone()
+            .or_else(|| env.var("SANDGUARD_STATE_DIR").map(PathBuf::from))
+            .or(file.state_dir)
+            .unwrap_or_else(|| default_state_dir(env));
+        let log_level = match env.var("SANDGUARD_LOG") {
+            Some(v) => parse_level(&v).map_err(|message| ConfigError::Env {
+                var: "SANDGUARD_LOG".into(),
+                message,
+            })?,
+            None => file.log_level.map(|l| l.0).unwrap_or(tracing::Level::WARN),
+        };
+        let grace = match overrides.grace {
+            Some(g) => g,
+            None => env_duration("SANDGUARD_GRACE")?
+                .or(file.watch.grace.map(|d| d.0))
+                .unwrap_or(Duration::from_secs(600)),
+        };
+        let r = file.reclaim;
+        let d = file.providers.docker;
+        Ok(Settings {
+            source,
+            state_dir,
+            log_level,
+            watch: WatchSettings { grace },
+            reclaim: ReclaimSettings {
+                concurrency: r.concurrency.map(|c| c.0).unwrap_or(16),
+                deadline: r.deadline.map(|d| d.0).unwrap_or(Duration::from_secs(120)),
+                settle: r.settle.map(|d| d.0).unwrap_or(Duration::from_secs(2)),
+                retry_initial: r
+                    .retry_initial
+                    .map(|d| d.0)
+                    .unwrap_or(Duration::from_millis(200)),
+                retry_max: r.retry_max.map(|d| d.0).unwrap_or(Duration::from_secs(10)),
+            },
+            docker: DockerSettings {
+                enabled: d.enabled,
+                host: env.var("DOCKER_HOST").or(d.host),
+                api_version: env.var("DOCKER_API_VERSION").or(d.api_version),
+                timeout: d.timeout.map(|d| d.0).unwrap_or(Duration::from_secs(30)),
+            },
+        })
+    }
+}
+
+/// `$XDG_STATE_HOME/sandguard`, else `~/.local/state/sandguard`; `/var/lib/sandguard` for root
+/// without a home.
+fn default_state_dir(env: &dyn Env) -> PathBuf {
+    if let Some(xdg) = env.var("XDG_STATE_HOME") {
+        return Path::new(&xdg).join("sandguard");
+    }
+    match env.var("HOME") {
+        Some(home) => Path::new(&home).join(".local/state/sandguard"),
+        None => PathBuf::from("/var/lib/sandguard"),
+    }
+}
+
+fn find_config_file(overrides: &Overrides, env: &dyn Env) -> Result<Option<PathBuf>, ConfigError> {
+    let explicit = overrides
+        .config
+        .clone()
+        .or_else(|| env.var("SANDGUARD_CONFIG").map(PathBuf::from));
+    if let Some(path) = explicit {
+        return Ok(Some(path));
+    }
+    let xdg = env
+        .var("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| env.var("HOME").map(|h| Path::new(&h).join(".config")));
+    let candidates = xdg
+        .map(|d| d.join("sandguard/config.toml"))
+        .into_iter()
+        .chain(std::iter::once(PathBuf::from("/etc/sandguard/config.toml")));
+    for candidate in candidates {
+        if candidate.is_file() {
+            return Ok(Some(candidate));
+        }
+    }
+    Ok(None)
+}
+
+fn parse_file(path: &Path, text: &str) -> Result<FileConfig, ConfigError> {
+    toml::from_str::<FileConfig>(text).map_err(|e| {
+        let offset = e.span().map(|s| s.start).unwrap_or(0);
+        let line = line_of(text, offset);
+        ConfigError::Invalid {
+            file: path.display().to_string(),
+            line,
+            what: describe_location(text, offset, e.message()),
+            message: first_line(e.message()),
+        }
+    })
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or("").trim().to_string()
+}
+
+/// Names the key at `offset`: the dotted path of the enclosing `[table]` plus the key written
+/// on that line. For an unknown field serde's message carries the key itself.
+fn describe_location(text: &str, offset: usize, message: &str) -> String {
+    let before = &text[..offset.min(text.len())];
+    let line_start = before.rfind('\n').map(|i| i + 1).unwrap_or(0);
+    let line_end = text[line_start..]
+        .find('\n')
+        .map(|i| line_start + i)
+        .unwrap_or(text.len());
+    let line = text[line_start..line_end].trim();
+    let table = before[..line_start]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('[') && !l.starts_with("[["))
+        .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim().to_string());
+    let key = if let Some(unknown) = message.strip_prefix("unknown field `") {
+        unknown.split('`').next().map(str::to_string)
+    } else if line.starts_with('[') {
+        return format!(
+            "table `{}`",
+            line.trim_matches(|c| c == '[' || c == ']').trim()
+        );
+    } else {
+        line.split('=')
+            .next()
+            .map(|k| k.trim().trim_matches('"').to_string())
+            .filter(|k| !k.is_empty())
+    };
+    match (table, key) {
+        (Some(t), Some(k)) => format!("key `{t}.{k}`"),
+        (None, Some(k)) => format!("key `{k}`"),
+        (Some(t), None) => format!("table `{t}`"),
+        (None, None) => "file".to_string(),
+    }
+}
+
+/// A secret read from the environment or the config file. It never prints itself: `Debug`
+/// and `Display` show `[redacted]`, so a secret cannot reach a log line or an error by
+/// accident; [`Secret::expose`] is the one deliberate way to read it.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+impl<'de> Deserialize<'de> for Secret {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(Secret)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn durations_read_the_human_way() {
+        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
+        assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
+        assert_eq!(
+            parse_duration("7d").unwrap(),
+            Duration::from_secs(7 * 86_400)
+        );
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+        for bad in ["", "5", "s", "5x", "-5s", "5 s", "1.5h", "99999999999999d"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn the_documented_example_parses_and_states_the_defaults() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/sandguard.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let file = parse_file(&path, &text).unwrap();
+        let from_example =
+            Settings::layer(None, file, &Overrides::default(), &env(&[("HOME", "/h")])).unwrap();
+        let defaults = Settings::layer(
+            None,
+            FileConfig::default(),
+            &Overrides::default(),
+            &env(&[("HOME", "/h")]),
+        )
+        .unwrap();
+        // The example spells out the defaults, so reading it must change nothing.
+        assert_eq!(format!("{from_example:?}"), format!("{defaults:?}"));
+        // And it mentions every key the parser knows.
+        for key in [
+            "state_dir",
+            "log_level",
+            "[watch]",
+            "grace",
+            "[reclaim]",
+            "concurrency",
+            "deadline",
+            "settle",
+            "retry_initial",
+            "retry_max",
+            "[providers.docker]",
+            "enabled",
+            "host",
+            "api_version",
+            "timeout",
+        ] {
+            assert!(
+                text.contains(key),
+                "config/sandguard.toml does not document {key}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_unknown_key_names_file_line_and_key() {
+        let text = "[watch]\ngrace = \"5m\"\n\n[reclaim]\nconcurency = 4\n";
+        let err = parse_file(Path::new("/etc/x.toml"), text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("/etc/x.toml:5: key `reclaim.concurency`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_bad_value_names_file_line_and_key() {
+        let text = "log_level = \"info\"\n[reclaim]\ndeadline = \"2 minutes\"\n";
+        let err = parse_file(Path::new("c.toml"), text)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("c.toml:3: key `reclaim.deadline`"), "{err}");
+        assert!(err.contains("invalid duration"), "{err}");
+        let err = parse_file(Path::new("c.toml"), "[reclaim]\nconcurrency = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("c.toml:2: key `reclaim.concurrency`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn flags_beat_env_beat_file_beat_defaults() {
+        let file = parse_file(Path::new("c"), "[watch]\ngrace = \"1m\"\n").unwrap();
+        let e = env(&[("SANDGUARD_GRACE", "2m"), ("HOME", "/h")]);
+        let flags = Overrides {
+            grace: Some(Duration::from_secs(180)),
+            ..Default::default()
+        };
+        let s = Settings::layer(None, file, &flags, &e).unwrap();
+        assert_eq!(s.watch.grace, Duration::from_secs(180));
+
+        let file = parse_file(Path::new("c"), "[watch]\ngrace = \"1m\"\n").unwrap();
+        let s = Settings::layer(None, file, &Overrides::default(), &e).unwrap();
+        assert_eq!(s.watch.grace, Duration::from_secs(120));
+
+        let file = parse_file(Path::new("c"), "[watch]\ngrace = \"1m\"\n").unwrap();
+        let s =
+            Settings::layer(None, file, &Overrides::default(), &env(&[("HOME", "/h")])).unwrap();
+        assert_eq!(s.watch.grace, Duration::from_secs(60));
+        assert_eq!(s.state_dir, PathBuf::from("/h/.local/state/sandguard"));
+    }
+
+    #[test]
+    fn a_bad_environment_value_is_named() {
+        let e = env(&[("SANDGUARD_GRACE", "soon")]);
+        let err =
+            Settings::layer(None, FileConfig::default(), &Overrides::default(), &e).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("environment variable SANDGUARD_GRACE:"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn secrets_never_print() {
+        let s = Secret::new("e2b_0123456789abcdef");
+        assert_eq!(format!("{s} {s:?}"), "[redacted] [redacted]");
+        assert_eq!(s.expose(), "e2b_0123456789abcdef");
+    }
+}

@@ -1,0 +1,87 @@
+//! The labels that mark a sandbox as owned, and the selector that decides which sandboxes a
+//! command may touch.
+//!
+//! Ownership is decided by these labels (and by explicit claims), never by names and never by
+//! "everything except". Drivers map the keys onto whatever their provider filters by; the
+//! selector is also re-checked on every listed sandbox before anything is removed, so a
+//! provider that ignored the filter still cannot lead sandguard to remove a stranger.
+
+use std::collections::BTreeMap;
+
+/// The session id: present on every managed sandbox.
+pub const SESSION: &str = "sandguard.session";
+/// The owner identity in its label form (see [`crate::identity`]).
+pub const OWNER: &str = "sandguard.owner";
+/// Unix seconds after which the sandbox may be reclaimed whatever its owner's state.
+pub const EXPIRES: &str = "sandguard.expires";
+/// `true`: the sandbox survives its owner; only its TTL ends it.
+pub const DETACHED: &str = "sandguard.detached";
+
+/// Which sandboxes a listing asks for: every pair must match (AND). A `None` value asks only
+/// that the key is present.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selector {
+    terms: Vec<(String, Option<String>)>,
+}
+
+impl Selector {
+    /// Every sandbox managed by sandguard: those carrying `sandguard.session`.
+    pub fn managed() -> Selector {
+        Selector {
+            terms: vec![(SESSION.to_string(), None)],
+        }
+    }
+
+    /// The sandboxes of one session.
+    pub fn session(id: &str) -> Selector {
+        Selector {
+            terms: vec![(SESSION.to_string(), Some(id.to_string()))],
+        }
+    }
+
+    /// The terms, for drivers that translate them into their provider's filter.
+    pub fn terms(&self) -> &[(String, Option<String>)] {
+        &self.terms
+    }
+
+    /// The session this selector is bound to, if any.
+    pub fn session_id(&self) -> Option<&str> {
+        self.terms
+            .iter()
+            .find(|(k, _)| k == SESSION)
+            .and_then(|(_, v)| v.as_deref())
+    }
+
+    /// Whether a sandbox's labels satisfy every term.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.terms.iter().all(|(k, v)| match (labels.get(k), v) {
+            (Some(_), None) => true,
+            (Some(have), Some(want)) => have == want,
+            (None, _) => false,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn look_alikes_do_not_match() {
+        let sel = Selector::session("abc");
+        assert!(sel.matches(&labels(&[(SESSION, "abc"), ("x", "y")])));
+        assert!(!sel.matches(&labels(&[(SESSION, "abcd")])));
+        assert!(!sel.matches(&labels(&[("sandguard.session2", "abc")])));
+        assert!(!sel.matches(&labels(&[("other", "abc")])));
+        assert!(!sel.matches(&labels(&[])));
+        assert!(Selector::managed().matches(&labels(&[(SESSION, "")])));
+        assert!(!Selector::managed().matches(&labels(&[(OWNER, "x")])));
+    }
+}

@@ -1,0 +1,36 @@
+//! sandguard makes sure no sandbox outlives the program that owns it.
+//!
+//! A *sandbox* is a Docker container (with its networks and volumes) or a cloud sandbox, found
+//! through a *provider* driver. Every sandbox created under a guarded *session* carries the
+//! session's labels (`sandguard.session`, `sandguard.owner`, …); sandguard decides ownership
+//! by those labels and by explicit claims, never by names.
+//!
+//! # Map of the modules
+//!
+//! - [`cli`]: one file per subcommand. Owns the clap types, resolves them into
+//!   [`config::Settings`] once, and turns results into output and an exit code.
+//! - [`config`]: config file + environment + flags → one resolved [`config::Settings`].
+//! - [`identity`]: the owner identity (machine id + boot id + pid + start time) and the
+//!   liveness check that never trusts a bare pid.
+//! - [`labels`]: the label keys and the selector that says which sandboxes a command may touch.
+//! - [`providers`]: the provider trait, the error classes reclaim decides by, the registry, and
+//!   one module per driver (only [`providers::docker`] so far).
+//! - [`reclaim`]: the one removal path used by `stop` (and by the sidecar and sweep): bounded
+//!   concurrency per provider, retries with backoff and jitter, `Retry-After`, "already gone"
+//!   counted as success, ordered phases (containers, then networks, then volumes).
+//! - [`timefmt`]: the small amount of calendar arithmetic sandguard needs (RFC 3339, uptimes).
+//! - [`unix`]: the only module with `unsafe`; every block carries a `SAFETY:` comment.
+//!
+//! # Flow
+//!
+//! Data flows one way: entry point → session → watch → reclaim → providers → ledger. Nothing
+//! below `cli` knows about clap; nothing outside `providers` knows a provider's wire format.
+
+pub mod cli;
+pub mod config;
+pub mod identity;
+pub mod labels;
+pub mod providers;
+pub mod reclaim;
+pub mod timefmt;
+pub mod unix;

@@ -1,0 +1,217 @@
+//! Providers: the one trait every driver implements, the error classes the reclaim path
+//! decides by, and the registry built from configuration.
+//!
+//! The trait is deliberately narrow, only the calls reclaim needs: list by a label selector,
+//! remove by id, say what the provider can do, and check that it is reachable. A driver turns
+//! its provider's wire format into [`Sandbox`] and classifies every failure as
+//! [`ProviderError::Gone`], [`ProviderError::Transient`] (with an optional retry-after) or
+//! [`ProviderError::Fatal`], so reclaim never needs to know which provider it talks to.
+//!
+//! A provider is *configured* when its credentials (or, for Docker, a daemon address) are
+//! present. Unconfigured providers are skipped silently by `ps`, `stop` and reclaim, and shown
+//! with the reason by `sandguard providers`.
+
+pub mod docker;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::Settings;
+use crate::labels::{self, Selector};
+
+/// What a sandbox is, which decides the order of removal: every instance of a session goes
+/// before its networks, and networks before volumes (a network with a container attached, or a
+/// volume in use, cannot be removed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// A container, a VM, a cloud sandbox: what `ps` shows.
+    Instance,
+    /// A Docker network created for a session.
+    Network,
+    /// A Docker volume created for a session.
+    Volume,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Instance => "instance",
+            Kind::Network => "network",
+            Kind::Volume => "volume",
+        }
+    }
+}
+
+/// One managed resource as a provider listed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sandbox {
+    pub provider: String,
+    pub kind: Kind,
+    /// The provider's id: what `remove` takes and what `stop ID` matches.
+    pub id: String,
+    /// The provider's own word for its state (`running`, `exited`, `paused`, …).
+    pub status: String,
+    /// Unix seconds, when the provider says.
+    pub created_at: Option<i64>,
+    pub image: Option<String>,
+    pub labels: BTreeMap<String, String>,
+}
+
+impl Sandbox {
+    pub fn session(&self) -> Option<&str> {
+        self.labels.get(labels::SESSION).map(String::as_str)
+    }
+    pub fn owner(&self) -> Option<&str> {
+        self.labels.get(labels::OWNER).map(String::as_str)
+    }
+}
+
+/// How a provider call failed, in the terms reclaim decides by.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderError {
+    /// The sandbox no longer exists (or is being removed already): removal has succeeded.
+    #[error("{0}")]
+    Gone(String),
+    /// Worth retrying: a timeout, a dropped connection, a 5xx, a 429. `retry_after` is the
+    /// provider's own hint, which reclaim waits out before calling that provider again.
+    #[error("{message}")]
+    Transient {
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    /// Retrying will not help: bad credentials, a refused request, a bug.
+    #[error("{0}")]
+    Fatal(String),
+}
+
+impl ProviderError {
+    pub fn transient(message: impl Into<String>) -> Self {
+        ProviderError::Transient {
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+}
+
+/// What a provider can do; the trait says so instead of pretending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Capabilities {
+    /// Sandboxes carry labels the provider can filter by (otherwise only claims find them).
+    pub labels: bool,
+    /// The provider can end a sandbox on its own after a timeout that sandguard renews.
+    pub ttl: bool,
+    /// Listing is paged.
+    pub pagination: bool,
+}
+
+/// A sandbox provider. Object-safe, so the registry holds drivers and plugins alike.
+#[async_trait::async_trait]
+pub trait Provider: Send + Sync {
+    /// The name users type: `docker`, `e2b`, …
+    fn name(&self) -> &str;
+    fn capabilities(&self) -> Capabilities;
+    /// Every resource whose labels satisfy `selector`, in every state. A failure here is never
+    /// an empty list: the caller must be able to say that sandboxes may still be running.
+    async fn list(&self, selector: &Selector) -> Result<Vec<Sandbox>, ProviderError>;
+    /// Removes one resource for good. `Err(Gone)` means it was not there (anymore).
+    async fn remove(&self, sandbox: &Sandbox) -> Result<(), ProviderError>;
+    /// Checks that the provider answers; on success a short description (version, endpoint).
+    async fn check(&self) -> Result<String, ProviderError>;
+}
+
+/// One registered provider, configured or not.
+#[derive(Clone)]
+pub struct Entry {
+    pub name: &'static str,
+    pub state: EntryState,
+}
+
+#[derive(Clone)]
+pub enum EntryState {
+    Configured(Arc<dyn Provider>),
+    /// Not configured, and why (which variable or key would configure it).
+    Unconfigured(String),
+}
+
+/// Every provider sandguard knows, built once from settings.
+#[derive(Clone)]
+pub struct Registry {
+    entries: Vec<Entry>,
+}
+
+/// `--provider NAME` named no registered provider.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown provider {name:?}; known providers: {}", known.join(", "))]
+pub struct UnknownProvider {
+    pub name: String,
+    pub known: Vec<String>,
+}
+
+impl Registry {
+    /// Registers every built-in driver, configured from `settings`.
+    pub fn from_settings(settings: &Settings) -> Registry {
+        Registry {
+            entries: vec![docker::entry(&settings.docker)],
+        }
+    }
+
+    /// A registry of the given entries (tests, and later plugins).
+    pub fn from_entries(entries: Vec<Entry>) -> Registry {
+        Registry { entries }
+    }
+
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// The configured providers, all of them or the one named. An unknown name is an error; a
+    /// known but unconfigured one yields an empty list (skipped silently).
+    pub fn select(&self, only: Option<&str>) -> Result<Vec<Arc<dyn Provider>>, UnknownProvider> {
+        if let Some(name) = only {
+            if !self.entries.iter().any(|e| e.name == name) {
+                return Err(UnknownProvider {
+                    name: name.to_string(),
+                    known: self.entries.iter().map(|e| e.name.to_string()).collect(),
+                });
+            }
+        }
+        Ok(self
+            .entries
+            .iter()
+            .filter(|e| only.is_none_or(|n| n == e.name))
+            .filter_map(|e| match &e.state {
+                EntryState::Configured(p) => Some(p.clone()),
+                EntryState::Unconfigured(_) => None,
+            })
+            .collect())
+    }
+
+    /// The configured provider called `name`.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Provider>> {
+        self.select(Some(name)).ok()?.into_iter().next()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn select_knows_unknown_from_unconfigured() {
+        let reg = Registry::from_entries(vec![Entry {
+            name: "docker",
+            state: EntryState::Unconfigured("no socket".into()),
+        }]);
+        assert!(reg.select(None).unwrap().is_empty());
+        assert!(reg.select(Some("docker")).unwrap().is_empty());
+        let Err(err) = reg.select(Some("dokker")) else {
+            panic!("dokker should be unknown")
+        };
+        assert_eq!(
+            err.to_string(),
+            "unknown provider \"dokker\"; known providers: docker"
+        );
+    }
+}
