@@ -1,1 +1,7 @@
+//! The one integration-test binary: every test runs the real `sandguard` binary, against a
+//! real Docker daemon where Docker is involved. See `tests/run.sh` for what must be running.
 
+mod support;
+
+mod config_errors;
+mod docker_ps_stop;

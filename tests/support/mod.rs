@@ -1,0 +1,234 @@
+//! Helpers shared by the integration tests: the real `sandguard` binary with an isolated
+//! environment, and a real Docker daemon driven through the `docker` CLI.
+//!
+//! Tests that need Docker call [`require_docker`], which fails loudly (never skips) when the
+//! daemon is missing: `tests/run.sh` installs and starts one.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// The test image `tests/run.sh` builds from a static busybox with `docker import`.
+pub const IMAGE: &str = "sandguard-test/busybox:latest";
+
+/// Tests that remove *every* managed sandbox (`stop --all` without `--session`) take this lock
+/// for writing; every other Docker test holds it for reading, so they never see each other's
+/// sandboxes vanish.
+static GLOBAL: RwLock<()> = RwLock::new(());
+
+pub fn shared() -> RwLockReadGuard<'static, ()> {
+    GLOBAL.read().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn exclusive() -> RwLockWriteGuard<'static, ()> {
+    GLOBAL.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A private scratch directory, removed on drop.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(tag: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("sandguard-it-{tag}-{}-{}", std::process::id(), unique()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A short id unique within this test run.
+pub fn unique() -> String {
+    let mut b = [0u8; 6];
+    sandguard::unix::random_bytes(&mut b).unwrap();
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The real binary, with an environment that cannot see the developer's own config or state.
+pub fn sandguard(scratch: &Scratch) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sandguard"));
+    cmd.env_remove("SANDGUARD_CONFIG")
+        .env_remove("SANDGUARD_LOG")
+        .env_remove("SANDGUARD_GRACE")
+        .env_remove("DOCKER_API_VERSION")
+        .env("HOME", scratch.path())
+        .env("XDG_CONFIG_HOME", scratch.path().join("config"))
+        .env("XDG_STATE_HOME", scratch.path().join("state"))
+        .env("NO_COLOR", "1");
+    cmd
+}
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+pub fn run(cmd: &mut Command) -> Run {
+    let Output { status, stdout, stderr } = cmd.output().expect("failed to run sandguard");
+    Run {
+        code: status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    }
+}
+
+pub fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+/// Panics with instructions when no Docker daemon answers: a test that needs Docker must
+/// never pass by skipping.
+pub fn require_docker() {
+    let ok = Command::new("docker").args(["info", "--format", "{{.ServerVersion}}"]).output().map(|o| o.status.success()).unwrap_or(false);
+    assert!(ok, "these tests need a running Docker daemon: run tests/run.sh, which installs and starts one");
+    let image = Command::new("docker").args(["image", "inspect", IMAGE]).output().map(|o| o.status.success()).unwrap_or(false);
+    assert!(image, "the test image {IMAGE} is missing: tests/run.sh builds it with docker import");
+}
+
+fn docker(args: &[&str]) -> String {
+    let out = Command::new("docker").args(args).output().expect("docker CLI");
+    assert!(out.status.success(), "docker {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Containers, networks and volumes made by one test; whatever is left is removed on drop.
+#[derive(Default)]
+pub struct Resources {
+    containers: Vec<String>,
+    networks: Vec<String>,
+    volumes: Vec<String>,
+}
+
+fn label_args(labels: &[(&str, &str)]) -> Vec<String> {
+    labels.iter().flat_map(|(k, v)| ["--label".to_string(), format!("{k}={v}")]).collect()
+}
+
+impl Resources {
+    /// A running container (`sleep`) with these labels and no network.
+    pub fn container(&mut self, labels: &[(&str, &str)]) -> String {
+        self.container_with(labels, &[])
+    }
+
+    pub fn container_with(&mut self, labels: &[(&str, &str)], extra: &[&str]) -> String {
+        let mut args: Vec<String> = vec!["run".into(), "-d".into()];
+        if !extra.contains(&"--network") {
+            args.extend(["--network".into(), "none".into()]);
+        }
+        args.extend(label_args(labels));
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args.extend([IMAGE.to_string(), "sleep".into(), "3600".into()]);
+        let id = docker(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        self.containers.push(id.clone());
+        id
+    }
+
+    /// A container that was created but never started.
+    pub fn created_container(&mut self, labels: &[(&str, &str)]) -> String {
+        let mut args: Vec<String> = vec!["create".into(), "--network".into(), "none".into()];
+        args.extend(label_args(labels));
+        args.extend([IMAGE.to_string(), "sleep".into(), "3600".into()]);
+        let id = docker(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        self.containers.push(id.clone());
+        id
+    }
+
+    pub fn network(&mut self, labels: &[(&str, &str)]) -> String {
+        let name = format!("sg-it-{}", unique());
+        let mut args: Vec<String> = vec!["network".into(), "create".into(), "--internal".into()];
+        args.extend(label_args(labels));
+        args.push(name.clone());
+        let id = docker(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        self.networks.push(id.clone());
+        id
+    }
+
+    pub fn volume(&mut self, labels: &[(&str, &str)]) -> String {
+        let name = format!("sg-it-{}", unique());
+        let mut args: Vec<String> = vec!["volume".into(), "create".into()];
+        args.extend(label_args(labels));
+        args.push(name.clone());
+        docker(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        self.volumes.push(name.clone());
+        name
+    }
+}
+
+impl Drop for Resources {
+    fn drop(&mut self) {
+        for c in &self.containers {
+            let _ = Command::new("docker").args(["rm", "-f", "-v", c]).output();
+        }
+        for n in &self.networks {
+            let _ = Command::new("docker").args(["network", "rm", n]).output();
+        }
+        for v in &self.volumes {
+            let _ = Command::new("docker").args(["volume", "rm", "-f", v]).output();
+        }
+    }
+}
+
+pub fn container_exists(id: &str) -> bool {
+    Command::new("docker").args(["container", "inspect", id]).output().map(|o| o.status.success()).unwrap_or(false)
+}
+
+pub fn network_exists(id: &str) -> bool {
+    Command::new("docker").args(["network", "inspect", id]).output().map(|o| o.status.success()).unwrap_or(false)
+}
+
+pub fn volume_exists(name: &str) -> bool {
+    Command::new("docker").args(["volume", "inspect", name]).output().map(|o| o.status.success()).unwrap_or(false)
+}
+
+/// The names of a container's anonymous volumes.
+pub fn volumes_of(id: &str) -> Vec<String> {
+    docker(&["container", "inspect", "-f", "{{range .Mounts}}{{.Name}} {{end}}", id]).split_whitespace().map(str::to_string).collect()
+}
+
+/// A TCP listener on 127.0.0.1 that forwards every connection to the local Docker socket, so
+/// tests can reach the real daemon through `DOCKER_HOST=tcp://…`. Runs until the process ends.
+pub fn tcp_to_docker_socket() -> String {
+    use std::io::copy;
+    use std::net::{Shutdown, TcpListener};
+    use std::os::unix::net::UnixStream;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for tcp in listener.incoming().flatten() {
+            let Ok(unix) = UnixStream::connect("/var/run/docker.sock") else { continue };
+            let (mut tcp_r, mut unix_w) = (tcp.try_clone().unwrap(), unix.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = copy(&mut tcp_r, &mut unix_w);
+                let _ = unix_w.shutdown(Shutdown::Write);
+            });
+            let (mut unix_r, mut tcp_w) = (unix, tcp);
+            std::thread::spawn(move || {
+                let _ = copy(&mut unix_r, &mut tcp_w);
+                let _ = tcp_w.shutdown(Shutdown::Write);
+            });
+        }
+    });
+    format!("tcp://{addr}")
+}
+
+/// An owner label for a process of this machine and boot that has exited.
+pub fn dead_owner_label() -> String {
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    let me = sandguard::identity::Identity::current().unwrap();
+    child.wait().unwrap();
+    sandguard::identity::Identity { pid, start_time: 1, ..me }.to_label()
+}
+
+pub fn live_owner_label() -> String {
+    sandguard::identity::Identity::current().unwrap().to_label()
+}
