@@ -18,6 +18,9 @@
 //! - [`reclaim`]: the one removal path used by `stop` (and by the sidecar and sweep): bounded
 //!   concurrency per provider, retries with backoff and jitter, `Retry-After`, "already gone"
 //!   counted as success, ordered phases (containers, then networks, then volumes).
+//! - [`session`]: session ids and the labels a session's sandboxes carry.
+//! - [`watch`]: the sidecar: its event loop, the owner's death sources (pidfd, `/proc`
+//!   fallback), the lease on the boot clock, and what happens at the end (reclaim, ledger).
 //! - [`timefmt`]: the small amount of calendar arithmetic sandguard needs (RFC 3339, uptimes).
 //! - [`unix`]: the only module with `unsafe`; every block carries a `SAFETY:` comment.
 //!
@@ -32,5 +35,7 @@ pub mod identity;
 pub mod labels;
 pub mod providers;
 pub mod reclaim;
+pub mod session;
 pub mod timefmt;
 pub mod unix;
+pub mod watch;

@@ -16,7 +16,8 @@
 //! - With a settle delay, the selector is listed once more after the first pass, because a
 //!   create in flight when the owner died lands after the first listing.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,7 +26,7 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use crate::config::ReclaimSettings;
-use crate::labels::Selector;
+use crate::labels::{self, Selector};
 use crate::providers::{Provider, ProviderError, Sandbox};
 
 /// Limits of one reclaim.
@@ -201,35 +202,66 @@ pub async fn remove_all(
         .collect()
 }
 
-/// The whole path: list, add the claims, remove, then (after the settle delay) list again
-/// and remove what appeared.
-pub async fn reclaim(
-    providers: &[Arc<dyn Provider>],
-    selector: &Selector,
-    claims: Vec<Sandbox>,
-    options: &Options,
-) -> Report {
+/// What one reclaim is after: the selector's matches plus the claims, minus what must stay.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub selector: Selector,
+    /// Sandboxes the owner claimed (they may carry no labels at all).
+    pub claims: Vec<Sandbox>,
+    /// `(provider, id)` pairs never to remove: those the owner detached.
+    pub keep: HashSet<(String, String)>,
+    /// Also spare sandboxes labelled `sandguard.detached=true` (a session's own reclaim does;
+    /// `stop`, which the user asked for by name or by session, does not).
+    pub spare_detached: bool,
+}
+
+impl Plan {
+    fn wants(&self, s: &Sandbox) -> bool {
+        self.selector.matches(&s.labels)
+            && !self.keep.contains(&(s.provider.clone(), s.id.clone()))
+            && !(self.spare_detached && s.labels.get(labels::DETACHED).map(String::as_str) == Some("true"))
+    }
+}
+
+/// The whole path. Claims are removed at once, while the selector is being listed (so a
+/// claimed sandbox is not kept waiting for a listing); then what the listing found goes.
+/// With a settle delay, `late` (claims that arrive while the first pass runs) is collected
+/// and the selector listed once more, and whatever is new is removed too.
+pub async fn reclaim<F>(providers: &[Arc<dyn Provider>], plan: &Plan, late: F, options: &Options) -> Report
+where
+    F: Future<Output = Vec<Sandbox>>,
+{
     let started = Instant::now();
-    let (mut targets, mut list_failures) = list_all(providers, selector).await;
-    targets.extend(claims);
-    let mut removals = remove_all(providers, targets, options).await;
+    let claims: Vec<Sandbox> = plan.claims.iter().filter(|c| !plan.keep.contains(&(c.provider.clone(), c.id.clone()))).cloned().collect();
+    let claimed: HashSet<(String, String)> = claims.iter().map(key).collect();
+    let listed_pass = async {
+        let (found, failures) = list_all(providers, &plan.selector).await;
+        let targets = found.into_iter().filter(|s| plan.wants(s) && !claimed.contains(&key(s))).collect();
+        (remove_all(providers, targets, options).await, failures)
+    };
+    let (mut removals, (listed, mut list_failures)) = tokio::join!(remove_all(providers, claims, options), listed_pass);
+    removals.extend(listed);
     if let Some(settle) = options.settle {
-        tokio::time::sleep(settle).await;
-        let (late, failures) = list_all(providers, selector).await;
-        let remaining = options.deadline.saturating_sub(started.elapsed());
-        let second = Options {
-            deadline: remaining,
-            ..options.clone()
-        };
-        removals.extend(remove_all(providers, late, &second).await);
+        let late = late.await;
+        tokio::time::sleep_until(started + settle).await;
+        let (found, failures) = list_all(providers, &plan.selector).await;
+        let done: HashSet<(String, String)> = removals.iter().filter(|r| r.outcome.is_success()).map(|r| key(&r.sandbox)).collect();
+        let again: Vec<Sandbox> = found
+            .into_iter()
+            .filter(|s| plan.wants(s))
+            .chain(late.into_iter().filter(|c| !plan.keep.contains(&key(c))))
+            .filter(|s| !done.contains(&key(s)))
+            .collect();
+        let second = Options { deadline: options.deadline.saturating_sub(started.elapsed()), ..options.clone() };
+        removals.extend(remove_all(providers, again, &second).await);
         // A provider that answered the second time was listed after all.
         list_failures.retain(|f| failures.iter().any(|g| g.provider == f.provider));
     }
-    let removals = merge(removals);
-    Report {
-        removals,
-        list_failures,
-    }
+    Report { removals: merge(removals), list_failures }
+}
+
+fn key(s: &Sandbox) -> (String, String) {
+    (s.provider.clone(), s.id.clone())
 }
 
 /// Keeps one record per sandbox, preferring a success (a second pass that found a sandbox
@@ -249,7 +281,7 @@ fn merge(removals: Vec<Removal>) -> Vec<Removal> {
 }
 
 fn dedup(targets: Vec<Sandbox>) -> Vec<Sandbox> {
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = HashSet::new();
     targets
         .into_iter()
         .filter(|t| seen.insert((t.provider.clone(), t.id.clone())))
@@ -458,7 +490,8 @@ mod tests {
             ],
         );
         let providers: Vec<Arc<dyn Provider>> = vec![p.clone()];
-        let report = reclaim(&providers, &Selector::session("s"), vec![], &options()).await;
+        let plan = Plan { selector: Selector::session("s"), claims: vec![], keep: HashSet::new(), spare_detached: true };
+        let report = reclaim(&providers, &plan, async { vec![] }, &options()).await;
         assert!(report.is_clean());
         assert_eq!(report.removals.len(), 3);
         let kinds: Vec<Kind> = p.order.lock().unwrap().iter().map(|(k, _)| *k).collect();

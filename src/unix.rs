@@ -2,6 +2,8 @@
 //! the rest of the crate calls the safe wrappers here.
 
 use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
 
 /// Fills `buf` with random bytes from the kernel (`getrandom(2)`), for session ids and jitter.
 pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
@@ -20,6 +22,178 @@ pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
         filled += n as usize;
     }
     Ok(())
+}
+
+/// `pidfd_open(2)`: a descriptor that becomes readable when `pid` exits. `Err` with
+/// `ENOSYS` on kernels before 5.3, `ESRCH` when there is no such process.
+pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+    // SAFETY: a plain syscall with integer arguments; on success it returns a new descriptor
+    // that nothing else owns, which OwnedFd then closes exactly once.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0 as libc::c_uint) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by the kernel and is owned by no one else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// A pipe whose both ends are close-on-exec: `(read, write)`.
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `fds` is a valid array of two ints for the kernel to fill.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by no one else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Sets or clears `FD_CLOEXEC`: the wrapper leaves the control pipe's write end open across
+/// the exec of the guarded program.
+pub fn set_cloexec(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
+    let raw = fd.as_raw_fd();
+    // SAFETY: F_GETFD/F_SETFD on a descriptor the caller keeps open for the call.
+    unsafe {
+        let flags = libc::fcntl(raw, libc::F_GETFD);
+        if flags < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let flags = if on { flags | libc::FD_CLOEXEC } else { flags & !libc::FD_CLOEXEC };
+        if libc::fcntl(raw, libc::F_SETFD, flags) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Duplicates `fd` onto descriptor number `target` (`dup2`), clearing close-on-exec there.
+/// Only called between fork and exec, where it must stay async-signal-safe.
+pub fn dup_onto(fd: RawFd, target: RawFd) -> io::Result<()> {
+    // SAFETY: dup2 on integer descriptors; async-signal-safe, allocates nothing.
+    if unsafe { libc::dup2(fd, target) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `setsid(2)`: a new session and process group, so the terminal's Ctrl-C and hang-up do
+/// not reach the caller. Called between fork and exec: async-signal-safe.
+pub fn setsid() -> io::Result<()> {
+    // SAFETY: setsid takes no arguments and touches no memory of ours.
+    if unsafe { libc::setsid() } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// What `fork` returned to this process.
+pub enum Forked {
+    Parent,
+    Child,
+}
+
+/// `fork(2)`. Only for a process that has not started any thread yet (the sidecar forks
+/// once at start-up, before its runtime exists, so that it is nobody's child).
+pub fn fork_single_threaded() -> io::Result<Forked> {
+    // SAFETY: the caller guarantees no other thread exists, so the child's copy of memory
+    // (locks included) is consistent.
+    match unsafe { libc::fork() } {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(Forked::Child),
+        _ => Ok(Forked::Parent),
+    }
+}
+
+/// `CLOCK_BOOTTIME`: monotonic, and unlike `CLOCK_MONOTONIC` it keeps counting while the
+/// machine is suspended, which is what a lease grace must measure.
+pub fn boottime() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid timespec for the kernel to fill; CLOCK_BOOTTIME exists on
+    // every Linux since 2.6.39, so the call cannot fail with valid arguments.
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Waits up to `timeout` for `fd` to become readable (or hung up). `Ok(false)` on timeout.
+pub fn wait_readable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> {
+    let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+    loop {
+        // SAFETY: one valid pollfd, and its count.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err);
+        }
+        return Ok(n > 0);
+    }
+}
+
+/// Whether `fd` is an open pipe (FIFO): `sandguard claim` checks `$SANDGUARD_FD` before
+/// writing to it.
+pub fn is_fifo(fd: RawFd) -> bool {
+    // SAFETY: an all-zero stat is a valid value for fstat to overwrite; fstat on any integer
+    // only reads the descriptor table.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid, writable stat buffer.
+    let ok = unsafe { libc::fstat(fd, &mut st) } == 0;
+    ok && (st.st_mode & libc::S_IFMT) == libc::S_IFIFO
+}
+
+/// Ignores a signal for good (`SIG_IGN`): the sidecar ignores SIGINT and SIGHUP so a
+/// terminal's Ctrl-C or hang-up cannot end it even if it shares a process group.
+pub fn ignore_signal(signal: libc::c_int) -> io::Result<()> {
+    // SAFETY: installing SIG_IGN involves no handler code of ours.
+    if unsafe { libc::signal(signal, libc::SIG_IGN) } == libc::SIG_ERR {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Takes ownership of an inherited descriptor number (`--control-fd N`, `$SANDGUARD_FD`),
+/// after checking that it is open.
+pub fn take_fd(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_GETFD only queries the descriptor table.
+    if fd < 0 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return Err(io::Error::new(io::ErrorKind::NotFound, format!("file descriptor {fd} is not open")));
+    }
+    // SAFETY: the descriptor is open and was handed to this process to own (inherited for
+    // this purpose); nothing else in the process refers to it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Spawns `cmd` as the sidecar: in a new session (`setsid`, so the terminal's Ctrl-C and
+/// hang-up never reach it), with `control` placed at descriptor `target` and left open across
+/// its exec.
+pub fn spawn_in_new_session(
+    cmd: &mut std::process::Command,
+    control: RawFd,
+    target: RawFd,
+) -> io::Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs between fork and exec in the child and calls only
+    // async-signal-safe functions (setsid, dup2, fcntl); it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if control == target {
+                // dup2 onto itself keeps FD_CLOEXEC: clear it by hand.
+                let flags = libc::fcntl(target, libc::F_GETFD);
+                if flags < 0 || libc::fcntl(target, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            } else if libc::dup2(control, target) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
 }
 
 /// Whether file descriptor 1 (stdout) is a terminal.

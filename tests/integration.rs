@@ -5,3 +5,4 @@ mod support;
 
 mod config_errors;
 mod docker_ps_stop;
+mod wrapper;

@@ -3,12 +3,17 @@
 //! an exit code.
 //!
 //! Exit codes for `ps`, `stop` and `providers`: 0 clean; 1 a provider could not be queried, a
-//! target was not found or something could not be removed; 2 bad usage or bad config.
+//! target was not found or something could not be removed; 2 bad usage or bad config. The
+//! wrapper exits with CMD's own status, or 125/126/127 (see [`run`]).
 
+mod claim;
 mod output;
 mod providers;
 mod ps;
+mod run;
+mod sessions;
 mod stop;
+mod watch;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -27,7 +32,9 @@ pub use output::Exit;
     about = "Makes sure no sandbox outlives the program that owns it",
     long_about = "sandguard watches the program that owns Docker containers and cloud sandboxes, and \
                   reclaims every one of them the moment that program is gone.",
-    disable_help_subcommand = true
+    disable_help_subcommand = true,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
 )]
 struct Cli {
     /// Config file (default: $SANDGUARD_CONFIG, $XDG_CONFIG_HOME/sandguard/config.toml,
@@ -36,17 +43,33 @@ struct Cli {
     config: Option<PathBuf>,
 
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+
+    /// `sandguard -- CMD…`: run CMD under a new session (same as `sandguard run -- CMD…`)
+    #[arg(last = true, value_name = "CMD")]
+    wrapped: Vec<OsString>,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run CMD under a new session: its sandboxes are reclaimed when it dies
+    Run(run::Args),
+    /// The sidecar itself, for SDKs: guard the process --owner-pid
+    Watch(watch::Args),
     /// List every managed sandbox on every configured provider
     Ps(ps::Args),
     /// Remove one sandbox, or all managed sandboxes, now
     Stop(stop::Args),
     /// Show every provider sandguard knows: configured or not, reachable or not, and why
     Providers(providers::Args),
+    /// Show the sessions in the local ledger
+    Sessions(sessions::Args),
+    /// Tell this session's sidecar that a sandbox is ours (inside `sandguard -- CMD`)
+    Claim(claim::Args),
+    /// Tell this session's sidecar that we removed a sandbox ourselves
+    Release(claim::Args),
+    /// Tell this session's sidecar that a sandbox should outlive us (its TTL still applies)
+    Detach(claim::Args),
 }
 
 /// Runs the command line `args` (program name first) and returns the process exit code.
@@ -63,23 +86,46 @@ pub fn run(args: Vec<OsString>) -> u8 {
             return code.code();
         }
     };
-    let overrides = Overrides {
-        config: cli.config.clone(),
-        ..Default::default()
+    let command = match (cli.command, cli.wrapped) {
+        (Some(c), _) => c,
+        (None, wrapped) if !wrapped.is_empty() => Command::Run(run::Args { grace: None, command: wrapped }),
+        (None, _) => {
+            eprintln!("sandguard: nothing to do; try `sandguard -- CMD…` or `sandguard --help`");
+            return Exit::Usage.code();
+        }
     };
-    let settings = match Settings::resolve(&overrides, &ProcessEnv) {
+    let grace = match &command {
+        Command::Run(a) => a.grace.map(|g| g.0),
+        Command::Watch(a) => a.grace.map(|g| g.0),
+        _ => None,
+    };
+    let overrides = Overrides { config: cli.config.clone(), grace, ..Default::default() };
+    let settings = Settings::resolve(&overrides, &ProcessEnv).map_err(|e| e.to_string());
+    if let Ok(s) = &settings {
+        init_logging(s.log_level);
+    }
+    // The wrapper and the sidecar handle their own start-up failures (exit 125, an `error`
+    // line); they also must not start a runtime here: the sidecar forks first.
+    let command = match command {
+        Command::Run(args) => return run::main(args, settings),
+        Command::Watch(args) => return watch::main(args, settings).code(),
+        Command::Claim(args) => return claim::main(claim::Verb::Claim, args).code(),
+        Command::Release(args) => return claim::main(claim::Verb::Release, args).code(),
+        Command::Detach(args) => return claim::main(claim::Verb::Detach, args).code(),
+        other => other,
+    };
+    let settings = match settings {
         Ok(s) => s,
         Err(e) => {
             eprintln!("sandguard: {e}");
             return Exit::Usage.code();
         }
     };
-    init_logging(settings.log_level);
+    if let Command::Sessions(args) = command {
+        return sessions::main(args, &settings).code();
+    }
     let registry = Registry::from_settings(&settings);
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("sandguard: cannot start the async runtime: {e}");
@@ -87,10 +133,11 @@ pub fn run(args: Vec<OsString>) -> u8 {
         }
     };
     let exit = runtime.block_on(async {
-        match cli.command {
+        match command {
             Command::Ps(args) => ps::run(args, &registry).await,
             Command::Stop(args) => stop::run(args, &settings, &registry).await,
             Command::Providers(args) => providers::run(args, &registry).await,
+            _ => Exit::Usage,
         }
     });
     exit.code()

@@ -1,0 +1,169 @@
+//! The wrapper: `sandguard -- CMD…` and `sandguard run [--grace D] -- CMD…`.
+//!
+//! 1. Resolve the config; make a session id; read this process's own identity.
+//! 2. Make the control pipe; spawn `sandguard watch --daemonize` in its own session, the pipe's
+//!    read end at descriptor 3, told this process's identity (which CMD will keep: exec
+//!    changes neither the pid nor the start time).
+//! 3. Wait (at most 10 s) for the sidecar's `ready` line: by then its journal is on disk and its
+//!    lock held, so nothing CMD creates can be missed. Otherwise exit 125.
+//! 4. Export `SANDGUARD_SESSION`, `SANDGUARD_LABELS` (`k=v,k=v`) and `SANDGUARD_FD` (the pipe's
+//!    write end, left open across exec), then exec CMD: it keeps the pid, the terminal, the
+//!    signals, and its exit status is the shell's. Exit 127 if CMD is not found, 126 if it
+//!    cannot be executed (after telling the sidecar `bye`, so the session ends clean).
+//!
+//! The wrapper does nothing else on this path: it runs before every guarded program.
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+
+use crate::config::{HumanDuration, Settings};
+use crate::identity::Identity;
+use crate::session;
+use crate::unix;
+
+/// sandguard itself failed before CMD ran.
+pub const EXIT_OWN_FAILURE: u8 = 125;
+/// CMD exists but cannot be executed.
+pub const EXIT_NOT_EXECUTABLE: u8 = 126;
+/// CMD was not found.
+pub const EXIT_NOT_FOUND: u8 = 127;
+
+/// The descriptor number the sidecar reads control lines from.
+const SIDECAR_CONTROL_FD: i32 = 3;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Lease grace once heartbeats start (default 10m)
+    #[arg(long, value_name = "D")]
+    pub grace: Option<HumanDuration>,
+    /// The program to guard, and its arguments
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+pub fn main(args: Args, settings: Result<Settings, String>) -> u8 {
+    let settings = match settings {
+        Ok(s) => s,
+        Err(e) => return own_failure(&e),
+    };
+    match start_sidecar(&args, &settings) {
+        Ok(sidecar) => exec(args.command, sidecar),
+        Err(e) => own_failure(&e),
+    }
+}
+
+fn own_failure(message: &str) -> u8 {
+    eprintln!("sandguard: {message}");
+    EXIT_OWN_FAILURE
+}
+
+/// A sidecar that said `ready`, and the write end of its control pipe.
+struct Ready {
+    session: String,
+    labels: String,
+    control: OwnedFd,
+}
+
+fn start_sidecar(args: &Args, settings: &Settings) -> Result<Ready, String> {
+    let me = Identity::current().ok_or("cannot read this process's identity from /proc")?;
+    let session = session::new_id().map_err(|e| format!("cannot make a session id: {e}"))?;
+    let (control_r, control_w) = unix::pipe().map_err(|e| format!("cannot make the control pipe: {e}"))?;
+    let (ready_r, ready_w) = unix::pipe().map_err(|e| format!("cannot make the ready pipe: {e}"))?;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the sandguard binary: {e}"))?;
+
+    let mut cmd = Command::new(exe);
+    if let Some(config) = &settings.source {
+        cmd.arg("--config").arg(config);
+    }
+    cmd.args(["watch", "--daemonize", "--session", &session])
+        .args(["--owner-pid", &me.pid.to_string(), "--owner-start", &me.start_time.to_string()])
+        .args(["--control-fd", &SIDECAR_CONTROL_FD.to_string()]);
+    if let Some(grace) = args.grace {
+        cmd.args(["--grace", &format!("{}ms", grace.0.as_millis())]);
+    }
+    cmd.stdin(Stdio::null()).stdout(Stdio::from(ready_w)).stderr(Stdio::null());
+    let mut child = unix::spawn_in_new_session(&mut cmd, control_r.as_raw_fd(), SIDECAR_CONTROL_FD)
+        .map_err(|e| format!("cannot start the sidecar: {e}"))?;
+    drop(cmd); // closes our copy of the ready pipe's write end, so EOF means the sidecar died
+    drop(control_r);
+    // The sidecar forks away at once; reap the intermediate process so CMD inherits no child.
+    let _ = child.wait();
+
+    let line = read_ready_line(ready_r)?;
+    match line.strip_prefix("ready ") {
+        Some(id) if id == session => {}
+        _ => match line.strip_prefix("error ") {
+            Some(reason) => return Err(format!("the sidecar failed to start: {reason}")),
+            None if line.is_empty() => return Err("the sidecar exited before it was ready".into()),
+            None => return Err(format!("unexpected answer from the sidecar: {line:?}")),
+        },
+    }
+    let labels = session::labels_env(&session::labels(&session, &me));
+    Ok(Ready { session, labels, control: control_w })
+}
+
+fn read_ready_line(ready: OwnedFd) -> Result<String, String> {
+    let deadline = std::time::Instant::now() + super::watch::READY_TIMEOUT;
+    let mut file = std::fs::File::from(ready);
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 256];
+    while !buf.contains(&b'\n') {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match unix::wait_readable(file.as_fd(), left) {
+            Ok(true) => {}
+            Ok(false) => return Err(format!("the sidecar was not ready within {:?}", super::watch::READY_TIMEOUT)),
+            Err(e) => return Err(format!("cannot wait for the sidecar: {e}")),
+        }
+        match file.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("cannot read from the sidecar: {e}")),
+        }
+        if buf.len() > 4096 {
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&buf);
+    Ok(text.lines().next().unwrap_or("").trim().to_string())
+}
+
+/// Replaces this process with CMD. Returns only if the exec failed.
+fn exec(command: Vec<OsString>, ready: Ready) -> u8 {
+    if let Err(e) = unix::set_cloexec(ready.control.as_fd(), false) {
+        say_bye(ready.control);
+        return own_failure(&format!("cannot pass the control pipe on: {e}"));
+    }
+    let Some((program, rest)) = command.split_first() else {
+        say_bye(ready.control);
+        return own_failure("no command given");
+    };
+    let err = Command::new(program)
+        .args(rest)
+        .env("SANDGUARD_SESSION", &ready.session)
+        .env("SANDGUARD_LABELS", &ready.labels)
+        .env("SANDGUARD_FD", ready.control.as_raw_fd().to_string())
+        .exec();
+    let name = program.to_string_lossy();
+    let code = match err.kind() {
+        std::io::ErrorKind::NotFound => {
+            eprintln!("sandguard: {name}: command not found");
+            EXIT_NOT_FOUND
+        }
+        _ => {
+            eprintln!("sandguard: {name}: cannot execute: {err}");
+            EXIT_NOT_EXECUTABLE
+        }
+    };
+    say_bye(ready.control);
+    code
+}
+
+/// CMD never ran: tell the sidecar to end the session clean rather than report a death.
+fn say_bye(control: OwnedFd) {
+    let mut pipe = std::fs::File::from(control);
+    let _ = pipe.write_all(crate::protocol::Command::Bye.to_line().as_bytes());
+}

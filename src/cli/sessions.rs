@@ -1,0 +1,101 @@
+//! `sandguard sessions [--json]`: the local ledger: each session's state, owner, claims, and
+//! whether its sidecar is alive (judged by the session lock, not by a pid).
+
+use serde::Serialize;
+
+use super::output::{self, sanitize, Exit};
+use crate::config::Settings;
+use crate::identity::{Identity, Liveness};
+use crate::ledger::StateDir;
+use crate::timefmt;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Print JSON instead of a table
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct SessionJson {
+    session: String,
+    state: String,
+    owner: String,
+    owner_alive: Option<bool>,
+    sidecar_alive: bool,
+    started_at: String,
+    claims: Vec<ClaimJson>,
+    pending: Vec<ClaimJson>,
+}
+
+#[derive(Serialize)]
+struct ClaimJson {
+    provider: String,
+    id: String,
+}
+
+pub fn main(args: Args, settings: &Settings) -> Exit {
+    let state = match StateDir::open(&settings.state_dir) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("sandguard: {e}");
+            return Exit::Failure;
+        }
+    };
+    let sessions = match state.sessions() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("sandguard: {e}");
+            return Exit::Failure;
+        }
+    };
+    let rows: Vec<SessionJson> = sessions
+        .into_iter()
+        .map(|v| {
+            let liveness = Identity::parse_label(&v.owner).map(|i| i.liveness()).unwrap_or(Liveness::Unknown);
+            SessionJson {
+                session: v.id.clone(),
+                state: v.state.as_str().to_string(),
+                owner_alive: match liveness {
+                    Liveness::Alive => Some(true),
+                    Liveness::Dead => Some(false),
+                    Liveness::Unknown => None,
+                },
+                owner: v.owner.clone(),
+                sidecar_alive: v.sidecar_alive,
+                started_at: timefmt::format_rfc3339((v.started_ms / 1000) as i64),
+                claims: v.claims.iter().map(|t| ClaimJson { provider: t.provider.clone(), id: t.id.clone() }).collect(),
+                pending: v.pending.iter().map(|t| ClaimJson { provider: t.provider.clone(), id: t.id.clone() }).collect(),
+            }
+        })
+        .collect();
+    if args.json {
+        output::emit_json(&serde_json::json!({ "sessions": rows }));
+        return Exit::Ok;
+    }
+    if rows.is_empty() {
+        output::emit("No sessions.\n");
+        return Exit::Ok;
+    }
+    let now = timefmt::now_unix();
+    let table: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                sanitize(&r.session).into_owned(),
+                r.state.clone(),
+                match r.owner_alive {
+                    Some(true) => "alive",
+                    Some(false) => "dead",
+                    None => "unknown",
+                }
+                .to_string(),
+                if r.sidecar_alive { "alive" } else { "-" }.to_string(),
+                r.claims.len().to_string(),
+                timefmt::parse_rfc3339(&r.started_at).map(|t| timefmt::format_uptime(now - t)).unwrap_or_default(),
+            ]
+        })
+        .collect();
+    output::emit(&output::table(&["SESSION", "STATE", "OWNER", "SIDECAR", "CLAIMS", "AGE"], &table));
+    Exit::Ok
+}

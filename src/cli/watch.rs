@@ -1,0 +1,181 @@
+//! `sandguard watch`: the sidecar itself, for SDKs and for the wrapper.
+//!
+//! Start-up, in order: judge the owner's identity; open the state directory and create the
+//! session's journal (its `Start` record fsynced, its lock held); open the death source; then
+//! print `ready SESSION` on stdout. Anything that fails before that prints `error MESSAGE` on
+//! stdout instead (the wrapper shows it) and exits 2 for bad configuration, 1 otherwise.
+//!
+//! After `ready`, nothing more is written to stdout. Exit status: 0 when the session ended
+//! clean or reclaimed (or the sidecar was stopped by SIGTERM), 1 when work is left pending.
+//!
+//! `--daemonize` (used by the wrapper) forks once more before anything else, so the sidecar is
+//! nobody's child (not the guarded program's), and sends its diagnostics to
+//! `<state dir>/sessions/<session>.log`. SIGINT and SIGHUP are ignored in every case.
+
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use super::output::Exit;
+use crate::config::{HumanDuration, Settings};
+use crate::identity::Identity;
+use crate::ledger::{Record, StateDir};
+use crate::protocol::LineReader;
+use crate::providers::Registry;
+use crate::reclaim::Options;
+use crate::session;
+use crate::unix::{self, Forked};
+use crate::watch::death::OwnerWatch;
+use crate::watch::lease::{BootClock, Lease};
+use crate::watch::{Sidecar, Triggers};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The process to guard
+    #[arg(long, value_name = "PID")]
+    pub owner_pid: u32,
+    /// The owner's start time (field 22 of /proc/PID/stat), pinning its identity; without it
+    /// the process that has PID now is taken as the owner
+    #[arg(long, value_name = "TICKS")]
+    pub owner_start: Option<u64>,
+    /// Session id, 1-64 characters of [0-9a-z] (default: a new random one)
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+    /// Inherited descriptor to read control lines from
+    #[arg(long, value_name = "N")]
+    pub control_fd: Option<i32>,
+    /// Lease grace once heartbeats start (default 10m)
+    #[arg(long, value_name = "D")]
+    pub grace: Option<HumanDuration>,
+    /// Fork away from the parent and log to the state directory (used by the wrapper)
+    #[arg(long, hide = true)]
+    pub daemonize: bool,
+}
+
+/// A start-up failure: reported on stdout for whoever waits for `ready`.
+struct StartError(Exit, String);
+
+pub fn main(args: Args, settings: Result<Settings, String>) -> Exit {
+    if args.daemonize {
+        match unix::fork_single_threaded() {
+            Ok(Forked::Parent) => return Exit::Ok,
+            Ok(Forked::Child) => {}
+            Err(e) => return fail(StartError(Exit::Failure, format!("cannot fork: {e}"))),
+        }
+    }
+    for signal in [libc::SIGINT, libc::SIGHUP] {
+        if let Err(e) = unix::ignore_signal(signal) {
+            return fail(StartError(Exit::Failure, format!("cannot ignore signal {signal}: {e}")));
+        }
+    }
+    let settings = match settings {
+        Ok(s) => s,
+        Err(e) => return fail(StartError(Exit::Usage, e)),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return fail(StartError(Exit::Failure, format!("cannot start the async runtime: {e}"))),
+    };
+    match runtime.block_on(serve(args, settings)) {
+        Ok(exit) => exit,
+        Err(e) => fail(e),
+    }
+}
+
+fn fail(StartError(exit, message): StartError) -> Exit {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "error {message}").and_then(|_| out.flush());
+    eprintln!("sandguard watch: {message}");
+    exit
+}
+
+async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
+    let failure = |m: String| StartError(Exit::Failure, m);
+    let owner = judge_owner(args.owner_pid, args.owner_start);
+    let session = match args.session {
+        Some(s) if session::valid_id(&s) => s,
+        Some(s) => return Err(StartError(Exit::Usage, format!("invalid session id {s:?}: use 1-64 characters of [0-9a-z]"))),
+        None => session::new_id().map_err(|e| failure(format!("cannot make a session id: {e}")))?,
+    };
+    let grace = args.grace.map(|g| g.0).unwrap_or(settings.watch.grace);
+    let state = StateDir::open(&settings.state_dir).map_err(|e| failure(e.to_string()))?;
+    let labels = session::labels(&session, &owner);
+    let start = Record::Start { owner: owner.to_label(), pid: owner.pid, grace_ms: grace.as_millis() as u64, labels };
+    let journal = state.create_session(&session, start).map_err(|e| failure(e.to_string()))?;
+    if args.daemonize {
+        redirect_stderr(&journal.path().with_extension("log"));
+    }
+    let control = match args.control_fd {
+        Some(fd) => Some(open_control(fd).map_err(failure)?),
+        None => None,
+    };
+    let owner_watch = OwnerWatch::open(&owner);
+    let stop = stop_signal().map_err(|e| failure(format!("cannot listen for SIGTERM: {e}")))?;
+    let registry = Registry::from_settings(&settings);
+    let providers = registry.select(None).unwrap_or_default();
+    announce_ready(&session).map_err(|e| failure(format!("cannot write the ready line: {e}")))?;
+
+    // Connect to every provider now, after `ready`, so the reclaim path finds warm clients.
+    let warm = providers.clone();
+    let warm_up = tokio::spawn(async move {
+        for p in warm {
+            if let Err(e) = p.check().await {
+                tracing::warn!("provider {} is not reachable yet: {e}", p.name());
+            }
+        }
+    });
+    let options = Options::from(&settings.reclaim);
+    let sidecar = Sidecar::new(session, providers, journal, Lease::new(BootClock, grace), options);
+    let outcome = sidecar.run(Triggers { owner: owner_watch, control, stop }).await;
+    warm_up.abort();
+    Ok(match outcome.state {
+        crate::ledger::SessionState::Pending => Exit::Failure,
+        _ => Exit::Ok,
+    })
+}
+
+/// The owner as it is now; a pid that is gone or whose start time differs from the one given
+/// is an owner already gone (its identity is kept so the ledger records what was asked for).
+fn judge_owner(pid: u32, start: Option<u64>) -> Identity {
+    let host = crate::identity::Host::current();
+    match Identity::of_pid(pid) {
+        Some(id) if start.is_none_or(|s| s == id.start_time) => id,
+        _ => Identity { machine: host.machine.clone(), boot: host.boot.clone(), pid, start_time: start.unwrap_or(0) },
+    }
+}
+
+fn open_control(fd: i32) -> Result<LineReader<tokio::net::unix::pipe::Receiver>, String> {
+    let owned = unix::take_fd(fd).map_err(|e| format!("--control-fd {fd}: {e}"))?;
+    let receiver = tokio::net::unix::pipe::Receiver::from_owned_fd(owned).map_err(|e| format!("--control-fd {fd} is not a readable pipe: {e}"))?;
+    Ok(LineReader::new(receiver))
+}
+
+fn stop_signal() -> std::io::Result<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    Ok(Box::pin(async move {
+        term.recv().await;
+    }))
+}
+
+fn announce_ready(session: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ready {session}")?;
+    out.flush()
+}
+
+/// Diagnostics of a daemonized sidecar go to a private log file beside its journal.
+fn redirect_stderr(path: &std::path::Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path);
+    match file {
+        Ok(f) => {
+            if let Err(e) = unix::dup_onto(f.as_raw_fd(), 2) {
+                tracing::warn!("cannot log to {}: {e}", path.display());
+            }
+        }
+        Err(e) => tracing::warn!("cannot log to {}: {e}", path.display()),
+    }
+}
+
+/// How long the wrapper waits for `ready`.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(10);

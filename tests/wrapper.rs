@@ -1,0 +1,295 @@
+//! The wrapper and the sidecar, for real: `sandguard -- sh -c '…'` creates containers on the
+//! real daemon, dies by a real signal, and its sandboxes must be gone within 5 s, while a
+//! second live session's and an unlabelled container survive.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+/// The script every kill test runs: three labelled containers, one merely claimed (no
+/// labels at all), then it writes its ids and waits to be killed (or exits, per `end`).
+fn script(ids: &std::path::Path, end: &str) -> String {
+    format!(
+        r#"set -e
+ulimit -c 0
+L=$(echo "$SANDGUARD_LABELS" | sed 's/^/--label /; s/,/ --label /g')
+for i in 1 2 3; do docker run -d --network none $L {IMAGE} sleep 3600 >> {ids}.tmp; done
+c=$(docker run -d --network none {IMAGE} sleep 3600)
+echo "$c" >> {ids}.tmp
+sandguard claim docker "$c"
+mv {ids}.tmp {ids}
+{end}
+"#,
+        ids = ids.display()
+    )
+}
+
+fn path_with_sandguard() -> String {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_sandguard")).parent().unwrap().to_path_buf();
+    format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default())
+}
+
+/// `sandguard -- sh -c SCRIPT` in its own process group, as a shell would run a job.
+fn guarded(s: &Scratch, script: &str) -> Child {
+    use std::os::unix::process::CommandExt;
+    sandguard(s)
+        .env("PATH", path_with_sandguard())
+        .args(["--", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .process_group(0)
+        .spawn()
+        .expect("spawn sandguard")
+}
+
+fn wait_for_file(path: &std::path::Path, child: &mut Child) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            return text.lines().map(str::to_string).collect();
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the guarded script ended early ({status}) before creating its containers");
+        }
+        assert!(Instant::now() < deadline, "the guarded script did not create its containers in time");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Polls until `check` holds, for at most `limit`.
+fn eventually(limit: Duration, what: &str, check: impl Fn() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !check() {
+        assert!(Instant::now() < deadline, "not within {limit:?}: {what}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+enum Death {
+    Signal(i32),
+    GroupSignal(i32),
+    Exit0,
+}
+
+fn kill_and_check(death: Death) {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("kill");
+    let mut bystanders = Resources::default();
+    let stranger = bystanders.container(&[]);
+
+    // A second session that stays alive throughout.
+    let other_ids = s.path().join("other");
+    let mut other = guarded(&s, &script(&other_ids, "exec sleep 3600"));
+    let other_containers = wait_for_file(&other_ids, &mut other);
+
+    let ids = s.path().join("ids");
+    let end = match death {
+        Death::Exit0 => "exit 0",
+        _ => "sleep 3600",
+    };
+    let mut child = guarded(&s, &script(&ids, end));
+    let containers = wait_for_file(&ids, &mut child);
+    assert_eq!(containers.len(), 4);
+    assert!(containers.iter().all(|c| container_exists(c)));
+
+    let pid = child.id() as i32;
+    match death {
+        Death::Signal(sig) => unsafe_kill(pid, sig),
+        Death::GroupSignal(sig) => unsafe_kill(-pid, sig),
+        Death::Exit0 => {}
+    }
+    let status = child.wait().unwrap();
+    if let Death::Exit0 = death {
+        assert_eq!(status.code(), Some(0));
+    }
+    eventually(Duration::from_secs(5), "all four containers of the dead owner are gone", || {
+        containers.iter().all(|c| !container_exists(c))
+    });
+    assert!(container_exists(&stranger), "an unlabelled container must survive");
+    assert!(other_containers.iter().all(|c| container_exists(c)), "another live session's containers must survive");
+
+    unsafe_kill(other.id() as i32, libc::SIGKILL);
+    other.wait().unwrap();
+    eventually(Duration::from_secs(5), "the second session is reclaimed when its owner dies", || {
+        other_containers.iter().all(|c| !container_exists(c))
+    });
+}
+
+fn unsafe_kill(pid: i32, sig: i32) {
+    let status = Command::new("kill").arg(format!("-{sig}")).arg("--").arg(pid.to_string()).status().unwrap();
+    assert!(status.success(), "kill -{sig} {pid} failed");
+}
+
+#[test]
+fn sigkill_of_the_owner_reclaims_everything() {
+    kill_and_check(Death::Signal(libc::SIGKILL));
+}
+
+#[test]
+fn sigterm_of_the_owner_reclaims_everything() {
+    kill_and_check(Death::Signal(libc::SIGTERM));
+}
+
+#[test]
+fn sigint_to_the_process_group_reclaims_everything() {
+    kill_and_check(Death::GroupSignal(libc::SIGINT));
+}
+
+#[test]
+fn sigsegv_of_the_owner_reclaims_everything() {
+    kill_and_check(Death::Signal(libc::SIGSEGV));
+}
+
+#[test]
+fn a_plain_exit_without_cleanup_reclaims_everything() {
+    kill_and_check(Death::Exit0);
+}
+
+#[test]
+fn exit_statuses_pass_through() {
+    let s = Scratch::new("status");
+    let code = |args: &[&str]| sandguard(&s).args(args).stderr(Stdio::null()).status().unwrap();
+    assert_eq!(code(&["--", "sh", "-c", "exit 7"]).code(), Some(7));
+    assert_eq!(code(&["run", "--", "true"]).code(), Some(0));
+    assert_eq!(code(&["--", "no-such-command-sandguard"]).code(), Some(127));
+    assert_eq!(code(&["--", "/etc/hostname"]).code(), Some(126));
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(code(&["--", "sh", "-c", "kill -TERM $$"]).signal(), Some(libc::SIGTERM));
+}
+
+#[test]
+fn the_session_is_in_the_environment_and_claim_outside_a_session_fails() {
+    let s = Scratch::new("env");
+    let out = run(sandguard(&s).args(["--", "sh", "-c", "echo $SANDGUARD_SESSION; echo $SANDGUARD_LABELS; echo $SANDGUARD_FD"]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines[0].len(), 32, "{lines:?}");
+    assert!(lines[1].contains(&format!("sandguard.session={}", lines[0])) && lines[1].contains("sandguard.owner="), "{lines:?}");
+    assert!(lines[2].parse::<i32>().is_ok(), "{lines:?}");
+
+    let out = run(sandguard(&s).env_remove("SANDGUARD_FD").args(["claim", "docker", "abc"]));
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("not inside a sandguard session"), "{}", out.stderr);
+}
+
+#[test]
+fn malformed_and_oversized_control_lines_change_nothing() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("garbage");
+    let mut r = Resources::default();
+    let claimed = r.container(&[]);
+    let done = s.path().join("done");
+    let script = format!(
+        r#"printf 'bogus line\n' >&$SANDGUARD_FD
+printf 'claim\n' >&$SANDGUARD_FD
+printf 'claim docker a b c\n' >&$SANDGUARD_FD
+printf 'bye now\n' >&$SANDGUARD_FD
+head -c 100000 /dev/zero | tr '\0' 'a' >&$SANDGUARD_FD
+printf '\nclaim docker {claimed}\n' >&$SANDGUARD_FD
+touch {done}
+sleep 1.5
+"#,
+        done = done.display()
+    );
+    let mut child = guarded(&s, &script);
+    eventually(Duration::from_secs(20), "the script wrote its lines", || done.exists());
+    // The owner lives: nothing was reclaimed by the garbage, and the session is active.
+    assert!(container_exists(&claimed));
+    let sessions = json(&run(sandguard(&s).args(["sessions", "--json"])).stdout);
+    let session = &sessions["sessions"][0];
+    assert_eq!(session["state"], "active", "{sessions}");
+    assert_eq!(session["sidecar_alive"], true);
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    // The valid claim after the garbage still counted.
+    eventually(Duration::from_secs(5), "the claimed container is reclaimed", || !container_exists(&claimed));
+}
+
+#[test]
+fn watch_with_an_owner_already_dead_reclaims_at_once() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("deadowner");
+    let session = format!("dead{}", unique());
+    let mut r = Resources::default();
+    let c = r.container(&[(sandguard::labels::SESSION, &session)]);
+    let mut dead = Command::new("true").spawn().unwrap();
+    let pid = dead.id();
+    dead.wait().unwrap();
+    let out = run(sandguard(&s).args(["watch", "--owner-pid", &pid.to_string(), "--session", &session]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.stdout, format!("ready {session}\n"));
+    assert!(!container_exists(&c));
+    let v = json(&run(sandguard(&s).args(["sessions", "--json"])).stdout);
+    assert_eq!(v["sessions"][0]["state"], "reclaimed", "{v}");
+    assert_eq!(v["sessions"][0]["sidecar_alive"], false);
+}
+
+#[test]
+fn an_owner_whose_start_time_does_not_match_is_judged_dead() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("reused");
+    let session = format!("reused{}", unique());
+    let mut r = Resources::default();
+    let c = r.container(&[(sandguard::labels::SESSION, &session)]);
+    // This test process is alive, but not with this start time: a reused pid.
+    let me = sandguard::identity::Identity::current().unwrap();
+    let out = run(sandguard(&s).args([
+        "watch",
+        "--owner-pid",
+        &me.pid.to_string(),
+        "--owner-start",
+        &(me.start_time + 1).to_string(),
+        "--session",
+        &session,
+    ]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(!container_exists(&c));
+}
+
+#[test]
+fn sigterm_to_the_sidecar_never_reclaims_a_live_owners_sandboxes() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("termsidecar");
+    let ids = s.path().join("ids");
+    let mut child = guarded(&s, &script(&ids, "sleep 3600"));
+    let containers = wait_for_file(&ids, &mut child);
+    let v = json(&run(sandguard(&s).args(["sessions", "--json"])).stdout);
+    let session = v["sessions"][0]["session"].as_str().unwrap().to_string();
+    let sidecar = find_process(&format!("--session {session}")).expect("the sidecar runs");
+    // Ctrl-C and hang-up to the owner's group do not reach the sidecar (own session) …
+    assert_ne!(sidecar_session_id(sidecar), child.id());
+    // … and SIGTERM to the sidecar stops it without touching the owner's sandboxes.
+    unsafe_kill(sidecar as i32, libc::SIGTERM);
+    eventually(Duration::from_secs(5), "the sidecar exits on SIGTERM", || !std::path::Path::new(&format!("/proc/{sidecar}")).exists());
+    assert!(containers.iter().all(|c| container_exists(c)), "a stopped sidecar must not reclaim");
+    let v = json(&run(sandguard(&s).args(["sessions", "--json"])).stdout);
+    assert_eq!(v["sessions"][0]["state"], "active");
+    assert_eq!(v["sessions"][0]["sidecar_alive"], false);
+    unsafe_kill(child.id() as i32, libc::SIGKILL);
+    child.wait().unwrap();
+    let out = run(sandguard(&s).args(["stop", "--all", "--session", &session]));
+    assert_eq!(out.code, 0, "{}", out.stdout);
+}
+
+/// The pid of the process whose command line contains `needle`.
+fn find_process(needle: &str) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        text.contains(needle).then_some(pid)
+    })
+}
+
+/// Field 6 of /proc/PID/stat: the session id.
+fn sidecar_session_id(pid: u32) -> u32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    rest.split_whitespace().nth(3).unwrap().parse().unwrap()
+}
