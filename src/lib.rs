@@ -13,6 +13,10 @@
 //! - [`identity`]: the owner identity (machine id + boot id + pid + start time) and the
 //!   liveness check that never trusts a bare pid.
 //! - [`labels`]: the label keys and the selector that says which sandboxes a command may touch.
+//! - [`ledger`]: the durable record of sessions on this machine: a private state directory, one
+//!   append-only, fsynced journal per session, and the `flock` that says its sidecar still lives.
+//! - [`protocol`]: the control lines an owner sends its sidecar (`claim`, `release`, `detach`,
+//!   `renew`, `bye`): parser, writer, and a line reader whose memory stays bounded.
 //! - [`providers`]: the provider trait, the error classes reclaim decides by, the registry, and
 //!   one module per driver (only [`providers::docker`] so far).
 //! - [`reclaim`]: the one removal path used by `stop` (and by the sidecar and sweep): bounded
@@ -33,6 +37,8 @@ pub mod cli;
 pub mod config;
 pub mod identity;
 pub mod labels;
+pub mod ledger;
+pub mod protocol;
 pub mod providers;
 pub mod reclaim;
 pub mod session;

@@ -201,3 +201,41 @@ pub fn stdout_is_terminal() -> bool {
     // SAFETY: isatty only inspects the descriptor number; no memory is passed.
     unsafe { libc::isatty(1) == 1 }
 }
+
+/// Tries to take an exclusive `flock(2)` on `file` without waiting. `Ok(false)` when another
+/// open file description (another process, or another `open` of the same file in this one)
+/// holds a conflicting lock. The lock lasts until the descriptor is closed; std opens files
+/// with `O_CLOEXEC`, so an exec'd child never inherits it.
+pub fn try_lock_exclusive(file: &std::fs::File) -> io::Result<bool> {
+    try_flock(file, libc::LOCK_EX)
+}
+
+/// Like [`try_lock_exclusive`], but shared: probes that only want to know whether someone
+/// holds the exclusive lock do not collide with each other.
+pub fn try_lock_shared(file: &std::fs::File) -> io::Result<bool> {
+    try_flock(file, libc::LOCK_SH)
+}
+
+fn try_flock(file: &std::fs::File, op: libc::c_int) -> io::Result<bool> {
+    use std::os::unix::io::AsRawFd;
+    loop {
+        // SAFETY: flock only takes a descriptor number and flags; `file` borrows an open
+        // descriptor for the whole call, so it cannot be closed or reused underneath us.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EWOULDBLOCK) => return Ok(false),
+            Some(libc::EINTR) => continue,
+            _ => return Err(err),
+        }
+    }
+}
+
+/// The effective user id of this process: the owner the state directory must have.
+pub fn geteuid() -> u32 {
+    // SAFETY: geteuid takes no arguments, touches no memory and cannot fail.
+    unsafe { libc::geteuid() }
+}

@@ -1,0 +1,406 @@
+//! The ledger: the durable record of sessions on this machine.
+//!
+//! ```text
+//! <state dir>/                 0700, owned by us, not a symlink
+//!   sessions/                  0700, same checks
+//!     <session id>.journal     0600, JSON Lines, append-only, one per session
+//!     <session id>.new         a journal being created (ignored by readers)
+//! ```
+//!
+//! Decisions:
+//! - The state directory is refused, with the reason, when it is a symlink, owned by another
+//!   user, or writable by group or others: whoever can write there can make sandguard forget
+//!   sandboxes or remove the wrong ones. Modes are set explicitly, never left to the umask.
+//! - Session ids are `[0-9a-z]{1,64}`, so an id is always a safe file name.
+//! - Every record is on disk before it is acknowledged ([`Journal::append`]). A reader ignores
+//!   a torn last line, and skips (and counts, [`SessionView::corrupt_lines`]) a corrupt one
+//!   elsewhere.
+//! - A live sidecar holds an exclusive `flock` on its journal for as long as it runs. The lock
+//!   dies with the process however it dies, so "the lock is free" proves the sidecar is gone,
+//!   whatever pids were reused since. Readers probe it with a shared lock, so two probes never
+//!   mistake each other for a sidecar.
+//!
+//! The pieces: `record.rs` (what a line says), `journal.rs` (writing, locking), `view.rs`
+//! (reading).
+
+mod journal;
+mod record;
+mod view;
+
+use std::fs::{self, File, Permissions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+pub use journal::Journal;
+pub use record::{now_ms, Record, SessionState};
+pub use view::SessionView;
+
+use crate::protocol::echo;
+use crate::unix;
+
+/// A ledger failure; every variant names the path involved.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("failed to {op} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("refusing to use {} as sandguard state: {reason}", path.display())]
+    Unsafe { path: PathBuf, reason: String },
+    #[error("journal {} is locked by another process (a live sidecar)", path.display())]
+    Locked { path: PathBuf },
+    #[error("session journal {} already exists", path.display())]
+    Exists { path: PathBuf },
+    #[error("journal {} has no start record", path.display())]
+    NoStart { path: PathBuf },
+    #[error("invalid session id \"{0}\": expected 1 to 64 characters of [0-9a-z]")]
+    BadSessionId(String),
+    #[error("a session must begin with a start record")]
+    NotStart,
+    #[error("failed to encode a ledger record: {0}")]
+    Encode(#[source] serde_json::Error),
+}
+
+/// Wraps an I/O error with what was being done to which path.
+pub(crate) fn io_err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> LedgerError {
+    let path = path.to_path_buf();
+    move |source| LedgerError::Io { op, path, source }
+}
+
+/// The checked state directory.
+#[derive(Debug, Clone)]
+pub struct StateDir {
+    root: PathBuf,
+    sessions: PathBuf,
+}
+
+impl StateDir {
+    /// Opens the state directory at `path`, creating it (and its parents) if missing.
+    pub fn open(path: &Path) -> Result<StateDir, LedgerError> {
+        private_dir(path)?;
+        let sessions = path.join("sessions");
+        private_dir(&sessions)?;
+        Ok(StateDir {
+            root: path.to_path_buf(),
+            sessions,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.root
+    }
+
+    /// Starts the journal of a new session with its `start` record, durable and locked.
+    pub fn create_session(&self, id: &str, start: Record) -> Result<Journal, LedgerError> {
+        check_id(id)?;
+        if !matches!(start, Record::Start { .. }) {
+            return Err(LedgerError::NotStart);
+        }
+        journal::create(&self.sessions, id, &start)
+    }
+
+    /// Takes over an existing session's journal: [`LedgerError::Locked`] while its sidecar lives.
+    pub fn adopt_session(&self, id: &str) -> Result<Journal, LedgerError> {
+        journal::adopt(id, &self.journal_path(id)?)
+    }
+
+    /// Reads one session.
+    pub fn read_session(&self, id: &str) -> Result<SessionView, LedgerError> {
+        let path = self.journal_path(id)?;
+        let mut file = File::open(&path).map_err(io_err("open journal", &path))?;
+        // Probe before reading: while our shared lock is held nobody can take the journal, so
+        // the view of a session whose sidecar is gone is complete, not a race with a sweep.
+        let free = unix::try_lock_shared(&file).map_err(io_err("probe the lock of", &path))?;
+        let mut text = Vec::new();
+        io::Read::read_to_end(&mut file, &mut text).map_err(io_err("read journal", &path))?;
+        let mut view = view::fold(id, &text).ok_or(LedgerError::NoStart { path })?;
+        view.sidecar_alive = !free;
+        Ok(view)
+    }
+
+    /// Every session, oldest first. A journal that cannot be read is skipped with a warning, so
+    /// one damaged file never hides the others from a sweep.
+    pub fn sessions(&self) -> Result<Vec<SessionView>, LedgerError> {
+        let dir = &self.sessions;
+        let mut views = Vec::new();
+        for entry in fs::read_dir(dir).map_err(io_err("list sessions in", dir))? {
+            let entry = entry.map_err(io_err("list sessions in", dir))?;
+            let name = entry.file_name();
+            let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".journal")) else {
+                continue;
+            };
+            if check_id(id).is_err() {
+                continue;
+            }
+            match self.read_session(id) {
+                Ok(view) => views.push(view),
+                Err(e) => tracing::warn!("skipping session {id}: {e}"),
+            }
+        }
+        views.sort_by(|a, b| (a.started_ms, &a.id).cmp(&(b.started_ms, &b.id)));
+        Ok(views)
+    }
+
+    fn journal_path(&self, id: &str) -> Result<PathBuf, LedgerError> {
+        check_id(id)?;
+        Ok(self.sessions.join(format!("{id}.journal")))
+    }
+}
+
+fn check_id(id: &str) -> Result<(), LedgerError> {
+    let ok = (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase());
+    if ok {
+        Ok(())
+    } else {
+        Err(LedgerError::BadSessionId(echo(id.as_bytes())))
+    }
+}
+
+/// Makes sure `path` is a directory only we can write, creating it 0700 if missing.
+fn private_dir(path: &Path) -> Result<(), LedgerError> {
+    match fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(path)
+                .map_err(io_err("create directory", path))?;
+            fs::set_permissions(path, Permissions::from_mode(0o700))
+                .map_err(io_err("set permissions on", path))?;
+        }
+        Err(e) => return Err(io_err("inspect", path)(e)),
+        Ok(_) => {}
+    }
+    let meta = fs::symlink_metadata(path).map_err(io_err("inspect", path))?;
+    let me = unix::geteuid();
+    let reason = if meta.file_type().is_symlink() {
+        "it is a symlink".to_string()
+    } else if !meta.is_dir() {
+        "it is not a directory".to_string()
+    } else if meta.uid() != me {
+        format!("it is owned by uid {}, not by uid {me}", meta.uid())
+    } else if meta.mode() & 0o022 != 0 {
+        format!(
+            "it is writable by group or others (mode {:04o})",
+            meta.mode() & 0o7777
+        )
+    } else {
+        return Ok(());
+    };
+    Err(LedgerError::Unsafe {
+        path: path.to_path_buf(),
+        reason,
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// A fresh directory under the system temp dir, removed on drop.
+    pub struct TempDir(PathBuf);
+
+    impl TempDir {
+        pub fn new(name: &str) -> TempDir {
+            static N: AtomicU32 = AtomicU32::new(0);
+            let n = N.fetch_add(1, Ordering::Relaxed);
+            let dir = std::env::temp_dir()
+                .join(format!("sandguard-test-{name}-{}-{n}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            TempDir(dir)
+        }
+
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testutil::TempDir;
+    use super::*;
+    use crate::protocol::Target;
+
+    fn start(pid: u32) -> Record {
+        Record::Start {
+            owner: "0123456789abcdef-fedcba9876543210-7-100".into(),
+            pid,
+            grace_ms: 600_000,
+            labels: [("sandguard.session".to_string(), "s1".to_string())].into(),
+        }
+    }
+
+    fn mode(path: &Path) -> u32 {
+        fs::metadata(path).unwrap().mode() & 0o7777
+    }
+
+    fn refused(path: &Path) -> String {
+        match StateDir::open(path) {
+            Err(e @ LedgerError::Unsafe { .. }) => e.to_string(),
+            other => panic!("{} was accepted: {other:?}", path.display()),
+        }
+    }
+
+    #[test]
+    fn open_creates_private_directories() {
+        let tmp = TempDir::new("ledger-open");
+        let root = tmp.path().join("a/b/sandguard");
+        let dir = StateDir::open(&root).unwrap();
+        assert_eq!(dir.path(), root);
+        assert_eq!(mode(&root), 0o700);
+        assert_eq!(mode(&root.join("sessions")), 0o700);
+        // A directory that others can read but not write is fine, and left as it is.
+        fs::set_permissions(&root, Permissions::from_mode(0o755)).unwrap();
+        StateDir::open(&root).unwrap();
+        assert_eq!(mode(&root), 0o755);
+    }
+
+    #[test]
+    fn unsafe_directories_are_refused_with_the_reason() {
+        let tmp = TempDir::new("ledger-unsafe");
+        let open_dir = tmp.path().join("open");
+        fs::create_dir(&open_dir).unwrap();
+        fs::set_permissions(&open_dir, Permissions::from_mode(0o777)).unwrap();
+        let msg = refused(&open_dir);
+        assert!(
+            msg.contains("writable by group or others (mode 0777)"),
+            "{msg}"
+        );
+        assert!(msg.contains(&open_dir.display().to_string()), "{msg}");
+
+        let good = tmp.path().join("good");
+        StateDir::open(&good).unwrap();
+        fs::set_permissions(good.join("sessions"), Permissions::from_mode(0o770)).unwrap();
+        assert!(refused(&good).contains("sessions"));
+
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(tmp.path().join("elsewhere"), &link).unwrap();
+        assert!(refused(&link).contains("symlink"));
+        let file = tmp.path().join("file");
+        fs::write(&file, "").unwrap();
+        assert!(refused(&file).contains("not a directory"));
+    }
+
+    #[test]
+    fn a_directory_owned_by_someone_else_is_refused() {
+        if unix::geteuid() != 0 {
+            // Only root can give a directory away; the mode checks above still ran.
+            return;
+        }
+        let tmp = TempDir::new("ledger-owner");
+        let theirs = tmp.path().join("theirs");
+        fs::create_dir(&theirs).unwrap();
+        fs::set_permissions(&theirs, Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        assert!(refused(&theirs).contains("owned by uid 65534, not by uid 0"));
+    }
+
+    #[test]
+    fn journals_are_private_and_read_back_what_was_appended() {
+        let tmp = TempDir::new("ledger-rw");
+        let dir = StateDir::open(tmp.path()).unwrap();
+        let mut j = dir.create_session("s1", start(7)).unwrap();
+        assert_eq!(j.id(), "s1");
+        assert_eq!(mode(j.path()), 0o600);
+        let docker = Target::new("docker", "3f2a").unwrap();
+        j.append(&Record::claim(&docker)).unwrap();
+        j.append(&Record::claim(&Target::new("e2b", "x").unwrap()))
+            .unwrap();
+        j.append(&Record::release(&Target::new("e2b", "x").unwrap()))
+            .unwrap();
+        let v = dir.read_session("s1").unwrap();
+        assert_eq!((v.id.as_str(), v.pid, v.grace_ms), ("s1", 7, 600_000));
+        assert_eq!(v.claims.into_iter().collect::<Vec<_>>(), [docker]);
+        assert_eq!(v.state, SessionState::Active);
+        assert!(v.started_ms > 0 && v.updated_ms >= v.started_ms);
+        assert!(v.sidecar_alive);
+    }
+
+    #[test]
+    fn the_lock_tells_whether_a_sidecar_lives() {
+        let tmp = TempDir::new("ledger-lock");
+        let dir = StateDir::open(tmp.path()).unwrap();
+        let j = dir.create_session("s1", start(1)).unwrap();
+        assert!(matches!(
+            dir.adopt_session("s1"),
+            Err(LedgerError::Locked { .. })
+        ));
+        assert!(matches!(
+            dir.create_session("s1", start(1)),
+            Err(LedgerError::Exists { .. })
+        ));
+        assert!(dir.read_session("s1").unwrap().sidecar_alive);
+        drop(j);
+        assert!(!dir.read_session("s1").unwrap().sidecar_alive);
+        let mut adopted = dir.adopt_session("s1").unwrap();
+        adopted.append(&Record::ReclaimStart).unwrap();
+        assert!(matches!(
+            dir.adopt_session("s1"),
+            Err(LedgerError::Locked { .. })
+        ));
+        let v = dir.read_session("s1").unwrap();
+        assert_eq!((v.state, v.sidecar_alive), (SessionState::Reclaiming, true));
+    }
+
+    #[test]
+    fn bad_ids_and_missing_start_records_are_refused() {
+        let tmp = TempDir::new("ledger-ids");
+        let dir = StateDir::open(tmp.path()).unwrap();
+        let long = "a".repeat(65);
+        for id in ["", "S1", "../s1", "s.1", "s 1", "s\u{1b}", long.as_str()] {
+            let bad = |r: Result<_, LedgerError>| matches!(r, Err(LedgerError::BadSessionId(_)));
+            assert!(bad(dir.create_session(id, start(1)).map(drop)), "{id:?}");
+            assert!(bad(dir.adopt_session(id).map(drop)), "{id:?}");
+            assert!(bad(dir.read_session(id).map(drop)), "{id:?}");
+        }
+        dir.create_session(&"a".repeat(64), start(1)).unwrap();
+        assert!(matches!(
+            dir.create_session("s2", Record::ReclaimStart),
+            Err(LedgerError::NotStart)
+        ));
+        assert!(matches!(
+            dir.adopt_session("nope"),
+            Err(LedgerError::Io {
+                op: "open journal",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn sessions_are_listed_oldest_first_skipping_what_is_not_a_journal() {
+        let tmp = TempDir::new("ledger-list");
+        let dir = StateDir::open(tmp.path()).unwrap();
+        let sessions = tmp.path().join("sessions");
+        let journal = |t: u64| {
+            format!("{{\"t\":{t},\"ev\":\"start\",\"owner\":\"o\",\"pid\":1,\"grace_ms\":1}}\n")
+        };
+        fs::write(sessions.join("b.journal"), journal(5)).unwrap();
+        fs::write(sessions.join("a.journal"), journal(9)).unwrap();
+        fs::write(sessions.join("c.journal"), "").unwrap();
+        fs::write(sessions.join("d.new"), journal(1)).unwrap();
+        fs::write(sessions.join("E.journal"), journal(1)).unwrap();
+        let ids: Vec<String> = dir.sessions().unwrap().into_iter().map(|v| v.id).collect();
+        assert_eq!(ids, ["b", "a"]);
+        assert!(matches!(
+            dir.read_session("c"),
+            Err(LedgerError::NoStart { .. })
+        ));
+    }
+}

@@ -1,0 +1,221 @@
+//! One session's journal, open for appending, with its lock held.
+//!
+//! Decisions:
+//! - A new journal is written under a temporary name, locked and given its `start` record
+//!   first, then published with `link(2)`, which fails if the name exists. So nobody ever sees
+//!   a journal without its `start` record, and nobody can take its lock first.
+//! - An append is one `write_all` of the whole line, then `fdatasync`. Only when both returned
+//!   is the record acknowledged. If a write fails halfway, or an adopted journal ends in a torn
+//!   line, the next append starts with a `\n`: the fragment becomes one corrupt line that
+//!   readers skip, instead of swallowing the good record glued to it.
+//! - The lock is an exclusive `flock` on the open file, released when the [`Journal`] drops.
+
+use std::fs::{self, File, OpenOptions, Permissions};
+use std::io::{self, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use super::record::{now_ms, Entry, Record};
+use super::{io_err, LedgerError};
+use crate::unix;
+
+/// An open session journal whose exclusive lock this process holds.
+#[derive(Debug)]
+pub struct Journal {
+    id: String,
+    path: PathBuf,
+    file: File,
+    /// The file may end without a `\n` (a torn write); mend it before the next record.
+    mend: bool,
+}
+
+impl Journal {
+    /// The session id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The journal file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends `record`, stamped now, and waits until it is on disk.
+    pub fn append(&mut self, record: &Record) -> Result<(), LedgerError> {
+        let entry = Entry {
+            t: now_ms(),
+            record: record.clone(),
+        };
+        let mut line = Vec::with_capacity(128);
+        if self.mend {
+            line.push(b'\n');
+        }
+        line.extend(entry.encode().map_err(LedgerError::Encode)?);
+        if let Err(e) = self.file.write_all(&line) {
+            self.mend = true;
+            return Err(self.io_err("append to journal", e));
+        }
+        self.mend = false;
+        self.file
+            .sync_data()
+            .map_err(|e| self.io_err("sync journal", e))
+    }
+
+    fn io_err(&self, op: &'static str, source: io::Error) -> LedgerError {
+        io_err(op, &self.path)(source)
+    }
+}
+
+/// Creates the journal `dir/<id>.journal` holding `start`; see the module docs for the order.
+pub(super) fn create(dir: &Path, id: &str, start: &Record) -> Result<Journal, LedgerError> {
+    let path = dir.join(format!("{id}.journal"));
+    if path.exists() {
+        return Err(LedgerError::Exists { path });
+    }
+    let staging = dir.join(format!("{id}.new"));
+    let file = OpenOptions::new()
+        .append(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&staging)
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::AlreadyExists => LedgerError::Exists {
+                path: staging.clone(),
+            },
+            _ => io_err("create journal", &staging)(e),
+        })?;
+    let mut journal = Journal {
+        id: id.to_string(),
+        path: staging.clone(),
+        file,
+        mend: false,
+    };
+    let published = prepare(&mut journal, start).and_then(|()| publish(&staging, &path));
+    // The staging name goes whatever happened: on success the journal lives on under its real
+    // name, on failure it was never visible. A leftover name is harmless (readers ignore it).
+    if let Err(e) = fs::remove_file(&staging) {
+        tracing::warn!("failed to remove {}: {e}", staging.display());
+    }
+    published?;
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err("sync directory", dir))?;
+    journal.path = path;
+    Ok(journal)
+}
+
+/// Gives the staged journal its real name, unless that name is taken.
+fn publish(staging: &Path, path: &Path) -> Result<(), LedgerError> {
+    fs::hard_link(staging, path).map_err(|e| match e.kind() {
+        io::ErrorKind::AlreadyExists => LedgerError::Exists {
+            path: path.to_path_buf(),
+        },
+        _ => io_err("publish journal", path)(e),
+    })
+}
+
+/// Mode, lock and start record of a journal not yet published.
+fn prepare(journal: &mut Journal, start: &Record) -> Result<(), LedgerError> {
+    // The mode given to open is filtered by the umask; this one is not.
+    journal
+        .file
+        .set_permissions(Permissions::from_mode(0o600))
+        .map_err(|e| journal.io_err("set permissions on", e))?;
+    lock(&journal.file, &journal.path)?;
+    journal.append(start)
+}
+
+/// Opens the existing journal `path` and takes its lock.
+pub(super) fn adopt(id: &str, path: &Path) -> Result<Journal, LedgerError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .open(path)
+        .map_err(io_err("open journal", path))?;
+    lock(&file, path)?;
+    let len = file.metadata().map_err(io_err("inspect", path))?.len();
+    let mut last = [b'\n'];
+    if len > 0 {
+        file.read_exact_at(&mut last, len - 1)
+            .map_err(io_err("read journal", path))?;
+    }
+    Ok(Journal {
+        id: id.to_string(),
+        path: path.to_path_buf(),
+        file,
+        mend: last[0] != b'\n',
+    })
+}
+
+fn lock(file: &File, path: &Path) -> Result<(), LedgerError> {
+    match unix::try_lock_exclusive(file) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(LedgerError::Locked {
+            path: path.to_path_buf(),
+        }),
+        Err(e) => Err(io_err("lock journal", path)(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::testutil::TempDir;
+
+    fn start() -> Record {
+        Record::Start {
+            owner: "o".into(),
+            pid: 1,
+            grace_ms: 1000,
+            labels: Default::default(),
+        }
+    }
+
+    #[test]
+    fn create_publishes_a_locked_journal_holding_its_start_record() {
+        let tmp = TempDir::new("journal-create");
+        let j = create(tmp.path(), "abc", &start()).unwrap();
+        assert_eq!(j.path(), tmp.path().join("abc.journal"));
+        assert!(!tmp.path().join("abc.new").exists());
+        let text = fs::read_to_string(j.path()).unwrap();
+        assert!(
+            text.contains("\"ev\":\"start\"") && text.ends_with('\n'),
+            "{text}"
+        );
+        let probe = File::open(j.path()).unwrap();
+        assert!(!unix::try_lock_shared(&probe).unwrap());
+        assert!(matches!(
+            create(tmp.path(), "abc", &start()),
+            Err(LedgerError::Exists { .. })
+        ));
+    }
+
+    #[test]
+    fn adopting_after_a_torn_write_mends_the_line_first() {
+        let tmp = TempDir::new("journal-mend");
+        let path = create(tmp.path(), "abc", &start())
+            .unwrap()
+            .path()
+            .to_owned();
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"{\"t\":5,\"ev\":\"cla").unwrap();
+        let mut j = adopt("abc", &path).unwrap();
+        j.append(&Record::ReclaimStart).unwrap();
+        let text = fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(lines[2].contains("reclaim_start"), "{text}");
+    }
+
+    #[test]
+    fn unknown_records_are_refused_without_touching_the_file() {
+        let tmp = TempDir::new("journal-unknown");
+        let mut j = create(tmp.path(), "abc", &start()).unwrap();
+        let before = fs::read(j.path()).unwrap();
+        assert!(matches!(
+            j.append(&Record::Unknown),
+            Err(LedgerError::Encode(_))
+        ));
+        assert_eq!(fs::read(j.path()).unwrap(), before);
+    }
+}

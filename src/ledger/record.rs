@@ -1,0 +1,247 @@
+//! What a journal line says: one [`Record`] stamped with the time it was written.
+//!
+//! On disk each line is one JSON object, `{"t":<unix ms>,"ev":"<kind>",…fields}`. The format is
+//! meant to grow: a reader skips a record whose `ev` it does not know (it decodes as
+//! [`Record::Unknown`]) instead of refusing the whole journal, so an older sandguard can still
+//! sweep after a newer one wrote. Fields added to a known record must carry a serde default.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::Target;
+
+/// One event in a session's life.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "ev", rename_all = "snake_case")]
+pub enum Record {
+    /// Always the first record. `owner` is the owner identity in its label form.
+    Start {
+        owner: String,
+        pid: u32,
+        grace_ms: u64,
+        #[serde(default)]
+        labels: BTreeMap<String, String>,
+    },
+    Claim {
+        provider: String,
+        id: String,
+    },
+    Release {
+        provider: String,
+        id: String,
+    },
+    Detach {
+        provider: String,
+        id: String,
+    },
+    LeaseExpired,
+    OwnerDead {
+        reason: String,
+    },
+    ReclaimStart,
+    /// `outcome` is `removed`, or `gone` when the provider no longer had it.
+    Removed {
+        provider: String,
+        id: String,
+        outcome: String,
+    },
+    /// `pending`: the reclaim gave up on it for now; a later sweep must finish it.
+    Failed {
+        provider: String,
+        id: String,
+        error: String,
+        pending: bool,
+    },
+    End {
+        state: SessionState,
+    },
+    /// A record written by a newer sandguard. Only ever read; writing one is an error.
+    #[serde(other, skip_serializing)]
+    Unknown,
+}
+
+impl Record {
+    pub fn claim(t: &Target) -> Record {
+        Record::Claim {
+            provider: t.provider.clone(),
+            id: t.id.clone(),
+        }
+    }
+
+    pub fn release(t: &Target) -> Record {
+        Record::Release {
+            provider: t.provider.clone(),
+            id: t.id.clone(),
+        }
+    }
+
+    pub fn detach(t: &Target) -> Record {
+        Record::Detach {
+            provider: t.provider.clone(),
+            id: t.id.clone(),
+        }
+    }
+}
+
+/// Where a session stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionState {
+    /// The owner is (as far as the ledger knows) alive.
+    Active,
+    /// A reclaim started and has not written its end yet (it may have died).
+    Reclaiming,
+    /// A reclaim ended with sandboxes left over; the next sweep finishes it.
+    Pending,
+    /// The owner died or its lease expired, and everything it owned is gone.
+    Reclaimed,
+    /// The owner said `bye` and everything it owned is gone.
+    Clean,
+}
+
+impl SessionState {
+    /// Nothing is left to do for this session.
+    pub fn is_final(self) -> bool {
+        matches!(self, SessionState::Reclaimed | SessionState::Clean)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionState::Active => "active",
+            SessionState::Reclaiming => "reclaiming",
+            SessionState::Pending => "pending",
+            SessionState::Reclaimed => "reclaimed",
+            SessionState::Clean => "clean",
+        }
+    }
+}
+
+impl fmt::Display for SessionState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A record as one journal line holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Unix milliseconds when the record was written.
+    pub t: u64,
+    #[serde(flatten)]
+    pub record: Record,
+}
+
+impl Entry {
+    /// The line to append, with its `\n`. Fails only for [`Record::Unknown`].
+    pub fn encode(&self) -> serde_json::Result<Vec<u8>> {
+        let mut line = serde_json::to_vec(self)?;
+        line.push(b'\n');
+        Ok(line)
+    }
+
+    /// One line, without its `\n`.
+    pub fn decode(line: &[u8]) -> serde_json::Result<Entry> {
+        serde_json::from_slice(line)
+    }
+}
+
+/// Unix milliseconds now; a clock before 1970 reads as 0 rather than failing a write.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(record: Record) {
+        let entry = Entry { t: 42, record };
+        let line = entry.encode().unwrap();
+        assert_eq!(line.last(), Some(&b'\n'));
+        assert_eq!(Entry::decode(&line[..line.len() - 1]).unwrap(), entry);
+    }
+
+    #[test]
+    fn every_record_round_trips() {
+        let labels = BTreeMap::from([("sandguard.session".to_string(), "abc".to_string())]);
+        let (provider, id) = ("docker".to_string(), "3f2a".to_string());
+        for record in [
+            Record::Start {
+                owner: "o".into(),
+                pid: 7,
+                grace_ms: 600_000,
+                labels,
+            },
+            Record::Claim {
+                provider: provider.clone(),
+                id: id.clone(),
+            },
+            Record::LeaseExpired,
+            Record::OwnerDead {
+                reason: "pidfd".into(),
+            },
+            Record::ReclaimStart,
+            Record::Failed {
+                provider,
+                id,
+                error: "daemon unreachable".into(),
+                pending: true,
+            },
+            Record::End {
+                state: SessionState::Pending,
+            },
+        ] {
+            round_trip(record);
+        }
+    }
+
+    #[test]
+    fn the_line_format_is_flat_and_stable() {
+        let entry = Entry {
+            t: 1,
+            record: Record::Claim {
+                provider: "docker".into(),
+                id: "abc".into(),
+            },
+        };
+        let line = String::from_utf8(entry.encode().unwrap()).unwrap();
+        assert_eq!(
+            line,
+            "{\"t\":1,\"ev\":\"claim\",\"provider\":\"docker\",\"id\":\"abc\"}\n"
+        );
+        let end = Entry::decode(br#"{"t":2,"ev":"end","state":"reclaimed"}"#).unwrap();
+        assert_eq!(
+            end.record,
+            Record::End {
+                state: SessionState::Reclaimed
+            }
+        );
+    }
+
+    #[test]
+    fn unknown_kinds_decode_as_unknown_and_cannot_be_written() {
+        let e = Entry::decode(br#"{"t":3,"ev":"teleport","to":"mars","n":1}"#).unwrap();
+        assert_eq!(e.record, Record::Unknown);
+        assert!(e.encode().is_err());
+        // A known kind with broken fields is corrupt, not unknown.
+        assert!(Entry::decode(br#"{"t":3,"ev":"claim","provider":"docker"}"#).is_err());
+        assert!(Entry::decode(br#"{"ev":"renew"}"#).is_err());
+    }
+
+    #[test]
+    fn states_print_lower_case_and_know_when_they_are_final() {
+        assert_eq!(SessionState::Reclaiming.to_string(), "reclaiming");
+        assert_eq!(
+            serde_json::to_string(&SessionState::Clean).unwrap(),
+            "\"clean\""
+        );
+        assert!(SessionState::Clean.is_final() && SessionState::Reclaimed.is_final());
+        assert!(!SessionState::Pending.is_final() && !SessionState::Active.is_final());
+    }
+}
