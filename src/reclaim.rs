@@ -219,7 +219,8 @@ impl Plan {
     fn wants(&self, s: &Sandbox) -> bool {
         self.selector.matches(&s.labels)
             && !self.keep.contains(&(s.provider.clone(), s.id.clone()))
-            && !(self.spare_detached && s.labels.get(labels::DETACHED).map(String::as_str) == Some("true"))
+            && !(self.spare_detached
+                && s.labels.get(labels::DETACHED).map(String::as_str) == Some("true"))
     }
 }
 
@@ -227,37 +228,61 @@ impl Plan {
 /// claimed sandbox is not kept waiting for a listing); then what the listing found goes.
 /// With a settle delay, `late` (claims that arrive while the first pass runs) is collected
 /// and the selector listed once more, and whatever is new is removed too.
-pub async fn reclaim<F>(providers: &[Arc<dyn Provider>], plan: &Plan, late: F, options: &Options) -> Report
+pub async fn reclaim<F>(
+    providers: &[Arc<dyn Provider>],
+    plan: &Plan,
+    late: F,
+    options: &Options,
+) -> Report
 where
     F: Future<Output = Vec<Sandbox>>,
 {
     let started = Instant::now();
-    let claims: Vec<Sandbox> = plan.claims.iter().filter(|c| !plan.keep.contains(&(c.provider.clone(), c.id.clone()))).cloned().collect();
+    let claims: Vec<Sandbox> = plan
+        .claims
+        .iter()
+        .filter(|c| !plan.keep.contains(&(c.provider.clone(), c.id.clone())))
+        .cloned()
+        .collect();
     let claimed: HashSet<(String, String)> = claims.iter().map(key).collect();
     let listed_pass = async {
         let (found, failures) = list_all(providers, &plan.selector).await;
-        let targets = found.into_iter().filter(|s| plan.wants(s) && !claimed.contains(&key(s))).collect();
+        let targets = found
+            .into_iter()
+            .filter(|s| plan.wants(s) && !claimed.contains(&key(s)))
+            .collect();
         (remove_all(providers, targets, options).await, failures)
     };
-    let (mut removals, (listed, mut list_failures)) = tokio::join!(remove_all(providers, claims, options), listed_pass);
+    let (mut removals, (listed, mut list_failures)) =
+        tokio::join!(remove_all(providers, claims, options), listed_pass);
     removals.extend(listed);
     if let Some(settle) = options.settle {
         let late = late.await;
         tokio::time::sleep_until(started + settle).await;
         let (found, failures) = list_all(providers, &plan.selector).await;
-        let done: HashSet<(String, String)> = removals.iter().filter(|r| r.outcome.is_success()).map(|r| key(&r.sandbox)).collect();
+        let done: HashSet<(String, String)> = removals
+            .iter()
+            .filter(|r| r.outcome.is_success())
+            .map(|r| key(&r.sandbox))
+            .collect();
         let again: Vec<Sandbox> = found
             .into_iter()
             .filter(|s| plan.wants(s))
             .chain(late.into_iter().filter(|c| !plan.keep.contains(&key(c))))
             .filter(|s| !done.contains(&key(s)))
             .collect();
-        let second = Options { deadline: options.deadline.saturating_sub(started.elapsed()), ..options.clone() };
+        let second = Options {
+            deadline: options.deadline.saturating_sub(started.elapsed()),
+            ..options.clone()
+        };
         removals.extend(remove_all(providers, again, &second).await);
         // A provider that answered the second time was listed after all.
         list_failures.retain(|f| failures.iter().any(|g| g.provider == f.provider));
     }
-    Report { removals: merge(removals), list_failures }
+    Report {
+        removals: merge(removals),
+        list_failures,
+    }
 }
 
 fn key(s: &Sandbox) -> (String, String) {
@@ -490,7 +515,12 @@ mod tests {
             ],
         );
         let providers: Vec<Arc<dyn Provider>> = vec![p.clone()];
-        let plan = Plan { selector: Selector::session("s"), claims: vec![], keep: HashSet::new(), spare_detached: true };
+        let plan = Plan {
+            selector: Selector::session("s"),
+            claims: vec![],
+            keep: HashSet::new(),
+            spare_detached: true,
+        };
         let report = reclaim(&providers, &plan, async { vec![] }, &options()).await;
         assert!(report.is_clean());
         assert_eq!(report.removals.len(), 3);

@@ -17,7 +17,10 @@ pub fn new_id() -> std::io::Result<String> {
 /// Whether `id` is acceptable as a session id: 1 to 64 characters of `[0-9a-z]`. Ids
 /// given by users or SDKs (`watch --session`) are checked, as they become file names.
 pub fn valid_id(id: &str) -> bool {
-    (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
 }
 
 /// The labels every sandbox of the session carries.
@@ -30,7 +33,11 @@ pub fn labels(session: &str, owner: &Identity) -> BTreeMap<String, String> {
 
 /// The labels as `SANDGUARD_LABELS` carries them: `k=v,k=v`.
 pub fn labels_env(labels: &BTreeMap<String, String>) -> String {
-    labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[cfg(test)]
@@ -50,8 +57,16 @@ mod tests {
 
     #[test]
     fn labels_are_written_k_equals_v() {
-        let id = Identity { machine: "0123456789abcdef".into(), boot: "0123456789abcdef".into(), pid: 1, start_time: 2 };
+        let id = Identity {
+            machine: "0123456789abcdef".into(),
+            boot: "0123456789abcdef".into(),
+            pid: 1,
+            start_time: 2,
+        };
         let l = labels("s1", &id);
-        assert_eq!(labels_env(&l), "sandguard.owner=0123456789abcdef-0123456789abcdef-1-2,sandguard.session=s1");
+        assert_eq!(
+            labels_env(&l),
+            "sandguard.owner=0123456789abcdef-0123456789abcdef-1-2,sandguard.session=s1"
+        );
     }
 }

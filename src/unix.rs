@@ -37,6 +37,16 @@ pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
+/// Registers a pidfd with tokio's reactor so it can be awaited for readability (the owner's
+/// exit). Must run inside a tokio runtime.
+pub fn async_pidfd(fd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+    // SAFETY: the AsyncFd takes ownership of the OwnedFd, so the descriptor stays open and
+    // refers to the same pidfd for the AsyncFd's whole life, and OwnedFd::as_raw_fd always
+    // returns that one descriptor.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)
+}
+
 /// A pipe whose both ends are close-on-exec: `(read, write)`.
 pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as libc::c_int; 2];
@@ -58,7 +68,11 @@ pub fn set_cloexec(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
         if flags < 0 {
             return Err(io::Error::last_os_error());
         }
-        let flags = if on { flags | libc::FD_CLOEXEC } else { flags & !libc::FD_CLOEXEC };
+        let flags = if on {
+            flags | libc::FD_CLOEXEC
+        } else {
+            flags & !libc::FD_CLOEXEC
+        };
         if libc::fcntl(raw, libc::F_SETFD, flags) < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -107,7 +121,10 @@ pub fn fork_single_threaded() -> io::Result<Forked> {
 /// `CLOCK_BOOTTIME`: monotonic, and unlike `CLOCK_MONOTONIC` it keeps counting while the
 /// machine is suspended, which is what a lease grace must measure.
 pub fn boottime() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a valid timespec for the kernel to fill; CLOCK_BOOTTIME exists on
     // every Linux since 2.6.39, so the call cannot fail with valid arguments.
     unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
@@ -116,7 +133,11 @@ pub fn boottime() -> Duration {
 
 /// Waits up to `timeout` for `fd` to become readable (or hung up). `Ok(false)` on timeout.
 pub fn wait_readable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> {
-    let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
     let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
     loop {
         // SAFETY: one valid pollfd, and its count.
@@ -158,7 +179,10 @@ pub fn ignore_signal(signal: libc::c_int) -> io::Result<()> {
 pub fn take_fd(fd: RawFd) -> io::Result<OwnedFd> {
     // SAFETY: F_GETFD only queries the descriptor table.
     if fd < 0 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
-        return Err(io::Error::new(io::ErrorKind::NotFound, format!("file descriptor {fd} is not open")));
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("file descriptor {fd} is not open"),
+        ));
     }
     // SAFETY: the descriptor is open and was handed to this process to own (inherited for
     // this purpose); nothing else in the process refers to it.

@@ -7,10 +7,18 @@ use crate::support::{run, sandguard, Scratch};
 fn an_unknown_key_exits_2_naming_file_line_and_key() {
     let s = Scratch::new("cfg");
     let file = s.path().join("bad.toml");
-    std::fs::write(&file, "log_level = \"warn\"\n\n[reclaim]\nconcurrency = 4\ndeadlin = \"2m\"\n").unwrap();
+    std::fs::write(
+        &file,
+        "log_level = \"warn\"\n\n[reclaim]\nconcurrency = 4\ndeadlin = \"2m\"\n",
+    )
+    .unwrap();
     let r = run(sandguard(&s).arg("--config").arg(&file).arg("ps"));
     assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(r.stderr.contains(&format!("{}:5:", file.display())), "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&format!("{}:5:", file.display())),
+        "{}",
+        r.stderr
+    );
     assert!(r.stderr.contains("reclaim.deadlin"), "{}", r.stderr);
     assert!(r.stdout.is_empty());
 }
@@ -20,9 +28,15 @@ fn a_bad_duration_exits_2_naming_the_key() {
     let s = Scratch::new("cfg");
     let file = s.path().join("bad.toml");
     std::fs::write(&file, "[watch]\ngrace = \"ten minutes\"\n").unwrap();
-    let r = run(sandguard(&s).env("SANDGUARD_CONFIG", &file).arg("providers"));
+    let r = run(sandguard(&s)
+        .env("SANDGUARD_CONFIG", &file)
+        .arg("providers"));
     assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(r.stderr.contains(":2:") && r.stderr.contains("watch.grace"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains(":2:") && r.stderr.contains("watch.grace"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]
@@ -30,16 +44,36 @@ fn the_xdg_config_is_found_and_a_missing_explicit_one_is_an_error() {
     let s = Scratch::new("cfg");
     let dir = s.path().join("config/sandguard");
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("config.toml"), "[providers.docker]\nenabled = false\n").unwrap();
+    std::fs::write(
+        dir.join("config.toml"),
+        "[providers.docker]\nenabled = false\n",
+    )
+    .unwrap();
     // Docker switched off by the XDG config: nothing configured, so nothing to list.
     let r = run(sandguard(&s).arg("ps"));
-    assert_eq!((r.code, r.stdout.as_str()), (0, "No running sandboxes.\n"), "{}", r.stderr);
+    assert_eq!(
+        (r.code, r.stdout.as_str()),
+        (0, "No running sandboxes.\n"),
+        "{}",
+        r.stderr
+    );
     let r = run(sandguard(&s).arg("providers"));
-    assert!(r.stdout.contains("not configured") && r.stdout.contains("enabled = false"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("not configured") && r.stdout.contains("enabled = false"),
+        "{}",
+        r.stdout
+    );
 
-    let r = run(sandguard(&s).arg("--config").arg(s.path().join("nope.toml")).arg("ps"));
+    let r = run(sandguard(&s)
+        .arg("--config")
+        .arg(s.path().join("nope.toml"))
+        .arg("ps"));
     assert_eq!(r.code, 2);
-    assert!(r.stderr.contains("nope.toml") && r.stderr.contains("cannot read"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("nope.toml") && r.stderr.contains("cannot read"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]

@@ -18,16 +18,45 @@ fn ps_lists_managed_containers_in_every_state_and_only_those() {
     let out = run(sandguard(&s).arg("ps"));
     assert_eq!(out.code, 0, "{}", out.stderr);
     let header = out.stdout.lines().next().unwrap();
-    for col in ["INSTANCE ID", "PROVIDER", "STATUS", "UPTIME", "IMAGE", "SESSION", "OWNER"] {
+    for col in [
+        "INSTANCE ID",
+        "PROVIDER",
+        "STATUS",
+        "UPTIME",
+        "IMAGE",
+        "SESSION",
+        "OWNER",
+    ] {
         assert!(header.contains(col), "missing column {col}: {header}");
     }
-    let line = |id: &str| out.stdout.lines().find(|l| l.starts_with(&id[..12])).map(str::to_string);
+    let line = |id: &str| {
+        out.stdout
+            .lines()
+            .find(|l| l.starts_with(&id[..12]))
+            .map(str::to_string)
+    };
     let running_line = line(&running).expect("running container listed");
-    assert!(running_line.contains("running") && running_line.contains(&session) && running_line.contains("alive"), "{running_line}");
+    assert!(
+        running_line.contains("running")
+            && running_line.contains(&session)
+            && running_line.contains("alive"),
+        "{running_line}"
+    );
     let created_line = line(&created).expect("created container listed");
-    assert!(created_line.contains("created") && created_line.contains("dead"), "{created_line}");
-    assert!(line(&stranger).is_none(), "an unlabelled container must not be listed");
-    assert!(out.stdout.lines().last().unwrap().ends_with("running. Stop with: sandguard stop <instance-id>"));
+    assert!(
+        created_line.contains("created") && created_line.contains("dead"),
+        "{created_line}"
+    );
+    assert!(
+        line(&stranger).is_none(),
+        "an unlabelled container must not be listed"
+    );
+    assert!(out
+        .stdout
+        .lines()
+        .last()
+        .unwrap()
+        .ends_with("running. Stop with: sandguard stop <instance-id>"));
 }
 
 #[test]
@@ -37,16 +66,32 @@ fn ps_json_is_stable() {
     let s = Scratch::new("psjson");
     let session = format!("pj{}", unique());
     let mut r = Resources::default();
-    let id = r.container(&[(SESSION, &session), (OWNER, &live_owner_label()), ("app", "x")]);
+    let id = r.container(&[
+        (SESSION, &session),
+        (OWNER, &live_owner_label()),
+        ("app", "x"),
+    ]);
     let out = run(sandguard(&s).args(["ps", "--json", "--provider", "docker"]));
     assert_eq!(out.code, 0, "{}", out.stderr);
     let v = json(&out.stdout);
     assert_eq!(v["errors"], serde_json::json!([]));
-    let sb = v["sandboxes"].as_array().unwrap().iter().find(|s| s["instance_id"] == id.as_str()).expect("listed").clone();
+    let sb = v["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["instance_id"] == id.as_str())
+        .expect("listed")
+        .clone();
     assert_eq!(sb["provider"], "docker");
     assert_eq!(sb["status"], "running");
     // Docker 20.10 reports the image as created ("…:latest"), newer daemons may drop the tag.
-    assert!(sb["image"].as_str().unwrap().starts_with(IMAGE.trim_end_matches(":latest")), "{sb}");
+    assert!(
+        sb["image"]
+            .as_str()
+            .unwrap()
+            .starts_with(IMAGE.trim_end_matches(":latest")),
+        "{sb}"
+    );
     assert_eq!(sb["session"], session.as_str());
     assert_eq!(sb["owner_alive"], true);
     assert_eq!(sb["labels"]["app"], "x");
@@ -57,23 +102,50 @@ fn ps_json_is_stable() {
 #[test]
 fn an_unreachable_daemon_is_an_error_never_an_empty_list() {
     let s = Scratch::new("down");
-    let out = run(sandguard(&s).env("DOCKER_HOST", "tcp://127.0.0.1:1").arg("ps"));
+    let out = run(sandguard(&s)
+        .env("DOCKER_HOST", "tcp://127.0.0.1:1")
+        .arg("ps"));
     assert_eq!(out.code, 1);
-    assert!(!out.stdout.contains("No running sandboxes.\n"), "{}", out.stdout);
-    assert!(out.stdout.lines().last().unwrap().starts_with("error: could not query docker"), "{}", out.stdout);
+    assert!(
+        !out.stdout.contains("No running sandboxes.\n"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("error: could not query docker"),
+        "{}",
+        out.stdout
+    );
 
-    let out = run(sandguard(&s).env("DOCKER_HOST", "unix:///nonexistent.sock").args(["ps", "--json"]));
+    let out = run(sandguard(&s)
+        .env("DOCKER_HOST", "unix:///nonexistent.sock")
+        .args(["ps", "--json"]));
     assert_eq!(out.code, 1);
     let v = json(&out.stdout);
     assert_eq!(v["errors"][0]["provider"], "docker");
-    assert!(v["errors"][0]["error"].as_str().unwrap().contains("/nonexistent.sock"));
+    assert!(v["errors"][0]["error"]
+        .as_str()
+        .unwrap()
+        .contains("/nonexistent.sock"));
 
-    let out = run(sandguard(&s).env("DOCKER_HOST", "tcp://127.0.0.1:1").args(["stop", "--all"]));
+    let out = run(sandguard(&s)
+        .env("DOCKER_HOST", "tcp://127.0.0.1:1")
+        .args(["stop", "--all"]));
     assert_eq!(out.code, 1);
-    assert!(out.stdout.contains("may still be running"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("may still be running"),
+        "{}",
+        out.stdout
+    );
     assert!(!out.stdout.contains("Nothing to stop.\n"), "{}", out.stdout);
 
-    let out = run(sandguard(&s).env("DOCKER_HOST", "tcp://127.0.0.1:1").arg("providers"));
+    let out = run(sandguard(&s)
+        .env("DOCKER_HOST", "tcp://127.0.0.1:1")
+        .arg("providers"));
     assert_eq!(out.code, 1);
     assert!(out.stdout.contains("unreachable"), "{}", out.stdout);
 }
@@ -81,10 +153,17 @@ fn an_unreachable_daemon_is_an_error_never_an_empty_list() {
 #[test]
 fn an_unknown_provider_exits_1_naming_the_known_ones() {
     let s = Scratch::new("unknown");
-    for args in [&["ps", "--provider", "nope"][..], &["stop", "--all", "--provider", "nope"][..]] {
+    for args in [
+        &["ps", "--provider", "nope"][..],
+        &["stop", "--all", "--provider", "nope"][..],
+    ] {
         let out = run(sandguard(&s).args(args));
         assert_eq!(out.code, 1, "{args:?}");
-        assert!(out.stderr.contains("unknown provider \"nope\"") && out.stderr.contains("docker"), "{}", out.stderr);
+        assert!(
+            out.stderr.contains("unknown provider \"nope\"") && out.stderr.contains("docker"),
+            "{}",
+            out.stderr
+        );
     }
 }
 
@@ -97,7 +176,9 @@ fn tcp_docker_host_reaches_the_daemon() {
     let mut r = Resources::default();
     let id = r.container(&[(SESSION, &session)]);
     let host = tcp_to_docker_socket();
-    let out = run(sandguard(&s).env("DOCKER_HOST", &host).args(["ps", "--json"]));
+    let out = run(sandguard(&s)
+        .env("DOCKER_HOST", &host)
+        .args(["ps", "--json"]));
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(out.stdout.contains(&id));
     let out = run(sandguard(&s).env("DOCKER_HOST", &host).args(["stop", &id]));
@@ -131,7 +212,10 @@ fn stop_by_id_or_prefix_removes_only_managed_containers() {
     assert!(volume_exists(&anon[0]));
     let out = run(sandguard(&s).args(["stop", "--all", "--session", &session]));
     assert_eq!(out.code, 0, "{} {}", out.stdout, out.stderr);
-    assert!(!volume_exists(&anon[0]), "the anonymous volume must go with its container");
+    assert!(
+        !volume_exists(&anon[0]),
+        "the anonymous volume must go with its container"
+    );
 }
 
 #[test]
@@ -154,8 +238,15 @@ fn stop_all_for_a_session_takes_containers_networks_and_volumes_and_nothing_else
     let v = json(&dry.stdout);
     assert_eq!(v["dry_run"], true);
     assert_eq!(v["results"].as_array().unwrap().len(), 4);
-    assert!(v["results"].as_array().unwrap().iter().all(|r| r["outcome"] == "would_remove"));
-    assert!(container_exists(&c1) && network_exists(&net) && volume_exists(&vol), "a dry run touches nothing");
+    assert!(v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["outcome"] == "would_remove"));
+    assert!(
+        container_exists(&c1) && network_exists(&net) && volume_exists(&vol),
+        "a dry run touches nothing"
+    );
 
     let out = run(sandguard(&s).args(["stop", "--all", "--session", &mine, "--json"]));
     assert_eq!(out.code, 0, "{} {}", out.stdout, out.stderr);
@@ -163,10 +254,15 @@ fn stop_all_for_a_session_takes_containers_networks_and_volumes_and_nothing_else
     assert_eq!(v["clean"], true);
     let results = v["results"].as_array().unwrap();
     assert_eq!(results.len(), 4, "{results:?}");
-    assert!(results.iter().all(|r| r["outcome"] == "removed"), "{results:?}");
+    assert!(
+        results.iter().all(|r| r["outcome"] == "removed"),
+        "{results:?}"
+    );
     assert!(!container_exists(&c1) && !container_exists(&c2));
     assert!(!network_exists(&net) && !volume_exists(&vol));
-    assert!(container_exists(&other) && container_exists(&lookalike) && container_exists(&stranger));
+    assert!(
+        container_exists(&other) && container_exists(&lookalike) && container_exists(&stranger)
+    );
 
     // A second stop finds nothing and says so.
     let out = run(sandguard(&s).args(["stop", "--all", "--session", &mine]));
@@ -184,7 +280,11 @@ fn stop_all_takes_every_managed_sandbox_but_no_stranger() {
     let stranger = r.container(&[("app", "db")]);
     let out = run(sandguard(&s).args(["stop", "--all"]));
     assert_eq!(out.code, 0, "{} {}", out.stdout, out.stderr);
-    assert!(out.stdout.lines().last().unwrap().ends_with("stopped."), "{}", out.stdout);
+    assert!(
+        out.stdout.lines().last().unwrap().ends_with("stopped."),
+        "{}",
+        out.stdout
+    );
     assert!(!container_exists(&a) && !container_exists(&b));
     assert!(container_exists(&stranger));
     let out = run(sandguard(&s).arg("ps"));
@@ -198,8 +298,17 @@ fn providers_shows_docker_reachable_with_its_version() {
     let out = run(sandguard(&s).args(["providers", "--json"]));
     assert_eq!(out.code, 0, "{}", out.stderr);
     let v = json(&out.stdout);
-    let docker = v["providers"].as_array().unwrap().iter().find(|p| p["name"] == "docker").unwrap().clone();
+    let docker = v["providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "docker")
+        .unwrap()
+        .clone();
     assert_eq!(docker["configured"], true);
     assert_eq!(docker["reachable"], true);
-    assert!(docker["detail"].as_str().unwrap().contains("API 1."), "{docker}");
+    assert!(
+        docker["detail"].as_str().unwrap().contains("API 1."),
+        "{docker}"
+    );
 }

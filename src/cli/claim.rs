@@ -61,7 +61,10 @@ pub fn main(verb: Verb, args: Args) -> Exit {
 
 fn session_fd() -> Result<std::os::fd::OwnedFd, String> {
     let raw = std::env::var("SANDGUARD_FD").map_err(|_| "SANDGUARD_FD is not set".to_string())?;
-    let fd: i32 = raw.trim().parse().map_err(|_| format!("SANDGUARD_FD={raw:?} is not a descriptor number"))?;
+    let fd: i32 = raw
+        .trim()
+        .parse()
+        .map_err(|_| format!("SANDGUARD_FD={raw:?} is not a descriptor number"))?;
     if fd < 0 || !crate::unix::is_fifo(fd) {
         return Err(format!("SANDGUARD_FD={fd} is not an open pipe"));
     }

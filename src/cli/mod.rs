@@ -33,7 +33,6 @@ pub use output::Exit;
     long_about = "sandguard watches the program that owns Docker containers and cloud sandboxes, and \
                   reclaims every one of them the moment that program is gone.",
     disable_help_subcommand = true,
-    args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true
 )]
 struct Cli {
@@ -88,7 +87,10 @@ pub fn run(args: Vec<OsString>) -> u8 {
     };
     let command = match (cli.command, cli.wrapped) {
         (Some(c), _) => c,
-        (None, wrapped) if !wrapped.is_empty() => Command::Run(run::Args { grace: None, command: wrapped }),
+        (None, wrapped) if !wrapped.is_empty() => Command::Run(run::Args {
+            grace: None,
+            command: wrapped,
+        }),
         (None, _) => {
             eprintln!("sandguard: nothing to do; try `sandguard -- CMD…` or `sandguard --help`");
             return Exit::Usage.code();
@@ -99,7 +101,11 @@ pub fn run(args: Vec<OsString>) -> u8 {
         Command::Watch(a) => a.grace.map(|g| g.0),
         _ => None,
     };
-    let overrides = Overrides { config: cli.config.clone(), grace, ..Default::default() };
+    let overrides = Overrides {
+        config: cli.config.clone(),
+        grace,
+        ..Default::default()
+    };
     let settings = Settings::resolve(&overrides, &ProcessEnv).map_err(|e| e.to_string());
     if let Ok(s) = &settings {
         init_logging(s.log_level);
@@ -125,7 +131,10 @@ pub fn run(args: Vec<OsString>) -> u8 {
         return sessions::main(args, &settings).code();
     }
     let registry = Registry::from_settings(&settings);
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("sandguard: cannot start the async runtime: {e}");

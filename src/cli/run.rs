@@ -70,21 +70,31 @@ struct Ready {
 fn start_sidecar(args: &Args, settings: &Settings) -> Result<Ready, String> {
     let me = Identity::current().ok_or("cannot read this process's identity from /proc")?;
     let session = session::new_id().map_err(|e| format!("cannot make a session id: {e}"))?;
-    let (control_r, control_w) = unix::pipe().map_err(|e| format!("cannot make the control pipe: {e}"))?;
-    let (ready_r, ready_w) = unix::pipe().map_err(|e| format!("cannot make the ready pipe: {e}"))?;
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find the sandguard binary: {e}"))?;
+    let (control_r, control_w) =
+        unix::pipe().map_err(|e| format!("cannot make the control pipe: {e}"))?;
+    let (ready_r, ready_w) =
+        unix::pipe().map_err(|e| format!("cannot make the ready pipe: {e}"))?;
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot find the sandguard binary: {e}"))?;
 
     let mut cmd = Command::new(exe);
     if let Some(config) = &settings.source {
         cmd.arg("--config").arg(config);
     }
     cmd.args(["watch", "--daemonize", "--session", &session])
-        .args(["--owner-pid", &me.pid.to_string(), "--owner-start", &me.start_time.to_string()])
+        .args([
+            "--owner-pid",
+            &me.pid.to_string(),
+            "--owner-start",
+            &me.start_time.to_string(),
+        ])
         .args(["--control-fd", &SIDECAR_CONTROL_FD.to_string()]);
     if let Some(grace) = args.grace {
         cmd.args(["--grace", &format!("{}ms", grace.0.as_millis())]);
     }
-    cmd.stdin(Stdio::null()).stdout(Stdio::from(ready_w)).stderr(Stdio::null());
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::from(ready_w))
+        .stderr(Stdio::null());
     let mut child = unix::spawn_in_new_session(&mut cmd, control_r.as_raw_fd(), SIDECAR_CONTROL_FD)
         .map_err(|e| format!("cannot start the sidecar: {e}"))?;
     drop(cmd); // closes our copy of the ready pipe's write end, so EOF means the sidecar died
@@ -102,7 +112,11 @@ fn start_sidecar(args: &Args, settings: &Settings) -> Result<Ready, String> {
         },
     }
     let labels = session::labels_env(&session::labels(&session, &me));
-    Ok(Ready { session, labels, control: control_w })
+    Ok(Ready {
+        session,
+        labels,
+        control: control_w,
+    })
 }
 
 fn read_ready_line(ready: OwnedFd) -> Result<String, String> {
@@ -114,7 +128,12 @@ fn read_ready_line(ready: OwnedFd) -> Result<String, String> {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         match unix::wait_readable(file.as_fd(), left) {
             Ok(true) => {}
-            Ok(false) => return Err(format!("the sidecar was not ready within {:?}", super::watch::READY_TIMEOUT)),
+            Ok(false) => {
+                return Err(format!(
+                    "the sidecar was not ready within {:?}",
+                    super::watch::READY_TIMEOUT
+                ))
+            }
             Err(e) => return Err(format!("cannot wait for the sidecar: {e}")),
         }
         match file.read(&mut chunk) {

@@ -52,7 +52,9 @@ pub fn main(args: Args, settings: &Settings) -> Exit {
     let rows: Vec<SessionJson> = sessions
         .into_iter()
         .map(|v| {
-            let liveness = Identity::parse_label(&v.owner).map(|i| i.liveness()).unwrap_or(Liveness::Unknown);
+            let liveness = Identity::parse_label(&v.owner)
+                .map(|i| i.liveness())
+                .unwrap_or(Liveness::Unknown);
             SessionJson {
                 session: v.id.clone(),
                 state: v.state.as_str().to_string(),
@@ -64,8 +66,22 @@ pub fn main(args: Args, settings: &Settings) -> Exit {
                 owner: v.owner.clone(),
                 sidecar_alive: v.sidecar_alive,
                 started_at: timefmt::format_rfc3339((v.started_ms / 1000) as i64),
-                claims: v.claims.iter().map(|t| ClaimJson { provider: t.provider.clone(), id: t.id.clone() }).collect(),
-                pending: v.pending.iter().map(|t| ClaimJson { provider: t.provider.clone(), id: t.id.clone() }).collect(),
+                claims: v
+                    .claims
+                    .iter()
+                    .map(|t| ClaimJson {
+                        provider: t.provider.clone(),
+                        id: t.id.clone(),
+                    })
+                    .collect(),
+                pending: v
+                    .pending
+                    .iter()
+                    .map(|t| ClaimJson {
+                        provider: t.provider.clone(),
+                        id: t.id.clone(),
+                    })
+                    .collect(),
             }
         })
         .collect();
@@ -92,10 +108,15 @@ pub fn main(args: Args, settings: &Settings) -> Exit {
                 .to_string(),
                 if r.sidecar_alive { "alive" } else { "-" }.to_string(),
                 r.claims.len().to_string(),
-                timefmt::parse_rfc3339(&r.started_at).map(|t| timefmt::format_uptime(now - t)).unwrap_or_default(),
+                timefmt::parse_rfc3339(&r.started_at)
+                    .map(|t| timefmt::format_uptime(now - t))
+                    .unwrap_or_default(),
             ]
         })
         .collect();
-    output::emit(&output::table(&["SESSION", "STATE", "OWNER", "SIDECAR", "CLAIMS", "AGE"], &table));
+    output::emit(&output::table(
+        &["SESSION", "STATE", "OWNER", "SIDECAR", "CLAIMS", "AGE"],
+        &table,
+    ));
     Exit::Ok
 }

@@ -65,16 +65,27 @@ pub fn main(args: Args, settings: Result<Settings, String>) -> Exit {
     }
     for signal in [libc::SIGINT, libc::SIGHUP] {
         if let Err(e) = unix::ignore_signal(signal) {
-            return fail(StartError(Exit::Failure, format!("cannot ignore signal {signal}: {e}")));
+            return fail(StartError(
+                Exit::Failure,
+                format!("cannot ignore signal {signal}: {e}"),
+            ));
         }
     }
     let settings = match settings {
         Ok(s) => s,
         Err(e) => return fail(StartError(Exit::Usage, e)),
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
-        Err(e) => return fail(StartError(Exit::Failure, format!("cannot start the async runtime: {e}"))),
+        Err(e) => {
+            return fail(StartError(
+                Exit::Failure,
+                format!("cannot start the async runtime: {e}"),
+            ))
+        }
     };
     match runtime.block_on(serve(args, settings)) {
         Ok(exit) => exit,
@@ -94,14 +105,26 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
     let owner = judge_owner(args.owner_pid, args.owner_start);
     let session = match args.session {
         Some(s) if session::valid_id(&s) => s,
-        Some(s) => return Err(StartError(Exit::Usage, format!("invalid session id {s:?}: use 1-64 characters of [0-9a-z]"))),
+        Some(s) => {
+            return Err(StartError(
+                Exit::Usage,
+                format!("invalid session id {s:?}: use 1-64 characters of [0-9a-z]"),
+            ))
+        }
         None => session::new_id().map_err(|e| failure(format!("cannot make a session id: {e}")))?,
     };
     let grace = args.grace.map(|g| g.0).unwrap_or(settings.watch.grace);
     let state = StateDir::open(&settings.state_dir).map_err(|e| failure(e.to_string()))?;
     let labels = session::labels(&session, &owner);
-    let start = Record::Start { owner: owner.to_label(), pid: owner.pid, grace_ms: grace.as_millis() as u64, labels };
-    let journal = state.create_session(&session, start).map_err(|e| failure(e.to_string()))?;
+    let start = Record::Start {
+        owner: owner.to_label(),
+        pid: owner.pid,
+        grace_ms: grace.as_millis() as u64,
+        labels,
+    };
+    let journal = state
+        .create_session(&session, start)
+        .map_err(|e| failure(e.to_string()))?;
     if args.daemonize {
         redirect_stderr(&journal.path().with_extension("log"));
     }
@@ -125,8 +148,20 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
         }
     });
     let options = Options::from(&settings.reclaim);
-    let sidecar = Sidecar::new(session, providers, journal, Lease::new(BootClock, grace), options);
-    let outcome = sidecar.run(Triggers { owner: owner_watch, control, stop }).await;
+    let sidecar = Sidecar::new(
+        session,
+        providers,
+        journal,
+        Lease::new(BootClock, grace),
+        options,
+    );
+    let outcome = sidecar
+        .run(Triggers {
+            owner: owner_watch,
+            control,
+            stop,
+        })
+        .await;
     warm_up.abort();
     Ok(match outcome.state {
         crate::ledger::SessionState::Pending => Exit::Failure,
@@ -140,17 +175,24 @@ fn judge_owner(pid: u32, start: Option<u64>) -> Identity {
     let host = crate::identity::Host::current();
     match Identity::of_pid(pid) {
         Some(id) if start.is_none_or(|s| s == id.start_time) => id,
-        _ => Identity { machine: host.machine.clone(), boot: host.boot.clone(), pid, start_time: start.unwrap_or(0) },
+        _ => Identity {
+            machine: host.machine.clone(),
+            boot: host.boot.clone(),
+            pid,
+            start_time: start.unwrap_or(0),
+        },
     }
 }
 
 fn open_control(fd: i32) -> Result<LineReader<tokio::net::unix::pipe::Receiver>, String> {
     let owned = unix::take_fd(fd).map_err(|e| format!("--control-fd {fd}: {e}"))?;
-    let receiver = tokio::net::unix::pipe::Receiver::from_owned_fd(owned).map_err(|e| format!("--control-fd {fd} is not a readable pipe: {e}"))?;
+    let receiver = tokio::net::unix::pipe::Receiver::from_owned_fd(owned)
+        .map_err(|e| format!("--control-fd {fd} is not a readable pipe: {e}"))?;
     Ok(LineReader::new(receiver))
 }
 
-fn stop_signal() -> std::io::Result<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>> {
+fn stop_signal() -> std::io::Result<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>
+{
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     Ok(Box::pin(async move {
         term.recv().await;
@@ -166,7 +208,11 @@ fn announce_ready(session: &str) -> std::io::Result<()> {
 /// Diagnostics of a daemonized sidecar go to a private log file beside its journal.
 fn redirect_stderr(path: &std::path::Path) {
     use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path);
     match file {
         Ok(f) => {
             if let Err(e) = unix::dup_onto(f.as_raw_fd(), 2) {

@@ -43,17 +43,21 @@ impl OwnerWatch {
                 if owner.liveness() != Liveness::Alive {
                     return OwnerWatch::AlreadyGone;
                 }
-                match AsyncFd::with_interest(fd, tokio::io::Interest::READABLE) {
+                match crate::unix::async_pidfd(fd) {
                     Ok(afd) => OwnerWatch::Pidfd(afd, owner.clone()),
                     Err(e) => {
-                        tracing::warn!("cannot watch the owner's pidfd ({e}); polling /proc instead");
+                        tracing::warn!(
+                            "cannot watch the owner's pidfd ({e}); polling /proc instead"
+                        );
                         OwnerWatch::Poll(owner.clone())
                     }
                 }
             }
             Err(e) if e.raw_os_error() == Some(libc::ESRCH) => OwnerWatch::AlreadyGone,
             Err(e) => {
-                tracing::warn!("pidfd_open is unavailable ({e}); polling /proc every {POLL_EVERY:?} instead");
+                tracing::warn!(
+                    "pidfd_open is unavailable ({e}); polling /proc every {POLL_EVERY:?} instead"
+                );
                 if owner.liveness() == Liveness::Alive {
                     OwnerWatch::Poll(owner.clone())
                 } else {
@@ -72,7 +76,9 @@ impl OwnerWatch {
                 // second call returns at once too.
                 Ok(_) => Gone::Exited,
                 Err(e) => {
-                    tracing::warn!("waiting on the owner's pidfd failed ({e}); polling /proc instead");
+                    tracing::warn!(
+                        "waiting on the owner's pidfd failed ({e}); polling /proc instead"
+                    );
                     poll_until_gone(owner).await
                 }
             },
@@ -98,11 +104,16 @@ mod tests {
 
     #[tokio::test]
     async fn a_child_that_exits_is_seen_by_its_pidfd() {
-        let mut child = std::process::Command::new("sleep").arg("0.2").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("0.2")
+            .spawn()
+            .unwrap();
         let owner = Identity::of_pid(child.id()).unwrap();
         let mut watch = OwnerWatch::open(&owner);
         assert!(matches!(watch, OwnerWatch::Pidfd(..)));
-        let gone = tokio::time::timeout(Duration::from_secs(5), watch.wait()).await.unwrap();
+        let gone = tokio::time::timeout(Duration::from_secs(5), watch.wait())
+            .await
+            .unwrap();
         assert_eq!(gone, Gone::Exited);
         child.wait().unwrap();
     }
@@ -110,14 +121,23 @@ mod tests {
     #[tokio::test]
     async fn a_reused_pid_is_not_the_owner() {
         let me = Identity::current().unwrap();
-        let impostor = Identity { start_time: me.start_time + 1, ..me };
-        assert!(matches!(OwnerWatch::open(&impostor), OwnerWatch::AlreadyGone));
+        let impostor = Identity {
+            start_time: me.start_time + 1,
+            ..me
+        };
+        assert!(matches!(
+            OwnerWatch::open(&impostor),
+            OwnerWatch::AlreadyGone
+        ));
     }
 
     #[tokio::test]
     async fn a_pid_that_does_not_exist_is_gone() {
         let me = Identity::current().unwrap();
-        let ghost = Identity { pid: 4_194_303, ..me };
+        let ghost = Identity {
+            pid: 4_194_303,
+            ..me
+        };
         let mut w = OwnerWatch::open(&ghost);
         assert_eq!(w.wait().await, Gone::GoneAtStart);
     }

@@ -51,7 +51,11 @@ pub struct Lease<C> {
 
 impl<C: Clock> Lease<C> {
     pub fn new(clock: C, grace: Duration) -> Self {
-        Lease { clock, grace, state: LeaseState::Off }
+        Lease {
+            clock,
+            grace,
+            state: LeaseState::Off,
+        }
     }
 
     pub fn state(&self) -> LeaseState {
@@ -68,7 +72,9 @@ impl<C: Clock> Lease<C> {
         if self.check_expired() {
             return false;
         }
-        self.state = LeaseState::Running { renewed_at: self.clock.now() };
+        self.state = LeaseState::Running {
+            renewed_at: self.clock.now(),
+        };
         true
     }
 
@@ -101,7 +107,8 @@ pub struct ManualClock(std::sync::Arc<std::sync::atomic::AtomicU64>);
 impl ManualClock {
     /// Moves the clock forward, as a suspend (or plain time passing) would.
     pub fn advance(&self, by: Duration) {
-        self.0.fetch_add(by.as_nanos() as u64, std::sync::atomic::Ordering::SeqCst);
+        self.0
+            .fetch_add(by.as_nanos() as u64, std::sync::atomic::Ordering::SeqCst);
     }
 }
 

@@ -76,8 +76,23 @@ pub struct Sidecar<C> {
 }
 
 impl<C: Clock> Sidecar<C> {
-    pub fn new(session: String, providers: Vec<Arc<dyn Provider>>, journal: Journal, lease: Lease<C>, options: Options) -> Self {
-        Sidecar { session, providers, journal, lease, options, claims: BTreeSet::new(), detached: BTreeSet::new(), malformed: 0 }
+    pub fn new(
+        session: String,
+        providers: Vec<Arc<dyn Provider>>,
+        journal: Journal,
+        lease: Lease<C>,
+        options: Options,
+    ) -> Self {
+        Sidecar {
+            session,
+            providers,
+            journal,
+            lease,
+            options,
+            claims: BTreeSet::new(),
+            detached: BTreeSet::new(),
+            malformed: 0,
+        }
     }
 
     /// Malformed control lines seen so far.
@@ -115,7 +130,11 @@ impl<C: Clock> Sidecar<C> {
         }
     }
 
-    async fn on_line<R>(&mut self, line: Option<Result<Command, crate::protocol::ProtocolError>>, t: &mut Triggers<R>) -> Option<Ending> {
+    async fn on_line<R>(
+        &mut self,
+        line: Option<Result<Command, crate::protocol::ProtocolError>>,
+        t: &mut Triggers<R>,
+    ) -> Option<Ending> {
         match line {
             Some(Ok(command)) => self.apply(command),
             Some(Err(e)) => {
@@ -138,9 +157,18 @@ impl<C: Clock> Sidecar<C> {
 
     fn apply(&mut self, command: Command) -> Option<Ending> {
         let record = match &command {
-            Command::Claim(t) => Record::Claim { provider: t.provider.clone(), id: t.id.clone() },
-            Command::Release(t) => Record::Release { provider: t.provider.clone(), id: t.id.clone() },
-            Command::Detach(t) => Record::Detach { provider: t.provider.clone(), id: t.id.clone() },
+            Command::Claim(t) => Record::Claim {
+                provider: t.provider.clone(),
+                id: t.id.clone(),
+            },
+            Command::Release(t) => Record::Release {
+                provider: t.provider.clone(),
+                id: t.id.clone(),
+            },
+            Command::Detach(t) => Record::Detach {
+                provider: t.provider.clone(),
+                id: t.id.clone(),
+            },
             Command::Renew => {
                 if !self.lease.renew() {
                     tracing::warn!("heartbeat after the lease expired: ignored");
@@ -175,18 +203,37 @@ impl<C: Clock> Sidecar<C> {
         }
     }
 
-    async fn finish<R: AsyncRead + Unpin>(mut self, ending: Ending, control: Option<LineReader<R>>) -> Outcome {
+    async fn finish<R: AsyncRead + Unpin>(
+        mut self,
+        ending: Ending,
+        control: Option<LineReader<R>>,
+    ) -> Outcome {
         let (record, label) = match &ending {
             Ending::Stopped => {
-                tracing::warn!("session {}: sidecar stopped; nothing reclaimed, a sweep will judge the owner", self.session);
-                return Outcome { ending, state: SessionState::Active, report: None };
+                tracing::warn!(
+                    "session {}: sidecar stopped; nothing reclaimed, a sweep will judge the owner",
+                    self.session
+                );
+                return Outcome {
+                    ending,
+                    state: SessionState::Active,
+                    report: None,
+                };
             }
             Ending::Bye => (None, "owner said bye"),
             Ending::LeaseExpired => (Some(Record::LeaseExpired), "lease expired"),
-            Ending::OwnerGone(Gone::Exited) => (Some(Record::OwnerDead { reason: "exited".into() }), "owner exited"),
-            Ending::OwnerGone(Gone::GoneAtStart) => {
-                (Some(Record::OwnerDead { reason: "gone when the watch began".into() }), "owner was already gone")
-            }
+            Ending::OwnerGone(Gone::Exited) => (
+                Some(Record::OwnerDead {
+                    reason: "exited".into(),
+                }),
+                "owner exited",
+            ),
+            Ending::OwnerGone(Gone::GoneAtStart) => (
+                Some(Record::OwnerDead {
+                    reason: "gone when the watch began".into(),
+                }),
+                "owner was already gone",
+            ),
         };
         if let Some(r) = record {
             self.journal_append(&r);
@@ -200,15 +247,28 @@ impl<C: Clock> Sidecar<C> {
         };
         self.journal_report(&report);
         self.journal_append(&Record::End { state });
-        eprintln!("sandguard: session {}: {label}; {} ({})", self.session, describe(state), report.summary());
-        Outcome { ending, state, report: Some(report) }
+        eprintln!(
+            "sandguard: session {}: {label}; {} ({})",
+            self.session,
+            describe(state),
+            report.summary()
+        );
+        Outcome {
+            ending,
+            state,
+            report: Some(report),
+        }
     }
 
     async fn reclaim<R: AsyncRead + Unpin>(&mut self, control: Option<LineReader<R>>) -> Report {
         let plan = Plan {
             selector: crate::labels::Selector::session(&self.session),
             claims: self.claims.iter().map(claimed).collect(),
-            keep: self.detached.iter().map(|t| (t.provider.clone(), t.id.clone())).collect::<HashSet<_>>(),
+            keep: self
+                .detached
+                .iter()
+                .map(|t| (t.provider.clone(), t.id.clone()))
+                .collect::<HashSet<_>>(),
             spare_detached: true,
         };
         let settle = self.options.settle.unwrap_or(Duration::ZERO);
@@ -220,13 +280,27 @@ impl<C: Clock> Sidecar<C> {
         for r in &report.removals {
             let (provider, id) = (r.sandbox.provider.clone(), r.sandbox.id.clone());
             let record = match r.outcome.error() {
-                None => Record::Removed { provider, id, outcome: r.outcome.as_str().to_string() },
-                Some(e) => Record::Failed { provider, id, error: e.to_string(), pending: true },
+                None => Record::Removed {
+                    provider,
+                    id,
+                    outcome: r.outcome.as_str().to_string(),
+                },
+                Some(e) => Record::Failed {
+                    provider,
+                    id,
+                    error: e.to_string(),
+                    pending: true,
+                },
             };
             self.journal_append(&record);
         }
         for f in &report.list_failures {
-            let record = Record::Failed { provider: f.provider.clone(), id: "*".into(), error: f.error.clone(), pending: true };
+            let record = Record::Failed {
+                provider: f.provider.clone(),
+                id: "*".into(),
+                error: f.error.clone(),
+                pending: true,
+            };
             self.journal_append(&record);
         }
     }
@@ -253,7 +327,9 @@ fn claimed(t: &Target) -> Sandbox {
     }
 }
 
-async fn next_line<R: AsyncRead + Unpin>(control: &mut Option<LineReader<R>>) -> Option<Result<Command, crate::protocol::ProtocolError>> {
+async fn next_line<R: AsyncRead + Unpin>(
+    control: &mut Option<LineReader<R>>,
+) -> Option<Result<Command, crate::protocol::ProtocolError>> {
     match control {
         Some(reader) => reader.next().await,
         None => std::future::pending().await,
@@ -262,8 +338,13 @@ async fn next_line<R: AsyncRead + Unpin>(control: &mut Option<LineReader<R>>) ->
 
 /// Claims still in the pipe when the owner died (or that a surviving child of the owner
 /// writes while the first pass runs), read for at most `settle`.
-async fn drain_claims<R: AsyncRead + Unpin>(control: Option<LineReader<R>>, settle: Duration) -> Vec<Sandbox> {
-    let Some(mut reader) = control else { return Vec::new() };
+async fn drain_claims<R: AsyncRead + Unpin>(
+    control: Option<LineReader<R>>,
+    settle: Duration,
+) -> Vec<Sandbox> {
+    let Some(mut reader) = control else {
+        return Vec::new();
+    };
     let mut late = Vec::new();
     let deadline = tokio::time::sleep(settle);
     tokio::pin!(deadline);

@@ -31,7 +31,11 @@ pub struct Scratch(pub PathBuf);
 
 impl Scratch {
     pub fn new(tag: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("sandguard-it-{tag}-{}-{}", std::process::id(), unique()));
+        let dir = std::env::temp_dir().join(format!(
+            "sandguard-it-{tag}-{}-{}",
+            std::process::id(),
+            unique()
+        ));
         std::fs::create_dir_all(&dir).unwrap();
         Scratch(dir)
     }
@@ -74,7 +78,11 @@ pub struct Run {
 }
 
 pub fn run(cmd: &mut Command) -> Run {
-    let Output { status, stdout, stderr } = cmd.output().expect("failed to run sandguard");
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = cmd.output().expect("failed to run sandguard");
     Run {
         code: status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&stdout).into_owned(),
@@ -89,15 +97,36 @@ pub fn json(text: &str) -> serde_json::Value {
 /// Panics with instructions when no Docker daemon answers: a test that needs Docker must
 /// never pass by skipping.
 pub fn require_docker() {
-    let ok = Command::new("docker").args(["info", "--format", "{{.ServerVersion}}"]).output().map(|o| o.status.success()).unwrap_or(false);
-    assert!(ok, "these tests need a running Docker daemon: run tests/run.sh, which installs and starts one");
-    let image = Command::new("docker").args(["image", "inspect", IMAGE]).output().map(|o| o.status.success()).unwrap_or(false);
-    assert!(image, "the test image {IMAGE} is missing: tests/run.sh builds it with docker import");
+    let ok = Command::new("docker")
+        .args(["info", "--format", "{{.ServerVersion}}"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    assert!(
+        ok,
+        "these tests need a running Docker daemon: run tests/run.sh, which installs and starts one"
+    );
+    let image = Command::new("docker")
+        .args(["image", "inspect", IMAGE])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    assert!(
+        image,
+        "the test image {IMAGE} is missing: tests/run.sh builds it with docker import"
+    );
 }
 
 fn docker(args: &[&str]) -> String {
-    let out = Command::new("docker").args(args).output().expect("docker CLI");
-    assert!(out.status.success(), "docker {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("docker")
+        .args(args)
+        .output()
+        .expect("docker CLI");
+    assert!(
+        out.status.success(),
+        "docker {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
@@ -110,7 +139,10 @@ pub struct Resources {
 }
 
 fn label_args(labels: &[(&str, &str)]) -> Vec<String> {
-    labels.iter().flat_map(|(k, v)| ["--label".to_string(), format!("{k}={v}")]).collect()
+    labels
+        .iter()
+        .flat_map(|(k, v)| ["--label".to_string(), format!("{k}={v}")])
+        .collect()
 }
 
 impl Resources {
@@ -172,26 +204,49 @@ impl Drop for Resources {
             let _ = Command::new("docker").args(["network", "rm", n]).output();
         }
         for v in &self.volumes {
-            let _ = Command::new("docker").args(["volume", "rm", "-f", v]).output();
+            let _ = Command::new("docker")
+                .args(["volume", "rm", "-f", v])
+                .output();
         }
     }
 }
 
 pub fn container_exists(id: &str) -> bool {
-    Command::new("docker").args(["container", "inspect", id]).output().map(|o| o.status.success()).unwrap_or(false)
+    Command::new("docker")
+        .args(["container", "inspect", id])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
 }
 
 pub fn network_exists(id: &str) -> bool {
-    Command::new("docker").args(["network", "inspect", id]).output().map(|o| o.status.success()).unwrap_or(false)
+    Command::new("docker")
+        .args(["network", "inspect", id])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
 }
 
 pub fn volume_exists(name: &str) -> bool {
-    Command::new("docker").args(["volume", "inspect", name]).output().map(|o| o.status.success()).unwrap_or(false)
+    Command::new("docker")
+        .args(["volume", "inspect", name])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
 }
 
 /// The names of a container's anonymous volumes.
 pub fn volumes_of(id: &str) -> Vec<String> {
-    docker(&["container", "inspect", "-f", "{{range .Mounts}}{{.Name}} {{end}}", id]).split_whitespace().map(str::to_string).collect()
+    docker(&[
+        "container",
+        "inspect",
+        "-f",
+        "{{range .Mounts}}{{.Name}} {{end}}",
+        id,
+    ])
+    .split_whitespace()
+    .map(str::to_string)
+    .collect()
 }
 
 /// A TCP listener on 127.0.0.1 that forwards every connection to the local Docker socket, so
@@ -204,7 +259,9 @@ pub fn tcp_to_docker_socket() -> String {
     let addr = listener.local_addr().unwrap();
     std::thread::spawn(move || {
         for tcp in listener.incoming().flatten() {
-            let Ok(unix) = UnixStream::connect("/var/run/docker.sock") else { continue };
+            let Ok(unix) = UnixStream::connect("/var/run/docker.sock") else {
+                continue;
+            };
             let (mut tcp_r, mut unix_w) = (tcp.try_clone().unwrap(), unix.try_clone().unwrap());
             std::thread::spawn(move || {
                 let _ = copy(&mut tcp_r, &mut unix_w);
@@ -226,7 +283,12 @@ pub fn dead_owner_label() -> String {
     let pid = child.id();
     let me = sandguard::identity::Identity::current().unwrap();
     child.wait().unwrap();
-    sandguard::identity::Identity { pid, start_time: 1, ..me }.to_label()
+    sandguard::identity::Identity {
+        pid,
+        start_time: 1,
+        ..me
+    }
+    .to_label()
 }
 
 pub fn live_owner_label() -> String {
