@@ -132,7 +132,7 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
         Some(fd) => Some(open_control(fd).map_err(failure)?),
         None => None,
     };
-    let owner_watch = OwnerWatch::open(&owner);
+    let mut owner_watch = OwnerWatch::open(&owner);
     let stop = stop_signal().map_err(|e| failure(format!("cannot listen for SIGTERM: {e}")))?;
     let registry = Registry::from_settings(&settings);
     let providers = registry.select(None).unwrap_or_default();
@@ -155,9 +155,10 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
         Lease::new(BootClock, grace),
         options,
     );
+    let owner_gone = Box::pin(async move { owner_watch.wait().await });
     let outcome = sidecar
         .run(Triggers {
-            owner: owner_watch,
+            owner: owner_gone,
             control,
             stop,
         })

@@ -35,7 +35,7 @@ use crate::protocol::{Command, LineReader, Target};
 use crate::providers::{Kind, Provider, Sandbox};
 use crate::reclaim::{self, Options, Plan, Report};
 
-use death::{Gone, OwnerWatch};
+use death::Gone;
 use lease::{Clock, Lease};
 
 /// Why the watch ended.
@@ -58,7 +58,8 @@ pub struct Outcome {
 
 /// The events the loop waits on, injected.
 pub struct Triggers<R> {
-    pub owner: OwnerWatch,
+    /// Resolves when the owner is gone ([`OwnerWatch::wait`] in production).
+    pub owner: Pin<Box<dyn Future<Output = Gone> + Send>>,
     pub control: Option<LineReader<R>>,
     pub stop: Pin<Box<dyn Future<Output = ()> + Send>>,
 }
@@ -120,7 +121,7 @@ impl<C: Clock> Sidecar<C> {
                         return ending;
                     }
                 }
-                gone = t.owner.wait() => return Ending::OwnerGone(gone),
+                gone = &mut t.owner => return Ending::OwnerGone(gone),
                 _ = tokio::time::sleep(check_in), if self.lease.is_running() => {
                     if self.lease.check_expired() {
                         return Ending::LeaseExpired;
@@ -144,11 +145,9 @@ impl<C: Clock> Sidecar<C> {
             }
             None => {
                 t.control = None;
-                // EOF is a wake-up; the verdict comes from the identity. A closed pipe while
-                // the owner lives (a program that closes all its descriptors) changes nothing.
-                if let OwnerWatch::AlreadyGone = t.owner {
-                    return Some(Ending::OwnerGone(Gone::GoneAtStart));
-                }
+                // EOF is a wake-up, not a verdict: the owner's death source decides (it fires
+                // at once if the owner is gone). A closed pipe while the owner lives (a program
+                // that closes all its descriptors) changes nothing.
                 tracing::info!("control pipe closed; watching the owner's process");
                 None
             }
@@ -360,3 +359,6 @@ async fn drain_claims<R: AsyncRead + Unpin>(
     }
     late
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,272 @@
+//! Loop tests for the sidecar: fake provider, fake pipe, manual boot clock, paused time.
+
+use super::*;
+use crate::labels::{Selector, SESSION};
+use crate::ledger::StateDir;
+use crate::providers::{Capabilities, ProviderError};
+use lease::ManualClock;
+use std::sync::Mutex;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::oneshot;
+
+/// A provider holding sandboxes in memory; `remove` takes them out and is recorded.
+#[derive(Default)]
+struct Fake {
+    sandboxes: Mutex<Vec<Sandbox>>,
+    removed: Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl Provider for Fake {
+    fn name(&self) -> &str {
+        "fake"
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            labels: true,
+            ttl: false,
+            pagination: false,
+        }
+    }
+    async fn list(&self, selector: &Selector) -> Result<Vec<Sandbox>, ProviderError> {
+        Ok(self
+            .sandboxes
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| selector.matches(&s.labels))
+            .cloned()
+            .collect())
+    }
+    async fn remove(&self, s: &Sandbox) -> Result<(), ProviderError> {
+        let mut all = self.sandboxes.lock().unwrap();
+        let before = all.len();
+        all.retain(|x| x.id != s.id);
+        if all.len() == before {
+            return Err(ProviderError::Gone(format!("{} not found", s.id)));
+        }
+        self.removed.lock().unwrap().push(s.id.clone());
+        Ok(())
+    }
+    async fn check(&self) -> Result<String, ProviderError> {
+        Ok("fake".into())
+    }
+}
+
+fn sandbox(id: &str, session: Option<&str>) -> Sandbox {
+    let labels = session
+        .map(|s| [(SESSION.to_string(), s.to_string())].into())
+        .unwrap_or_default();
+    Sandbox {
+        provider: "fake".into(),
+        kind: Kind::Instance,
+        id: id.into(),
+        status: "running".into(),
+        created_at: None,
+        image: None,
+        labels,
+    }
+}
+
+struct Harness {
+    fake: Arc<Fake>,
+    clock: ManualClock,
+    pipe: tokio::io::DuplexStream,
+    kill_owner: Option<oneshot::Sender<()>>,
+    stop: Option<oneshot::Sender<()>>,
+    run: tokio::task::JoinHandle<Outcome>,
+    dir: std::path::PathBuf,
+}
+
+impl Harness {
+    fn start(session: &str, sandboxes: Vec<Sandbox>) -> Harness {
+        let dir =
+            std::env::temp_dir().join(format!("sandguard-watch-{session}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let state = StateDir::open(&dir).unwrap();
+        let start = Record::Start {
+            owner: "x".into(),
+            pid: 1,
+            grace_ms: 600_000,
+            labels: Default::default(),
+        };
+        let journal = state.create_session(session, start).unwrap();
+        let fake = Arc::new(Fake {
+            sandboxes: Mutex::new(sandboxes),
+            removed: Mutex::default(),
+        });
+        let clock = ManualClock::default();
+        let options = Options {
+            concurrency: 4,
+            deadline: Duration::from_secs(60),
+            retry_initial: Duration::from_millis(100),
+            retry_max: Duration::from_secs(1),
+            settle: Some(Duration::from_secs(2)),
+        };
+        let providers: Vec<Arc<dyn Provider>> = vec![fake.clone()];
+        let sidecar = Sidecar::new(
+            session.into(),
+            providers,
+            journal,
+            Lease::new(clock.clone(), Duration::from_secs(600)),
+            options,
+        );
+        let (pipe, sidecar_end) = tokio::io::duplex(64 * 1024);
+        let (kill_owner, owner_dead) = oneshot::channel::<()>();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let triggers = Triggers {
+            owner: Box::pin(async move {
+                let _ = owner_dead.await;
+                Gone::Exited
+            }),
+            control: Some(LineReader::new(sidecar_end)),
+            stop: Box::pin(async move {
+                let _ = stopped.await;
+            }),
+        };
+        let run = tokio::spawn(sidecar.run(triggers));
+        Harness {
+            fake,
+            clock,
+            pipe,
+            kill_owner: Some(kill_owner),
+            stop: Some(stop),
+            run,
+            dir,
+        }
+    }
+
+    async fn send(&mut self, line: &str) {
+        self.pipe.write_all(line.as_bytes()).await.unwrap();
+        // Let the sidecar read it.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+
+    async fn finish(self) -> (Outcome, Vec<String>, crate::ledger::SessionView) {
+        let remaining_after = |fake: &Fake| {
+            let mut ids: Vec<String> = fake
+                .sandboxes
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|s| s.id.clone())
+                .collect();
+            ids.sort();
+            ids
+        };
+        let Harness { fake, run, dir, .. } = self;
+        let outcome = run.await.unwrap();
+        let view = StateDir::open(&dir).unwrap().sessions().unwrap().remove(0);
+        let remaining = remaining_after(&fake);
+        let _ = std::fs::remove_dir_all(&dir);
+        (outcome, remaining, view)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn owner_death_reclaims_labels_and_claims_but_not_detached_or_strangers() {
+    let s = "death1";
+    let mut h = Harness::start(
+        s,
+        vec![
+            sandbox("a", Some(s)),
+            sandbox("b", Some(s)),
+            sandbox("claimed", None),
+            sandbox("kept", Some(s)),
+            sandbox("stranger", None),
+            sandbox("other", Some("zzz")),
+        ],
+    );
+    h.send("claim fake claimed\ndetach fake kept\nclaim fake released\nrelease fake released\n")
+        .await;
+    h.kill_owner.take().unwrap().send(()).unwrap();
+    let (outcome, remaining, view) = h.finish().await;
+    assert_eq!(outcome.ending, Ending::OwnerGone(Gone::Exited));
+    assert_eq!(outcome.state, SessionState::Reclaimed);
+    assert_eq!(remaining, vec!["kept", "other", "stranger"]);
+    assert_eq!(view.state, SessionState::Reclaimed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_claim_written_just_before_death_is_reclaimed() {
+    let s = "death2";
+    let mut h = Harness::start(s, vec![sandbox("late", None)]);
+    h.pipe.write_all(b"claim fake late\n").await.unwrap();
+    h.kill_owner.take().unwrap().send(()).unwrap();
+    let (_, remaining, _) = h.finish().await;
+    assert!(remaining.is_empty(), "{remaining:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_lease_expires_after_the_grace_without_heartbeats() {
+    let s = "lease1";
+    let mut h = Harness::start(s, vec![sandbox("a", Some(s))]);
+    h.send("renew\n").await;
+    h.clock.advance(Duration::from_secs(300));
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    h.send("renew\n").await;
+    assert!(!h.run.is_finished(), "a renewed lease holds");
+    h.clock.advance(Duration::from_secs(600));
+    let (outcome, remaining, _) = h.finish().await;
+    assert_eq!(outcome.ending, Ending::LeaseExpired);
+    assert!(remaining.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_suspend_past_the_grace_reclaims_on_waking() {
+    let s = "suspend1";
+    let mut h = Harness::start(s, vec![sandbox("a", Some(s))]);
+    h.send("renew\n").await;
+    // The machine sleeps for two hours: the boot clock jumps, tokio's clock does not.
+    h.clock.advance(Duration::from_secs(7200));
+    let started = tokio::time::Instant::now();
+    let (outcome, remaining, _) = h.finish().await;
+    assert_eq!(outcome.ending, Ending::LeaseExpired);
+    assert!(remaining.is_empty());
+    // Noticed within one check interval of awake time (plus the settle pass).
+    assert!(
+        started.elapsed() <= lease::CHECK_EVERY + Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_heartbeats_there_is_no_lease_to_expire() {
+    let s = "nolease";
+    let mut h = Harness::start(s, vec![sandbox("a", Some(s))]);
+    h.clock.advance(Duration::from_secs(86_400));
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert!(!h.run.is_finished());
+    h.send("bye\n").await;
+    let (outcome, _, _) = h.finish().await;
+    assert_eq!(outcome.ending, Ending::Bye);
+}
+
+#[tokio::test(start_paused = true)]
+async fn bye_reclaims_what_is_left_and_ends_clean() {
+    let s = "bye1";
+    let mut h = Harness::start(s, vec![sandbox("a", Some(s)), sandbox("c", None)]);
+    h.send("claim fake c\nbye\n").await;
+    let (outcome, remaining, view) = h.finish().await;
+    assert_eq!(outcome.state, SessionState::Clean);
+    assert!(remaining.is_empty());
+    assert_eq!(view.state, SessionState::Clean);
+}
+
+#[tokio::test(start_paused = true)]
+async fn eof_while_the_owner_lives_changes_nothing_and_stop_reclaims_nothing() {
+    let s = "eof1";
+    let mut h = Harness::start(s, vec![sandbox("a", Some(s))]);
+    h.send("claim fake a\n").await;
+    let (dummy, _) = tokio::io::duplex(1);
+    drop(std::mem::replace(&mut h.pipe, dummy));
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(!h.run.is_finished(), "EOF alone must not end the watch");
+    h.stop.take().unwrap().send(()).unwrap();
+    let (outcome, remaining, view) = h.finish().await;
+    assert_eq!(outcome.ending, Ending::Stopped);
+    assert_eq!(remaining, vec!["a"]);
+    assert_eq!(view.state, SessionState::Active);
+    assert!(view.claims.iter().any(|t| t.id == "a"));
+}
