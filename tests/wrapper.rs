@@ -195,6 +195,11 @@ fn sigint_to_the_process_group_reclaims_everything() {
 }
 
 #[test]
+fn a_hang_up_to_the_process_group_reclaims_everything() {
+    kill_and_check(Death::GroupSignal(libc::SIGHUP));
+}
+
+#[test]
 fn sigsegv_of_the_owner_reclaims_everything() {
     kill_and_check(Death::Signal(libc::SIGSEGV));
 }

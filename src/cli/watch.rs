@@ -138,9 +138,12 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
     let providers = registry.select(None).unwrap_or_default();
     announce_ready(&session).map_err(|e| failure(format!("cannot write the ready line: {e}")))?;
 
-    // Connect to every provider now, after `ready`, so the reclaim path finds warm clients.
+    // Connect to every provider soon after `ready`, so the reclaim path finds warm clients.
+    // Not at once: the guarded program is starting right now on the same cores, and a
+    // program that dies within WARM_UP_DELAY only pays one cold connection on reclaim.
     let warm = providers.clone();
     let warm_up = tokio::spawn(async move {
+        tokio::time::sleep(WARM_UP_DELAY).await;
         for p in warm {
             if let Err(e) = p.check().await {
                 tracing::warn!("provider {} is not reachable yet: {e}", p.name());
@@ -223,6 +226,9 @@ fn redirect_stderr(path: &std::path::Path) {
         Err(e) => tracing::warn!("cannot log to {}: {e}", path.display()),
     }
 }
+
+/// How long after `ready` the sidecar connects to its providers.
+const WARM_UP_DELAY: Duration = Duration::from_millis(100);
 
 /// How long the wrapper waits for `ready`.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(10);

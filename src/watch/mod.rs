@@ -18,6 +18,11 @@
 //! (claims ∪ the session's labels, minus detached sandboxes), each outcome is journaled, and
 //! the session ends `reclaimed` or, if anything is left, `pending`. `bye` reclaims what is
 //! still owned at once and ends the session `clean`.
+//!
+//! Two ledger conventions: a provider that could not be listed during the reclaim is
+//! journaled as `failed` with the id `*` (the whole provider is pending, not one sandbox); and
+//! claims that arrive *after* the owner's death (drained from the pipe during the settle
+//! delay) are reclaimed in the second pass and journaled by their outcome only.
 
 pub mod death;
 pub mod lease;
