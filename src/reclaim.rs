@@ -427,60 +427,8 @@ fn jitter() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::{Capabilities, Kind};
-    use std::sync::atomic::{AtomicU32, Ordering};
-
-    /// A provider whose removals fail transiently `fail_first` times, and which records the
-    /// order of removal calls.
-    struct Flaky {
-        fail_first: u32,
-        retry_after: Option<Duration>,
-        calls: AtomicU32,
-        order: std::sync::Mutex<Vec<(Kind, Instant)>>,
-        listed: Vec<Sandbox>,
-    }
-
-    #[async_trait::async_trait]
-    impl Provider for Flaky {
-        fn name(&self) -> &str {
-            "fake"
-        }
-        fn capabilities(&self) -> Capabilities {
-            Capabilities {
-                labels: true,
-                ttl: false,
-                pagination: false,
-            }
-        }
-        async fn list(&self, _: &Selector) -> Result<Vec<Sandbox>, ProviderError> {
-            Ok(self.listed.clone())
-        }
-        async fn remove(&self, s: &Sandbox) -> Result<(), ProviderError> {
-            self.order.lock().unwrap().push((s.kind, Instant::now()));
-            if self.calls.fetch_add(1, Ordering::SeqCst) < self.fail_first {
-                return Err(ProviderError::Transient {
-                    message: "503".into(),
-                    retry_after: self.retry_after,
-                });
-            }
-            Ok(())
-        }
-        async fn check(&self) -> Result<String, ProviderError> {
-            Ok("fake".into())
-        }
-    }
-
-    fn sandbox(id: &str, kind: Kind, session: &str) -> Sandbox {
-        Sandbox {
-            provider: "fake".into(),
-            kind,
-            id: id.into(),
-            status: "running".into(),
-            created_at: None,
-            image: None,
-            labels: [(crate::labels::SESSION.to_string(), session.to_string())].into(),
-        }
-    }
+    use crate::providers::fake::{sandbox, Fake};
+    use crate::providers::Kind;
 
     fn options() -> Options {
         Options {
@@ -492,67 +440,108 @@ mod tests {
         }
     }
 
-    fn flaky(fail_first: u32, retry_after: Option<Duration>, listed: Vec<Sandbox>) -> Arc<Flaky> {
-        Arc::new(Flaky {
-            fail_first,
-            retry_after,
-            calls: AtomicU32::new(0),
-            order: Default::default(),
-            listed,
-        })
+    fn plan(session: &str) -> Plan {
+        Plan {
+            selector: Selector::session(session),
+            claims: vec![],
+            keep: HashSet::new(),
+            spare_detached: true,
+        }
     }
 
     #[tokio::test(start_paused = true)]
     async fn kinds_go_in_order_and_strangers_are_left_alone() {
-        let p = flaky(
-            0,
-            None,
-            vec![
-                sandbox("v", Kind::Volume, "s"),
-                sandbox("n", Kind::Network, "s"),
-                sandbox("c", Kind::Instance, "s"),
-                sandbox("x", Kind::Instance, "other"),
-            ],
-        );
+        let p = Fake::holding(vec![
+            sandbox("v", Kind::Volume, Some("s")),
+            sandbox("n", Kind::Network, Some("s")),
+            sandbox("c", Kind::Instance, Some("s")),
+            sandbox("x", Kind::Instance, Some("other")),
+            sandbox("y", Kind::Instance, None),
+        ]);
         let providers: Vec<Arc<dyn Provider>> = vec![p.clone()];
-        let plan = Plan {
-            selector: Selector::session("s"),
-            claims: vec![],
-            keep: HashSet::new(),
-            spare_detached: true,
-        };
-        let report = reclaim(&providers, &plan, async { vec![] }, &options()).await;
+        let report = reclaim(&providers, &plan("s"), async { vec![] }, &options()).await;
         assert!(report.is_clean());
         assert_eq!(report.removals.len(), 3);
-        let kinds: Vec<Kind> = p.order.lock().unwrap().iter().map(|(k, _)| *k).collect();
+        let kinds: Vec<Kind> = p
+            .calls_log
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, k, _)| *k)
+            .collect();
         assert_eq!(kinds, vec![Kind::Instance, Kind::Network, Kind::Volume]);
+        assert_eq!(p.remaining(), vec!["x", "y"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn claims_detached_and_late_arrivals() {
+        let mut detached = sandbox("d", Kind::Instance, Some("s"));
+        detached
+            .labels
+            .insert(labels::DETACHED.into(), "true".into());
+        let p = Fake::holding(vec![
+            sandbox("c", Kind::Instance, None),
+            sandbox("k", Kind::Instance, Some("s")),
+            detached,
+            sandbox("late", Kind::Instance, None),
+        ]);
+        let providers: Vec<Arc<dyn Provider>> = vec![p.clone()];
+        let mut plan = plan("s");
+        plan.claims = vec![sandbox("c", Kind::Instance, None)];
+        plan.keep.insert(("fake".into(), "k".into()));
+        let opts = Options {
+            settle: Some(Duration::from_secs(2)),
+            ..options()
+        };
+        let report = reclaim(
+            &providers,
+            &plan,
+            async { vec![sandbox("late", Kind::Instance, None)] },
+            &opts,
+        )
+        .await;
+        assert!(report.is_clean(), "{:?}", report.removals);
+        assert_eq!(p.remaining(), vec!["d", "k"]);
     }
 
     #[tokio::test(start_paused = true)]
     async fn retry_after_is_waited_out() {
-        let p = flaky(1, Some(Duration::from_secs(7)), vec![]);
+        let p = Fake::flaky(
+            vec![sandbox("c", Kind::Instance, Some("s"))],
+            1,
+            Some(Duration::from_secs(7)),
+        );
         let providers: Vec<Arc<dyn Provider>> = vec![p.clone()];
         let removals = remove_all(
             &providers,
-            vec![sandbox("c", Kind::Instance, "s")],
+            vec![sandbox("c", Kind::Instance, Some("s"))],
             &options(),
         )
         .await;
         assert_eq!(removals[0].outcome, Outcome::Removed);
         assert_eq!(removals[0].attempts, 2);
-        let order = p.order.lock().unwrap();
-        assert!(order[1].1 - order[0].1 >= Duration::from_secs(7));
+        let log = p.calls_log.lock().unwrap();
+        assert!(log[1].2 - log[0].2 >= Duration::from_secs(7));
     }
 
     #[tokio::test(start_paused = true)]
     async fn the_deadline_leaves_work_unfinished() {
-        let p = flaky(u32::MAX, None, vec![]);
+        let p = Fake::flaky(
+            vec![sandbox("c", Kind::Instance, Some("s"))],
+            u32::MAX,
+            None,
+        );
         let providers: Vec<Arc<dyn Provider>> = vec![p];
         let opts = Options {
             deadline: Duration::from_secs(3),
             ..options()
         };
-        let removals = remove_all(&providers, vec![sandbox("c", Kind::Instance, "s")], &opts).await;
+        let removals = remove_all(
+            &providers,
+            vec![sandbox("c", Kind::Instance, Some("s"))],
+            &opts,
+        )
+        .await;
         assert!(matches!(removals[0].outcome, Outcome::Unfinished(_)));
         assert!(removals[0].attempts > 2);
     }

@@ -12,6 +12,8 @@
 //! with the reason by `sandguard providers`.
 
 pub mod docker;
+#[cfg(test)]
+pub mod fake;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,71 +1,14 @@
 //! Loop tests for the sidecar: fake provider, fake pipe, manual boot clock, paused time.
 
 use super::*;
-use crate::labels::{Selector, SESSION};
 use crate::ledger::StateDir;
-use crate::providers::{Capabilities, ProviderError};
+use crate::providers::fake::{self, Fake};
 use lease::ManualClock;
-use std::sync::Mutex;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::oneshot;
 
-/// A provider holding sandboxes in memory; `remove` takes them out and is recorded.
-#[derive(Default)]
-struct Fake {
-    sandboxes: Mutex<Vec<Sandbox>>,
-    removed: Mutex<Vec<String>>,
-}
-
-#[async_trait::async_trait]
-impl Provider for Fake {
-    fn name(&self) -> &str {
-        "fake"
-    }
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            labels: true,
-            ttl: false,
-            pagination: false,
-        }
-    }
-    async fn list(&self, selector: &Selector) -> Result<Vec<Sandbox>, ProviderError> {
-        Ok(self
-            .sandboxes
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|s| selector.matches(&s.labels))
-            .cloned()
-            .collect())
-    }
-    async fn remove(&self, s: &Sandbox) -> Result<(), ProviderError> {
-        let mut all = self.sandboxes.lock().unwrap();
-        let before = all.len();
-        all.retain(|x| x.id != s.id);
-        if all.len() == before {
-            return Err(ProviderError::Gone(format!("{} not found", s.id)));
-        }
-        self.removed.lock().unwrap().push(s.id.clone());
-        Ok(())
-    }
-    async fn check(&self) -> Result<String, ProviderError> {
-        Ok("fake".into())
-    }
-}
-
 fn sandbox(id: &str, session: Option<&str>) -> Sandbox {
-    let labels = session
-        .map(|s| [(SESSION.to_string(), s.to_string())].into())
-        .unwrap_or_default();
-    Sandbox {
-        provider: "fake".into(),
-        kind: Kind::Instance,
-        id: id.into(),
-        status: "running".into(),
-        created_at: None,
-        image: None,
-        labels,
-    }
+    fake::sandbox(id, Kind::Instance, session)
 }
 
 struct Harness {
@@ -91,10 +34,7 @@ impl Harness {
             labels: Default::default(),
         };
         let journal = state.create_session(session, start).unwrap();
-        let fake = Arc::new(Fake {
-            sandboxes: Mutex::new(sandboxes),
-            removed: Mutex::default(),
-        });
+        let fake = Fake::holding(sandboxes);
         let clock = ManualClock::default();
         let options = Options {
             concurrency: 4,
@@ -143,21 +83,10 @@ impl Harness {
     }
 
     async fn finish(self) -> (Outcome, Vec<String>, crate::ledger::SessionView) {
-        let remaining_after = |fake: &Fake| {
-            let mut ids: Vec<String> = fake
-                .sandboxes
-                .lock()
-                .unwrap()
-                .iter()
-                .map(|s| s.id.clone())
-                .collect();
-            ids.sort();
-            ids
-        };
         let Harness { fake, run, dir, .. } = self;
         let outcome = run.await.unwrap();
         let view = StateDir::open(&dir).unwrap().sessions().unwrap().remove(0);
-        let remaining = remaining_after(&fake);
+        let remaining = fake.remaining();
         let _ = std::fs::remove_dir_all(&dir);
         (outcome, remaining, view)
     }
