@@ -20,6 +20,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub mod cloud;
+
+pub use cloud::CloudSettings;
+
 /// Everything sandguard reads from configuration, after file, environment and flags.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -32,6 +36,11 @@ pub struct Settings {
     pub watch: WatchSettings,
     pub reclaim: ReclaimSettings,
     pub docker: DockerSettings,
+    pub e2b: CloudSettings,
+    pub daytona: CloudSettings,
+    pub flyio: CloudSettings,
+    pub tenki: CloudSettings,
+    pub modal: CloudSettings,
 }
 
 /// The sidecar's lease.
@@ -199,6 +208,16 @@ struct FileReclaim {
 struct FileProviders {
     #[serde(default)]
     docker: FileDocker,
+    #[serde(default)]
+    e2b: cloud::FileKeyed,
+    #[serde(default)]
+    daytona: cloud::FileKeyed,
+    #[serde(default)]
+    flyio: cloud::FileFly,
+    #[serde(default)]
+    tenki: cloud::FileKeyed,
+    #[serde(default)]
+    modal: cloud::FileModal,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -329,7 +348,8 @@ impl Settings {
                 .unwrap_or(Duration::from_secs(600)),
         };
         let r = file.reclaim;
-        let d = file.providers.docker;
+        let p = file.providers;
+        let d = p.docker;
         Ok(Settings {
             source,
             state_dir,
@@ -351,6 +371,11 @@ impl Settings {
                 api_version: env.var("DOCKER_API_VERSION").or(d.api_version),
                 timeout: d.timeout.map(|d| d.0).unwrap_or(Duration::from_secs(30)),
             },
+            e2b: cloud::e2b(p.e2b, env),
+            daytona: cloud::daytona(p.daytona, env),
+            flyio: cloud::flyio(p.flyio, env),
+            tenki: cloud::tenki(p.tenki, env),
+            modal: cloud::modal(p.modal, env),
         })
     }
 }
@@ -544,6 +569,19 @@ mod tests {
             "host",
             "api_version",
             "timeout",
+            "[providers.e2b]",
+            "[providers.daytona]",
+            "[providers.flyio]",
+            "[providers.tenki]",
+            "[providers.modal]",
+            "api_key",
+            "api_url",
+            "api_token",
+            "app",
+            "api_hostname",
+            "token_id",
+            "token_secret",
+            "server_url",
         ] {
             assert!(
                 text.contains(key),

@@ -14,6 +14,7 @@
 pub mod docker;
 #[cfg(test)]
 pub mod fake;
+pub mod http;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -121,6 +122,16 @@ pub trait Provider: Send + Sync {
     async fn remove(&self, sandbox: &Sandbox) -> Result<(), ProviderError>;
     /// Checks that the provider answers; on success a short description (version, endpoint).
     async fn check(&self) -> Result<String, ProviderError>;
+    /// Makes the provider end `sandbox` on its own `ttl` from now unless renewed again (only
+    /// where [`Capabilities::ttl`] says so). The sidecar calls it while the owner lives, so a
+    /// machine that sleeps or dies still loses its sandboxes on the provider's side.
+    async fn renew(&self, sandbox: &Sandbox, ttl: Duration) -> Result<(), ProviderError> {
+        let _ = (sandbox, ttl);
+        Err(ProviderError::Fatal(format!(
+            "{} has no server-side TTL",
+            self.name()
+        )))
+    }
 }
 
 /// One registered provider, configured or not.

@@ -1,0 +1,153 @@
+//! The cloud providers' settings: credentials and base URLs from each provider's own
+//! environment variables (which win) or from `[providers.NAME]` in the config file.
+//!
+//! A cloud provider is *configured* exactly when its credential is present. Every table here
+//! denies unknown keys, like the rest of the file.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{Env, HumanDuration, Secret};
+
+/// One cloud provider, resolved. The field names are generic; each constructor below says
+/// which variable and key feed them.
+#[derive(Debug, Clone)]
+pub struct CloudSettings {
+    /// The credential (`E2B_API_KEY`, `DAYTONA_API_KEY`, `FLY_API_TOKEN`, `TENKI_API_KEY`,
+    /// `MODAL_TOKEN_ID`). `None`: the provider is not configured.
+    pub token: Option<Secret>,
+    /// A second credential: `MODAL_TOKEN_SECRET`.
+    pub secret: Option<Secret>,
+    /// The API's base URL.
+    pub url: String,
+    /// Fly.io's app name (`FLY_APP_NAME`, `[providers.flyio] app`).
+    pub app: Option<String>,
+    /// Per-request timeout.
+    pub timeout: Duration,
+}
+
+/// `[providers.e2b]`, `[providers.daytona]`, `[providers.tenki]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileKeyed {
+    api_key: Option<Secret>,
+    api_url: Option<String>,
+    timeout: Option<HumanDuration>,
+}
+
+/// `[providers.flyio]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileFly {
+    api_token: Option<Secret>,
+    app: Option<String>,
+    api_hostname: Option<String>,
+    timeout: Option<HumanDuration>,
+}
+
+/// `[providers.modal]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileModal {
+    token_id: Option<Secret>,
+    token_secret: Option<Secret>,
+    server_url: Option<String>,
+    timeout: Option<HumanDuration>,
+}
+
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn first(env: &dyn Env, vars: &[&str]) -> Option<String> {
+    vars.iter().find_map(|v| env.var(v))
+}
+
+fn timeout(t: Option<HumanDuration>) -> Duration {
+    t.map(|d| d.0).unwrap_or(DEFAULT_TIMEOUT)
+}
+
+/// E2B: `E2B_API_KEY`, `E2B_API_URL` (default `https://api.e2b.app`).
+pub(super) fn e2b(file: FileKeyed, env: &dyn Env) -> CloudSettings {
+    keyed(
+        file,
+        env,
+        &["E2B_API_KEY"],
+        &["E2B_API_URL"],
+        "https://api.e2b.app",
+    )
+}
+
+/// Daytona: `DAYTONA_API_KEY`; `DAYTONA_API_URL`, then the deprecated `DAYTONA_SERVER_URL`
+/// (default `https://app.daytona.io/api`).
+pub(super) fn daytona(file: FileKeyed, env: &dyn Env) -> CloudSettings {
+    keyed(
+        file,
+        env,
+        &["DAYTONA_API_KEY"],
+        &["DAYTONA_API_URL", "DAYTONA_SERVER_URL"],
+        "https://app.daytona.io/api",
+    )
+}
+
+/// Tenki: `TENKI_AUTH_TOKEN`, then `TENKI_API_KEY`; `TENKI_API_ENDPOINT`, then `TENKI_API_URL`
+/// (default `https://api.tenki.cloud`).
+pub(super) fn tenki(file: FileKeyed, env: &dyn Env) -> CloudSettings {
+    keyed(
+        file,
+        env,
+        &["TENKI_AUTH_TOKEN", "TENKI_API_KEY"],
+        &["TENKI_API_ENDPOINT", "TENKI_API_URL"],
+        "https://api.tenki.cloud",
+    )
+}
+
+fn keyed(
+    file: FileKeyed,
+    env: &dyn Env,
+    keys: &[&str],
+    urls: &[&str],
+    default_url: &str,
+) -> CloudSettings {
+    CloudSettings {
+        token: first(env, keys).map(Secret::new).or(file.api_key),
+        secret: None,
+        url: first(env, urls)
+            .or(file.api_url)
+            .unwrap_or_else(|| default_url.to_string()),
+        app: None,
+        timeout: timeout(file.timeout),
+    }
+}
+
+/// Fly.io Machines: `FLY_API_TOKEN`, `FLY_APP_NAME`, `FLY_API_HOSTNAME` (default
+/// `https://api.machines.dev`).
+pub(super) fn flyio(file: FileFly, env: &dyn Env) -> CloudSettings {
+    CloudSettings {
+        token: env.var("FLY_API_TOKEN").map(Secret::new).or(file.api_token),
+        secret: None,
+        url: env
+            .var("FLY_API_HOSTNAME")
+            .or(file.api_hostname)
+            .unwrap_or_else(|| "https://api.machines.dev".into()),
+        app: env.var("FLY_APP_NAME").or(file.app),
+        timeout: timeout(file.timeout),
+    }
+}
+
+/// Modal: `MODAL_TOKEN_ID`, `MODAL_TOKEN_SECRET`, `MODAL_SERVER_URL` (default
+/// `https://api.modal.com:443`).
+pub(super) fn modal(file: FileModal, env: &dyn Env) -> CloudSettings {
+    CloudSettings {
+        token: env.var("MODAL_TOKEN_ID").map(Secret::new).or(file.token_id),
+        secret: env
+            .var("MODAL_TOKEN_SECRET")
+            .map(Secret::new)
+            .or(file.token_secret),
+        url: env
+            .var("MODAL_SERVER_URL")
+            .or(file.server_url)
+            .unwrap_or_else(|| "https://api.modal.com:443".into()),
+        app: None,
+        timeout: timeout(file.timeout),
+    }
+}

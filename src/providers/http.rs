@@ -1,0 +1,404 @@
+//! The one HTTP layer every REST and Connect driver uses: one client per provider with its
+//! timeout and auth headers, classification of every answer into [`ProviderError`], the
+//! rate-limit hints (`Retry-After` in seconds or as an HTTP date, and Daytona's named
+//! `Retry-After-<throttler>` headers), error bodies turned into one short message, secrets
+//! redacted from anything that could reach a log, and the pagination walk.
+//!
+//! Reads (listings, one page each) are retried here a few times, honouring the provider's
+//! hint, because a listing that fails fails the whole pass; removals are retried by the
+//! reclaim path, which owns the deadline and the per-provider gate.
+
+use std::future::Future;
+use std::time::{Duration, SystemTime};
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::{Method, RequestBuilder, StatusCode};
+
+use super::ProviderError;
+use crate::config::Secret;
+
+/// Attempts for one page of a listing before the listing fails.
+const READ_ATTEMPTS: u32 = 4;
+/// Longest wait between two read attempts, whatever the provider hints.
+const READ_MAX_WAIT: Duration = Duration::from_secs(30);
+/// A listing that needs more pages than this is treated as a provider bug.
+const MAX_PAGES: usize = 10_000;
+
+/// An answer with a 2xx status.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Vec<u8>,
+}
+
+/// One provider's HTTP client.
+#[derive(Clone)]
+pub struct Http {
+    provider: &'static str,
+    base: String,
+    client: reqwest::Client,
+    secrets: Vec<Secret>,
+}
+
+impl Http {
+    /// A client for `base` (no trailing slash needed) sending `headers` on every request. The
+    /// values of `secrets` are redacted from every error message.
+    pub fn new(
+        provider: &'static str,
+        base: &str,
+        timeout: Duration,
+        headers: Vec<(&'static str, Secret)>,
+    ) -> Result<Http, ProviderError> {
+        let mut map = HeaderMap::new();
+        let mut secrets = Vec::new();
+        for (name, value) in headers {
+            let mut v = HeaderValue::from_str(value.expose()).map_err(|_| {
+                ProviderError::Fatal(format!(
+                    "{provider}: the credential is not a valid header value"
+                ))
+            })?;
+            v.set_sensitive(true);
+            map.insert(HeaderName::from_static(name), v);
+            secrets.push(value);
+        }
+        let client = reqwest::Client::builder()
+            .default_headers(map)
+            .timeout(timeout)
+            .connect_timeout(timeout.min(Duration::from_secs(10)))
+            .user_agent(concat!("sandguard/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| {
+                ProviderError::Fatal(format!("{provider}: cannot build an HTTP client: {e}"))
+            })?;
+        Ok(Http {
+            provider,
+            base: base.trim_end_matches('/').to_string(),
+            client,
+            secrets,
+        })
+    }
+
+    /// Redacts every credential from `text`.
+    pub fn redact(&self, text: &str) -> String {
+        self.secrets
+            .iter()
+            .filter(|s| !s.expose().is_empty())
+            .fold(text.to_string(), |t, s| t.replace(s.expose(), "[redacted]"))
+    }
+
+    /// A request to `path` (starting with `/`) under the base URL.
+    pub fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        self.client
+            .request(method, format!("{}{}", self.base, path))
+    }
+
+    /// Sends once; a non-2xx answer or a transport failure becomes a classified error whose
+    /// message starts with `what` ("failed to list sandboxes", …).
+    pub async fn send(&self, request: RequestBuilder, what: &str) -> Result<Reply, ProviderError> {
+        let response = match request.send().await {
+            Ok(r) => r,
+            Err(e) => return Err(self.transport_error(what, &e)),
+        };
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = match response.bytes().await {
+            Ok(b) => b.to_vec(),
+            Err(e) => return Err(self.transport_error(what, &e)),
+        };
+        if status.is_success() {
+            return Ok(Reply {
+                status,
+                headers,
+                body,
+            });
+        }
+        let message = format!(
+            "{}: {what}: {} (HTTP {})",
+            self.provider,
+            self.redact(&error_message(&body)),
+            status.as_u16()
+        );
+        Err(classify(
+            status,
+            retry_after(&headers, SystemTime::now()),
+            message,
+        ))
+    }
+
+    /// Sends a read, retrying transient failures a few times with the provider's hint (or a
+    /// short backoff). `build` makes a fresh request for each attempt.
+    pub async fn read(
+        &self,
+        build: impl Fn() -> RequestBuilder,
+        what: &str,
+    ) -> Result<Reply, ProviderError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.send(build(), what).await {
+                Err(ProviderError::Transient {
+                    message,
+                    retry_after,
+                }) if attempt < READ_ATTEMPTS => {
+                    let wait = retry_after
+                        .unwrap_or(Duration::from_millis(250) * 2u32.pow(attempt - 1))
+                        .min(READ_MAX_WAIT);
+                    tracing::debug!("{message}; retrying in {wait:?}");
+                    tokio::time::sleep(wait).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn transport_error(&self, what: &str, err: &reqwest::Error) -> ProviderError {
+        let mut text = err.to_string();
+        let mut source = std::error::Error::source(err);
+        while let Some(s) = source {
+            text.push_str(": ");
+            text.push_str(&s.to_string());
+            source = s.source();
+        }
+        let kind = if err.is_timeout() {
+            "timed out"
+        } else {
+            "unreachable"
+        };
+        ProviderError::transient(format!(
+            "{}: {what}: {kind}: {}",
+            self.provider,
+            self.redact(&text)
+        ))
+    }
+}
+
+impl Reply {
+    /// The body as JSON of type `T`; a body that does not parse is a fatal error (the API
+    /// changed under us), with a short excerpt.
+    pub fn json<T: serde::de::DeserializeOwned>(
+        &self,
+        provider: &str,
+        what: &str,
+    ) -> Result<T, ProviderError> {
+        serde_json::from_slice(&self.body).map_err(|e| {
+            let excerpt: String = String::from_utf8_lossy(&self.body)
+                .chars()
+                .take(120)
+                .collect();
+            ProviderError::Fatal(format!(
+                "{provider}: {what}: unexpected answer ({e}): {excerpt:?}"
+            ))
+        })
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+/// The classes reclaim decides by. 404 is "gone" (for a listing the driver maps it back to
+/// fatal: a missing collection is a configuration error); 408, 425, 429 and 5xx are worth
+/// retrying; 409 is a state change in progress, also retried; the rest is fatal.
+pub fn classify(
+    status: StatusCode,
+    retry_after: Option<Duration>,
+    message: String,
+) -> ProviderError {
+    match status.as_u16() {
+        404 | 410 => ProviderError::Gone(message),
+        408 | 409 | 425 | 429 | 500..=599 => ProviderError::Transient {
+            message,
+            retry_after,
+        },
+        _ => ProviderError::Fatal(message),
+    }
+}
+
+/// The provider's wait hint: `Retry-After` (delta seconds or an HTTP date), else the longest
+/// `Retry-After-<name>` (Daytona names its throttlers; whichever throttler tripped, waiting out
+/// the longest is safe).
+pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let parse = |v: &HeaderValue| {
+        v.to_str()
+            .ok()
+            .and_then(|s| parse_retry_after(s.trim(), now))
+    };
+    if let Some(d) = headers.get("retry-after").and_then(parse) {
+        return Some(d);
+    }
+    headers
+        .iter()
+        .filter(|(name, _)| name.as_str().starts_with("retry-after-"))
+        .filter_map(|(_, v)| parse(v))
+        .max()
+}
+
+fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    if let Ok(secs) = value.parse::<f64>() {
+        return (secs.is_finite() && secs >= 0.0)
+            .then(|| Duration::from_secs_f64(secs.min(86_400.0)));
+    }
+    let at = parse_http_date(value)?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// `Sun, 06 Nov 1994 08:49:37 GMT` (the only form RFC 9110 asks senders to use).
+fn parse_http_date(s: &str) -> Option<SystemTime> {
+    let parts: Vec<&str> = s.split_whitespace().collect();
+    if parts.len() != 6 || parts[5] != "GMT" {
+        return None;
+    }
+    let months = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let month = months.iter().position(|m| *m == parts[2])? + 1;
+    let iso = format!(
+        "{}-{:02}-{:02}T{}Z",
+        parts[3],
+        month,
+        parts[1].parse::<u32>().ok()?,
+        parts[4]
+    );
+    let secs = crate::timefmt::parse_rfc3339(&iso)?;
+    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).ok()?))
+}
+
+/// One short line from an error body: the `message` or `error` field of a JSON body (E2B,
+/// Daytona, Fly, Connect), else the text itself, cut to 200 characters.
+pub fn error_message(body: &[u8]) -> String {
+    let from_json = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| {
+            let field = |v: &serde_json::Value, k: &str| {
+                v.get(k).and_then(|m| m.as_str()).map(str::to_string)
+            };
+            field(&v, "message")
+                .or_else(|| field(&v, "error"))
+                .or_else(|| v.get("error").and_then(|e| field(e, "message")))
+        });
+    let text = from_json.unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_string());
+    let text: String = text.chars().filter(|c| !c.is_control()).take(200).collect();
+    if text.is_empty() {
+        "no details".into()
+    } else {
+        text
+    }
+}
+
+/// Walks a paged listing: `fetch(token)` returns one page and the next token (`None` or empty
+/// at the end). A token that does not change is an error, not an endless loop.
+pub async fn walk<T, F, Fut>(provider: &str, mut fetch: F) -> Result<Vec<T>, ProviderError>
+where
+    F: FnMut(Option<String>) -> Fut,
+    Fut: Future<Output = Result<(Vec<T>, Option<String>), ProviderError>>,
+{
+    let mut all = Vec::new();
+    let mut token: Option<String> = None;
+    for _ in 0..MAX_PAGES {
+        let (items, next) = fetch(token.clone()).await?;
+        all.extend(items);
+        match next.filter(|t| !t.is_empty()) {
+            None => return Ok(all),
+            Some(n) if Some(&n) == token.as_ref() => {
+                return Err(ProviderError::Fatal(format!(
+                    "{provider}: the page token did not advance ({n:?})"
+                )))
+            }
+            Some(n) => token = Some(n),
+        }
+    }
+    Err(ProviderError::Fatal(format!(
+        "{provider}: more than {MAX_PAGES} pages"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_reads_seconds_dates_and_named_throttlers() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777 - 10);
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", HeaderValue::from_static("7"));
+        assert_eq!(retry_after(&h, now), Some(Duration::from_secs(7)));
+        h.insert(
+            "retry-after",
+            HeaderValue::from_static("Sun, 06 Nov 1994 08:49:37 GMT"),
+        );
+        assert_eq!(retry_after(&h, now), Some(Duration::from_secs(10)));
+        let mut h = HeaderMap::new();
+        h.insert("retry-after-authenticated", HeaderValue::from_static("2"));
+        h.insert(
+            "retry-after-sandbox-lifecycle",
+            HeaderValue::from_static("5"),
+        );
+        h.insert(
+            "x-ratelimit-reset-sandbox-lifecycle",
+            HeaderValue::from_static("99"),
+        );
+        assert_eq!(retry_after(&h, now), Some(Duration::from_secs(5)));
+        assert_eq!(retry_after(&HeaderMap::new(), now), None);
+    }
+
+    #[test]
+    fn statuses_are_classified() {
+        let c = |s: u16| classify(StatusCode::from_u16(s).unwrap(), None, String::new());
+        assert!(matches!(c(404), ProviderError::Gone(_)));
+        for s in [408, 409, 429, 500, 502, 503, 504] {
+            assert!(matches!(c(s), ProviderError::Transient { .. }), "{s}");
+        }
+        for s in [400, 401, 403, 422] {
+            assert!(matches!(c(s), ProviderError::Fatal(_)), "{s}");
+        }
+    }
+
+    #[test]
+    fn error_bodies_become_one_line() {
+        assert_eq!(
+            error_message(br#"{"code":404,"message":"Sandbox \"x\" doesn't exist"}"#),
+            "Sandbox \"x\" doesn't exist"
+        );
+        assert_eq!(
+            error_message(br#"{"error":"machine not found"}"#),
+            "machine not found"
+        );
+        assert_eq!(
+            error_message(b"<html>\nBad Gateway</html>"),
+            "<html>Bad Gateway</html>"
+        );
+        assert_eq!(error_message(b""), "no details");
+    }
+
+    #[test]
+    fn secrets_are_redacted() {
+        let http = Http::new(
+            "e2b",
+            "http://127.0.0.1:1",
+            Duration::from_secs(1),
+            vec![("x-api-key", Secret::new("e2b_deadbeef"))],
+        )
+        .unwrap();
+        assert_eq!(
+            http.redact("key e2b_deadbeef refused"),
+            "key [redacted] refused"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_walk_follows_tokens_and_refuses_a_stuck_one() {
+        let pages = walk("t", |token| async move {
+            Ok(match token.as_deref() {
+                None => (vec![1, 2], Some("a".to_string())),
+                Some("a") => (vec![3], Some("b".to_string())),
+                _ => (vec![4], None),
+            })
+        })
+        .await
+        .unwrap();
+        assert_eq!(pages, vec![1, 2, 3, 4]);
+        let stuck = walk("t", |_| async { Ok((vec![1], Some("same".to_string()))) }).await;
+        assert!(matches!(stuck, Err(ProviderError::Fatal(_))));
+    }
+}

@@ -1,0 +1,384 @@
+//! The framework every REST/Connect provider emulator is built on: a small HTTP/1.1 server on
+//! 127.0.0.1 (port 0) with fault injection, a log of every request, and a check that no
+//! request reached a route before the `Retry-After` it was given had elapsed.
+//!
+//! An emulator implements [`Api`]: the provider's answer to a request (auth, routes, state),
+//! and the provider's own shape of a 429 and of a 5xx. The server applies [`Faults`] before
+//! the API sees a request: an outage (every request answered 503), dropped connections (closed
+//! without an answer), latency, 429s with the provider's retry header, and 5xx. The random
+//! draws come from a seeded generator, so a run is repeatable.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// One request as the emulator saw it. Header names are lower-case.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub method: String,
+    pub path: String,
+    pub query: Vec<(String, String)>,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Request {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+    pub fn query(&self, name: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+    pub fn queries(&self, name: &str) -> Vec<&str> {
+        self.query
+            .iter()
+            .filter(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+    pub fn json(&self) -> Option<serde_json::Value> {
+        serde_json::from_slice(&self.body).ok()
+    }
+    /// The path split on `/`, without the empty first part.
+    pub fn segments(&self) -> Vec<&str> {
+        self.path.split('/').filter(|s| !s.is_empty()).collect()
+    }
+}
+
+/// An answer.
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn json(status: u16, value: serde_json::Value) -> Response {
+        Response {
+            status,
+            headers: vec![("content-type".into(), "application/json".into())],
+            body: value.to_string().into_bytes(),
+        }
+    }
+    pub fn empty(status: u16) -> Response {
+        Response {
+            status,
+            headers: vec![],
+            body: vec![],
+        }
+    }
+    pub fn with_header(mut self, name: &str, value: impl Into<String>) -> Response {
+        self.headers.push((name.to_string(), value.into()));
+        self
+    }
+}
+
+/// A provider's API, as an emulator implements it.
+pub trait Api: Send + Sync + 'static {
+    /// The answer to a request that got past the injected faults.
+    fn handle(&self, req: &Request) -> Response;
+    /// This provider's 429, asking the client to wait `secs` (in its own header).
+    fn throttled(&self, secs: u64) -> Response;
+    /// This provider's 503.
+    fn unavailable(&self) -> Response;
+    /// The rate-limit bucket a request belongs to. Default: the method and the first two path
+    /// segments (`DELETE /sandboxes/*`), since providers limit per route, not per id.
+    fn route(&self, req: &Request) -> String {
+        let segs = req.segments();
+        let mut key = req.method.clone();
+        for (i, s) in segs.iter().enumerate() {
+            key.push('/');
+            key.push_str(if i < 2 { s } else { "*" });
+        }
+        key
+    }
+}
+
+/// What goes wrong, on purpose. Rates are fractions of requests (0.0 to 1.0).
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    /// Answer 503 (the provider's own body).
+    pub error_rate: f64,
+    /// Answer 429 with the provider's retry header.
+    pub throttle_rate: f64,
+    /// The wait a 429 asks for.
+    pub retry_after_secs: u64,
+    /// Close the connection without answering.
+    pub drop_rate: f64,
+    /// Delay before every answer.
+    pub latency: Duration,
+    /// Every request answered 503 while set.
+    pub outage: bool,
+}
+
+/// One request in the log.
+#[derive(Debug, Clone)]
+pub struct Hit {
+    pub at: Instant,
+    pub method: String,
+    pub path: String,
+    /// 0 when the connection was dropped.
+    pub status: u16,
+    /// Sent to a route before the Retry-After it was given had elapsed.
+    pub early: bool,
+}
+
+struct Shared {
+    api: Box<dyn Api>,
+    faults: Mutex<Faults>,
+    hits: Mutex<Vec<Hit>>,
+    blocked_until: Mutex<HashMap<String, Instant>>,
+    rng: Mutex<u64>,
+}
+
+/// A running emulator; it stops with the test process.
+pub struct Emulator {
+    pub url: String,
+    shared: Arc<Shared>,
+}
+
+impl Emulator {
+    pub fn start(api: impl Api) -> Emulator {
+        let shared = Arc::new(Shared {
+            api: Box::new(api),
+            faults: Mutex::new(Faults::default()),
+            hits: Mutex::new(Vec::new()),
+            blocked_until: Mutex::new(HashMap::new()),
+            rng: Mutex::new(0x9E37_79B9_7F4A_7C15),
+        });
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let url = format!("http://{}", listener.local_addr().expect("address"));
+        let server = shared.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let listener = TcpListener::from_std(listener).expect("tokio listener");
+                loop {
+                    let Ok((stream, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    let shared = server.clone();
+                    tokio::spawn(async move { serve(stream, shared).await });
+                }
+            });
+        });
+        Emulator { url, shared }
+    }
+
+    pub fn set_faults(&self, faults: Faults) {
+        *self.shared.faults.lock().unwrap() = faults;
+    }
+
+    pub fn hits(&self) -> Vec<Hit> {
+        self.shared.hits.lock().unwrap().clone()
+    }
+
+    /// Requests that reached a route before its Retry-After had elapsed.
+    pub fn early_hits(&self) -> usize {
+        self.hits().iter().filter(|h| h.early).count()
+    }
+}
+
+async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
+    let _ = stream.set_nodelay(true);
+    let mut buf = Vec::with_capacity(8192);
+    loop {
+        let Some(req) = read_request(&mut stream, &mut buf).await else {
+            return;
+        };
+        let (faults, draw) = {
+            let f = shared.faults.lock().unwrap().clone();
+            let mut rng = shared.rng.lock().unwrap();
+            let draws = [next(&mut rng), next(&mut rng), next(&mut rng)];
+            (f, draws)
+        };
+        if !faults.latency.is_zero() {
+            tokio::time::sleep(faults.latency).await;
+        }
+        let route = shared.api.route(&req);
+        let now = Instant::now();
+        let early = shared
+            .blocked_until
+            .lock()
+            .unwrap()
+            .get(&route)
+            .is_some_and(|until| now < *until);
+        let response = if faults.outage {
+            Some(shared.api.unavailable())
+        } else if draw[0] < faults.drop_rate {
+            None
+        } else if draw[1] < faults.throttle_rate {
+            let secs = faults.retry_after_secs.max(1);
+            shared
+                .blocked_until
+                .lock()
+                .unwrap()
+                .insert(route, now + Duration::from_secs(secs));
+            Some(shared.api.throttled(secs))
+        } else if draw[2] < faults.error_rate {
+            Some(shared.api.unavailable())
+        } else {
+            Some(shared.api.handle(&req))
+        };
+        let status = response.as_ref().map(|r| r.status).unwrap_or(0);
+        shared.hits.lock().unwrap().push(Hit {
+            at: now,
+            method: req.method.clone(),
+            path: req.path.clone(),
+            status,
+            early,
+        });
+        let Some(response) = response else { return };
+        if write_response(&mut stream, &response).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A uniform draw in [0, 1) (xorshift64*).
+fn next(state: &mut u64) -> f64 {
+    let mut x = *state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+async fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Request> {
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+        if buf.len() > 64 * 1024 {
+            return None;
+        }
+        let mut chunk = [0u8; 8192];
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let mut first = lines.next()?.split(' ');
+    let (method, target) = (first.next()?.to_string(), first.next()?.to_string());
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let length: usize = headers
+        .iter()
+        .find(|(k, _)| k == "content-length")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let body_start = head_end + 4;
+    while buf.len() < body_start + length {
+        let mut chunk = [0u8; 8192];
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let body = buf[body_start..body_start + length].to_vec();
+    buf.drain(..body_start + length);
+    let (path, query) = match target.split_once('?') {
+        Some((p, q)) => (p.to_string(), parse_query(q)),
+        None => (target, Vec::new()),
+    };
+    Some(Request {
+        method,
+        path: percent_decode(&path),
+        query,
+        headers,
+        body,
+    })
+}
+
+fn parse_query(q: &str) -> Vec<(String, String)> {
+    q.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) => (percent_decode(k), percent_decode(v)),
+            None => (percent_decode(p), String::new()),
+        })
+        .collect()
+}
+
+/// Decodes `%XX` and `+` (as a space) in a query component.
+pub fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                match u8::from_str_radix(
+                    std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"),
+                    16,
+                ) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 3;
+                        continue;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+async fn write_response(stream: &mut TcpStream, r: &Response) -> std::io::Result<()> {
+    let mut head = format!(
+        "HTTP/1.1 {} {}\r\ncontent-length: {}\r\n",
+        r.status,
+        reason(r.status),
+        r.body.len()
+    );
+    for (k, v) in &r.headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(&r.body).await?;
+    stream.flush().await
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        201 => "Created",
+        204 => "No Content",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        404 => "Not Found",
+        409 => "Conflict",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        _ => "Status",
+    }
+}
