@@ -96,15 +96,6 @@ fn wait_for_file(path: &std::path::Path, child: &mut Child) -> Vec<String> {
     }
 }
 
-/// Polls until `check` holds, for at most `limit`.
-fn eventually(limit: Duration, what: &str, check: impl Fn() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !check() {
-        assert!(Instant::now() < deadline, "not within {limit:?}: {what}");
-        std::thread::sleep(Duration::from_millis(25));
-    }
-}
-
 enum Death {
     Signal(i32),
     GroupSignal(i32),

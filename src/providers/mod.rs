@@ -12,6 +12,7 @@
 //! with the reason by `sandguard providers`.
 
 pub mod docker;
+pub mod e2b;
 #[cfg(test)]
 pub mod fake;
 pub mod http;
@@ -166,7 +167,7 @@ impl Registry {
     /// Registers every built-in driver, configured from `settings`.
     pub fn from_settings(settings: &Settings) -> Registry {
         Registry {
-            entries: vec![docker::entry(&settings.docker)],
+            entries: vec![docker::entry(&settings.docker), e2b::entry(&settings.e2b)],
         }
     }
 

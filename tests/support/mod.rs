@@ -6,6 +6,7 @@
 
 #![allow(dead_code)]
 
+pub mod e2b;
 pub mod emu;
 
 use std::path::{Path, PathBuf};
@@ -295,4 +296,93 @@ pub fn dead_owner_label() -> String {
 
 pub fn live_owner_label() -> String {
     sandguard::identity::Identity::current().unwrap().to_label()
+}
+
+/// A config file for cloud tests: Docker off (so only the provider under test answers) and
+/// short reclaim limits, plus `extra` lines.
+pub fn cloud_config(s: &Scratch, extra: &str) -> PathBuf {
+    let path = s.path().join("sandguard.toml");
+    let text = format!(
+        "[providers.docker]\nenabled = false\n\n[reclaim]\ndeadline = \"4s\"\nretry_initial = \"50ms\"\nretry_max = \"1s\"\nsettle = \"0\"\n{extra}"
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A guarded owner: `sandguard -- sh -c` that writes its session id and sleeps, in its own
+/// process group (killed on drop).
+pub struct Owner {
+    pub child: std::process::Child,
+    pub session: String,
+    pub labels: String,
+}
+
+impl Owner {
+    pub fn start(mut cmd: Command, s: &Scratch) -> Owner {
+        use std::os::unix::process::CommandExt;
+        let file = s.path().join(format!("owner-{}", unique()));
+        let script = format!("printf '%s\\n%s\\n' \"$SANDGUARD_SESSION\" \"$SANDGUARD_LABELS\" > {0}.tmp && mv {0}.tmp {0}; exec sleep 600", file.display());
+        let child = cmd
+            .args(["--", "sh", "-c", &script])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("spawn the owner");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let text = loop {
+            if let Ok(t) = std::fs::read_to_string(&file) {
+                break t;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the guarded owner did not start"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let mut lines = text.lines();
+        let session = lines.next().unwrap_or_default().to_string();
+        let labels = lines.next().unwrap_or_default().to_string();
+        Owner {
+            child,
+            session,
+            labels,
+        }
+    }
+
+    /// The labels as pairs, as a program would stamp them.
+    pub fn label_pairs(&self) -> Vec<(String, String)> {
+        self.labels
+            .split(',')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    pub fn kill(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .stderr(std::process::Stdio::null())
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Polls until `check` holds, for at most `limit`.
+pub fn eventually(limit: std::time::Duration, what: &str, check: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !check() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not within {limit:?}: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
 }

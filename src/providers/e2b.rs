@@ -1,0 +1,252 @@
+//! The E2B driver (REST, `X-API-Key`), through the shared HTTP layer.
+//!
+//! - List: `GET /v2/sandboxes?metadata=…&limit=100[&nextToken=…]`, running and paused
+//!   sandboxes alike (the default when `state` is omitted). The metadata filter is one query
+//!   value holding `k=v&k2=v2` with each key and value percent-encoded, so a value may contain
+//!   `&` or `=`. Pages follow the `X-Next-Token` response header (absent on the last page).
+//!   A selector term without a value (`sandguard.session` present, any session) cannot be
+//!   said in E2B's exact-match filter, so `ps` lists all and filters locally.
+//! - Labels: the sandguard labels are E2B `metadata` entries, as SDKs stamp them at create.
+//! - Remove: `DELETE /sandboxes/{id}` → 204 (a paused sandbox's snapshot goes too); 404 means
+//!   it is gone.
+//! - TTL: E2B ends a sandbox at its `endAt`. [`Provider::renew`] reads it
+//!   (`GET /sandboxes/{id}`) and only when it falls short of `ttl` from now calls
+//!   `POST /sandboxes/{id}/timeout {"timeout": secs}` (204). That call *sets* the expiry, and
+//!   could shorten a longer one, hence the read first: renewing never cuts a sandbox's life.
+//! - 429 carries `Retry-After` (seconds), honoured by the shared layer and the reclaim gate.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use reqwest::Method;
+use serde::Deserialize;
+
+use super::http::{walk, Http};
+use super::{Capabilities, Entry, EntryState, Kind, Provider, ProviderError, Sandbox};
+use crate::config::CloudSettings;
+use crate::labels::Selector;
+use crate::timefmt;
+
+/// E2B's largest page.
+const PAGE: &str = "100";
+
+pub fn entry(settings: &CloudSettings) -> Entry {
+    let state = match &settings.token {
+        None => {
+            EntryState::Unconfigured("E2B_API_KEY is not set (nor [providers.e2b] api_key)".into())
+        }
+        Some(key) => match Http::new(
+            "e2b",
+            &settings.url,
+            settings.timeout,
+            vec![("x-api-key", key.clone())],
+        ) {
+            Ok(http) => EntryState::Configured(std::sync::Arc::new(E2b {
+                http,
+                url: settings.url.clone(),
+            })),
+            Err(e) => EntryState::Unconfigured(e.to_string()),
+        },
+    };
+    Entry { name: "e2b", state }
+}
+
+pub struct E2b {
+    http: Http,
+    url: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Listed {
+    #[serde(rename = "sandboxID")]
+    sandbox_id: String,
+    #[serde(rename = "templateID", default)]
+    template_id: Option<String>,
+    #[serde(default)]
+    alias: Option<String>,
+    #[serde(default)]
+    started_at: Option<String>,
+    #[serde(default)]
+    end_at: Option<String>,
+    #[serde(default)]
+    state: Option<String>,
+    #[serde(default)]
+    metadata: Option<BTreeMap<String, String>>,
+}
+
+impl Listed {
+    fn into_sandbox(self) -> Sandbox {
+        Sandbox {
+            provider: "e2b".into(),
+            kind: Kind::Instance,
+            id: self.sandbox_id,
+            status: self.state.unwrap_or_else(|| "running".into()),
+            created_at: self.started_at.as_deref().and_then(timefmt::parse_rfc3339),
+            image: self.alias.or(self.template_id),
+            labels: self.metadata.unwrap_or_default(),
+        }
+    }
+}
+
+/// The selector as E2B's `metadata` value: `k=v&k2=v2`, keys and values percent-encoded.
+/// `None` when a term has no value (it cannot be expressed; filter locally).
+fn metadata_filter(selector: &Selector) -> Option<String> {
+    let pairs: Option<Vec<String>> = selector
+        .terms()
+        .iter()
+        .map(|(k, v)| v.as_ref().map(|v| format!("{}={}", encode(k), encode(v))))
+        .collect();
+    pairs.map(|p| p.join("&"))
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+impl E2b {
+    async fn page(
+        &self,
+        filter: Option<&str>,
+        token: Option<String>,
+    ) -> Result<(Vec<Sandbox>, Option<String>), ProviderError> {
+        let build = || {
+            let mut q: Vec<(&str, &str)> = vec![("limit", PAGE)];
+            if let Some(f) = filter {
+                q.push(("metadata", f));
+            }
+            if let Some(t) = token.as_deref() {
+                q.push(("nextToken", t));
+            }
+            self.http.request(Method::GET, "/v2/sandboxes").query(&q)
+        };
+        let reply = self
+            .http
+            .read(build, "failed to list sandboxes")
+            .await
+            .map_err(gone_is_fatal)?;
+        let listed: Vec<Listed> = reply.json("e2b", "failed to list sandboxes")?;
+        let next = reply.header("x-next-token").map(str::to_string);
+        Ok((listed.into_iter().map(Listed::into_sandbox).collect(), next))
+    }
+}
+
+/// A 404 on a collection is a wrong URL, not a removed sandbox.
+fn gone_is_fatal(e: ProviderError) -> ProviderError {
+    match e {
+        ProviderError::Gone(m) => ProviderError::Fatal(m),
+        other => other,
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for E2b {
+    fn name(&self) -> &str {
+        "e2b"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            labels: true,
+            ttl: true,
+            pagination: true,
+        }
+    }
+
+    async fn list(&self, selector: &Selector) -> Result<Vec<Sandbox>, ProviderError> {
+        let filter = metadata_filter(selector);
+        let all = walk("e2b", |token| self.page(filter.as_deref(), token)).await?;
+        Ok(all
+            .into_iter()
+            .filter(|s| selector.matches(&s.labels))
+            .collect())
+    }
+
+    async fn remove(&self, sandbox: &Sandbox) -> Result<(), ProviderError> {
+        let path = format!("/sandboxes/{}", encode(&sandbox.id));
+        let what = format!("failed to remove sandbox {}", sandbox.id);
+        self.http
+            .send(self.http.request(Method::DELETE, &path), &what)
+            .await
+            .map(|_| ())
+    }
+
+    async fn check(&self) -> Result<String, ProviderError> {
+        let build = || {
+            self.http
+                .request(Method::GET, "/v2/sandboxes")
+                .query(&[("limit", "1")])
+        };
+        self.http
+            .read(build, "failed to reach the API")
+            .await
+            .map_err(gone_is_fatal)?;
+        Ok(format!("E2B API at {}", self.url))
+    }
+
+    async fn renew(&self, sandbox: &Sandbox, ttl: Duration) -> Result<(), ProviderError> {
+        let path = format!("/sandboxes/{}", encode(&sandbox.id));
+        let what = format!("failed to read sandbox {}", sandbox.id);
+        let reply = self
+            .http
+            .read(|| self.http.request(Method::GET, &path), &what)
+            .await?;
+        let current: Listed = reply.json("e2b", &what)?;
+        let wanted = timefmt::now_unix() + ttl.as_secs() as i64;
+        if current
+            .end_at
+            .as_deref()
+            .and_then(timefmt::parse_rfc3339)
+            .is_some_and(|end| end >= wanted)
+        {
+            return Ok(());
+        }
+        let body = serde_json::json!({ "timeout": ttl.as_secs().min(i32::MAX as u64) });
+        let what = format!("failed to extend sandbox {}", sandbox.id);
+        let request = self
+            .http
+            .request(Method::POST, &format!("{path}/timeout"))
+            .json(&body);
+        self.http.send(request, &what).await.map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_metadata_filter_is_encoded_pairwise() {
+        assert_eq!(
+            metadata_filter(&Selector::session("ab12")).as_deref(),
+            Some("sandguard.session=ab12")
+        );
+        assert_eq!(metadata_filter(&Selector::managed()), None);
+        assert_eq!(encode("a=b&c d"), "a%3Db%26c%20d");
+    }
+
+    #[test]
+    fn listed_sandboxes_map_to_sandboxes() {
+        let json = r#"[{"templateID":"base","alias":"py","sandboxID":"i1","clientID":"c","startedAt":"2026-01-01T00:00:00Z",
+            "endAt":"2026-01-01T00:05:00Z","cpuCount":2,"memoryMB":512,"diskSizeMB":0,"state":"paused","envdVersion":"1",
+            "metadata":{"sandguard.session":"s1"}},
+            {"templateID":"base","sandboxID":"i2","clientID":"c","startedAt":"2026-01-01T00:00:00Z","endAt":"2026-01-01T00:05:00Z",
+            "cpuCount":2,"memoryMB":512,"diskSizeMB":0,"state":"running","envdVersion":"1"}]"#;
+        let listed: Vec<Listed> = serde_json::from_str(json).unwrap();
+        let s: Vec<Sandbox> = listed.into_iter().map(Listed::into_sandbox).collect();
+        assert_eq!(s[0].id, "i1");
+        assert_eq!(s[0].status, "paused");
+        assert_eq!(s[0].image.as_deref(), Some("py"));
+        assert_eq!(s[0].session(), Some("s1"));
+        assert_eq!(s[0].created_at, Some(1_767_225_600));
+        assert!(s[1].labels.is_empty());
+    }
+}
