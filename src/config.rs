@@ -48,6 +48,8 @@ pub struct Settings {
 pub struct WatchSettings {
     /// How long an owner that sends heartbeats may go silent before its lease expires.
     pub grace: Duration,
+    /// How often the sidecar renews its sandboxes' server-side TTLs (`0` never does).
+    pub renew_every: Duration,
 }
 
 /// The reclaim path's limits.
@@ -191,6 +193,7 @@ struct FileConfig {
 #[serde(deny_unknown_fields)]
 struct FileWatch {
     grace: Option<HumanDuration>,
+    renew_every: Option<HumanDuration>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -354,7 +357,14 @@ impl Settings {
             source,
             state_dir,
             log_level,
-            watch: WatchSettings { grace },
+            watch: WatchSettings {
+                grace,
+                renew_every: file
+                    .watch
+                    .renew_every
+                    .map(|d| d.0)
+                    .unwrap_or(Duration::from_secs(60)),
+            },
             reclaim: ReclaimSettings {
                 concurrency: r.concurrency.map(|c| c.0).unwrap_or(16),
                 deadline: r.deadline.map(|d| d.0).unwrap_or(Duration::from_secs(120)),
@@ -569,6 +579,7 @@ mod tests {
             "host",
             "api_version",
             "timeout",
+            "renew_every",
             "[providers.e2b]",
             "[providers.daytona]",
             "[providers.flyio]",

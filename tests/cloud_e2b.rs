@@ -215,3 +215,32 @@ fn an_outage_past_the_deadline_leaves_the_session_pending_until_stop_finishes_it
     assert_eq!(out.code, 0, "{}", out.stdout);
     assert_eq!(state.count(), 0);
 }
+
+#[test]
+fn while_the_owner_lives_its_sandboxes_ttls_are_kept_beyond_the_grace() {
+    let s = Scratch::new("e2b-ttl");
+    let (emu, state) = e2b::start(KEY);
+    let config = cloud_config(&s, "[watch]\ngrace = \"10m\"\nrenew_every = \"1s\"\n");
+    let owner = Owner::start(cmd(&s, &emu.url, &config), &s);
+    let labels = owner.label_pairs();
+    let pairs: Vec<(&str, &str)> = labels
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    state.insert("t1", &pairs);
+    let mut detached = pairs.clone();
+    detached.push(("sandguard.detached", "true"));
+    state.insert("t2", &detached);
+    let now = sandguard::timefmt::now_unix();
+    // Renewed to grace + 2 x renew_every = 602 s from now (from the 300 s it was created with).
+    eventually(
+        Duration::from_secs(10),
+        "the labelled sandbox's TTL is extended past the grace",
+        || state.get("t1").is_some_and(|sb| sb.end_at >= now + 600),
+    );
+    assert!(
+        state.get("t2").unwrap().end_at < now + 400,
+        "a detached sandbox keeps its own TTL"
+    );
+    drop(owner);
+}

@@ -27,6 +27,7 @@ use crate::session;
 use crate::unix::{self, Forked};
 use crate::watch::death::OwnerWatch;
 use crate::watch::lease::{BootClock, Lease};
+use crate::watch::ttl::Keeper;
 use crate::watch::{Sidecar, Triggers};
 
 #[derive(Debug, clap::Args)]
@@ -142,6 +143,7 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
     // Not at once: the guarded program is starting right now on the same cores, and a
     // program that dies within WARM_UP_DELAY only pays one cold connection on reclaim.
     let warm = providers.clone();
+    let warm_providers = providers.clone();
     let warm_up = tokio::spawn(async move {
         tokio::time::sleep(WARM_UP_DELAY).await;
         for p in warm {
@@ -151,6 +153,7 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
         }
     });
     let options = Options::from(&settings.reclaim);
+    let keeper_session = session.clone();
     let sidecar = Sidecar::new(
         session,
         providers,
@@ -158,6 +161,14 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
         Lease::new(BootClock, grace),
         options,
     );
+    let keeper = Keeper::new(
+        &warm_providers,
+        &keeper_session,
+        grace,
+        settings.watch.renew_every,
+        sidecar.holdings(),
+    )
+    .map(|k| tokio::spawn(k.run()));
     let owner_gone = Box::pin(async move { owner_watch.wait().await });
     let outcome = sidecar
         .run(Triggers {
@@ -167,6 +178,9 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
         })
         .await;
     warm_up.abort();
+    if let Some(k) = keeper {
+        k.abort();
+    }
     Ok(match outcome.state {
         crate::ledger::SessionState::Pending => Exit::Failure,
         _ => Exit::Ok,

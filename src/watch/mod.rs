@@ -26,6 +26,7 @@
 
 pub mod death;
 pub mod lease;
+pub mod ttl;
 
 use std::collections::{BTreeSet, HashSet};
 use std::future::Future;
@@ -79,6 +80,8 @@ pub struct Sidecar<C> {
     claims: BTreeSet<Target>,
     detached: BTreeSet<Target>,
     malformed: u64,
+    /// What the TTL keeper renews; updated on every claim, release and detach.
+    holdings: tokio::sync::watch::Sender<ttl::Holdings>,
 }
 
 impl<C: Clock> Sidecar<C> {
@@ -98,7 +101,13 @@ impl<C: Clock> Sidecar<C> {
             claims: BTreeSet::new(),
             detached: BTreeSet::new(),
             malformed: 0,
+            holdings: tokio::sync::watch::Sender::new(ttl::Holdings::default()),
         }
+    }
+
+    /// The owner's claims and detached sandboxes, kept current for the TTL keeper.
+    pub fn holdings(&self) -> tokio::sync::watch::Receiver<ttl::Holdings> {
+        self.holdings.subscribe()
     }
 
     /// Malformed control lines seen so far.
@@ -196,6 +205,10 @@ impl<C: Clock> Sidecar<C> {
             }
             Command::Renew | Command::Bye => {}
         }
+        self.holdings.send_replace(ttl::Holdings {
+            claims: self.claims.clone(),
+            detached: self.detached.clone(),
+        });
         None
     }
 
@@ -319,7 +332,7 @@ fn describe(state: SessionState) -> &'static str {
 }
 
 /// A claimed sandbox as a reclaim target: claims carry no labels, only provider and id.
-fn claimed(t: &Target) -> Sandbox {
+pub(crate) fn claimed(t: &Target) -> Sandbox {
     Sandbox {
         provider: t.provider.clone(),
         kind: Kind::Instance,

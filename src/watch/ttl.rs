@@ -1,0 +1,234 @@
+//! The server-side TTL keeper: defence in depth for the case sandguard itself cannot act.
+//!
+//! While the owner lives, every `renew_every` the keeper lists the session's sandboxes on each
+//! provider that has a server-side lifetime ([`crate::providers::Capabilities::ttl`]: E2B's
+//! timeout, Tenki's session timeout, Daytona's auto-stop), adds the owner's claims on those
+//! providers, and asks each provider to keep them alive for `ttl` from now, where
+//! `ttl = grace + 2 × renew_every`. If the whole machine sleeps, dies or loses its network,
+//! nothing renews, and the provider itself ends the sandboxes a little after the grace.
+//!
+//! - Detached sandboxes (by the `detach` command or the `sandguard.detached=true` label) are
+//!   not renewed: their own TTL is what should end them.
+//! - A provider's renew never shortens a longer lifetime (the drivers check first).
+//! - No TTL-capable provider configured: no keeper, no timer, no wake-ups.
+//! - Failures are logged and retried on the next round; they never touch the watch loop,
+//!   which runs apart from this task.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::stream::{self, StreamExt};
+use tokio::sync::watch;
+
+use crate::labels::{Selector, DETACHED};
+use crate::protocol::Target;
+use crate::providers::{Provider, ProviderError, Sandbox};
+
+/// What the owner holds, as the sidecar last saw it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Holdings {
+    pub claims: BTreeSet<Target>,
+    pub detached: BTreeSet<Target>,
+}
+
+/// Renewals in flight at once, per provider.
+const CONCURRENCY: usize = 8;
+
+pub struct Keeper {
+    providers: Vec<Arc<dyn Provider>>,
+    session: String,
+    ttl: Duration,
+    every: Duration,
+    holdings: watch::Receiver<Holdings>,
+}
+
+impl Keeper {
+    /// A keeper for the TTL-capable providers among `providers`, or `None` if there are none.
+    pub fn new(
+        providers: &[Arc<dyn Provider>],
+        session: &str,
+        grace: Duration,
+        every: Duration,
+        holdings: watch::Receiver<Holdings>,
+    ) -> Option<Keeper> {
+        let providers: Vec<Arc<dyn Provider>> = providers
+            .iter()
+            .filter(|p| p.capabilities().ttl)
+            .cloned()
+            .collect();
+        if providers.is_empty() || every.is_zero() {
+            return None;
+        }
+        Some(Keeper {
+            providers,
+            session: session.to_string(),
+            ttl: grace + every * 2,
+            every,
+            holdings,
+        })
+    }
+
+    /// Renews now, then every `renew_every`, until the task is aborted.
+    pub async fn run(self) {
+        let mut tick = tokio::time::interval(self.every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let holdings = self.holdings.borrow().clone();
+            for p in &self.providers {
+                self.renew_on(p.as_ref(), &holdings).await;
+            }
+        }
+    }
+
+    async fn renew_on(&self, provider: &dyn Provider, holdings: &Holdings) {
+        let mut targets: Vec<Sandbox> = match provider.list(&Selector::session(&self.session)).await
+        {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!("cannot list {} to renew TTLs: {e}", provider.name());
+                Vec::new()
+            }
+        };
+        let is_detached = |s: &Sandbox| {
+            s.labels.get(DETACHED).map(String::as_str) == Some("true")
+                || holdings
+                    .detached
+                    .iter()
+                    .any(|t| t.provider == s.provider && t.id == s.id)
+        };
+        targets.retain(|s| !is_detached(s));
+        for claim in holdings
+            .claims
+            .iter()
+            .filter(|t| t.provider == provider.name())
+        {
+            if !targets.iter().any(|s| s.id == claim.id) {
+                targets.push(super::claimed(claim));
+            }
+        }
+        let ttl = self.ttl;
+        stream::iter(targets)
+            .for_each_concurrent(CONCURRENCY, |s| async move {
+                match provider.renew(&s, ttl).await {
+                    Ok(()) | Err(ProviderError::Gone(_)) => {}
+                    Err(e) => {
+                        tracing::warn!("cannot renew the TTL of {} {}: {e}", s.provider, s.id)
+                    }
+                }
+            })
+            .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::{Capabilities, Kind};
+    use std::sync::Mutex;
+
+    /// A TTL-capable provider that records renewals.
+    struct Ttl {
+        listed: Vec<Sandbox>,
+        renewed: Mutex<Vec<(String, Duration)>>,
+    }
+
+    #[async_trait::async_trait]
+    impl Provider for Ttl {
+        fn name(&self) -> &str {
+            "fake"
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities {
+                labels: true,
+                ttl: true,
+                pagination: false,
+            }
+        }
+        async fn list(&self, s: &Selector) -> Result<Vec<Sandbox>, ProviderError> {
+            Ok(self
+                .listed
+                .iter()
+                .filter(|x| s.matches(&x.labels))
+                .cloned()
+                .collect())
+        }
+        async fn remove(&self, _: &Sandbox) -> Result<(), ProviderError> {
+            Ok(())
+        }
+        async fn check(&self) -> Result<String, ProviderError> {
+            Ok("fake".into())
+        }
+        async fn renew(&self, s: &Sandbox, ttl: Duration) -> Result<(), ProviderError> {
+            self.renewed.lock().unwrap().push((s.id.clone(), ttl));
+            Ok(())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn labelled_and_claimed_sandboxes_are_renewed_detached_ones_are_not() {
+        use crate::providers::fake::sandbox;
+        let mut labelled_detached = sandbox("ld", Kind::Instance, Some("s"));
+        labelled_detached
+            .labels
+            .insert(DETACHED.into(), "true".into());
+        let p = Arc::new(Ttl {
+            listed: vec![
+                sandbox("l1", Kind::Instance, Some("s")),
+                sandbox("cmd", Kind::Instance, Some("s")),
+                labelled_detached,
+                sandbox("x", Kind::Instance, Some("other")),
+            ],
+            renewed: Mutex::new(vec![]),
+        });
+        let holdings = Holdings {
+            claims: [Target {
+                provider: "fake".into(),
+                id: "c1".into(),
+            }]
+            .into(),
+            detached: [Target {
+                provider: "fake".into(),
+                id: "cmd".into(),
+            }]
+            .into(),
+        };
+        let (_tx, rx) = watch::channel(holdings);
+        let providers: Vec<Arc<dyn Provider>> = vec![p.clone()];
+        let keeper = Keeper::new(
+            &providers,
+            "s",
+            Duration::from_secs(600),
+            Duration::from_secs(60),
+            rx,
+        )
+        .unwrap();
+        let task = tokio::spawn(keeper.run());
+        tokio::time::sleep(Duration::from_secs(61)).await;
+        task.abort();
+        let renewed = p.renewed.lock().unwrap().clone();
+        let mut ids: Vec<&str> = renewed.iter().map(|(id, _)| id.as_str()).collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids, vec!["c1", "l1"]);
+        assert!(renewed
+            .iter()
+            .all(|(_, ttl)| *ttl == Duration::from_secs(720)));
+        assert_eq!(renewed.len(), 4, "renewed at once and after one interval");
+    }
+
+    #[test]
+    fn no_ttl_provider_means_no_keeper() {
+        let providers: Vec<Arc<dyn Provider>> = vec![crate::providers::fake::Fake::holding(vec![])];
+        let (_tx, rx) = watch::channel(Holdings::default());
+        assert!(Keeper::new(
+            &providers,
+            "s",
+            Duration::from_secs(600),
+            Duration::from_secs(60),
+            rx
+        )
+        .is_none());
+    }
+}
