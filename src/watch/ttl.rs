@@ -32,6 +32,9 @@ pub struct Holdings {
     pub detached: BTreeSet<Target>,
 }
 
+/// When the first round runs.
+pub const FIRST_ROUND: Duration = Duration::from_secs(5);
+
 /// Renewals in flight at once, per provider.
 const CONCURRENCY: usize = 8;
 
@@ -69,9 +72,11 @@ impl Keeper {
         })
     }
 
-    /// Renews now, then every `renew_every`, until the task is aborted.
+    /// Renews [`FIRST_ROUND`] after start (not at once: the guarded program is starting on the
+    /// same cores, and has created nothing yet), then every `renew_every`, until aborted.
     pub async fn run(self) {
-        let mut tick = tokio::time::interval(self.every);
+        let first = tokio::time::Instant::now() + FIRST_ROUND.min(self.every);
+        let mut tick = tokio::time::interval_at(first, self.every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
@@ -205,7 +210,7 @@ mod tests {
         )
         .unwrap();
         let task = tokio::spawn(keeper.run());
-        tokio::time::sleep(Duration::from_secs(61)).await;
+        tokio::time::sleep(FIRST_ROUND + Duration::from_secs(61)).await;
         task.abort();
         let renewed = p.renewed.lock().unwrap().clone();
         let mut ids: Vec<&str> = renewed.iter().map(|(id, _)| id.as_str()).collect();
@@ -215,7 +220,11 @@ mod tests {
         assert!(renewed
             .iter()
             .all(|(_, ttl)| *ttl == Duration::from_secs(720)));
-        assert_eq!(renewed.len(), 4, "renewed at once and after one interval");
+        assert_eq!(
+            renewed.len(),
+            4,
+            "renewed after FIRST_ROUND and after one interval"
+        );
     }
 
     #[test]
