@@ -294,33 +294,38 @@ impl<C: Clock> Sidecar<C> {
     }
 
     fn journal_report(&mut self, report: &Report) {
-        for r in &report.removals {
-            let (provider, id) = (r.sandbox.provider.clone(), r.sandbox.id.clone());
-            let record = match r.outcome.error() {
-                None => Record::Removed {
-                    provider,
-                    id,
-                    outcome: r.outcome.as_str().to_string(),
-                },
-                Some(e) => Record::Failed {
-                    provider,
-                    id,
-                    error: e.to_string(),
-                    pending: true,
-                },
-            };
-            self.journal_append(&record);
-        }
-        for f in &report.list_failures {
-            let record = Record::Failed {
-                provider: f.provider.clone(),
-                id: "*".into(),
-                error: f.error.clone(),
-                pending: true,
-            };
+        for record in report_records(report) {
             self.journal_append(&record);
         }
     }
+}
+
+/// The ledger records of a reclaim's outcomes: one per sandbox, and one `failed` with the id
+/// `*` per provider that could not be listed (the whole provider is pending).
+pub(crate) fn report_records(report: &Report) -> Vec<Record> {
+    let removals = report.removals.iter().map(|r| {
+        let (provider, id) = (r.sandbox.provider.clone(), r.sandbox.id.clone());
+        match r.outcome.error() {
+            None => Record::Removed {
+                provider,
+                id,
+                outcome: r.outcome.as_str().to_string(),
+            },
+            Some(e) => Record::Failed {
+                provider,
+                id,
+                error: e.to_string(),
+                pending: true,
+            },
+        }
+    });
+    let failures = report.list_failures.iter().map(|f| Record::Failed {
+        provider: f.provider.clone(),
+        id: "*".into(),
+        error: f.error.clone(),
+        pending: true,
+    });
+    removals.chain(failures).collect()
 }
 
 fn describe(state: SessionState) -> &'static str {
