@@ -3,6 +3,7 @@
 
 mod support;
 
+mod cloud_flyio;
 mod config_errors;
 mod docker_ps_stop;
 mod wrapper;

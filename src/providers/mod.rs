@@ -14,6 +14,7 @@
 pub mod docker;
 #[cfg(test)]
 pub mod fake;
+pub mod flyio;
 pub mod http;
 
 use std::collections::BTreeMap;
@@ -166,7 +167,10 @@ impl Registry {
     /// Registers every built-in driver, configured from `settings`.
     pub fn from_settings(settings: &Settings) -> Registry {
         Registry {
-            entries: vec![docker::entry(&settings.docker)],
+            entries: vec![
+                docker::entry(&settings.docker),
+                flyio::entry(&settings.flyio),
+            ],
         }
     }
 
