@@ -244,6 +244,8 @@ fn a_large_app_is_listed_whole_from_one_unpaged_answer() {
 struct Owned {
     job: Job,
     session: String,
+    /// `SANDGUARD_LABELS` as the program saw it.
+    labels: Vec<(String, String)>,
     ours: Vec<String>,
     other: String,
     stranger: String,
@@ -280,9 +282,14 @@ fn guarded_with_machines(s: &Setup) -> Owned {
     let ours = (0..3).map(|_| s.fly.insert(&labels)).collect();
     let other = insert(&s.fly, &labels_of_other());
     let stranger = s.fly.insert(&[("app", "web")]);
+    let labels = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     Owned {
         job,
         session,
+        labels,
         ours,
         other,
         stranger,
@@ -356,28 +363,64 @@ fn the_owners_death_reclaims_its_machines_and_only_those() {
 
 #[test]
 fn a_leased_machine_is_removed_only_after_its_lease_ends() {
+    leased_machines(true);
+}
+
+#[test]
+fn a_lease_whose_error_names_no_expiry_is_read_and_waited_out() {
+    leased_machines(false);
+}
+
+fn leased_machines(expiry_in_errors: bool) {
     let s = setup("flylease", "10s");
+    s.fly.set_lease_expiry_in_errors(expiry_in_errors);
     let mut owned = guarded_with_machines(&s);
-    let leased = owned.ours[0].clone();
-    let expiry = s.fly.lease(&leased, Duration::from_secs(2));
+    // A stopped one too: at rest or not, the driver must not send a DELETE into a lease.
+    let pairs: Vec<(&str, &str)> = owned
+        .labels
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    owned.ours.push(s.fly.insert_in_state(&pairs, "stopped"));
+    let leased = [owned.ours[0].clone(), owned.ours[3].clone()];
+    let expiry = leased
+        .iter()
+        .map(|id| s.fly.lease(id, Duration::from_secs(2)))
+        .max()
+        .unwrap();
     owned.job.sigkill();
     eventually(
         Duration::from_secs(12),
-        "every machine is gone, the leased one last",
+        "every machine is gone, the leased ones after their lease",
         || owned.ours.iter().all(|id| !s.fly.exists(id)),
     );
     assert!(SystemTime::now() >= expiry);
-    let deletes = s.fly.deletes_of(&leased);
-    assert!(!deletes.is_empty());
-    assert!(
-        deletes.iter().all(|at| *at >= expiry),
-        "a DELETE reached the leased machine before its lease ended"
-    );
-    let conflicts = s.fly.hits().iter().filter(|h| h.status == 409).count();
-    assert!(
-        conflicts >= 1,
-        "the lease was never met: the test proved nothing"
-    );
+    let hits = s.fly.hits();
+    for id in &leased {
+        let deletes = s.fly.deletes_of(id);
+        assert!(!deletes.is_empty());
+        assert!(
+            deletes.iter().all(|at| *at >= expiry),
+            "a DELETE reached leased machine {id} before its lease ended"
+        );
+        let conflicts = hits
+            .iter()
+            .filter(|h| h.status == 409 && h.path.contains(id.as_str()))
+            .count();
+        assert!(
+            (1..=2).contains(&conflicts),
+            "machine {id}: {conflicts} refusals; the lease must be met once and waited out"
+        );
+    }
+    let lease_reads = hits.iter().filter(|h| h.path.ends_with("/lease")).count();
+    if expiry_in_errors {
+        assert_eq!(lease_reads, 0, "the expiry was in the message");
+    } else {
+        assert!(
+            lease_reads >= 1,
+            "the driver never asked when the lease ends"
+        );
+    }
     assert!(s.fly.exists(&owned.other) && s.fly.exists(&owned.stranger));
 }
 
@@ -459,4 +502,44 @@ fn an_outage_longer_than_the_deadline_leaves_the_session_pending_until_stop() {
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     assert!(owned.ours.iter().all(|id| !s.fly.exists(id)));
     assert!(s.fly.exists(&owned.other) && s.fly.exists(&owned.stranger));
+}
+
+#[test]
+fn providers_says_what_is_missing_and_checks_the_app() {
+    let s = setup("flyprov", "3s");
+    let flyio = |cmd: &mut Command| {
+        let out = run(cmd.args(["providers", "--json"]));
+        json(&out.stdout)["providers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "flyio")
+            .cloned()
+            .expect("flyio is registered")
+    };
+    let p = flyio(s.cmd().env_remove("FLY_APP_NAME"));
+    assert_eq!(p["configured"], false);
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap()
+            .contains("FLY_APP_NAME is not set"),
+        "{p}"
+    );
+    let p = flyio(s.cmd().env_remove("FLY_API_TOKEN"));
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap()
+            .contains("FLY_API_TOKEN is not set"),
+        "{p}"
+    );
+
+    let p = flyio(&mut s.cmd());
+    assert_eq!(p["configured"], true);
+    assert_eq!(p["reachable"], true, "{p}");
+    assert_eq!(p["capabilities"]["ttl"], false);
+    assert!(p["detail"].as_str().unwrap().contains(&s.fly.url), "{p}");
+    let p = flyio(&mut s.cmd_with(TOKEN, "no-such-app"));
+    assert_eq!(p["reachable"], false, "{p}");
 }

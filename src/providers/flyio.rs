@@ -15,9 +15,10 @@
 //!   not page this endpoint). Machines in a terminal state (`destroyed`, `replaced`, `migrated`)
 //!   are skipped: the API still returns them for a while after their end. A 404 on the listing
 //!   (unknown app) is fatal, not "gone".
-//! - Remove: `POST …/machines/{id}/stop` unless the listing saw it already at rest, then
-//!   `DELETE …/machines/{id}?force=true` (200 `{"ok":true}`). A stop the API refuses for good
-//!   (say, a state it cannot stop from) falls through to the forced delete.
+//! - Remove: `POST …/machines/{id}/stop`, then `DELETE …/machines/{id}?force=true` (200
+//!   `{"ok":true}`). The stop goes first even for a machine listed at rest, because a leased
+//!   machine refuses it: the DELETE is only ever sent once the lock is gone. A stop the API
+//!   refuses for good (a state it cannot stop from) falls through to the forced delete.
 //! - Gone: a 404 whose error says `machine not found` (the text flyctl matches). Any other 404
 //!   on a machine path (say `app not found`) is fatal: a wrong app must never read as "removed".
 //! - Leases: a leased machine refuses stop and delete with 409 `aborted: machine ID … lease
@@ -49,8 +50,6 @@ use crate::labels::Selector;
 const NAME: &str = "flyio";
 /// States a machine does not come back from; the listing still shows them for a while.
 const TERMINAL: &[&str] = &["destroyed", "replaced", "migrated"];
-/// States with nothing to stop: the forced delete follows at once.
-const AT_REST: &[&str] = &["created", "stopped", "suspended", "failed", "destroying"];
 /// The wait a 429 without `Retry-After` asks for: Fly's documented per-action rate.
 const DEFAULT_THROTTLE_WAIT: Duration = Duration::from_secs(1);
 /// Added to a lease's expiry so the retry lands after it, not on its last instant.
@@ -241,14 +240,14 @@ impl Provider for FlyProvider {
 
     async fn remove(&self, sandbox: &Sandbox) -> Result<(), ProviderError> {
         let id = sandbox.id.as_str();
-        if !AT_REST.contains(&sandbox.status.as_str()) {
-            match self.mutate(Method::POST, "/stop", id).await {
-                Ok(()) => {}
-                // Refused for good (a state it cannot stop from): the forced delete decides.
-                // A credential problem fails the delete the same way, with the same message.
-                Err(ProviderError::Fatal(m)) => tracing::debug!("{m}; deleting with force"),
-                Err(e) => return Err(e),
-            }
+        // Always stop first, even a machine listed at rest: a leased machine refuses the stop,
+        // so no DELETE is ever sent while someone else holds the lock.
+        match self.mutate(Method::POST, "/stop", id).await {
+            Ok(()) => {}
+            // Refused for good (a state it cannot stop from): the forced delete decides. A
+            // credential problem fails the delete the same way, with the same message.
+            Err(ProviderError::Fatal(m)) => tracing::debug!("{m}; deleting with force"),
+            Err(e) => return Err(e),
         }
         self.mutate(Method::DELETE, "", id).await
     }

@@ -69,6 +69,7 @@ struct FlyApi {
     token: String,
     state: Arc<Mutex<State>>,
     retry_after_header: Arc<AtomicBool>,
+    lease_expiry_in_errors: Arc<AtomicBool>,
 }
 
 /// A running emulator and the handle tests use to seed and inspect it. Derefs to the
@@ -78,6 +79,7 @@ pub struct Fly {
     pub app: String,
     state: Arc<Mutex<State>>,
     retry_after_header: Arc<AtomicBool>,
+    lease_expiry_in_errors: Arc<AtomicBool>,
     next_id: AtomicU64,
 }
 
@@ -93,17 +95,20 @@ impl Fly {
     pub fn start(app: &str, token: &str) -> Fly {
         let state = Arc::new(Mutex::new(State::default()));
         let retry_after_header = Arc::new(AtomicBool::new(true));
+        let lease_expiry_in_errors = Arc::new(AtomicBool::new(true));
         let emu = Emulator::start(FlyApi {
             app: app.to_string(),
             token: token.to_string(),
             state: state.clone(),
             retry_after_header: retry_after_header.clone(),
+            lease_expiry_in_errors: lease_expiry_in_errors.clone(),
         });
         Fly {
             emu,
             app: app.to_string(),
             state,
             retry_after_header,
+            lease_expiry_in_errors,
             next_id: AtomicU64::new(0x1d8e_0000_0000),
         }
     }
@@ -183,6 +188,12 @@ impl Fly {
     /// Whether a 429 carries `Retry-After` (it does by default).
     pub fn set_retry_after_header(&self, on: bool) {
         self.retry_after_header.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether a lease conflict's message names the expiry (it does by default, as observed);
+    /// without it a client has to ask `GET …/lease`.
+    pub fn set_lease_expiry_in_errors(&self, on: bool) {
+        self.lease_expiry_in_errors.store(on, Ordering::Relaxed);
     }
 }
 
@@ -300,14 +311,17 @@ impl FlyApi {
         };
         if let Some(lease) = m.lease.as_ref().filter(|l| l.held()) {
             if req.header("fly-machine-lease-nonce") != Some(lease.nonce.as_str()) {
-                return error(
-                    409,
-                    &format!(
-                        "aborted: machine ID {id} lease currently held by {}, expires at {}",
-                        lease.owner,
-                        sandguard::timefmt::format_rfc3339(lease.expires_at)
-                    ),
+                let mut message = format!(
+                    "aborted: machine ID {id} lease currently held by {}",
+                    lease.owner
                 );
+                if self.lease_expiry_in_errors.load(Ordering::Relaxed) {
+                    message.push_str(&format!(
+                        ", expires at {}",
+                        sandguard::timefmt::format_rfc3339(lease.expires_at)
+                    ));
+                }
+                return error(409, &message);
             }
         }
         match action {
