@@ -26,7 +26,10 @@
 //!   never fights the lock: it answers Transient with `retry_after` = the time left on the lease,
 //!   read from the message or, when that does not carry it, from `GET …/{id}/lease`
 //!   (`data.expires_at`, unix seconds). The reclaim path then waits the lease out (or, past its
-//!   deadline, leaves the session pending). Other 409s are plain Transient.
+//!   deadline, leaves the session pending). Other 409s are plain Transient. Since reclaim's
+//!   retry gate is per provider, a lease also delays the app's other removals until it ends.
+//! - Status codes: [`ProviderError`] does not carry one, so the 409 and 429 cases read the
+//!   `(HTTP NNN)` the shared layer ends its messages with.
 //! - 429: Fly documents no `Retry-After`; the shared layer honours one when sent. When a 429 on a
 //!   removal carries none, the driver asks for 1 s, Fly's documented per-action rate (1/s per
 //!   machine and action). Listings retry inside the shared layer with its own backoff.
