@@ -4,6 +4,7 @@
 mod support;
 
 mod cloud_e2b;
+mod cloud_flyio;
 mod config_errors;
 mod docker_ps_stop;
 mod wrapper;

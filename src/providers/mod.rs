@@ -15,6 +15,7 @@ pub mod docker;
 pub mod e2b;
 #[cfg(test)]
 pub mod fake;
+pub mod flyio;
 pub mod http;
 
 use std::collections::BTreeMap;
@@ -167,7 +168,11 @@ impl Registry {
     /// Registers every built-in driver, configured from `settings`.
     pub fn from_settings(settings: &Settings) -> Registry {
         Registry {
-            entries: vec![docker::entry(&settings.docker), e2b::entry(&settings.e2b)],
+            entries: vec![
+                docker::entry(&settings.docker),
+                e2b::entry(&settings.e2b),
+                flyio::entry(&settings.flyio),
+            ],
         }
     }
 

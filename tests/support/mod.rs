@@ -8,6 +8,7 @@
 
 pub mod e2b;
 pub mod emu;
+pub mod flyio;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
