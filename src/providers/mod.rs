@@ -11,6 +11,7 @@
 //! present. Unconfigured providers are skipped silently by `ps`, `stop` and reclaim, and shown
 //! with the reason by `sandguard providers`.
 
+pub mod daytona;
 pub mod docker;
 #[cfg(test)]
 pub mod fake;
@@ -166,7 +167,10 @@ impl Registry {
     /// Registers every built-in driver, configured from `settings`.
     pub fn from_settings(settings: &Settings) -> Registry {
         Registry {
-            entries: vec![docker::entry(&settings.docker)],
+            entries: vec![
+                docker::entry(&settings.docker),
+                daytona::entry(&settings.daytona),
+            ],
         }
     }
 
