@@ -6,6 +6,7 @@
 
 #![allow(dead_code)]
 
+pub mod daytona;
 pub mod emu;
 
 use std::path::{Path, PathBuf};
