@@ -171,9 +171,8 @@ fn providers_reports_daytona_reachable() {
     let out = t.run(&["providers", "--json"]);
     assert_eq!(out.code, 0, "{} {}", out.stdout, out.stderr);
     let v = json(&out.stdout);
-    let d = v
+    let d = v["providers"]
         .as_array()
-        .or_else(|| v["providers"].as_array())
         .unwrap()
         .iter()
         .find(|p| p["name"] == "daytona")
@@ -467,8 +466,9 @@ fn an_outage_past_the_deadline_leaves_the_session_pending_for_stop() {
     let state = || {
         let out = t.run(&["sessions", "--json"]);
         let v = json(&out.stdout);
-        let list = v.as_array().or_else(|| v["sessions"].as_array()).cloned();
-        list.unwrap_or_default()
+        v["sessions"]
+            .as_array()
+            .unwrap()
             .iter()
             .find(|s| s["session"] == session.as_str())
             .map(|s| s["state"].as_str().unwrap_or_default().to_string())
