@@ -494,7 +494,7 @@ fn an_outage_past_the_deadline_leaves_the_session_pending_for_stop() {
 }
 
 #[test]
-fn renew_sets_an_idle_autostop_and_delete_on_stop() {
+fn renew_marks_activity_and_sets_an_idle_autostop_with_delete_on_stop() {
     use sandguard::config::Secret;
     use sandguard::labels::Selector;
     use sandguard::providers::daytona::DaytonaProvider;
@@ -514,8 +514,10 @@ fn renew_sets_an_idle_autostop_and_delete_on_stop() {
         let listed = p.list(&Selector::session(&session)).await.unwrap();
         assert_eq!(listed.len(), 1);
         let sandbox = &listed[0];
+        let before = emu.last_activity_ms(&id).unwrap();
         p.renew(sandbox, Duration::from_secs(90)).await.unwrap();
         assert_eq!(emu.intervals(&id), Some((2, 0)));
+        assert!(emu.last_activity_ms(&id).unwrap() > before);
         p.remove(sandbox).await.unwrap();
         assert!(matches!(
             p.remove(sandbox).await,
@@ -542,8 +544,10 @@ fn renew_sets_an_idle_autostop_and_delete_on_stop() {
     assert_eq!(
         posts,
         [
+            format!("201 /api/sandbox/{id}/last-activity"),
             format!("201 /api/sandbox/{id}/autostop/2"),
             format!("201 /api/sandbox/{id}/autodelete/0"),
+            format!("404 /api/sandbox/{id}/last-activity"),
             format!("404 /api/sandbox/{id}/autostop/1"),
         ]
     );

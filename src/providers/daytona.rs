@@ -27,14 +27,22 @@
 //!   both. 5xx and transport failures are transient; other 4xx are fatal. A 404 on the
 //!   listing itself is fatal (a wrong base URL), never "gone".
 //! - Check: `GET /sandbox?limit=1`, the cheapest call that proves the key can list.
-//! - Renew (TTL): `POST /sandbox/{id}/autostop/{minutes}` with the TTL rounded up to whole
-//!   minutes (at least 1, since 0 disables auto-stop), then `POST /sandbox/{id}/autodelete/0`
-//!   so that stopping deletes the sandbox. Both answer 201 (any 2xx is accepted). This is
-//!   *idle-based*: Daytona stops a sandbox once it has seen no activity (toolbox or preview
-//!   traffic) for that long, checked periodically on its side. So it guarantees that an
-//!   abandoned, idle sandbox is deleted about `ttl` after the last renewal or use; it does not
-//!   bound the life of a sandbox that something keeps using. GPU sandboxes refuse any
-//!   auto-delete change because they are always deleted on stop; that refusal counts as done.
+//! - Renew (TTL): Daytona has no absolute lifetime, only an *idle* auto-stop, so a renewal is
+//!   three calls, each answered 201 (any 2xx is accepted):
+//!   1. `POST /sandbox/{id}/last-activity` marks the sandbox as used now, so the idle clock
+//!      starts at the renewal (a live owner may well leave its sandbox idle for longer than
+//!      the TTL). A 404 from this call alone is not taken as "gone": step 2 decides.
+//!   2. `POST /sandbox/{id}/autostop/{minutes}`: the TTL rounded up to whole minutes, at
+//!      least 1 (0 would disable auto-stop).
+//!   3. `POST /sandbox/{id}/autodelete/0`: a stopped sandbox is deleted at once. GPU
+//!      sandboxes refuse any auto-delete change because they are always deleted on stop; that
+//!      refusal counts as done.
+//!
+//!   What this guarantees: once renewals stop (the machine running sandguard died or slept),
+//!   the sandbox is stopped and deleted about `ttl` (rounded up to a minute, plus the period
+//!   of Daytona's own check) after the last renewal *or the last use*, whichever is later.
+//!   What it does not: Daytona counts toolbox and preview traffic as activity, so a sandbox
+//!   that something keeps using lives on; this bounds abandoned sandboxes, not busy ones.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -133,14 +141,10 @@ impl DaytonaProvider {
         }
     }
 
-    async fn post_interval(
-        &self,
-        id: &str,
-        setting: &str,
-        minutes: i64,
-    ) -> Result<(), ProviderError> {
-        let path = format!("/sandbox/{}/{setting}/{minutes}", encode_segment(id));
-        let what = format!("failed to set {setting} of sandbox {id}");
+    /// `POST /sandbox/{id}/{action}`; any 2xx will do (Daytona answers 201).
+    async fn post(&self, id: &str, action: &str) -> Result<(), ProviderError> {
+        let path = format!("/sandbox/{}/{action}", encode_segment(id));
+        let what = format!("failed to renew sandbox {id} ({action})");
         self.http
             .send(self.http.request(Method::POST, &path), &what)
             .await
@@ -201,10 +205,18 @@ impl Provider for DaytonaProvider {
     }
 
     async fn renew(&self, sandbox: &Sandbox, ttl: Duration) -> Result<(), ProviderError> {
-        self.post_interval(&sandbox.id, "autostop", autostop_minutes(ttl))
+        let id = &sandbox.id;
+        // First the activity, so that a shorter auto-stop never catches a sandbox whose last
+        // use is older than it. A 404 here may be a server without this route: the auto-stop
+        // call below says for certain whether the sandbox is gone.
+        match self.post(id, "last-activity").await {
+            Ok(()) | Err(ProviderError::Gone(_)) => {}
+            Err(e) => return Err(self.scrub(e)),
+        }
+        self.post(id, &format!("autostop/{}", autostop_minutes(ttl)))
             .await
             .map_err(|e| self.scrub(e))?;
-        match self.post_interval(&sandbox.id, "autodelete", 0).await {
+        match self.post(id, "autodelete/0").await {
             Err(ProviderError::Fatal(m)) if m.contains("must remain ephemeral") => Ok(()),
             other => other.map_err(|e| self.scrub(e)),
         }

@@ -2,8 +2,9 @@
 //!
 //! - Routes under `/api`: `GET /api/sandbox` (the cursor-paged `{"items","nextCursor"}` shape
 //!   by default, or the legacy bare array after [`Daytona::set_legacy`]), `GET` and `DELETE
-//!   /api/sandbox/{id}`, and `POST /api/sandbox/{id}/autostop|autodelete|autoarchive/{n}`
-//!   (answered 201, as NestJS does without `@HttpCode`).
+//!   /api/sandbox/{id}`, `POST /api/sandbox/{id}/autostop|autodelete|autoarchive/{n}` and
+//!   `POST /api/sandbox/{id}/last-activity` (answered 201, as NestJS does without
+//!   `@HttpCode`).
 //! - `Authorization: Bearer <key>`, else 401. Errors carry NestJS's exception-filter body
 //!   (`path`, `timestamp`, `statusCode`, `error`, `message`).
 //! - The `labels` filter is JSON matched by containment; bad JSON is 400 "Invalid labels JSON
@@ -58,6 +59,7 @@ struct Sandbox {
     destroy_at: Option<Instant>,
     created_ms: i64,
     labels: BTreeMap<String, String>,
+    last_activity_ms: i64,
     auto_stop: i64,
     auto_delete: i64,
 }
@@ -100,7 +102,7 @@ impl Sandbox {
             "autoStopInterval": self.auto_stop,
             "autoArchiveInterval": 10080,
             "autoDeleteInterval": self.auto_delete,
-            "createdAt": at, "updatedAt": at, "lastActivityAt": at,
+            "createdAt": at, "updatedAt": at, "lastActivityAt": iso(self.last_activity_ms),
             "daemonVersion": "0.1.0",
             "toolboxProxyUrl": "https://proxy.app.daytona.io/toolbox",
         })
@@ -206,6 +208,7 @@ impl Daytona {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            last_activity_ms: 1_780_000_000_000 + n as i64 * 1000,
             auto_stop: 15,
             auto_delete: -1,
         };
@@ -236,6 +239,12 @@ impl Daytona {
         let mut st = self.state.lock().unwrap();
         st.find(id).map(|s| (s.auto_stop, s.auto_delete))
     }
+
+    /// When the sandbox was last used (or marked used), in Unix milliseconds.
+    pub fn last_activity_ms(&self, id: &str) -> Option<i64> {
+        let mut st = self.state.lock().unwrap();
+        st.find(id).map(|s| s.last_activity_ms)
+    }
 }
 
 struct Handler {
@@ -257,6 +266,13 @@ impl Api for Handler {
                 None => not_found(req, id),
             },
             ("DELETE", ["api", "sandbox", id]) => delete(&mut st, req, id),
+            ("POST", ["api", "sandbox", id, "last-activity"]) => match st.find(id) {
+                Some(s) => {
+                    s.last_activity_ms = now_ms();
+                    Response::empty(201)
+                }
+                None => not_found(req, id),
+            },
             ("POST", ["api", "sandbox", id, setting, n])
                 if matches!(*setting, "autostop" | "autodelete" | "autoarchive") =>
             {
