@@ -181,14 +181,11 @@ impl Provider for DaytonaProvider {
     async fn remove(&self, sandbox: &Sandbox) -> Result<(), ProviderError> {
         let path = format!("/sandbox/{}", encode_segment(&sandbox.id));
         let what = format!("failed to remove sandbox {}", sandbox.id);
-        match self
-            .http
+        self.http
             .send(self.http.request(Method::DELETE, &path), &what)
             .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) => Err(self.scrub(e)),
-        }
+            .map(|_| ())
+            .map_err(|e| self.scrub(e))
     }
 
     async fn check(&self) -> Result<String, ProviderError> {
