@@ -5,6 +5,7 @@ mod support;
 
 mod cloud_e2b;
 mod cloud_flyio;
+mod cloud_daytona;
 mod config_errors;
 mod docker_ps_stop;
 mod wrapper;

@@ -11,6 +11,7 @@
 //! present. Unconfigured providers are skipped silently by `ps`, `stop` and reclaim, and shown
 //! with the reason by `sandguard providers`.
 
+pub mod daytona;
 pub mod docker;
 pub mod e2b;
 #[cfg(test)]
@@ -172,6 +173,7 @@ impl Registry {
                 docker::entry(&settings.docker),
                 e2b::entry(&settings.e2b),
                 flyio::entry(&settings.flyio),
+                daytona::entry(&settings.daytona),
             ],
         }
     }

@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod e2b;
+pub mod daytona;
 pub mod emu;
 pub mod flyio;
 
