@@ -402,3 +402,43 @@ fn renew_keeps_the_timeout_a_ttl_from_now() {
         ));
     });
 }
+
+#[test]
+fn providers_checks_tenki_with_one_cheap_call() {
+    let t = Tenki::start();
+    let s = Scratch::new("tenki-providers");
+    let out = run(tenki(&s, &t).args(["providers", "--json"]));
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    let v = json(&out.stdout);
+    let entry = v["providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "tenki")
+        .unwrap_or_else(|| panic!("{v}"))
+        .clone();
+    assert_eq!(entry["configured"], true, "{entry}");
+    assert_eq!(entry["reachable"], true, "{entry}");
+    assert_eq!(entry["detail"], format!("Tenki API at {}", t.url()));
+    assert_eq!(entry["capabilities"]["ttl"], true);
+    assert_eq!(t.calls("ListWorkspaceSandboxes"), 1);
+
+    let mut unset = sandguard(&s);
+    unset
+        .env("SANDGUARD_CONFIG", config(&s, "3s", ""))
+        .env_remove("TENKI_API_KEY")
+        .env_remove("TENKI_AUTH_TOKEN");
+    let v = json(&run(unset.args(["providers", "--json"])).stdout);
+    let entry = v["providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "tenki")
+        .unwrap()
+        .clone();
+    assert_eq!(entry["configured"], false);
+    assert!(
+        entry["detail"].as_str().unwrap().contains("TENKI_API_KEY"),
+        "{entry}"
+    );
+}

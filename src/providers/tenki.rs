@@ -21,8 +21,9 @@
 //!   misconfigured URL, so it is fatal there.
 //!
 //! Labels. Tenki filters only by `tags`, and its API accepts at most 20 tags per session, each
-//! at most 32 characters of `[a-z0-9_:.-]` starting with a letter or digit (the constraint the
-//! official MCP server validates against). `sandguard.session=<32 hex>` is 50 characters and
+//! at most 32 characters of `[a-z0-9_:.-]` starting with a letter or digit (the constraint
+//! `LuxorLabs/tenki-mcp` `src/tools/common.ts` validates against, "matching the API's";
+//! providers.md does not list it). `sandguard.session=<32 hex>` is 50 characters and
 //! has an `=`, so it could never be stamped; the session is stamped as **one tag,
 //! `sandguard:` followed by the first 22 characters of the session id** (88 random bits of a
 //! generated id: unique in practice). That tag is what makes a sandbox managed, in every
@@ -32,6 +33,12 @@
 //! there. A selector's session term becomes the tag filter (one tag per term, so AND and ANY
 //! readings of Tenki's filter agree); `Selector::managed()` lists without a filter and keeps
 //! sessions carrying a `sandguard:` tag. The selector is re-checked on every session.
+//!
+//! The session label of a tagged sandbox is the full id from `metadata` when it agrees with
+//! the tag; else, in a listing for one session whose tag it is, that session's id; else the
+//! tag's 22 characters (what `ps` then shows). Two session ids alike in their first 22
+//! characters (never for generated ids; possible for hand-picked `watch --session` ids) are
+//! told apart only by the full id in `metadata`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
