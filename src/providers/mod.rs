@@ -18,6 +18,7 @@ pub mod e2b;
 pub mod fake;
 pub mod flyio;
 pub mod http;
+pub mod tenki;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -174,6 +175,7 @@ impl Registry {
                 e2b::entry(&settings.e2b),
                 flyio::entry(&settings.flyio),
                 daytona::entry(&settings.daytona),
+                tenki::entry(&settings.tenki),
             ],
         }
     }

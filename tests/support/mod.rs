@@ -6,10 +6,11 @@
 
 #![allow(dead_code)]
 
-pub mod e2b;
 pub mod daytona;
+pub mod e2b;
 pub mod emu;
 pub mod flyio;
+pub mod tenki;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
