@@ -123,6 +123,11 @@ pub struct Faults {
     pub outage: bool,
 }
 
+/// Requests reaching a route this soon after its 429 were already on their way when the 429
+/// was sent (a client cannot know of an answer before it arrives), so they do not count as
+/// early. On loopback a request in flight lands well within this.
+const IN_FLIGHT: Duration = Duration::from_millis(100);
+
 /// One request in the log.
 #[derive(Debug, Clone)]
 pub struct Hit {
@@ -131,7 +136,8 @@ pub struct Hit {
     pub path: String,
     /// 0 when the connection was dropped.
     pub status: u16,
-    /// Sent to a route before the Retry-After it was given had elapsed.
+    /// Sent to a route before the Retry-After it was given had elapsed (and not merely in
+    /// flight when the 429 was sent: see [`IN_FLIGHT`]).
     pub early: bool,
 }
 
@@ -139,7 +145,8 @@ struct Shared {
     api: Box<dyn Api>,
     faults: Mutex<Faults>,
     hits: Mutex<Vec<Hit>>,
-    blocked_until: Mutex<HashMap<String, Instant>>,
+    /// Per route: the window in which a request counts as early.
+    blocked_until: Mutex<HashMap<String, (Instant, Instant)>>,
     rng: Mutex<u64>,
 }
 
@@ -218,7 +225,7 @@ async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
             .lock()
             .unwrap()
             .get(&route)
-            .is_some_and(|until| now < *until);
+            .is_some_and(|(from, until)| *from <= now && now < *until);
         let response = if faults.outage {
             Some(shared.api.unavailable())
         } else if draw[0] < faults.drop_rate {
@@ -229,7 +236,7 @@ async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
                 .blocked_until
                 .lock()
                 .unwrap()
-                .insert(route, now + Duration::from_secs(secs));
+                .insert(route, (now + IN_FLIGHT, now + Duration::from_secs(secs)));
             Some(shared.api.throttled(secs))
         } else if draw[2] < faults.error_rate {
             Some(shared.api.unavailable())
