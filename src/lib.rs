@@ -22,6 +22,8 @@
 //! - [`reclaim`]: the one removal path used by `stop` (and by the sidecar and sweep): bounded
 //!   concurrency per provider, retries with backoff and jitter, `Retry-After`, "already gone"
 //!   counted as success, ordered phases (containers, then networks, then volumes).
+//! - [`sweep`]: orphan detection (dead owners, dead sidecars, expired TTLs, pending
+//!   reclaims) over the ledger and every provider; periodic mode adopts live owners.
 //! - [`session`]: session ids and the labels a session's sandboxes carry.
 //! - [`watch`]: the sidecar: its event loop, the owner's death sources (pidfd, `/proc`
 //!   fallback), the lease on the boot clock, and what happens at the end (reclaim, ledger).
@@ -42,6 +44,7 @@ pub mod protocol;
 pub mod providers;
 pub mod reclaim;
 pub mod session;
+pub mod sweep;
 pub mod timefmt;
 pub mod unix;
 pub mod watch;

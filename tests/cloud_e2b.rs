@@ -176,7 +176,7 @@ fn thirty_percent_5xx_and_dropped_connections_still_remove_everything() {
 }
 
 #[test]
-fn an_outage_past_the_deadline_leaves_the_session_pending_until_stop_finishes_it() {
+fn an_outage_past_the_deadline_leaves_the_session_pending_until_a_sweep_finishes_it() {
     let s = Scratch::new("e2b-outage");
     let (emu, state) = e2b::start(KEY);
     let config = cloud_config(&s, "");
@@ -204,16 +204,18 @@ fn an_outage_past_the_deadline_leaves_the_session_pending_until_stop_finishes_it
     });
     assert!(state.exists("o1") && state.exists("o2"));
     emu.set_faults(Faults::default());
-    let out = run(cmd(&s, &emu.url, &config).args([
-        "stop",
-        "--all",
-        "--provider",
-        "e2b",
-        "--session",
-        &session,
-    ]));
-    assert_eq!(out.code, 0, "{}", out.stdout);
+    // The next sweep finishes the pending reclaim and closes the session.
+    let out = run(cmd(&s, &emu.url, &config).args(["sweep"]));
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout
+            .contains(&format!("reclaim session {session}: a reclaim is pending")),
+        "{}",
+        out.stdout
+    );
     assert_eq!(state.count(), 0);
+    let v = json(&run(cmd(&s, &emu.url, &config).args(["sessions", "--json"])).stdout);
+    assert_eq!(v["sessions"][0]["state"], "reclaimed", "{v}");
 }
 
 #[test]

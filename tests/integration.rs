@@ -9,4 +9,5 @@ mod cloud_flyio;
 mod cloud_tenki;
 mod config_errors;
 mod docker_ps_stop;
+mod sweep;
 mod wrapper;

@@ -9,7 +9,7 @@ use crate::support::*;
 
 /// The script every kill test runs: three labelled containers, one merely claimed (no
 /// labels at all), then it writes its ids and waits to be killed (or exits, per `end`).
-fn script(ids: &std::path::Path, end: &str) -> String {
+pub(crate) fn script(ids: &std::path::Path, end: &str) -> String {
     format!(
         r#"set -e
 ulimit -c 0
@@ -25,7 +25,7 @@ mv {ids}.tmp {ids}
     )
 }
 
-fn path_with_sandguard() -> String {
+pub(crate) fn path_with_sandguard() -> String {
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_sandguard"))
         .parent()
         .unwrap()
@@ -40,7 +40,7 @@ fn path_with_sandguard() -> String {
 /// `sandguard -- sh -c SCRIPT` in its own process group, as a shell would run a job. The
 /// group (the script and whatever it started) is killed when the guard drops, so no test
 /// leaves processes behind; stdio goes nowhere, so no orphan holds the harness's pipes.
-fn guarded(s: &Scratch, script: &str) -> Job {
+pub(crate) fn guarded(s: &Scratch, script: &str) -> Job {
     use std::os::unix::process::CommandExt;
     let child = sandguard(s)
         .env("PATH", path_with_sandguard())
@@ -54,7 +54,7 @@ fn guarded(s: &Scratch, script: &str) -> Job {
     Job(child)
 }
 
-struct Job(Child);
+pub(crate) struct Job(Child);
 
 impl std::ops::Deref for Job {
     type Target = Child;
@@ -79,7 +79,7 @@ impl Drop for Job {
     }
 }
 
-fn wait_for_file(path: &std::path::Path, child: &mut Child) -> Vec<String> {
+pub(crate) fn wait_for_file(path: &std::path::Path, child: &mut Child) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Ok(text) = std::fs::read_to_string(path) {
@@ -160,7 +160,7 @@ fn kill_and_check(death: Death) {
     );
 }
 
-fn unsafe_kill(pid: i32, sig: i32) {
+pub(crate) fn unsafe_kill(pid: i32, sig: i32) {
     let status = Command::new("kill")
         .arg(format!("-{sig}"))
         .arg("--")
@@ -384,7 +384,7 @@ fn sigterm_to_the_sidecar_never_reclaims_a_live_owners_sandboxes() {
 }
 
 /// The pid of the process whose command line contains `needle`.
-fn find_process(needle: &str) -> Option<u32> {
+pub(crate) fn find_process(needle: &str) -> Option<u32> {
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
         let pid: u32 = e.file_name().to_str()?.parse().ok()?;
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;

@@ -13,6 +13,7 @@ mod ps;
 mod run;
 mod sessions;
 mod stop;
+mod sweep;
 mod watch;
 
 use std::ffi::OsString;
@@ -63,6 +64,8 @@ enum Command {
     Providers(providers::Args),
     /// Show the sessions in the local ledger
     Sessions(sessions::Args),
+    /// Find and reclaim what escaped: dead owners, dead sidecars, expired TTLs, pending work
+    Sweep(sweep::Args),
     /// Tell this session's sidecar that a sandbox is ours (inside `sandguard -- CMD`)
     Claim(claim::Args),
     /// Tell this session's sidecar that we removed a sandbox ourselves
@@ -146,6 +149,7 @@ pub fn run(args: Vec<OsString>) -> u8 {
             Command::Ps(args) => ps::run(args, &registry).await,
             Command::Stop(args) => stop::run(args, &settings, &registry).await,
             Command::Providers(args) => providers::run(args, &registry).await,
+            Command::Sweep(args) => sweep::run(args, &settings, &registry).await,
             _ => Exit::Usage,
         }
     });
