@@ -9,6 +9,8 @@
 //!
 //! - [`cli`]: one file per subcommand. Owns the clap types, resolves them into
 //!   [`config::Settings`] once, and turns results into output and an exit code.
+//! - [`guard`]: the Rust SDK helper: [`Guard::start`] spawns the sidecar for the current
+//!   process and offers the labels, claims and a clean `bye` on drop.
 //! - [`config`]: config file + environment + flags → one resolved [`config::Settings`].
 //! - [`identity`]: the owner identity (machine id + boot id + pid + start time) and the
 //!   liveness check that never trusts a bare pid.
@@ -37,6 +39,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod guard;
 pub mod identity;
 pub mod labels;
 pub mod ledger;
@@ -48,3 +51,5 @@ pub mod sweep;
 pub mod timefmt;
 pub mod unix;
 pub mod watch;
+
+pub use guard::Guard;

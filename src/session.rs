@@ -5,6 +5,9 @@
 use std::collections::BTreeMap;
 
 use crate::identity::Identity;
+
+/// How long whoever starts a sidecar (the wrapper, an SDK) waits for its `ready` line.
+pub const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 use crate::labels;
 
 /// A new random session id: 128 bits from the kernel.

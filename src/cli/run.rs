@@ -120,7 +120,7 @@ fn start_sidecar(args: &Args, settings: &Settings) -> Result<Ready, String> {
 }
 
 fn read_ready_line(ready: OwnedFd) -> Result<String, String> {
-    let deadline = std::time::Instant::now() + super::watch::READY_TIMEOUT;
+    let deadline = std::time::Instant::now() + crate::session::READY_TIMEOUT;
     let mut file = std::fs::File::from(ready);
     let mut buf = Vec::new();
     let mut chunk = [0u8; 256];
@@ -131,7 +131,7 @@ fn read_ready_line(ready: OwnedFd) -> Result<String, String> {
             Ok(false) => {
                 return Err(format!(
                     "the sidecar was not ready within {:?}",
-                    super::watch::READY_TIMEOUT
+                    crate::session::READY_TIMEOUT
                 ))
             }
             Err(e) => return Err(format!("cannot wait for the sidecar: {e}")),

@@ -243,6 +243,3 @@ fn redirect_stderr(path: &std::path::Path) {
 
 /// How long after `ready` the sidecar connects to its providers.
 const WARM_UP_DELAY: Duration = Duration::from_millis(100);
-
-/// How long the wrapper waits for `ready`.
-pub const READY_TIMEOUT: Duration = Duration::from_secs(10);

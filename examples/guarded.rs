@@ -1,0 +1,49 @@
+//! A Rust program guarded by the SDK helper: it starts a sidecar for itself, creates one
+//! labelled Docker container and one unlabelled one that it claims, then sleeps. However it
+//! ends (a clean return, a panic, SIGKILL), both containers are reclaimed.
+//!
+//! Run: `cargo run --example guarded -- [SECONDS]` (default 30; `IMAGE` picks the image,
+//! default `busybox`). Prints the session, then the two container ids.
+
+use std::process::Command;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let seconds: u64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30);
+    let image = std::env::var("IMAGE").unwrap_or_else(|_| "busybox".into());
+    let guard = sandguard::Guard::start()?;
+    println!("{}", guard.session());
+
+    let labelled = docker(
+        Command::new("docker")
+            .args(["run", "-d", "--network", "none"])
+            .args(guard.docker_label_args())
+            .args([&image, "sleep", "600"]),
+    )?;
+    println!("{labelled}");
+    let unlabelled = docker(Command::new("docker").args([
+        "run",
+        "-d",
+        "--network",
+        "none",
+        &image,
+        "sleep",
+        "600",
+    ]))?;
+    guard.claim("docker", &unlabelled)?;
+    println!("{unlabelled}");
+
+    std::thread::sleep(std::time::Duration::from_secs(seconds));
+    // Dropping the guard says `bye`: both containers are reclaimed now.
+    Ok(())
+}
+
+fn docker(cmd: &mut Command) -> Result<String, Box<dyn std::error::Error>> {
+    let out = cmd.output()?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned().into());
+    }
+    Ok(String::from_utf8(out.stdout)?.trim().to_string())
+}

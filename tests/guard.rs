@@ -1,0 +1,79 @@
+//! The Rust SDK helper (`sandguard::Guard`) through `examples/guarded.rs`, a real program
+//! using it against the real daemon: killed, or ending cleanly, its containers are reclaimed.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::support::*;
+
+fn example(s: &Scratch, seconds: &str) -> (Child, Vec<String>) {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_sandguard"));
+    let example = bin.parent().unwrap().join("examples/guarded");
+    assert!(
+        example.exists(),
+        "cargo test builds the examples: {} is missing",
+        example.display()
+    );
+    let mut child = Command::new(example)
+        .arg(seconds)
+        .env("SANDGUARD_BIN", bin)
+        .env("IMAGE", IMAGE)
+        .env("XDG_STATE_HOME", s.path().join("state"))
+        .env("HOME", s.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let got: Vec<String> = (0..3).map(|_| lines.next().unwrap().unwrap()).collect();
+    (child, got)
+}
+
+#[test]
+fn a_killed_guarded_program_loses_its_containers() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("guard-kill");
+    let (mut child, got) = example(&s, "600");
+    let containers = &got[1..];
+    assert!(containers.iter().all(|c| container_exists(c)));
+    let ps = json(&run(sandguard(&s).args(["ps", "--json", "--provider", "docker"])).stdout);
+    let mine = ps["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["instance_id"] == got[1].as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(mine["session"], got[0].as_str());
+    assert_eq!(
+        mine["owner_alive"], true,
+        "the owner label names the guarded program itself"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    eventually(
+        Duration::from_secs(5),
+        "both containers are reclaimed",
+        || containers.iter().all(|c| !container_exists(c)),
+    );
+}
+
+#[test]
+fn a_clean_exit_says_bye_and_reclaims() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("guard-bye");
+    let (mut child, got) = example(&s, "0");
+    assert!(child.wait().unwrap().success());
+    eventually(
+        Duration::from_secs(5),
+        "both containers are reclaimed",
+        || got[1..].iter().all(|c| !container_exists(c)),
+    );
+    eventually(Duration::from_secs(5), "the session ended clean", || {
+        let v = json(&run(sandguard(&s).args(["sessions", "--json"])).stdout);
+        v["sessions"][0]["state"] == "clean"
+    });
+}
