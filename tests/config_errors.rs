@@ -93,3 +93,45 @@ fn bad_usage_exits_2() {
     assert_eq!(run(sandguard(&s).args(["frobnicate"])).code, 2);
     assert_eq!(run(sandguard(&s).args(["--help"])).code, 0);
 }
+
+#[test]
+fn completions_and_the_man_page_come_from_the_cli() {
+    let s = Scratch::new("docs");
+    for shell in ["bash", "zsh", "fish"] {
+        let out = run(sandguard(&s).args(["completions", shell]));
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        assert!(
+            out.stdout.contains("sweep") && out.stdout.contains("--dry-run"),
+            "{shell}"
+        );
+    }
+    let out = run(sandguard(&s).arg("man"));
+    assert_eq!(out.code, 0);
+    assert!(out.stdout.contains(".TH sandguard 1"));
+    assert_eq!(run(sandguard(&s).args(["completions", "tcsh"])).code, 2);
+}
+
+#[test]
+fn the_service_units_run_commands_the_cli_accepts() {
+    // Each unit's command line, less the binary, must parse (checked with --help appended).
+    let s = Scratch::new("units");
+    let root = env!("CARGO_MANIFEST_DIR");
+    for unit in [
+        "packaging/systemd/sandguard-sweep.service",
+        "packaging/systemd/sandguard-sweep-once.service",
+    ] {
+        let text = std::fs::read_to_string(format!("{root}/{unit}")).unwrap();
+        let exec = text
+            .lines()
+            .find_map(|l| l.strip_prefix("ExecStart="))
+            .expect("ExecStart");
+        let args: Vec<&str> = exec.split_whitespace().skip(1).collect();
+        let out = run(sandguard(&s).args(&args).arg("--help"));
+        assert_eq!(out.code, 0, "{unit}: {args:?}: {}", out.stderr);
+    }
+    let plist = std::fs::read_to_string(format!(
+        "{root}/packaging/launchd/dev.sandguard.sweep.plist"
+    ))
+    .unwrap();
+    assert!(plist.contains("<string>sweep</string>") && plist.contains("<string>--every</string>"));
+}

@@ -7,6 +7,7 @@
 //! wrapper exits with CMD's own status, or 125/126/127 (see [`run`]).
 
 mod claim;
+mod docs;
 mod output;
 mod providers;
 mod ps;
@@ -72,6 +73,10 @@ enum Command {
     Release(claim::Args),
     /// Tell this session's sidecar that a sandbox should outlive us (its TTL still applies)
     Detach(claim::Args),
+    /// Print shell completions
+    Completions(docs::CompletionArgs),
+    /// Print the man page (roff)
+    Man,
 }
 
 /// Runs the command line `args` (program name first) and returns the process exit code.
@@ -121,6 +126,8 @@ pub fn run(args: Vec<OsString>) -> u8 {
         Command::Claim(args) => return claim::main(claim::Verb::Claim, args).code(),
         Command::Release(args) => return claim::main(claim::Verb::Release, args).code(),
         Command::Detach(args) => return claim::main(claim::Verb::Detach, args).code(),
+        Command::Completions(args) => return docs::completions(args).code(),
+        Command::Man => return docs::man().code(),
         other => other,
     };
     let settings = match settings {
