@@ -101,7 +101,7 @@ fn completions_and_the_man_page_come_from_the_cli() {
         let out = run(sandguard(&s).args(["completions", shell]));
         assert_eq!(out.code, 0, "{}", out.stderr);
         assert!(
-            out.stdout.contains("sweep") && out.stdout.contains("--dry-run"),
+            out.stdout.contains("sweep") && out.stdout.contains("dry-run"),
             "{shell}"
         );
     }
