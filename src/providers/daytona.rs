@@ -51,7 +51,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde::Deserialize;
 
-use super::http::{walk, Http};
+use super::http::{encode_segment, walk, Http};
 use super::{Capabilities, Entry, EntryState, Kind, Provider, ProviderError, Sandbox};
 use crate::config::{CloudSettings, Secret};
 use crate::labels::Selector;
@@ -78,18 +78,15 @@ pub fn entry(settings: &CloudSettings) -> Entry {
 pub struct DaytonaProvider {
     http: Http,
     url: String,
-    /// The bare key, so that it is scrubbed from messages even without its `Bearer ` prefix
-    /// (the shared layer redacts whole header values).
-    key: Secret,
 }
 
 impl DaytonaProvider {
     pub fn new(key: &Secret, url: &str, timeout: Duration) -> Result<Self, ProviderError> {
         let bearer = Secret::new(format!("Bearer {}", key.expose()));
         Ok(DaytonaProvider {
-            http: Http::new(NAME, url, timeout, vec![("authorization", bearer)])?,
+            http: Http::new(NAME, url, timeout, vec![("authorization", bearer)])?
+                .redacting(key.clone()),
             url: url.trim_end_matches('/').to_string(),
-            key: key.clone(),
         })
     }
 
@@ -120,27 +117,6 @@ impl DaytonaProvider {
         let answer: ListAnswer = reply.json(NAME, "failed to list sandboxes")?;
         Ok(answer.into_page())
     }
-
-    /// Removes the key from any message, with or without its `Bearer ` prefix.
-    fn scrub(&self, err: ProviderError) -> ProviderError {
-        let key = self.key.expose();
-        if key.is_empty() {
-            return err;
-        }
-        let clean = |m: String| m.replace(key, "[redacted]");
-        match err {
-            ProviderError::Gone(m) => ProviderError::Gone(clean(m)),
-            ProviderError::Fatal(m) => ProviderError::Fatal(clean(m)),
-            ProviderError::Transient {
-                message,
-                retry_after,
-            } => ProviderError::Transient {
-                message: clean(message),
-                retry_after,
-            },
-        }
-    }
-
     /// `POST /sandbox/{id}/{action}`; any 2xx will do (Daytona answers 201).
     async fn post(&self, id: &str, action: &str) -> Result<(), ProviderError> {
         let path = format!("/sandbox/{}/{action}", encode_segment(id));
@@ -168,9 +144,7 @@ impl Provider for DaytonaProvider {
 
     async fn list(&self, selector: &Selector) -> Result<Vec<Sandbox>, ProviderError> {
         let filter = label_filter(selector);
-        let items = walk(NAME, |cursor| self.page(filter.as_deref(), cursor))
-            .await
-            .map_err(|e| self.scrub(e))?;
+        let items = walk(NAME, |cursor| self.page(filter.as_deref(), cursor)).await?;
         Ok(items
             .into_iter()
             .map(Item::into_sandbox)
@@ -185,7 +159,6 @@ impl Provider for DaytonaProvider {
             .send(self.http.request(Method::DELETE, &path), &what)
             .await
             .map(|_| ())
-            .map_err(|e| self.scrub(e))
     }
 
     async fn check(&self) -> Result<String, ProviderError> {
@@ -197,7 +170,7 @@ impl Provider for DaytonaProvider {
         self.http
             .read(build, "failed to query the API")
             .await
-            .map_err(|e| self.scrub(listing_error(e)))?;
+            .map_err(listing_error)?;
         Ok(format!("daytona API at {}", self.url))
     }
 
@@ -208,14 +181,13 @@ impl Provider for DaytonaProvider {
         // call below says for certain whether the sandbox is gone.
         match self.post(id, "last-activity").await {
             Ok(()) | Err(ProviderError::Gone(_)) => {}
-            Err(e) => return Err(self.scrub(e)),
+            Err(e) => return Err(e),
         }
         self.post(id, &format!("autostop/{}", autostop_minutes(ttl)))
-            .await
-            .map_err(|e| self.scrub(e))?;
+            .await?;
         match self.post(id, "autodelete/0").await {
             Err(ProviderError::Fatal(m)) if m.contains("must remain ephemeral") => Ok(()),
-            other => other.map_err(|e| self.scrub(e)),
+            other => other,
         }
     }
 }
@@ -299,19 +271,6 @@ fn autostop_minutes(ttl: Duration) -> i64 {
     let minutes = ttl.as_secs().div_ceil(60).max(1);
     i64::try_from(minutes).unwrap_or(i64::MAX)
 }
-
-/// Percent-encodes one path segment (ids are UUIDs, names may be anything).
-fn encode_segment(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,8 +345,11 @@ mod tests {
             Duration::from_secs(1),
         )
         .unwrap();
-        let e = p.scrub(ProviderError::Fatal("key dtn_secret refused".into()));
-        assert_eq!(e, ProviderError::Fatal("key [redacted] refused".into()));
+        assert_eq!(
+            p.http.redact("key dtn_secret refused"),
+            "key [redacted] refused"
+        );
+        assert_eq!(p.http.redact("Bearer dtn_secret"), "[redacted]");
     }
 
     #[test]

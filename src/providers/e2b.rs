@@ -21,7 +21,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde::Deserialize;
 
-use super::http::{walk, Http};
+use super::http::{encode_segment, listing_error, walk, Http};
 use super::{Capabilities, Entry, EntryState, Kind, Provider, ProviderError, Sandbox};
 use crate::config::CloudSettings;
 use crate::labels::Selector;
@@ -95,21 +95,12 @@ fn metadata_filter(selector: &Selector) -> Option<String> {
     let pairs: Option<Vec<String>> = selector
         .terms()
         .iter()
-        .map(|(k, v)| v.as_ref().map(|v| format!("{}={}", encode(k), encode(v))))
+        .map(|(k, v)| {
+            v.as_ref()
+                .map(|v| format!("{}={}", encode_segment(k), encode_segment(v)))
+        })
         .collect();
     pairs.map(|p| p.join("&"))
-}
-
-/// Percent-encodes everything but RFC 3986's unreserved characters.
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 impl E2b {
@@ -132,18 +123,10 @@ impl E2b {
             .http
             .read(build, "failed to list sandboxes")
             .await
-            .map_err(gone_is_fatal)?;
+            .map_err(listing_error)?;
         let listed: Vec<Listed> = reply.json("e2b", "failed to list sandboxes")?;
         let next = reply.header("x-next-token").map(str::to_string);
         Ok((listed.into_iter().map(Listed::into_sandbox).collect(), next))
-    }
-}
-
-/// A 404 on a collection is a wrong URL, not a removed sandbox.
-fn gone_is_fatal(e: ProviderError) -> ProviderError {
-    match e {
-        ProviderError::Gone(m) => ProviderError::Fatal(m),
-        other => other,
     }
 }
 
@@ -171,7 +154,7 @@ impl Provider for E2b {
     }
 
     async fn remove(&self, sandbox: &Sandbox) -> Result<(), ProviderError> {
-        let path = format!("/sandboxes/{}", encode(&sandbox.id));
+        let path = format!("/sandboxes/{}", encode_segment(&sandbox.id));
         let what = format!("failed to remove sandbox {}", sandbox.id);
         self.http
             .send(self.http.request(Method::DELETE, &path), &what)
@@ -188,12 +171,12 @@ impl Provider for E2b {
         self.http
             .read(build, "failed to reach the API")
             .await
-            .map_err(gone_is_fatal)?;
+            .map_err(listing_error)?;
         Ok(format!("E2B API at {}", self.url))
     }
 
     async fn renew(&self, sandbox: &Sandbox, ttl: Duration) -> Result<(), ProviderError> {
-        let path = format!("/sandboxes/{}", encode(&sandbox.id));
+        let path = format!("/sandboxes/{}", encode_segment(&sandbox.id));
         let what = format!("failed to read sandbox {}", sandbox.id);
         let reply = self
             .http
@@ -230,7 +213,7 @@ mod tests {
             Some("sandguard.session=ab12")
         );
         assert_eq!(metadata_filter(&Selector::managed()), None);
-        assert_eq!(encode("a=b&c d"), "a%3Db%26c%20d");
+        assert_eq!(encode_segment("a=b&c d"), "a%3Db%26c%20d");
     }
 
     #[test]

@@ -45,7 +45,7 @@ use std::time::{Duration, SystemTime};
 use reqwest::Method;
 use serde::Deserialize;
 
-use super::http::Http;
+use super::http::{encode_segment, Http};
 use super::{Capabilities, Entry, EntryState, Kind, Provider, ProviderError, Sandbox};
 use crate::config::{CloudSettings, Secret};
 use crate::labels::Selector;
@@ -84,8 +84,6 @@ pub struct FlyProvider {
     http: Http,
     app: String,
     base: String,
-    /// The bare token, redacted from messages besides the header value the layer redacts.
-    token: Secret,
 }
 
 impl FlyProvider {
@@ -98,45 +96,22 @@ impl FlyProvider {
             &base,
             settings.timeout,
             vec![("authorization", authorization(&token))],
-        )?;
+        )?
+        .redacting(token);
         Ok(FlyProvider {
             http,
             app: app.to_string(),
             base,
-            token,
         })
     }
 
     fn machines_path(&self) -> String {
-        format!("/v1/apps/{}/machines", encode(&self.app))
+        format!("/v1/apps/{}/machines", encode_segment(&self.app))
     }
 
     fn machine_path(&self, id: &str) -> String {
-        format!("{}/{}", self.machines_path(), encode(id))
+        format!("{}/{}", self.machines_path(), encode_segment(id))
     }
-
-    fn scrub(&self, err: ProviderError) -> ProviderError {
-        let token = self.token.expose();
-        let clean = |m: String| {
-            if token.is_empty() {
-                m
-            } else {
-                m.replace(token, "[redacted]")
-            }
-        };
-        match err {
-            ProviderError::Gone(m) => ProviderError::Gone(clean(m)),
-            ProviderError::Fatal(m) => ProviderError::Fatal(clean(m)),
-            ProviderError::Transient {
-                message,
-                retry_after,
-            } => ProviderError::Transient {
-                message: clean(message),
-                retry_after,
-            },
-        }
-    }
-
     /// One mutation of a machine (stop, delete), with Fly's answers mapped for reclaim.
     async fn mutate(&self, method: Method, suffix: &str, id: &str) -> Result<(), ProviderError> {
         let verb = if method == Method::DELETE {
@@ -152,7 +127,7 @@ impl FlyProvider {
         let what = format!("failed to {verb} machine {id} of app {}", self.app);
         match self.http.send(request, &what).await {
             Ok(_) => Ok(()),
-            Err(e) => Err(self.explain(self.scrub(e), id).await),
+            Err(e) => Err(self.explain(e, id).await),
         }
     }
 
@@ -228,7 +203,7 @@ impl Provider for FlyProvider {
                 &what,
             )
             .await
-            .map_err(|e| match self.scrub(e) {
+            .map_err(|e| match e {
                 // The collection itself is missing: a wrong app, not a removed sandbox.
                 ProviderError::Gone(m) => ProviderError::Fatal(m),
                 other => other,
@@ -264,7 +239,7 @@ impl Provider for FlyProvider {
         match self.http.send(request, &what).await {
             Ok(_) => Ok(format!("{NAME} API at {} (app {})", self.base, self.app)),
             Err(ProviderError::Gone(m)) => Err(ProviderError::Fatal(m)),
-            Err(e) => Err(self.scrub(e)),
+            Err(e) => Err(e),
         }
     }
 }
@@ -287,21 +262,6 @@ fn metadata_filter(selector: &Selector) -> Vec<(String, String)> {
         .filter_map(|(k, v)| Some((format!("metadata.{k}"), v.clone()?)))
         .collect()
 }
-
-/// One path segment, percent-encoded (app names and machine ids are plain, but a config value
-/// must not be able to change the path).
-fn encode(segment: &str) -> String {
-    segment
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 /// The status the shared layer put at the end of its message (`… (HTTP 409)`): it classifies
 /// but does not carry the code, and a 409 lease or a 429 needs Fly-specific handling.
 fn status_of(message: &str) -> Option<u16> {
@@ -522,7 +482,7 @@ mod tests {
 
     #[test]
     fn path_segments_are_encoded() {
-        assert_eq!(encode("my-app_1"), "my-app_1");
-        assert_eq!(encode("a/../b c"), "a%2F..%2Fb%20c");
+        assert_eq!(encode_segment("my-app_1"), "my-app_1");
+        assert_eq!(encode_segment("a/../b c"), "a%2F..%2Fb%20c");
     }
 }

@@ -79,6 +79,13 @@ impl Http {
         })
     }
 
+    /// Also redacts `secret` from every message: a bare key whose header value carries a
+    /// prefix (`Bearer …`), so neither form can reach a log.
+    pub fn redacting(mut self, secret: Secret) -> Self {
+        self.secrets.push(secret);
+        self
+    }
+
     /// Redacts every credential from `text`.
     pub fn redact(&self, text: &str) -> String {
         self.secrets
@@ -194,6 +201,27 @@ impl Reply {
 
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+/// Percent-encodes one path segment (everything but RFC 3986's unreserved characters), so a
+/// provider id can never change the path it is put in.
+pub fn encode_segment(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// For a listing, "not found" means a wrong URL or account, not a removed sandbox: fatal.
+pub fn listing_error(e: ProviderError) -> ProviderError {
+    match e {
+        ProviderError::Gone(m) => ProviderError::Fatal(m),
+        other => other,
     }
 }
 

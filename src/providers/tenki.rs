@@ -89,7 +89,6 @@ pub fn session_tag(session: &str) -> String {
 pub struct TenkiProvider {
     http: Http,
     url: String,
-    token: Secret,
     /// `timeoutAt` (Unix seconds) per session, from the last listing or extension.
     timeouts: Mutex<HashMap<String, i64>>,
 }
@@ -103,9 +102,9 @@ impl TenkiProvider {
                 &settings.url,
                 settings.timeout,
                 vec![("authorization", bearer)],
-            )?,
+            )?
+            .redacting(token.clone()),
             url: settings.url.trim_end_matches('/').to_string(),
-            token: token.clone(),
             timeouts: Mutex::new(HashMap::new()),
         })
     }
@@ -116,27 +115,6 @@ impl TenkiProvider {
             .header("connect-protocol-version", "1")
             .json(body)
     }
-
-    /// The raw token too, not only the header value, never reaches a message.
-    fn scrub(&self, err: ProviderError) -> ProviderError {
-        let token = self.token.expose();
-        if token.is_empty() {
-            return err;
-        }
-        let clean = |m: String| m.replace(token, "[redacted]");
-        match err {
-            ProviderError::Gone(m) => ProviderError::Gone(clean(m)),
-            ProviderError::Fatal(m) => ProviderError::Fatal(clean(m)),
-            ProviderError::Transient {
-                message,
-                retry_after,
-            } => ProviderError::Transient {
-                message: clean(message),
-                retry_after,
-            },
-        }
-    }
-
     /// One page of `ListWorkspaceSandboxes`.
     async fn page(
         &self,
@@ -154,8 +132,7 @@ impl TenkiProvider {
                 // The collection itself missing is a wrong URL, not a sandbox that went away.
                 ProviderError::Gone(m) => ProviderError::Fatal(m),
                 other => other,
-            })
-            .map_err(|e| self.scrub(e))?;
+            })?;
         reply.json(NAME, what)
     }
 
@@ -176,7 +153,7 @@ impl TenkiProvider {
     async fn mutate(&self, method: &str, body: Value, what: &str) -> Result<Value, ProviderError> {
         match self.http.send(self.call(method, &body), what).await {
             Ok(reply) => reply.json(NAME, what),
-            Err(e) => Err(self.scrub(already_gone(e, what))),
+            Err(e) => Err(already_gone(e, what)),
         }
     }
 }
