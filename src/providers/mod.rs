@@ -15,6 +15,7 @@ pub mod docker;
 #[cfg(test)]
 pub mod fake;
 pub mod http;
+pub mod modal;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -166,7 +167,10 @@ impl Registry {
     /// Registers every built-in driver, configured from `settings`.
     pub fn from_settings(settings: &Settings) -> Registry {
         Registry {
-            entries: vec![docker::entry(&settings.docker)],
+            entries: vec![
+                docker::entry(&settings.docker),
+                modal::entry(&settings.modal),
+            ],
         }
     }
 
