@@ -3,6 +3,7 @@
 
 mod support;
 
+mod cloud_modal;
 mod config_errors;
 mod docker_ps_stop;
 mod wrapper;

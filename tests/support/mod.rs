@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod emu;
+pub mod modal;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
