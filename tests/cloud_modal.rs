@@ -237,6 +237,25 @@ fn modal_sandboxes_of_a_sigkilled_owner_are_reclaimed() {
 }
 
 #[test]
+fn modal_reads_tags_itself_when_a_filtered_listing_omits_them() {
+    let t = setup("modal-tags", "3s");
+    let session = format!("mt{}", unique());
+    let mine = t.insert(&session, 3);
+    let other = t.insert(&format!("mu{}", unique()), 1);
+    let untagged = t.emu.insert(&[]);
+    t.emu.hide_tags_in_listings();
+
+    let out = t.stop(&["--all", "--provider", "modal", "--session", &session]);
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(t.emu.count_running(&mine), 0);
+    assert_eq!(t.emu.count_running(&other), 1);
+    assert!(t.emu.running(&untagged));
+    let reads = t.emu.hits();
+    let reads = reads.iter().filter(|h| h.path == wire::SANDBOX_TAGS_GET);
+    assert_eq!(reads.count(), 3, "one SandboxTagsGet per listed sandbox");
+}
+
+#[test]
 fn modal_listing_walks_every_page() {
     let t = setup("modal-pages", "10s");
     let session = format!("pg{}", unique());

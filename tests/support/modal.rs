@@ -1,12 +1,13 @@
 //! A Modal control-plane emulator: a tonic gRPC server on 127.0.0.1 (port 0) answering
-//! `ClientHello`, `SandboxList` and `SandboxTerminate` of `modal.client.ModalClient` from
+//! `ClientHello`, `SandboxList`, `SandboxTerminate` and `SandboxTagsGet` of `modal.client.ModalClient` from
 //! in-memory sandboxes, with the driver's own hand-written messages.
 //!
 //! Faithful to what Modal's clients rely on: token metadata checked on every call
 //! (UNAUTHENTICATED otherwise), listings newest first and paged by `before_timestamp`
 //! (strictly older), `include_finished`, tag filters as AND, an empty tag name refused with
 //! INVALID_ARGUMENT, terminate a no-op on a finished sandbox (its earlier result echoed), and
-//! NOT_FOUND for an unknown id. The page size ([`PAGE_SIZE`]) is the emulator's choice: Modal
+//! NOT_FOUND for an unknown id. Listings can leave `SandboxInfo.tags` empty (Modal marks the
+//! field "not yet exposed"; see [`ModalEmu::hide_tags_in_listings`]). The page size ([`PAGE_SIZE`]) is the emulator's choice: Modal
 //! does not publish one.
 //!
 //! Faults are applied before the API sees a call, like the HTTP framework's (`emu.rs`, which
@@ -77,6 +78,7 @@ struct State {
     rng: Mutex<u64>,
     clock: Mutex<f64>,
     next_id: Mutex<u64>,
+    hide_tags: std::sync::atomic::AtomicBool,
 }
 
 /// A running emulator; it stops with the test process.
@@ -100,6 +102,7 @@ impl ModalEmu {
             rng: Mutex::new(0x2545_F491_4F6C_DD1D),
             clock: Mutex::new(now),
             next_id: Mutex::new(0),
+            hide_tags: Default::default(),
         });
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
         listener.set_nonblocking(true).expect("nonblocking");
@@ -163,6 +166,12 @@ impl ModalEmu {
     /// How many of `ids` are still running.
     pub fn count_running(&self, ids: &[String]) -> usize {
         ids.iter().filter(|id| self.running(id)).count()
+    }
+
+    /// From now on, listings leave every sandbox's tags empty (the filter still applies).
+    pub fn hide_tags_in_listings(&self) {
+        use std::sync::atomic::Ordering;
+        self.state.hide_tags.store(true, Ordering::SeqCst);
     }
 
     pub fn set_faults(&self, faults: Faults) {
@@ -256,6 +265,7 @@ impl State {
         if req.tags.iter().any(|t| t.tag_name.is_empty()) {
             return Err(Status::invalid_argument("tag names must not be empty"));
         }
+        let hide_tags = self.hide_tags.load(std::sync::atomic::Ordering::SeqCst);
         let all = self.sandboxes.lock().unwrap();
         let mut matching: Vec<&Sb> = all
             .iter()
@@ -270,7 +280,7 @@ impl State {
             .map(|s| SandboxInfo {
                 id: s.id.clone(),
                 created_at: s.created_at,
-                tags: s.tags.clone(),
+                tags: if hide_tags { vec![] } else { s.tags.clone() },
                 image_id: "im-emulated".into(),
                 task_info: Some(wire::TaskInfo {
                     id: format!("ta-{}", &s.id[3..]),
@@ -300,6 +310,19 @@ impl State {
         });
         sb.finished.get_or_insert(3);
         Ok(wire::SandboxTerminateResponse { existing_result })
+    }
+
+    fn tags_get(
+        &self,
+        req: wire::SandboxTagsGetRequest,
+    ) -> Result<wire::SandboxTagsGetResponse, Status> {
+        let all = self.sandboxes.lock().unwrap();
+        let sb = all.iter().find(|s| s.id == req.sandbox_id);
+        let sb =
+            sb.ok_or_else(|| Status::not_found(format!("Sandbox {} not found", req.sandbox_id)))?;
+        Ok(wire::SandboxTagsGetResponse {
+            tags: sb.tags.clone(),
+        })
     }
 }
 
@@ -368,6 +391,7 @@ impl Service<http::Request<Body>> for Svc {
                     wire::SANDBOX_TERMINATE => {
                         unary(state.clone(), State::terminate, request).await
                     }
+                    wire::SANDBOX_TAGS_GET => unary(state.clone(), State::tags_get, request).await,
                     _ => Status::unimplemented(format!("unknown method {path}")).into_http(),
                 }
             };

@@ -9,6 +9,7 @@ pub const SERVICE: &str = "modal.client.ModalClient";
 pub const CLIENT_HELLO: &str = "/modal.client.ModalClient/ClientHello";
 pub const SANDBOX_LIST: &str = "/modal.client.ModalClient/SandboxList";
 pub const SANDBOX_TERMINATE: &str = "/modal.client.ModalClient/SandboxTerminate";
+pub const SANDBOX_TAGS_GET: &str = "/modal.client.ModalClient/SandboxTagsGet";
 /// How Modal packs a retry policy into an error's details.
 pub const RETRY_POLICY_TYPE: &str = "type.modal.com/modal.client.RPCRetryPolicy";
 
@@ -120,6 +121,18 @@ pub struct SandboxTerminateResponse {
     /// Set when the sandbox had already finished (the call was a no-op).
     #[prost(message, optional, tag = "1")]
     pub existing_result: Option<GenericResult>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SandboxTagsGetRequest {
+    #[prost(string, tag = "1")]
+    pub sandbox_id: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SandboxTagsGetResponse {
+    #[prost(message, repeated, tag = "1")]
+    pub tags: Vec<SandboxTag>,
 }
 
 /// `google.protobuf.Any`.
