@@ -2,7 +2,7 @@
 //! messages (`modal/wire.rs`, after `proto/modal.proto`).
 //!
 //! - Endpoint: `MODAL_SERVER_URL` or `[providers.modal] server_url`, default
-//!   `https://api.modal.com:443`; HTTP/2 with rustls (ring, webpki roots: the stack reqwest
+//!   `https://api.modal.com:443` (of a comma-separated failover list, the first); HTTP/2 with rustls (ring, webpki roots: the stack reqwest
 //!   already uses), plain HTTP/2 for an `http://` URL (the emulator). The channel connects on
 //!   first use, so building the registry never touches the network.
 //! - Auth: configured only when both `MODAL_TOKEN_ID` and `MODAL_TOKEN_SECRET` are set. Every
@@ -92,7 +92,7 @@ pub struct ModalProvider {
 impl ModalProvider {
     pub fn new(settings: &CloudSettings, token_id: &Secret, token_secret: &Secret) -> Self {
         ModalProvider {
-            url: settings.url.trim_end_matches('/').to_string(),
+            url: first_url(&settings.url),
             timeout: settings.timeout,
             token_id: token_id.clone(),
             token_secret: token_secret.clone(),
@@ -342,6 +342,13 @@ impl Provider for ModalProvider {
         }
         Ok(text)
     }
+}
+
+/// The endpoint to use: the first of a comma-separated failover list (the form Modal's Python
+/// client accepts in `MODAL_SERVER_URL`), without a trailing slash.
+fn first_url(setting: &str) -> String {
+    let first = setting.split(',').next().unwrap_or_default();
+    first.trim().trim_end_matches('/').to_string()
 }
 
 /// The selector's valued terms as Modal tags (all must match). Key-only terms have no tag

@@ -48,6 +48,15 @@ fn sandboxes_map_with_their_tags_as_labels() {
 }
 
 #[test]
+fn a_failover_list_uses_its_first_url() {
+    assert_eq!(
+        first_url("https://api.modal.com, https://api.modal2.com"),
+        "https://api.modal.com"
+    );
+    assert_eq!(first_url("http://127.0.0.1:9/"), "http://127.0.0.1:9");
+}
+
+#[test]
 fn the_walk_refuses_a_timestamp_that_does_not_move_back() {
     assert!(next_page_moves_back(None, 10.0));
     assert!(next_page_moves_back(Some(10.0), 9.5));
