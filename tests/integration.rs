@@ -7,6 +7,7 @@ mod cloud_daytona;
 mod cloud_e2b;
 mod cloud_flyio;
 mod cloud_tenki;
+mod cloud_modal;
 mod config_errors;
 mod docker_ps_stop;
 mod guard;

@@ -19,6 +19,7 @@ pub mod fake;
 pub mod flyio;
 pub mod http;
 pub mod tenki;
+pub mod modal;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -176,6 +177,7 @@ impl Registry {
                 flyio::entry(&settings.flyio),
                 daytona::entry(&settings.daytona),
                 tenki::entry(&settings.tenki),
+                modal::entry(&settings.modal),
             ],
         }
     }

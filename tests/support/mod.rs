@@ -11,6 +11,7 @@ pub mod e2b;
 pub mod emu;
 pub mod flyio;
 pub mod tenki;
+pub mod modal;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
