@@ -160,6 +160,14 @@ def find_binary() -> str:
 # --- the guard ----------------------------------------------------------------------------
 
 
+def _readable(fd: int, timeout: float) -> bool:
+    """Whether `fd` is readable (or at EOF) within `timeout` seconds. poll, not select: a
+    program with many files open has descriptors above FD_SETSIZE."""
+    p = select.poll()
+    p.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    return bool(p.poll(max(0, int(timeout * 1000) + 1)))
+
+
 def _target(provider: str, sandbox_id: str) -> str:
     """``PROVIDER ID``, checked as the sidecar's parser checks it (src/protocol.rs)."""
     if not isinstance(provider, str) or not _PROVIDER.match(provider):
@@ -282,8 +290,7 @@ class Guard:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise SandguardError(f"the sidecar was not ready within {timeout:g} s")
-            readable, _, _ = select.select([fd], [], [], left)
-            if not readable:
+            if not _readable(fd, left):
                 continue
             chunk = os.read(fd, 4096)
             if not chunk:
@@ -393,8 +400,7 @@ class Guard:
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            readable, _, _ = select.select([fd], [], [], left)
-            if readable and not os.read(fd, 4096):
+            if _readable(fd, left) and not os.read(fd, 4096):
                 return
 
     def __enter__(self) -> "Guard":
