@@ -223,3 +223,27 @@ except sandguard.SandguardError as e:
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("refused: "), out.stdout
+
+
+def test_a_forked_child_never_says_bye_for_its_parent(tmp_path, pyenv, env, docker_ready):
+    code = r'''
+import os, subprocess, sys, sandguard
+with sandguard.guard(renew_every=None) as g:
+    cid = subprocess.run(
+        ["docker", "run", "-d", "--network", "none", *g.label_args(),
+         "sandguard-test/busybox:latest", "sleep", "600"],
+        check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
+    child = os.fork()
+    if child == 0:
+        sys.exit(0)  # leaves the with-block in the child: must not reclaim the parent's
+    os.waitpid(child, 0)
+    running = subprocess.run(["docker", "inspect", "-f", "{{.State.Running}}", cid],
+                             stdout=subprocess.PIPE, text=True).stdout.strip()
+    print(cid, running, flush=True)
+'''
+    out = subprocess.run([str(pyenv / "bin" / "python"), "-c", code], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    cid, running = out.stdout.split()
+    assert running == "true", out.stdout
+    assert not existing([cid])  # the parent's own bye reclaimed it
