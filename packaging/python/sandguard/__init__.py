@@ -50,7 +50,7 @@ import sys
 import sysconfig
 import threading
 import time
-from typing import Dict, List, Mapping, Optional
+from typing import Dict, List, Optional
 
 __all__ = [
     "Guard",
