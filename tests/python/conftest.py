@@ -6,7 +6,6 @@ target directory), else one built here with `maturin build --release` (maturin f
 be installed next to this interpreter).
 """
 
-import glob
 import os
 import shutil
 import subprocess

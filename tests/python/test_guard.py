@@ -3,10 +3,8 @@ the real Docker daemon: a guarded Python program creates containers, then dies o
 sandguard reclaims them."""
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
