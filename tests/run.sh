@@ -6,8 +6,17 @@
 #     --iptables=false` (no default bridge, no NAT: test containers reach no network);
 #   - the test image sandguard-test/busybox:latest, built from a static busybox with
 #     `docker import` (nothing is pulled);
-# then runs `cargo test` (unit tests and the one integration-test binary).
-# Extra arguments go to `cargo test`, e.g. `tests/run.sh -- stop_all`.
+# then runs, in this order (each step must pass, or the script stops with its status):
+#   1. `cargo test`: unit tests and the one integration-test binary;
+#   2. the Python wheel: `maturin build --release` (the `sandguard` binary plus the pure-Python
+#      helper module), in the same target directory as step 1 so that only the release build
+#      of the crate and its dependencies is added, and nothing when it is already built;
+#   3. `pytest tests/python`: the wheel installed into a fresh venv, and guarded Python
+#      programs that create containers and then die or exit. pytest runs last on purpose, so
+#      its "N passed" line is the suite's closing line.
+# maturin and pytest come from PyPI into a venv under the target directory (kept, so a second
+# run installs nothing). Extra arguments go to `cargo test`, e.g. `tests/run.sh -- stop_all`;
+# SANDGUARD_SKIP_PYTHON=1 skips steps 2 and 3 (and says so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -58,6 +67,42 @@ build_test_image() {
   rm -rf "$root"
 }
 
+# The venv that holds the Python test tools (maturin, pytest); not the one the tests install
+# the wheel into (each test session makes a fresh one).
+python_tools() {
+  local venv=$1
+  if [ ! -x "$venv/bin/pytest" ] || [ ! -x "$venv/bin/maturin" ]; then
+    command -v python3 >/dev/null 2>&1 || apt_install python3 python3-venv python3-pip
+    python3 -m venv "$venv" 2>/dev/null || { apt_install python3-venv; python3 -m venv "$venv"; }
+    log "installing maturin and pytest into $venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+      'maturin>=1.5,<2' 'pytest>=7'
+  fi
+}
+
 start_docker
 build_test_image
-exec cargo test --locked "$@"
+
+# Step 1: the Rust suite.
+cargo test --locked "$@"
+
+if [ "${SANDGUARD_SKIP_PYTHON:-}" = 1 ]; then
+  log "SANDGUARD_SKIP_PYTHON=1: the Python wheel and its tests were NOT run"
+  exit 0
+fi
+
+# Step 2: the wheel, as users install it. The target directory is cargo's (step 1), so the
+# dependencies it shares with the debug build are fetched once; only the release build is new.
+target=${CARGO_TARGET_DIR:-$PWD/target}
+tools=$target/python-tools
+python_tools "$tools"
+rm -rf "$target/wheels"
+log "building the Python wheel (maturin build --release)"
+started=$(date +%s)
+CARGO_TARGET_DIR=$target "$tools/bin/maturin" build --release --locked --out "$target/wheels"
+log "wheel built in $(( $(date +%s) - started )) s"
+wheel=$(ls "$target"/wheels/sandguard-*.whl)
+
+# Step 3: the helper's tests against that wheel (a fresh venv, the real Docker daemon).
+# -p no:cacheprovider: no .pytest_cache in the work tree.
+SANDGUARD_WHEEL=$wheel exec "$tools/bin/pytest" -p no:cacheprovider -v tests/python
