@@ -9,5 +9,6 @@ mod cloud_flyio;
 mod cloud_tenki;
 mod config_errors;
 mod docker_ps_stop;
+mod plugins;
 mod sweep;
 mod wrapper;
