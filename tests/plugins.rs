@@ -331,3 +331,22 @@ fn a_plugin_may_not_take_a_built_in_name() {
         .unwrap()
         .is_empty());
 }
+
+#[test]
+fn sweep_reclaims_an_orphan_in_a_plugin_and_spares_a_live_owners() {
+    use sandguard::labels::OWNER;
+    let s = Scratch::new("plugin-sweep");
+    let fake = Fake::new(bin(&s).join("sandguard-provider-fk"));
+    let config = cloud_config(&s, "");
+    let dead = dead_owner_label();
+    let live = live_owner_label();
+    fake.insert("orphan", &[(SESSION, "gone-owner"), (OWNER, &dead)]);
+    fake.insert("alive", &[(SESSION, "live-owner"), (OWNER, &live)]);
+    let out = run(cmd(&s, &config).args(["sweep", "--dry-run"]));
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(fake.exists("orphan"), "a dry run removes nothing");
+    let out = run(cmd(&s, &config).arg("sweep"));
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(!fake.exists("orphan"), "{}", out.stdout);
+    assert!(fake.exists("alive"));
+}
