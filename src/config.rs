@@ -686,6 +686,7 @@ mod tests {
             "token_id",
             "token_secret",
             "server_url",
+            "command",
         ] {
             assert!(
                 text.contains(key),
