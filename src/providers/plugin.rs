@@ -170,8 +170,14 @@ impl Plugin {
         let program = self.program();
         let mut body = request.to_string().into_bytes();
         body.push(b'\n');
-        let mut child = tokio::process::Command::new(&self.command[0])
-            .args(&self.command[1..])
+        let Some((executable, args)) = self.command.split_first() else {
+            return Err(ProviderError::Fatal(format!(
+                "plugin {} has no command",
+                self.name
+            )));
+        };
+        let mut child = tokio::process::Command::new(executable)
+            .args(args)
             .arg(verb)
             .env("SANDGUARD_PLUGIN_PROTOCOL", PROTOCOL)
             .stdin(Stdio::piped())
