@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use crate::support::*;
 use sandguard::labels::SESSION;
 
-/// A fake provider: `list` prints every `STATE/*.json`, `remove` deletes one, `describe`
+/// A fake provider: `list` prints every `STATE/*.json`, `remove` deletes one, `renew` logs,
+/// `describe`
 /// answers. The verb is the script's first argument.
 const FAKE: &str = r#"#!/bin/sh
 state=__STATE__
@@ -30,7 +31,8 @@ remove)
   if [ -e "$state/$id.json" ]; then rm -f "$state/$id.json"; echo '{"result":"removed"}'
   else echo '{"result":"gone"}'; fi
   ;;
-describe) echo '{"capabilities":{"labels":true,"ttl":false},"detail":"fake plugin"}' ;;
+renew) cat >> "${state%.state}.renewed"; echo >> "${state%.state}.renewed"; echo '{"result":"renewed"}' ;;
+describe) echo '{"capabilities":{"labels":true,"ttl":__TTL__},"detail":"fake plugin"}' ;;
 *) echo "unknown verb $1" >&2; exit 2 ;;
 esac
 "#;
@@ -43,13 +45,23 @@ struct Fake {
 impl Fake {
     /// A fake plugin's script at `script`, with its state in a directory beside it.
     fn new(script: PathBuf) -> Fake {
+        Fake::with_ttl(script, false)
+    }
+
+    /// A fake that says in `describe` whether it has a TTL (`renew` appends to `renewed`).
+    fn with_ttl(script: PathBuf, ttl: bool) -> Fake {
         let state = script.with_extension("state");
         std::fs::create_dir_all(&state).unwrap();
-        write_script(
-            &script,
-            &FAKE.replace("__STATE__", &state.display().to_string()),
-        );
+        let text = FAKE
+            .replace("__STATE__", &state.display().to_string())
+            .replace("__TTL__", if ttl { "true" } else { "false" });
+        write_script(&script, &text);
         Fake { state, script }
+    }
+
+    /// What `renew` was sent, one request a line.
+    fn renewed(&self) -> String {
+        std::fs::read_to_string(self.state.with_extension("renewed")).unwrap_or_default()
     }
 
     fn insert(&self, id: &str, labels: &[(&str, &str)]) {
@@ -349,4 +361,32 @@ fn sweep_reclaims_an_orphan_in_a_plugin_and_spares_a_live_owners() {
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     assert!(!fake.exists("orphan"), "{}", out.stdout);
     assert!(fake.exists("alive"));
+}
+
+#[test]
+fn the_sidecar_renews_ttls_only_on_plugins_that_describe_one() {
+    let s = Scratch::new("plugin-ttl");
+    let ttl = Fake::with_ttl(bin(&s).join("sandguard-provider-withttl"), true);
+    let plain = Fake::new(bin(&s).join("sandguard-provider-nottl"));
+    let config = cloud_config(&s, "\n[watch]\ngrace = \"10s\"\nrenew_every = \"1s\"\n");
+    let mut owner = Owner::start(cmd(&s, &config), &s);
+    let labels = owner.label_pairs();
+    let pairs: Vec<(&str, &str)> = labels
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    ttl.insert("t1", &pairs);
+    plain.insert("n1", &pairs);
+    eventually(Duration::from_secs(8), "t1's TTL is renewed", || {
+        ttl.renewed().contains(r#"{"id":"t1","ttl_secs":12}"#)
+    });
+    assert_eq!(
+        plain.renewed(),
+        "",
+        "a plugin without a TTL is never asked to renew"
+    );
+    owner.kill();
+    eventually(Duration::from_secs(5), "both are reclaimed", || {
+        !ttl.exists("t1") && !plain.exists("n1")
+    });
 }
