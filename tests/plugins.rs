@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 use crate::support::*;
 use sandguard::labels::SESSION;
 
-/// A fake provider: `list` prints every `STATE/*.json`, `remove` deletes one, `renew` logs,
-/// `describe`
-/// answers. The verb is the script's first argument.
+/// A fake provider: `list` prints every `STATE/*.json`, `remove` deletes one, `renew` logs
+/// its request, `describe` answers. The verb is the script's first argument.
 const FAKE: &str = r#"#!/bin/sh
 state=__STATE__
 case "$1" in
