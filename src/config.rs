@@ -41,6 +41,22 @@ pub struct Settings {
     pub flyio: CloudSettings,
     pub tenki: CloudSettings,
     pub modal: CloudSettings,
+    /// `[providers.NAME]` tables for plugin providers (any name that is not a built-in).
+    pub plugins: Vec<PluginSettings>,
+}
+
+/// The names of the built-in providers: their `[providers.NAME]` tables are theirs, and no
+/// plugin may take their names.
+pub const BUILT_IN_PROVIDERS: [&str; 6] = ["docker", "e2b", "daytona", "flyio", "tenki", "modal"];
+
+/// A plugin provider as the config file describes it (`[providers.NAME]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginSettings {
+    pub name: String,
+    /// The program and its leading arguments; `None`: `sandguard-provider-NAME` on `PATH`.
+    pub command: Option<Vec<String>>,
+    /// How long one call may take before the plugin is killed.
+    pub timeout: Duration,
 }
 
 /// The sidecar's lease.
@@ -206,21 +222,86 @@ struct FileReclaim {
     retry_max: Option<HumanDuration>,
 }
 
+/// `[providers]`: a table per built-in provider, and any other name is a plugin. serde's
+/// `deny_unknown_fields` does not combine with `flatten`, so the tables are routed by hand;
+/// each one still denies its own unknown keys.
+#[derive(Debug, Default)]
+struct FileProviders {
+    docker: FileDocker,
+    e2b: cloud::FileKeyed,
+    daytona: cloud::FileKeyed,
+    flyio: cloud::FileFly,
+    tenki: cloud::FileKeyed,
+    modal: cloud::FileModal,
+    plugins: std::collections::BTreeMap<String, FilePlugin>,
+}
+
+impl<'de> Deserialize<'de> for FileProviders {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(ProvidersVisitor)
+    }
+}
+
+struct ProvidersVisitor;
+
+impl<'de> serde::de::Visitor<'de> for ProvidersVisitor {
+    type Value = FileProviders;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a table of provider tables")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> Result<FileProviders, A::Error> {
+        let mut p = FileProviders::default();
+        while let Some(name) = map.next_key::<String>()? {
+            match name.as_str() {
+                "docker" => p.docker = map.next_value()?,
+                "e2b" => p.e2b = map.next_value()?,
+                "daytona" => p.daytona = map.next_value()?,
+                "flyio" => p.flyio = map.next_value()?,
+                "tenki" => p.tenki = map.next_value()?,
+                "modal" => p.modal = map.next_value()?,
+                _ if !crate::protocol::valid_provider(&name) => {
+                    return Err(serde::de::Error::custom(format!(
+                        "invalid provider name {name:?}: a plugin's name is 1 to 32 lowercase \
+                         letters, digits, `-` or `_`"
+                    )))
+                }
+                _ => {
+                    let plugin: FilePlugin = map.next_value()?;
+                    p.plugins.insert(name, plugin);
+                }
+            }
+        }
+        Ok(p)
+    }
+}
+
+/// `[providers.NAME]` for a plugin provider.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct FileProviders {
-    #[serde(default)]
-    docker: FileDocker,
-    #[serde(default)]
-    e2b: cloud::FileKeyed,
-    #[serde(default)]
-    daytona: cloud::FileKeyed,
-    #[serde(default)]
-    flyio: cloud::FileFly,
-    #[serde(default)]
-    tenki: cloud::FileKeyed,
-    #[serde(default)]
-    modal: cloud::FileModal,
+struct FilePlugin {
+    command: Option<PluginCommand>,
+    timeout: Option<HumanDuration>,
+}
+
+/// A plugin's `command`: a program and its leading arguments, never empty.
+#[derive(Debug)]
+struct PluginCommand(Vec<String>);
+
+impl<'de> Deserialize<'de> for PluginCommand {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let argv = Vec::<String>::deserialize(d)?;
+        if argv.first().is_none_or(String::is_empty) {
+            return Err(serde::de::Error::custom(
+                "must name a program: [\"/path/to/plugin\", \"arg\", …]",
+            ));
+        }
+        Ok(PluginCommand(argv))
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -386,8 +467,20 @@ impl Settings {
             flyio: cloud::flyio(p.flyio, env),
             tenki: cloud::tenki(p.tenki, env),
             modal: cloud::modal(p.modal, env),
+            plugins: plugins(p.plugins),
         })
     }
+}
+
+/// The plugin tables, resolved.
+fn plugins(file: std::collections::BTreeMap<String, FilePlugin>) -> Vec<PluginSettings> {
+    file.into_iter()
+        .map(|(name, f)| PluginSettings {
+            name,
+            command: f.command.map(|c| c.0),
+            timeout: f.timeout.map(|d| d.0).unwrap_or(Duration::from_secs(30)),
+        })
+        .collect()
 }
 
 /// `$XDG_STATE_HOME/sandguard`, else `~/.local/state/sandguard`; `/var/lib/sandguard` for root
@@ -593,6 +686,7 @@ mod tests {
             "token_id",
             "token_secret",
             "server_url",
+            "command",
         ] {
             assert!(
                 text.contains(key),
@@ -662,6 +756,63 @@ mod tests {
                 .starts_with("environment variable SANDGUARD_GRACE:"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn any_other_provider_table_is_a_plugin_with_command_and_timeout_only() {
+        let text = "[providers.docker]\nenabled = false\n\n[providers.acme]\ncommand = [\"/opt/acme\", \"--fast\"]\ntimeout = \"5s\"\n\n[providers.zed]\n";
+        let file = parse_file(Path::new("c.toml"), text).unwrap();
+        let s =
+            Settings::layer(None, file, &Overrides::default(), &env(&[("HOME", "/h")])).unwrap();
+        assert_eq!(s.docker.enabled, Some(false));
+        assert_eq!(
+            s.plugins,
+            vec![
+                PluginSettings {
+                    name: "acme".into(),
+                    command: Some(vec!["/opt/acme".into(), "--fast".into()]),
+                    timeout: Duration::from_secs(5),
+                },
+                PluginSettings {
+                    name: "zed".into(),
+                    command: None,
+                    timeout: Duration::from_secs(30),
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_plugin_table_denies_unknown_keys_and_names_file_line_and_key() {
+        let text = "[providers.acme]\ncommand = [\"/opt/acme\"]\napi_key = \"k\"\n";
+        let err = parse_file(Path::new("c.toml"), text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("c.toml:3: key `providers.acme.api_key`"),
+            "{err}"
+        );
+        let text = "[providers.docker]\nenabld = false\n";
+        let err = parse_file(Path::new("c.toml"), text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("c.toml:2: key `providers.docker.enabld`"),
+            "{err}"
+        );
+        let text = "[providers.acme]\ncommand = []\n";
+        let err = parse_file(Path::new("c.toml"), text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("c.toml:2: key `providers.acme.command`"),
+            "{err}"
+        );
+        let text = "[providers.Acme]\ncommand = [\"x\"]\n";
+        let err = parse_file(Path::new("c.toml"), text)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("invalid provider name \"Acme\""), "{err}");
     }
 
     #[test]

@@ -20,7 +20,8 @@
 //! - [`protocol`]: the control lines an owner sends its sidecar (`claim`, `release`, `detach`,
 //!   `renew`, `bye`): parser, writer, and a line reader whose memory stays bounded.
 //! - [`providers`]: the provider trait, the error classes reclaim decides by, the registry, and
-//!   one module per driver (only [`providers::docker`] so far).
+//!   one module per driver; [`providers::plugin`] runs external `sandguard-provider-NAME`
+//!   executables as providers.
 //! - [`reclaim`]: the one removal path used by `stop` (and by the sidecar and sweep): bounded
 //!   concurrency per provider, retries with backoff and jitter, `Retry-After`, "already gone"
 //!   counted as success, ordered phases (containers, then networks, then volumes).

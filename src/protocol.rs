@@ -153,7 +153,9 @@ pub fn parse_line(line: &[u8]) -> Result<Command, ProtocolError> {
     })
 }
 
-fn valid_provider(name: &str) -> bool {
+/// A provider name as claims and plugins may use it: 1 to 32 of `a-z`, `0-9`, `-`, `_`,
+/// starting with a letter or digit.
+pub(crate) fn valid_provider(name: &str) -> bool {
     let b = name.as_bytes();
     let first_ok = b
         .first()

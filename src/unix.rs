@@ -263,3 +263,25 @@ pub fn geteuid() -> u32 {
     // SAFETY: geteuid takes no arguments, touches no memory and cannot fail.
     unsafe { libc::geteuid() }
 }
+
+/// Sends `SIGKILL` to every process in the process group `pgid` (a plugin and whatever it
+/// started). An already empty group is not an error.
+pub fn kill_process_group(pgid: u32) -> io::Result<()> {
+    let Ok(pgid) = libc::pid_t::try_from(pgid) else {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    };
+    if pgid <= 1 {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    // SAFETY: a plain syscall with integer arguments; a negative pid names a process group.
+    let rc = unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::ESRCH) {
+        Ok(())
+    } else {
+        Err(err)
+    }
+}

@@ -18,8 +18,9 @@ pub mod e2b;
 pub mod fake;
 pub mod flyio;
 pub mod http;
-pub mod tenki;
 pub mod modal;
+pub mod plugin;
+pub mod tenki;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -168,21 +169,27 @@ pub struct UnknownProvider {
 }
 
 impl Registry {
-    /// Registers every built-in driver, configured from `settings`.
+    /// Registers every built-in driver, configured from `settings`, then the plugins (on
+    /// `PATH` or in the config), which may not take a built-in's name.
     pub fn from_settings(settings: &Settings) -> Registry {
-        Registry {
-            entries: vec![
-                docker::entry(&settings.docker),
-                e2b::entry(&settings.e2b),
-                flyio::entry(&settings.flyio),
-                daytona::entry(&settings.daytona),
-                tenki::entry(&settings.tenki),
-                modal::entry(&settings.modal),
-            ],
-        }
+        let mut entries = vec![
+            docker::entry(&settings.docker),
+            e2b::entry(&settings.e2b),
+            flyio::entry(&settings.flyio),
+            daytona::entry(&settings.daytona),
+            tenki::entry(&settings.tenki),
+            modal::entry(&settings.modal),
+        ];
+        let path = std::env::var_os("PATH");
+        entries.extend(plugin::entries(
+            &settings.plugins,
+            path.as_deref(),
+            &crate::config::BUILT_IN_PROVIDERS,
+        ));
+        Registry { entries }
     }
 
-    /// A registry of the given entries (tests, and later plugins).
+    /// A registry of the given entries (tests).
     pub fn from_entries(entries: Vec<Entry>) -> Registry {
         Registry { entries }
     }

@@ -81,7 +81,9 @@ impl Keeper {
         loop {
             tick.tick().await;
             let holdings = self.holdings.borrow().clone();
-            for p in &self.providers {
+            // Asked each round: a plugin's capabilities are known only once it has answered
+            // `describe`, which may be after this keeper was set up.
+            for p in self.providers.iter().filter(|p| p.capabilities().ttl) {
                 self.renew_on(p.as_ref(), &holdings).await;
             }
         }

@@ -10,8 +10,8 @@ pub mod daytona;
 pub mod e2b;
 pub mod emu;
 pub mod flyio;
-pub mod tenki;
 pub mod modal;
+pub mod tenki;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,0 +1,486 @@
+//! Plugin providers: an executable that speaks JSON over stdin and stdout, found as
+//! `sandguard-provider-NAME` on `PATH` or named by `[providers.NAME] command` in the config,
+//! joins the registry as provider `NAME`, so `ps`, `stop`, `sweep` and reclaim use it exactly
+//! like a built-in driver.
+//!
+//! One process per call: `COMMAND… VERB` with one JSON request on stdin and one JSON reply
+//! expected on stdout (verbs `list`, `remove`, `renew`, `describe`; README.md, "Plugin
+//! providers", is the contract, and [`wire`] holds the messages and the rules that turn an
+//! answer into a reply or an error). Each call runs in its own process group with a time limit;
+//! at the limit the whole group is killed. A plugin that crashes, hangs or prints garbage fails
+//! that call, and only that call: it is reported like any provider that does not answer.
+
+mod wire;
+
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::Child;
+
+use self::wire::{Answer, Described, Done, ListReply, Outcome};
+use super::{Capabilities, Entry, EntryState, Provider, ProviderError, Sandbox};
+use crate::config::PluginSettings;
+use crate::labels::Selector;
+
+/// A plugin on `PATH` is this prefix followed by its provider name.
+pub const PREFIX: &str = "sandguard-provider-";
+
+/// The protocol version, in the plugin's environment as `SANDGUARD_PLUGIN_PROTOCOL`.
+const PROTOCOL: &str = "1";
+
+/// A reply larger than this is refused (the rest of stdout is read and discarded).
+const MAX_REPLY: usize = 16 << 20;
+
+/// How much of a plugin's stderr is kept for error messages.
+const MAX_STDERR: usize = 64 << 10;
+
+/// Until `describe` has answered, a plugin is taken to have labels and a TTL: the sidecar picks
+/// its TTL keepers at start, and [`Plugin::renew`] asks `describe` before renewing anything.
+const PROVISIONAL: Capabilities = Capabilities {
+    labels: true,
+    ttl: true,
+    pagination: false,
+};
+
+/// What a plugin that does not answer `describe` can do: labels, no TTL.
+const UNDESCRIBED: Capabilities = Capabilities {
+    labels: true,
+    ttl: false,
+    pagination: false,
+};
+
+/// The registry entries of every plugin: those on `path` (a `PATH` value) and those in the
+/// config; a config `command` wins over `PATH`. A name in `reserved` (the built-ins) is ignored
+/// with a warning. Sorted by name.
+pub fn entries(
+    configured: &[PluginSettings],
+    path: Option<&OsStr>,
+    reserved: &[&str],
+) -> Vec<Entry> {
+    let found = discover(path);
+    let mut names: Vec<&str> = found.keys().map(String::as_str).collect();
+    names.extend(configured.iter().map(|p| p.name.as_str()));
+    names.sort_unstable();
+    names.dedup();
+    let mut entries = Vec::new();
+    for name in names {
+        if reserved.contains(&name) {
+            tracing::warn!(
+                "ignoring the plugin {}: {name:?} is a built-in provider",
+                found
+                    .get(name)
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default()
+            );
+            continue;
+        }
+        let settings = configured.iter().find(|p| p.name == name);
+        let command: Option<Vec<OsString>> = settings
+            .and_then(|s| s.command.as_ref())
+            .map(|c| c.iter().map(OsString::from).collect())
+            .or_else(|| found.get(name).map(|p| vec![p.clone().into_os_string()]));
+        let timeout = settings.map_or(Duration::from_secs(30), |s| s.timeout);
+        let state = match command {
+            Some(command) => EntryState::Configured(Arc::new(Plugin::new(name, command, timeout))),
+            None => EntryState::Unconfigured(format!(
+                "[providers.{name}] has no `command` and there is no {PREFIX}{name} on PATH"
+            )),
+        };
+        // The registry is built once per process and its names live as long; leaking these
+        // few bytes keeps `Entry::name` a plain `&'static str` for the built-ins.
+        let name: &'static str = Box::leak(name.to_string().into_boxed_str());
+        entries.push(Entry { name, state });
+    }
+    entries
+}
+
+/// Every `sandguard-provider-NAME` on `path`: executable regular files (symlinks followed) in
+/// absolute directories, the first of each name winning as in a shell's lookup. A name that
+/// is not a valid provider name is skipped.
+pub fn discover(path: Option<&OsStr>) -> BTreeMap<String, PathBuf> {
+    let mut found = BTreeMap::new();
+    let Some(path) = path else { return found };
+    for dir in std::env::split_paths(path).filter(|d| d.is_absolute()) {
+        let Ok(listing) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for item in listing.flatten() {
+            let file_name = item.file_name();
+            let Some(name) = file_name.to_str().and_then(|n| n.strip_prefix(PREFIX)) else {
+                continue;
+            };
+            if !crate::protocol::valid_provider(name) || found.contains_key(name) {
+                continue;
+            }
+            let path = item.path();
+            let executable = std::fs::metadata(&path)
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+            if executable {
+                found.insert(name.to_string(), path);
+            }
+        }
+    }
+    found
+}
+
+/// One plugin provider.
+pub struct Plugin {
+    name: String,
+    /// The program and its leading arguments; the verb is appended.
+    command: Vec<OsString>,
+    timeout: Duration,
+    /// What `describe` said, once it has answered.
+    described: Mutex<Option<Capabilities>>,
+}
+
+impl Plugin {
+    pub fn new(name: &str, command: Vec<OsString>, timeout: Duration) -> Plugin {
+        Plugin {
+            name: name.to_string(),
+            command,
+            timeout,
+            described: Mutex::new(None),
+        }
+    }
+
+    fn program(&self) -> String {
+        self.command
+            .first()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
+    fn remember(&self, capabilities: Capabilities) {
+        *self.described.lock().unwrap_or_else(|e| e.into_inner()) = Some(capabilities);
+    }
+
+    fn known_capabilities(&self) -> Option<Capabilities> {
+        *self.described.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `COMMAND… verb` with `request` on stdin and collects its answer, killing the
+    /// plugin's whole process group at the time limit.
+    async fn call(&self, verb: &str, request: serde_json::Value) -> Result<Answer, ProviderError> {
+        let program = self.program();
+        let mut body = request.to_string().into_bytes();
+        body.push(b'\n');
+        let Some((executable, args)) = self.command.split_first() else {
+            return Err(ProviderError::Fatal(format!(
+                "plugin {} has no command",
+                self.name
+            )));
+        };
+        let mut child = tokio::process::Command::new(executable)
+            .args(args)
+            .arg(verb)
+            .env("SANDGUARD_PLUGIN_PROTOCOL", PROTOCOL)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .process_group(0)
+            .spawn()
+            .map_err(|e| ProviderError::Fatal(format!("cannot run plugin {program}: {e}")))?;
+        let group = child.id();
+        match tokio::time::timeout(self.timeout, exchange(&mut child, body)).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(e)) => Err(ProviderError::transient(format!(
+                "cannot talk to plugin {program}: {e}"
+            ))),
+            Err(_) => {
+                // The leader is not reaped yet (its wait never returned), so the group id
+                // cannot have been reused.
+                if let Some(group) = group {
+                    if let Err(e) = crate::unix::kill_process_group(group) {
+                        tracing::warn!("cannot kill plugin {program} (group {group}): {e}");
+                    }
+                }
+                let _ = child.start_kill();
+                Err(ProviderError::transient(format!(
+                    "plugin {program} did not answer `{verb}` within {:?}; killed it",
+                    self.timeout
+                )))
+            }
+        }
+    }
+
+    /// `None` when the plugin does not implement `describe` (it exits non-zero).
+    async fn describe(&self) -> Result<Option<Described>, ProviderError> {
+        let answer = self.call("describe", serde_json::json!({})).await?;
+        if !answer.status.success() {
+            tracing::debug!(
+                "plugin {} has no describe: it {}",
+                self.program(),
+                wire::describe_status(answer.status)
+            );
+            return Ok(None);
+        }
+        wire::interpret(&answer, "failed to describe the plugin", &self.program()).map(Some)
+    }
+}
+
+/// Writes the request, closes stdin, reads stdout and stderr to the end (keeping at most
+/// their limits) and waits for the exit status, all at once so no pipe can fill and stall.
+async fn exchange(child: &mut Child, body: Vec<u8>) -> std::io::Result<Answer> {
+    let stdin = child.stdin.take();
+    let write = async move {
+        if let Some(mut stdin) = stdin {
+            // A plugin that exits without reading its request is judged by its reply.
+            let _ = stdin.write_all(&body).await;
+        }
+    };
+    let (_, (stdout, stdout_truncated), (stderr, _)) = tokio::join!(
+        write,
+        read_capped(child.stdout.take(), MAX_REPLY),
+        read_capped(child.stderr.take(), MAX_STDERR),
+    );
+    let status = child.wait().await?;
+    Ok(Answer {
+        status,
+        stdout,
+        stdout_truncated,
+        stderr,
+    })
+}
+
+/// Reads `reader` to its end, keeping the first `cap` bytes; `true` when more were discarded.
+async fn read_capped(reader: Option<impl AsyncRead + Unpin>, cap: usize) -> (Vec<u8>, bool) {
+    let mut kept = Vec::new();
+    let mut truncated = false;
+    let Some(mut reader) = reader else {
+        return (kept, truncated);
+    };
+    let mut buf = vec![0u8; 16 << 10];
+    loop {
+        match reader.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let room = cap - kept.len();
+                truncated |= n > room;
+                kept.extend_from_slice(&buf[..n.min(room)]);
+            }
+        }
+    }
+    (kept, truncated)
+}
+
+#[async_trait::async_trait]
+impl Provider for Plugin {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.known_capabilities().unwrap_or(PROVISIONAL)
+    }
+
+    async fn list(&self, selector: &Selector) -> Result<Vec<Sandbox>, ProviderError> {
+        let what = "failed to list sandboxes";
+        let answer = self
+            .call("list", serde_json::json!({ "selector": selector.terms() }))
+            .await?;
+        let reply: ListReply = wire::interpret(&answer, what, &self.program())?;
+        if reply.sandboxes.iter().any(|s| s.id.is_empty()) {
+            return Err(ProviderError::Fatal(format!(
+                "{what}: plugin {} listed a sandbox with an empty id",
+                self.program()
+            )));
+        }
+        Ok(reply
+            .sandboxes
+            .into_iter()
+            .map(|l| l.into_sandbox(&self.name))
+            .filter(|s| selector.matches(&s.labels))
+            .collect())
+    }
+
+    async fn remove(&self, sandbox: &Sandbox) -> Result<(), ProviderError> {
+        let what = format!("failed to remove sandbox {}", sandbox.id);
+        let answer = self
+            .call("remove", serde_json::json!({ "id": sandbox.id }))
+            .await?;
+        let done: Done = wire::interpret(&answer, &what, &self.program())?;
+        match done.result {
+            Outcome::Removed => Ok(()),
+            Outcome::Gone => Err(ProviderError::Gone(format!(
+                "sandbox {} is gone",
+                sandbox.id
+            ))),
+            Outcome::Renewed => Err(ProviderError::Fatal(format!(
+                "{what}: plugin {} answered `renewed` to `remove`",
+                self.program()
+            ))),
+        }
+    }
+
+    /// `describe`, remembered for [`Provider::capabilities`]; a plugin without `describe` is
+    /// checked by listing its managed sandboxes instead.
+    async fn check(&self) -> Result<String, ProviderError> {
+        match self.describe().await? {
+            Some(described) => {
+                self.remember(described.capabilities.into());
+                Ok(described
+                    .detail
+                    .unwrap_or_else(|| format!("plugin {}", self.program())))
+            }
+            None => {
+                self.list(&Selector::managed()).await?;
+                self.remember(UNDESCRIBED);
+                Ok(format!("plugin {} (no describe)", self.program()))
+            }
+        }
+    }
+
+    async fn renew(&self, sandbox: &Sandbox, ttl: Duration) -> Result<(), ProviderError> {
+        let capabilities = match self.known_capabilities() {
+            Some(c) => c,
+            None => {
+                self.check().await?;
+                self.capabilities()
+            }
+        };
+        if !capabilities.ttl {
+            return Ok(());
+        }
+        let what = format!("failed to extend sandbox {}", sandbox.id);
+        let request = serde_json::json!({ "id": sandbox.id, "ttl_secs": ttl.as_secs() });
+        let answer = self.call("renew", request).await?;
+        let done: Done = wire::interpret(&answer, &what, &self.program())?;
+        match done.result {
+            Outcome::Renewed => Ok(()),
+            Outcome::Gone => Err(ProviderError::Gone(format!(
+                "sandbox {} is gone",
+                sandbox.id
+            ))),
+            Outcome::Removed => Err(ProviderError::Fatal(format!(
+                "{what}: plugin {} answered `removed` to `renew`",
+                self.program()
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::testutil::TempDir;
+
+    fn script(dir: &std::path::Path, name: &str, body: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    #[test]
+    fn discovery_takes_executable_files_first_on_path_and_config_wins() {
+        let a = TempDir::new("plugin-a");
+        let b = TempDir::new("plugin-b");
+        let first = script(a.path(), "sandguard-provider-acme", "true");
+        script(b.path(), "sandguard-provider-acme", "true");
+        script(b.path(), "sandguard-provider-docker", "true");
+        script(b.path(), "sandguard-provider-Bad", "true");
+        std::fs::write(b.path().join("sandguard-provider-plain"), "x").unwrap();
+        std::fs::create_dir(b.path().join("sandguard-provider-dir")).unwrap();
+        let path = std::env::join_paths([
+            "relative",
+            a.path().to_str().unwrap(),
+            b.path().to_str().unwrap(),
+        ])
+        .unwrap();
+        let found = discover(Some(&path));
+        assert_eq!(found.keys().collect::<Vec<_>>(), ["acme", "docker"]);
+        assert_eq!(found["acme"], first);
+
+        let configured = vec![
+            PluginSettings {
+                name: "zed".into(),
+                command: Some(vec!["/opt/zed".into(), "--x".into()]),
+                timeout: Duration::from_secs(5),
+            },
+            PluginSettings {
+                name: "ghost".into(),
+                command: None,
+                timeout: Duration::from_secs(5),
+            },
+        ];
+        let entries = entries(&configured, Some(&path), &["docker"]);
+        let names: Vec<&str> = entries.iter().map(|e| e.name).collect();
+        assert_eq!(names, ["acme", "ghost", "zed"]);
+        assert!(matches!(entries[0].state, EntryState::Configured(_)));
+        let EntryState::Unconfigured(why) = &entries[1].state else {
+            panic!("ghost has no command")
+        };
+        assert!(why.contains("sandguard-provider-ghost"), "{why}");
+    }
+
+    #[tokio::test]
+    async fn a_hanging_plugin_is_killed_at_its_time_limit() {
+        let dir = TempDir::new("plugin-hang");
+        let pidfile = dir.path().join("grandchild");
+        let body = format!("sleep 30 &\necho $! > {}\nsleep 30", pidfile.display());
+        let path = script(dir.path(), "hang", &body);
+        let plugin = Plugin::new("hang", vec![path.into()], Duration::from_millis(300));
+        let started = std::time::Instant::now();
+        let err = plugin.list(&Selector::managed()).await.unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(matches!(err, ProviderError::Transient { .. }), "{err:?}");
+        assert!(
+            err.to_string()
+                .contains("did not answer `list` within 300ms"),
+            "{err}"
+        );
+        // What the plugin started in the background dies with it (its process group).
+        let pid = std::fs::read_to_string(&pidfile).unwrap();
+        let stat = format!("/proc/{}/stat", pid.trim());
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::fs::read_to_string(&stat).is_ok_and(|s| !s.contains(") Z ")) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the grandchild lives on"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_plugin_round_trip_reads_the_request_and_checks_without_describe() {
+        let dir = TempDir::new("plugin-echo");
+        let body = r#"case "$1" in
+list) read -r req; printf '{"sandboxes":[{"id":"x1","labels":{"sandguard.session":"s"}},{"id":"x2","labels":{}}],"req":%s}' "$req" ;;
+remove) read -r req; case "$req" in *'"x1"'*) echo '{"result":"removed"}' ;; *) echo '{"result":"gone"}' ;; esac ;;
+*) exit 2 ;;
+esac"#;
+        let path = script(dir.path(), "echo", body);
+        let plugin = Plugin::new("echo", vec![path.into()], Duration::from_secs(10));
+        let listed = plugin.list(&Selector::managed()).await.unwrap();
+        assert_eq!(listed.len(), 1, "the selector is re-checked");
+        assert_eq!(listed[0].provider, "echo");
+        plugin.remove(&listed[0]).await.unwrap();
+        let other = Sandbox {
+            id: "x9".into(),
+            ..listed[0].clone()
+        };
+        assert!(matches!(
+            plugin.remove(&other).await,
+            Err(ProviderError::Gone(_))
+        ));
+        assert!(plugin.capabilities().ttl, "provisional until described");
+        assert!(plugin.check().await.unwrap().contains("no describe"));
+        assert!(!plugin.capabilities().ttl);
+        plugin
+            .renew(&listed[0], Duration::from_secs(60))
+            .await
+            .unwrap();
+    }
+}

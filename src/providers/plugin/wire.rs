@@ -1,0 +1,336 @@
+//! The plugin protocol's messages, and how a plugin's answer (exit status, stdout, stderr)
+//! becomes a reply or a [`ProviderError`]. Pure: no processes here, so every rule is tested
+//! on plain bytes. The protocol itself is described in README.md ("Plugin providers").
+
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+use crate::providers::{Capabilities, Kind, ProviderError, Sandbox};
+
+/// At most this much of a plugin's stderr is quoted in an error message (the end of it:
+/// that is where a crash says what happened).
+const STDERR_QUOTE: usize = 400;
+
+/// What one call of a plugin produced.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: ExitStatus,
+    pub stdout: Vec<u8>,
+    /// The plugin printed more than the reply limit; the rest was discarded.
+    pub stdout_truncated: bool,
+    pub stderr: Vec<u8>,
+}
+
+/// `list` → `{"sandboxes": [...]}`.
+#[derive(Debug, Deserialize)]
+pub struct ListReply {
+    pub sandboxes: Vec<Listed>,
+}
+
+/// One sandbox as a plugin lists it. Unknown fields are ignored, so plugins may say more.
+#[derive(Debug, Deserialize)]
+pub struct Listed {
+    pub id: String,
+    #[serde(default)]
+    pub status: Option<String>,
+    #[serde(default)]
+    pub created_at: Option<i64>,
+    #[serde(default)]
+    pub image: Option<String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+impl Listed {
+    pub fn into_sandbox(self, provider: &str) -> Sandbox {
+        Sandbox {
+            provider: provider.to_string(),
+            kind: Kind::Instance,
+            id: self.id,
+            status: self.status.unwrap_or_else(|| "unknown".into()),
+            created_at: self.created_at,
+            image: self.image,
+            labels: self.labels,
+        }
+    }
+}
+
+/// `remove` and `renew` → `{"result": "removed" | "renewed" | "gone"}`.
+#[derive(Debug, Deserialize)]
+pub struct Done {
+    pub result: Outcome,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Removed,
+    Renewed,
+    Gone,
+}
+
+/// `describe` → `{"capabilities": {"labels": true, "ttl": false}, "detail": "…"}`.
+#[derive(Debug, Deserialize)]
+pub struct Described {
+    pub capabilities: WireCapabilities,
+    #[serde(default)]
+    pub detail: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct WireCapabilities {
+    #[serde(default = "yes")]
+    pub labels: bool,
+    #[serde(default)]
+    pub ttl: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl From<WireCapabilities> for Capabilities {
+    fn from(c: WireCapabilities) -> Self {
+        Capabilities {
+            labels: c.labels,
+            ttl: c.ttl,
+            pagination: false,
+        }
+    }
+}
+
+/// `{"error": "…", "retry": true, "retry_after_secs": 5}`: the plugin's own word on a failure.
+#[derive(Debug, Deserialize)]
+struct ErrorReply {
+    error: String,
+    #[serde(default)]
+    retry: bool,
+    #[serde(default)]
+    retry_after_secs: Option<u64>,
+}
+
+/// Turns an answer into the reply `T`, or the error it stands for:
+///
+/// 1. stdout is an error reply (whatever the exit status): `retry: true` is transient (with its
+///    `retry_after_secs`), otherwise fatal;
+/// 2. otherwise a non-zero exit (or death by a signal) is transient: a crash is retried until
+///    reclaim's deadline, and what is left is pending for the next sweep;
+/// 3. otherwise stdout must parse as `T`; anything else is fatal (a protocol violation).
+///
+/// `what` says what was being done ("failed to list sandboxes"); `program` names the plugin.
+pub fn interpret<T: DeserializeOwned>(
+    answer: &Answer,
+    what: &str,
+    program: &str,
+) -> Result<T, ProviderError> {
+    let stderr = stderr_note(&answer.stderr);
+    let value: Option<serde_json::Value> = if answer.stdout_truncated {
+        None
+    } else {
+        serde_json::from_slice(&answer.stdout).ok()
+    };
+    if let Some(v) = value.as_ref().filter(|v| v.get("error").is_some()) {
+        return Err(match ErrorReply::deserialize(v) {
+            Ok(e) => {
+                let message = format!("{what}: {}", clean(&e.error, STDERR_QUOTE));
+                if e.retry {
+                    ProviderError::Transient {
+                        message,
+                        retry_after: e.retry_after_secs.map(Duration::from_secs),
+                    }
+                } else {
+                    ProviderError::Fatal(message)
+                }
+            }
+            Err(e) => ProviderError::Fatal(format!(
+                "{what}: plugin {program} printed an unreadable error reply ({e}){stderr}"
+            )),
+        });
+    }
+    if !answer.status.success() {
+        return Err(ProviderError::transient(format!(
+            "{what}: plugin {program} {}{stderr}",
+            describe_status(answer.status)
+        )));
+    }
+    if answer.stdout_truncated {
+        return Err(ProviderError::Fatal(format!(
+            "{what}: plugin {program} printed a reply too large to read{stderr}"
+        )));
+    }
+    let Some(value) = value else {
+        return Err(ProviderError::Fatal(format!(
+            "{what}: plugin {program} printed something that is not JSON{stderr}"
+        )));
+    };
+    T::deserialize(value).map_err(|e| {
+        ProviderError::Fatal(format!(
+            "{what}: plugin {program} printed an unreadable reply ({e}){stderr}"
+        ))
+    })
+}
+
+/// `exited with status 3`, `was killed by signal 9`.
+pub fn describe_status(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(signal)) => format!("was killed by signal {signal}"),
+        (None, None) => format!("ended with {status}"),
+    }
+}
+
+/// `; stderr: …` with the end of the plugin's stderr, or nothing when it said nothing.
+fn stderr_note(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let joined = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" | ");
+    let quoted = clean(&joined, STDERR_QUOTE);
+    if quoted.is_empty() {
+        String::new()
+    } else {
+        format!("; stderr: {quoted}")
+    }
+}
+
+/// Drops control characters (a plugin's output must not drive a terminal) and keeps the last
+/// `limit` characters, marking a cut with `…`.
+fn clean(text: &str, limit: usize) -> String {
+    let chars: Vec<char> = text.chars().filter(|c| !c.is_control()).collect();
+    if chars.len() <= limit {
+        chars.into_iter().collect()
+    } else {
+        std::iter::once('…')
+            .chain(chars[chars.len() - limit..].iter().copied())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(code: i32, stdout: &str, stderr: &str) -> Answer {
+        Answer {
+            status: ExitStatus::from_raw(code << 8),
+            stdout: stdout.as_bytes().to_vec(),
+            stdout_truncated: false,
+            stderr: stderr.as_bytes().to_vec(),
+        }
+    }
+
+    fn list(a: &Answer) -> Result<ListReply, ProviderError> {
+        interpret(a, "failed to list sandboxes", "/bin/p")
+    }
+
+    #[test]
+    fn a_list_reply_maps_to_sandboxes() {
+        let a = answer(
+            0,
+            r#"{"sandboxes":[{"id":"a1","status":"running","created_at":1700000000,"image":"py",
+                "labels":{"sandguard.session":"s1"},"extra":1},{"id":"b2"}],"more":true}"#,
+            "",
+        );
+        let reply = list(&a).unwrap();
+        let s: Vec<Sandbox> = reply
+            .sandboxes
+            .into_iter()
+            .map(|l| l.into_sandbox("acme"))
+            .collect();
+        assert_eq!(s[0].provider, "acme");
+        assert_eq!(s[0].session(), Some("s1"));
+        assert_eq!(s[0].created_at, Some(1_700_000_000));
+        assert_eq!(s[0].image.as_deref(), Some("py"));
+        assert_eq!(s[1].status, "unknown");
+        assert!(s[1].labels.is_empty());
+    }
+
+    #[test]
+    fn an_error_reply_decides_retry_whatever_the_exit_status() {
+        let a = answer(
+            1,
+            r#"{"error":"rate limited","retry":true,"retry_after_secs":7}"#,
+            "",
+        );
+        assert_eq!(
+            list(&a).unwrap_err(),
+            ProviderError::Transient {
+                message: "failed to list sandboxes: rate limited".into(),
+                retry_after: Some(Duration::from_secs(7)),
+            }
+        );
+        let a = answer(0, r#"{"error":"bad token"}"#, "");
+        assert_eq!(
+            list(&a).unwrap_err(),
+            ProviderError::Fatal("failed to list sandboxes: bad token".into())
+        );
+    }
+
+    #[test]
+    fn a_crash_is_transient_and_quotes_the_end_of_stderr_without_control_characters() {
+        let a = answer(3, "", "starting\n\x1b[31mpanic: boom\x1b[0m\n");
+        let err = list(&a).unwrap_err();
+        assert!(matches!(err, ProviderError::Transient { .. }), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "failed to list sandboxes: plugin /bin/p exited with status 3; stderr: starting | [31mpanic: boom[0m"
+        );
+        let killed = Answer {
+            status: ExitStatus::from_raw(9),
+            ..answer(0, "", "")
+        };
+        assert!(list(&killed)
+            .unwrap_err()
+            .to_string()
+            .ends_with("plugin /bin/p was killed by signal 9"));
+        let long = "x".repeat(2000);
+        let msg = list(&answer(1, "", &long)).unwrap_err().to_string();
+        assert!(
+            msg.ends_with(&format!("stderr: …{}", "x".repeat(400))),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn garbage_is_fatal() {
+        for (out, says) in [
+            ("hello, I am not JSON", "not JSON"),
+            (r#"{"sandboxes":"many"}"#, "unreadable reply"),
+            (
+                r#"{"sandboxes":[{"status":"running"}]}"#,
+                "missing field `id`",
+            ),
+            (r#"{"error":42}"#, "unreadable error reply"),
+            ("", "not JSON"),
+        ] {
+            let err = list(&answer(0, out, "")).unwrap_err();
+            assert!(matches!(err, ProviderError::Fatal(_)), "{out}: {err:?}");
+            assert!(err.to_string().contains(says), "{out}: {err}");
+        }
+        let big = Answer {
+            stdout_truncated: true,
+            ..answer(0, "{", "")
+        };
+        assert!(list(&big).unwrap_err().to_string().contains("too large"));
+    }
+
+    #[test]
+    fn done_and_described_replies_parse() {
+        let d: Done = interpret(&answer(0, r#"{"result":"gone"}"#, ""), "w", "p").unwrap();
+        assert_eq!(d.result, Outcome::Gone);
+        assert!(interpret::<Done>(&answer(0, r#"{"result":"maybe"}"#, ""), "w", "p").is_err());
+        let d: Described =
+            interpret(&answer(0, r#"{"capabilities":{"ttl":true}}"#, ""), "w", "p").unwrap();
+        let c = Capabilities::from(d.capabilities);
+        assert!(c.labels && c.ttl && !c.pagination);
+        assert_eq!(d.detail, None);
+    }
+}

@@ -1,0 +1,391 @@
+//! Plugin providers through the real binary: small shell-script plugins, found on `PATH` or
+//! named by `[providers.NAME] command`, that keep their sandboxes as files in a scratch
+//! directory.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+use sandguard::labels::SESSION;
+
+/// A fake provider: `list` prints every `STATE/*.json`, `remove` deletes one, `renew` logs
+/// its request, `describe` answers. The verb is the script's first argument.
+const FAKE: &str = r#"#!/bin/sh
+state=__STATE__
+case "$1" in
+list)
+  cat > "$state/../last-list-request"
+  printf '{"sandboxes":['
+  sep=''
+  for f in "$state"/*.json; do
+    [ -e "$f" ] || continue
+    printf '%s' "$sep"; cat "$f"; sep=','
+  done
+  printf ']}\n'
+  ;;
+remove)
+  id=$(sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
+  if [ -e "$state/$id.json" ]; then rm -f "$state/$id.json"; echo '{"result":"removed"}'
+  else echo '{"result":"gone"}'; fi
+  ;;
+renew) cat >> "${state%.state}.renewed"; echo >> "${state%.state}.renewed"; echo '{"result":"renewed"}' ;;
+describe) echo '{"capabilities":{"labels":true,"ttl":__TTL__},"detail":"fake plugin"}' ;;
+*) echo "unknown verb $1" >&2; exit 2 ;;
+esac
+"#;
+
+struct Fake {
+    state: PathBuf,
+    script: PathBuf,
+}
+
+impl Fake {
+    /// A fake plugin's script at `script`, with its state in a directory beside it.
+    fn new(script: PathBuf) -> Fake {
+        Fake::with_ttl(script, false)
+    }
+
+    /// A fake that says in `describe` whether it has a TTL (`renew` appends to `renewed`).
+    fn with_ttl(script: PathBuf, ttl: bool) -> Fake {
+        let state = script.with_extension("state");
+        std::fs::create_dir_all(&state).unwrap();
+        let text = FAKE
+            .replace("__STATE__", &state.display().to_string())
+            .replace("__TTL__", if ttl { "true" } else { "false" });
+        write_script(&script, &text);
+        Fake { state, script }
+    }
+
+    /// What `renew` was sent, one request a line.
+    fn renewed(&self) -> String {
+        std::fs::read_to_string(self.state.with_extension("renewed")).unwrap_or_default()
+    }
+
+    fn insert(&self, id: &str, labels: &[(&str, &str)]) {
+        let labels: serde_json::Map<String, serde_json::Value> = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
+            .collect();
+        let sandbox = serde_json::json!({
+            "id": id, "status": "running", "created_at": 1_700_000_000, "image": "img",
+            "labels": labels,
+        });
+        std::fs::write(self.state.join(format!("{id}.json")), sandbox.to_string()).unwrap();
+    }
+
+    fn exists(&self, id: &str) -> bool {
+        self.state.join(format!("{id}.json")).exists()
+    }
+}
+
+fn write_script(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// The scratch `bin` directory first on `PATH`.
+fn bin(s: &Scratch) -> PathBuf {
+    s.path().join("bin")
+}
+
+fn cmd(s: &Scratch, config: &Path) -> Command {
+    let path = format!(
+        "{}:{}",
+        bin(s).display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut c = sandguard(s);
+    c.env("PATH", path).env("SANDGUARD_CONFIG", config);
+    c
+}
+
+fn ids(v: &serde_json::Value, key: &str) -> Vec<String> {
+    let mut ids: Vec<String> = v[key]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["instance_id"].as_str().unwrap().to_string())
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[test]
+fn plugins_on_path_and_in_config_are_listed_and_ps_shows_their_sandboxes() {
+    let s = Scratch::new("plugin-ps");
+    let onpath = Fake::new(bin(&s).join("sandguard-provider-onpath"));
+    let inconf = Fake::new(s.path().join("plugins/inconf"));
+    let config = cloud_config(
+        &s,
+        &format!(
+            "\n[providers.inconf]\ncommand = [\"sh\", \"{}\"]\ntimeout = \"10s\"\n",
+            inconf.script.display()
+        ),
+    );
+    onpath.insert("p1", &[(SESSION, "s1"), ("app", "x")]);
+    onpath.insert("plain", &[("app", "x")]);
+    inconf.insert("c1", &[(SESSION, "s2")]);
+
+    let out = run(cmd(&s, &config).args(["providers", "--json"]));
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let v = json(&out.stdout);
+    let rows = v["providers"].as_array().unwrap();
+    for name in ["onpath", "inconf"] {
+        let row = rows.iter().find(|r| r["name"] == name).unwrap_or_else(|| {
+            panic!("{name} is not listed: {v}");
+        });
+        assert_eq!(row["configured"], true, "{row}");
+        assert_eq!(row["reachable"], true, "{row}");
+        assert_eq!(row["detail"], "fake plugin", "{row}");
+        assert_eq!(row["capabilities"]["ttl"], false, "{row}");
+    }
+    let text = run(cmd(&s, &config).arg("providers")).stdout;
+    assert!(text.contains("onpath") && text.contains("inconf"), "{text}");
+
+    let out = run(cmd(&s, &config).args(["ps", "--json"]));
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let v = json(&out.stdout);
+    assert_eq!(ids(&v, "sandboxes"), ["c1", "p1"]);
+    let p1 = v["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["instance_id"] == "p1")
+        .unwrap();
+    assert_eq!(p1["provider"], "onpath");
+    assert_eq!(p1["session"], "s1");
+    assert_eq!(p1["image"], "img");
+    // The plugin was asked for managed sandboxes only (it returned all; sandguard filtered).
+    let request = std::fs::read_to_string(s.path().join("bin/last-list-request")).unwrap();
+    assert_eq!(
+        request.trim(),
+        r#"{"selector":[["sandguard.session",null]]}"#
+    );
+
+    let out = run(cmd(&s, &config).args(["ps", "--provider", "inconf"]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("c1") && !out.stdout.contains("p1"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn stop_by_id_and_by_session_remove_exactly_their_targets() {
+    let s = Scratch::new("plugin-stop");
+    let fake = Fake::new(s.path().join("plugins/fk"));
+    let config = cloud_config(
+        &s,
+        &format!(
+            "\n[providers.fk]\ncommand = [\"{}\"]\n",
+            fake.script.display()
+        ),
+    );
+    for (id, session) in [("a1", "sa"), ("a2", "sa"), ("b1", "sb"), ("c1", "sc")] {
+        fake.insert(id, &[(SESSION, session)]);
+    }
+    fake.insert("plain", &[]);
+    let out = run(cmd(&s, &config).args(["stop", "a1"]));
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(!fake.exists("a1") && fake.exists("a2"));
+    let out = run(cmd(&s, &config).args(["stop", "--all", "--session", "sa", "--json"]));
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let v = json(&out.stdout);
+    assert_eq!(v["results"][0]["instance_id"], "a2");
+    assert_eq!(v["results"][0]["outcome"], "removed");
+    assert!(!fake.exists("a2") && fake.exists("b1") && fake.exists("c1"));
+    let out = run(cmd(&s, &config).args(["stop", "--all", "--provider", "fk"]));
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(!fake.exists("b1") && !fake.exists("c1"));
+    assert!(fake.exists("plain"), "an unlabelled sandbox survives");
+}
+
+#[test]
+fn the_owners_death_reclaims_its_sandboxes_in_a_plugin() {
+    let s = Scratch::new("plugin-kill");
+    let fake = Fake::new(bin(&s).join("sandguard-provider-fk"));
+    let config = cloud_config(&s, "");
+    let mut owner = Owner::start(cmd(&s, &config), &s);
+    let labels = owner.label_pairs();
+    let pairs: Vec<(&str, &str)> = labels
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    for id in ["m1", "m2", "m3"] {
+        fake.insert(id, &pairs);
+    }
+    fake.insert("other", &[(SESSION, "someoneelse")]);
+    fake.insert("plain", &[]);
+    owner.kill();
+    eventually(
+        Duration::from_secs(5),
+        "the owner's three sandboxes are gone",
+        || !fake.exists("m1") && !fake.exists("m2") && !fake.exists("m3"),
+    );
+    assert!(fake.exists("other") && fake.exists("plain"));
+}
+
+#[test]
+fn a_crashing_a_hanging_and_a_garbage_plugin_are_errors_and_a_healthy_one_still_works() {
+    let s = Scratch::new("plugin-bad");
+    let healthy = Fake::new(bin(&s).join("sandguard-provider-healthy"));
+    let dir = s.path().join("plugins");
+    write_script(
+        &dir.join("crash"),
+        "#!/bin/sh\necho 'panic: the plugin fell over' >&2\nkill -SEGV $$\n",
+    );
+    write_script(&dir.join("hang"), "#!/bin/sh\nexec sleep 60\n");
+    write_script(
+        &dir.join("garbage"),
+        "#!/bin/sh\necho 'hello, I am not JSON'\n",
+    );
+    let config = cloud_config(
+        &s,
+        &format!(
+            "\n[providers.crash]\ncommand = [\"{0}/crash\"]\n\n[providers.hang]\ncommand = [\"{0}/hang\"]\ntimeout = \"1s\"\n\n[providers.garbage]\ncommand = [\"{0}/garbage\"]\n",
+            dir.display()
+        ),
+    );
+    healthy.insert("h1", &[(SESSION, "sh")]);
+    healthy.insert("h2", &[(SESSION, "sh")]);
+
+    let started = Instant::now();
+    let out = run(cmd(&s, &config).args(["ps", "--json"]));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the hang is cut at 1s"
+    );
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    let v = json(&out.stdout);
+    assert_eq!(ids(&v, "sandboxes"), ["h1", "h2"]);
+    let error = |name: &str| -> String {
+        v["errors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["provider"] == name)
+            .unwrap_or_else(|| panic!("no error entry for {name}: {v}"))["error"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let crash = error("crash");
+    assert!(
+        crash.contains("killed by signal 11") && crash.contains("panic: the plugin fell over"),
+        "{crash}"
+    );
+    assert!(
+        error("hang").contains("did not answer `list` within 1s"),
+        "{v}"
+    );
+    assert!(error("garbage").contains("not JSON"), "{v}");
+    assert_eq!(v["errors"].as_array().unwrap().len(), 3, "{v}");
+
+    let out = run(cmd(&s, &config).arg("ps"));
+    assert_eq!(out.code, 1);
+    assert!(
+        out.stdout.contains("error: could not query garbage"),
+        "{}",
+        out.stdout
+    );
+
+    let out = run(cmd(&s, &config).args(["stop", "--all", "--session", "sh", "--json"]));
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    let v = json(&out.stdout);
+    assert_eq!(v["clean"], false);
+    assert_eq!(v["errors"].as_array().unwrap().len(), 3, "{v}");
+    assert!(!healthy.exists("h1") && !healthy.exists("h2"), "{v}");
+
+    let out = run(cmd(&s, &config).args(["providers", "--json"]));
+    assert_eq!(out.code, 1);
+    let v = json(&out.stdout);
+    let row = |name: &str| {
+        v["providers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(row("healthy")["reachable"], true);
+    for name in ["crash", "hang", "garbage"] {
+        assert_eq!(row(name)["reachable"], false, "{name}");
+    }
+}
+
+#[test]
+fn a_plugin_may_not_take_a_built_in_name() {
+    let s = Scratch::new("plugin-shadow");
+    let fake = Fake::new(bin(&s).join("sandguard-provider-docker"));
+    fake.insert("d1", &[(SESSION, "s")]);
+    let config = cloud_config(&s, "");
+    let out = run(cmd(&s, &config).args(["providers", "--json"]));
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let v = json(&out.stdout);
+    let docker: Vec<_> = v["providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["name"] == "docker")
+        .collect();
+    assert_eq!(docker.len(), 1, "{v}");
+    assert_eq!(docker[0]["configured"], false, "the built-in, switched off");
+    assert!(out.stderr.contains("ignoring the plugin"), "{}", out.stderr);
+    let out = run(cmd(&s, &config).args(["ps", "--json"]));
+    assert!(json(&out.stdout)["sandboxes"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+}
+
+#[test]
+fn sweep_reclaims_an_orphan_in_a_plugin_and_spares_a_live_owners() {
+    use sandguard::labels::OWNER;
+    let s = Scratch::new("plugin-sweep");
+    let fake = Fake::new(bin(&s).join("sandguard-provider-fk"));
+    let config = cloud_config(&s, "");
+    let dead = dead_owner_label();
+    let live = live_owner_label();
+    fake.insert("orphan", &[(SESSION, "gone-owner"), (OWNER, &dead)]);
+    fake.insert("alive", &[(SESSION, "live-owner"), (OWNER, &live)]);
+    let out = run(cmd(&s, &config).args(["sweep", "--dry-run"]));
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(fake.exists("orphan"), "a dry run removes nothing");
+    let out = run(cmd(&s, &config).arg("sweep"));
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(!fake.exists("orphan"), "{}", out.stdout);
+    assert!(fake.exists("alive"));
+}
+
+#[test]
+fn the_sidecar_renews_ttls_only_on_plugins_that_describe_one() {
+    let s = Scratch::new("plugin-ttl");
+    let ttl = Fake::with_ttl(bin(&s).join("sandguard-provider-withttl"), true);
+    let plain = Fake::new(bin(&s).join("sandguard-provider-nottl"));
+    let config = cloud_config(&s, "\n[watch]\ngrace = \"10s\"\nrenew_every = \"1s\"\n");
+    let mut owner = Owner::start(cmd(&s, &config), &s);
+    let labels = owner.label_pairs();
+    let pairs: Vec<(&str, &str)> = labels
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    ttl.insert("t1", &pairs);
+    plain.insert("n1", &pairs);
+    eventually(Duration::from_secs(8), "t1's TTL is renewed", || {
+        ttl.renewed().contains(r#"{"id":"t1","ttl_secs":12}"#)
+    });
+    assert_eq!(
+        plain.renewed(),
+        "",
+        "a plugin without a TTL is never asked to renew"
+    );
+    owner.kill();
+    eventually(Duration::from_secs(5), "both are reclaimed", || {
+        !ttl.exists("t1") && !plain.exists("n1")
+    });
+}
