@@ -135,9 +135,11 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
     };
     let mut owner_watch = OwnerWatch::open(&owner);
     let stop = stop_signal().map_err(|e| failure(format!("cannot listen for SIGTERM: {e}")))?;
+    announce_ready(&session).map_err(|e| failure(format!("cannot write the ready line: {e}")))?;
+    // After `ready`: building the registry (TLS clients, the PATH scan for plugins) is not
+    // needed to accept claims, and the wrapper's program is waiting for `ready` to start.
     let registry = Registry::from_settings(&settings);
     let providers = registry.select(None).unwrap_or_default();
-    announce_ready(&session).map_err(|e| failure(format!("cannot write the ready line: {e}")))?;
 
     // Connect to every provider soon after `ready`, so the reclaim path finds warm clients.
     // Not at once: the guarded program is starting right now on the same cores, and a
