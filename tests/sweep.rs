@@ -89,6 +89,12 @@ fn orphans_are_judged_by_owner_ttl_and_detachment() {
     let other_machine = r.container(&[(SESSION, &session), (OWNER, elsewhere)]);
     let expired = r.container(&[(SESSION, &session), (OWNER, &alive), (EXPIRES, &past)]);
     let detached = r.container(&[(SESSION, &session), (OWNER, &dead), (DETACHED, "true")]);
+    let expired_detached = r.container(&[
+        (SESSION, &session),
+        (OWNER, &alive),
+        (DETACHED, "true"),
+        (EXPIRES, &past),
+    ]);
     let stranger = r.container(&[(OWNER, &dead)]);
     let out = run(sandguard(&s).args(["sweep", "--provider", "docker"]));
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
@@ -96,6 +102,10 @@ fn orphans_are_judged_by_owner_ttl_and_detachment() {
     assert!(
         !container_exists(&expired),
         "expired: reclaimed even with a live owner"
+    );
+    assert!(
+        !container_exists(&expired_detached),
+        "expired and detached: reclaimed"
     );
     assert!(container_exists(&live_owner), "live owner: left");
     assert!(
