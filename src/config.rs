@@ -66,6 +66,8 @@ pub struct WatchSettings {
     pub grace: Duration,
     /// How often the sidecar renews its sandboxes' server-side TTLs (`0` never does).
     pub renew_every: Duration,
+    /// Serve a labelling Docker API proxy to the guarded program by default.
+    pub docker_proxy: bool,
 }
 
 /// The reclaim path's limits.
@@ -210,6 +212,7 @@ struct FileConfig {
 struct FileWatch {
     grace: Option<HumanDuration>,
     renew_every: Option<HumanDuration>,
+    docker_proxy: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -445,6 +448,7 @@ impl Settings {
                     .renew_every
                     .map(|d| d.0)
                     .unwrap_or(Duration::from_secs(60)),
+                docker_proxy: file.watch.docker_proxy.unwrap_or(false),
             },
             reclaim: ReclaimSettings {
                 concurrency: r.concurrency.map(|c| c.0).unwrap_or(16),
@@ -673,6 +677,7 @@ mod tests {
             "api_version",
             "timeout",
             "renew_every",
+            "docker_proxy",
             "[providers.e2b]",
             "[providers.daytona]",
             "[providers.flyio]",

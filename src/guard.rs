@@ -146,7 +146,8 @@ fn read_ready(stdout: std::process::ChildStdout) -> Result<String, GuardError> {
         .map_err(|_| GuardError::NotReady("no answer within 10 s".into()))?;
     let line = line.trim();
     match (line.strip_prefix("ready "), line.strip_prefix("error ")) {
-        (Some(session), _) => Ok(session.to_string()),
+        // Later words (the Docker proxy's address) are for the wrapper.
+        (Some(rest), _) => Ok(rest.split_whitespace().next().unwrap_or("").to_string()),
         (_, Some(reason)) => Err(GuardError::NotReady(reason.to_string())),
         _ if line.is_empty() => Err(GuardError::NotReady(
             "the sidecar exited before it was ready".into(),

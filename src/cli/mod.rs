@@ -97,6 +97,7 @@ pub fn run(args: Vec<OsString>) -> u8 {
         (Some(c), _) => c,
         (None, wrapped) if !wrapped.is_empty() => Command::Run(run::Args {
             grace: None,
+            docker_proxy: false,
             command: wrapped,
         }),
         (None, _) => {

@@ -11,6 +11,9 @@
 //!    signals, and its exit status is the shell's. Exit 127 if CMD is not found, 126 if it
 //!    cannot be executed (after telling the sidecar `bye`, so the session ends clean).
 //!
+//! With `--docker-proxy` (or `[watch] docker_proxy = true`) the sidecar also serves a Docker
+//! API proxy; its `ready` line carries the address as a third word, exported as `DOCKER_HOST`.
+//!
 //! The wrapper does nothing else on this path: it runs before every guarded program.
 
 use std::ffi::OsString;
@@ -39,6 +42,10 @@ pub struct Args {
     /// Lease grace once heartbeats start (default 10m)
     #[arg(long, value_name = "D")]
     pub grace: Option<HumanDuration>,
+    /// Serve CMD a Docker API proxy (DOCKER_HOST) that labels and claims every container,
+    /// network and volume it creates (default: [watch] docker_proxy)
+    #[arg(long)]
+    pub docker_proxy: bool,
     /// The program to guard, and its arguments
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -65,6 +72,8 @@ struct Ready {
     session: String,
     labels: String,
     control: OwnedFd,
+    /// The Docker proxy's address, when the sidecar serves one.
+    docker_host: Option<String>,
 }
 
 fn start_sidecar(args: &Args, settings: &Settings) -> Result<Ready, String> {
@@ -89,6 +98,9 @@ fn start_sidecar(args: &Args, settings: &Settings) -> Result<Ready, String> {
             &me.start_time.to_string(),
         ])
         .args(["--control-fd", &SIDECAR_CONTROL_FD.to_string()]);
+    if args.docker_proxy || settings.watch.docker_proxy {
+        cmd.arg("--docker-proxy");
+    }
     if let Some(grace) = args.grace {
         cmd.args(["--grace", &format!("{}ms", grace.0.as_millis())]);
     }
@@ -103,19 +115,21 @@ fn start_sidecar(args: &Args, settings: &Settings) -> Result<Ready, String> {
     let _ = child.wait();
 
     let line = read_ready_line(ready_r)?;
-    match line.strip_prefix("ready ") {
-        Some(id) if id == session => {}
+    let mut words = line.strip_prefix("ready ").map(str::split_whitespace);
+    let docker_host = match words.as_mut().map(|w| (w.next(), w.next())) {
+        Some((Some(id), host)) if id == session => host.map(str::to_string),
         _ => match line.strip_prefix("error ") {
             Some(reason) => return Err(format!("the sidecar failed to start: {reason}")),
             None if line.is_empty() => return Err("the sidecar exited before it was ready".into()),
             None => return Err(format!("unexpected answer from the sidecar: {line:?}")),
         },
-    }
+    };
     let labels = session::labels_env(&session::labels(&session, &me));
     Ok(Ready {
         session,
         labels,
         control: control_w,
+        docker_host,
     })
 }
 
@@ -160,7 +174,11 @@ fn exec(command: Vec<OsString>, ready: Ready) -> u8 {
         say_bye(ready.control);
         return own_failure("no command given");
     };
-    let err = Command::new(program)
+    let mut command = Command::new(program);
+    if let Some(host) = &ready.docker_host {
+        command.env("DOCKER_HOST", host);
+    }
+    let err = command
         .args(rest)
         .env("SANDGUARD_SESSION", &ready.session)
         .env("SANDGUARD_LABELS", &ready.labels)

@@ -27,6 +27,7 @@ use crate::session;
 use crate::unix::{self, Forked};
 use crate::watch::death::OwnerWatch;
 use crate::watch::lease::{BootClock, Lease};
+use crate::watch::proxy::{Proxy, SocketDir, Upstream};
 use crate::watch::ttl::Keeper;
 use crate::watch::{Sidecar, Triggers};
 
@@ -48,6 +49,10 @@ pub struct Args {
     /// Lease grace once heartbeats start (default 10m)
     #[arg(long, value_name = "D")]
     pub grace: Option<HumanDuration>,
+    /// Serve a Docker API proxy that labels and claims what it creates; the ready line then
+    /// carries its address as a third word (`ready SESSION unix:///…/docker.sock`)
+    #[arg(long)]
+    pub docker_proxy: bool,
     /// Fork away from the parent and log to the state directory (used by the wrapper)
     #[arg(long, hide = true)]
     pub daemonize: bool,
@@ -121,7 +126,7 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
         owner: owner.to_label(),
         pid: owner.pid,
         grace_ms: grace.as_millis() as u64,
-        labels,
+        labels: labels.clone(),
     };
     let journal = state
         .create_session(&session, start)
@@ -135,7 +140,15 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
     };
     let mut owner_watch = OwnerWatch::open(&owner);
     let stop = stop_signal().map_err(|e| failure(format!("cannot listen for SIGTERM: {e}")))?;
-    announce_ready(&session).map_err(|e| failure(format!("cannot write the ready line: {e}")))?;
+    let docker_proxy = match args.docker_proxy {
+        true => Some(start_proxy(&settings, &session, &labels, journal.path()).map_err(&failure)?),
+        false => None,
+    };
+    let address = docker_proxy
+        .as_ref()
+        .map(|p| format!("unix://{}", p.dir.socket().display()));
+    announce_ready(&session, address.as_deref())
+        .map_err(|e| failure(format!("cannot write the ready line: {e}")))?;
     // After `ready`: building the registry (TLS clients, the PATH scan for plugins) is not
     // needed to accept claims, and the wrapper's program is waiting for `ready` to start.
     let registry = Registry::from_settings(&settings);
@@ -172,13 +185,26 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
     )
     .map(|k| tokio::spawn(k.run()));
     let owner_gone = Box::pin(async move { owner_watch.wait().await });
+    let (proxy_claims, proxy_task, proxy_dir) = match docker_proxy {
+        Some(p) => (
+            Some(p.claims),
+            Some(tokio::spawn(p.proxy.run())),
+            Some(p.dir),
+        ),
+        None => (None, None, None),
+    };
     let outcome = sidecar
         .run(Triggers {
             owner: owner_gone,
             control,
+            proxy: proxy_claims,
             stop,
         })
         .await;
+    if let Some(task) = proxy_task {
+        task.abort();
+    }
+    drop(proxy_dir);
     warm_up.abort();
     if let Some(k) = keeper {
         k.abort();
@@ -219,9 +245,45 @@ fn stop_signal() -> std::io::Result<std::pin::Pin<Box<dyn std::future::Future<Ou
     }))
 }
 
-fn announce_ready(session: &str) -> std::io::Result<()> {
+/// A bound Docker proxy, its claims channel and its private directory.
+struct DockerProxy {
+    proxy: Proxy,
+    claims: tokio::sync::mpsc::UnboundedReceiver<crate::watch::proxy::Claim>,
+    dir: SocketDir,
+}
+
+/// Binds the proxy beside the journal (`<session>.docker/docker.sock`), forwarding to the
+/// daemon the Docker driver would use.
+fn start_proxy(
+    settings: &Settings,
+    session: &str,
+    labels: &std::collections::BTreeMap<String, String>,
+    journal: &std::path::Path,
+) -> Result<DockerProxy, String> {
+    let host = settings
+        .docker
+        .host
+        .clone()
+        .unwrap_or_else(|| crate::providers::docker::DEFAULT_HOST.to_string());
+    let upstream = Upstream::parse(&host)?;
+    let (tx, claims) = tokio::sync::mpsc::unbounded_channel();
+    let dir = journal.with_extension("docker");
+    let fallback = format!("sandguard-{session}.docker");
+    let (proxy, dir) = Proxy::bind(&dir, &fallback, upstream, labels.clone(), tx).map_err(|e| {
+        format!(
+            "cannot listen for the Docker proxy in {}: {e}",
+            dir.display()
+        )
+    })?;
+    Ok(DockerProxy { proxy, claims, dir })
+}
+
+fn announce_ready(session: &str, docker_host: Option<&str>) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
-    writeln!(out, "ready {session}")?;
+    match docker_host {
+        Some(host) => writeln!(out, "ready {session} {host}")?,
+        None => writeln!(out, "ready {session}")?,
+    }
     out.flush()
 }
 

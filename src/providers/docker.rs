@@ -25,7 +25,8 @@ use super::{Capabilities, Entry, EntryState, Kind, Provider, ProviderError, Sand
 use crate::config::DockerSettings;
 use crate::labels::Selector;
 
-const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
+/// Where the daemon listens when nothing says otherwise.
+pub const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
 /// What bollard's client starts at before negotiation lowers it to what the daemon speaks.
 const NEWEST_API: ClientVersion = ClientVersion {
     major_version: 1,
@@ -279,6 +280,17 @@ impl Provider for DockerProvider {
     }
 }
 
+/// What a claimed Docker id names: `network/ID` a network, `volume/NAME` a volume, anything
+/// else a container (the Docker API proxy claims networks and volumes this way; a bare id
+/// would be taken for a container, and Docker resolves container names too).
+pub fn claimed_kind(id: &str) -> (Kind, &str) {
+    match id.split_once('/') {
+        Some(("network", rest)) if !rest.is_empty() => (Kind::Network, rest),
+        Some(("volume", rest)) if !rest.is_empty() => (Kind::Volume, rest),
+        _ => (Kind::Instance, id),
+    }
+}
+
 /// The selector as Docker's `label` filter (all terms must match).
 fn label_filters(selector: &Selector) -> HashMap<String, Vec<String>> {
     let terms = selector
@@ -389,6 +401,14 @@ mod tests {
         assert_eq!(f["label"], vec!["sandguard.session=s1".to_string()]);
         let f = label_filters(&Selector::managed());
         assert_eq!(f["label"], vec!["sandguard.session".to_string()]);
+    }
+
+    #[test]
+    fn claimed_ids_name_their_kind() {
+        assert_eq!(claimed_kind("abc"), (Kind::Instance, "abc"));
+        assert_eq!(claimed_kind("network/n1"), (Kind::Network, "n1"));
+        assert_eq!(claimed_kind("volume/v1"), (Kind::Volume, "v1"));
+        assert_eq!(claimed_kind("volume/"), (Kind::Instance, "volume/"));
     }
 
     #[test]

@@ -26,6 +26,7 @@
 
 pub mod death;
 pub mod lease;
+pub mod proxy;
 pub mod ttl;
 
 use std::collections::{BTreeSet, HashSet};
@@ -67,6 +68,8 @@ pub struct Triggers<R> {
     /// Resolves when the owner is gone ([`OwnerWatch::wait`] in production).
     pub owner: Pin<Box<dyn Future<Output = Gone> + Send>>,
     pub control: Option<LineReader<R>>,
+    /// Claims from the Docker API proxy ([`proxy`]), when it runs.
+    pub proxy: Option<tokio::sync::mpsc::UnboundedReceiver<proxy::Claim>>,
     pub stop: Pin<Box<dyn Future<Output = ()> + Send>>,
 }
 
@@ -119,6 +122,9 @@ impl<C: Clock> Sidecar<C> {
     /// reclaims as the ending requires.
     pub async fn run<R: AsyncRead + Unpin>(mut self, mut triggers: Triggers<R>) -> Outcome {
         let ending = self.watch(&mut triggers).await;
+        // A proxy still serving during the reclaim gets no acknowledgement, not a hang; what
+        // it creates now carries the labels, and the settle pass finds it.
+        drop(triggers.proxy.take());
         self.finish(ending, triggers.control).await
     }
 
@@ -134,6 +140,9 @@ impl<C: Clock> Sidecar<C> {
                     if let Some(ending) = self.on_line(line, t).await {
                         return ending;
                     }
+                }
+                claim = next_claim(&mut t.proxy), if t.proxy.is_some() => {
+                    self.on_proxy_claim(claim, t);
                 }
                 gone = &mut t.owner => return Ending::OwnerGone(gone),
                 _ = tokio::time::sleep(check_in), if self.lease.is_running() => {
@@ -165,6 +174,18 @@ impl<C: Clock> Sidecar<C> {
                 tracing::info!("control pipe closed; watching the owner's process");
                 None
             }
+        }
+    }
+
+    /// A create seen by the Docker proxy: claimed as if the owner had written the line, then
+    /// acknowledged so the proxy hands the daemon's answer to the client.
+    fn on_proxy_claim<R>(&mut self, claim: Option<proxy::Claim>, t: &mut Triggers<R>) {
+        match claim {
+            Some(c) => {
+                self.apply(Command::Claim(c.target));
+                let _ = c.ack.send(());
+            }
+            None => t.proxy = None,
         }
     }
 
@@ -284,7 +305,10 @@ impl<C: Clock> Sidecar<C> {
             keep: self
                 .detached
                 .iter()
-                .map(|t| (t.provider.clone(), t.id.clone()))
+                .map(|t| {
+                    let s = claimed(t);
+                    (s.provider, s.id)
+                })
                 .collect::<HashSet<_>>(),
             spare_detached: true,
         };
@@ -336,12 +360,17 @@ fn describe(state: SessionState) -> &'static str {
     }
 }
 
-/// A claimed sandbox as a reclaim target: claims carry no labels, only provider and id.
+/// A claimed sandbox as a reclaim target: claims carry no labels, only provider and id (and,
+/// for Docker networks and volumes, a kind prefix: [`crate::providers::docker::claimed_kind`]).
 pub(crate) fn claimed(t: &Target) -> Sandbox {
+    let (kind, id) = match t.provider.as_str() {
+        "docker" => crate::providers::docker::claimed_kind(&t.id),
+        _ => (Kind::Instance, t.id.as_str()),
+    };
     Sandbox {
         provider: t.provider.clone(),
-        kind: Kind::Instance,
-        id: t.id.clone(),
+        kind,
+        id: id.to_string(),
         status: "claimed".into(),
         created_at: None,
         image: None,
@@ -354,6 +383,15 @@ async fn next_line<R: AsyncRead + Unpin>(
 ) -> Option<Result<Command, crate::protocol::ProtocolError>> {
     match control {
         Some(reader) => reader.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn next_claim(
+    proxy: &mut Option<tokio::sync::mpsc::UnboundedReceiver<proxy::Claim>>,
+) -> Option<proxy::Claim> {
+    match proxy {
+        Some(rx) => rx.recv().await,
         None => std::future::pending().await,
     }
 }

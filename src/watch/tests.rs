@@ -55,6 +55,7 @@ impl Harness {
         let (kill_owner, owner_dead) = oneshot::channel::<()>();
         let (stop, stopped) = oneshot::channel::<()>();
         let triggers = Triggers {
+            proxy: None,
             owner: Box::pin(async move {
                 let _ = owner_dead.await;
                 Gone::Exited

@@ -1,0 +1,201 @@
+//! The proxy against a scripted daemon on a unix socket: what reaches the daemon, what comes
+//! back, and what is claimed.
+
+use super::*;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+
+struct Rig {
+    dir: std::path::PathBuf,
+    socket: std::path::PathBuf,
+    claims: mpsc::UnboundedReceiver<Claim>,
+    /// Every byte the daemon received, per connection, sent when the connection ends.
+    seen: mpsc::UnboundedReceiver<Vec<u8>>,
+    _tasks: Vec<tokio::task::JoinHandle<()>>,
+    _guard: SocketDir,
+}
+
+/// A daemon that answers each request (read up to its blank line, plus `Content-Length`)
+/// with `answer(request head)`; an attach gets a 101 and an echo.
+async fn rig(name: &str) -> Rig {
+    let dir = std::env::temp_dir().join(format!("sg-proxy-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let daemon_path = dir.join("daemon.sock");
+    let daemon = UnixListener::bind(&daemon_path).unwrap();
+    let (seen_tx, seen) = mpsc::unbounded_channel();
+    let daemon_task = tokio::spawn(async move {
+        while let Ok((conn, _)) = daemon.accept().await {
+            let seen_tx = seen_tx.clone();
+            tokio::spawn(async move {
+                let log = fake_daemon(conn).await;
+                let _ = seen_tx.send(log);
+            });
+        }
+    });
+    let (tx, claims) = mpsc::unbounded_channel();
+    let labels = BTreeMap::from([("sandguard.session".to_string(), "s1".to_string())]);
+    let (proxy, guard) = Proxy::bind(
+        &dir.join("p"),
+        "unused",
+        Upstream::Unix(daemon_path),
+        labels,
+        tx,
+    )
+    .unwrap();
+    let socket = guard.socket().to_path_buf();
+    let proxy_task = tokio::spawn(proxy.run());
+    Rig {
+        dir,
+        socket,
+        claims,
+        seen,
+        _tasks: vec![daemon_task, proxy_task],
+        _guard: guard,
+    }
+}
+
+async fn fake_daemon(conn: UnixStream) -> Vec<u8> {
+    let (r, mut w) = conn.into_split();
+    let mut r = BufReader::new(r);
+    let mut log = Vec::new();
+    loop {
+        let mut head = Vec::new();
+        loop {
+            let mut line = Vec::new();
+            if r.read_until(b'\n', &mut line).await.unwrap_or(0) == 0 {
+                return log;
+            }
+            head.extend_from_slice(&line);
+            if line == b"\r\n" {
+                break;
+            }
+        }
+        let text = String::from_utf8_lossy(&head).to_string();
+        let len = text
+            .lines()
+            .find_map(|l| l.strip_prefix("Content-Length: "))
+            .map(|n| n.trim().parse::<usize>().unwrap())
+            .unwrap_or(0);
+        let mut body = vec![0; len];
+        r.read_exact(&mut body).await.unwrap();
+        log.extend_from_slice(&head);
+        log.extend_from_slice(&body);
+        if text.starts_with("GARBAGE") {
+            let _ = w
+                .write_all(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n")
+                .await;
+            return log;
+        }
+        if text.contains("/attach") {
+            w.write_all(b"HTTP/1.1 101 UPGRADED\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n")
+                .await
+                .unwrap();
+            let mut rest = Vec::new();
+            r.read_to_end(&mut rest).await.unwrap();
+            w.write_all(&rest).await.unwrap();
+            return log;
+        }
+        let answer: &[u8] = if text.contains("/volumes/create") {
+            b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"Nam\r\n8\r\ne\":\"v1\"}\r\n0\r\n\r\n"
+        } else if text.contains("/create") {
+            b"HTTP/1.1 201 Created\r\nContent-Length: 12\r\n\r\n{\"Id\":\"c1\"}\n"
+        } else {
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+        };
+        w.write_all(answer).await.unwrap();
+    }
+}
+
+async fn ack_claims(mut claims: mpsc::UnboundedReceiver<Claim>, n: usize) -> Vec<Target> {
+    let mut got = Vec::new();
+    while got.len() < n {
+        let Some(c) = claims.recv().await else { break };
+        let _ = c.ack.send(());
+        got.push(c.target);
+    }
+    got
+}
+
+#[tokio::test]
+async fn creates_are_stamped_and_claimed_on_a_kept_alive_connection() {
+    let mut rig = rig("create").await;
+    let claims = std::mem::replace(&mut rig.claims, mpsc::unbounded_channel().1);
+    let acker = tokio::spawn(ack_claims(claims, 2));
+    let mut conn = UnixStream::connect(&rig.socket).await.unwrap();
+    let body = r#"{"Image":"x","Labels":{"a":"b"}}"#;
+    let req = format!(
+        "POST /v1.47/containers/create HTTP/1.1\r\nHost: docker\r\nContent-Length: {}\r\n\r\n{body}\
+         POST /volumes/create HTTP/1.1\r\nHost: docker\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{{}}\r\n0\r\n\r\n\
+         GET /_ping HTTP/1.1\r\nHost: docker\r\n\r\n",
+        body.len()
+    );
+    conn.write_all(req.as_bytes()).await.unwrap();
+    conn.shutdown().await.unwrap();
+    let mut answers = String::new();
+    conn.read_to_string(&mut answers).await.unwrap();
+    assert_eq!(answers.matches("HTTP/1.1 ").count(), 3, "{answers}");
+    assert!(answers.contains("{\"Id\":\"c1\"}\n"));
+    assert!(answers.contains("5\r\n{\"Nam\r\n8\r\ne\":\"v1\"}\r\n0\r\n\r\n"));
+    assert!(answers.ends_with("ok"));
+    let seen = String::from_utf8(rig.seen.recv().await.unwrap()).unwrap();
+    assert!(seen.contains(r#""sandguard.session":"s1""#), "{seen}");
+    assert!(seen.contains(r#""a":"b""#));
+    assert!(!seen.contains("Transfer-Encoding"));
+    assert!(seen.contains("GET /_ping HTTP/1.1\r\nHost: docker\r\n\r\n"));
+    let got = acker.await.unwrap();
+    let _ = std::fs::remove_dir_all(&rig.dir);
+    let ids: Vec<&str> = got.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["c1", "volume/v1"]);
+}
+
+#[tokio::test]
+async fn upgrades_become_a_raw_copy() {
+    let rig = rig("hijack").await;
+    let mut conn = UnixStream::connect(&rig.socket).await.unwrap();
+    conn.write_all(
+        b"POST /containers/c1/attach?stream=1 HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\nraw bytes \x00\x01",
+    )
+    .await
+    .unwrap();
+    conn.shutdown().await.unwrap();
+    let mut out = Vec::new();
+    conn.read_to_end(&mut out).await.unwrap();
+    assert!(out.starts_with(b"HTTP/1.1 101 UPGRADED\r\n"));
+    assert!(out.ends_with(b"\r\n\r\nraw bytes \x00\x01"));
+    let _ = std::fs::remove_dir_all(&rig.dir);
+}
+
+#[tokio::test]
+async fn garbage_goes_to_the_daemon_and_the_proxy_lives_on() {
+    let rig = rig("garbage").await;
+    let mut conn = UnixStream::connect(&rig.socket).await.unwrap();
+    conn.write_all(b"GARBAGE\r\n\r\n").await.unwrap();
+    let mut out = Vec::new();
+    conn.read_to_end(&mut out).await.unwrap();
+    assert!(out.starts_with(b"HTTP/1.1 400 Bad Request"));
+    // A client that leaves mid-request does not hurt the next one.
+    let mut half = UnixStream::connect(&rig.socket).await.unwrap();
+    half.write_all(b"POST /x HTTP/1.1\r\nContent-Length: 100\r\n\r\nabc")
+        .await
+        .unwrap();
+    drop(half);
+    let mut conn = UnixStream::connect(&rig.socket).await.unwrap();
+    conn.write_all(b"GET /_ping HTTP/1.1\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = String::new();
+    conn.read_to_string(&mut out).await.unwrap();
+    assert!(out.ends_with("ok"), "{out}");
+    let _ = std::fs::remove_dir_all(&rig.dir);
+}
+
+#[test]
+fn upstream_addresses() {
+    assert!(
+        matches!(Upstream::parse("unix:///var/run/docker.sock"), Ok(Upstream::Unix(p)) if p == Path::new("/var/run/docker.sock"))
+    );
+    assert!(
+        matches!(Upstream::parse("tcp://127.0.0.1:2375"), Ok(Upstream::Tcp(a)) if a == "127.0.0.1:2375")
+    );
+    assert!(Upstream::parse("ssh://host").is_err());
+}
