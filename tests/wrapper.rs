@@ -41,9 +41,15 @@ pub(crate) fn path_with_sandguard() -> String {
 /// group (the script and whatever it started) is killed when the guard drops, so no test
 /// leaves processes behind; stdio goes nowhere, so no orphan holds the harness's pipes.
 pub(crate) fn guarded(s: &Scratch, script: &str) -> Job {
+    guarded_with(s, &[], script)
+}
+
+/// [`guarded`] with arguments before the `--` (such as `run --docker-proxy`).
+pub(crate) fn guarded_with(s: &Scratch, args: &[&str], script: &str) -> Job {
     use std::os::unix::process::CommandExt;
     let child = sandguard(s)
         .env("PATH", path_with_sandguard())
+        .args(args)
         .args(["--", "sh", "-c", script])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
