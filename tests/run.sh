@@ -103,6 +103,7 @@ CARGO_TARGET_DIR=$target "$tools/bin/maturin" build --release --locked --out "$t
 log "wheel built in $(( $(date +%s) - started )) s"
 wheel=$(ls "$target"/wheels/sandguard-*.whl)
 
-# Step 3: the helper's tests against that wheel (a fresh venv, the real Docker daemon).
+# Step 3: the helper's tests against that wheel (a fresh venv, the real Docker daemon). The
+# Docker proxy's test also installs docker-py (`docker` from PyPI) into that venv.
 # -p no:cacheprovider: no .pytest_cache in the work tree.
 SANDGUARD_WHEEL=$wheel exec "$tools/bin/pytest" -p no:cacheprovider -v tests/python

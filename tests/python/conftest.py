@@ -76,3 +76,15 @@ def env(tmp_path, pyenv):
         PATH=f"{pyenv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
     )
     return e
+
+
+@pytest.fixture(scope="session")
+def docker_sdk(pyenv) -> Path:
+    """The wheel's venv plus docker-py (the `docker` package from PyPI), for the Docker API
+    proxy's test: an unmodified SDK client must work through `sandguard run --docker-proxy`."""
+    subprocess.run(
+        [str(pyenv / "bin" / "python"), "-m", "pip", "install", "-q",
+         "--disable-pip-version-check", "docker>=7,<8"],
+        check=True,
+    )
+    return pyenv

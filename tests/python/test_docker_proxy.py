@@ -1,0 +1,87 @@
+"""The Docker API proxy with an unmodified Docker SDK: docker-py (from PyPI) under
+`sandguard run --docker-proxy` creates containers (detached, attached with output, an exec),
+a network and a volume; all are labelled with the session, and after a SIGKILL all are
+reclaimed, while a container created outside the proxy survives."""
+
+import json
+import shutil
+import signal
+import subprocess
+import time
+
+IMAGE = "sandguard-test/busybox:latest"
+
+PROGRAM = r'''
+import json, os, sys
+import docker
+
+u = sys.argv[1]
+assert os.environ["DOCKER_HOST"].startswith("unix://"), os.environ.get("DOCKER_HOST")
+client = docker.from_env()
+IMAGE = "sandguard-test/busybox:latest"
+box = client.containers.run(IMAGE, ["sleep", "600"], detach=True, network_mode="none")
+said = client.containers.run(IMAGE, ["echo", "sdk-ok"], network_mode="none", remove=True)
+code, out = box.exec_run(["echo", "exec-ok"])
+net = client.networks.create("sg-py-" + u, internal=True)
+vol = client.volumes.create("sg-py-" + u)
+print(json.dumps({
+    "container": box.id, "network": net.id, "volume": vol.name,
+    "run": said.decode(), "exec": [code, out.decode()],
+    "listed": [c.id for c in client.containers.list()],
+}), flush=True)
+sys.stdin.read()
+'''
+
+
+def inspect_label(kind, ident, key="sandguard.session"):
+    path = ".Config.Labels" if kind == "container" else ".Labels"
+    out = subprocess.run(
+        ["docker", kind, "inspect", "-f", '{{index %s "%s"}}' % (path, key), ident],
+        stdout=subprocess.PIPE, text=True)
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def test_docker_sdk_through_the_proxy_is_labelled_and_reclaimed(tmp_path, docker_sdk, env,
+                                                                 docker_ready):
+    stranger = subprocess.run(
+        ["docker", "run", "-d", "--network", "none", IMAGE, "sleep", "600"],
+        check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
+    script = tmp_path / "sdk.py"
+    script.write_text(PROGRAM)
+    binary = shutil.which("sandguard", path=env["PATH"])
+    assert binary, "the wheel's sandguard binary is on PATH"
+    u = str(int(time.time() * 1000) % 10**9)
+    proc = subprocess.Popen(
+        [binary, "run", "--docker-proxy", "--", str(docker_sdk / "bin" / "python"),
+         str(script), u],
+        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    try:
+        line = proc.stdout.readline()
+        if not line:
+            proc.kill()
+            raise AssertionError("the SDK program failed: " + proc.stderr.read())
+        info = json.loads(line)
+        assert info["run"] == "sdk-ok\n"
+        assert info["exec"] == [0, "exec-ok\n"]
+        assert info["container"] in info["listed"]
+        session = inspect_label("container", info["container"])
+        assert session
+        assert inspect_label("network", info["network"]) == session
+        assert inspect_label("volume", info["volume"]) == session
+
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            left = [inspect_label(k, info[k]) for k in ("container", "network", "volume")]
+            if all(x is None for x in left):
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError(f"not reclaimed within 10 s: {left}")
+        assert inspect_label("container", stranger) is not None, "the stranger survives"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        subprocess.run(["docker", "rm", "-f", stranger], stdout=subprocess.DEVNULL)
