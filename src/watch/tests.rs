@@ -17,6 +17,7 @@ struct Harness {
     pipe: tokio::io::DuplexStream,
     kill_owner: Option<oneshot::Sender<()>>,
     stop: Option<oneshot::Sender<()>>,
+    proxy: tokio::sync::mpsc::UnboundedSender<proxy::Claim>,
     run: tokio::task::JoinHandle<Outcome>,
     dir: std::path::PathBuf,
 }
@@ -54,8 +55,9 @@ impl Harness {
         let (pipe, sidecar_end) = tokio::io::duplex(64 * 1024);
         let (kill_owner, owner_dead) = oneshot::channel::<()>();
         let (stop, stopped) = oneshot::channel::<()>();
+        let (proxy, proxy_claims) = tokio::sync::mpsc::unbounded_channel();
         let triggers = Triggers {
-            proxy: None,
+            proxy: Some(proxy_claims),
             owner: Box::pin(async move {
                 let _ = owner_dead.await;
                 Gone::Exited
@@ -72,6 +74,7 @@ impl Harness {
             pipe,
             kill_owner: Some(kill_owner),
             stop: Some(stop),
+            proxy,
             run,
             dir,
         }
@@ -125,6 +128,20 @@ async fn a_claim_written_just_before_death_is_reclaimed() {
     h.kill_owner.take().unwrap().send(()).unwrap();
     let (_, remaining, _) = h.finish().await;
     assert!(remaining.is_empty(), "{remaining:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_proxy_claim_is_acknowledged_and_reclaimed() {
+    let s = "proxy1";
+    let h = Harness::start(s, vec![sandbox("made", None), sandbox("stranger", None)]);
+    let (ack, acked) = oneshot::channel();
+    let target = crate::protocol::Target::new("fake", "made").unwrap();
+    h.proxy.send(proxy::Claim { target, ack }).unwrap();
+    acked.await.expect("the sidecar acknowledges a proxy claim");
+    let mut h = h;
+    h.kill_owner.take().unwrap().send(()).unwrap();
+    let (_, remaining, _) = h.finish().await;
+    assert_eq!(remaining, vec!["stranger"]);
 }
 
 #[tokio::test(start_paused = true)]
