@@ -200,16 +200,11 @@ fn proxy_survives_malformed_requests_and_clients_that_vanish() {
 fn proxy_path_is_on_the_ready_line() {
     // The SDK-facing contract: `watch --docker-proxy` says `ready SESSION unix://…`.
     let s = Scratch::new("proxy-ready");
+    let session = format!("proxyready{}", unique());
     let mut cmd = sandguard(&s);
     cmd.env("PATH", path_with_sandguard())
-        .args([
-            "watch",
-            "--docker-proxy",
-            "--owner-pid",
-            "1",
-            "--session",
-            "proxyready1",
-        ])
+        .args(["watch", "--docker-proxy", "--owner-pid", "1", "--session"])
+        .arg(&session)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null());
@@ -218,9 +213,15 @@ fn proxy_path_is_on_the_ready_line() {
     let mut stdout = std::io::BufReader::new(watch.stdout.take().unwrap());
     std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
     let words: Vec<&str> = line.split_whitespace().collect();
-    let _ = watch.kill();
+    // SIGTERM: the sidecar stops (reclaiming nothing) and removes its socket.
+    unsafe_kill(watch.id() as i32, libc::SIGTERM);
     let _ = watch.wait();
     assert_eq!(words.len(), 3, "{line:?}");
-    assert_eq!(&words[..2], ["ready", "proxyready1"]);
-    assert!(words[2].starts_with("unix://") && words[2].ends_with("/docker.sock"));
+    assert_eq!(&words[..2], ["ready", session.as_str()]);
+    let socket = words[2].strip_prefix("unix://").unwrap();
+    assert!(socket.ends_with("/docker.sock"), "{line:?}");
+    assert!(
+        !std::path::Path::new(socket).exists(),
+        "the socket is removed when the sidecar stops"
+    );
 }

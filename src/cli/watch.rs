@@ -268,13 +268,13 @@ fn start_proxy(
     let upstream = Upstream::parse(&host)?;
     let (tx, claims) = tokio::sync::mpsc::unbounded_channel();
     let dir = journal.with_extension("docker");
-    let fallback = format!("sandguard-{session}.docker");
-    let (proxy, dir) = Proxy::bind(&dir, &fallback, upstream, labels.clone(), tx).map_err(|e| {
-        format!(
-            "cannot listen for the Docker proxy in {}: {e}",
-            dir.display()
-        )
-    })?;
+    // The fallback lives in a shared temp dir: a random name, so no one can squat on it.
+    let mut salt = [0u8; 8];
+    unix::random_bytes(&mut salt).map_err(|e| format!("cannot make a random name: {e}"))?;
+    let salt: String = salt.iter().map(|b| format!("{b:02x}")).collect();
+    let fallback = format!("sandguard-{session}-{salt}.docker");
+    let (proxy, dir) = Proxy::bind(&dir, &fallback, upstream, labels.clone(), tx)
+        .map_err(|e| format!("cannot listen for the Docker proxy: {e}"))?;
     Ok(DockerProxy { proxy, claims, dir })
 }
 

@@ -133,14 +133,19 @@ impl Proxy {
         if dir.join("docker.sock").as_os_str().len() > MAX_SOCKET_PATH {
             dir = std::env::temp_dir().join(fallback);
         }
-        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        let at = |e: io::Error, p: &Path| io::Error::new(e.kind(), format!("{}: {e}", p.display()));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| at(e, &dir))?;
         let socket = dir.join("docker.sock");
         let guard = SocketDir {
             dir,
             socket: socket.clone(),
         };
-        let listener = UnixListener::bind(&socket)?;
-        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
+        let listener = UnixListener::bind(&socket).map_err(|e| at(e, &socket))?;
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| at(e, &socket))?;
         let shared = Arc::new(Shared {
             upstream,
             labels,
