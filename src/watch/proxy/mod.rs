@@ -3,7 +3,7 @@
 //! The sidecar listens on a private unix socket (mode 0600 in a 0700 directory) and the
 //! guarded program gets `DOCKER_HOST` pointing at it. Each client connection gets its own
 //! connection to the real daemon, and the proxy speaks just enough HTTP/1.1 to find message
-//! boundaries ([`http`]): heads are parsed, bodies are framed by `Content-Length`, chunked
+//! boundaries ([`http`], [`body`]): heads are parsed, bodies are framed by `Content-Length`, chunked
 //! encoding or the end of the connection, and copied as they arrive, byte for byte.
 //!
 //! - `POST [/vX.Y]/{containers,networks,volumes}/create`: the JSON body gets the session's
@@ -19,6 +19,7 @@
 //! Claims name networks as `network/ID` and volumes as `volume/NAME` (see
 //! [`crate::providers::docker::claimed_kind`]), so a reclaim removes the right kind of object.
 
+pub mod body;
 pub mod http;
 
 use std::collections::BTreeMap;
@@ -256,7 +257,7 @@ where
     let create = req.creates();
     let framing = match create {
         Some(_) if fits(framing) => {
-            let body = http::read_body(&mut c.r, framing, http::MAX_CREATE_BODY).await?;
+            let body = body::read_body(&mut c.r, framing, http::MAX_CREATE_BODY).await?;
             let body = http::stamp(&body, &shared.labels).unwrap_or(body);
             u.w.write_all(&req.with_length(body.len())).await?;
             u.w.write_all(&body).await?;
@@ -273,7 +274,7 @@ where
     // gets the answer; one that left for good is noticed when the next write to it fails.
     let mut sent = false;
     let body = async {
-        http::copy_body(&mut c.r, &mut u.w, framing, None).await?;
+        body::copy_body(&mut c.r, &mut u.w, framing, None).await?;
         sent = true;
         std::future::pending::<io::Result<After>>().await
     };
@@ -346,7 +347,7 @@ where
         }
         match create {
             Some(kind) if (200..300).contains(&status) => {
-                let (raw, data) = http::read_buffered(ur, framing, http::MAX_CREATE_BODY).await?;
+                let (raw, data) = body::read_buffered(ur, framing, http::MAX_CREATE_BODY).await?;
                 if let Some(id) = http::created_id(kind, &data) {
                     claim(shared, kind, &id).await;
                 }
@@ -355,7 +356,7 @@ where
             }
             _ => {
                 cw.write_all(&head).await?;
-                http::copy_body(ur, cw, framing, None).await?;
+                body::copy_body(ur, cw, framing, None).await?;
             }
         }
         cw.flush().await?;
