@@ -225,3 +225,40 @@ fn proxy_path_is_on_the_ready_line() {
         "the socket is removed when the sidecar stops"
     );
 }
+
+#[test]
+fn proxy_forwards_to_a_tcp_daemon() {
+    // sandguard's own DOCKER_HOST (tcp here) is where the proxy forwards; the guarded program
+    // sees only the proxy's unix socket.
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("proxy-tcp");
+    let file = s.path().join("made");
+    let script = format!(
+        "case \"$DOCKER_HOST\" in unix://*) ;; *) exit 9;; esac; \
+         docker volume create sg-proxy-tcp-{u} > {f}.tmp && mv {f}.tmp {f}; exec sleep 3600",
+        u = unique(),
+        f = file.display()
+    );
+    // In a Job, so the process group is killed even if an assertion fails.
+    let mut job = crate::wrapper::Job({
+        use std::os::unix::process::CommandExt;
+        sandguard(&s)
+            .env("PATH", path_with_sandguard())
+            .env("DOCKER_HOST", tcp_to_docker_socket())
+            .args(["run", "--docker-proxy", "--", "sh", "-c", &script])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap()
+    });
+    let volume = wait_for_file(&file, &mut job).join("");
+    assert!(!docker_label("volume", &volume, "sandguard.session").is_empty());
+    unsafe_kill(job.id() as i32, libc::SIGKILL);
+    job.wait().unwrap();
+    eventually(Duration::from_secs(10), "the volume is reclaimed", || {
+        !volume_exists(&volume)
+    });
+}

@@ -60,7 +60,7 @@ pub(crate) fn guarded_with(s: &Scratch, args: &[&str], script: &str) -> Job {
     Job(child)
 }
 
-pub(crate) struct Job(Child);
+pub(crate) struct Job(pub(crate) Child);
 
 impl std::ops::Deref for Job {
     type Target = Child;
