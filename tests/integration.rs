@@ -12,5 +12,6 @@ mod config_errors;
 mod docker_ps_stop;
 mod guard;
 mod plugins;
+mod security;
 mod sweep;
 mod wrapper;

@@ -205,6 +205,44 @@ impl DockerProvider {
     }
 }
 
+impl DockerProvider {
+    /// A claimed id that is not a full 64-hex id: Docker would also accept a container *name*
+    /// or any unique id prefix in that place, so a claim could reach a stranger that merely
+    /// has a matching name. Only an id prefix of at least 12 hex digits of the container it
+    /// resolves to is accepted; anything else is refused.
+    async fn resolve_claim(&self, docker: &Docker, claim: &str) -> Result<String, ProviderError> {
+        let refuse = || {
+            ProviderError::Fatal(format!(
+                "refusing to remove docker container {claim:?}: a claim must name a container id (12 or more hex digits), not a name"
+            ))
+        };
+        if claim.len() < 12 || !claim.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(refuse());
+        }
+        let inspected = docker
+            .inspect_container(
+                claim,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
+            .await
+            .map_err(|e| {
+                classify(
+                    &self.host,
+                    &format!("inspect container {}", short(claim)),
+                    e,
+                )
+            })?;
+        match inspected.id {
+            Some(full) if full.starts_with(claim) => Ok(full),
+            _ => Err(refuse()),
+        }
+    }
+}
+
+fn is_full_id(id: &str) -> bool {
+    id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 #[async_trait::async_trait]
 impl Provider for DockerProvider {
     fn name(&self) -> &str {
@@ -238,7 +276,14 @@ impl Provider for DockerProvider {
 
     async fn remove(&self, sandbox: &Sandbox) -> Result<(), ProviderError> {
         let docker = self.client().await?;
-        let id = sandbox.id.as_str();
+        let resolved;
+        let id = match sandbox.kind {
+            Kind::Instance if !is_full_id(&sandbox.id) => {
+                resolved = self.resolve_claim(docker, &sandbox.id).await?;
+                resolved.as_str()
+            }
+            _ => sandbox.id.as_str(),
+        };
         let result = match sandbox.kind {
             Kind::Instance => {
                 let options = RemoveContainerOptions {
