@@ -201,7 +201,11 @@ fn idle_sidecar(exe: &str, scratch: &std::path::Path) {
     let before = switches();
     std::thread::sleep(Duration::from_secs(10));
     let wakeups = switches() - before;
-    let rss_kib = proc_status(pid, "VmRSS:");
+    let (rss_kib, anon_kib, file_kib) = (
+        proc_status(pid, "VmRSS:"),
+        proc_status(pid, "RssAnon:"),
+        proc_status(pid, "RssFile:"),
+    );
     let _ = sidecar.kill();
     let _ = sidecar.wait();
     report::record(
