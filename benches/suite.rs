@@ -211,8 +211,10 @@ fn idle_sidecar(exe: &str, scratch: &std::path::Path) {
     report::record(
         "idle sidecar (cargo bench --bench suite)",
         &format!(
-            "RSS {:.2} MiB, {wakeups} wake-ups in 10 s without heartbeats (Docker configured)",
-            rss_kib as f64 / 1024.0
+            "RSS {:.2} MiB ({:.2} MiB private, {:.2} MiB the binary's shared file pages), {wakeups} wake-ups in 10 s without heartbeats (Docker configured)",
+            rss_kib as f64 / 1024.0,
+            anon_kib as f64 / 1024.0,
+            file_kib as f64 / 1024.0
         ),
     );
 }
