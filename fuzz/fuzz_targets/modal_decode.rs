@@ -8,9 +8,8 @@ use sandguard::providers::modal::{decode_list_page, wire};
 
 fuzz_target!(|data: &[u8]| {
     let _ = decode_list_page(data);
-    let _ = wire::SandboxTerminateResponse::decode(data).map(|r| {
-        r.existing_result.map(|g| g.status_word())
-    });
+    let _ = wire::SandboxTerminateResponse::decode(data)
+        .map(|r| r.existing_result.map(|g| g.status_word()));
     let _ = wire::SandboxTagsGetResponse::decode(data);
     let _ = wire::ClientHelloResponse::decode(data);
     if let Some(wait) = wire::retry_after(data) {

@@ -246,7 +246,10 @@ impl Provider for FlyProvider {
 #[doc(hidden)]
 pub fn parse_list_body(body: &[u8]) -> Result<Vec<Sandbox>, ProviderError> {
     let machines: Vec<Machine> = decode_json(body, NAME, "failed to list machines")?;
-    Ok(machines.into_iter().filter_map(Machine::into_sandbox).collect())
+    Ok(machines
+        .into_iter()
+        .filter_map(Machine::into_sandbox)
+        .collect())
 }
 
 /// The expiry (Unix seconds) in a `GET …/lease` body.

@@ -79,9 +79,16 @@ pub fn entry(settings: &CloudSettings) -> Entry {
 
 /// The tag that marks a sandbox of `session`: what a program stamps and what a session's
 /// listing filters by. Tenki lowercases tags, so this does too.
+///
+/// `session` may come from a listing's metadata or a `--session` flag, so it need not be
+/// ASCII: the tag is cut at the last character boundary within [`TAG_MAX`] bytes.
 pub fn session_tag(session: &str) -> String {
     let mut tag = format!("{TAG_PREFIX}{}", session.trim().to_ascii_lowercase());
-    tag.truncate(TAG_MAX);
+    let mut end = TAG_MAX.min(tag.len());
+    while !tag.is_char_boundary(end) {
+        end -= 1;
+    }
+    tag.truncate(end);
     tag
 }
 
@@ -453,6 +460,25 @@ mod tests {
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b":_.-".contains(&b)));
         assert_eq!(session_tag(" Short1 "), "sandguard:short1");
+    }
+
+    /// Found while writing the fuzz target `tenki_list` (its input reproduces it): a listed
+    /// session whose `sandguard.session` metadata put a multi-byte character across the
+    /// 32-byte cut panicked the whole listing.
+    #[test]
+    fn a_non_ascii_session_is_cut_at_a_character_boundary() {
+        let session = format!("{}é", "a".repeat(TAG_MAX - TAG_PREFIX.len() - 1));
+        let tag = session_tag(&session);
+        assert_eq!(tag, format!("{TAG_PREFIX}{}", "a".repeat(21)));
+        assert_eq!(session_tag(&"€".repeat(10)).len(), TAG_MAX - 1);
+
+        let body = json!({"sessions": [{
+            "id": "s",
+            "tags": ["sandguard:aaaa"],
+            "metadata": {"sandguard.session": session},
+        }]});
+        let (listed, _) = parse_list_body(body.to_string().as_bytes(), None).unwrap();
+        assert_eq!(listed[0].labels[labels::SESSION], "aaaa");
     }
 
     #[test]
