@@ -6,7 +6,7 @@ use libfuzzer_sys::fuzz_target;
 use sandguard::providers::flyio::{lease_wait, parse_list_body};
 
 fuzz_target!(|data: &[u8]| {
-    let _ = parse_list_body(data);
+    let _ = parse_list_body(data, "my-app");
     let (message, body) = match data.iter().position(|&b| b == b'\n') {
         Some(at) => (&data[..at], &data[at + 1..]),
         None => (data, &[][..]),

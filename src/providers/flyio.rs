@@ -207,7 +207,7 @@ impl Provider for FlyProvider {
                 ProviderError::Gone(m) => ProviderError::Fatal(m),
                 other => other,
             })?;
-        Ok(parse_list_body(&reply.body)?
+        Ok(parse_list_body(&reply.body, &self.app)?
             .into_iter()
             .filter(|s| selector.matches(&s.labels))
             .collect())
@@ -244,8 +244,9 @@ impl Provider for FlyProvider {
 /// `GET /apps/{app}/machines` as sandboxes, terminal machines left out. Public for the fuzz
 /// target `flyio_list`.
 #[doc(hidden)]
-pub fn parse_list_body(body: &[u8]) -> Result<Vec<Sandbox>, ProviderError> {
-    let machines: Vec<Machine> = decode_json(body, NAME, "failed to list machines")?;
+pub fn parse_list_body(body: &[u8], app: &str) -> Result<Vec<Sandbox>, ProviderError> {
+    let what = format!("failed to list machines of app {app}");
+    let machines: Vec<Machine> = decode_json(body, NAME, &what)?;
     Ok(machines
         .into_iter()
         .filter_map(Machine::into_sandbox)
