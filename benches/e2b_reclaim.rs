@@ -8,6 +8,8 @@
 mod e2b;
 #[path = "../tests/support/emu.rs"]
 mod emu;
+#[path = "common/report.rs"]
+mod report;
 
 use std::process::Command;
 use std::time::Instant;
@@ -53,8 +55,8 @@ fn main() {
     let elapsed = started.elapsed();
     let hits = emu.hits();
     let by = |code: u16| hits.iter().filter(|h| h.status == code).count();
-    println!(
-        "e2b reclaim: {count} sandboxes, {:.0}% 429 with Retry-After 1 s: exit {}, {:.1} s, {} requests ({} x 204, {} x 429, {} x 200 list pages), {} left, {} sent before their Retry-After",
+    let line = format!(
+        "{count} sandboxes, {:.0}% 429 with Retry-After 1 s: exit {}, {:.1} s, {} requests ({} x 204, {} x 429, {} x 200 list pages), {} left, {} sent before their Retry-After",
         rate * 100.0,
         status.code().unwrap_or(-1),
         elapsed.as_secs_f64(),
@@ -64,6 +66,10 @@ fn main() {
         by(200),
         state.count(),
         emu.early_hits()
+    );
+    report::record(
+        "E2B reclaim under 429s (cargo bench --bench e2b_reclaim)",
+        &line,
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -12,6 +12,9 @@
 //! Run: `cargo bench --bench watchdog` (needs `docker info` to work and the test image that
 //! `tests/run.sh` builds). `RUNS=200 cargo bench --bench watchdog` for more runs.
 
+#[path = "common/report.rs"]
+mod report_file;
+
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
@@ -54,7 +57,15 @@ fn main() {
     });
     let plain = time_runs(runs.max(200), || Command::new("true"));
     let (w, p) = (median(&wrapped), median(&plain));
-    println!("wrapper overhead: `sandguard -- true` median {:.2} ms, `true` median {:.2} ms, added {:.2} ms", ms(w), ms(p), ms(w.saturating_sub(p)));
+    report_file::record(
+        "wrapper overhead (cargo bench --bench watchdog)",
+        &format!(
+            "`sandguard -- true` median {:.2} ms, `true` median {:.2} ms, added {:.2} ms",
+            ms(w),
+            ms(p),
+            ms(w.saturating_sub(p))
+        ),
+    );
     let proxy = Proxy::start();
     let mut latencies = Vec::with_capacity(runs);
     for i in 0..runs {
@@ -224,7 +235,7 @@ fn ms(d: Duration) -> f64 {
 fn report(what: &str, v: &mut [Duration]) {
     v.sort();
     if v.is_empty() {
-        println!("{what}: no successful runs");
+        report_file::record(what, "no successful runs");
         return;
     }
     let pct = |p: f64| {
@@ -232,12 +243,20 @@ fn report(what: &str, v: &mut [Duration]) {
             .saturating_sub(1)
             .min(v.len() - 1)]
     };
-    println!(
-        "{what}: {} runs, p50 {:.2} ms, p99 {:.2} ms, min {:.2} ms, max {:.2} ms",
+    let line = format!(
+        "{} runs, p50 {:.2} ms, p99 {:.2} ms, min {:.2} ms, max {:.2} ms (histogram: latency.svg)",
         v.len(),
         ms(pct(0.50)),
         ms(pct(0.99)),
         ms(v[0]),
         ms(v[v.len() - 1])
+    );
+    report_file::record(&format!("{what} (cargo bench --bench watchdog)"), &line);
+    let values: Vec<f64> = v.iter().map(|d| ms(*d)).collect();
+    report_file::histogram_svg(
+        "latency",
+        "owner SIGKILL -> first remove request (ms)",
+        &values,
+        20,
     );
 }

@@ -388,6 +388,20 @@ impl Settings {
         Self::layer(source, file, overrides, env)
     }
 
+    /// The settings a config file's `text` alone gives (no environment, no flags), as
+    /// [`Settings::resolve`] would parse and layer it. For the fuzz target `config`; `path` is
+    /// only named in errors. Touches no file.
+    #[doc(hidden)]
+    pub fn parse_config_text(path: &Path, text: &str) -> Result<Settings, ConfigError> {
+        let file = parse_file(path, text)?;
+        Self::layer(
+            Some(path.to_path_buf()),
+            file,
+            &Overrides::default(),
+            &std::collections::HashMap::new(),
+        )
+    }
+
     /// The built-in defaults, as if no file, environment or flag said anything.
     pub fn defaults() -> Settings {
         Self::layer(

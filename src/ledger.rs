@@ -65,6 +65,13 @@ pub enum LedgerError {
     Encode(#[source] serde_json::Error),
 }
 
+/// Folds the journal text of session `id` as [`StateDir::read_session`] reads it (`None`:
+/// no start record). For the fuzz target `ledger_journal`; touches no file.
+#[doc(hidden)]
+pub fn fold_journal(id: &str, text: &[u8]) -> Option<SessionView> {
+    view::fold(id, text)
+}
+
 /// Wraps an I/O error with what was being done to which path.
 pub(crate) fn io_err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> LedgerError {
     let path = path.to_path_buf();

@@ -246,3 +246,20 @@ fn while_the_owner_lives_its_sandboxes_ttls_are_kept_beyond_the_grace() {
     );
     drop(owner);
 }
+
+#[test]
+fn a_slow_provider_is_waited_for_not_given_up_on() {
+    let s = Scratch::new("e2b-latency");
+    let (emu, state) = e2b::start(KEY);
+    let config = cloud_config(&s, "");
+    for i in 0..20 {
+        state.insert(&format!("l{i}"), &[(SESSION, "slow")]);
+    }
+    emu.set_faults(Faults {
+        latency: Duration::from_millis(150),
+        ..Default::default()
+    });
+    let out = run(cmd(&s, &emu.url, &config).args(["stop", "--all", "--session", "slow"]));
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert_eq!(state.count(), 0);
+}

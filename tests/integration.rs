@@ -13,5 +13,7 @@ mod docker_ps_stop;
 mod guard;
 mod plugins;
 mod proxy;
+mod reliability;
+mod security;
 mod sweep;
 mod wrapper;

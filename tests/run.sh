@@ -7,6 +7,9 @@
 #   - the test image sandguard-test/busybox:latest, built from a static busybox with
 #     `docker import` (nothing is pulled);
 # then runs, in this order (each step must pass, or the script stops with its status):
+#   0. `fuzz/run.sh`: every cargo-fuzz target for FUZZ_SECONDS (default 30) on its committed
+#      corpus, on the stable toolchain (it installs cargo-fuzz when missing, and builds under
+#      the target directory's `fuzz/`); first, so that a test runner's summary stays last;
 #   1. `cargo test`: unit tests and the one integration-test binary;
 #   2. the Python wheel: `maturin build --release` (the `sandguard` binary plus the pure-Python
 #      helper module), in the same target directory as step 1 so that only the release build
@@ -16,7 +19,7 @@
 #      its "N passed" line is the suite's closing line.
 # maturin and pytest come from PyPI into a venv under the target directory (kept, so a second
 # run installs nothing). Extra arguments go to `cargo test`, e.g. `tests/run.sh -- stop_all`;
-# SANDGUARD_SKIP_PYTHON=1 skips steps 2 and 3 (and says so).
+# SANDGUARD_SKIP_FUZZ=1 skips step 0 and SANDGUARD_SKIP_PYTHON=1 steps 2 and 3 (each says so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -82,6 +85,13 @@ python_tools() {
 
 start_docker
 build_test_image
+
+# Step 0: the fuzz targets, a bounded time each.
+if [ "${SANDGUARD_SKIP_FUZZ:-}" = 1 ]; then
+  log "SANDGUARD_SKIP_FUZZ=1: the fuzz targets were NOT run"
+else
+  fuzz/run.sh
+fi
 
 # Step 1: the Rust suite.
 cargo test --locked "$@"

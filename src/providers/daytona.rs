@@ -51,7 +51,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde::Deserialize;
 
-use super::http::{encode_segment, walk, Http};
+use super::http::{decode_json, encode_segment, walk, Http};
 use super::{Capabilities, Entry, EntryState, Kind, Provider, ProviderError, Sandbox};
 use crate::config::{CloudSettings, Secret};
 use crate::labels::Selector;
@@ -95,7 +95,7 @@ impl DaytonaProvider {
         &self,
         filter: Option<&str>,
         cursor: Option<String>,
-    ) -> Result<(Vec<Item>, Option<String>), ProviderError> {
+    ) -> Result<(Vec<Sandbox>, Option<String>), ProviderError> {
         let build = || {
             let mut req = self
                 .http
@@ -114,8 +114,7 @@ impl DaytonaProvider {
             .read(build, "failed to list sandboxes")
             .await
             .map_err(listing_error)?;
-        let answer: ListAnswer = reply.json(NAME, "failed to list sandboxes")?;
-        Ok(answer.into_page())
+        parse_list_body(&reply.body)
     }
     /// `POST /sandbox/{id}/{action}`; any 2xx will do (Daytona answers 201).
     async fn post(&self, id: &str, action: &str) -> Result<(), ProviderError> {
@@ -144,10 +143,9 @@ impl Provider for DaytonaProvider {
 
     async fn list(&self, selector: &Selector) -> Result<Vec<Sandbox>, ProviderError> {
         let filter = label_filter(selector);
-        let items = walk(NAME, |cursor| self.page(filter.as_deref(), cursor)).await?;
-        Ok(items
+        let all = walk(NAME, |cursor| self.page(filter.as_deref(), cursor)).await?;
+        Ok(all
             .into_iter()
-            .map(Item::into_sandbox)
             .filter(|s| selector.matches(&s.labels))
             .collect())
     }
@@ -202,6 +200,15 @@ enum ListAnswer {
         next_cursor: Option<String>,
     },
     Legacy(Vec<Item>),
+}
+
+/// One page of `GET /sandbox` (either shape) as sandboxes and the next cursor. Public for the
+/// fuzz target `daytona_list`.
+#[doc(hidden)]
+pub fn parse_list_body(body: &[u8]) -> Result<(Vec<Sandbox>, Option<String>), ProviderError> {
+    let answer: ListAnswer = decode_json(body, NAME, "failed to list sandboxes")?;
+    let (items, next) = answer.into_page();
+    Ok((items.into_iter().map(Item::into_sandbox).collect(), next))
 }
 
 impl ListAnswer {

@@ -21,7 +21,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde::Deserialize;
 
-use super::http::{encode_segment, listing_error, walk, Http};
+use super::http::{decode_json, encode_segment, listing_error, walk, Http};
 use super::{Capabilities, Entry, EntryState, Kind, Provider, ProviderError, Sandbox};
 use crate::config::CloudSettings;
 use crate::labels::Selector;
@@ -124,10 +124,17 @@ impl E2b {
             .read(build, "failed to list sandboxes")
             .await
             .map_err(listing_error)?;
-        let listed: Vec<Listed> = reply.json("e2b", "failed to list sandboxes")?;
+        let sandboxes = parse_list_body(&reply.body)?;
         let next = reply.header("x-next-token").map(str::to_string);
-        Ok((listed.into_iter().map(Listed::into_sandbox).collect(), next))
+        Ok((sandboxes, next))
     }
+}
+
+/// One page of `GET /v2/sandboxes` as sandboxes. Public for the fuzz target `e2b_list`.
+#[doc(hidden)]
+pub fn parse_list_body(body: &[u8]) -> Result<Vec<Sandbox>, ProviderError> {
+    let listed: Vec<Listed> = decode_json(body, "e2b", "failed to list sandboxes")?;
+    Ok(listed.into_iter().map(Listed::into_sandbox).collect())
 }
 
 #[async_trait::async_trait]

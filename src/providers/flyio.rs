@@ -45,7 +45,7 @@ use std::time::{Duration, SystemTime};
 use reqwest::Method;
 use serde::Deserialize;
 
-use super::http::{encode_segment, Http};
+use super::http::{decode_json, encode_segment, Http};
 use super::{Capabilities, Entry, EntryState, Kind, Provider, ProviderError, Sandbox};
 use crate::config::{CloudSettings, Secret};
 use crate::labels::Selector;
@@ -173,8 +173,7 @@ impl FlyProvider {
             .send(self.http.request(Method::GET, &path), &what)
             .await
             .ok()?;
-        let lease: LeaseEnvelope = reply.json(NAME, &what).ok()?;
-        Some(lease.data.expires_at)
+        parse_lease_body(&reply.body)
     }
 }
 
@@ -208,10 +207,8 @@ impl Provider for FlyProvider {
                 ProviderError::Gone(m) => ProviderError::Fatal(m),
                 other => other,
             })?;
-        let machines: Vec<Machine> = reply.json(NAME, &what)?;
-        Ok(machines
+        Ok(parse_list_body(&reply.body, &self.app)?
             .into_iter()
-            .filter_map(Machine::into_sandbox)
             .filter(|s| selector.matches(&s.labels))
             .collect())
     }
@@ -242,6 +239,35 @@ impl Provider for FlyProvider {
             Err(e) => Err(e),
         }
     }
+}
+
+/// `GET /apps/{app}/machines` as sandboxes, terminal machines left out. Public for the fuzz
+/// target `flyio_list`.
+#[doc(hidden)]
+pub fn parse_list_body(body: &[u8], app: &str) -> Result<Vec<Sandbox>, ProviderError> {
+    let what = format!("failed to list machines of app {app}");
+    let machines: Vec<Machine> = decode_json(body, NAME, &what)?;
+    Ok(machines
+        .into_iter()
+        .filter_map(Machine::into_sandbox)
+        .collect())
+}
+
+/// The expiry (Unix seconds) in a `GET …/lease` body.
+fn parse_lease_body(body: &[u8]) -> Option<i64> {
+    let lease: LeaseEnvelope = decode_json(body, NAME, "failed to read a lease").ok()?;
+    Some(lease.data.expires_at)
+}
+
+/// How long a lease conflict makes a removal wait, from the conflict `message` and, when it
+/// names no expiry, the `GET …/lease` body, as [`FlyProvider`] decides it. For the fuzz target
+/// `flyio_list`.
+#[doc(hidden)]
+pub fn lease_wait(message: &str, lease_body: &[u8]) -> Option<Duration> {
+    (status_of(message) == Some(409) && is_lease_conflict(message)).then(|| {
+        let expiry = lease_expiry_in(message).or_else(|| parse_lease_body(lease_body));
+        wait_until(expiry, SystemTime::now())
+    })
 }
 
 /// The header value: a `FlyV1 ` token as is, anything else as a bearer token.

@@ -188,20 +188,27 @@ impl Reply {
         provider: &str,
         what: &str,
     ) -> Result<T, ProviderError> {
-        serde_json::from_slice(&self.body).map_err(|e| {
-            let excerpt: String = String::from_utf8_lossy(&self.body)
-                .chars()
-                .take(120)
-                .collect();
-            ProviderError::Fatal(format!(
-                "{provider}: {what}: unexpected answer ({e}): {excerpt:?}"
-            ))
-        })
+        decode_json(&self.body, provider, what)
     }
 
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
+}
+
+/// A 2xx body as JSON of type `T`, as [`Reply::json`] reads it: a body that does not parse is
+/// fatal, with a short excerpt. The drivers' fuzz entry points decode through this.
+pub fn decode_json<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    provider: &str,
+    what: &str,
+) -> Result<T, ProviderError> {
+    serde_json::from_slice(body).map_err(|e| {
+        let excerpt: String = String::from_utf8_lossy(body).chars().take(120).collect();
+        ProviderError::Fatal(format!(
+            "{provider}: {what}: unexpected answer ({e}): {excerpt:?}"
+        ))
+    })
 }
 
 /// Percent-encodes one path segment (everything but RFC 3986's unreserved characters), so a

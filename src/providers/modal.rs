@@ -372,6 +372,14 @@ fn next_page_moves_back(before: Option<f64>, last: f64) -> bool {
     last.is_finite() && last > 0.0 && before.is_none_or(|b| last < b)
 }
 
+/// A `SandboxList` answer's bytes as sandboxes, as the listing maps them. Public for the fuzz
+/// target `modal_decode` (the real answers are decoded by tonic's prost codec).
+#[doc(hidden)]
+pub fn decode_list_page(bytes: &[u8]) -> Result<Vec<Sandbox>, prost::DecodeError> {
+    let page = <SandboxListResponse as prost::Message>::decode(bytes)?;
+    Ok(page.sandboxes.into_iter().map(to_sandbox).collect())
+}
+
 fn to_sandbox(info: SandboxInfo) -> Sandbox {
     let labels: BTreeMap<String, String> = info
         .tags

@@ -48,7 +48,7 @@ use reqwest::{Method, RequestBuilder};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::http::{walk, Http};
+use super::http::{decode_json, walk, Http};
 use super::{Capabilities, Entry, EntryState, Kind, Provider, ProviderError, Sandbox};
 use crate::config::{CloudSettings, Secret};
 use crate::labels::{self, Selector};
@@ -79,9 +79,16 @@ pub fn entry(settings: &CloudSettings) -> Entry {
 
 /// The tag that marks a sandbox of `session`: what a program stamps and what a session's
 /// listing filters by. Tenki lowercases tags, so this does too.
+///
+/// `session` may come from a listing's metadata or a `--session` flag, so it need not be
+/// ASCII: the tag is cut at the last character boundary within [`TAG_MAX`] bytes.
 pub fn session_tag(session: &str) -> String {
     let mut tag = format!("{TAG_PREFIX}{}", session.trim().to_ascii_lowercase());
-    tag.truncate(TAG_MAX);
+    let mut end = TAG_MAX.min(tag.len());
+    while !tag.is_char_boundary(end) {
+        end -= 1;
+    }
+    tag.truncate(end);
     tag
 }
 
@@ -133,7 +140,7 @@ impl TenkiProvider {
                 ProviderError::Gone(m) => ProviderError::Fatal(m),
                 other => other,
             })?;
-        reply.json(NAME, what)
+        decode_json(&reply.body, NAME, what)
     }
 
     fn remember(&self, id: &str, timeout_at: Option<i64>) {
@@ -183,16 +190,11 @@ impl Provider for TenkiProvider {
         })
         .await?;
         let mut found = Vec::new();
-        for s in sessions {
-            if s.id.is_empty() || s.is_terminal() {
-                continue;
-            }
-            let timeout_at = s
-                .timeout_at
-                .as_deref()
-                .and_then(crate::timefmt::parse_rfc3339);
-            self.remember(&s.id, timeout_at);
-            let sandbox = s.into_sandbox(selector.session_id());
+        for (sandbox, timeout_at) in sessions
+            .into_iter()
+            .filter_map(|s| s.into_live(selector.session_id()))
+        {
+            self.remember(&sandbox.id, timeout_at);
             if selector.matches(&sandbox.labels) {
                 found.push(sandbox);
             }
@@ -296,6 +298,23 @@ fn server_text(message: &str, what: &str) -> String {
         .to_ascii_lowercase()
 }
 
+/// One `ListWorkspaceSandboxes` answer as the live sandboxes it lists (for a listing that asked
+/// for session `wanted`) and the next page token, as [`TenkiProvider`] reads it. Public for
+/// the fuzz target `tenki_list`.
+#[doc(hidden)]
+pub fn parse_list_body(
+    body: &[u8],
+    wanted: Option<&str>,
+) -> Result<(Vec<Sandbox>, String), ProviderError> {
+    let page: ListReply = decode_json(body, NAME, "failed to list sandboxes")?;
+    let sandboxes = page
+        .sessions
+        .into_iter()
+        .filter_map(|s| s.into_live(wanted).map(|(sandbox, _)| sandbox))
+        .collect();
+    Ok((sandboxes, page.next_page_token))
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ListReply {
@@ -339,6 +358,19 @@ impl Session {
             .filter(|s| !s.is_empty())
             .map(str::to_ascii_lowercase)
             .unwrap_or_else(|| "unspecified".into())
+    }
+
+    /// A live session as a sandbox, with its `timeoutAt` (Unix seconds); `None` for one that
+    /// is terminal or has no id.
+    fn into_live(self, wanted: Option<&str>) -> Option<(Sandbox, Option<i64>)> {
+        if self.id.is_empty() || self.is_terminal() {
+            return None;
+        }
+        let timeout_at = self
+            .timeout_at
+            .as_deref()
+            .and_then(crate::timefmt::parse_rfc3339);
+        Some((self.into_sandbox(wanted), timeout_at))
     }
 
     fn into_sandbox(self, wanted: Option<&str>) -> Sandbox {
@@ -428,6 +460,25 @@ mod tests {
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b":_.-".contains(&b)));
         assert_eq!(session_tag(" Short1 "), "sandguard:short1");
+    }
+
+    /// Found while writing the fuzz target `tenki_list` (its input reproduces it): a listed
+    /// session whose `sandguard.session` metadata put a multi-byte character across the
+    /// 32-byte cut panicked the whole listing.
+    #[test]
+    fn a_non_ascii_session_is_cut_at_a_character_boundary() {
+        let session = format!("{}é", "a".repeat(TAG_MAX - TAG_PREFIX.len() - 1));
+        let tag = session_tag(&session);
+        assert_eq!(tag, format!("{TAG_PREFIX}{}", "a".repeat(21)));
+        assert_eq!(session_tag(&"€".repeat(10)).len(), TAG_MAX - 1);
+
+        let body = json!({"sessions": [{
+            "id": "s",
+            "tags": ["sandguard:aaaa"],
+            "metadata": {"sandguard.session": session},
+        }]});
+        let (listed, _) = parse_list_body(body.to_string().as_bytes(), None).unwrap();
+        assert_eq!(listed[0].labels[labels::SESSION], "aaaa");
     }
 
     #[test]

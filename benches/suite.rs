@@ -1,0 +1,279 @@
+//! The rest of the benchmark suite, with the real binary:
+//!
+//! 1. **Docker reclaim throughput**: a guarded owner's 10 / 50 / 100 / 200 running containers,
+//!    from its SIGKILL to the last `destroy` event, against `docker rm -f` of as many containers
+//!    in the same run; the ratio per size (goal ≤ 1.0), plotted in `throughput.svg`.
+//! 2. **An idle sidecar**: its RSS and its wake-ups (context switches) over 10 s, read from
+//!    `/proc`, without heartbeats (goal: under 4 MiB, no wake-ups).
+//! 3. **A sweep over 10 000 emulated E2B sandboxes** (`sweep --dry-run`): CPU time and peak RSS
+//!    of the sandguard process (goal: under 1 s, under 50 MiB).
+//!
+//! Run: `cargo bench --bench suite` (needs the daemon and test image from `tests/run.sh`).
+//! `SIZES=10,50` picks the throughput sizes.
+
+#[path = "../tests/support/e2b.rs"]
+mod e2b;
+#[path = "../tests/support/emu.rs"]
+mod emu;
+#[path = "common/report.rs"]
+mod report;
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const IMAGE: &str = "sandguard-test/busybox:latest";
+
+fn main() {
+    let exe = env!("CARGO_BIN_EXE_sandguard");
+    let scratch = std::env::temp_dir().join(format!("sandguard-suite-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).expect("scratch");
+    idle_sidecar(exe, &scratch);
+    sweep_scale(exe, &scratch);
+    throughput(exe, &scratch);
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
+/// Starts `n` running containers with `labels`, 8 at a time; returns their ids.
+fn start_containers(n: usize, labels: &[String]) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "-P".into(),
+        "8".into(),
+        "-n".into(),
+        "1".into(),
+        "docker".into(),
+        "run".into(),
+        "-d".into(),
+        "--network".into(),
+        "none".into(),
+    ];
+    for l in labels {
+        args.push("--label".into());
+        args.push(l.clone());
+    }
+    args.extend([IMAGE.into(), "sleep".into(), "600".into()]);
+    let mut xargs = Command::new("xargs")
+        .args(&args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("xargs");
+    {
+        let mut stdin = xargs.stdin.take().expect("stdin");
+        use std::io::Write;
+        for i in 0..n {
+            let _ = writeln!(stdin, "{i}");
+        }
+    }
+    let out = xargs.wait_with_output().expect("xargs output");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Waits for `n` destroy events matching `filter`; returns when the last one arrived.
+fn destroy_watcher(filter: &str) -> std::process::Child {
+    Command::new("docker")
+        .args([
+            "events",
+            "--filter",
+            "type=container",
+            "--filter",
+            "event=destroy",
+            "--filter",
+            filter,
+            "--format",
+            "{{.ID}}",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("docker events")
+}
+
+fn wait_destroys(events: &mut std::process::Child, n: usize) -> Instant {
+    let mut lines = BufReader::new(events.stdout.take().expect("events stdout")).lines();
+    for _ in 0..n {
+        let _ = lines.next();
+    }
+    let at = Instant::now();
+    let _ = events.kill();
+    let _ = events.wait();
+    at
+}
+
+fn throughput(exe: &str, scratch: &std::path::Path) {
+    let sizes: Vec<usize> = std::env::var("SIZES")
+        .ok()
+        .map(|s| s.split(',').filter_map(|x| x.parse().ok()).collect())
+        .unwrap_or_else(|| vec![10, 50, 100, 200]);
+    let mut bars = Vec::new();
+    for n in sizes {
+        // sandguard: an owner whose n containers carry its labels, then SIGKILL.
+        let mut owner = Command::new(exe)
+            .args([
+                "--",
+                "sh",
+                "-c",
+                "echo \"$SANDGUARD_SESSION $SANDGUARD_LABELS\"; exec sleep 600",
+            ])
+            .env("XDG_STATE_HOME", scratch)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("owner");
+        let mut line = String::new();
+        BufReader::new(owner.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("labels");
+        let (session, labels) = line.trim().split_once(' ').expect("session and labels");
+        let labels: Vec<String> = labels.split(',').map(str::to_string).collect();
+        let ids = start_containers(n, &labels);
+        assert_eq!(ids.len(), n, "all containers started");
+        std::thread::sleep(Duration::from_millis(300));
+        let mut events = destroy_watcher(&format!("label=sandguard.session={session}"));
+        std::thread::sleep(Duration::from_millis(200));
+        let killed = Instant::now();
+        owner.kill().expect("kill");
+        let _ = owner.wait();
+        let guarded = wait_destroys(&mut events, n).duration_since(killed);
+
+        // docker rm -f of as many containers.
+        let tag = format!("bench.rm={}", std::process::id());
+        let ids = start_containers(n, std::slice::from_ref(&tag));
+        std::thread::sleep(Duration::from_millis(300));
+        let mut events = destroy_watcher(&format!("label={tag}"));
+        std::thread::sleep(Duration::from_millis(200));
+        let started = Instant::now();
+        let status = Command::new("docker")
+            .arg("rm")
+            .arg("-f")
+            .args(&ids)
+            .stdout(Stdio::null())
+            .status()
+            .expect("docker rm");
+        assert!(status.success());
+        let manual = wait_destroys(&mut events, n).duration_since(started);
+        let ratio = guarded.as_secs_f64() / manual.as_secs_f64();
+        report::record(
+            "Docker reclaim throughput (cargo bench --bench suite)",
+            &format!("{n} containers: sandguard {:.0} ms after SIGKILL, `docker rm -f` {:.0} ms, ratio {ratio:.2}", guarded.as_secs_f64() * 1e3, manual.as_secs_f64() * 1e3),
+        );
+        bars.push((n.to_string(), ratio));
+    }
+    report::bar_svg(
+        "throughput",
+        "sandguard reclaim time / docker rm -f time (lower is better)",
+        "containers",
+        "ratio",
+        &bars,
+    );
+}
+
+fn proc_status(pid: u32, key: &str) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn idle_sidecar(exe: &str, scratch: &std::path::Path) {
+    let mut sidecar = Command::new(exe)
+        .args(["watch", "--owner-pid", &std::process::id().to_string()])
+        .env("XDG_STATE_HOME", scratch)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("sidecar");
+    let mut ready = String::new();
+    BufReader::new(sidecar.stdout.take().expect("stdout"))
+        .read_line(&mut ready)
+        .expect("ready");
+    // Let the provider warm-up (100 ms after ready) finish.
+    std::thread::sleep(Duration::from_secs(1));
+    let pid = sidecar.id();
+    let switches = || {
+        proc_status(pid, "voluntary_ctxt_switches:")
+            + proc_status(pid, "nonvoluntary_ctxt_switches:")
+    };
+    let before = switches();
+    std::thread::sleep(Duration::from_secs(10));
+    let wakeups = switches() - before;
+    let (rss_kib, anon_kib, file_kib) = (
+        proc_status(pid, "VmRSS:"),
+        proc_status(pid, "RssAnon:"),
+        proc_status(pid, "RssFile:"),
+    );
+    let _ = sidecar.kill();
+    let _ = sidecar.wait();
+    report::record(
+        "idle sidecar (cargo bench --bench suite)",
+        &format!(
+            "RSS {:.2} MiB ({:.2} MiB private, {:.2} MiB the binary's shared file pages), {wakeups} wake-ups in 10 s without heartbeats (Docker configured)",
+            rss_kib as f64 / 1024.0,
+            anon_kib as f64 / 1024.0,
+            file_kib as f64 / 1024.0
+        ),
+    );
+}
+
+fn sweep_scale(exe: &str, scratch: &std::path::Path) {
+    let key = "e2b_00000000000000000000000000000000";
+    let (emu, state) = e2b::start(key);
+    // Owners on another machine: judged by TTL only, so the sweep must look at each and leave it.
+    let owner = "aaaaaaaaaaaaaaaa-bbbbbbbbbbbbbbbb-1-1";
+    for i in 0..10_000 {
+        state.insert(
+            &format!("s{i:05}"),
+            &[
+                ("sandguard.session", &format!("sess{}", i % 500)),
+                ("sandguard.owner", owner),
+            ],
+        );
+    }
+    let config = scratch.join("sweep.toml");
+    std::fs::write(&config, "[providers.docker]\nenabled = false\n").expect("config");
+    let before = children_usage();
+    let mut child = Command::new(exe)
+        .args(["sweep", "--dry-run", "--json", "--provider", "e2b"])
+        .env("E2B_API_KEY", key)
+        .env("E2B_API_URL", &emu.url)
+        .env("SANDGUARD_CONFIG", &config)
+        .env("XDG_STATE_HOME", scratch)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("sweep");
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut out)
+        .expect("read");
+    let status = child.wait().expect("wait");
+    let after = children_usage();
+    let decisions = out.matches("\"verdict\"").count();
+    report::record(
+        "sweep over 10 000 emulated sandboxes (cargo bench --bench suite)",
+        &format!(
+            "exit {}, {decisions} decisions, CPU {:.2} s, peak RSS {:.1} MiB",
+            status.code().unwrap_or(-1),
+            after.0 - before.0,
+            after.1 as f64 / 1024.0
+        ),
+    );
+}
+
+/// (user + system CPU seconds, peak RSS in KiB) of waited-for children, from getrusage.
+fn children_usage() -> (f64, i64) {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage fills the rusage it is given; a zeroed rusage is a valid value.
+    let usage = unsafe {
+        libc::getrusage(libc::RUSAGE_CHILDREN, usage.as_mut_ptr());
+        usage.assume_init()
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (secs(usage.ru_utime) + secs(usage.ru_stime), usage.ru_maxrss)
+}
