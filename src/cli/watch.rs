@@ -5,6 +5,9 @@
 //! print `ready SESSION` on stdout. Anything that fails before that prints `error MESSAGE` on
 //! stdout instead (the wrapper shows it) and exits 2 for bad configuration, 1 otherwise.
 //!
+//! With `--docker-proxy`, the Docker API proxy ([`crate::watch::proxy`]) is listening before
+//! `ready`, and the ready line carries its address: `ready SESSION unix:///…/docker.sock`.
+//!
 //! After `ready`, nothing more is written to stdout. Exit status: 0 when the session ended
 //! clean or reclaimed (or the sidecar was stopped by SIGTERM), 1 when work is left pending.
 //!
