@@ -4,6 +4,8 @@
 //! - the control pipe (claims, releases, detaches, heartbeats, `bye`), read line by line;
 //!   EOF is a *wake-up*, not a verdict: the owner's identity is checked, and a program that
 //!   merely closed its descriptors is watched on;
+//! - claims from the Docker API proxy ([`proxy`]), applied exactly like a `claim` line and
+//!   acknowledged once journaled;
 //! - the owner's death ([`death::OwnerWatch`]: a pidfd, `/proc` polling only as fallback);
 //! - the lease ([`lease::Lease`]), armed only once heartbeats start;
 //! - a stop request (SIGTERM to the sidecar), which ends the watch *without* reclaiming: a
