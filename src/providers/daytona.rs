@@ -153,20 +153,12 @@ impl Provider for DaytonaProvider {
     async fn remove(&self, sandbox: &Sandbox) -> Result<(), ProviderError> {
         let path = format!("/sandbox/{}", encode_segment(&sandbox.id));
         let what = format!("failed to remove sandbox {}", sandbox.id);
-        self.http
-            .send(self.http.request(Method::DELETE, &path), &what)
-            .await
-            .map(|_| ())
+        self.http.delete(&path, &what).await
     }
 
     async fn check(&self) -> Result<String, ProviderError> {
-        let build = || {
-            self.http
-                .request(Method::GET, "/sandbox")
-                .query(&[("limit", "1")])
-        };
         self.http
-            .read(build, "failed to query the API")
+            .probe("/sandbox", "failed to query the API")
             .await
             .map_err(listing_error)?;
         Ok(format!("daytona API at {}", self.url))

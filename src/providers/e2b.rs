@@ -163,20 +163,12 @@ impl Provider for E2b {
     async fn remove(&self, sandbox: &Sandbox) -> Result<(), ProviderError> {
         let path = format!("/sandboxes/{}", encode_segment(&sandbox.id));
         let what = format!("failed to remove sandbox {}", sandbox.id);
-        self.http
-            .send(self.http.request(Method::DELETE, &path), &what)
-            .await
-            .map(|_| ())
+        self.http.delete(&path, &what).await
     }
 
     async fn check(&self) -> Result<String, ProviderError> {
-        let build = || {
-            self.http
-                .request(Method::GET, "/v2/sandboxes")
-                .query(&[("limit", "1")])
-        };
         self.http
-            .read(build, "failed to reach the API")
+            .probe("/v2/sandboxes", "failed to reach the API")
             .await
             .map_err(listing_error)?;
         Ok(format!("E2B API at {}", self.url))

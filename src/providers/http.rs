@@ -159,6 +159,20 @@ impl Http {
         }
     }
 
+    /// `DELETE path`, once (the reclaim path retries): a 404 is `Gone`.
+    pub async fn delete(&self, path: &str, what: &str) -> Result<(), ProviderError> {
+        self.send(self.request(Method::DELETE, path), what)
+            .await
+            .map(|_| ())
+    }
+
+    /// A cheap authenticated read of `path?limit=1`, for `check()`. A 404 comes back as
+    /// `Gone`; the caller maps it (see [`listing_error`]).
+    pub async fn probe(&self, path: &str, what: &str) -> Result<(), ProviderError> {
+        let build = || self.request(Method::GET, path).query(&[("limit", "1")]);
+        self.read(build, what).await.map(|_| ())
+    }
+
     fn transport_error(&self, what: &str, err: &reqwest::Error) -> ProviderError {
         let mut text = err.to_string();
         let mut source = std::error::Error::source(err);
