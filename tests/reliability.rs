@@ -66,7 +66,7 @@ fn the_kill_matrix_twenty_times_with_a_bystander_that_survives() {
     let _g = shared();
     let s = Scratch::new("matrix");
     let bystander_ids = s.path().join("bystander");
-    let mut bystander = guarded(&s, &small_script(&bystander_ids, "sleep 600"));
+    let mut bystander = guarded(&s, &small_script(&bystander_ids, "sleep 3600"));
     let bystander_containers = wait_for_file(&bystander_ids, &mut bystander);
     let deaths = [
         Death::Kill,

@@ -69,6 +69,19 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
+    /// A sandbox known only from a claim: provider, kind and id, no labels.
+    pub fn claimed(provider: &str, kind: Kind, id: &str) -> Sandbox {
+        Sandbox {
+            provider: provider.to_string(),
+            kind,
+            id: id.to_string(),
+            status: "claimed".into(),
+            created_at: None,
+            image: None,
+            labels: BTreeMap::new(),
+        }
+    }
+
     pub fn session(&self) -> Option<&str> {
         self.labels.get(labels::SESSION).map(String::as_str)
     }
@@ -115,6 +128,31 @@ pub struct Capabilities {
     pub pagination: bool,
 }
 
+/// What one listing found, beside the parts of it that failed. A provider whose listing has
+/// independent parts (Docker: containers, networks, volumes) keeps what it could list when one
+/// part fails: a broken volume plugin must not hide a session's containers.
+#[derive(Debug, Default)]
+pub struct Listing {
+    pub found: Vec<Sandbox>,
+    /// Empty when everything was listed. Anything here means sandboxes may be missing.
+    pub errors: Vec<ProviderError>,
+}
+
+impl From<Result<Vec<Sandbox>, ProviderError>> for Listing {
+    fn from(result: Result<Vec<Sandbox>, ProviderError>) -> Listing {
+        match result {
+            Ok(found) => Listing {
+                found,
+                errors: Vec::new(),
+            },
+            Err(e) => Listing {
+                found: Vec::new(),
+                errors: vec![e],
+            },
+        }
+    }
+}
+
 /// A sandbox provider. Object-safe, so the registry holds drivers and plugins alike.
 #[async_trait::async_trait]
 pub trait Provider: Send + Sync {
@@ -124,6 +162,22 @@ pub trait Provider: Send + Sync {
     /// Every resource whose labels satisfy `selector`, in every state. A failure here is never
     /// an empty list: the caller must be able to say that sandboxes may still be running.
     async fn list(&self, selector: &Selector) -> Result<Vec<Sandbox>, ProviderError>;
+    /// Like [`Provider::list`], but what could be listed is kept beside what failed. The
+    /// default is all or nothing; a driver whose listing has independent parts overrides it.
+    async fn list_parts(&self, selector: &Selector) -> Listing {
+        Listing::from(self.list(selector).await)
+    }
+    /// What a claimed id names on this provider, or why it can never name one of its
+    /// sandboxes (a Docker container *name*, say: Docker would resolve it to whatever carries
+    /// that name). A refusal is final: the claim is reported once and never retried.
+    fn parse_claim(&self, id: &str) -> Result<Sandbox, String> {
+        Ok(Sandbox::claimed(self.name(), Kind::Instance, id))
+    }
+    /// Whether `listed` is the sandbox that the claim (or detach) `claimed` names. Exact by
+    /// default; Docker also accepts a unique id prefix, as its own API does.
+    fn names(&self, claimed: &Sandbox, listed: &Sandbox) -> bool {
+        claimed.kind == listed.kind && claimed.id == listed.id
+    }
     /// Removes one resource for good. `Err(Gone)` means it was not there (anymore).
     async fn remove(&self, sandbox: &Sandbox) -> Result<(), ProviderError>;
     /// Checks that the provider answers; on success a short description (version, endpoint).
