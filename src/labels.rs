@@ -17,8 +17,9 @@ pub const EXPIRES: &str = "sandguard.expires";
 /// `true`: the sandbox survives its owner; only its TTL ends it.
 pub const DETACHED: &str = "sandguard.detached";
 
-/// Which sandboxes a listing asks for: every pair must match (AND). A `None` value asks only
-/// that the key is present.
+/// Which sandboxes a listing asks for: every pair must match (AND). A `None` value asks that
+/// the key is present with a non-empty value: an empty `sandguard.session` is no session (it
+/// is how the Docker proxy blanks the labels a committed image would otherwise carry).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Selector {
     terms: Vec<(String, Option<String>)>,
@@ -55,7 +56,7 @@ impl Selector {
     /// Whether a sandbox's labels satisfy every term.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.terms.iter().all(|(k, v)| match (labels.get(k), v) {
-            (Some(_), None) => true,
+            (Some(have), None) => !have.is_empty(),
             (Some(have), Some(want)) => have == want,
             (None, _) => false,
         })
@@ -81,7 +82,8 @@ mod tests {
         assert!(!sel.matches(&labels(&[("sandguard.session2", "abc")])));
         assert!(!sel.matches(&labels(&[("other", "abc")])));
         assert!(!sel.matches(&labels(&[])));
-        assert!(Selector::managed().matches(&labels(&[(SESSION, "")])));
+        assert!(Selector::managed().matches(&labels(&[(SESSION, "s")])));
+        assert!(!Selector::managed().matches(&labels(&[(SESSION, "")])));
         assert!(!Selector::managed().matches(&labels(&[(OWNER, "x")])));
     }
 }

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! <state dir>/                 0700, owned by us, not a symlink
+//!   boots                      0600, the boot ids this machine has run, one per line
 //!   sessions/                  0700, same checks
 //!     <session id>.journal     0600, JSON Lines, append-only, one per session
 //!     <session id>.new         a journal being created (ignored by readers)
@@ -20,6 +21,11 @@
 //!   whatever pids were reused since. Readers probe it with a shared lock, so two probes never
 //!   mistake each other for a sidecar.
 //!
+//! - The boots file is how a sweep tells "this machine, an earlier boot" (its owners are dead)
+//!   from "a machine that merely shares our machine id" (a cloned VM image: unknown). The
+//!   current boot is appended whenever the state directory is opened, which every sidecar
+//!   and every sweep does; the list is only ever read to prove a death, never to prove life.
+//!
 //! The pieces: `record.rs` (what a line says), `journal.rs` (writing, locking), `view.rs`
 //! (reading).
 
@@ -27,17 +33,22 @@ mod journal;
 mod record;
 mod view;
 
+use std::collections::BTreeSet;
 use std::fs::{self, File, Permissions};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 pub use journal::Journal;
 pub use record::{now_ms, Record, SessionState};
 pub use view::SessionView;
 
+use crate::identity::Judge;
 use crate::protocol::echo;
 use crate::unix;
+
+/// The file listing the boots this machine has run.
+const BOOTS: &str = "boots";
 
 /// A ledger failure; every variant names the path involved.
 #[derive(Debug, thiserror::Error)]
@@ -91,10 +102,46 @@ impl StateDir {
         private_dir(path)?;
         let sessions = path.join("sessions");
         private_dir(&sessions)?;
-        Ok(StateDir {
+        let dir = StateDir {
             root: path.to_path_buf(),
             sessions,
-        })
+        };
+        dir.record_boot();
+        Ok(dir)
+    }
+
+    /// The boots this machine is known to have run (short boot ids), the current one included.
+    pub fn known_boots(&self) -> BTreeSet<String> {
+        let text = fs::read_to_string(self.root.join(BOOTS)).unwrap_or_default();
+        text.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// A judge of owners that knows this machine's past boots.
+    pub fn judge(&self) -> Judge {
+        Judge::new(self.known_boots())
+    }
+
+    /// Appends the current boot to the boots file unless it is there. Failing to record it is
+    /// not fatal: a boot missing from the list only makes its owners unknown, never dead.
+    fn record_boot(&self) {
+        let boot = crate::identity::current_boot();
+        if boot.is_empty() || self.known_boots().contains(&boot) {
+            return;
+        }
+        let path = self.root.join(BOOTS);
+        let written = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(&path)
+            .and_then(|mut f| io::Write::write_all(&mut f, format!("{boot}\n").as_bytes()));
+        if let Err(e) = written {
+            tracing::warn!("cannot record this boot in {}: {e}", path.display());
+        }
     }
 
     pub fn path(&self) -> &Path {

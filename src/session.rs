@@ -65,11 +65,12 @@ mod tests {
             boot: "0123456789abcdef".into(),
             pid: 1,
             start_time: 2,
+            pidns: Some(3),
         };
         let l = labels("s1", &id);
         assert_eq!(
             labels_env(&l),
-            "sandguard.owner=0123456789abcdef-0123456789abcdef-1-2,sandguard.session=s1"
+            "sandguard.owner=0123456789abcdef-0123456789abcdef-1-2-3,sandguard.session=s1"
         );
     }
 }

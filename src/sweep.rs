@@ -4,37 +4,51 @@
 //!
 //! (a) **The ledger**: sessions whose lock is free (their sidecar is dead) and whose state is
 //! not final.
-//! - Owner dead (same machine, same boot, process gone or its start time differs), or from
-//!   another boot: reclaim the session (its labels on every provider, plus its claims, minus
-//!   what it detached), journaled in the session's own journal under its lock.
-//! - `pending` (a reclaim that could not finish): finish it, whatever the owner.
+//! - `pending`, or `reclaiming` (a reclaim that died half way): finish it, whatever the owner.
+//! - Owner proven dead ([`crate::identity`]: this machine, this boot and pid namespace, the
+//!   process gone; or a boot this machine ran and ended): reclaim the session (its labels on
+//!   every provider, plus its claims, minus what it detached), through the one session ending
+//!   ([`crate::reclaim::session`]), journaled in the session's own journal under its lock.
 //! - Owner alive: *adopt* it. In a one-shot sweep that only means reporting it; with `--every`
 //!   the sweep takes the session's lock and watches the owner until it dies, then reclaims.
+//! - Owner unknown (another pid namespace, a hidden pid, a boot never recorded): leave it.
 //!
 //! (b) **Every configured provider**: sandboxes carrying `sandguard.session` that no live
-//! session (sidecar alive, or adopted in (a)) covers.
+//! session (sidecar alive, or judged in (a)) covers.
 //! - `sandguard.expires` in the past: reclaim, detached or not (an absolute TTL).
-//! - Detached (`sandguard.detached=true`): only its TTL ends it.
-//! - Owner on this machine and boot and dead, or from another boot of this machine: reclaim.
-//! - Owner alive, or on another machine, or unreadable: leave it (other machines are judged
-//!   only by TTL).
+//! - Detached, by its `sandguard.detached=true` label or by the owner's `detach` in the
+//!   ledger (matched as the provider matches ids, a Docker id prefix included): leave it;
+//!   only its TTL ends it.
+//! - Its session is in the local ledger and over: judged by the session's owner, not by the
+//!   sandbox's labels (a container created after the session's last listing, stamped with the
+//!   session label only, is still the session's). Owner dead: reclaim.
+//! - Otherwise judged by its `sandguard.owner` label: dead → reclaim; alive, unknown or
+//!   unreadable → leave (TTL only).
 //!
-//! Concurrent sweeps serialise on `sweep.lock` in the state directory. `--dry-run` decides
-//! everything and touches nothing (not even the journals).
+//! Concurrent sweeps serialise on `sweep.lock` in the state directory (held by the caller).
+//! `--dry-run` decides everything and touches nothing (not even the journals). A session whose
+//! journal cannot be taken (a reader holds it for longer than [`ADOPT_PATIENCE`]) is an error
+//! of the pass, never reported as reclaimed.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::identity::{Identity, Liveness};
+use crate::identity::{Judge, Liveness};
 use crate::labels::{self, Selector};
-use crate::ledger::{Journal, Record, SessionState, SessionView, StateDir};
+use crate::ledger::{Journal, LedgerError, SessionState, SessionView, StateDir};
 use crate::providers::{Provider, Sandbox};
+use crate::reclaim::session::{self, Before, Cause};
 use crate::reclaim::{self, ListFailure, Options, Plan, Removal};
 
+/// How long a sweep waits for a session's journal that someone else holds (a `sessions`
+/// reader, say) before it counts the session as not reclaimed.
+pub const ADOPT_PATIENCE: Duration = Duration::from_secs(1);
+
 /// What a sweep decided about one session or one sandbox.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     /// Remove (or, with a session, reclaim it).
@@ -68,7 +82,16 @@ pub struct Pass {
 
 impl Pass {
     pub fn is_clean(&self) -> bool {
-        self.list_failures.is_empty() && self.removals.iter().all(|r| r.outcome.is_success())
+        self.list_failures.is_empty() && self.removals.iter().all(|r| r.outcome.is_final())
+    }
+
+    /// Counts of decisions by verdict, for the summary line.
+    pub fn tally(&self) -> BTreeMap<Verdict, usize> {
+        let mut t = BTreeMap::new();
+        for d in &self.decisions {
+            *t.entry(d.verdict).or_insert(0) += 1;
+        }
+        t
     }
 }
 
@@ -90,7 +113,10 @@ pub async fn pass(
             Vec::new()
         }
     };
-    // Sessions a live sidecar (or an adopting sweep) looks after: not ours to touch.
+    let judge = state.judge();
+    let ledger: HashMap<&str, &SessionView> = sessions.iter().map(|v| (v.id.as_str(), v)).collect();
+    // Sessions a live sidecar (or an adopting sweep) looks after, or judged here: not ours
+    // to judge again by their sandboxes.
     let mut covered: HashSet<String> = sessions
         .iter()
         .filter(|s| s.sidecar_alive)
@@ -101,12 +127,12 @@ pub async fn pass(
         .iter()
         .filter(|s| !s.sidecar_alive && !s.state.is_final())
     {
-        let (verdict, reason) = judge_session(view);
+        let (verdict, reason) = judge_session(view, &judge);
         out.decisions.push(Decision {
             session: view.id.clone(),
             provider: None,
             instance_id: None,
-            verdict: verdict.clone(),
+            verdict,
             reason,
         });
         covered.insert(view.id.clone());
@@ -118,12 +144,11 @@ pub async fn pass(
     }
     let (found, failures) = reclaim::list_all(providers, &Selector::managed()).await;
     out.list_failures.extend(failures);
-    let reclaiming: HashSet<&str> = to_reclaim.iter().map(|v| v.id.as_str()).collect();
     let mut orphans = Vec::new();
     for sandbox in found {
         let session = sandbox.session().unwrap_or_default().to_string();
         let expired = expired(&sandbox);
-        if reclaiming.contains(session.as_str()) || (covered.contains(&session) && !expired) {
+        if covered.contains(&session) && !expired {
             continue;
         }
         let (verdict, reason) = if expired {
@@ -132,13 +157,13 @@ pub async fn pass(
                 "its sandguard.expires has passed".to_string(),
             )
         } else {
-            judge_sandbox(&sandbox)
+            judge_sandbox(&sandbox, ledger.get(session.as_str()).copied(), providers, &judge)
         };
         out.decisions.push(Decision {
             session,
             provider: Some(sandbox.provider.clone()),
             instance_id: Some(sandbox.id.clone()),
-            verdict: verdict.clone(),
+            verdict,
             reason,
         });
         if verdict == Verdict::Reclaim {
@@ -149,55 +174,102 @@ pub async fn pass(
         return out;
     }
     for view in &to_reclaim {
-        let (removals, failures) = reclaim_session(state, providers, view, options).await;
-        out.removals.extend(removals);
-        out.list_failures.extend(failures);
+        match reclaim_session(state, providers, view, options).await {
+            Ok(report) => {
+                out.removals.extend(report.removals);
+                out.list_failures.extend(report.list_failures);
+            }
+            Err(e) => out.list_failures.push(ListFailure {
+                provider: "ledger".into(),
+                error: format!("session {} was not reclaimed: {e}", view.id),
+            }),
+        }
     }
     out.removals
         .extend(reclaim::remove_all(providers, orphans, options).await);
     out
 }
 
-fn judge_session(view: &SessionView) -> (Verdict, String) {
-    if view.state == SessionState::Pending {
-        return (Verdict::Reclaim, "a reclaim is pending".into());
+fn judge_session(view: &SessionView, judge: &Judge) -> (Verdict, String) {
+    match view.state {
+        SessionState::Pending => return (Verdict::Reclaim, "a reclaim is pending".into()),
+        SessionState::Reclaiming => {
+            return (
+                Verdict::Reclaim,
+                "a reclaim started and never finished".into(),
+            )
+        }
+        _ => {}
     }
-    match Identity::parse_label(&view.owner).map(|id| (id.liveness(), id)) {
-        Some((Liveness::Dead, _)) => (
+    match judge.label(&view.owner) {
+        Liveness::Dead => (
             Verdict::Reclaim,
             "its owner is dead and its sidecar is gone".into(),
         ),
-        Some((Liveness::Alive, id)) => (
+        Liveness::Alive => (
             Verdict::Adopt,
-            format!("its owner (pid {}) lives but its sidecar is gone", id.pid),
+            format!("its owner (pid {}) lives but its sidecar is gone", view.pid),
         ),
-        Some((Liveness::Unknown, _)) | None => (
+        Liveness::Unknown => (
             Verdict::Leave,
-            "its owner cannot be judged from this machine".into(),
+            "its owner cannot be judged from here (another machine, boot or pid namespace): TTL only".into(),
         ),
     }
 }
 
-fn judge_sandbox(sandbox: &Sandbox) -> (Verdict, String) {
+fn judge_sandbox(
+    sandbox: &Sandbox,
+    session: Option<&SessionView>,
+    providers: &[Arc<dyn Provider>],
+    judge: &Judge,
+) -> (Verdict, String) {
     if sandbox.labels.get(labels::DETACHED).map(String::as_str) == Some("true") {
         return (Verdict::Leave, "detached: only its TTL ends it".into());
     }
-    match sandbox
-        .owner()
-        .and_then(Identity::parse_label)
-        .map(|id| id.liveness())
-    {
+    if let Some(view) = session {
+        if detached_in(view, sandbox, providers) {
+            return (
+                Verdict::Leave,
+                "detached by its owner: only its TTL ends it".into(),
+            );
+        }
+        // The session is over (or judged in the ledger pass): its owner decides.
+        return match judge.label(&view.owner) {
+            Liveness::Dead => (
+                Verdict::Reclaim,
+                format!("its session ended {} and its owner is dead", view.state),
+            ),
+            Liveness::Alive => (Verdict::Leave, "its session's owner lives".into()),
+            Liveness::Unknown => (
+                Verdict::Leave,
+                "its session's owner cannot be judged from here: TTL only".into(),
+            ),
+        };
+    }
+    match sandbox.owner().map(|o| judge.label(o)) {
         Some(Liveness::Dead) => (Verdict::Reclaim, "its owner is dead".into()),
         Some(Liveness::Alive) => (Verdict::Leave, "its owner lives".into()),
         Some(Liveness::Unknown) => (
             Verdict::Leave,
-            "its owner is on another machine: TTL only".into(),
+            "its owner cannot be judged from here (another machine, boot or pid namespace): TTL only".into(),
         ),
         None => (
             Verdict::Leave,
-            "it names no owner sandguard can judge: TTL only".into(),
+            "it names no owner and no session of this ledger: TTL only".into(),
         ),
     }
+}
+
+/// Whether the ledger says the owner detached `sandbox`.
+fn detached_in(view: &SessionView, sandbox: &Sandbox, providers: &[Arc<dyn Provider>]) -> bool {
+    let provider = providers.iter().find(|p| p.name() == sandbox.provider);
+    view.detached
+        .iter()
+        .filter(|t| t.provider == sandbox.provider)
+        .any(|t| match (provider, reclaim::claimed(providers, t)) {
+            (Some(p), Ok(kept)) => p.names(&kept, sandbox),
+            _ => t.id == sandbox.id,
+        })
 }
 
 fn expired(sandbox: &Sandbox) -> bool {
@@ -208,89 +280,59 @@ fn expired(sandbox: &Sandbox) -> bool {
         .is_some_and(|t| t <= crate::timefmt::now_unix())
 }
 
+/// Takes a session's journal (and lock), waiting up to [`ADOPT_PATIENCE`] for a reader that
+/// holds it to let go.
+pub async fn adopt(state: &StateDir, id: &str) -> Result<Journal, LedgerError> {
+    let deadline = tokio::time::Instant::now() + ADOPT_PATIENCE;
+    loop {
+        match state.adopt_session(id) {
+            Err(LedgerError::Locked { .. }) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Reclaims one ledger session under its own lock, journaling as a sidecar would.
 pub async fn reclaim_session(
     state: &StateDir,
     providers: &[Arc<dyn Provider>],
     view: &SessionView,
     options: &Options,
-) -> (Vec<Removal>, Vec<ListFailure>) {
-    match state.adopt_session(&view.id) {
-        Ok(mut journal) => reclaim_adopted(&mut journal, providers, view, options).await,
-        Err(e) => {
-            // Locked: a sidecar or another sweep took it meanwhile; it is theirs now.
-            tracing::info!("session {}: not reclaimed by this sweep: {e}", view.id);
-            (Vec::new(), Vec::new())
-        }
-    }
+) -> Result<reclaim::Report, LedgerError> {
+    let journal = adopt(state, &view.id).await?;
+    Ok(reclaim_adopted(journal, providers, view, options).await.1)
 }
 
-/// Reclaims a session whose journal (and lock) the caller holds.
+/// Reclaims a session whose journal (and lock) the caller holds: its labels, its claims and
+/// what is pending, minus what it detached.
 pub async fn reclaim_adopted(
-    journal: &mut Journal,
+    journal: Journal,
     providers: &[Arc<dyn Provider>],
     view: &SessionView,
     options: &Options,
-) -> (Vec<Removal>, Vec<ListFailure>) {
-    let mut append = |record: &Record| {
-        if let Err(e) = journal.append(record) {
-            tracing::error!("session {}: {e}", view.id);
-        }
-    };
-    append(&Record::ReclaimStart);
+) -> (SessionState, reclaim::Report) {
+    let journal = Arc::new(Mutex::new(journal));
+    let claims: Vec<_> = view.claims.iter().chain(view.pending.keys()).collect();
+    let plan = Plan::for_session(&view.id, providers, claims, &view.detached);
     let once = Options {
         settle: None,
         ..options.clone()
     };
-    let report = reclaim::reclaim(providers, &plan_for(view), async { Vec::new() }, &once).await;
-    for record in crate::watch::report_records(&report) {
-        append(&record);
-    }
-    let state = if report.is_clean() {
-        SessionState::Reclaimed
-    } else {
-        SessionState::Pending
+    let cause = Cause {
+        record: None,
+        bye: false,
+        label: "reclaimed by sweep".into(),
     };
-    append(&Record::End { state });
-    tracing::warn!(
-        "session {}: {} by sweep ({})",
-        view.id,
-        state.as_str(),
-        report.summary()
-    );
-    (report.removals, report.list_failures)
-}
-
-/// The session's labels, its claims and what is pending, minus what it detached.
-fn plan_for(view: &SessionView) -> Plan {
-    let claimed: BTreeSet<_> = view
-        .claims
-        .iter()
-        .chain(view.pending.iter().filter(|t| t.id != "*"))
-        .cloned()
-        .collect();
-    Plan {
-        selector: Selector::session(&view.id),
-        claims: claimed.iter().map(crate::watch::claimed).collect(),
-        keep: view
-            .detached
-            .iter()
-            .map(|t| (t.provider.clone(), t.id.clone()))
-            .collect(),
-        spare_detached: true,
-    }
-}
-
-/// Counts of decisions by verdict, for the summary line.
-pub fn tally(decisions: &[Decision]) -> BTreeMap<&'static str, usize> {
-    let mut t = BTreeMap::new();
-    for d in decisions {
-        let k = match d.verdict {
-            Verdict::Reclaim => "reclaim",
-            Verdict::Adopt => "adopt",
-            Verdict::Leave => "leave",
-        };
-        *t.entry(k).or_insert(0) += 1;
-    }
-    t
+    session::end(
+        &journal,
+        providers,
+        &plan,
+        async { Vec::new() },
+        &once,
+        &Before::from(view),
+        &cause,
+    )
+    .await
 }

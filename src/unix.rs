@@ -285,3 +285,23 @@ pub fn kill_process_group(pgid: u32) -> io::Result<()> {
         Err(err)
     }
 }
+
+/// Whether a pid exists in this pid namespace, for an owner whose `/proc` entry cannot be read
+/// (`hidepid=2`, another user): `kill(pid, 0)` sends nothing and only checks. `ESRCH` proves
+/// there is no such process; anything else (success, `EPERM`) says it may exist.
+pub fn probe_pid(pid: u32) -> crate::identity::Probe {
+    use crate::identity::Probe;
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return Probe::NoSuchProcess;
+    };
+    if pid <= 0 {
+        return Probe::Hidden;
+    }
+    // SAFETY: signal 0 performs only the existence and permission checks; nothing is sent.
+    let rc = unsafe { libc::kill(pid, 0) };
+    if rc < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        Probe::NoSuchProcess
+    } else {
+        Probe::Hidden
+    }
+}

@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use super::output::{self, sanitize, Exit};
 use crate::config::Settings;
-use crate::identity::{Identity, Liveness};
+use crate::identity::Liveness;
 use crate::ledger::StateDir;
 use crate::timefmt;
 
@@ -49,12 +49,11 @@ pub fn main(args: Args, settings: &Settings) -> Exit {
             return Exit::Failure;
         }
     };
+    let judge = state.judge();
     let rows: Vec<SessionJson> = sessions
         .into_iter()
         .map(|v| {
-            let liveness = Identity::parse_label(&v.owner)
-                .map(|i| i.liveness())
-                .unwrap_or(Liveness::Unknown);
+            let liveness = judge.label(&v.owner);
             SessionJson {
                 session: v.id.clone(),
                 state: v.state.as_str().to_string(),
@@ -76,7 +75,7 @@ pub fn main(args: Args, settings: &Settings) -> Exit {
                     .collect(),
                 pending: v
                     .pending
-                    .iter()
+                    .keys()
                     .map(|t| ClaimJson {
                         provider: t.provider.clone(),
                         id: t.id.clone(),

@@ -143,14 +143,13 @@ async fn serve(
                     if adopted.contains(&view.id) {
                         continue;
                     }
-                    let Ok(journal) = state.adopt_session(&view.id) else { continue };
                     let Some(owner) = Identity::parse_label(&view.owner) else { continue };
+                    let Ok(journal) = state.adopt_session(&view.id) else { continue };
                     adopted.insert(view.id.clone());
                     let (providers, options) = (providers.clone(), options.clone());
                     watchers.spawn(async move {
-                        let mut journal = journal;
                         OwnerWatch::open(&owner).wait().await;
-                        sweep::reclaim_adopted(&mut journal, &providers, &view, &options).await;
+                        sweep::reclaim_adopted(journal, &providers, &view, &options).await;
                         view.id
                     });
                 }
@@ -229,12 +228,12 @@ fn print(args: &Args, pass: &Pass) {
         };
         text.push_str(&line);
     }
-    let tally = sweep::tally(&pass.decisions);
-    let count = |k: &str| tally.get(k).copied().unwrap_or(0);
+    let tally = pass.tally();
+    let count = |k: Verdict| tally.get(&k).copied().unwrap_or(0);
     let failed = pass
         .removals
         .iter()
-        .filter(|r| !r.outcome.is_success())
+        .filter(|r| !r.outcome.is_final())
         .count();
     text.push_str(&format!(
         "Sweep{}: {} to reclaim, {} adopted, {} left alone; {} removed, {} could not be removed.\n",
@@ -243,9 +242,9 @@ fn print(args: &Args, pass: &Pass) {
         } else {
             ""
         },
-        count("reclaim"),
-        count("adopt"),
-        count("leave"),
+        count(Verdict::Reclaim),
+        count(Verdict::Adopt),
+        count(Verdict::Leave),
         pass.removals.len() - failed,
         failed
     ));

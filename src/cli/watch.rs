@@ -172,7 +172,7 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
     });
     let options = Options::from(&settings.reclaim);
     let keeper_session = session.clone();
-    let sidecar = Sidecar::new(
+    let mut sidecar = Sidecar::new(
         session,
         providers,
         journal,
@@ -229,6 +229,7 @@ fn judge_owner(pid: u32, start: Option<u64>) -> Identity {
             boot: host.boot.clone(),
             pid,
             start_time: start.unwrap_or(0),
+            pidns: host.pidns,
         },
     }
 }

@@ -5,7 +5,9 @@
 //!   first, then published with `link(2)`, which fails if the name exists. So nobody ever sees
 //!   a journal without its `start` record, and nobody can take its lock first.
 //! - An append is one `write_all` of the whole line, then `fdatasync`. Only when both returned
-//!   is the record acknowledged. If a write fails halfway, or an adopted journal ends in a torn
+//!   is the record acknowledged. A batch of records may be written first and synced once
+//!   ([`Journal::write`], then [`Journal::sync`]); nothing of the batch may be acknowledged
+//!   before that sync returned. If a write fails halfway, or an adopted journal ends in a torn
 //!   line, the next append starts with a `\n`: the fragment becomes one corrupt line that
 //!   readers skip, instead of swallowing the good record glued to it.
 //! - The lock is an exclusive `flock` on the open file, released when the [`Journal`] drops.
@@ -27,6 +29,8 @@ pub struct Journal {
     file: File,
     /// The file may end without a `\n` (a torn write); mend it before the next record.
     mend: bool,
+    /// Written since the last sync.
+    dirty: bool,
 }
 
 impl Journal {
@@ -42,6 +46,12 @@ impl Journal {
 
     /// Appends `record`, stamped now, and waits until it is on disk.
     pub fn append(&mut self, record: &Record) -> Result<(), LedgerError> {
+        self.write(record)?;
+        self.sync()
+    }
+
+    /// Writes `record`, stamped now, without waiting for the disk: [`Journal::sync`] does.
+    pub fn write(&mut self, record: &Record) -> Result<(), LedgerError> {
         let entry = Entry {
             t: now_ms(),
             record: record.clone(),
@@ -56,9 +66,20 @@ impl Journal {
             return Err(self.io_err("append to journal", e));
         }
         self.mend = false;
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Waits until everything written so far is on disk.
+    pub fn sync(&mut self) -> Result<(), LedgerError> {
+        if !self.dirty {
+            return Ok(());
+        }
         self.file
             .sync_data()
-            .map_err(|e| self.io_err("sync journal", e))
+            .map_err(|e| self.io_err("sync journal", e))?;
+        self.dirty = false;
+        Ok(())
     }
 
     fn io_err(&self, op: &'static str, source: io::Error) -> LedgerError {
@@ -89,6 +110,7 @@ pub(super) fn create(dir: &Path, id: &str, start: &Record) -> Result<Journal, Le
         path: staging.clone(),
         file,
         mend: false,
+        dirty: false,
     };
     let published = prepare(&mut journal, start).and_then(|()| publish(&staging, &path));
     // The staging name goes whatever happened: on success the journal lives on under its real
@@ -144,6 +166,7 @@ pub(super) fn adopt(id: &str, path: &Path) -> Result<Journal, LedgerError> {
         path: path.to_path_buf(),
         file,
         mend: last[0] != b'\n',
+        dirty: false,
     })
 }
 

@@ -58,6 +58,30 @@ pub enum Record {
     End {
         state: SessionState,
     },
+    /// A claim (or detach) that can never be acted upon: an unknown or unconfigured
+    /// provider, or an id that cannot name one of that provider's sandboxes (a Docker
+    /// container *name*). Final: it is reported once, never retried, and keeps nothing pending.
+    Refused {
+        provider: String,
+        id: String,
+        reason: String,
+    },
+    /// The providers configured for the session when its sidecar started: a reclaim that did
+    /// not list all of them (a `sweep --provider P`, or a sweep where one is not configured)
+    /// cannot end the session.
+    Providers {
+        names: Vec<String>,
+    },
+    /// A provider whose sandboxes could not be listed (or were not listed) by a reclaim: the
+    /// whole provider is pending until a later reclaim lists it ([`Record::Listed`]).
+    Unlisted {
+        provider: String,
+        error: String,
+    },
+    /// A reclaim listed this provider completely: an earlier [`Record::Unlisted`] is done.
+    Listed {
+        provider: String,
+    },
     /// A record written by a newer sandguard. Only ever read; writing one is an error.
     #[serde(other, skip_serializing)]
     Unknown,

@@ -5,6 +5,9 @@
 //! [`SessionView::corrupt_lines`]. A record of a kind this version does not know is skipped
 //! with a warning. The state is the last `end` record's; without one, `reclaim_start` means
 //! [`SessionState::Reclaiming`]; otherwise the session is [`SessionState::Active`].
+//!
+//! A `failed` record with the id `*` (written by earlier versions for a provider that could
+//! not be listed) reads as an `unlisted` record for that provider.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -30,8 +33,15 @@ pub struct SessionView {
     pub claims: BTreeSet<Target>,
     /// Meant to outlive the owner; only a TTL ends them.
     pub detached: BTreeSet<Target>,
-    /// Left over by a reclaim and not removed since; the next sweep must finish them.
-    pub pending: BTreeSet<Target>,
+    /// Left over by a reclaim and not removed since, with the last error; the next sweep must
+    /// finish them.
+    pub pending: BTreeMap<Target, String>,
+    /// Providers a reclaim could not list (provider → error): all their sandboxes are pending.
+    pub unlisted: BTreeMap<String, String>,
+    /// Claims refused for good (never retried), with the reason.
+    pub refused: BTreeMap<Target, String>,
+    /// The providers configured when the sidecar started (`None`: not recorded).
+    pub providers: Option<Vec<String>>,
     pub state: SessionState,
     /// A sidecar holds the journal's lock right now.
     pub sidecar_alive: bool,
@@ -136,9 +146,34 @@ fn track(v: &mut SessionView, record: Record) {
             provider,
             id,
             pending: true,
-            ..
+            error,
+        } if id == "*" => {
+            v.unlisted.insert(provider, error);
+        }
+        Record::Failed {
+            provider,
+            id,
+            pending: true,
+            error,
         } => {
-            v.pending.insert(Target { provider, id });
+            v.pending.insert(Target { provider, id }, error);
+        }
+        Record::Refused {
+            provider,
+            id,
+            reason,
+        } => {
+            let t = Target { provider, id };
+            v.claims.remove(&t);
+            v.pending.remove(&t);
+            v.refused.insert(t, reason);
+        }
+        Record::Providers { names } => v.providers = Some(names),
+        Record::Unlisted { provider, error } => {
+            v.unlisted.insert(provider, error);
+        }
+        Record::Listed { provider } => {
+            v.unlisted.remove(&provider);
         }
         // Lease and owner events and transient failures are history; they move nothing.
         _ => {}
@@ -163,7 +198,10 @@ fn started(
         updated_ms: t,
         claims: BTreeSet::new(),
         detached: BTreeSet::new(),
-        pending: BTreeSet::new(),
+        pending: BTreeMap::new(),
+        unlisted: BTreeMap::new(),
+        refused: BTreeMap::new(),
+        providers: None,
         state: SessionState::Active,
         sidecar_alive: false,
         corrupt_lines: 0,
@@ -212,11 +250,31 @@ mod tests {
         ]);
         assert_eq!(v.claims, set(&[t("e2b", "d")]));
         assert_eq!(v.detached, set(&[t("e2b", "c")]));
-        assert_eq!(v.pending, set(&[t("e2b", "d")]));
+        assert_eq!(
+            v.pending.keys().cloned().collect::<BTreeSet<_>>(),
+            set(&[t("e2b", "d")])
+        );
         assert_eq!((v.owner.as_str(), v.pid, v.grace_ms), ("o", 7, 5));
         assert_eq!(v.labels.get("k").map(String::as_str), Some("v"));
         assert_eq!((v.started_ms, v.updated_ms), (10, 21));
         assert_eq!(v.corrupt_lines, 0);
+    }
+
+    #[test]
+    fn refusals_providers_and_unlisted_providers_fold() {
+        let v = view(&[
+            START,
+            r#"{"t":11,"ev":"providers","names":["docker","e2b"]}"#,
+            r#"{"t":12,"ev":"claim","provider":"docker","id":"abc"}"#,
+            r#"{"t":13,"ev":"refused","provider":"docker","id":"abc","reason":"a name"}"#,
+            r#"{"t":14,"ev":"failed","provider":"e2b","id":"*","error":"down","pending":true}"#,
+            r#"{"t":15,"ev":"unlisted","provider":"acme","error":"not swept"}"#,
+            r#"{"t":16,"ev":"listed","provider":"e2b"}"#,
+        ]);
+        assert!(v.claims.is_empty() && v.pending.is_empty());
+        assert_eq!(v.refused.get(&t("docker", "abc")).map(String::as_str), Some("a name"));
+        assert_eq!(v.providers, Some(vec!["docker".into(), "e2b".into()]));
+        assert_eq!(v.unlisted.keys().collect::<Vec<_>>(), ["acme"]);
     }
 
     #[test]

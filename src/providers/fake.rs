@@ -17,7 +17,11 @@ pub struct Fake {
     /// This many removal calls fail transiently before any succeeds.
     pub fail_first: u32,
     pub retry_after: Option<Duration>,
-    calls: AtomicU32,
+    pub calls: AtomicU32,
+    /// This many listings fail transiently before any succeeds.
+    pub fail_lists: AtomicU32,
+    /// Ids are matched by prefix (as Docker's are) in [`Provider::names`].
+    pub prefix_ids: bool,
     /// Every removal call: id, kind, when.
     pub calls_log: Mutex<Vec<(String, Kind, Instant)>>,
 }
@@ -70,6 +74,13 @@ impl Provider for Fake {
         }
     }
     async fn list(&self, selector: &Selector) -> Result<Vec<Sandbox>, ProviderError> {
+        if self
+            .fail_lists
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(ProviderError::transient("daemon unreachable"));
+        }
         Ok(self
             .sandboxes
             .lock()
@@ -100,6 +111,14 @@ impl Provider for Fake {
     }
     async fn check(&self) -> Result<String, ProviderError> {
         Ok("fake".into())
+    }
+    fn names(&self, claimed: &Sandbox, listed: &Sandbox) -> bool {
+        claimed.kind == listed.kind
+            && if self.prefix_ids {
+                listed.id.starts_with(&claimed.id)
+            } else {
+                listed.id == claimed.id
+            }
     }
 }
 

@@ -106,6 +106,11 @@ pub enum ProviderError {
     /// Retrying will not help: bad credentials, a refused request, a bug.
     #[error("{0}")]
     Fatal(String),
+    /// sandguard will never act on this target: it does not name a sandbox of ours (a claim
+    /// that turns out to be a container *name*, or a prefix of someone else's id). Final: it
+    /// is reported once and leaves nothing pending.
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl ProviderError {

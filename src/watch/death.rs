@@ -8,6 +8,8 @@
 //!   that check no reuse can fool it.
 //! - Where `pidfd_open` is unavailable (old kernels, seccomp), `/proc/PID/stat` is polled
 //!   every [`POLL_EVERY`] as the fallback, with a warning.
+//! - Only a proven death counts ([`Liveness::Dead`]): an owner whose identity cannot be
+//!   checked (its `/proc` entry hidden) is watched on, never taken for gone.
 
 use std::time::Duration;
 
@@ -40,7 +42,7 @@ impl OwnerWatch {
         match crate::unix::pidfd_open(owner.pid) {
             Ok(fd) => {
                 // Re-read after opening: the pidfd now pins one process; make sure it is ours.
-                if owner.liveness() != Liveness::Alive {
+                if owner.liveness() == Liveness::Dead {
                     return OwnerWatch::AlreadyGone;
                 }
                 match crate::unix::async_pidfd(fd) {
@@ -58,10 +60,10 @@ impl OwnerWatch {
                 tracing::warn!(
                     "pidfd_open is unavailable ({e}); polling /proc every {POLL_EVERY:?} instead"
                 );
-                if owner.liveness() == Liveness::Alive {
-                    OwnerWatch::Poll(owner.clone())
-                } else {
+                if owner.liveness() == Liveness::Dead {
                     OwnerWatch::AlreadyGone
+                } else {
+                    OwnerWatch::Poll(owner.clone())
                 }
             }
         }
@@ -92,7 +94,7 @@ async fn poll_until_gone(owner: &Identity) -> Gone {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        if owner.liveness() != Liveness::Alive {
+        if owner.liveness() == Liveness::Dead {
             return Gone::Exited;
         }
     }

@@ -8,44 +8,59 @@
 //!   acknowledged once journaled;
 //! - the owner's death ([`death::OwnerWatch`]: a pidfd, `/proc` polling only as fallback);
 //! - the lease ([`lease::Lease`]), armed only once heartbeats start;
-//! - a stop request (SIGTERM to the sidecar), which ends the watch *without* reclaiming: a
-//!   sidecar being told to stop says nothing about its owner. The session stays active in the
-//!   ledger with its lock released, and the next `sandguard sweep` judges the owner: reclaims
-//!   if it is dead, adopts it if it lives.
+//! - a stop request (SIGTERM to the sidecar). Being told to stop says nothing about the
+//!   owner, but systemd and `kill -TERM` of a process group stop the owner at the same moment:
+//!   so the sidecar gives the owner [`STOP_WINDOW`] to die. An owner that dies (or is dead
+//!   already) is reclaimed as any death is; only an owner still alive after the window means
+//!   "stop without reclaiming" (the session stays active, its lock released, and the next
+//!   `sandguard sweep` judges the owner).
 //!
 //! Every trigger is injected ([`Triggers`]), so tests drive the loop with a fake pipe, fake
 //! providers, a manual clock and paused tokio time.
 //!
-//! When the owner dies or its lease expires: the ending is journaled, then one reclaim runs
-//! (claims ∪ the session's labels, minus detached sandboxes), each outcome is journaled, and
-//! the session ends `reclaimed` or, if anything is left, `pending`. `bye` reclaims what is
-//! still owned at once and ends the session `clean`.
+//! Claims and detaches are checked when they arrive: one for a provider that is not
+//! configured, or with an id that cannot name a sandbox of that provider (a Docker container
+//! *name*), is journaled `refused` (final, reported once), never as a claim. Lines that are
+//! already in the pipe are applied together and made durable with one `fdatasync` (a program
+//! claiming 100 000 sandboxes does not pay 100 000 syncs); nothing is acknowledged before
+//! it is on disk. Each claim costs O(log n): the TTL keeper, when there is one, reads the
+//! holdings it shares with the loop ([`ttl::SharedHoldings`]) only when it renews.
 //!
-//! Two ledger conventions: a provider that could not be listed during the reclaim is
-//! journaled as `failed` with the id `*` (the whole provider is pending, not one sandbox); and
-//! claims that arrive *after* the owner's death (drained from the pipe during the settle
-//! delay) are reclaimed in the second pass and journaled by their outcome only.
+//! When the owner dies or its lease expires: one journaled session ending
+//! ([`crate::reclaim::session`]): claims ∪ the session's labels, minus detached sandboxes.
+//! Claims still arriving in the pipe while it runs (drained for the settle delay) are
+//! journaled as they arrive and removed by the second pass. `bye` reclaims what is still
+//! owned at once and ends the session `clean`.
 
 pub mod death;
 pub mod lease;
 pub mod proxy;
 pub mod ttl;
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use tokio::io::AsyncRead;
 
 use crate::ledger::{Journal, Record, SessionState};
-use crate::protocol::{Command, LineReader, Target};
-use crate::providers::{Kind, Provider, Sandbox};
-use crate::reclaim::{self, Options, Plan, Report};
+use crate::protocol::{Command, LineReader, ProtocolError, Target};
+use crate::providers::{Provider, Sandbox};
+use crate::reclaim::session::{self, Before, Cause, SharedJournal};
+use crate::reclaim::{Options, Plan, Report};
 
 use death::Gone;
 use lease::{Clock, Lease};
+
+/// How long a SIGTERMed sidecar waits for its owner to die before it stops without
+/// reclaiming: `systemctl stop` and `kill -TERM -PGID` signal both at once.
+pub const STOP_WINDOW: Duration = Duration::from_secs(2);
+
+/// The most control lines applied under one `fdatasync`.
+const BATCH: usize = 1024;
 
 /// Why the watch ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,7 +68,7 @@ pub enum Ending {
     OwnerGone(Gone),
     LeaseExpired,
     Bye,
-    /// The sidecar was told to stop (SIGTERM); nothing was reclaimed.
+    /// The sidecar was told to stop (SIGTERM) while its owner lived; nothing was reclaimed.
     Stopped,
 }
 
@@ -67,7 +82,7 @@ pub struct Outcome {
 
 /// The events the loop waits on, injected.
 pub struct Triggers<R> {
-    /// Resolves when the owner is gone ([`OwnerWatch::wait`] in production).
+    /// Resolves when the owner is gone ([`death::OwnerWatch::wait`] in production).
     pub owner: Pin<Box<dyn Future<Output = Gone> + Send>>,
     pub control: Option<LineReader<R>>,
     /// Claims from the Docker API proxy ([`proxy`]), when it runs.
@@ -79,14 +94,14 @@ pub struct Triggers<R> {
 pub struct Sidecar<C> {
     pub session: String,
     pub providers: Vec<Arc<dyn Provider>>,
-    pub journal: Journal,
+    journal: Journal,
     pub lease: Lease<C>,
     pub options: Options,
     claims: BTreeSet<Target>,
     detached: BTreeSet<Target>,
     malformed: u64,
-    /// What the TTL keeper renews; updated on every claim, release and detach.
-    holdings: tokio::sync::watch::Sender<ttl::Holdings>,
+    /// What the TTL keeper renews, when there is a keeper.
+    holdings: Option<ttl::SharedHoldings>,
 }
 
 impl<C: Clock> Sidecar<C> {
@@ -106,13 +121,15 @@ impl<C: Clock> Sidecar<C> {
             claims: BTreeSet::new(),
             detached: BTreeSet::new(),
             malformed: 0,
-            holdings: tokio::sync::watch::Sender::new(ttl::Holdings::default()),
+            holdings: None,
         }
     }
 
-    /// The owner's claims and detached sandboxes, kept current for the TTL keeper.
-    pub fn holdings(&self) -> tokio::sync::watch::Receiver<ttl::Holdings> {
-        self.holdings.subscribe()
+    /// The owner's claims and detached sandboxes, shared with a TTL keeper from now on.
+    pub fn holdings(&mut self) -> ttl::SharedHoldings {
+        self.holdings
+            .get_or_insert_with(|| Arc::new(Mutex::new(ttl::Holdings::default())))
+            .clone()
     }
 
     /// Malformed control lines seen so far.
@@ -123,6 +140,9 @@ impl<C: Clock> Sidecar<C> {
     /// Watches until the owner is gone (or says `bye`, or the sidecar is stopped), then
     /// reclaims as the ending requires.
     pub async fn run<R: AsyncRead + Unpin>(mut self, mut triggers: Triggers<R>) -> Outcome {
+        let names = self.providers.iter().map(|p| p.name().to_string()).collect();
+        self.write(&Record::Providers { names });
+        self.sync();
         let ending = self.watch(&mut triggers).await;
         // A proxy still serving during the reclaim gets no acknowledgement, not a hang; what
         // it creates now carries the labels, and the settle pass finds it.
@@ -135,11 +155,11 @@ impl<C: Clock> Sidecar<C> {
             let check_in = self.lease.next_check();
             tokio::select! {
                 biased;
-                _ = &mut t.stop => return Ending::Stopped,
+                _ = &mut t.stop => return self.on_stop(t).await,
                 // Control lines before the death event: a claim written just before the owner
                 // died is in the pipe already and must be known before reclaiming.
                 line = next_line(&mut t.control), if t.control.is_some() => {
-                    if let Some(ending) = self.on_line(line, t).await {
+                    if let Some(ending) = self.on_lines(line, t) {
                         return ending;
                     }
                 }
@@ -156,102 +176,161 @@ impl<C: Clock> Sidecar<C> {
         }
     }
 
-    async fn on_line<R>(
-        &mut self,
-        line: Option<Result<Command, crate::protocol::ProtocolError>>,
-        t: &mut Triggers<R>,
-    ) -> Option<Ending> {
-        match line {
-            Some(Ok(command)) => self.apply(command),
-            Some(Err(e)) => {
-                self.malformed += 1;
-                tracing::warn!("ignored control line ({} so far): {e}", self.malformed);
-                None
+    /// SIGTERM: a dead or dying owner still means reclaim; only a live one means stop.
+    async fn on_stop<R>(&mut self, t: &mut Triggers<R>) -> Ending {
+        match tokio::time::timeout(STOP_WINDOW, &mut t.owner).await {
+            Ok(gone) => {
+                tracing::info!("stopped while the owner died: reclaiming");
+                Ending::OwnerGone(gone)
             }
-            None => {
-                t.control = None;
-                // EOF is a wake-up, not a verdict: the owner's death source decides (it fires
-                // at once if the owner is gone). A closed pipe while the owner lives (a program
-                // that closes all its descriptors) changes nothing.
-                tracing::info!("control pipe closed; watching the owner's process");
-                None
-            }
+            Err(_) => Ending::Stopped,
         }
     }
 
+    /// One line, and every further line already in the pipe, applied under one sync.
+    fn on_lines<R: AsyncRead + Unpin>(
+        &mut self,
+        first: Option<Result<Command, ProtocolError>>,
+        t: &mut Triggers<R>,
+    ) -> Option<Ending> {
+        let mut ending = None;
+        let mut line = first;
+        for _ in 0..BATCH {
+            match line {
+                Some(Ok(command)) => {
+                    if let Some(e) = self.apply(command) {
+                        ending.get_or_insert(e);
+                    }
+                }
+                Some(Err(e)) => {
+                    self.malformed += 1;
+                    tracing::warn!("ignored control line ({} so far): {e}", self.malformed);
+                }
+                None => {
+                    t.control = None;
+                    // EOF is a wake-up, not a verdict: the owner's death source decides (it
+                    // fires at once if the owner is gone). A closed pipe while the owner lives
+                    // (a program that closes all its descriptors) changes nothing.
+                    tracing::info!("control pipe closed; watching the owner's process");
+                    break;
+                }
+            }
+            let Some(reader) = t.control.as_mut() else {
+                break;
+            };
+            match reader.next().now_or_never() {
+                Some(next) => line = next,
+                None => break,
+            }
+        }
+        self.sync();
+        ending
+    }
+
     /// A create seen by the Docker proxy: claimed as if the owner had written the line, then
-    /// acknowledged so the proxy hands the daemon's answer to the client.
+    /// acknowledged (once on disk) so the proxy hands the daemon's answer to the client.
     fn on_proxy_claim<R>(&mut self, claim: Option<proxy::Claim>, t: &mut Triggers<R>) {
         match claim {
             Some(c) => {
                 self.apply(Command::Claim(c.target));
+                self.sync();
                 let _ = c.ack.send(());
             }
             None => t.proxy = None,
         }
     }
 
+    /// Applies one command: journaled (not yet synced) and remembered.
     fn apply(&mut self, command: Command) -> Option<Ending> {
-        let record = match &command {
-            Command::Claim(t) => Record::Claim {
-                provider: t.provider.clone(),
-                id: t.id.clone(),
-            },
-            Command::Release(t) => Record::Release {
-                provider: t.provider.clone(),
-                id: t.id.clone(),
-            },
-            Command::Detach(t) => Record::Detach {
-                provider: t.provider.clone(),
-                id: t.id.clone(),
-            },
+        match command {
+            Command::Claim(t) => {
+                if self.accept(&t) {
+                    self.write(&Record::claim(&t));
+                    self.detached.remove(&t);
+                    self.claims.insert(t.clone());
+                    self.share(|h| {
+                        h.detached.remove(&t);
+                        h.claims.insert(t);
+                    });
+                }
+            }
+            Command::Release(t) => {
+                self.write(&Record::release(&t));
+                self.claims.remove(&t);
+                self.share(|h| {
+                    h.claims.remove(&t);
+                });
+            }
+            Command::Detach(t) => {
+                if self.accept(&t) {
+                    self.write(&Record::Detach {
+                        provider: t.provider.clone(),
+                        id: t.id.clone(),
+                    });
+                    self.claims.remove(&t);
+                    self.detached.insert(t.clone());
+                    self.share(|h| {
+                        h.claims.remove(&t);
+                        h.detached.insert(t);
+                    });
+                }
+            }
             Command::Renew => {
                 if !self.lease.renew() {
                     tracing::warn!("heartbeat after the lease expired: ignored");
                 }
-                return None;
             }
             Command::Bye => return Some(Ending::Bye),
-        };
-        self.journal_append(&record);
-        match command {
-            Command::Claim(t) => {
-                self.detached.remove(&t);
-                self.claims.insert(t);
-            }
-            Command::Release(t) => {
-                self.claims.remove(&t);
-            }
-            Command::Detach(t) => {
-                self.claims.remove(&t);
-                self.detached.insert(t);
-            }
-            Command::Renew | Command::Bye => {}
         }
-        self.holdings.send_replace(ttl::Holdings {
-            claims: self.claims.clone(),
-            detached: self.detached.clone(),
-        });
         None
+    }
+
+    /// Whether a claim or detach names something a provider of this session can act on;
+    /// otherwise it is journaled `refused`, once, with the reason.
+    fn accept(&mut self, t: &Target) -> bool {
+        match refusal(&self.providers, t) {
+            None => true,
+            Some(reason) => {
+                tracing::warn!("refused {} {}: {reason}", t.provider, t.id);
+                self.write(&Record::Refused {
+                    provider: t.provider.clone(),
+                    id: t.id.clone(),
+                    reason,
+                });
+                false
+            }
+        }
+    }
+
+    fn share(&self, change: impl FnOnce(&mut ttl::Holdings)) {
+        if let Some(h) = &self.holdings {
+            change(&mut h.lock().unwrap_or_else(|e| e.into_inner()));
+        }
     }
 
     /// Journal failures are logged, not fatal: the sidecar still holds the claim in memory
     /// and will reclaim it; only a crash of the sidecar itself could then lose it.
-    fn journal_append(&mut self, record: &Record) {
-        if let Err(e) = self.journal.append(record) {
+    fn write(&mut self, record: &Record) {
+        if let Err(e) = self.journal.write(record) {
+            tracing::error!("session {}: {e}", self.session);
+        }
+    }
+
+    fn sync(&mut self) {
+        if let Err(e) = self.journal.sync() {
             tracing::error!("session {}: {e}", self.session);
         }
     }
 
     async fn finish<R: AsyncRead + Unpin>(
-        mut self,
+        self,
         ending: Ending,
         control: Option<LineReader<R>>,
     ) -> Outcome {
         let (record, label) = match &ending {
             Ending::Stopped => {
                 tracing::warn!(
-                    "session {}: sidecar stopped; nothing reclaimed, a sweep will judge the owner",
+                    "session {}: sidecar stopped while its owner lives; nothing reclaimed, a sweep will judge the owner",
                     self.session
                 );
                 return Outcome {
@@ -275,114 +354,51 @@ impl<C: Clock> Sidecar<C> {
                 "owner was already gone",
             ),
         };
-        if let Some(r) = record {
-            self.journal_append(&r);
-        }
-        self.journal_append(&Record::ReclaimStart);
-        let report = self.reclaim(control).await;
-        let state = match (&ending, report.is_clean()) {
-            (_, false) => SessionState::Pending,
-            (Ending::Bye, true) => SessionState::Clean,
-            (_, true) => SessionState::Reclaimed,
+        let plan = Plan::for_session(&self.session, &self.providers, &self.claims, &self.detached);
+        let journal: SharedJournal = Arc::new(Mutex::new(self.journal));
+        let settle = self.options.settle.unwrap_or(Duration::ZERO);
+        let late = drain_claims(control, settle, &journal, &self.providers);
+        let before = Before {
+            providers: Some(self.providers.iter().map(|p| p.name().to_string()).collect()),
+            ..Default::default()
         };
-        self.journal_report(&report);
-        self.journal_append(&Record::End { state });
-        eprintln!(
-            "sandguard: session {}: {label}; {} ({})",
-            self.session,
-            describe(state),
-            report.summary()
-        );
+        let cause = Cause {
+            record,
+            bye: ending == Ending::Bye,
+            label: label.to_string(),
+        };
+        let (state, report) = session::end(
+            &journal,
+            &self.providers,
+            &plan,
+            late,
+            &self.options,
+            &before,
+            &cause,
+        )
+        .await;
         Outcome {
             ending,
             state,
             report: Some(report),
         }
     }
-
-    async fn reclaim<R: AsyncRead + Unpin>(&mut self, control: Option<LineReader<R>>) -> Report {
-        let plan = Plan {
-            selector: crate::labels::Selector::session(&self.session),
-            claims: self.claims.iter().map(claimed).collect(),
-            keep: self
-                .detached
-                .iter()
-                .map(|t| {
-                    let s = claimed(t);
-                    (s.provider, s.id)
-                })
-                .collect::<HashSet<_>>(),
-            spare_detached: true,
-        };
-        let settle = self.options.settle.unwrap_or(Duration::ZERO);
-        let late = drain_claims(control, settle);
-        reclaim::reclaim(&self.providers, &plan, late, &self.options).await
-    }
-
-    fn journal_report(&mut self, report: &Report) {
-        for record in report_records(report) {
-            self.journal_append(&record);
-        }
-    }
 }
 
-/// The ledger records of a reclaim's outcomes: one per sandbox, and one `failed` with the id
-/// `*` per provider that could not be listed (the whole provider is pending).
-pub(crate) fn report_records(report: &Report) -> Vec<Record> {
-    let removals = report.removals.iter().map(|r| {
-        let (provider, id) = (r.sandbox.provider.clone(), r.sandbox.id.clone());
-        match r.outcome.error() {
-            None => Record::Removed {
-                provider,
-                id,
-                outcome: r.outcome.as_str().to_string(),
-            },
-            Some(e) => Record::Failed {
-                provider,
-                id,
-                error: e.to_string(),
-                pending: true,
-            },
-        }
-    });
-    let failures = report.list_failures.iter().map(|f| Record::Failed {
-        provider: f.provider.clone(),
-        id: "*".into(),
-        error: f.error.clone(),
-        pending: true,
-    });
-    removals.chain(failures).collect()
-}
-
-fn describe(state: SessionState) -> &'static str {
-    match state {
-        SessionState::Pending => "some sandboxes could not be removed and may still be running; `sandguard sweep` will retry",
-        SessionState::Clean => "ended clean",
-        _ => "reclaimed",
-    }
-}
-
-/// A claimed sandbox as a reclaim target: claims carry no labels, only provider and id (and,
-/// for Docker networks and volumes, a kind prefix: [`crate::providers::docker::claimed_kind`]).
-pub(crate) fn claimed(t: &Target) -> Sandbox {
-    let (kind, id) = match t.provider.as_str() {
-        "docker" => crate::providers::docker::claimed_kind(&t.id),
-        _ => (Kind::Instance, t.id.as_str()),
-    };
-    Sandbox {
-        provider: t.provider.clone(),
-        kind,
-        id: id.to_string(),
-        status: "claimed".into(),
-        created_at: None,
-        image: None,
-        labels: Default::default(),
+/// Why a claim or detach of `t` can never be acted on by this session, if it cannot.
+fn refusal(providers: &[Arc<dyn Provider>], t: &Target) -> Option<String> {
+    match providers.iter().find(|p| p.name() == t.provider) {
+        None => Some(format!(
+            "provider {:?} is not configured for this session",
+            t.provider
+        )),
+        Some(p) => p.parse_claim(&t.id).err(),
     }
 }
 
 async fn next_line<R: AsyncRead + Unpin>(
     control: &mut Option<LineReader<R>>,
-) -> Option<Result<Command, crate::protocol::ProtocolError>> {
+) -> Option<Result<Command, ProtocolError>> {
     match control {
         Some(reader) => reader.next().await,
         None => std::future::pending().await,
@@ -399,10 +415,13 @@ async fn next_claim(
 }
 
 /// Claims still in the pipe when the owner died (or that a surviving child of the owner
-/// writes while the first pass runs), read for at most `settle`.
+/// writes while the first pass runs), read for at most `settle`, each journaled as it
+/// arrives (refused ones as refused) so that `sandguard claim` sees it acknowledged.
 async fn drain_claims<R: AsyncRead + Unpin>(
     control: Option<LineReader<R>>,
     settle: Duration,
+    journal: &SharedJournal,
+    providers: &[Arc<dyn Provider>],
 ) -> Vec<Sandbox> {
     let Some(mut reader) = control else {
         return Vec::new();
@@ -414,7 +433,19 @@ async fn drain_claims<R: AsyncRead + Unpin>(
         tokio::select! {
             _ = &mut deadline => break,
             line = reader.next() => match line {
-                Some(Ok(Command::Claim(t))) => late.push(claimed(&t)),
+                Some(Ok(Command::Claim(t))) => match refusal(providers, &t) {
+                    None => {
+                        session::append(journal, &Record::claim(&t));
+                        if let Ok(s) = crate::reclaim::claimed(providers, &t) {
+                            late.push(s);
+                        }
+                    }
+                    Some(reason) => session::append(journal, &Record::Refused {
+                        provider: t.provider,
+                        id: t.id,
+                        reason,
+                    }),
+                },
                 Some(_) => {}
                 None => break,
             }

@@ -13,13 +13,15 @@
 //! - No TTL-capable provider configured: no keeper, no timer, no wake-ups.
 //! - Failures are logged and retried on the next round; they never touch the watch loop,
 //!   which runs apart from this task.
+//! - The owner's claims reach the keeper through [`SharedHoldings`], which the loop updates
+//!   in place (O(log n) a claim) and the keeper copies once a round: a claim never copies the
+//!   whole set.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream::{self, StreamExt};
-use tokio::sync::watch;
 
 use crate::labels::{Selector, DETACHED};
 use crate::protocol::Target;
@@ -32,6 +34,10 @@ pub struct Holdings {
     pub detached: BTreeSet<Target>,
 }
 
+/// The holdings, shared between the watch loop (which changes them) and the keeper (which
+/// reads them once a round). The lock is never held across an await.
+pub type SharedHoldings = Arc<std::sync::Mutex<Holdings>>;
+
 /// When the first round runs.
 pub const FIRST_ROUND: Duration = Duration::from_secs(5);
 
@@ -43,7 +49,7 @@ pub struct Keeper {
     session: String,
     ttl: Duration,
     every: Duration,
-    holdings: watch::Receiver<Holdings>,
+    holdings: SharedHoldings,
 }
 
 impl Keeper {
@@ -53,7 +59,7 @@ impl Keeper {
         session: &str,
         grace: Duration,
         every: Duration,
-        holdings: watch::Receiver<Holdings>,
+        holdings: SharedHoldings,
     ) -> Option<Keeper> {
         let providers: Vec<Arc<dyn Provider>> = providers
             .iter()
@@ -80,7 +86,11 @@ impl Keeper {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let holdings = self.holdings.borrow().clone();
+            let holdings = self
+                .holdings
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
             // Asked each round: a plugin's capabilities are known only once it has answered
             // `describe`, which may be after this keeper was set up.
             for p in self.providers.iter().filter(|p| p.capabilities().ttl) {
@@ -112,7 +122,10 @@ impl Keeper {
             .filter(|t| t.provider == provider.name())
         {
             if !targets.iter().any(|s| s.id == claim.id) {
-                targets.push(super::claimed(claim));
+                if let Ok(mut s) = provider.parse_claim(&claim.id) {
+                    s.provider = claim.provider.clone();
+                    targets.push(s);
+                }
             }
         }
         let ttl = self.ttl;
@@ -201,7 +214,7 @@ mod tests {
             }]
             .into(),
         };
-        let (_tx, rx) = watch::channel(holdings);
+        let rx = Arc::new(std::sync::Mutex::new(holdings));
         let providers: Vec<Arc<dyn Provider>> = vec![p.clone()];
         let keeper = Keeper::new(
             &providers,
@@ -232,7 +245,7 @@ mod tests {
     #[test]
     fn no_ttl_provider_means_no_keeper() {
         let providers: Vec<Arc<dyn Provider>> = vec![crate::providers::fake::Fake::holding(vec![])];
-        let (_tx, rx) = watch::channel(Holdings::default());
+        let rx = SharedHoldings::default();
         assert!(Keeper::new(
             &providers,
             "s",

@@ -1,0 +1,390 @@
+//! The one reclaim path: `stop`, owner death, lease expiry and sweep all remove sandboxes
+//! through [`reclaim`] (or its halves, [`list_all`] and [`remove_all`]).
+//!
+//! - Targets are explicit claims plus every sandbox whose labels match the selector, on every
+//!   configured provider. Nothing else is ever removed: a listed sandbox that does not match
+//!   the selector is dropped before removal, whatever the provider returned.
+//! - What the owner detached is never removed, whether it was named by its full id or by a
+//!   prefix the provider accepts ([`Provider::names`]).
+//! - Providers are worked on concurrently; within one provider removals run with bounded
+//!   concurrency, kind by kind (instances, then networks, then volumes): see [`remove`].
+//! - A listing that fails transiently is tried again, with the same backoff as removals and
+//!   `Retry-After` honoured, until the deadline: a five-second outage of a daemon must not
+//!   leave a session pending. What each attempt found is removed at once.
+//! - With a settle delay, every provider is listed once more after the first pass, because a
+//!   create in flight when the owner died lands after the first listing. The second pass's
+//!   listing failures are the ones reported: it is the latest word on each provider.
+//! - At the deadline whatever is still failing is reported as [`Outcome::Unfinished`]; under a
+//!   session that leaves the session pending for the next sweep.
+
+mod list;
+mod remove;
+pub mod session;
+
+use std::collections::{BTreeMap, HashSet};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::config::ReclaimSettings;
+use crate::labels::{self, Selector};
+use crate::protocol::Target;
+use crate::providers::{Kind, Provider, Sandbox};
+
+pub use list::list_all;
+pub use remove::remove_all;
+
+use remove::Gate;
+
+/// Limits of one reclaim.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub concurrency: usize,
+    pub deadline: Duration,
+    pub retry_initial: Duration,
+    pub retry_max: Duration,
+    /// Delay before the second listing; `None` lists once.
+    pub settle: Option<Duration>,
+}
+
+impl From<&ReclaimSettings> for Options {
+    fn from(s: &ReclaimSettings) -> Self {
+        Options {
+            concurrency: s.concurrency,
+            deadline: s.deadline,
+            retry_initial: s.retry_initial,
+            retry_max: s.retry_max,
+            settle: Some(s.settle).filter(|d| !d.is_zero()),
+        }
+    }
+}
+
+/// What happened to one target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// sandguard removed it.
+    Removed,
+    /// It was already gone (or being removed by someone else).
+    Gone,
+    /// The provider refused for good; retrying would not help. It may still exist.
+    Failed(String),
+    /// Still failing transiently when the deadline came: may still exist.
+    Unfinished(String),
+    /// sandguard will never act on it (it does not name a sandbox of ours): final, and not
+    /// a failure of the reclaim.
+    Refused(String),
+}
+
+impl Outcome {
+    pub fn is_success(&self) -> bool {
+        matches!(self, Outcome::Removed | Outcome::Gone)
+    }
+    /// Nothing is left to do: removed, gone, or refused for good.
+    pub fn is_final(&self) -> bool {
+        self.is_success() || matches!(self, Outcome::Refused(_))
+    }
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Outcome::Removed => "removed",
+            Outcome::Gone => "gone",
+            Outcome::Failed(_) => "failed",
+            Outcome::Unfinished(_) => "unfinished",
+            Outcome::Refused(_) => "refused",
+        }
+    }
+    pub fn error(&self) -> Option<&str> {
+        match self {
+            Outcome::Failed(e) | Outcome::Unfinished(e) | Outcome::Refused(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// One target and its outcome.
+#[derive(Debug, Clone)]
+pub struct Removal {
+    pub sandbox: Sandbox,
+    pub outcome: Outcome,
+    pub attempts: u32,
+}
+
+/// A provider that could not be listed: its sandboxes may still be running.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListFailure {
+    pub provider: String,
+    pub error: String,
+}
+
+/// Everything one reclaim did.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub removals: Vec<Removal>,
+    pub list_failures: Vec<ListFailure>,
+    /// The providers whose (last) listing succeeded.
+    pub listed: Vec<String>,
+}
+
+impl Report {
+    /// Every target removed (or refused for good) and every provider answered.
+    pub fn is_clean(&self) -> bool {
+        self.list_failures.is_empty() && self.removals.iter().all(|r| r.outcome.is_final())
+    }
+
+    /// One line with counts per provider: `docker: 3 removed, 1 gone, 0 failed; e2b: …`.
+    pub fn summary(&self) -> String {
+        let mut per: BTreeMap<&str, [usize; 4]> = BTreeMap::new();
+        for r in &self.removals {
+            let slot = per.entry(r.sandbox.provider.as_str()).or_default();
+            match r.outcome {
+                Outcome::Removed => slot[0] += 1,
+                Outcome::Gone => slot[1] += 1,
+                Outcome::Failed(_) | Outcome::Unfinished(_) => slot[2] += 1,
+                Outcome::Refused(_) => slot[3] += 1,
+            }
+        }
+        let mut parts: Vec<String> = per
+            .iter()
+            .map(|(p, [r, g, f, n])| {
+                let refused = if *n > 0 {
+                    format!(", {n} refused")
+                } else {
+                    String::new()
+                };
+                format!("{p}: {r} removed, {g} already gone, {f} failed{refused}")
+            })
+            .collect();
+        parts.extend(
+            self.list_failures
+                .iter()
+                .map(|f| format!("{}: not listed", f.provider)),
+        );
+        if parts.is_empty() {
+            "nothing to reclaim".to_string()
+        } else {
+            parts.join("; ")
+        }
+    }
+}
+
+/// What one reclaim is after: the selector's matches plus the claims, minus what must stay.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub selector: Selector,
+    /// Sandboxes the owner claimed (they may carry no labels at all).
+    pub claims: Vec<Sandbox>,
+    /// Sandboxes never to remove: those the owner detached, as it named them.
+    pub keep: Vec<Sandbox>,
+    /// Also spare sandboxes labelled `sandguard.detached=true` (a session's own reclaim does;
+    /// `stop`, which the user asked for by name or by session, does not).
+    pub spare_detached: bool,
+    /// Claims that can never name a sandbox of theirs (reported as refused, never touched).
+    pub refused: Vec<(Sandbox, String)>,
+}
+
+/// A claimed target as the sandbox its provider says it names, or why it never can. A
+/// provider that is not configured here cannot say: the claim is kept as it is and its
+/// removal fails with that reason (the session stays pending for a sweep that has it).
+pub fn claimed(providers: &[Arc<dyn Provider>], t: &Target) -> Result<Sandbox, String> {
+    match providers.iter().find(|p| p.name() == t.provider) {
+        Some(p) => p.parse_claim(&t.id).map(|mut s| {
+            s.provider = t.provider.clone();
+            s
+        }),
+        None => Ok(Sandbox::claimed(&t.provider, Kind::Instance, &t.id)),
+    }
+}
+
+impl Plan {
+    /// What a session's reclaim is after: its labels, its claims as the providers read them,
+    /// minus what it detached.
+    pub fn for_session<'a>(
+        session: &str,
+        providers: &[Arc<dyn Provider>],
+        claims: impl IntoIterator<Item = &'a Target>,
+        detached: impl IntoIterator<Item = &'a Target>,
+    ) -> Plan {
+        let mut plan = Plan {
+            selector: Selector::session(session),
+            claims: Vec::new(),
+            keep: Vec::new(),
+            spare_detached: true,
+            refused: Vec::new(),
+        };
+        for t in claims {
+            match claimed(providers, t) {
+                Ok(s) => plan.claims.push(s),
+                Err(reason) => plan
+                    .refused
+                    .push((Sandbox::claimed(&t.provider, Kind::Instance, &t.id), reason)),
+            }
+        }
+        // A detach the provider cannot read is kept as written: sparing too much is safe.
+        plan.keep = detached
+            .into_iter()
+            .map(|t| {
+                claimed(providers, t)
+                    .unwrap_or_else(|_| Sandbox::claimed(&t.provider, Kind::Instance, &t.id))
+            })
+            .collect();
+        plan
+    }
+
+    /// Whether `s` (listed or claimed on `provider`) was detached.
+    fn keeps(&self, provider: &dyn Provider, s: &Sandbox) -> bool {
+        self.keep.iter().any(|k| {
+            k.provider == s.provider
+                && (k.id == s.id || provider.names(k, s) || provider.names(s, k))
+        })
+    }
+
+    fn wants(&self, provider: &dyn Provider, s: &Sandbox) -> bool {
+        self.selector.matches(&s.labels)
+            && !self.keeps(provider, s)
+            && !(self.spare_detached
+                && s.labels.get(labels::DETACHED).map(String::as_str) == Some("true"))
+    }
+}
+
+/// The whole path. Claims are removed at once, while the selector is being listed (so a
+/// claimed sandbox is not kept waiting for a listing); then what the listing found goes.
+/// With a settle delay, `late` (claims that arrive while the first pass runs) is collected
+/// and the selector listed once more, and whatever is new is removed too.
+pub async fn reclaim<F>(
+    providers: &[Arc<dyn Provider>],
+    plan: &Plan,
+    late: F,
+    options: &Options,
+) -> Report
+where
+    F: Future<Output = Vec<Sandbox>>,
+{
+    let started = Instant::now();
+    let deadline = started + options.deadline;
+    let (mut removals, mut list_failures) =
+        pass(providers, plan, plan.claims.clone(), &HashSet::new(), options, deadline).await;
+    removals.extend(plan.refused.iter().map(|(sandbox, reason)| Removal {
+        sandbox: sandbox.clone(),
+        outcome: Outcome::Refused(reason.clone()),
+        attempts: 0,
+    }));
+    if let Some(settle) = options.settle {
+        let late = late.await;
+        tokio::time::sleep_until(started + settle).await;
+        let done: HashSet<(String, String)> = removals
+            .iter()
+            .filter(|r| r.outcome.is_final())
+            .map(|r| key(&r.sandbox))
+            .collect();
+        let (again, failures) = pass(providers, plan, late, &done, options, deadline).await;
+        removals.extend(again);
+        list_failures = failures;
+    }
+    let listed = providers
+        .iter()
+        .map(|p| p.name().to_string())
+        .filter(|n| !list_failures.iter().any(|f| &f.provider == n))
+        .collect();
+    Report {
+        removals: merge(removals),
+        list_failures,
+        listed,
+    }
+}
+
+/// One pass over every provider: `claims` removed at once, the selector listed (again until
+/// it answers or the deadline comes) and its wanted matches removed; nothing in `done` twice.
+async fn pass(
+    providers: &[Arc<dyn Provider>],
+    plan: &Plan,
+    claims: Vec<Sandbox>,
+    done: &HashSet<(String, String)>,
+    options: &Options,
+    deadline: Instant,
+) -> (Vec<Removal>, Vec<ListFailure>) {
+    let (ours, elsewhere): (Vec<Sandbox>, Vec<Sandbox>) = claims
+        .into_iter()
+        .filter(|c| !done.contains(&key(c)))
+        .partition(|c| providers.iter().any(|p| p.name() == c.provider));
+    let elsewhere: Vec<Sandbox> = elsewhere
+        .into_iter()
+        .filter(|c| !plan.keep.iter().any(|k| key(k) == key(c)))
+        .collect();
+    // Claims on a provider that is not configured here fail with that reason.
+    let mut removals = remove::remove_all_by(providers, elsewhere, options, deadline).await;
+    let work = providers.iter().map(|p| {
+        let claims: Vec<Sandbox> = ours
+            .iter()
+            .filter(|c| c.provider == p.name() && !plan.keeps(p.as_ref(), c))
+            .cloned()
+            .collect();
+        one_provider(p.as_ref(), plan, claims, done, options, deadline)
+    });
+    let mut failures = Vec::new();
+    for (r, f) in futures_util::future::join_all(work).await {
+        removals.extend(r);
+        failures.extend(f);
+    }
+    (removals, failures)
+}
+
+async fn one_provider(
+    provider: &dyn Provider,
+    plan: &Plan,
+    claims: Vec<Sandbox>,
+    done: &HashSet<(String, String)>,
+    options: &Options,
+    deadline: Instant,
+) -> (Vec<Removal>, Option<ListFailure>) {
+    let gate = Gate::default();
+    let mut seen: HashSet<(String, String)> = claims.iter().map(key).collect();
+    seen.extend(done.iter().cloned());
+    let claimed = remove::remove_from(provider, claims, options, deadline, &gate);
+    let listed = async {
+        let mut removals = Vec::new();
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let attempt = list::attempt(provider, &plan.selector, options, deadline, &gate, tries)
+                .await;
+            let targets: Vec<Sandbox> = attempt
+                .found
+                .into_iter()
+                .filter(|s| plan.wants(provider, s) && seen.insert(key(s)))
+                .collect();
+            removals.extend(remove::remove_from(provider, targets, options, deadline, &gate).await);
+            match attempt.retry {
+                None => return (removals, None),
+                Some(Err(failure)) => return (removals, Some(failure)),
+                Some(Ok(delay)) => tokio::time::sleep(delay).await,
+            }
+        }
+    };
+    let (mut removals, (listed, failure)) = tokio::join!(claimed, listed);
+    removals.extend(listed);
+    (removals, failure)
+}
+
+fn key(s: &Sandbox) -> (String, String) {
+    (s.provider.clone(), s.id.clone())
+}
+
+/// Keeps one record per sandbox, preferring a final outcome (a second pass that found a
+/// sandbox gone after the first pass timed out on it means it is gone).
+fn merge(removals: Vec<Removal>) -> Vec<Removal> {
+    let mut seen: BTreeMap<(String, String), Removal> = BTreeMap::new();
+    for r in removals {
+        let key = key(&r.sandbox);
+        match seen.get(&key) {
+            Some(existing) if existing.outcome.is_final() || !r.outcome.is_final() => {}
+            _ => {
+                seen.insert(key, r);
+            }
+        }
+    }
+    seen.into_values().collect()
+}
+
+#[cfg(test)]
+mod tests;

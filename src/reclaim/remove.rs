@@ -1,0 +1,275 @@
+//! Removing targets: bounded concurrency per provider, kind by kind, retries with backoff and
+//! jitter, and a per-provider gate that honours `Retry-After`.
+//!
+//! - Transient failures are retried with exponential backoff and "equal jitter" (half the
+//!   delay fixed, half random). A provider's `Retry-After` closes a [`Gate`] for that whole
+//!   provider: no request goes to it before the hint has elapsed.
+//! - "Already gone" counts as removed. A fatal error stops retrying that one sandbox; the pass
+//!   goes on and the failure sets the final status. A refusal ([`ProviderError::Refused`]) is
+//!   final and leaves nothing pending.
+//! - At the deadline whatever is still failing is [`Outcome::Unfinished`].
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::stream::{self, StreamExt};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use super::{Options, Outcome, Removal};
+use crate::providers::{Provider, ProviderError, Sandbox};
+
+/// Removes every target through its provider, within the options' deadline from now.
+/// Targets whose provider is not among `providers` fail with a clear error instead of being
+/// dropped.
+pub async fn remove_all(
+    providers: &[Arc<dyn Provider>],
+    targets: Vec<Sandbox>,
+    options: &Options,
+) -> Vec<Removal> {
+    remove_all_by(providers, targets, options, Instant::now() + options.deadline).await
+}
+
+/// [`remove_all`], all before `deadline`.
+pub(super) async fn remove_all_by(
+    providers: &[Arc<dyn Provider>],
+    targets: Vec<Sandbox>,
+    options: &Options,
+    deadline: Instant,
+) -> Vec<Removal> {
+    let mut by_provider: BTreeMap<String, Vec<Sandbox>> = BTreeMap::new();
+    for t in dedup(targets) {
+        by_provider.entry(t.provider.clone()).or_default().push(t);
+    }
+    let work = by_provider.into_iter().map(|(name, targets)| {
+        let provider = providers.iter().find(|p| p.name() == name).cloned();
+        async move {
+            match provider {
+                Some(p) => remove_from(p.as_ref(), targets, options, deadline, &Gate::default()).await,
+                None => targets
+                    .into_iter()
+                    .map(|sandbox| Removal {
+                        outcome: Outcome::Failed(format!("provider {name:?} is not configured")),
+                        sandbox,
+                        attempts: 0,
+                    })
+                    .collect(),
+            }
+        }
+    });
+    futures_util::future::join_all(work)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+fn dedup(targets: Vec<Sandbox>) -> Vec<Sandbox> {
+    let mut seen = HashSet::new();
+    targets
+        .into_iter()
+        .filter(|t| seen.insert((t.provider.clone(), t.id.clone())))
+        .collect()
+}
+
+/// Removes targets of one provider, instances before networks before volumes.
+pub(super) async fn remove_from(
+    provider: &dyn Provider,
+    mut targets: Vec<Sandbox>,
+    options: &Options,
+    deadline: Instant,
+    gate: &Gate,
+) -> Vec<Removal> {
+    targets.sort_by_key(|t| t.kind);
+    let mut removals = Vec::with_capacity(targets.len());
+    let mut rest = targets.as_slice();
+    while let Some(first) = rest.first() {
+        let phase_len = rest.iter().take_while(|t| t.kind == first.kind).count();
+        let (phase, tail) = rest.split_at(phase_len);
+        rest = tail;
+        let done: Vec<Removal> = stream::iter(phase.iter().cloned())
+            .map(|sandbox| remove_one(provider, sandbox, options, deadline, gate))
+            .buffer_unordered(options.concurrency.max(1))
+            .collect()
+            .await;
+        removals.extend(done);
+    }
+    removals
+}
+
+/// The "not before" instant a provider's `Retry-After` set, shared by all its calls.
+#[derive(Default)]
+pub(super) struct Gate(Mutex<Option<Instant>>);
+
+impl Gate {
+    pub(super) async fn wait(&self) {
+        let until = *self.0.lock().await;
+        if let Some(until) = until {
+            tokio::time::sleep_until(until).await;
+        }
+    }
+    pub(super) async fn close_for(&self, pause: Duration) {
+        let until = Instant::now() + pause;
+        let mut slot = self.0.lock().await;
+        if slot.is_none_or(|u| u < until) {
+            *slot = Some(until);
+        }
+    }
+}
+
+async fn remove_one(
+    provider: &dyn Provider,
+    sandbox: Sandbox,
+    options: &Options,
+    deadline: Instant,
+    gate: &Gate,
+) -> Removal {
+    let mut attempts = 0;
+    loop {
+        gate.wait().await;
+        attempts += 1;
+        let (message, retry_after) = match provider.remove(&sandbox).await {
+            Ok(()) => return finish(sandbox, Outcome::Removed, attempts),
+            Err(ProviderError::Gone(_)) => return finish(sandbox, Outcome::Gone, attempts),
+            Err(ProviderError::Fatal(e)) => return finish(sandbox, Outcome::Failed(e), attempts),
+            Err(ProviderError::Refused(e)) => {
+                return finish(sandbox, Outcome::Refused(e), attempts)
+            }
+            Err(ProviderError::Transient {
+                message,
+                retry_after,
+            }) => {
+                if let Some(pause) = retry_after {
+                    gate.close_for(pause).await;
+                }
+                (message, retry_after)
+            }
+        };
+        let delay = backoff(options, attempts).max(retry_after.unwrap_or_default());
+        if Instant::now() + delay >= deadline {
+            return finish(sandbox, Outcome::Unfinished(message), attempts);
+        }
+        tracing::debug!(provider = provider.name(), id = %sandbox.id, attempt = attempts, "retrying in {delay:?}: {message}");
+        tokio::time::sleep(delay).await;
+    }
+}
+
+fn finish(sandbox: Sandbox, outcome: Outcome, attempts: u32) -> Removal {
+    match &outcome {
+        Outcome::Removed | Outcome::Gone => {
+            tracing::debug!(provider = %sandbox.provider, id = %sandbox.id, "{}", outcome.as_str())
+        }
+        Outcome::Failed(e) | Outcome::Unfinished(e) | Outcome::Refused(e) => {
+            tracing::warn!("{e}")
+        }
+    }
+    Removal {
+        sandbox,
+        outcome,
+        attempts,
+    }
+}
+
+/// `initial * 2^(attempt-1)`, capped, then "equal jitter": a uniform pick in `[d/2, d]`.
+pub(super) fn backoff(options: &Options, attempt: u32) -> Duration {
+    let exp = options
+        .retry_initial
+        .saturating_mul(1u32 << (attempt.max(1) - 1).min(20));
+    let capped = exp.min(options.retry_max);
+    let half = capped / 2;
+    half + half.mul_f64(jitter())
+}
+
+/// A uniform number in `[0, 1)` from the kernel's random source.
+fn jitter() -> f64 {
+    let mut b = [0u8; 8];
+    if crate::unix::random_bytes(&mut b).is_err() {
+        return 0.5;
+    }
+    (u64::from_le_bytes(b) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::fake::{sandbox, Fake};
+    use crate::providers::Kind;
+
+    fn options() -> Options {
+        Options {
+            concurrency: 4,
+            deadline: Duration::from_secs(60),
+            retry_initial: Duration::from_millis(100),
+            retry_max: Duration::from_secs(5),
+            settle: None,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_after_is_waited_out() {
+        let p = Fake::flaky(
+            vec![sandbox("c", Kind::Instance, Some("s"))],
+            1,
+            Some(Duration::from_secs(7)),
+        );
+        let providers: Vec<Arc<dyn Provider>> = vec![p.clone()];
+        let o = options();
+        let removals = remove_all(
+            &providers,
+            vec![sandbox("c", Kind::Instance, Some("s"))],
+            &o,
+        )
+        .await;
+        assert_eq!(removals[0].outcome, Outcome::Removed);
+        assert_eq!(removals[0].attempts, 2);
+        let log = p.calls_log.lock().unwrap();
+        assert!(log[1].2 - log[0].2 >= Duration::from_secs(7));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_deadline_leaves_work_unfinished() {
+        let p = Fake::flaky(
+            vec![sandbox("c", Kind::Instance, Some("s"))],
+            u32::MAX,
+            None,
+        );
+        let providers: Vec<Arc<dyn Provider>> = vec![p];
+        let o = Options {
+            deadline: Duration::from_secs(3),
+            ..options()
+        };
+        let removals = remove_all(
+            &providers,
+            vec![sandbox("c", Kind::Instance, Some("s"))],
+            &o,
+        )
+        .await;
+        assert!(matches!(removals[0].outcome, Outcome::Unfinished(_)));
+        assert!(removals[0].attempts > 2);
+    }
+
+    #[test]
+    fn backoff_doubles_from_100ms_is_capped_at_5s_and_varies() {
+        let o = options();
+        // Literal bounds: attempt 1 is in [50, 100] ms, attempt 3 in [200, 400] ms, and from
+        // attempt 7 on (6.4 s uncapped) the cap holds: [2.5, 5] s.
+        let within = |attempt, lo: u64, hi: u64| {
+            let d = backoff(&o, attempt);
+            assert!(
+                d >= Duration::from_millis(lo) && d <= Duration::from_millis(hi),
+                "attempt {attempt}: {d:?} not in [{lo}, {hi}] ms"
+            );
+            d
+        };
+        within(1, 50, 100);
+        within(2, 100, 200);
+        within(3, 200, 400);
+        for attempt in 7..40 {
+            within(attempt, 2_500, 5_000);
+        }
+        // Jitter: 50 draws of the same attempt are not all equal.
+        let draws: HashSet<Duration> = (0..50).map(|_| backoff(&o, 10)).collect();
+        assert!(draws.len() > 10, "no jitter: {draws:?}");
+    }
+}

@@ -1,0 +1,269 @@
+//! The one journaled session ending, used by the sidecar (its owner died, its lease expired,
+//! or it said `bye`) and by a sweep (a dead owner's session, or a pending one).
+//!
+//! In order: the cause (`owner_dead`, `lease_expired`) and `reclaim_start` are journaled; one
+//! reclaim runs; each outcome is journaled; the session ends `clean` (after `bye`),
+//! `reclaimed`, or `pending`; one summary line is printed.
+//!
+//! Decisions:
+//! - **A session is final only when every provider in it is done.** The providers a session
+//!   used are the ones its sidecar had configured (its `providers` record). One this reclaim
+//!   did not list (a `sweep --provider P`, or a sweep on a host where it is not configured)
+//!   is journaled `unlisted`, and the session stays `pending` until a reclaim lists it.
+//! - **Journals do not grow without bound.** Finishing a session that is already `pending`
+//!   writes only what changed: no new `reclaim_start`, a `failed` record only when the error
+//!   differs from the one journaled last for that sandbox, an `unlisted` only when the error
+//!   changed, and no `end` when the session stays `pending`. A sweep every five minutes over a
+//!   session that cannot be finished adds nothing to its journal.
+//! - A refusal (a claim that can never name a sandbox of ours) is journaled once, `refused`,
+//!   and leaves nothing pending.
+//! - A claim the owner's pipe still delivers while the reclaim runs (drained by the sidecar)
+//!   is journaled when it arrives, so `sandguard claim` sees it acknowledged, and removed by
+//!   the second pass.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use super::{reclaim, Options, Outcome, Plan, Report};
+use crate::ledger::{Journal, Record, SessionState, SessionView};
+use crate::protocol::Target;
+use crate::providers::{Provider, Sandbox};
+
+/// What the ledger knew of the session before this ending (nothing, for a sidecar's own).
+#[derive(Debug, Default, Clone)]
+pub struct Before {
+    pub state: Option<SessionState>,
+    pub pending: BTreeMap<Target, String>,
+    pub unlisted: BTreeMap<String, String>,
+    /// The providers the session used; `None` when its journal does not say.
+    pub providers: Option<Vec<String>>,
+}
+
+impl From<&SessionView> for Before {
+    fn from(v: &SessionView) -> Before {
+        Before {
+            state: Some(v.state),
+            pending: v.pending.clone(),
+            unlisted: v.unlisted.clone(),
+            providers: v.providers.clone(),
+        }
+    }
+}
+
+/// Why the session is ending, and what its state becomes when everything is gone.
+#[derive(Debug, Clone)]
+pub struct Cause {
+    /// Journaled before `reclaim_start` (`owner_dead`, `lease_expired`); `None` for `bye` or
+    /// for a sweep finishing pending work.
+    pub record: Option<Record>,
+    /// `true` after `bye`: a clean end, not a reclaim.
+    pub bye: bool,
+    /// Words for the summary line: "owner exited", "reclaimed by sweep", …
+    pub label: String,
+}
+
+/// A journal shared by the ending and the sidecar's pipe drain, which journals late claims as
+/// they arrive. Never locked across an await.
+pub type SharedJournal = Arc<Mutex<Journal>>;
+
+/// Appends one record; a failure is logged, not fatal (the outcome is still reported).
+pub fn append(journal: &SharedJournal, record: &Record) {
+    let mut j = journal.lock().unwrap_or_else(|e| e.into_inner());
+    if let Err(e) = j.append(record) {
+        tracing::error!("session {}: {e}", j.id());
+    }
+}
+
+/// Ends a session: see the module docs. Returns the state it ended in and the report.
+pub async fn end<F>(
+    journal: &SharedJournal,
+    providers: &[Arc<dyn Provider>],
+    plan: &Plan,
+    late: F,
+    options: &Options,
+    before: &Before,
+    cause: &Cause,
+) -> (SessionState, Report)
+where
+    F: Future<Output = Vec<Sandbox>>,
+{
+    let resuming = before.state == Some(SessionState::Pending);
+    if !resuming {
+        if let Some(r) = &cause.record {
+            append(journal, r);
+        }
+        append(journal, &Record::ReclaimStart);
+    }
+    let report = reclaim(providers, plan, late, options).await;
+    let uncovered = uncovered(before, &report, providers);
+    for record in records(before, &report, &uncovered) {
+        append(journal, &record);
+    }
+    let state = if !report.is_clean() || !uncovered.is_empty() {
+        SessionState::Pending
+    } else if cause.bye {
+        SessionState::Clean
+    } else {
+        SessionState::Reclaimed
+    };
+    if !(resuming && state == SessionState::Pending) {
+        append(journal, &Record::End { state });
+    }
+    let id = journal.lock().map(|j| j.id().to_string()).unwrap_or_default();
+    eprintln!(
+        "sandguard: session {id}: {}; {} ({})",
+        cause.label,
+        describe(state),
+        report.summary()
+    );
+    (state, report)
+}
+
+/// The session's providers this reclaim did not list, each with the reason it is pending.
+fn uncovered(
+    before: &Before,
+    report: &Report,
+    providers: &[Arc<dyn Provider>],
+) -> BTreeMap<String, String> {
+    let here = |name: &str| providers.iter().any(|p| p.name() == name);
+    let named = before
+        .providers
+        .iter()
+        .flatten()
+        .cloned()
+        .chain(before.unlisted.keys().cloned())
+        .chain(before.pending.keys().map(|t| t.provider.clone()));
+    named
+        .filter(|name| !here(name) && !report.list_failures.iter().any(|f| &f.provider == name))
+        .map(|name| {
+            let why = "not listed by this reclaim (not selected, or not configured here)";
+            (name, why.to_string())
+        })
+        .collect()
+}
+
+/// The records of one reclaim's outcomes, only what changes the ledger's picture.
+fn records(
+    before: &Before,
+    report: &Report,
+    uncovered: &BTreeMap<String, String>,
+) -> Vec<Record> {
+    let mut out = Vec::new();
+    for r in &report.removals {
+        let (provider, id) = (r.sandbox.provider.clone(), r.sandbox.id.clone());
+        let target = Target {
+            provider: provider.clone(),
+            id: id.clone(),
+        };
+        match &r.outcome {
+            Outcome::Removed | Outcome::Gone => out.push(Record::Removed {
+                provider,
+                id,
+                outcome: r.outcome.as_str().to_string(),
+            }),
+            Outcome::Refused(reason) => out.push(Record::Refused {
+                provider,
+                id,
+                reason: reason.clone(),
+            }),
+            Outcome::Failed(error) | Outcome::Unfinished(error) => {
+                if before.pending.get(&target) != Some(error) {
+                    out.push(Record::Failed {
+                        provider,
+                        id,
+                        error: error.clone(),
+                        pending: true,
+                    });
+                }
+            }
+        }
+    }
+    let failures = report
+        .list_failures
+        .iter()
+        .map(|f| (f.provider.clone(), f.error.clone()))
+        .chain(uncovered.clone());
+    for (provider, error) in failures {
+        if before.unlisted.get(&provider) != Some(&error) {
+            out.push(Record::Unlisted { provider, error });
+        }
+    }
+    for provider in &report.listed {
+        if before.unlisted.contains_key(provider) {
+            out.push(Record::Listed {
+                provider: provider.clone(),
+            });
+        }
+    }
+    out
+}
+
+fn describe(state: SessionState) -> &'static str {
+    match state {
+        SessionState::Pending => "some sandboxes could not be removed and may still be running; `sandguard sweep` will retry",
+        SessionState::Clean => "ended clean",
+        _ => "reclaimed",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reclaim::{ListFailure, Removal};
+
+    fn removal(id: &str, outcome: Outcome) -> Removal {
+        Removal {
+            sandbox: Sandbox::claimed("fake", crate::providers::Kind::Instance, id),
+            outcome,
+            attempts: 1,
+        }
+    }
+
+    #[test]
+    fn an_unchanged_failure_is_not_journaled_again() {
+        let t = Target {
+            provider: "fake".into(),
+            id: "a".into(),
+        };
+        let before = Before {
+            state: Some(SessionState::Pending),
+            pending: [(t, "boom".to_string())].into(),
+            unlisted: [("acme".to_string(), "down".to_string())].into(),
+            providers: None,
+        };
+        let report = Report {
+            removals: vec![
+                removal("a", Outcome::Failed("boom".into())),
+                removal("b", Outcome::Failed("boom".into())),
+                removal("c", Outcome::Removed),
+            ],
+            list_failures: vec![ListFailure {
+                provider: "acme".into(),
+                error: "down".into(),
+            }],
+            listed: vec!["fake".into()],
+        };
+        let got = records(&before, &report, &BTreeMap::new());
+        let kinds: Vec<String> = got
+            .iter()
+            .map(|r| serde_json::to_value(r).unwrap()["ev"].to_string())
+            .collect();
+        assert_eq!(kinds, ["\"failed\"", "\"removed\""], "{got:?}");
+    }
+
+    #[test]
+    fn a_provider_the_reclaim_did_not_list_keeps_the_session_pending() {
+        let before = Before {
+            providers: Some(vec!["fake".into(), "acme".into()]),
+            ..Default::default()
+        };
+        let report = Report {
+            listed: vec!["fake".into()],
+            ..Default::default()
+        };
+        let fake: Arc<dyn Provider> = crate::providers::fake::Fake::holding(vec![]);
+        let left = uncovered(&before, &report, &[fake]);
+        assert_eq!(left.keys().collect::<Vec<_>>(), ["acme"]);
+    }
+}

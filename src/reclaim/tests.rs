@@ -1,0 +1,151 @@
+//! Loop tests of the reclaim path with the in-memory provider and paused time.
+
+use std::sync::atomic::Ordering;
+
+use super::*;
+use crate::providers::fake::{sandbox, Fake};
+use crate::providers::Kind;
+
+fn options() -> Options {
+    Options {
+        concurrency: 4,
+        deadline: Duration::from_secs(60),
+        retry_initial: Duration::from_millis(100),
+        retry_max: Duration::from_secs(5),
+        settle: None,
+    }
+}
+
+fn plan(session: &str) -> Plan {
+    Plan {
+        selector: Selector::session(session),
+        claims: vec![],
+        keep: vec![],
+        spare_detached: true,
+        refused: vec![],
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn kinds_go_in_order_and_strangers_are_left_alone() {
+    let p = Fake::holding(vec![
+        sandbox("v", Kind::Volume, Some("s")),
+        sandbox("n", Kind::Network, Some("s")),
+        sandbox("c", Kind::Instance, Some("s")),
+        sandbox("x", Kind::Instance, Some("other")),
+        sandbox("y", Kind::Instance, None),
+    ]);
+    let providers: Vec<Arc<dyn Provider>> = vec![p.clone()];
+    let report = reclaim(&providers, &plan("s"), async { vec![] }, &options()).await;
+    assert!(report.is_clean());
+    assert_eq!(report.removals.len(), 3);
+    assert_eq!(report.listed, vec!["fake".to_string()]);
+    let kinds: Vec<Kind> = p
+        .calls_log
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, k, _)| *k)
+        .collect();
+    assert_eq!(kinds, vec![Kind::Instance, Kind::Network, Kind::Volume]);
+    assert_eq!(p.remaining(), vec!["x", "y"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn claims_detached_and_late_arrivals() {
+    let mut detached = sandbox("d", Kind::Instance, Some("s"));
+    detached
+        .labels
+        .insert(labels::DETACHED.into(), "true".into());
+    let p = Fake::holding(vec![
+        sandbox("c", Kind::Instance, None),
+        sandbox("k", Kind::Instance, Some("s")),
+        detached,
+        sandbox("late", Kind::Instance, None),
+    ]);
+    let providers: Vec<Arc<dyn Provider>> = vec![p.clone()];
+    let mut plan = plan("s");
+    plan.claims = vec![sandbox("c", Kind::Instance, None)];
+    plan.keep = vec![sandbox("k", Kind::Instance, None)];
+    let opts = Options {
+        settle: Some(Duration::from_secs(2)),
+        ..options()
+    };
+    let report = reclaim(
+        &providers,
+        &plan,
+        async { vec![sandbox("late", Kind::Instance, None)] },
+        &opts,
+    )
+    .await;
+    assert!(report.is_clean(), "{:?}", report.removals);
+    assert_eq!(p.remaining(), vec!["d", "k"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_detach_by_prefix_keeps_the_sandbox_it_names() {
+    let full = "0123456789abcdef0123456789abcdef";
+    let p = Arc::new(Fake {
+        sandboxes: std::sync::Mutex::new(vec![
+            sandbox(full, Kind::Instance, Some("s")),
+            sandbox("0123456789ff9999", Kind::Instance, Some("s")),
+        ]),
+        prefix_ids: true,
+        ..Default::default()
+    });
+    let providers: Vec<Arc<dyn Provider>> = vec![p.clone()];
+    let mut plan = plan("s");
+    plan.keep = vec![sandbox(&full[..12], Kind::Instance, None)];
+    // A claim of the same sandbox by another prefix is kept too.
+    plan.claims = vec![sandbox(&full[..16], Kind::Instance, None)];
+    let report = reclaim(&providers, &plan, async { vec![] }, &options()).await;
+    assert!(report.is_clean(), "{:?}", report.removals);
+    assert_eq!(p.remaining(), vec![full.to_string()]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_listing_that_fails_for_a_while_is_tried_again_until_it_answers() {
+    let p = Fake::holding(vec![sandbox("c", Kind::Instance, Some("s"))]);
+    p.fail_lists.store(6, Ordering::SeqCst);
+    let providers: Vec<Arc<dyn Provider>> = vec![p.clone()];
+    let started = Instant::now();
+    let report = reclaim(&providers, &plan("s"), async { vec![] }, &options()).await;
+    assert!(report.is_clean(), "{report:?}");
+    assert!(p.remaining().is_empty());
+    assert!(started.elapsed() < Duration::from_secs(60));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_listing_that_never_answers_is_reported_at_the_deadline() {
+    let p = Fake::holding(vec![sandbox("c", Kind::Instance, Some("s"))]);
+    p.fail_lists.store(u32::MAX, Ordering::SeqCst);
+    let providers: Vec<Arc<dyn Provider>> = vec![p.clone()];
+    let opts = Options {
+        deadline: Duration::from_secs(10),
+        ..options()
+    };
+    let report = reclaim(&providers, &plan("s"), async { vec![] }, &opts).await;
+    assert_eq!(report.list_failures.len(), 1);
+    assert!(report.listed.is_empty() && !report.is_clean());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_second_pass_listing_failure_is_kept() {
+    let p = Fake::holding(vec![sandbox("c", Kind::Instance, Some("s"))]);
+    let providers: Vec<Arc<dyn Provider>> = vec![p.clone()];
+    let opts = Options {
+        settle: Some(Duration::from_secs(2)),
+        deadline: Duration::from_secs(10),
+        ..options()
+    };
+    let fails_later = {
+        let p = p.clone();
+        async move {
+            p.fail_lists.store(u32::MAX, Ordering::SeqCst);
+            vec![]
+        }
+    };
+    let report = reclaim(&providers, &plan("s"), fails_later, &opts).await;
+    assert_eq!(report.list_failures.len(), 1, "{report:?}");
+    assert!(!report.is_clean());
+}
