@@ -35,6 +35,7 @@ pub struct Settings {
     pub log_level: tracing::Level,
     pub watch: WatchSettings,
     pub reclaim: ReclaimSettings,
+    pub sweep: SweepSettings,
     pub docker: DockerSettings,
     pub e2b: CloudSettings,
     pub daytona: CloudSettings,
@@ -68,6 +69,14 @@ pub struct WatchSettings {
     pub renew_every: Duration,
     /// Serve a labelling Docker API proxy to the guarded program by default.
     pub docker_proxy: bool,
+}
+
+/// The sweep's housekeeping.
+#[derive(Debug, Clone)]
+pub struct SweepSettings {
+    /// Final sessions (reclaimed, clean) whose journal has not changed for this long are
+    /// deleted from the ledger by every sweep; `None` (`"0"` in the file) keeps them forever.
+    pub prune_after: Option<Duration>,
 }
 
 /// The reclaim path's limits.
@@ -126,6 +135,8 @@ pub enum ConfigError {
     },
     #[error("environment variable {var}: {message}")]
     Env { var: String, message: String },
+    #[error("{flag}: {message}")]
+    Flag { flag: String, message: String },
 }
 
 /// A duration written the human way: `500ms`, `5s`, `10m`, `2h`, `7d`, or a sum such as `1h30m`.
@@ -146,6 +157,65 @@ impl<'de> Deserialize<'de> for HumanDuration {
             .map(HumanDuration)
             .map_err(serde::de::Error::custom)
     }
+}
+
+/// A duration for which `0` makes no sense (a grace, a deadline, a timeout, a retry delay):
+/// `0` is refused where it is read, naming the file, line and key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Positive(pub Duration);
+
+impl<'de> Deserialize<'de> for Positive {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let HumanDuration(d) = HumanDuration::deserialize(d)?;
+        positive(d).map(Positive).map_err(serde::de::Error::custom)
+    }
+}
+
+fn positive(d: Duration) -> Result<Duration, String> {
+    if d.is_zero() {
+        Err("must be longer than 0".into())
+    } else {
+        Ok(d)
+    }
+}
+
+/// `state_dir` as written: an absolute path, or one starting with `~/` (the home directory).
+/// A relative path is refused: the sidecar runs from `/`, and the Docker proxy's socket path
+/// (`DOCKER_HOST`) must not depend on the guarded program's working directory.
+#[derive(Debug, Clone)]
+struct StatePath(PathBuf);
+
+impl<'de> Deserialize<'de> for StatePath {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = PathBuf::deserialize(d)?;
+        check_state_path(&raw)
+            .map(|()| StatePath(raw))
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+fn check_state_path(p: &Path) -> Result<(), String> {
+    let text = p.to_string_lossy();
+    if p.is_absolute() || text == "~" || text.starts_with("~/") {
+        Ok(())
+    } else if text.starts_with('~') {
+        Err("`~user` is not supported: write the absolute path".into())
+    } else {
+        Err("must be an absolute path (or start with ~/)".into())
+    }
+}
+
+/// `~` and `~/…` expanded with `$HOME`.
+fn expand_home(p: &Path, env: &dyn Env) -> Result<PathBuf, String> {
+    let text = p.to_string_lossy();
+    let rest = match text.strip_prefix('~') {
+        None => return Ok(p.to_path_buf()),
+        Some(rest) => rest.trim_start_matches('/'),
+    };
+    let home = env
+        .var("HOME")
+        .ok_or("starts with ~ but HOME is not set")?;
+    Ok(Path::new(&home).join(rest))
 }
 
 /// Parses `5s`, `10m`, `2h`, `7d`, `250ms`, `1h30m`, or `0`.
@@ -197,12 +267,14 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileConfig {
-    state_dir: Option<PathBuf>,
+    state_dir: Option<StatePath>,
     log_level: Option<LogLevel>,
     #[serde(default)]
     watch: FileWatch,
     #[serde(default)]
     reclaim: FileReclaim,
+    #[serde(default)]
+    sweep: FileSweep,
     #[serde(default)]
     providers: FileProviders,
 }
@@ -210,19 +282,25 @@ struct FileConfig {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileWatch {
-    grace: Option<HumanDuration>,
+    grace: Option<Positive>,
     renew_every: Option<HumanDuration>,
     docker_proxy: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+struct FileSweep {
+    prune_after: Option<HumanDuration>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct FileReclaim {
     concurrency: Option<Concurrency>,
-    deadline: Option<HumanDuration>,
+    deadline: Option<Positive>,
     settle: Option<HumanDuration>,
-    retry_initial: Option<HumanDuration>,
-    retry_max: Option<HumanDuration>,
+    retry_initial: Option<Positive>,
+    retry_max: Option<Positive>,
 }
 
 /// `[providers]`: a table per built-in provider, and any other name is a plugin. serde's
@@ -288,7 +366,7 @@ impl<'de> serde::de::Visitor<'de> for ProvidersVisitor {
 #[serde(deny_unknown_fields)]
 struct FilePlugin {
     command: Option<PluginCommand>,
-    timeout: Option<HumanDuration>,
+    timeout: Option<Positive>,
 }
 
 /// A plugin's `command`: a program and its leading arguments, never empty.
@@ -313,7 +391,7 @@ struct FileDocker {
     enabled: Option<bool>,
     host: Option<String>,
     api_version: Option<String>,
-    timeout: Option<HumanDuration>,
+    timeout: Option<Positive>,
 }
 
 /// A concurrency limit: an integer from 1 to 1024.
@@ -429,12 +507,32 @@ impl Settings {
                 })
                 .transpose()
         };
-        let state_dir = overrides
-            .state_dir
-            .clone()
-            .or_else(|| env.var("SANDGUARD_STATE_DIR").map(PathBuf::from))
-            .or(file.state_dir)
-            .unwrap_or_else(|| default_state_dir(env));
+        let state_dir = match (&overrides.state_dir, env.var("SANDGUARD_STATE_DIR")) {
+            (Some(dir), _) => dir.clone(),
+            (None, Some(var)) => {
+                let path = PathBuf::from(var);
+                check_state_path(&path)
+                    .and_then(|()| expand_home(&path, env))
+                    .map_err(|message| ConfigError::Env {
+                        var: "SANDGUARD_STATE_DIR".into(),
+                        message,
+                    })?
+            }
+            (None, None) => match file.state_dir {
+                Some(StatePath(path)) => {
+                    expand_home(&path, env).map_err(|message| ConfigError::Invalid {
+                        file: source
+                            .as_deref()
+                            .map(|p| p.display().to_string())
+                            .unwrap_or_default(),
+                        line: 0,
+                        what: "key `state_dir`".into(),
+                        message,
+                    })?
+                }
+                None => default_state_dir(env),
+            },
+        };
         let log_level = match env.var("SANDGUARD_LOG") {
             Some(v) => parse_level(&v).map_err(|message| ConfigError::Env {
                 var: "SANDGUARD_LOG".into(),
@@ -443,10 +541,21 @@ impl Settings {
             None => file.log_level.map(|l| l.0).unwrap_or(tracing::Level::WARN),
         };
         let grace = match overrides.grace {
-            Some(g) => g,
-            None => env_duration("SANDGUARD_GRACE")?
-                .or(file.watch.grace.map(|d| d.0))
-                .unwrap_or(Duration::from_secs(600)),
+            Some(g) => positive(g).map_err(|message| ConfigError::Flag {
+                flag: "--grace".into(),
+                message,
+            })?,
+            None => match env_duration("SANDGUARD_GRACE")? {
+                Some(g) => positive(g).map_err(|message| ConfigError::Env {
+                    var: "SANDGUARD_GRACE".into(),
+                    message,
+                })?,
+                None => file
+                    .watch
+                    .grace
+                    .map(|d| d.0)
+                    .unwrap_or(Duration::from_secs(600)),
+            },
         };
         let r = file.reclaim;
         let p = file.providers;
@@ -473,6 +582,13 @@ impl Settings {
                     .map(|d| d.0)
                     .unwrap_or(Duration::from_millis(200)),
                 retry_max: r.retry_max.map(|d| d.0).unwrap_or(Duration::from_secs(10)),
+            },
+            sweep: SweepSettings {
+                prune_after: match file.sweep.prune_after {
+                    Some(HumanDuration(d)) if d.is_zero() => None,
+                    Some(HumanDuration(d)) => Some(d),
+                    None => Some(Duration::from_secs(7 * 86_400)),
+                },
             },
             docker: DockerSettings {
                 enabled: d.enabled,
@@ -538,6 +654,38 @@ fn find_config_file(overrides: &Overrides, env: &dyn Env) -> Result<Option<PathB
 }
 
 fn parse_file(path: &Path, text: &str) -> Result<FileConfig, ConfigError> {
+    let file = parse_toml(path, text)?;
+    let r = &file.reclaim;
+    if let (Some(first), Some(max)) = (r.retry_initial, r.retry_max) {
+        if max.0 < first.0 {
+            return Err(ConfigError::Invalid {
+                file: path.display().to_string(),
+                line: locate(text, "reclaim", "retry_max"),
+                what: "key `reclaim.retry_max`".into(),
+                message: "must not be shorter than reclaim.retry_initial".into(),
+            });
+        }
+    }
+    Ok(file)
+}
+
+/// The line of `key` in `[table]` (1 when it cannot be found).
+fn locate(text: &str, table: &str, key: &str) -> usize {
+    let mut current = String::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            current = line.trim_matches(|c| c == '[' || c == ']').trim().to_string();
+        } else if current == table
+            && line.split('=').next().map(|k| k.trim().trim_matches('"')) == Some(key)
+        {
+            return n + 1;
+        }
+    }
+    1
+}
+
+fn parse_toml(path: &Path, text: &str) -> Result<FileConfig, ConfigError> {
     toml::from_str::<FileConfig>(text).map_err(|e| {
         let offset = e.span().map(|s| s.start).unwrap_or(0);
         let line = line_of(text, offset);
@@ -692,6 +840,8 @@ mod tests {
             "timeout",
             "renew_every",
             "docker_proxy",
+            "[sweep]",
+            "prune_after",
             "[providers.e2b]",
             "[providers.daytona]",
             "[providers.flyio]",
@@ -832,6 +982,39 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("invalid provider name \"Acme\""), "{err}");
+    }
+
+    #[test]
+    fn values_that_make_no_sense_name_file_line_and_key() {
+        for (text, at) in [
+            ("[watch]\ngrace = \"0\"\n", "c.toml:2: key `watch.grace`"),
+            ("[reclaim]\ndeadline = \"0\"\n", "c.toml:2: key `reclaim.deadline`"),
+            ("[reclaim]\nretry_initial = \"0\"\n", "c.toml:2: key `reclaim.retry_initial`"),
+            (
+                "[reclaim]\nretry_initial = \"5s\"\nretry_max = \"1s\"\n",
+                "c.toml:3: key `reclaim.retry_max`",
+            ),
+            ("[providers.e2b]\ntimeout = \"0\"\n", "c.toml:2: key `providers.e2b.timeout`"),
+            ("state_dir = \"relative/dir\"\n", "c.toml:1: key `state_dir`"),
+            ("state_dir = \"~bob/x\"\n", "c.toml:1: key `state_dir`"),
+        ] {
+            let err = parse_file(Path::new("c.toml"), text).unwrap_err().to_string();
+            assert!(err.starts_with(at), "{text:?}: {err}");
+        }
+        let e = env(&[("SANDGUARD_GRACE", "0"), ("HOME", "/h")]);
+        let err = Settings::layer(None, FileConfig::default(), &Overrides::default(), &e);
+        assert!(err.unwrap_err().to_string().contains("SANDGUARD_GRACE"));
+    }
+
+    #[test]
+    fn a_tilde_state_dir_is_the_home_directory() {
+        let file = parse_file(Path::new("c"), "state_dir = \"~/.sg\"\n").unwrap();
+        let s = Settings::layer(None, file, &Overrides::default(), &env(&[("HOME", "/h")]))
+            .unwrap();
+        assert_eq!(s.state_dir, PathBuf::from("/h/.sg"));
+        let e = env(&[("HOME", "/h"), ("SANDGUARD_STATE_DIR", "rel")]);
+        let err = Settings::layer(None, FileConfig::default(), &Overrides::default(), &e);
+        assert!(err.unwrap_err().to_string().contains("SANDGUARD_STATE_DIR"));
     }
 
     #[test]

@@ -83,6 +83,11 @@ pub fn fold_journal(id: &str, text: &[u8]) -> Option<SessionView> {
     view::fold(id, text)
 }
 
+/// One journal line (without its `\n`) as a record; `None` when it is not one.
+pub fn decode_line(line: &[u8]) -> Option<Record> {
+    record::Entry::decode(line).ok().map(|e| e.record)
+}
+
 /// Wraps an I/O error with what was being done to which path.
 pub(crate) fn io_err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> LedgerError {
     let path = path.to_path_buf();
@@ -197,6 +202,35 @@ impl StateDir {
         }
         views.sort_by(|a, b| (a.started_ms, &a.id).cmp(&(b.started_ms, &b.id)));
         Ok(views)
+    }
+
+    /// Deletes the sessions that ended (reclaimed or clean) and whose journal has not changed
+    /// since `before_ms` (unix milliseconds): their journal, log and proxy directory. A
+    /// session whose sidecar (or an adopting sweep) holds its lock is never touched, nor a
+    /// pending one. Returns the ids deleted.
+    pub fn prune(&self, before_ms: u64) -> Result<Vec<String>, LedgerError> {
+        let mut gone = Vec::new();
+        for view in self.sessions()? {
+            if !view.state.is_final() || view.sidecar_alive || view.updated_ms >= before_ms {
+                continue;
+            }
+            // Hold the lock while deleting, so no sweep adopts it half way.
+            let Ok(journal) = self.adopt_session(&view.id) else {
+                continue;
+            };
+            let path = journal.path().to_path_buf();
+            let _ = fs::remove_file(path.with_extension("log"));
+            let _ = fs::remove_dir_all(path.with_extension("docker"));
+            fs::remove_file(&path).map_err(io_err("delete journal", &path))?;
+            drop(journal);
+            gone.push(view.id);
+        }
+        Ok(gone)
+    }
+
+    /// Where session `id`'s journal is (whether or not it exists).
+    pub fn journal_file(&self, id: &str) -> Result<PathBuf, LedgerError> {
+        self.journal_path(id)
     }
 
     fn journal_path(&self, id: &str) -> Result<PathBuf, LedgerError> {

@@ -102,7 +102,8 @@ pub fn setsid() -> io::Result<()> {
 
 /// What `fork` returned to this process.
 pub enum Forked {
-    Parent,
+    /// The parent, with the child's pid.
+    Parent(u32),
     Child,
 }
 
@@ -114,7 +115,7 @@ pub fn fork_single_threaded() -> io::Result<Forked> {
     match unsafe { libc::fork() } {
         -1 => Err(io::Error::last_os_error()),
         0 => Ok(Forked::Child),
-        _ => Ok(Forked::Parent),
+        pid => Ok(Forked::Parent(pid as u32)),
     }
 }
 
@@ -303,5 +304,149 @@ pub fn probe_pid(pid: u32) -> crate::identity::Probe {
         Probe::NoSuchProcess
     } else {
         Probe::Hidden
+    }
+}
+
+/// Whether the pipe whose write end is `fd` has lost its last reader (`poll` reports
+/// `POLLERR` on a write end then): `sandguard claim` stops waiting for a sidecar that died.
+pub fn pipe_has_no_reader(fd: BorrowedFd<'_>) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, and its count; a zero timeout never blocks.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    n > 0 && pfd.revents & libc::POLLERR != 0
+}
+
+/// The signals an init process forwards to its child: every catchable one but `SIGCHLD`
+/// (which it handles itself).
+fn forwarded_signals() -> impl Iterator<Item = libc::c_int> {
+    (1..libc::SIGRTMIN()).filter(|&s| {
+        !matches!(s, libc::SIGKILL | libc::SIGSTOP | libc::SIGCHLD) && s != 32 && s != 33
+    })
+}
+
+/// Blocks every forwarded signal and `SIGCHLD` in this (single-threaded) process, so that
+/// [`next_signal`] receives them instead of their default actions. For sandguard as pid 1.
+pub fn block_init_signals() -> io::Result<()> {
+    // SAFETY: `set` is a valid sigset_t that sigemptyset initialises before any other use;
+    // sigprocmask only reads it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in forwarded_signals().chain([libc::SIGCHLD]) {
+            libc::sigaddset(&mut set, s);
+        }
+        if libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Unblocks every signal: a forked child undoes [`block_init_signals`] before its exec.
+/// Async-signal-safe.
+pub fn unblock_all_signals() -> io::Result<()> {
+    // SAFETY: as in block_init_signals; sigemptyset makes an empty set, which SETMASK installs.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        if libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Waits up to `timeout` for one of the signals blocked by [`block_init_signals`].
+pub fn next_signal(timeout: Duration) -> Option<libc::c_int> {
+    // SAFETY: `set` is initialised by sigemptyset before use; `ts` is a valid timespec;
+    // sigtimedwait writes no siginfo when given a null pointer.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in forwarded_signals().chain([libc::SIGCHLD]) {
+            libc::sigaddset(&mut set, s);
+        }
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        let s = libc::sigtimedwait(&set, std::ptr::null_mut(), &ts);
+        (s > 0).then_some(s)
+    }
+}
+
+/// Sends `signal` to process `pid`; a process already gone is not an error.
+pub fn send_signal(pid: u32, signal: libc::c_int) {
+    if let Ok(pid) = libc::pid_t::try_from(pid) {
+        // SAFETY: a plain syscall with integer arguments.
+        unsafe { libc::kill(pid, signal) };
+    }
+}
+
+/// How a reaped child ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    Code(i32),
+    Signal(i32),
+}
+
+/// Reaps every child that has ended, without waiting: `(pid, status)` for each.
+pub fn reap_children() -> Vec<(u32, ExitStatus)> {
+    let mut out = Vec::new();
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: `status` is a valid int for the kernel to fill.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid <= 0 {
+            return out;
+        }
+        let how = if libc::WIFSIGNALED(status) {
+            ExitStatus::Signal(libc::WTERMSIG(status))
+        } else {
+            ExitStatus::Code(libc::WEXITSTATUS(status))
+        };
+        out.push((pid as u32, how));
+    }
+}
+
+/// Closes every descriptor from 3 up except `keep`: a daemonized sidecar must not hold the
+/// wrapper's other pipes open (a parent waiting for their EOF would hang until the reclaim
+/// ends) nor anything else it inherited.
+pub fn close_descriptors_except(keep: Option<RawFd>) {
+    let mut open: Vec<RawFd> = match std::fs::read_dir("/proc/self/fd") {
+        Ok(dir) => dir
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect(),
+        Err(_) => (3..1024).collect(),
+    };
+    open.retain(|&fd| fd > 2 && Some(fd) != keep);
+    for fd in open {
+        // SAFETY: closing a descriptor number this process does not use anywhere (the
+        // sidecar calls this before it opens anything of its own); EBADF for the directory
+        // listing's own descriptor, already closed, is harmless.
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// Puts process `pid` (0: this one) into a process group of its own.
+pub fn own_process_group(pid: u32) {
+    // SAFETY: a plain syscall with integer arguments; failure (the child already exec'd, or
+    // is gone) only leaves the group as it was.
+    unsafe { libc::setpgid(pid as libc::pid_t, pid as libc::pid_t) };
+}
+
+/// Makes process group `pgid` the terminal's foreground group when stdin is a terminal, so a
+/// Ctrl-C reaches the guarded program and not its init. Call with `SIGTTOU` blocked.
+pub fn give_terminal_to(pgid: u32) {
+    // SAFETY: isatty and tcsetpgrp take integers only; a failure changes nothing.
+    unsafe {
+        if libc::isatty(0) == 1 {
+            libc::tcsetpgrp(0, pgid as libc::pid_t);
+        }
     }
 }

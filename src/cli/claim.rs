@@ -1,13 +1,34 @@
-//! `sandguard claim|release|detach PROVIDER ID`: for shell scripts running under a session,
-//! one control line written to `$SANDGUARD_FD` (a single `write`, atomic on a pipe).
+//! `sandguard claim|release|detach PROVIDER ID`: for programs running under a session, one
+//! control line written to `$SANDGUARD_FD` (a single `write`, atomic on a pipe), then
+//! **confirmed**: the command returns 0 only once the session's sidecar has journaled the
+//! line and the journal is on disk.
 //!
-//! Outside a session (`SANDGUARD_FD` unset, or not an open pipe) they exit 2 with a message
-//! saying how to get one; a sidecar that is gone (the pipe has no reader) exits 1.
+//! The pipe is one-way, so the confirmation is read where the sidecar writes it: the session's
+//! journal (`$SANDGUARD_SESSION` in the state directory). The command notes the journal's
+//! length before writing, then waits (at most [`CONFIRM_TIMEOUT`]) for the matching record
+//! after that point, and `fdatasync`s the journal itself before it returns, so a sidecar
+//! SIGKILLed the moment `claim` returned cannot lose the claim.
+//!
+//! - The sidecar is the judge of a claim: one for a provider it has not configured, or with an
+//!   id that can never name a sandbox of that provider (a Docker container *name*), comes back
+//!   `refused`, and the command prints the reason and exits 1 at once.
+//! - Outside a session (`SANDGUARD_FD` unset, or not an open pipe) the commands exit 2 with a
+//!   message saying how to get one; a sidecar that is gone exits 1. Bad words exit 2.
+//! - The wrapper exports `SANDGUARD_CONFIG` when it read a config file, so the command finds
+//!   the same state directory as the sidecar.
 
-use std::io::Write;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use super::output::Exit;
+use crate::config::Settings;
+use crate::ledger::{Record, StateDir};
 use crate::protocol::{Command, Target};
+
+/// How long the command waits for the sidecar to journal the line.
+pub const CONFIRM_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -25,48 +46,167 @@ pub enum Verb {
     Detach,
 }
 
-pub fn main(verb: Verb, args: Args) -> Exit {
-    let target = match Target::new(&args.provider, &args.id) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("sandguard: {e}");
-            return Exit::Usage;
-        }
-    };
-    let command = match verb {
-        Verb::Claim => Command::Claim(target),
-        Verb::Release => Command::Release(target),
-        Verb::Detach => Command::Detach(target),
-    };
-    let fd = match session_fd() {
-        Ok(fd) => fd,
-        Err(message) => {
-            eprintln!("sandguard: not inside a sandguard session: {message} (run the script under `sandguard -- CMD`)");
-            return Exit::Usage;
-        }
-    };
-    let mut pipe = std::fs::File::from(fd);
-    match pipe.write_all(command.to_line().as_bytes()) {
+pub fn main(verb: Verb, args: Args, settings: Result<Settings, String>) -> Exit {
+    match send(verb, args, settings) {
         Ok(()) => Exit::Ok,
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-            eprintln!("sandguard: the session's sidecar is gone; nothing was recorded");
-            Exit::Failure
-        }
-        Err(e) => {
-            eprintln!("sandguard: cannot write to the session's control pipe: {e}");
-            Exit::Failure
+        Err((exit, message)) => {
+            eprintln!("sandguard: {message}");
+            exit
         }
     }
 }
 
-fn session_fd() -> Result<std::os::fd::OwnedFd, String> {
+type Failure = (Exit, String);
+
+fn send(verb: Verb, args: Args, settings: Result<Settings, String>) -> Result<(), Failure> {
+    let usage = |m: String| (Exit::Usage, m);
+    let failure = |m: String| (Exit::Failure, m);
+    let target = Target::new(&args.provider, &args.id).map_err(|e| usage(e.to_string()))?;
+    let command = match verb {
+        Verb::Claim => Command::Claim(target.clone()),
+        Verb::Release => Command::Release(target.clone()),
+        Verb::Detach => Command::Detach(target.clone()),
+    };
+    let fd = session_fd().map_err(|m| {
+        usage(format!(
+            "not inside a sandguard session: {m} (run the program under `sandguard -- CMD`)"
+        ))
+    })?;
+    let journal = journal(settings);
+    let offset = journal
+        .as_ref()
+        .ok()
+        .and_then(|(_, file)| file.metadata().ok())
+        .map_or(0, |m| m.len());
+    let mut pipe = std::fs::File::from(fd);
+    match pipe.write_all(command.to_line().as_bytes()) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            return Err(failure(
+                "the session's sidecar is gone; nothing was recorded".into(),
+            ))
+        }
+        Err(e) => {
+            return Err(failure(format!(
+                "cannot write to the session's control pipe: {e}"
+            )))
+        }
+    }
+    let (path, mut file) = journal.map_err(|m| {
+        failure(format!(
+            "the line was sent, but it cannot be confirmed: {m}"
+        ))
+    })?;
+    match confirm(&mut file, offset, verb, &target, &pipe)? {
+        Confirmed::Done => file.sync_data().map_err(|e| {
+            failure(format!("cannot sync the journal {}: {e}", path.display()))
+        }),
+        Confirmed::Refused(reason) => Err(failure(format!(
+            "the session's sidecar refused {target}: {reason}"
+        ))),
+    }
+}
+
+enum Confirmed {
+    Done,
+    Refused(String),
+}
+
+/// Waits for the record that answers the line, after `offset` in the journal.
+fn confirm(
+    file: &mut std::fs::File,
+    offset: u64,
+    verb: Verb,
+    target: &Target,
+    pipe: &std::fs::File,
+) -> Result<Confirmed, Failure> {
+    let deadline = Instant::now() + CONFIRM_TIMEOUT;
+    let mut pos = offset;
+    let mut pause = Duration::from_micros(200);
+    loop {
+        let mut read = Vec::new();
+        file.seek(SeekFrom::Start(pos))
+            .and_then(|_| file.read_to_end(&mut read))
+            .map_err(|e| (Exit::Failure, format!("cannot read the session's journal: {e}")))?;
+        // Only whole lines: the last one may still be being written.
+        let complete = read.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        for line in read[..complete].split(|&b| b == b'\n') {
+            if let Some(answer) = answers(line, verb, target) {
+                return Ok(answer);
+            }
+        }
+        pos += complete as u64;
+        if crate::unix::pipe_has_no_reader(pipe.as_fd()) {
+            return Err((
+                Exit::Failure,
+                "the session's sidecar went away before it recorded the line".into(),
+            ));
+        }
+        if Instant::now() >= deadline {
+            return Err((
+                Exit::Failure,
+                format!(
+                    "the session's sidecar did not record the line within {CONFIRM_TIMEOUT:?}"
+                ),
+            ));
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(20));
+    }
+}
+
+/// Whether one journal line is the sidecar's answer to the line sent.
+fn answers(line: &[u8], verb: Verb, target: &Target) -> Option<Confirmed> {
+    let entry = crate::ledger::decode_line(line)?;
+    let is = |p: &str, i: &str| p == target.provider && i == target.id;
+    match (verb, entry) {
+        (Verb::Claim, Record::Claim { provider, id })
+        | (Verb::Detach, Record::Detach { provider, id })
+        | (Verb::Release, Record::Release { provider, id })
+            if is(&provider, &id) =>
+        {
+            Some(Confirmed::Done)
+        }
+        (
+            Verb::Claim | Verb::Detach,
+            Record::Refused {
+                provider,
+                id,
+                reason,
+            },
+        ) if is(&provider, &id) => Some(Confirmed::Refused(reason)),
+        _ => None,
+    }
+}
+
+/// The session's journal, open for reading.
+fn journal(settings: Result<Settings, String>) -> Result<(PathBuf, std::fs::File), String> {
+    let settings = settings?;
+    let session = std::env::var("SANDGUARD_SESSION")
+        .map_err(|_| "SANDGUARD_SESSION is not set".to_string())?;
+    let state = StateDir::open(&settings.state_dir).map_err(|e| e.to_string())?;
+    let path = state.journal_file(&session).map_err(|e| e.to_string())?;
+    let file = std::fs::File::open(&path).map_err(|e| {
+        format!(
+            "the session's journal {} cannot be read ({e}); is this the state directory the session was started with?",
+            path.display()
+        )
+    })?;
+    Ok((path, file))
+}
+
+fn session_fd() -> Result<OwnedFd, String> {
     let raw = std::env::var("SANDGUARD_FD").map_err(|_| "SANDGUARD_FD is not set".to_string())?;
     let fd: i32 = raw
         .trim()
         .parse()
         .map_err(|_| format!("SANDGUARD_FD={raw:?} is not a descriptor number"))?;
     if fd < 0 || !crate::unix::is_fifo(fd) {
-        return Err(format!("SANDGUARD_FD={fd} is not an open pipe"));
+        return Err(format!(
+            "SANDGUARD_FD={fd} is not an open pipe in this process; a parent that starts it \
+             must keep that descriptor open (Python's subprocess closes it unless told: \
+             subprocess.run([...], pass_fds=sandguard.pass_fds()))"
+        ));
     }
     crate::unix::take_fd(fd).map_err(|e| e.to_string())
 }

@@ -15,6 +15,16 @@
 //! API proxy; its `ready` line carries the address as a third word, exported as `DOCKER_HOST`.
 //!
 //! The wrapper does nothing else on this path: it runs before every guarded program.
+//!
+//! **When the wrapper is pid 1** of its pid namespace (a container's entrypoint,
+//! `ENTRYPOINT ["sandguard", "--"]`, or `unshare -p`), it does not exec: when pid 1 exits the
+//! kernel kills every process of the namespace, the sidecar included, before it could
+//! reclaim. It stays as init instead ([`super::init`]): CMD runs as its child (and is the
+//! session's owner), signals are forwarded to it, orphans are reaped, and the wrapper exits
+//! with CMD's status only once the sidecar has finished reclaiming.
+//!
+//! When it read a config file, the wrapper exports `SANDGUARD_CONFIG` too, so that a
+//! `sandguard claim` inside CMD finds the session's state directory.
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -56,31 +66,51 @@ pub fn main(args: Args, settings: Result<Settings, String>) -> u8 {
         Ok(s) => s,
         Err(e) => return own_failure(&e),
     };
-    match start_sidecar(&args, &settings) {
-        Ok(sidecar) => exec(args.command, sidecar),
+    if std::process::id() == 1 {
+        return super::init::run(args, &settings);
+    }
+    let started = Identity::current()
+        .ok_or_else(|| "cannot read this process's identity from /proc".to_string())
+        .and_then(|me| {
+            let pipe = unix::pipe().map_err(|e| format!("cannot make the control pipe: {e}"))?;
+            start_sidecar(&args, &settings, &me, pipe)
+        });
+    match started {
+        Ok(sidecar) => {
+            let err = exec(&args.command, &sidecar);
+            say_bye(sidecar.control);
+            err
+        }
         Err(e) => own_failure(&e),
     }
 }
 
-fn own_failure(message: &str) -> u8 {
+pub(super) fn own_failure(message: &str) -> u8 {
     eprintln!("sandguard: {message}");
     EXIT_OWN_FAILURE
 }
 
 /// A sidecar that said `ready`, and the write end of its control pipe.
-struct Ready {
-    session: String,
-    labels: String,
-    control: OwnedFd,
+pub(super) struct Ready {
+    pub session: String,
+    pub labels: String,
+    pub control: OwnedFd,
     /// The Docker proxy's address, when the sidecar serves one.
-    docker_host: Option<String>,
+    pub docker_host: Option<String>,
+    /// The config file the settings came from, exported to CMD as `SANDGUARD_CONFIG`.
+    pub config: Option<std::path::PathBuf>,
 }
 
-fn start_sidecar(args: &Args, settings: &Settings) -> Result<Ready, String> {
-    let me = Identity::current().ok_or("cannot read this process's identity from /proc")?;
+/// Starts the sidecar of a new session guarding `me`, reading the control pipe `control`
+/// (read end, write end), and waits for its `ready`.
+pub(super) fn start_sidecar(
+    args: &Args,
+    settings: &Settings,
+    me: &Identity,
+    control: (OwnedFd, OwnedFd),
+) -> Result<Ready, String> {
     let session = session::new_id().map_err(|e| format!("cannot make a session id: {e}"))?;
-    let (control_r, control_w) =
-        unix::pipe().map_err(|e| format!("cannot make the control pipe: {e}"))?;
+    let (control_r, control_w) = control;
     let (ready_r, ready_w) =
         unix::pipe().map_err(|e| format!("cannot make the ready pipe: {e}"))?;
     let exe =
@@ -124,12 +154,16 @@ fn start_sidecar(args: &Args, settings: &Settings) -> Result<Ready, String> {
             None => return Err(format!("unexpected answer from the sidecar: {line:?}")),
         },
     };
-    let labels = session::labels_env(&session::labels(&session, &me));
+    let labels = session::labels_env(&session::labels(&session, me));
     Ok(Ready {
         session,
         labels,
         control: control_w,
         docker_host,
+        config: settings
+            .source
+            .as_deref()
+            .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())),
     })
 }
 
@@ -164,19 +198,21 @@ fn read_ready_line(ready: OwnedFd) -> Result<String, String> {
     Ok(text.lines().next().unwrap_or("").trim().to_string())
 }
 
-/// Replaces this process with CMD. Returns only if the exec failed.
-fn exec(command: Vec<OsString>, ready: Ready) -> u8 {
+/// Replaces this process with CMD. Returns only if the exec failed, with the exit code to
+/// use; the caller then tells the sidecar `bye` (CMD never ran).
+pub(super) fn exec(command: &[OsString], ready: &Ready) -> u8 {
     if let Err(e) = unix::set_cloexec(ready.control.as_fd(), false) {
-        say_bye(ready.control);
         return own_failure(&format!("cannot pass the control pipe on: {e}"));
     }
     let Some((program, rest)) = command.split_first() else {
-        say_bye(ready.control);
         return own_failure("no command given");
     };
     let mut command = Command::new(program);
     if let Some(host) = &ready.docker_host {
         command.env("DOCKER_HOST", host);
+    }
+    if let Some(config) = &ready.config {
+        command.env("SANDGUARD_CONFIG", config);
     }
     let err = command
         .args(rest)
@@ -185,7 +221,7 @@ fn exec(command: Vec<OsString>, ready: Ready) -> u8 {
         .env("SANDGUARD_FD", ready.control.as_raw_fd().to_string())
         .exec();
     let name = program.to_string_lossy();
-    let code = match err.kind() {
+    match err.kind() {
         std::io::ErrorKind::NotFound => {
             eprintln!("sandguard: {name}: command not found");
             EXIT_NOT_FOUND
@@ -194,13 +230,11 @@ fn exec(command: Vec<OsString>, ready: Ready) -> u8 {
             eprintln!("sandguard: {name}: cannot execute: {err}");
             EXIT_NOT_EXECUTABLE
         }
-    };
-    say_bye(ready.control);
-    code
+    }
 }
 
 /// CMD never ran: tell the sidecar to end the session clean rather than report a death.
-fn say_bye(control: OwnedFd) {
+pub(super) fn say_bye(control: OwnedFd) {
     let mut pipe = std::fs::File::from(control);
     let _ = pipe.write_all(crate::protocol::Command::Bye.to_line().as_bytes());
 }

@@ -1,5 +1,9 @@
 //! `sandguard sessions [--json]`: the local ledger: each session's state, owner, claims, and
 //! whether its sidecar is alive (judged by the session lock, not by a pid).
+//!
+//! `sandguard sessions --prune [--older-than D]` deletes the sessions that ended (reclaimed or
+//! clean) more than D ago (default: `[sweep] prune_after`, 7 days), as every sweep does; a
+//! pending session, or one whose sidecar lives, is never deleted.
 
 use serde::Serialize;
 
@@ -14,6 +18,12 @@ pub struct Args {
     /// Print JSON instead of a table
     #[arg(long)]
     json: bool,
+    /// Delete the sessions that ended longer ago than --older-than (never a pending one)
+    #[arg(long)]
+    prune: bool,
+    /// With --prune: how long ago (default: [sweep] prune_after, 7d)
+    #[arg(long, value_name = "D", requires = "prune")]
+    older_than: Option<crate::config::HumanDuration>,
 }
 
 #[derive(Serialize)]
@@ -42,6 +52,24 @@ pub fn main(args: Args, settings: &Settings) -> Exit {
             return Exit::Failure;
         }
     };
+    if args.prune {
+        let age = args
+            .older_than
+            .map(|d| d.0)
+            .or(settings.sweep.prune_after)
+            .unwrap_or(std::time::Duration::from_secs(7 * 86_400));
+        let before = crate::ledger::now_ms().saturating_sub(age.as_millis() as u64);
+        return match state.prune(before) {
+            Ok(gone) => {
+                output::emit(&format!("{} ended sessions deleted.\n", gone.len()));
+                Exit::Ok
+            }
+            Err(e) => {
+                eprintln!("sandguard: {e}");
+                Exit::Failure
+            }
+        };
+    }
     let sessions = match state.sessions() {
         Ok(s) => s,
         Err(e) => {

@@ -70,17 +70,18 @@ pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Exit {
     };
     let options = Options::from(&settings.reclaim);
     let Some(every) = args.every.map(|d| d.0) else {
-        return one_pass(&args, &state, &providers, &options).await;
+        return one_pass(&args, settings, &state, &providers, &options).await;
     };
     if every.is_zero() {
         eprintln!("sandguard: --every must be longer than 0");
         return Exit::Usage;
     }
-    serve(&args, state, providers, options, every).await
+    serve(&args, settings, state, providers, options, every).await
 }
 
 async fn one_pass(
     args: &Args,
+    settings: &Settings,
     state: &StateDir,
     providers: &[Arc<dyn Provider>],
     options: &Options,
@@ -94,6 +95,9 @@ async fn one_pass(
     };
     let pass = sweep::pass(state, providers, options, args.dry_run).await;
     print(args, &pass);
+    if !args.dry_run {
+        prune(state, settings);
+    }
     if pass.is_clean() {
         Exit::Ok
     } else {
@@ -106,6 +110,7 @@ async fn one_pass(
 /// reclaimed: the next sweep adopts them again).
 async fn serve(
     args: &Args,
+    settings: &Settings,
     state: StateDir,
     providers: Vec<Arc<dyn Provider>>,
     options: Options,
@@ -139,6 +144,7 @@ async fn serve(
                 if args.dry_run {
                     continue;
                 }
+                prune(&state, settings);
                 for view in pass.adopt {
                     if adopted.contains(&view.id) {
                         continue;
@@ -158,6 +164,21 @@ async fn serve(
     }
     watchers.abort_all();
     Exit::Ok
+}
+
+/// Deletes the ledger's old ended sessions (`[sweep] prune_after`).
+fn prune(state: &StateDir, settings: &Settings) {
+    let Some(age) = settings.sweep.prune_after else {
+        return;
+    };
+    let before = crate::ledger::now_ms().saturating_sub(age.as_millis() as u64);
+    match state.prune(before) {
+        Ok(gone) if !gone.is_empty() => {
+            tracing::info!("pruned {} ended sessions from the ledger", gone.len())
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!("cannot prune the ledger: {e}"),
+    }
 }
 
 /// Serialises sweeps: waits for `sweep.lock` in the state directory.

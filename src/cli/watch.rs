@@ -12,7 +12,10 @@
 //! clean or reclaimed (or the sidecar was stopped by SIGTERM), 1 when work is left pending.
 //!
 //! `--daemonize` (used by the wrapper) forks once more before anything else, so the sidecar is
-//! nobody's child (not the guarded program's), and sends its diagnostics to
+//! nobody's child (not the guarded program's), closes every descriptor it inherited but
+//! stdin, stdout (the ready line), stderr and the control pipe (a parent waiting for EOF on a
+//! pipe the wrapper had must not wait for the reclaim), moves to `/` (its working directory
+//! must not keep a filesystem busy), and sends its diagnostics to
 //! `<state dir>/sessions/<session>.log`. SIGINT and SIGHUP are ignored in every case.
 
 use std::io::Write;
@@ -67,9 +70,13 @@ struct StartError(Exit, String);
 pub fn main(args: Args, settings: Result<Settings, String>) -> Exit {
     if args.daemonize {
         match unix::fork_single_threaded() {
-            Ok(Forked::Parent) => return Exit::Ok,
+            Ok(Forked::Parent(_)) => return Exit::Ok,
             Ok(Forked::Child) => {}
             Err(e) => return fail(StartError(Exit::Failure, format!("cannot fork: {e}"))),
+        }
+        unix::close_descriptors_except(args.control_fd);
+        if let Err(e) = std::env::set_current_dir("/") {
+            return fail(StartError(Exit::Failure, format!("cannot change to /: {e}")));
         }
     }
     for signal in [libc::SIGINT, libc::SIGHUP] {

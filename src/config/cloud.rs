@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{Env, HumanDuration, Secret};
+use super::{Env, Positive, Secret};
 
 /// One cloud provider, resolved. The field names are generic; each constructor below says
 /// which variable and key feed them.
@@ -33,7 +33,7 @@ pub struct CloudSettings {
 pub(super) struct FileKeyed {
     api_key: Option<Secret>,
     api_url: Option<String>,
-    timeout: Option<HumanDuration>,
+    timeout: Option<Positive>,
 }
 
 /// `[providers.flyio]`.
@@ -43,7 +43,7 @@ pub(super) struct FileFly {
     api_token: Option<Secret>,
     app: Option<String>,
     api_hostname: Option<String>,
-    timeout: Option<HumanDuration>,
+    timeout: Option<Positive>,
 }
 
 /// `[providers.modal]`.
@@ -53,7 +53,7 @@ pub(super) struct FileModal {
     token_id: Option<Secret>,
     token_secret: Option<Secret>,
     server_url: Option<String>,
-    timeout: Option<HumanDuration>,
+    timeout: Option<Positive>,
 }
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -62,7 +62,7 @@ fn first(env: &dyn Env, vars: &[&str]) -> Option<String> {
     vars.iter().find_map(|v| env.var(v))
 }
 
-fn timeout(t: Option<HumanDuration>) -> Duration {
+fn timeout(t: Option<Positive>) -> Duration {
     t.map(|d| d.0).unwrap_or(DEFAULT_TIMEOUT)
 }
 

@@ -1,0 +1,151 @@
+//! The wrapper as pid 1 of its pid namespace (a container's entrypoint, `unshare -p`).
+//!
+//! When pid 1 exits, the kernel kills every process in its namespace, the sidecar included:
+//! an `exec` into CMD would take the sidecar down with CMD, before it could reclaim. So as pid
+//! 1 the wrapper stays, like tini:
+//!
+//! 1. CMD is forked first, in a process group of its own (the terminal's foreground group when
+//!    there is one, so a Ctrl-C reaches CMD, not its init), and waits on a pipe.
+//! 2. The sidecar is started for CMD's identity (CMD is the session's owner, not pid 1); once
+//!    it is ready, CMD is told the session and execs, with the control pipe at
+//!    `SANDGUARD_FD` as under the ordinary wrapper.
+//! 3. pid 1 then forwards every signal it gets to CMD (`docker stop`'s SIGTERM included), and
+//!    reaps every orphan that the namespace hands it.
+//! 4. When CMD has ended, it waits until the sidecar has finished reclaiming (the sidecar's
+//!    lock on its journal is free), and exits with CMD's status (128+N for a death by signal
+//!    N), so the reclaim is never cut short by the namespace's end.
+//!
+//! What cannot be helped: a container SIGKILLed as a whole (`docker kill`, or `docker stop`
+//! after its timeout, an OOM kill of the whole cgroup) takes the sidecar with it. Its
+//! sandboxes are then left to `sandguard sweep` elsewhere and to their TTLs.
+
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::time::Duration;
+
+use super::run::{exec, own_failure, start_sidecar, Args, Ready};
+use crate::config::Settings;
+use crate::identity::Identity;
+use crate::ledger::StateDir;
+use crate::unix::{self, ExitStatus, Forked};
+
+/// How often pid 1 looks at the sidecar's lock once CMD has ended.
+const POLL: Duration = Duration::from_millis(50);
+
+pub fn run(args: Args, settings: &Settings) -> u8 {
+    let pipes = unix::pipe().and_then(|go| Ok((go, unix::pipe()?)));
+    let ((go_r, go_w), control) = match pipes {
+        Ok(p) => p,
+        Err(e) => return own_failure(&format!("cannot make a pipe: {e}")),
+    };
+    match unix::fork_single_threaded() {
+        Err(e) => own_failure(&format!("cannot fork: {e}")),
+        Ok(Forked::Child) => {
+            drop(go_w);
+            drop(control.0);
+            std::process::exit(i32::from(child(&args, go_r, control.1)))
+        }
+        Ok(Forked::Parent(pid)) => {
+            drop(go_r);
+            parent(&args, settings, pid, go_w, control)
+        }
+    }
+}
+
+/// CMD's side: a process group of its own, then wait for the session, then exec.
+fn child(args: &Args, go: OwnedFd, control: OwnedFd) -> u8 {
+    unix::own_process_group(0);
+    let mut message = String::new();
+    if std::fs::File::from(go).read_to_string(&mut message).is_err() {
+        return super::run::EXIT_OWN_FAILURE;
+    }
+    let mut lines = message.lines();
+    let (Some("go"), Some(session), Some(labels)) = (lines.next(), lines.next(), lines.next())
+    else {
+        // The sidecar did not start; pid 1 said so.
+        return super::run::EXIT_OWN_FAILURE;
+    };
+    let word = |w: Option<&str>| w.filter(|w| !w.is_empty()).map(str::to_string);
+    let ready = Ready {
+        session: session.to_string(),
+        labels: labels.to_string(),
+        control,
+        docker_host: word(lines.next()),
+        config: word(lines.next()).map(Into::into),
+    };
+    exec(&args.command, &ready)
+}
+
+fn parent(
+    args: &Args,
+    settings: &Settings,
+    pid: u32,
+    go: OwnedFd,
+    control: (OwnedFd, OwnedFd),
+) -> u8 {
+    unix::own_process_group(pid);
+    if let Err(e) = unix::block_init_signals() {
+        unix::send_signal(pid, libc::SIGKILL);
+        return own_failure(&format!("cannot take over signals as pid 1: {e}"));
+    }
+    unix::give_terminal_to(pid);
+    let ready = Identity::of_pid(pid)
+        .ok_or_else(|| "cannot read the program's identity from /proc".to_string())
+        .and_then(|owner| start_sidecar(args, settings, &owner, control));
+    let ready = match ready {
+        Ok(r) => r,
+        Err(e) => {
+            drop(go);
+            let _ = wait_for(pid, None);
+            return own_failure(&e);
+        }
+    };
+    let message = format!(
+        "go\n{}\n{}\n{}\n{}\n",
+        ready.session,
+        ready.labels,
+        ready.docker_host.as_deref().unwrap_or(""),
+        ready.config.as_deref().map(|p| p.display().to_string()).unwrap_or_default()
+    );
+    let _ = std::fs::File::from(go).write_all(message.as_bytes());
+    let journal = StateDir::open(&settings.state_dir)
+        .and_then(|s| s.journal_file(&ready.session))
+        .ok();
+    // Only CMD (and what it starts) may hold the pipe's write end: its EOF is a wake-up.
+    drop(ready.control);
+    match wait_for(pid, journal.as_deref()) {
+        ExitStatus::Code(c) => u8::try_from(c).unwrap_or(1),
+        ExitStatus::Signal(n) => 128u8.saturating_add(n as u8),
+    }
+}
+
+/// Forwards signals to `pid` and reaps orphans until it has ended and the sidecar that
+/// journals in `journal` has let go of its lock.
+fn wait_for(pid: u32, journal: Option<&std::path::Path>) -> ExitStatus {
+    let mut status = None;
+    loop {
+        if let Some(signal) = unix::next_signal(POLL) {
+            if signal != libc::SIGCHLD && status.is_none() {
+                unix::send_signal(pid, signal);
+            }
+        }
+        for (reaped, how) in unix::reap_children() {
+            if reaped == pid {
+                status = Some(how);
+            }
+        }
+        if let Some(how) = status {
+            if journal.is_none_or(sidecar_done) {
+                return how;
+            }
+        }
+    }
+}
+
+/// Whether nobody holds the journal's exclusive lock any more (the sidecar has exited).
+fn sidecar_done(journal: &std::path::Path) -> bool {
+    match std::fs::File::open(journal) {
+        Ok(f) => unix::try_lock_shared(&f).unwrap_or(true),
+        Err(_) => true,
+    }
+}
