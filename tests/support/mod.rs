@@ -171,6 +171,12 @@ impl Resources {
         id
     }
 
+    /// A container made elsewhere (by a guarded script) that this test must not leave
+    /// behind, whatever happens to it.
+    pub fn adopt_container(&mut self, id: &str) {
+        self.containers.push(id.to_string());
+    }
+
     /// A container that was created but never started.
     pub fn created_container(&mut self, labels: &[(&str, &str)]) -> String {
         let mut args: Vec<String> = vec!["create".into(), "--network".into(), "none".into()];
