@@ -1,68 +1,133 @@
-//! Claims: what a claimed Docker id names, and how a claimed container is resolved to exactly
-//! one container before it is removed.
+//! Claims: what a claimed Docker id names, and how an id is resolved to exactly one object
+//! before anything is removed.
+//!
+//! Docker resolves container and network *names* wherever it takes an id, and it tries a name
+//! before an id prefix, so a name (or a prefix that happens to be a name) could reach a
+//! stranger. A claim therefore names an id, never a name:
+//!
+//! | claim | names |
+//! |---|---|
+//! | `HEX` (12 to 64 lowercase hex digits) | a container, by id or unique id prefix |
+//! | `network/HEX` | a network, likewise |
+//! | `volume/NAME` (Docker's rule `[a-zA-Z0-9][a-zA-Z0-9_.-]+`) | a volume: volumes have only names |
+//!
+//! Anything else is refused for good. Uppercase hex is refused too: Docker ids are lowercase,
+//! so `ABC…` could only ever match a name.
+//!
+//! Before a container or network is removed, claimed or listed, its id is [`resolve`]d: the
+//! object is inspected and accepted only when the inspected full `Id` starts with the given
+//! id; the removal then names that full id, which Docker matches before any name. A stranger
+//! *named* like our id (even like our full id, once ours is gone) is refused, never removed.
 
 use bollard::Docker;
 
 use super::error::{classify, short};
-use super::DockerProvider;
-use crate::providers::{Kind, ProviderError};
+use crate::providers::{Kind, ProviderError, Sandbox};
 
-impl DockerProvider {
-    /// A claimed id that is not a full 64-hex id: Docker would also accept a container *name*
-    /// or any unique id prefix in that place, so a claim could reach a stranger that merely
-    /// has a matching name. Only an id prefix of at least 12 hex digits of the container it
-    /// resolves to is accepted; anything else is refused.
-    pub(super) async fn resolve_claim(
-        &self,
-        docker: &Docker,
-        claim: &str,
-    ) -> Result<String, ProviderError> {
-        let refuse = || {
-            ProviderError::Fatal(format!(
-                "refusing to remove docker container {claim:?}: a claim must name a container id (12 or more hex digits), not a name"
-            ))
-        };
-        if claim.len() < 12 || !claim.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(refuse());
-        }
-        let inspected = docker
-            .inspect_container(
-                claim,
-                None::<bollard::query_parameters::InspectContainerOptions>,
-            )
-            .await
-            .map_err(|e| {
-                classify(
-                    &self.host,
-                    &format!("inspect container {}", short(claim)),
-                    e,
-                )
-            })?;
-        match inspected.id {
-            Some(full) if full.starts_with(claim) => Ok(full),
-            _ => Err(refuse()),
-        }
+/// The shortest id prefix a claim may use (what `docker ps` shows).
+const MIN_ID: usize = 12;
+/// A full Docker id.
+const FULL_ID: usize = 64;
+
+/// 12 to 64 lowercase hex digits.
+fn is_id(s: &str) -> bool {
+    (MIN_ID..=FULL_ID).contains(&s.len())
+        && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Docker's own rule for volume names: `[a-zA-Z0-9][a-zA-Z0-9_.-]+`.
+fn is_volume_name(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    bytes.next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && s.len() >= 2
+        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+/// What the claimed `id` names (its kind and the bare id or volume name), or why it names
+/// nothing sandguard may remove.
+pub fn parse(id: &str) -> Result<(Kind, &str), String> {
+    let (kind, rest) = match id.split_once('/') {
+        Some(("network", rest)) => (Kind::Network, rest),
+        Some(("volume", rest)) => (Kind::Volume, rest),
+        _ => (Kind::Instance, id),
+    };
+    let valid = match kind {
+        Kind::Volume => is_volume_name(rest),
+        Kind::Instance | Kind::Network => is_id(rest),
+    };
+    if valid {
+        Ok((kind, rest))
+    } else {
+        Err(format!(
+            "refusing docker claim {id:?}: a claim must name an id, never a name \
+             (a container id of 12 to 64 hex digits, network/ID, or volume/NAME)"
+        ))
     }
 }
 
-pub(super) fn is_full_id(id: &str) -> bool {
-    id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())
+/// [`parse`] for callers that want a kind whatever the claim: a refused claim is taken as a
+/// container, which removal then refuses (it resolves only ids).
+pub fn claimed_kind(id: &str) -> (Kind, &str) {
+    parse(id).unwrap_or((Kind::Instance, id))
 }
 
-/// What a claimed Docker id names: `network/ID` a network (an id of 12 or more hex digits;
-/// anything else is left as a container claim, which removal then refuses), `volume/NAME` a
-/// volume (volumes have only names), anything else a container (the Docker API proxy claims networks and volumes this way; a bare id
-/// would be taken for a container, and Docker resolves container names too).
-pub fn claimed_kind(id: &str) -> (Kind, &str) {
-    match id.split_once('/') {
-        // Ids only: Docker resolves network names too, and a name could reach a stranger.
-        Some(("network", rest))
-            if rest.len() >= 12 && rest.bytes().all(|b| b.is_ascii_hexdigit()) =>
-        {
-            (Kind::Network, rest)
+/// Whether `listed` is what the claim (or detach) `claimed` names: the same kind, and for
+/// containers and networks a listed full id that starts with the claimed id (as Docker's own
+/// prefix lookup would); volumes by exact name.
+pub fn names(claimed: &Sandbox, listed: &Sandbox) -> bool {
+    claimed.kind == listed.kind
+        && match claimed.kind {
+            Kind::Volume => claimed.id == listed.id,
+            Kind::Instance | Kind::Network => {
+                is_id(&claimed.id) && listed.id.starts_with(&claimed.id)
+            }
         }
-        Some(("volume", rest)) if !rest.is_empty() => (Kind::Volume, rest),
-        _ => (Kind::Instance, id),
+}
+
+/// The full id of the container or network that `id` names, checked against what Docker
+/// resolved it to (see the module docs). A volume name is returned as it is.
+pub(super) async fn resolve(
+    docker: &Docker,
+    host: &str,
+    kind: Kind,
+    id: &str,
+) -> Result<String, ProviderError> {
+    let noun = match kind {
+        Kind::Instance => "container",
+        Kind::Network => "network",
+        Kind::Volume => return Ok(id.to_string()),
+    };
+    let refuse = |detail: &str| {
+        ProviderError::Fatal(format!(
+            "refusing to remove docker {noun} {id:?}: {detail}; a claim must name an id \
+             (12 or more hex digits), never a name"
+        ))
+    };
+    if !is_id(id) {
+        return Err(refuse("not an id"));
+    }
+    let doing = format!("inspect {noun} {} on", short(id));
+    let inspected = match kind {
+        Kind::Network => docker
+            .inspect_network(id, None::<bollard::query_parameters::InspectNetworkOptions>)
+            .await
+            .map(|n| n.id),
+        _ => docker
+            .inspect_container(
+                id,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
+            .await
+            .map(|c| c.id),
+    }
+    .map_err(|e| classify(host, &doing, e))?;
+    match inspected {
+        Some(full) if full.starts_with(id) => Ok(full),
+        Some(other) => Err(refuse(&format!(
+            "Docker resolved it to {noun} {}, which Docker found by that name",
+            short(&other)
+        ))),
+        None => Err(refuse("Docker answered without an id")),
     }
 }
 
@@ -70,13 +135,43 @@ pub fn claimed_kind(id: &str) -> (Kind, &str) {
 mod tests {
     use super::*;
 
+    const NET: &str = "0123456789abcdef0123";
+
     #[test]
-    fn claimed_ids_name_their_kind() {
+    fn claims_name_ids_never_names() {
+        assert_eq!(parse("0123456789ab"), Ok((Kind::Instance, "0123456789ab")));
+        let full = "f".repeat(64);
+        assert_eq!(parse(&full), Ok((Kind::Instance, full.as_str())));
+        assert_eq!(parse(&format!("network/{NET}")), Ok((Kind::Network, NET)));
+        assert_eq!(parse("volume/v1"), Ok((Kind::Volume, "v1")));
+        assert_eq!(parse("volume/a_b.c-d"), Ok((Kind::Volume, "a_b.c-d")));
+        for refused in [
+            "web",                 // a container name
+            "0123456789a",         // 11 digits: too short to be a unique prefix
+            "0123456789AB",        // Docker ids are lowercase: only a name can match
+            &"f".repeat(65),       // longer than any id
+            "network/name",        // a network name
+            "network/0123456789a", // too short
+            "network/",
+            "volume/",
+            "volume/x",  // Docker requires two characters
+            "volume/-x", // and an alphanumeric first one
+            "volume/a/b",
+            "volume/a b",
+            "container/0123456789ab",
+            "",
+        ] {
+            let err = parse(refused).expect_err(refused);
+            assert!(err.contains("never a name"), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_thin_wrapper_keeps_refused_claims_as_containers() {
         assert_eq!(claimed_kind("abc"), (Kind::Instance, "abc"));
-        let net = "0123456789abcdef0123";
         assert_eq!(
-            claimed_kind(&format!("network/{net}")),
-            (Kind::Network, net)
+            claimed_kind(&format!("network/{NET}")),
+            (Kind::Network, NET)
         );
         assert_eq!(
             claimed_kind("network/name"),
@@ -84,5 +179,20 @@ mod tests {
         );
         assert_eq!(claimed_kind("volume/v1"), (Kind::Volume, "v1"));
         assert_eq!(claimed_kind("volume/"), (Kind::Instance, "volume/"));
+    }
+
+    #[test]
+    fn names_match_kind_and_id_prefix_or_exact_volume() {
+        let sb = |kind, id: &str| Sandbox::claimed("docker", kind, id);
+        let full = format!("{NET}{}", "0".repeat(44));
+        let listed = sb(Kind::Network, &full);
+        assert!(names(&sb(Kind::Network, NET), &listed));
+        assert!(names(&sb(Kind::Network, &full), &listed));
+        assert!(!names(&sb(Kind::Instance, NET), &listed), "another kind");
+        assert!(!names(&sb(Kind::Network, "0123456789ac"), &listed));
+        assert!(!names(&sb(Kind::Network, "0123"), &listed), "too short");
+        assert!(names(&sb(Kind::Instance, NET), &sb(Kind::Instance, &full)));
+        assert!(names(&sb(Kind::Volume, "v1"), &sb(Kind::Volume, "v1")));
+        assert!(!names(&sb(Kind::Volume, "v"), &sb(Kind::Volume, "v1")));
     }
 }

@@ -7,8 +7,11 @@
 //!   with the daemon once per process, so Engine API 1.41 (Docker 20.10) and newer all work.
 //! - Listing: containers in every state (`all=true`), networks and volumes, each filtered by
 //!   the selector's labels on the daemon side and checked again here.
-//! - Removal: containers with `force` and their anonymous volumes (`v=true`); networks and
-//!   volumes by id/name. "No such …" (404) and "removal … already in progress" (409) mean the
+//! - Claims ([`claim`]): a container id, `network/ID` or `volume/NAME`, never a name.
+//! - Removal: containers and networks are first resolved to the one full id Docker inspects
+//!   them as ([`claim`]: a stranger that merely carries our id as its name is refused), then
+//!   removed by that id; containers with `force` and their anonymous volumes (`v=true`);
+//!   volumes by name. "No such …" (404) and "removal … already in progress" (409) mean the
 //!   resource is gone. Order across kinds is the reclaim path's job ([`super::Kind`]).
 
 mod claim;
@@ -25,7 +28,6 @@ use super::{Capabilities, Entry, EntryState, Kind, Provider, ProviderError, Sand
 use crate::config::DockerSettings;
 use crate::labels::Selector;
 pub use claim::claimed_kind;
-use claim::is_full_id;
 use error::{classify, short};
 use list::label_filters;
 
@@ -148,16 +150,17 @@ impl Provider for DockerProvider {
         Ok(all)
     }
 
+    fn parse_claim(&self, id: &str) -> Result<Sandbox, String> {
+        claim::parse(id).map(|(kind, id)| Sandbox::claimed("docker", kind, id))
+    }
+
+    fn names(&self, claimed: &Sandbox, listed: &Sandbox) -> bool {
+        claim::names(claimed, listed)
+    }
+
     async fn remove(&self, sandbox: &Sandbox) -> Result<(), ProviderError> {
         let docker = self.client().await?;
-        let resolved;
-        let id = match sandbox.kind {
-            Kind::Instance if !is_full_id(&sandbox.id) => {
-                resolved = self.resolve_claim(docker, &sandbox.id).await?;
-                resolved.as_str()
-            }
-            _ => sandbox.id.as_str(),
-        };
+        let id = claim::resolve(docker, &self.host, sandbox.kind, &sandbox.id).await?;
         let result = match sandbox.kind {
             Kind::Instance => {
                 let options = RemoveContainerOptions {
@@ -165,19 +168,19 @@ impl Provider for DockerProvider {
                     v: true,
                     link: false,
                 };
-                docker.remove_container(id, Some(options)).await
+                docker.remove_container(&id, Some(options)).await
             }
-            Kind::Network => docker.remove_network(id).await,
+            Kind::Network => docker.remove_network(&id).await,
             Kind::Volume => {
                 docker
-                    .remove_volume(id, None::<bollard::query_parameters::RemoveVolumeOptions>)
+                    .remove_volume(&id, None::<bollard::query_parameters::RemoveVolumeOptions>)
                     .await
             }
         };
         result.map_err(|e| {
             classify(
                 &self.host,
-                &format!("remove {} {} on", sandbox.kind.as_str(), short(id)),
+                &format!("remove {} {} on", sandbox.kind.as_str(), short(&id)),
                 e,
             )
         })
