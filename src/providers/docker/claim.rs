@@ -65,7 +65,7 @@ pub fn parse(id: &str) -> Result<(Kind, &str), String> {
     }
 }
 
-/// [`parse`] for callers that want a kind whatever the claim: a refused claim is taken as a
+/// `parse` for callers that want a kind whatever the claim: a refused claim is taken as a
 /// container, which removal then refuses (it resolves only ids).
 pub fn claimed_kind(id: &str) -> (Kind, &str) {
     parse(id).unwrap_or((Kind::Instance, id))

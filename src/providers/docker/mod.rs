@@ -7,16 +7,18 @@
 //!   with the daemon once per process, so Engine API 1.41 (Docker 20.10) and newer all work.
 //! - Listing: containers in every state (`all=true`), networks and volumes, each filtered by
 //!   the selector's labels on the daemon side and checked again here.
-//! - Claims ([`claim`]): a container id, `network/ID` or `volume/NAME`, never a name.
+//! - Claims (`claim`): a container id, `network/ID` or `volume/NAME`, never a name.
 //! - Removal: containers and networks are first resolved to the one full id Docker inspects
-//!   them as ([`claim`]: a stranger that merely carries our id as its name is refused), then
+//!   them as (`claim`: a stranger that merely carries our id as its name is refused), then
 //!   removed by that id; containers with `force` and their anonymous volumes (`v=true`);
 //!   volumes by name. "No such …" (404) and "removal … already in progress" (409) mean the
-//!   resource is gone. Order across kinds is the reclaim path's job ([`super::Kind`]).
+//!   resource is gone. A network with active endpoints is retried, after endpoints of
+//!   containers that no longer exist were force-disconnected (`network`). Order across kinds is the reclaim path's job ([`super::Kind`]).
 
 mod claim;
 mod error;
 mod list;
+mod network;
 
 use std::sync::Arc;
 
@@ -170,7 +172,7 @@ impl Provider for DockerProvider {
                 };
                 docker.remove_container(&id, Some(options)).await
             }
-            Kind::Network => docker.remove_network(&id).await,
+            Kind::Network => return network::remove(docker, &self.host, &id).await,
             Kind::Volume => {
                 docker
                     .remove_volume(&id, None::<bollard::query_parameters::RemoveVolumeOptions>)
