@@ -142,7 +142,8 @@ impl Report {
 }
 
 /// Lists `selector` on every provider at once. Failures are returned beside the results,
-/// never folded into an empty list.
+/// never folded into an empty list; a provider that listed only some of its parts keeps
+/// what it found, and each part that failed is one failure.
 pub async fn list_all(
     providers: &[Arc<dyn Provider>],
     selector: &Selector,
@@ -150,19 +151,22 @@ pub async fn list_all(
     let results = futures_util::future::join_all(
         providers
             .iter()
-            .map(|p| async move { (p.name().to_string(), p.list(selector).await) }),
+            .map(|p| async move { (p.name().to_string(), p.list_parts(selector).await) }),
     )
     .await;
     let mut found = Vec::new();
     let mut failures = Vec::new();
-    for (provider, result) in results {
-        match result {
-            Ok(list) => found.extend(list.into_iter().filter(|s| selector.matches(&s.labels))),
-            Err(e) => failures.push(ListFailure {
-                provider,
-                error: e.to_string(),
-            }),
-        }
+    for (provider, listing) in results {
+        found.extend(
+            listing
+                .found
+                .into_iter()
+                .filter(|s| selector.matches(&s.labels)),
+        );
+        failures.extend(listing.errors.into_iter().map(|e| ListFailure {
+            provider: provider.clone(),
+            error: e.to_string(),
+        }));
     }
     (found, failures)
 }

@@ -291,3 +291,47 @@ fn stale_endpoints_are_force_disconnected_and_live_ones_never() {
     assert_eq!(out.code, 1);
     assert!(endpoints.lock().unwrap()[&live_net].len() == 2);
 }
+
+#[test]
+fn a_broken_volume_listing_does_not_hide_the_sessions_containers() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("td-volfail");
+    let session = format!("td{}", unique());
+    let mut r = Resources::default();
+    let ours = [
+        r.container(&[(SESSION, &session)]),
+        r.created_container(&[(SESSION, &session)]),
+    ];
+    let stranger = r.container(&[]);
+    let host = engine::faulty_forwarder();
+
+    let out = run(sandguard(&s).env("DOCKER_HOST", &host).args([
+        "stop",
+        "--all",
+        "--session",
+        &session,
+        "--json",
+    ]));
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    let v = json(&out.stdout);
+    let errors = v["errors"].as_array().expect("errors");
+    assert!(
+        errors.len() == 1
+            && errors[0]["provider"] == "docker"
+            && errors[0]["error"].as_str().unwrap().contains("volumes"),
+        "{}",
+        out.stdout
+    );
+    let results = outcomes(&out.stdout);
+    for c in &ours {
+        assert_eq!(
+            results.get(c).map(|r| r.0.as_str()),
+            Some("removed"),
+            "{}",
+            out.stdout
+        );
+        assert!(!container_exists(c));
+    }
+    assert!(container_exists(&stranger));
+}

@@ -1,11 +1,16 @@
-//! An Engine API stand-in for the Docker trust tests, speaking just enough HTTP/1.1 (one
-//! request per connection, answered with `Connection: close`): [`serve`] is a scripted fake
-//! daemon on a unix socket, for states a real daemon cannot be brought into on demand (a
-//! stale network endpoint of a container that no longer exists). It runs on threads until the
-//! test process ends, like `support::tcp_to_docker_socket`.
+//! Two small Engine API stand-ins for the Docker trust tests, both speaking just enough
+//! HTTP/1.1 (one request per connection, answered with `Connection: close`):
+//!
+//! - [`faulty_forwarder`]: a TCP listener in front of the real daemon that answers 500 to
+//!   every volume listing and forwards everything else to `/var/run/docker.sock`.
+//! - [`serve`]: a scripted fake daemon on a unix socket, for states a real daemon cannot be
+//!   brought into on demand (a stale network endpoint of a container that no longer exists).
+//!
+//! Both run on threads until the test process ends, like `support::tcp_to_docker_socket`.
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixListener;
+use std::net::TcpListener;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -15,6 +20,8 @@ pub struct Request {
     pub method: String,
     /// The path without the `/v1.NN` version prefix and without the query.
     pub path: String,
+    /// The request line and headers, as sent.
+    pub head: String,
     pub body: Vec<u8>,
 }
 
@@ -58,6 +65,7 @@ fn read_request(reader: &mut impl BufRead) -> Option<Request> {
     Some(Request {
         method,
         path,
+        head,
         body,
     })
 }
@@ -76,6 +84,55 @@ fn respond(out: &mut impl Write, status: u16, body: &str) {
         body.len()
     );
     let _ = out.flush();
+}
+
+/// A `tcp://127.0.0.1:PORT` address that reaches the real daemon, except that every volume
+/// listing (`GET …/volumes`) fails with a 500, as a broken volume plugin makes it fail.
+pub fn faulty_forwarder() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for tcp in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(&tcp);
+                let Some(req) = read_request(&mut reader) else {
+                    return;
+                };
+                let mut out = &tcp;
+                if req.method == "GET" && req.path == "/volumes" {
+                    respond(
+                        &mut out,
+                        500,
+                        r#"{"message":"get volumes: plugin \"broken\" not found (injected by the test)"}"#,
+                    );
+                    return;
+                }
+                forward(&req, &mut out);
+            });
+        }
+    });
+    format!("tcp://{addr}")
+}
+
+/// Sends `req` to the real daemon with `Connection: close` and copies the answer back whole.
+fn forward(req: &Request, out: &mut impl Write) {
+    let Ok(mut unix) = UnixStream::connect("/var/run/docker.sock") else {
+        respond(
+            out,
+            502,
+            r#"{"message":"test forwarder: no docker socket"}"#,
+        );
+        return;
+    };
+    let head: String = req
+        .head
+        .split_inclusive("\r\n")
+        .filter(|l| !l.to_ascii_lowercase().starts_with("connection:") && *l != "\r\n")
+        .collect();
+    let _ = unix.write_all(head.as_bytes());
+    let _ = unix.write_all(b"Connection: close\r\n\r\n");
+    let _ = unix.write_all(&req.body);
+    let _ = std::io::copy(&mut unix, out);
 }
 
 /// What the fake daemon answers: status and JSON body for one request.

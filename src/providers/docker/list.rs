@@ -1,5 +1,11 @@
 //! Listing: containers in every state (`all=true`), networks and volumes, each filtered by the
-//! selector's labels on the daemon side (the reclaim path checks them again).
+//! selector's labels on the daemon side and checked again here (the guard against a daemon,
+//! or a proxy, that ignored the filter).
+//!
+//! The three kinds are listed independently: one that fails (a broken volume plugin fails
+//! every volume listing) is reported in [`Listing::errors`] beside what the others found, so
+//! it never hides a session's containers. [`combined`] folds the errors back into one for the
+//! all-or-nothing [`crate::providers::Provider::list`].
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -9,10 +15,34 @@ use bollard::Docker;
 use super::error::classify;
 use super::DockerProvider;
 use crate::labels::Selector;
-use crate::providers::{Kind, ProviderError, Sandbox};
+use crate::providers::{Kind, Listing, ProviderError, Sandbox};
 
 impl DockerProvider {
-    pub(super) async fn list_containers(
+    /// Containers, networks and volumes, each on its own: what failed is reported beside what
+    /// was found.
+    pub(super) async fn list_each(&self, selector: &Selector) -> Listing {
+        let docker = match self.client().await {
+            Ok(docker) => docker,
+            Err(e) => return Listing::from(Err(e)),
+        };
+        let filters = label_filters(selector);
+        let (containers, networks, volumes) = tokio::join!(
+            self.list_containers(docker, filters.clone()),
+            self.list_networks(docker, filters.clone()),
+            self.list_volumes(docker, filters),
+        );
+        let mut listing = Listing::default();
+        for part in [containers, networks, volumes] {
+            match part {
+                Ok(found) => listing.found.extend(found),
+                Err(e) => listing.errors.push(e),
+            }
+        }
+        listing.found.retain(|s| selector.matches(&s.labels));
+        listing
+    }
+
+    async fn list_containers(
         &self,
         docker: &Docker,
         filters: HashMap<String, Vec<String>>,
@@ -46,7 +76,7 @@ impl DockerProvider {
             .collect())
     }
 
-    pub(super) async fn list_networks(
+    async fn list_networks(
         &self,
         docker: &Docker,
         filters: HashMap<String, Vec<String>>,
@@ -74,7 +104,7 @@ impl DockerProvider {
             .collect())
     }
 
-    pub(super) async fn list_volumes(
+    async fn list_volumes(
         &self,
         docker: &Docker,
         filters: HashMap<String, Vec<String>>,
@@ -107,7 +137,7 @@ impl DockerProvider {
 }
 
 /// The selector as Docker's `label` filter (all terms must match).
-pub(super) fn label_filters(selector: &Selector) -> HashMap<String, Vec<String>> {
+fn label_filters(selector: &Selector) -> HashMap<String, Vec<String>> {
     let terms = selector
         .terms()
         .iter()
@@ -117,6 +147,30 @@ pub(super) fn label_filters(selector: &Selector) -> HashMap<String, Vec<String>>
         })
         .collect();
     HashMap::from([("label".to_string(), terms)])
+}
+
+/// All of a listing's errors as one: the first one's class, every message.
+pub(super) fn combined(mut errors: Vec<ProviderError>) -> Option<ProviderError> {
+    if errors.is_empty() {
+        return None;
+    }
+    let first = errors.remove(0);
+    if errors.is_empty() {
+        return Some(first);
+    }
+    let also: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    let more = |m: String| format!("{m}; also: {}", also.join("; "));
+    Some(match first {
+        ProviderError::Gone(m) => ProviderError::Gone(more(m)),
+        ProviderError::Fatal(m) => ProviderError::Fatal(more(m)),
+        ProviderError::Transient {
+            message,
+            retry_after,
+        } => ProviderError::Transient {
+            message: more(message),
+            retry_after,
+        },
+    })
 }
 
 fn sorted(labels: HashMap<String, String>) -> BTreeMap<String, String> {
@@ -133,5 +187,22 @@ mod tests {
         assert_eq!(f["label"], vec!["sandguard.session=s1".to_string()]);
         let f = label_filters(&Selector::managed());
         assert_eq!(f["label"], vec!["sandguard.session".to_string()]);
+    }
+
+    #[test]
+    fn listing_errors_combine_into_the_first_ones_class() {
+        assert_eq!(combined(vec![]), None);
+        let one = ProviderError::Fatal("a".into());
+        assert_eq!(combined(vec![one.clone()]), Some(one));
+        let both = combined(vec![
+            ProviderError::transient("volumes failed"),
+            ProviderError::Fatal("networks failed".into()),
+        ]);
+        assert_eq!(
+            both,
+            Some(ProviderError::transient(
+                "volumes failed; also: networks failed"
+            ))
+        );
     }
 }

@@ -5,8 +5,9 @@
 //!   `enabled = true`, or when the default socket exists; `enabled = false` switches it off.
 //! - API version: `DOCKER_API_VERSION` or `api_version` pins it; otherwise it is negotiated
 //!   with the daemon once per process, so Engine API 1.41 (Docker 20.10) and newer all work.
-//! - Listing: containers in every state (`all=true`), networks and volumes, each filtered by
-//!   the selector's labels on the daemon side and checked again here.
+//! - Listing (`list`): containers in every state (`all=true`), networks and volumes, each
+//!   filtered by the selector's labels on the daemon side and checked again here; each kind
+//!   on its own, so one that fails does not hide the others ([`Provider::list_parts`]).
 //! - Claims (`claim`): a container id, `network/ID` or `volume/NAME`, never a name.
 //! - Removal: containers and networks are first resolved to the one full id Docker inspects
 //!   them as (`claim`: a stranger that merely carries our id as its name is refused), then
@@ -26,12 +27,11 @@ use bollard::query_parameters::RemoveContainerOptions;
 use bollard::{ClientVersion, Docker};
 use tokio::sync::OnceCell;
 
-use super::{Capabilities, Entry, EntryState, Kind, Provider, ProviderError, Sandbox};
+use super::{Capabilities, Entry, EntryState, Kind, Listing, Provider, ProviderError, Sandbox};
 use crate::config::DockerSettings;
 use crate::labels::Selector;
 pub use claim::claimed_kind;
 use error::{classify, short};
-use list::label_filters;
 
 /// Where the daemon listens when nothing says otherwise.
 pub const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
@@ -136,20 +136,15 @@ impl Provider for DockerProvider {
     }
 
     async fn list(&self, selector: &Selector) -> Result<Vec<Sandbox>, ProviderError> {
-        let docker = self.client().await?;
-        let filters = label_filters(selector);
-        let (containers, networks, volumes) = tokio::try_join!(
-            self.list_containers(docker, filters.clone()),
-            self.list_networks(docker, filters.clone()),
-            self.list_volumes(docker, filters),
-        )?;
-        let mut all = containers;
-        all.extend(networks);
-        all.extend(volumes);
-        // The daemon filtered already; this is the guard against a daemon (or proxy) that
-        // ignored the filter.
-        all.retain(|s| selector.matches(&s.labels));
-        Ok(all)
+        let listing = self.list_each(selector).await;
+        match list::combined(listing.errors) {
+            Some(error) => Err(error),
+            None => Ok(listing.found),
+        }
+    }
+
+    async fn list_parts(&self, selector: &Selector) -> Listing {
+        self.list_each(selector).await
     }
 
     fn parse_claim(&self, id: &str) -> Result<Sandbox, String> {
