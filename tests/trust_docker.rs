@@ -304,7 +304,7 @@ fn a_broken_volume_listing_does_not_hide_the_sessions_containers() {
         r.created_container(&[(SESSION, &session)]),
     ];
     let stranger = r.container(&[]);
-    let host = engine::faulty_forwarder();
+    let host = engine::faulty_forwarder(|r| r.method == "GET" && r.path == "/volumes");
 
     let out = run(sandguard(&s).env("DOCKER_HOST", &host).args([
         "stop",
@@ -334,4 +334,133 @@ fn a_broken_volume_listing_does_not_hide_the_sessions_containers() {
         assert!(!container_exists(c));
     }
     assert!(container_exists(&stranger));
+}
+
+#[test]
+fn labels_inherited_from_an_image_are_not_ownership() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("td-image");
+    let session = format!("td{}", unique());
+    let mut made = Made::default();
+    let mut r = Resources::default();
+    // Someone else's image that carries the session's label (committed, or built elsewhere).
+    let image = format!("sandguard-test/trust-{}:latest", unique());
+    let base = docker_ok(&["create", "--network", "none", IMAGE, "true"]);
+    made.undo(&["rmi", &image]);
+    docker_ok(&[
+        "commit",
+        "--change",
+        &format!("LABEL {SESSION}={session}"),
+        &base,
+        &image,
+    ]);
+    docker_ok(&["rm", &base]);
+    // A container started from it outside any session, with no labels of its own.
+    let stranger = docker_ok(&["run", "-d", "--network", "none", &image, "sleep", "3600"]);
+    made.undo(&["rm", "-f", &stranger]);
+    let inherited = docker_ok(&["inspect", "-f", "{{json .Config.Labels}}", &stranger]);
+    assert!(inherited.contains(&session), "{inherited}");
+    let ours = r.container(&[(SESSION, &session)]);
+    // A container the session labelled itself, whose image was deleted since: nothing to
+    // compare with, so its labels stand.
+    let doomed = format!("sandguard-test/trust-{}:latest", unique());
+    made.undo(&["rmi", "-f", &doomed]);
+    let base = docker_ok(&["create", "--network", "none", IMAGE, "true"]);
+    docker_ok(&["commit", &base, &doomed]);
+    docker_ok(&["rm", &base]);
+    let label = format!("{SESSION}={session}");
+    let orphan = docker_ok(&[
+        "create",
+        "--network",
+        "none",
+        "--label",
+        &label,
+        &doomed,
+        "true",
+    ]);
+    made.undo(&["rm", "-f", &orphan]);
+    docker_ok(&["rmi", "-f", &doomed]);
+    let orphan_image = docker_ok(&["inspect", "-f", "{{.Image}}", &orphan]);
+    assert!(Command::new("docker")
+        .args(["image", "inspect", &orphan_image])
+        .output()
+        .is_ok_and(|o| !o.status.success()));
+
+    let out = run(sandguard(&s).args(["ps", "--json", "--provider", "docker"]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let listed: Vec<String> = json(&out.stdout)["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["instance_id"].as_str().map(str::to_string))
+        .collect();
+    assert!(listed.contains(&ours), "{}", out.stdout);
+    assert!(listed.contains(&orphan), "{}", out.stdout);
+    assert!(
+        !listed.contains(&stranger),
+        "a container that only inherited the label is listed: {}",
+        out.stdout
+    );
+
+    let out = run(sandguard(&s).args(["stop", "--all", "--session", &session, "--json"]));
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let results = outcomes(&out.stdout);
+    assert_eq!(results[&ours].0, "removed");
+    assert_eq!(results[&orphan].0, "removed");
+    assert!(!container_exists(&ours) && !container_exists(&orphan));
+    assert!(
+        container_exists(&stranger),
+        "a container that only inherited the label was removed"
+    );
+}
+
+#[test]
+fn a_container_whose_image_cannot_be_inspected_is_neither_owned_nor_dropped() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("td-imagefail");
+    let session = format!("td{}", unique());
+    let mut r = Resources::default();
+    let ours = r.container(&[(SESSION, &session)]);
+    let host = engine::faulty_forwarder(|r| r.method == "GET" && r.path.starts_with("/images/"));
+
+    let out =
+        run(sandguard(&s)
+            .env("DOCKER_HOST", &host)
+            .args(["ps", "--json", "--provider", "docker"]));
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    let v = json(&out.stdout);
+    assert!(
+        !v["sandboxes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["instance_id"] == ours.as_str()),
+        "listed although its labels may be inherited: {}",
+        out.stdout
+    );
+    // (Other sessions' containers on this daemon meet the same failure.)
+    let errors = v["errors"].as_array().unwrap();
+    assert!(
+        errors.iter().any(|e| e["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&ours[..12])),
+        "{}",
+        out.stdout
+    );
+
+    let out = run(sandguard(&s).env("DOCKER_HOST", &host).args([
+        "stop",
+        "--all",
+        "--session",
+        &session,
+        "--json",
+    ]));
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    assert!(json(&out.stdout)["errors"][0]["error"]
+        .as_str()
+        .is_some_and(|e| e.contains(&ours[..12])));
+    assert!(container_exists(&ours), "removed on a guess");
 }

@@ -2,7 +2,8 @@
 //! HTTP/1.1 (one request per connection, answered with `Connection: close`):
 //!
 //! - [`faulty_forwarder`]: a TCP listener in front of the real daemon that answers 500 to
-//!   every volume listing and forwards everything else to `/var/run/docker.sock`.
+//!   the requests a test picks (every volume listing, say) and forwards everything else to
+//!   `/var/run/docker.sock`.
 //! - [`serve`]: a scripted fake daemon on a unix socket, for states a real daemon cannot be
 //!   brought into on demand (a stale network endpoint of a container that no longer exists).
 //!
@@ -86,9 +87,9 @@ fn respond(out: &mut impl Write, status: u16, body: &str) {
     let _ = out.flush();
 }
 
-/// A `tcp://127.0.0.1:PORT` address that reaches the real daemon, except that every volume
-/// listing (`GET …/volumes`) fails with a 500, as a broken volume plugin makes it fail.
-pub fn faulty_forwarder() -> String {
+/// A `tcp://127.0.0.1:PORT` address that reaches the real daemon, except that every request
+/// `fails` picks is answered 500 (as a broken volume plugin fails every volume listing).
+pub fn faulty_forwarder(fails: fn(&Request) -> bool) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     std::thread::spawn(move || {
@@ -99,11 +100,11 @@ pub fn faulty_forwarder() -> String {
                     return;
                 };
                 let mut out = &tcp;
-                if req.method == "GET" && req.path == "/volumes" {
+                if fails(&req) {
                     respond(
                         &mut out,
                         500,
-                        r#"{"message":"get volumes: plugin \"broken\" not found (injected by the test)"}"#,
+                        r#"{"message":"injected by the test: a plugin is broken"}"#,
                     );
                     return;
                 }

@@ -2,6 +2,9 @@
 //! selector's labels on the daemon side and checked again here (the guard against a daemon,
 //! or a proxy, that ignored the filter).
 //!
+//! Containers lose the `sandguard.*` labels they inherited from their image (`image`): those
+//! are not ownership.
+//!
 //! The three kinds are listed independently: one that fails (a broken volume plugin fails
 //! every volume listing) is reported in [`Listing::errors`] beside what the others found, so
 //! it never hides a session's containers. [`combined`] folds the errors back into one for the
@@ -9,10 +12,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use bollard::models::ContainerSummary;
 use bollard::query_parameters::{ListContainersOptions, ListNetworksOptions, ListVolumesOptions};
 use bollard::Docker;
 
-use super::error::classify;
+use super::error::{classify, short};
+use super::image::{bare, own_labels, Image};
 use super::DockerProvider;
 use crate::labels::Selector;
 use crate::providers::{Kind, Listing, ProviderError, Sandbox};
@@ -27,12 +32,12 @@ impl DockerProvider {
         };
         let filters = label_filters(selector);
         let (containers, networks, volumes) = tokio::join!(
-            self.list_containers(docker, filters.clone()),
+            self.list_containers(docker, filters.clone(), selector),
             self.list_networks(docker, filters.clone()),
             self.list_volumes(docker, filters),
         );
-        let mut listing = Listing::default();
-        for part in [containers, networks, volumes] {
+        let mut listing = containers;
+        for part in [networks, volumes] {
             match part {
                 Ok(found) => listing.found.extend(found),
                 Err(e) => listing.errors.push(e),
@@ -42,38 +47,40 @@ impl DockerProvider {
         listing
     }
 
+    /// Containers in every state, with the labels inherited from their images dropped
+    /// (`image`); a container whose image could not be checked is an error, not a sandbox.
     async fn list_containers(
         &self,
         docker: &Docker,
         filters: HashMap<String, Vec<String>>,
-    ) -> Result<Vec<Sandbox>, ProviderError> {
+        selector: &Selector,
+    ) -> Listing {
         let options = ListContainersOptions {
             all: true,
             filters: Some(filters),
             ..Default::default()
         };
-        let containers = docker
-            .list_containers(Some(options))
-            .await
-            .map_err(|e| classify(&self.host, "list containers on", e))?;
-        Ok(containers
+        let containers = match docker.list_containers(Some(options)).await {
+            Ok(containers) => containers,
+            Err(e) => return Listing::from(Err(classify(&self.host, "list containers on", e))),
+        };
+        // Only what the selector wants is worth an image lookup.
+        let wanted: Vec<ContainerSummary> = containers
             .into_iter()
-            .filter_map(|c| {
-                Some(Sandbox {
-                    provider: "docker".into(),
-                    kind: Kind::Instance,
-                    id: c.id?,
-                    status: c
-                        .state
-                        .map(|s| s.to_string())
-                        .filter(|s| !s.is_empty())
-                        .unwrap_or_else(|| "unknown".into()),
-                    created_at: c.created,
-                    image: c.image,
-                    labels: sorted(c.labels.unwrap_or_default()),
-                })
-            })
-            .collect())
+            .filter(|c| c.id.is_some())
+            .filter(|c| selector.matches(&sorted(c.labels.clone().unwrap_or_default())))
+            .collect();
+        let image_ids = wanted.iter().filter_map(|c| c.image_id.clone()).collect();
+        let images = self.images.lookup(docker, &self.host, image_ids).await;
+        let mut listing = Listing::default();
+        for c in wanted {
+            match container(c, &images) {
+                Ok(Some(sandbox)) => listing.found.push(sandbox),
+                Ok(None) => {}
+                Err(e) => listing.errors.push(e),
+            }
+        }
+        listing
     }
 
     async fn list_networks(
@@ -136,6 +143,63 @@ impl DockerProvider {
     }
 }
 
+/// One listed container as a sandbox, its inherited sandguard labels dropped; `None` when it
+/// has no id; an error when its image could not be checked (see `image`).
+fn container(
+    c: ContainerSummary,
+    images: &HashMap<String, Result<Image, ProviderError>>,
+) -> Result<Option<Sandbox>, ProviderError> {
+    let Some(id) = c.id else { return Ok(None) };
+    let labels = sorted(c.labels.unwrap_or_default());
+    let left_out = |why: String| {
+        format!(
+            "docker container {} left out: its own sandguard labels cannot be told from its image's ({why})",
+            short(&id)
+        )
+    };
+    let image = c.image_id.as_deref().filter(|i| !i.is_empty());
+    let labels = match image.map(|i| (i, images.get(i))) {
+        Some((_, Some(Ok(Image::Exists(inherited))))) => own_labels(labels, inherited),
+        Some((_, Some(Ok(Image::Gone)))) => labels,
+        Some((_, Some(Err(e)))) => {
+            return Err(match e {
+                ProviderError::Transient {
+                    message,
+                    retry_after,
+                } => ProviderError::Transient {
+                    message: left_out(message.clone()),
+                    retry_after: *retry_after,
+                },
+                other => ProviderError::Fatal(left_out(other.to_string())),
+            })
+        }
+        Some((i, None)) => {
+            return Err(ProviderError::Fatal(left_out(format!(
+                "image {} was not looked up",
+                bare(i)
+            ))))
+        }
+        None => {
+            return Err(ProviderError::Fatal(left_out(
+                "Docker did not say which image it was created from".into(),
+            )))
+        }
+    };
+    Ok(Some(Sandbox {
+        provider: "docker".into(),
+        kind: Kind::Instance,
+        id,
+        status: c
+            .state
+            .map(|s| s.to_string())
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "unknown".into()),
+        created_at: c.created,
+        image: c.image,
+        labels,
+    }))
+}
+
 /// The selector as Docker's `label` filter (all terms must match).
 fn label_filters(selector: &Selector) -> HashMap<String, Vec<String>> {
     let terms = selector
@@ -187,6 +251,51 @@ mod tests {
         assert_eq!(f["label"], vec!["sandguard.session=s1".to_string()]);
         let f = label_filters(&Selector::managed());
         assert_eq!(f["label"], vec!["sandguard.session".to_string()]);
+    }
+
+    #[test]
+    fn a_containers_image_decides_its_labels_or_leaves_it_out() {
+        use std::sync::Arc;
+        let session = BTreeMap::from([("sandguard.session".to_string(), "S".to_string())]);
+        let summary = |image: Option<&str>| ContainerSummary {
+            id: Some("0123456789abcdef".into()),
+            image_id: image.map(str::to_string),
+            labels: Some(session.clone().into_iter().collect()),
+            ..Default::default()
+        };
+        let images = HashMap::from([
+            (
+                "sha256:inherits".to_string(),
+                Ok(Image::Exists(Arc::new(session.clone()))),
+            ),
+            (
+                "sha256:plain".to_string(),
+                Ok(Image::Exists(Arc::default())),
+            ),
+            ("sha256:deleted".to_string(), Ok(Image::Gone)),
+            (
+                "sha256:flaky".to_string(),
+                Err(ProviderError::transient("timed out")),
+            ),
+        ]);
+        let labels = |image| {
+            container(summary(Some(image)), &images)
+                .map(|s| s.map(|s| s.labels))
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(labels("sha256:inherits"), Ok(Some(BTreeMap::new())));
+        assert_eq!(labels("sha256:plain"), Ok(Some(session.clone())));
+        assert_eq!(labels("sha256:deleted"), Ok(Some(session.clone())));
+        let Err(ProviderError::Transient { message, .. }) =
+            container(summary(Some("sha256:flaky")), &images)
+        else {
+            panic!("a failed image lookup must be a transient listing error")
+        };
+        assert!(
+            message.contains("0123456789ab") && message.contains("timed out"),
+            "{message}"
+        );
+        assert!(container(summary(None), &images).is_err());
     }
 
     #[test]

@@ -8,6 +8,8 @@
 //! - Listing (`list`): containers in every state (`all=true`), networks and volumes, each
 //!   filtered by the selector's labels on the daemon side and checked again here; each kind
 //!   on its own, so one that fails does not hide the others ([`Provider::list_parts`]).
+//!   A container's `sandguard.*` labels inherited from its image are not ownership and are
+//!   dropped (`image`).
 //! - Claims (`claim`): a container id, `network/ID` or `volume/NAME`, never a name.
 //! - Removal: containers and networks are first resolved to the one full id Docker inspects
 //!   them as (`claim`: a stranger that merely carries our id as its name is refused), then
@@ -18,6 +20,7 @@
 
 mod claim;
 mod error;
+mod image;
 mod list;
 mod network;
 
@@ -76,6 +79,8 @@ pub struct DockerProvider {
     api_version: Option<String>,
     timeout: std::time::Duration,
     client: OnceCell<Docker>,
+    /// Images' sandguard labels, to drop what containers inherited (`image`).
+    images: image::ImageCache,
 }
 
 impl DockerProvider {
@@ -85,6 +90,7 @@ impl DockerProvider {
             api_version: settings.api_version.clone(),
             timeout: settings.timeout,
             client: OnceCell::new(),
+            images: image::ImageCache::default(),
         }
     }
 
