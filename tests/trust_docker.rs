@@ -1,7 +1,8 @@
 //! The Docker driver never touches what is not ours, through the real binary: a network claim
 //! never reaches a stranger by name, a network held by a live stranger is left (and a stale
 //! endpoint of a vanished container is cleared), a broken volume listing does not hide a
-//! session's containers, and a label inherited from an image is not ownership.
+//! session's containers, and a label inherited from an image is not ownership (nor is a
+//! container whose image cannot be checked taken on a guess).
 
 mod engine;
 

@@ -7,16 +7,17 @@
 //!   with the daemon once per process, so Engine API 1.41 (Docker 20.10) and newer all work.
 //! - Listing (`list`): containers in every state (`all=true`), networks and volumes, each
 //!   filtered by the selector's labels on the daemon side and checked again here; each kind
-//!   on its own, so one that fails does not hide the others ([`Provider::list_parts`]).
-//!   A container's `sandguard.*` labels inherited from its image are not ownership and are
+//!   on its own, so one that fails does not hide the others ([`Provider::list_parts`]). A
+//!   container's `sandguard.*` labels inherited from its image are not ownership and are
 //!   dropped (`image`).
 //! - Claims (`claim`): a container id, `network/ID` or `volume/NAME`, never a name.
 //! - Removal: containers and networks are first resolved to the one full id Docker inspects
 //!   them as (`claim`: a stranger that merely carries our id as its name is refused), then
 //!   removed by that id; containers with `force` and their anonymous volumes (`v=true`);
 //!   volumes by name. "No such …" (404) and "removal … already in progress" (409) mean the
-//!   resource is gone. A network with active endpoints is retried, after endpoints of
-//!   containers that no longer exist were force-disconnected (`network`). Order across kinds is the reclaim path's job ([`super::Kind`]).
+//!   resource is gone. A network with active endpoints is retried, after the endpoints of
+//!   containers that no longer exist were force-disconnected (`network`). Order across kinds
+//!   is the reclaim path's job ([`super::Kind`]).
 
 mod claim;
 mod error;
