@@ -17,4 +17,5 @@ mod reliability;
 mod security;
 mod sweep;
 mod trust;
+mod trust_docker;
 mod wrapper;

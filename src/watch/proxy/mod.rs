@@ -17,7 +17,7 @@
 //!   daemon answers it. Any I/O error ends that one connection only.
 //!
 //! Claims name networks as `network/ID` and volumes as `volume/NAME` (see
-//! [`crate::providers::docker::claimed_kind`]), so a reclaim removes the right kind of object.
+//! `Provider::parse_claim` of the Docker driver), so a reclaim removes the right kind of object.
 
 pub mod body;
 pub mod http;

@@ -1,0 +1,230 @@
+//! The Docker driver, on bollard.
+//!
+//! - Address: `DOCKER_HOST` (`unix://` or `tcp://`), else `[providers.docker] host`, else
+//!   `unix:///var/run/docker.sock`. The driver is configured when an address was given, when
+//!   `enabled = true`, or when the default socket exists; `enabled = false` switches it off.
+//! - API version: `DOCKER_API_VERSION` or `api_version` pins it; otherwise it is negotiated
+//!   with the daemon once per process, so Engine API 1.41 (Docker 20.10) and newer all work.
+//! - Listing (`list`): containers in every state (`all=true`), networks and volumes, each
+//!   filtered by the selector's labels on the daemon side and checked again here; each kind
+//!   on its own, so one that fails does not hide the others ([`Provider::list_parts`]). A
+//!   container's `sandguard.*` labels inherited from its image are not ownership and are
+//!   dropped (`image`).
+//! - Claims (`claim`): a container id, `network/ID` or `volume/NAME`, never a name.
+//! - Removal: containers and networks are first resolved to the one full id Docker inspects
+//!   them as (`claim`: a stranger that merely carries our id as its name is refused), then
+//!   removed by that id; containers with `force` and their anonymous volumes (`v=true`);
+//!   volumes by name. "No such …" (404) and "removal … already in progress" (409) mean the
+//!   resource is gone. A network with active endpoints is retried, after the endpoints of
+//!   containers that no longer exist were force-disconnected (`network`). Order across kinds
+//!   is the reclaim path's job ([`super::Kind`]).
+
+mod claim;
+mod error;
+mod image;
+mod list;
+mod network;
+
+use std::sync::Arc;
+
+use bollard::query_parameters::RemoveContainerOptions;
+use bollard::{ClientVersion, Docker};
+use tokio::sync::OnceCell;
+
+use super::{Capabilities, Entry, EntryState, Kind, Listing, Provider, ProviderError, Sandbox};
+use crate::config::DockerSettings;
+use crate::labels::Selector;
+use error::{classify, short};
+
+/// Where the daemon listens when nothing says otherwise.
+pub const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
+/// What bollard's client starts at before negotiation lowers it to what the daemon speaks.
+const NEWEST_API: ClientVersion = ClientVersion {
+    major_version: 1,
+    minor_version: 53,
+};
+
+/// Builds the registry entry from settings: configured or not, and why.
+pub fn entry(settings: &DockerSettings) -> Entry {
+    let host = settings
+        .host
+        .clone()
+        .unwrap_or_else(|| DEFAULT_HOST.to_string());
+    let state = match settings.enabled {
+        Some(false) => EntryState::Unconfigured(
+            "disabled in config ([providers.docker] enabled = false)".into(),
+        ),
+        Some(true) => EntryState::Configured(Arc::new(DockerProvider::new(host, settings))),
+        None if settings.host.is_some() => {
+            EntryState::Configured(Arc::new(DockerProvider::new(host, settings)))
+        }
+        None if std::path::Path::new(DEFAULT_HOST.trim_start_matches("unix://")).exists() => {
+            EntryState::Configured(Arc::new(DockerProvider::new(host, settings)))
+        }
+        None => EntryState::Unconfigured(format!(
+            "no DOCKER_HOST, no [providers.docker] host, and {} does not exist",
+            DEFAULT_HOST.trim_start_matches("unix://")
+        )),
+    };
+    Entry {
+        name: "docker",
+        state,
+    }
+}
+
+/// A Docker daemon reached through bollard. The client is built on first use, so building the
+/// registry never touches the daemon.
+pub struct DockerProvider {
+    host: String,
+    api_version: Option<String>,
+    timeout: std::time::Duration,
+    client: OnceCell<Docker>,
+    /// Images' sandguard labels, to drop what containers inherited (`image`).
+    images: image::ImageCache,
+}
+
+impl DockerProvider {
+    pub fn new(host: String, settings: &DockerSettings) -> Self {
+        DockerProvider {
+            host,
+            api_version: settings.api_version.clone(),
+            timeout: settings.timeout,
+            client: OnceCell::new(),
+            images: image::ImageCache::default(),
+        }
+    }
+
+    pub(super) async fn client(&self) -> Result<&Docker, ProviderError> {
+        self.client.get_or_try_init(|| self.connect()).await
+    }
+
+    async fn connect(&self) -> Result<Docker, ProviderError> {
+        let secs = self.timeout.as_secs().max(1);
+        let pinned = self
+            .api_version
+            .as_deref()
+            .map(parse_api_version)
+            .transpose()?;
+        let version = pinned.as_ref().unwrap_or(&NEWEST_API);
+        let docker = if self.host.starts_with("unix://") {
+            Docker::connect_with_unix(&self.host, secs, version)
+        } else if self.host.starts_with("tcp://") || self.host.starts_with("http://") {
+            Docker::connect_with_http(&self.host, secs, version)
+        } else {
+            return Err(ProviderError::Fatal(format!(
+                "unsupported Docker host {:?}: use unix:///path or tcp://host:port",
+                self.host
+            )));
+        }
+        .map_err(|e| classify(&self.host, "connect to", e))?;
+        if pinned.is_some() {
+            return Ok(docker);
+        }
+        docker
+            .negotiate_version()
+            .await
+            .map_err(|e| classify(&self.host, "negotiate the API version with", e))
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for DockerProvider {
+    fn name(&self) -> &str {
+        "docker"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            labels: true,
+            ttl: false,
+            pagination: false,
+        }
+    }
+
+    async fn list(&self, selector: &Selector) -> Result<Vec<Sandbox>, ProviderError> {
+        let listing = self.list_each(selector).await;
+        match list::combined(listing.errors) {
+            Some(error) => Err(error),
+            None => Ok(listing.found),
+        }
+    }
+
+    async fn list_parts(&self, selector: &Selector) -> Listing {
+        self.list_each(selector).await
+    }
+
+    fn parse_claim(&self, id: &str) -> Result<Sandbox, String> {
+        claim::parse(id).map(|(kind, id)| Sandbox::claimed("docker", kind, id))
+    }
+
+    fn names(&self, claimed: &Sandbox, listed: &Sandbox) -> bool {
+        claim::names(claimed, listed)
+    }
+
+    async fn remove(&self, sandbox: &Sandbox) -> Result<(), ProviderError> {
+        let docker = self.client().await?;
+        let id = claim::resolve(docker, &self.host, sandbox.kind, &sandbox.id).await?;
+        let result = match sandbox.kind {
+            Kind::Instance => {
+                let options = RemoveContainerOptions {
+                    force: true,
+                    v: true,
+                    link: false,
+                };
+                docker.remove_container(&id, Some(options)).await
+            }
+            Kind::Network => return network::remove(docker, &self.host, &id).await,
+            Kind::Volume => {
+                docker
+                    .remove_volume(&id, None::<bollard::query_parameters::RemoveVolumeOptions>)
+                    .await
+            }
+        };
+        result.map_err(|e| {
+            classify(
+                &self.host,
+                &format!("remove {} {} on", sandbox.kind.as_str(), short(&id)),
+                e,
+            )
+        })
+    }
+
+    async fn check(&self) -> Result<String, ProviderError> {
+        let docker = self.client().await?;
+        let version = docker
+            .version()
+            .await
+            .map_err(|e| classify(&self.host, "query", e))?;
+        Ok(format!(
+            "Docker {} (API {}) at {}",
+            version.version.unwrap_or_else(|| "?".into()),
+            version.api_version.unwrap_or_else(|| "?".into()),
+            self.host
+        ))
+    }
+}
+
+fn parse_api_version(v: &str) -> Result<ClientVersion, ProviderError> {
+    let bad = || {
+        ProviderError::Fatal(format!(
+            "invalid Docker API version {v:?}: expected MAJOR.MINOR such as 1.41"
+        ))
+    };
+    let (major, minor) = v.trim_start_matches('v').split_once('.').ok_or_else(bad)?;
+    Ok(ClientVersion {
+        major_version: major.parse().map_err(|_| bad())?,
+        minor_version: minor.parse().map_err(|_| bad())?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_versions_parse() {
+        let v = parse_api_version("1.41").unwrap();
+        assert_eq!((v.major_version, v.minor_version), (1, 41));
+        assert!(parse_api_version("latest").is_err());
+    }
+}

@@ -1,0 +1,467 @@
+//! The Docker driver never touches what is not ours, through the real binary: a network claim
+//! never reaches a stranger by name, a network held by a live stranger is left (and a stale
+//! endpoint of a vanished container is cleared), a broken volume listing does not hide a
+//! session's containers, and a label inherited from an image is not ownership (nor is a
+//! container whose image cannot be checked taken on a guess).
+
+mod engine;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::support::*;
+use crate::wrapper::{guarded, unsafe_kill, wait_for_file};
+use sandguard::labels::SESSION;
+
+/// Short reclaim limits, so a network that cannot go is reported within seconds.
+fn short_deadline(s: &Scratch) -> PathBuf {
+    let path = s.path().join("short.toml");
+    std::fs::write(
+        &path,
+        "[reclaim]\ndeadline = \"3s\"\nretry_initial = \"100ms\"\nretry_max = \"500ms\"\nsettle = \"0\"\n",
+    )
+    .unwrap();
+    path
+}
+
+fn docker_ok(args: &[&str]) -> String {
+    let out = Command::new("docker").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "docker {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// What a test made with plain `docker` beyond [`Resources`]; removed on drop.
+#[derive(Default)]
+struct Made(Vec<Vec<String>>);
+
+impl Made {
+    fn undo(&mut self, args: &[&str]) {
+        self.0.push(args.iter().map(|s| s.to_string()).collect());
+    }
+}
+
+impl Drop for Made {
+    fn drop(&mut self) {
+        for args in self.0.iter().rev() {
+            let _ = Command::new("docker").args(args).output();
+        }
+    }
+}
+
+/// The results of `stop --json`, by id: (outcome, error).
+fn outcomes(stdout: &str) -> BTreeMap<String, (String, String)> {
+    json(stdout)["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|r| {
+            (
+                r["instance_id"].as_str().unwrap_or_default().to_string(),
+                (
+                    r["outcome"].as_str().unwrap_or_default().to_string(),
+                    r["error"].as_str().unwrap_or_default().to_string(),
+                ),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_network_claim_never_reaches_a_stranger_named_like_an_id() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("td-netname");
+    let mut made = Made::default();
+    // A stranger's network whose *name* is 24 hex digits: Docker resolves names before id
+    // prefixes, so `DELETE /networks/NAME` would remove it.
+    let name = format!("{}{}", unique(), unique());
+    let stranger = docker_ok(&["network", "create", "--internal", &name]);
+    made.undo(&["network", "rm", &stranger]);
+    let own_name = format!("sg-it-own-{}", unique());
+    made.undo(&["network", "rm", &own_name]);
+
+    let ids = s.path().join("ids");
+    let script = format!(
+        r#"set -e
+n=$(docker network create --internal {own_name})
+sandguard claim docker "network/$(echo "$n" | cut -c1-12)"
+sandguard claim docker "network/{name}"
+echo "$n" > {ids}.tmp && mv {ids}.tmp {ids}
+exec sleep 3600
+"#,
+        ids = ids.display()
+    );
+    let mut job = guarded(&s, &script);
+    let own = wait_for_file(&ids, &mut job).remove(0);
+    assert!(network_exists(&own));
+    unsafe_kill(job.id() as i32, libc::SIGKILL);
+    let _ = job.wait();
+
+    eventually(
+        Duration::from_secs(10),
+        "the network claimed by its id prefix is removed",
+        || !network_exists(&own),
+    );
+    eventually(Duration::from_secs(10), "the sidecar ends", || {
+        let v = json(&run(sandguard(&s).args(["sessions", "--json"])).stdout);
+        v["sessions"][0]["sidecar_alive"] == false
+    });
+    assert!(
+        network_exists(&stranger),
+        "a claim of network/{name} removed the stranger network named {name}"
+    );
+}
+
+#[test]
+fn a_network_held_by_a_live_stranger_is_left_and_the_stranger_untouched() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("td-netlive");
+    let session = format!("td{}", unique());
+    let mut r = Resources::default();
+    let net = r.network(&[(SESSION, &session)]);
+    let stranger = r.container_with(&[], &["--network", &net]);
+    let attached = |c: &str| {
+        docker_ok(&["inspect", "-f", "{{json .NetworkSettings.Networks}}", c]).contains(&net)
+    };
+    assert!(attached(&stranger));
+    let config = short_deadline(&s);
+
+    let out = run(sandguard(&s).arg("--config").arg(&config).args([
+        "stop",
+        "--all",
+        "--session",
+        &session,
+        "--json",
+    ]));
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    let results = outcomes(&out.stdout);
+    let (outcome, error) = results.get(&net).expect("the network is a target");
+    assert_eq!(outcome, "unfinished", "{}", out.stdout);
+    assert!(error.contains("active endpoints"), "{error}");
+    assert!(container_exists(&stranger), "the stranger was removed");
+    assert!(attached(&stranger), "the stranger was disconnected");
+    assert!(network_exists(&net));
+
+    // Once the stranger has left on its own, the session's network goes.
+    docker_ok(&["network", "disconnect", &net, &stranger]);
+    let out = run(sandguard(&s).arg("--config").arg(&config).args([
+        "stop",
+        "--all",
+        "--session",
+        &session,
+        "--json",
+    ]));
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert_eq!(outcomes(&out.stdout)[&net].0, "removed");
+    assert!(!network_exists(&net));
+    assert!(container_exists(&stranger));
+}
+
+/// The fake daemon's endpoints: network id → (key in `Containers`, endpoint name).
+type Endpoints = BTreeMap<String, Vec<(String, String)>>;
+
+#[test]
+fn stale_endpoints_are_force_disconnected_and_live_ones_never() {
+    let _g = shared();
+    let s = Scratch::new("td-stale");
+    let session = format!("td{}", unique());
+    let hex = |c: char| c.to_string().repeat(64);
+    let (stale_net, live_net) = (hex('a'), hex('b'));
+    let (gone, live, gone2, reuser) = (hex('1'), hex('2'), hex('3'), hex('4'));
+    // Network A: one endpoint of a container that no longer exists. Network B: a live
+    // container's endpoint, and a vanished container's endpoint whose name a live container
+    // took since (a disconnect by that name would reach the live one).
+    let endpoints: Arc<Mutex<Endpoints>> = Arc::new(Mutex::new(BTreeMap::from([
+        (stale_net.clone(), vec![(gone.clone(), "gone-one".into())]),
+        (
+            live_net.clone(),
+            vec![
+                (live.clone(), "live-one".into()),
+                (gone2.clone(), "reused-name".into()),
+            ],
+        ),
+    ])));
+    let existing = [
+        live.clone(),
+        "live-one".into(),
+        reuser,
+        "reused-name".into(),
+    ];
+    let log: Arc<Mutex<Vec<engine::Request>>> = Arc::default();
+    let (eps, lg, sess) = (endpoints.clone(), log.clone(), session.clone());
+    let handler = move |req: &engine::Request| -> (u16, String) {
+        lg.lock().unwrap().push(req.clone());
+        let network = |id: &str, eps: &Endpoints| {
+            let containers: serde_json::Map<_, _> = eps[id]
+                .iter()
+                .map(|(k, n)| (k.clone(), serde_json::json!({ "Name": n, "EndpointID": k })))
+                .collect();
+            serde_json::json!({
+                "Name": format!("net-{}", &id[..4]), "Id": id, "Driver": "bridge",
+                "Created": "2024-01-01T00:00:00Z", "Labels": { SESSION: sess },
+                "Containers": containers,
+            })
+        };
+        let mut eps = eps.lock().unwrap();
+        let parts: Vec<&str> = req.path.trim_start_matches('/').split('/').collect();
+        match (req.method.as_str(), parts.as_slice()) {
+            ("GET", ["version"]) => (
+                200,
+                r#"{"ApiVersion":"1.41","Version":"20.10.0-fake"}"#.into(),
+            ),
+            ("GET", ["containers", "json"]) => (200, "[]".into()),
+            ("GET", ["volumes"]) => (200, r#"{"Volumes":[],"Warnings":[]}"#.into()),
+            ("GET", ["networks"]) => {
+                let all: Vec<_> = eps.keys().map(|id| network(id, &eps)).collect();
+                (200, serde_json::Value::from(all).to_string())
+            }
+            ("GET", ["networks", id]) if eps.contains_key(*id) => {
+                (200, network(id, &eps).to_string())
+            }
+            ("DELETE", ["networks", id]) if eps.contains_key(*id) => {
+                if eps[*id].is_empty() {
+                    eps.remove(*id);
+                    (204, String::new())
+                } else {
+                    let m = format!(
+                        "error while removing network: network net-{} id {id} has active endpoints",
+                        &id[..4]
+                    );
+                    (403, serde_json::json!({ "message": m }).to_string())
+                }
+            }
+            ("POST", ["networks", id, "disconnect"]) if eps.contains_key(*id) => {
+                let who = req.json()["Container"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                eps.get_mut(*id)
+                    .unwrap()
+                    .retain(|(k, n)| *k != who && *n != who);
+                (200, String::new())
+            }
+            ("GET", ["containers", c, "json"]) if existing.iter().any(|e| e == c) => (
+                200,
+                serde_json::json!({ "Id": live, "Name": "/live-one" }).to_string(),
+            ),
+            ("GET", ["containers", c, "json"]) => (
+                404,
+                serde_json::json!({ "message": format!("No such container: {c}") }).to_string(),
+            ),
+            _ => (
+                404,
+                serde_json::json!({ "message": "page not found" }).to_string(),
+            ),
+        }
+    };
+    let host = engine::serve(&s.path().join("docker.sock"), Arc::new(handler));
+    let config = short_deadline(&s);
+
+    let out = run(sandguard(&s)
+        .env("DOCKER_HOST", &host)
+        .arg("--config")
+        .arg(&config)
+        .args(["stop", "--all", "--session", &session, "--json"]));
+    let results = outcomes(&out.stdout);
+    let log = log.lock().unwrap();
+    let disconnects: Vec<(String, serde_json::Value)> = log
+        .iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/disconnect"))
+        .map(|r| (r.path.clone(), r.json()))
+        .collect();
+    assert_eq!(
+        disconnects,
+        vec![(
+            format!("/networks/{stale_net}/disconnect"),
+            serde_json::json!({ "Container": "gone-one", "Force": true })
+        )],
+        "{}{}",
+        out.stdout,
+        out.stderr
+    );
+    assert_eq!(results[&stale_net].0, "removed", "{}", out.stdout);
+    assert_eq!(results[&live_net].0, "unfinished", "{}", out.stdout);
+    assert_eq!(out.code, 1);
+    assert!(endpoints.lock().unwrap()[&live_net].len() == 2);
+}
+
+#[test]
+fn a_broken_volume_listing_does_not_hide_the_sessions_containers() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("td-volfail");
+    let session = format!("td{}", unique());
+    let mut r = Resources::default();
+    let ours = [
+        r.container(&[(SESSION, &session)]),
+        r.created_container(&[(SESSION, &session)]),
+    ];
+    let stranger = r.container(&[]);
+    let host = engine::faulty_forwarder(|r| r.method == "GET" && r.path == "/volumes");
+
+    let out = run(sandguard(&s).env("DOCKER_HOST", &host).args([
+        "stop",
+        "--all",
+        "--session",
+        &session,
+        "--json",
+    ]));
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    let v = json(&out.stdout);
+    let errors = v["errors"].as_array().expect("errors");
+    assert!(
+        errors.len() == 1
+            && errors[0]["provider"] == "docker"
+            && errors[0]["error"].as_str().unwrap().contains("volumes"),
+        "{}",
+        out.stdout
+    );
+    let results = outcomes(&out.stdout);
+    for c in &ours {
+        assert_eq!(
+            results.get(c).map(|r| r.0.as_str()),
+            Some("removed"),
+            "{}",
+            out.stdout
+        );
+        assert!(!container_exists(c));
+    }
+    assert!(container_exists(&stranger));
+}
+
+#[test]
+fn labels_inherited_from_an_image_are_not_ownership() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("td-image");
+    let session = format!("td{}", unique());
+    let mut made = Made::default();
+    let mut r = Resources::default();
+    // Someone else's image that carries the session's label (committed, or built elsewhere).
+    let image = format!("sandguard-test/trust-{}:latest", unique());
+    let base = docker_ok(&["create", "--network", "none", IMAGE, "true"]);
+    made.undo(&["rmi", &image]);
+    docker_ok(&[
+        "commit",
+        "--change",
+        &format!("LABEL {SESSION}={session}"),
+        &base,
+        &image,
+    ]);
+    docker_ok(&["rm", &base]);
+    // A container started from it outside any session, with no labels of its own.
+    let stranger = docker_ok(&["run", "-d", "--network", "none", &image, "sleep", "3600"]);
+    made.undo(&["rm", "-f", &stranger]);
+    let inherited = docker_ok(&["inspect", "-f", "{{json .Config.Labels}}", &stranger]);
+    assert!(inherited.contains(&session), "{inherited}");
+    let ours = r.container(&[(SESSION, &session)]);
+    // A container the session labelled itself, whose image was deleted since: nothing to
+    // compare with, so its labels stand.
+    let doomed = format!("sandguard-test/trust-{}:latest", unique());
+    made.undo(&["rmi", "-f", &doomed]);
+    let base = docker_ok(&["create", "--network", "none", IMAGE, "true"]);
+    docker_ok(&["commit", &base, &doomed]);
+    docker_ok(&["rm", &base]);
+    let label = format!("{SESSION}={session}");
+    let orphan = docker_ok(&[
+        "create",
+        "--network",
+        "none",
+        "--label",
+        &label,
+        &doomed,
+        "true",
+    ]);
+    made.undo(&["rm", "-f", &orphan]);
+    docker_ok(&["rmi", "-f", &doomed]);
+    let orphan_image = docker_ok(&["inspect", "-f", "{{.Image}}", &orphan]);
+    assert!(Command::new("docker")
+        .args(["image", "inspect", &orphan_image])
+        .output()
+        .is_ok_and(|o| !o.status.success()));
+
+    let out = run(sandguard(&s).args(["ps", "--json", "--provider", "docker"]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let listed: Vec<String> = json(&out.stdout)["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["instance_id"].as_str().map(str::to_string))
+        .collect();
+    assert!(listed.contains(&ours), "{}", out.stdout);
+    assert!(listed.contains(&orphan), "{}", out.stdout);
+    assert!(
+        !listed.contains(&stranger),
+        "a container that only inherited the label is listed: {}",
+        out.stdout
+    );
+
+    let out = run(sandguard(&s).args(["stop", "--all", "--session", &session, "--json"]));
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let results = outcomes(&out.stdout);
+    assert_eq!(results[&ours].0, "removed");
+    assert_eq!(results[&orphan].0, "removed");
+    assert!(!container_exists(&ours) && !container_exists(&orphan));
+    assert!(
+        container_exists(&stranger),
+        "a container that only inherited the label was removed"
+    );
+}
+
+#[test]
+fn a_container_whose_image_cannot_be_inspected_is_neither_owned_nor_dropped() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("td-imagefail");
+    let session = format!("td{}", unique());
+    let mut r = Resources::default();
+    let ours = r.container(&[(SESSION, &session)]);
+    let host = engine::faulty_forwarder(|r| r.method == "GET" && r.path.starts_with("/images/"));
+
+    let out =
+        run(sandguard(&s)
+            .env("DOCKER_HOST", &host)
+            .args(["ps", "--json", "--provider", "docker"]));
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    let v = json(&out.stdout);
+    assert!(
+        !v["sandboxes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["instance_id"] == ours.as_str()),
+        "listed although its labels may be inherited: {}",
+        out.stdout
+    );
+    // (Other sessions' containers on this daemon meet the same failure.)
+    let errors = v["errors"].as_array().unwrap();
+    assert!(
+        errors.iter().any(|e| e["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&ours[..12])),
+        "{}",
+        out.stdout
+    );
+
+    let out = run(sandguard(&s).env("DOCKER_HOST", &host).args([
+        "stop",
+        "--all",
+        "--session",
+        &session,
+        "--json",
+    ]));
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    assert!(json(&out.stdout)["errors"][0]["error"]
+        .as_str()
+        .is_some_and(|e| e.contains(&ours[..12])));
+    assert!(container_exists(&ours), "removed on a guess");
+}
