@@ -205,7 +205,7 @@ fn a_claim_that_can_never_be_acted_on_is_refused_at_once() {
     let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
     assert_eq!(read("name.code").trim(), "1", "{}", read("name.out"));
     assert!(read("name.out").contains("refused"), "{}", read("name.out"));
-    assert!(read("name.out").contains("not a name"), "{}", read("name.out"));
+    assert!(read("name.out").contains("never a name"), "{}", read("name.out"));
     assert_eq!(read("prov.code").trim(), "1", "{}", read("prov.out"));
     assert!(read("prov.out").contains("not configured"), "{}", read("prov.out"));
     unsafe_kill(owner.id() as i32, libc::SIGKILL);
