@@ -16,12 +16,16 @@
 //! reclaims. While the guard lives a thread sends `renew` every 5 s (the lease); dropping the
 //! guard stops it and sends `bye`.
 //!
+//! Once the sidecar is gone (it ended the session, or was killed), every call returns
+//! [`GuardError::SidecarGone`] and the heartbeat thread stops quietly. No write to the pipe
+//! ever raises SIGPIPE, even in a program whose SIGPIPE disposition is the default.
+//!
 //! The binary is `$SANDGUARD_BIN`, else `sandguard` on `PATH` ([`GuardBuilder::binary`]
 //! overrides both).
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
-use std::os::fd::AsRawFd;
+use std::io::{BufRead, BufReader};
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -46,6 +50,10 @@ pub enum GuardError {
     NotReady(String),
     #[error("invalid claim: {0}")]
     Invalid(#[from] protocol::ProtocolError),
+    /// The control pipe has no reader (`EPIPE`): the sidecar died or already ended the
+    /// session. Never a SIGPIPE: see [`crate::unix::write_without_sigpipe`].
+    #[error("the session's sidecar is gone; nothing was recorded")]
+    SidecarGone,
     #[error("cannot write to the sidecar: {0}")]
     Write(#[source] std::io::Error),
 }
@@ -207,7 +215,10 @@ impl Guard {
     }
 
     fn send(&self, command: &protocol::Command) -> Result<(), GuardError> {
-        send_line(&self.control, &command.to_line()).map_err(GuardError::Write)
+        send_line(&self.control, &command.to_line()).map_err(|e| match e.kind() {
+            std::io::ErrorKind::BrokenPipe => GuardError::SidecarGone,
+            _ => GuardError::Write(e),
+        })
     }
 }
 
@@ -220,10 +231,12 @@ impl Drop for Guard {
     }
 }
 
-/// One line in one write: atomic on a pipe (lines are far below PIPE_BUF).
+/// One line in one write: atomic on a pipe (lines are far below PIPE_BUF). A sidecar that is
+/// gone makes this `BrokenPipe`, never a SIGPIPE, even where SIGPIPE's disposition is the
+/// default (decision: a library must not kill its host program for a closed pipe).
 fn send_line(control: &Mutex<std::fs::File>, line: &str) -> std::io::Result<()> {
-    let mut file = control.lock().unwrap_or_else(|e| e.into_inner());
-    file.write_all(line.as_bytes())
+    let file = control.lock().unwrap_or_else(|e| e.into_inner());
+    crate::unix::write_without_sigpipe(file.as_fd(), line.as_bytes())
 }
 
 /// The thread that sends `renew`; stopped (and joined) by [`Heartbeat::stop`].

@@ -450,3 +450,146 @@ pub fn give_terminal_to(pgid: u32) {
         }
     }
 }
+
+/// Restores a signal's default disposition (`SIG_DFL`). Rust programs start with SIGPIPE
+/// ignored; a program (or a test of one) that wants the C default back calls this.
+pub fn default_signal(signal: libc::c_int) -> io::Result<()> {
+    // SAFETY: installing SIG_DFL involves no handler code of ours.
+    if unsafe { libc::signal(signal, libc::SIG_DFL) } == libc::SIG_ERR {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Writes all of `bytes` to `fd` without ever raising SIGPIPE, whatever the program's SIGPIPE
+/// disposition (a C program, or Rust that reset it, dies of it by default): a pipe without a
+/// reader is the error `EPIPE` (`ErrorKind::BrokenPipe`), nothing else.
+///
+/// SIGPIPE is blocked in the calling thread for the write (the kernel sends it to the writing
+/// thread); if the write failed with `EPIPE`, the SIGPIPE it raised is taken off the pending
+/// set (`sigtimedwait` with a zero timeout) before the old mask comes back. A SIGPIPE that was
+/// already pending before the call is left for the program. A write of at most `PIPE_BUF`
+/// bytes to a pipe is still one atomic `write`.
+pub fn write_without_sigpipe(fd: BorrowedFd<'_>, bytes: &[u8]) -> io::Result<()> {
+    // SAFETY: an all-zero sigset_t is a valid value for sigemptyset to initialise.
+    let mut pipe_only: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; pthread_sigmask and sigpending overwrite it.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut pending: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sigemptyset/sigaddset only write the set we own; SIGPIPE is a valid signal.
+    unsafe {
+        libc::sigemptyset(&mut pipe_only);
+        libc::sigaddset(&mut pipe_only, libc::SIGPIPE);
+    }
+    // SAFETY: both pointers are valid sigsets of ours; this changes the calling thread's mask
+    // only, and it is restored below on every path.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &pipe_only, &mut old) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    // SAFETY: `pending` is a valid sigset for the kernel to fill.
+    let was_pending = unsafe { libc::sigpending(&mut pending) } == 0
+        // SAFETY: sigismember only reads the set we own.
+        && unsafe { libc::sigismember(&pending, libc::SIGPIPE) } == 1;
+    let result = write_all_raw(fd.as_raw_fd(), bytes);
+    if !was_pending && matches!(&result, Err(e) if e.raw_os_error() == Some(libc::EPIPE)) {
+        let zero = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        loop {
+            // SAFETY: a valid set and timeout of ours; a null siginfo pointer is allowed.
+            let taken = unsafe { libc::sigtimedwait(&pipe_only, std::ptr::null_mut(), &zero) };
+            // EAGAIN: nothing pending (already taken); EINTR: another signal came first.
+            if taken >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                break;
+            }
+        }
+    }
+    // SAFETY: `old` holds the mask saved above; restoring it touches only this thread.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    result
+}
+
+/// `write(2)` until everything is written, retrying on `EINTR`.
+fn write_all_raw(fd: RawFd, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        // SAFETY: the pointer and length describe `bytes`, a live slice; `fd` is borrowed
+        // open for the call by the caller.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err);
+        }
+        if n == 0 {
+            return Err(io::Error::from(io::ErrorKind::WriteZero));
+        }
+        bytes = &bytes[n as usize..];
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    /// SIGPIPE in this thread's blocked set (`SIG_BLOCK` with an empty set reads the mask) and
+    /// in the pending set.
+    fn sigpipe_blocked_and_pending() -> (bool, bool) {
+        // SAFETY: zeroed sigsets are valid for the calls below to overwrite; an empty set with
+        // SIG_BLOCK changes nothing and only reads the mask back.
+        unsafe {
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            let mut mask: libc::sigset_t = std::mem::zeroed();
+            let mut pending: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &empty, &mut mask);
+            libc::sigpending(&mut pending);
+            (
+                libc::sigismember(&mask, libc::SIGPIPE) == 1,
+                libc::sigismember(&pending, libc::SIGPIPE) == 1,
+            )
+        }
+    }
+
+    fn block_sigpipe() {
+        // SAFETY: a zeroed sigset is valid for sigemptyset; this changes the calling thread's
+        // mask only (the test's own thread).
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGPIPE);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        }
+    }
+
+    #[test]
+    fn a_pipe_without_a_reader_is_epipe_and_leaves_no_sigpipe_behind() {
+        // A thread of its own: the signal mask is per thread.
+        std::thread::spawn(|| {
+            let (r, w) = pipe().unwrap();
+            write_without_sigpipe(w.as_fd(), b"renew\n").unwrap();
+            drop(r);
+            let err = write_without_sigpipe(w.as_fd(), b"renew\n").unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::BrokenPipe, "{err}");
+            assert_eq!(
+                sigpipe_blocked_and_pending(),
+                (false, false),
+                "mask restored"
+            );
+            // With SIGPIPE blocked by the caller, the signal the write raised would stay
+            // pending (Rust's SIG_IGN discards only unblocked ones): it must have been taken.
+            block_sigpipe();
+            let err = write_without_sigpipe(w.as_fd(), b"renew\n").unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::BrokenPipe, "{err}");
+            assert_eq!(sigpipe_blocked_and_pending(), (true, false));
+        })
+        .join()
+        .unwrap();
+    }
+}

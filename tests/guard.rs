@@ -77,3 +77,58 @@ fn a_clean_exit_says_bye_and_reclaims() {
         v["sessions"][0]["state"] == "clean"
     });
 }
+
+/// Issue #10, point 12: an owner whose SIGPIPE is the default (a C program, or Rust that reset
+/// it) outlives its SIGKILLed sidecar. Its heartbeats, its claim and its `bye` meet a pipe
+/// without a reader: the claim is an error, and the program is never killed by SIGPIPE.
+#[test]
+fn a_guard_whose_sidecar_is_gone_returns_errors_instead_of_dying_of_sigpipe() {
+    use std::io::Write;
+    use std::os::unix::process::ExitStatusExt;
+    let s = Scratch::new("guard-sigpipe");
+    // No provider at all: the sidecar has nothing to list, and the daemon is not involved.
+    let config = cloud_config(&s, "");
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_sandguard"));
+    let example = bin.parent().unwrap().join("examples/sigpipe");
+    assert!(
+        example.exists(),
+        "cargo test builds the examples: {example:?} is missing"
+    );
+    let mut child = Command::new(example)
+        .env("SANDGUARD_BIN", bin)
+        .env("SANDGUARD_CONFIG", &config)
+        .env("XDG_STATE_HOME", s.path().join("state"))
+        .env("HOME", s.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready = lines.next().unwrap().unwrap();
+    let pid: u32 = ready.split_whitespace().nth(2).unwrap().parse().unwrap();
+    let sidecar = crate::wrapper::find_process(&format!("--owner-pid {pid} --owner-start"))
+        .expect("the guard's sidecar runs");
+    crate::wrapper::unsafe_kill(sidecar as i32, libc::SIGKILL);
+    eventually(Duration::from_secs(5), "the sidecar is dead", || {
+        std::fs::read_to_string(format!("/proc/{sidecar}/stat"))
+            .map_or(true, |stat| stat.contains(") Z "))
+    });
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(
+        status.signal(),
+        None,
+        "the program was killed by signal {:?} (13 is SIGPIPE); stdout {rest:?}, stderr {stderr}",
+        status.signal()
+    );
+    assert_eq!(status.code(), Some(0), "stdout {rest:?}, stderr {stderr}");
+    assert_eq!(rest.len(), 1, "{rest:?}");
+    assert!(
+        rest[0].starts_with("claim failed: ") && rest[0].contains("the session's sidecar is gone"),
+        "{rest:?}"
+    );
+}

@@ -389,3 +389,142 @@ fn the_sidecar_renews_ttls_only_on_plugins_that_describe_one() {
         !ttl.exists("t1") && !plain.exists("n1")
     });
 }
+
+/// What the leaky plugins below print: none of it may reach output, logs or the ledger.
+const PLUGIN_SECRETS: [&str; 5] = [
+    "s3cr3t-t0k3n-1",
+    "b3ar3r-s3cr3t-2",
+    "k3y-s3cr3t-3",
+    "1mag3-s3cr3t-4",
+    "d3sc-s3cr3t-5",
+];
+
+/// Says on stderr what a chatty HTTP client says (a URL with its `token=`, the request's
+/// `Authorization` header), then: `leaky` fails every verb; `refuses` lists its sandboxes
+/// (an image with an `access_token=` in it) but answers `remove` with an error reply quoting an
+/// `api_key=`, and describes itself with a `token=` in its detail.
+const LEAKY: &str = r#"#!/bin/sh
+state=__STATE__
+echo "POST https://api.acme.test/v1/sandboxes?token=s3cr3t-t0k3n-1: 401" >&2
+echo "> Authorization: Bearer b3ar3r-s3cr3t-2" >&2
+[ "__MODE__" = leaky ] && exit 1
+case "$1" in
+list) printf '{"sandboxes":['; sep=''
+      for f in "$state"/*.json; do [ -e "$f" ] || continue; printf '%s' "$sep"; cat "$f"; sep=','; done
+      printf ']}\n' ;;
+remove) echo '{"error":"refused: api_key=k3y-s3cr3t-3 is not allowed to delete"}' ;;
+describe) echo '{"capabilities":{"labels":true,"ttl":false},"detail":"acme eu-1 token=d3sc-s3cr3t-5"}' ;;
+*) exit 2 ;;
+esac
+"#;
+
+fn assert_no_plugin_secret(what: &str, text: &str) {
+    for secret in PLUGIN_SECRETS {
+        assert!(!text.contains(secret), "{what} contains {secret}:\n{text}");
+    }
+}
+
+/// Issue #10, point 25: a plugin's stderr, error replies and free text go through the HTTP
+/// layer's redaction before they reach `ps`, `stop`, `providers`, the sidecar's log or the
+/// session's journal.
+#[test]
+fn what_a_plugin_prints_is_redacted_everywhere() {
+    let s = Scratch::new("plugin-leak");
+    let mut states = Vec::new();
+    for mode in ["leaky", "refuses"] {
+        let script = bin(&s).join(format!("sandguard-provider-{mode}"));
+        let state = script.with_extension("state");
+        std::fs::create_dir_all(&state).unwrap();
+        let text = LEAKY
+            .replace("__STATE__", &state.display().to_string())
+            .replace("__MODE__", mode);
+        write_script(&script, &text);
+        states.push(state);
+    }
+    let refuses = &states[1];
+    let insert = |id: &str, labels: serde_json::Value| {
+        let sandbox = serde_json::json!({
+            "id": id, "status": "running", "image": "acme.io/py?access_token=1mag3-s3cr3t-4",
+            "labels": labels,
+        });
+        std::fs::write(refuses.join(format!("{id}.json")), sandbox.to_string()).unwrap();
+    };
+    insert("r1", serde_json::json!({ SESSION: "sr" }));
+    let config = cloud_config(&s, "");
+
+    let commands: &[&[&str]] = &[
+        &["ps"],
+        &["ps", "--json"],
+        &["providers"],
+        &["providers", "--json"],
+        &["stop", "r1"],
+        &["stop", "--all", "--session", "sr"],
+        &["stop", "--all", "--session", "sr", "--json"],
+    ];
+    for args in commands {
+        let out = run(cmd(&s, &config).env("SANDGUARD_LOG", "trace").args(*args));
+        assert_eq!(out.code, 1, "{args:?} fails: {}{}", out.stdout, out.stderr);
+        assert_no_plugin_secret(&format!("stdout of {args:?}"), &out.stdout);
+        assert_no_plugin_secret(&format!("stderr of {args:?}"), &out.stderr);
+    }
+    // The redaction hides the values, not what happened.
+    let out = run(cmd(&s, &config).args(["ps", "--json"]));
+    let v = json(&out.stdout);
+    let leaky = v["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["provider"] == "leaky")
+        .unwrap()["error"]
+        .to_string();
+    assert!(
+        leaky.contains("exited with status 1")
+            && leaky.contains("token=[redacted]")
+            && leaky.contains("Authorization: Bearer [redacted]"),
+        "{leaky}"
+    );
+
+    // A guarded session whose sidecar meets both plugins when its owner dies.
+    let mut sidecar = cmd(&s, &config);
+    sidecar.env("SANDGUARD_LOG", "trace");
+    let mut owner = Owner::start(sidecar, &s);
+    let labels: serde_json::Map<String, serde_json::Value> = owner
+        .label_pairs()
+        .into_iter()
+        .map(|(k, v)| (k, serde_json::Value::from(v)))
+        .collect();
+    insert("r2", serde_json::Value::Object(labels));
+    owner.kill();
+    eventually(
+        Duration::from_secs(20),
+        "the session is left pending",
+        || {
+            let v = json(&run(cmd(&s, &config).args(["sessions", "--json"])).stdout);
+            v["sessions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|x| x["session"] == owner.session.as_str() && x["state"] == "pending")
+        },
+    );
+    let mut files = 0;
+    for file in walk(&s.path().join("state")) {
+        let text = String::from_utf8_lossy(&std::fs::read(&file).unwrap()).into_owned();
+        assert_no_plugin_secret(&file.display().to_string(), &text);
+        files += 1;
+    }
+    assert!(files >= 2, "the session's journal and log were checked");
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}

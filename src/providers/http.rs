@@ -86,12 +86,10 @@ impl Http {
         self
     }
 
-    /// Redacts every credential from `text`.
+    /// Redacts every credential from `text`: this client's own, and anything shaped like one
+    /// ([`super::redact`]).
     pub fn redact(&self, text: &str) -> String {
-        self.secrets
-            .iter()
-            .filter(|s| !s.expose().is_empty())
-            .fold(text.to_string(), |t, s| t.replace(s.expose(), "[redacted]"))
+        super::redact::redact(text, &self.secrets)
     }
 
     /// A request to `path` (starting with `/`) under the base URL.

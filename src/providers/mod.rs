@@ -20,6 +20,7 @@ pub mod flyio;
 pub mod http;
 pub mod modal;
 pub mod plugin;
+pub(crate) mod redact;
 pub mod tenki;
 
 use std::collections::BTreeMap;
@@ -240,10 +241,24 @@ impl Registry {
             modal::entry(&settings.modal),
         ];
         let path = std::env::var_os("PATH");
+        // A plugin inherits sandguard's environment, credentials included: whatever it says
+        // is redacted of every one of them.
+        let secrets: Vec<crate::config::Secret> = [
+            &settings.e2b,
+            &settings.daytona,
+            &settings.flyio,
+            &settings.tenki,
+            &settings.modal,
+        ]
+        .iter()
+        .flat_map(|c| c.token.iter().chain(c.secret.iter()))
+        .cloned()
+        .collect();
         entries.extend(plugin::entries(
             &settings.plugins,
             path.as_deref(),
             &crate::config::BUILT_IN_PROVIDERS,
+            &secrets,
         ));
         Registry { entries }
     }

@@ -218,10 +218,7 @@ impl ModalProvider {
     }
 
     fn redact(&self, text: &str) -> String {
-        [&self.token_id, &self.token_secret]
-            .iter()
-            .filter(|s| !s.expose().is_empty())
-            .fold(text.to_string(), |t, s| t.replace(s.expose(), "[redacted]"))
+        super::redact::redact(text, [&self.token_id, &self.token_secret])
     }
 
     async fn list_page(

@@ -9,6 +9,13 @@
 //! answer into a reply or an error). Each call runs in its own process group with a time limit;
 //! at the limit the whole group is killed. A plugin that crashes, hangs or prints garbage fails
 //! that call, and only that call: it is reported like any provider that does not answer.
+//!
+//! Everything a plugin says that sandguard passes on (its stderr and error replies in errors
+//! and logs, and from there the ledger; a sandbox's `status` and `image` and the `describe`
+//! detail in output) goes through the HTTP layer's redaction ([`super::redact`]): the
+//! credentials sandguard knows, which the plugin inherits in its environment, and anything
+//! shaped like a credential. Decision: a sandbox's id and labels are not redacted; they are
+//! how sandguard matches and removes it, and must come back to the plugin as it sent them.
 
 mod wire;
 
@@ -25,7 +32,7 @@ use tokio::process::Child;
 
 use self::wire::{Answer, Described, Done, ListReply, Outcome};
 use super::{Capabilities, Entry, EntryState, Provider, ProviderError, Sandbox};
-use crate::config::PluginSettings;
+use crate::config::{PluginSettings, Secret};
 use crate::labels::Selector;
 
 /// A plugin on `PATH` is this prefix followed by its provider name.
@@ -57,11 +64,13 @@ const UNDESCRIBED: Capabilities = Capabilities {
 
 /// The registry entries of every plugin: those on `path` (a `PATH` value) and those in the
 /// config; a config `command` wins over `PATH`. A name in `reserved` (the built-ins) is ignored
-/// with a warning. Sorted by name.
+/// with a warning. Sorted by name. `secrets` (every credential sandguard knows) are redacted
+/// from whatever the plugins say.
 pub fn entries(
     configured: &[PluginSettings],
     path: Option<&OsStr>,
     reserved: &[&str],
+    secrets: &[Secret],
 ) -> Vec<Entry> {
     let found = discover(path);
     let mut names: Vec<&str> = found.keys().map(String::as_str).collect();
@@ -87,7 +96,9 @@ pub fn entries(
             .or_else(|| found.get(name).map(|p| vec![p.clone().into_os_string()]));
         let timeout = settings.map_or(Duration::from_secs(30), |s| s.timeout);
         let state = match command {
-            Some(command) => EntryState::Configured(Arc::new(Plugin::new(name, command, timeout))),
+            Some(command) => EntryState::Configured(Arc::new(
+                Plugin::new(name, command, timeout).redacting(secrets.to_vec()),
+            )),
             None => EntryState::Unconfigured(format!(
                 "[providers.{name}] has no `command` and there is no {PREFIX}{name} on PATH"
             )),
@@ -137,6 +148,8 @@ pub struct Plugin {
     timeout: Duration,
     /// What `describe` said, once it has answered.
     described: Mutex<Option<Capabilities>>,
+    /// Credentials to hide in what the plugin says (beside anything shaped like one).
+    secrets: Vec<Secret>,
 }
 
 impl Plugin {
@@ -146,7 +159,26 @@ impl Plugin {
             command,
             timeout,
             described: Mutex::new(None),
+            secrets: Vec::new(),
         }
+    }
+
+    /// Also redacts `secrets` from everything the plugin says.
+    pub fn redacting(mut self, secrets: Vec<Secret>) -> Self {
+        self.secrets.extend(secrets);
+        self
+    }
+
+    fn redact(&self, text: &str) -> String {
+        super::redact::redact(text, &self.secrets)
+    }
+
+    fn interpret<T: serde::de::DeserializeOwned>(
+        &self,
+        answer: &Answer,
+        what: &str,
+    ) -> Result<T, ProviderError> {
+        wire::interpret(answer, what, &self.program(), &self.secrets)
     }
 
     fn program(&self) -> String {
@@ -221,7 +253,8 @@ impl Plugin {
             );
             return Ok(None);
         }
-        wire::interpret(&answer, "failed to describe the plugin", &self.program()).map(Some)
+        self.interpret(&answer, "failed to describe the plugin")
+            .map(Some)
     }
 }
 
@@ -285,7 +318,7 @@ impl Provider for Plugin {
         let answer = self
             .call("list", serde_json::json!({ "selector": selector.terms() }))
             .await?;
-        let reply: ListReply = wire::interpret(&answer, what, &self.program())?;
+        let reply: ListReply = self.interpret(&answer, what)?;
         if reply.sandboxes.iter().any(|s| s.id.is_empty()) {
             return Err(ProviderError::Fatal(format!(
                 "{what}: plugin {} listed a sandbox with an empty id",
@@ -295,7 +328,12 @@ impl Provider for Plugin {
         Ok(reply
             .sandboxes
             .into_iter()
-            .map(|l| l.into_sandbox(&self.name))
+            .map(|l| {
+                let mut sandbox = l.into_sandbox(&self.name);
+                sandbox.status = self.redact(&sandbox.status);
+                sandbox.image = sandbox.image.map(|i| self.redact(&i));
+                sandbox
+            })
             .filter(|s| selector.matches(&s.labels))
             .collect())
     }
@@ -305,7 +343,7 @@ impl Provider for Plugin {
         let answer = self
             .call("remove", serde_json::json!({ "id": sandbox.id }))
             .await?;
-        let done: Done = wire::interpret(&answer, &what, &self.program())?;
+        let done: Done = self.interpret(&answer, &what)?;
         match done.result {
             Outcome::Removed => Ok(()),
             Outcome::Gone => Err(ProviderError::Gone(format!(
@@ -327,6 +365,7 @@ impl Provider for Plugin {
                 self.remember(described.capabilities.into());
                 Ok(described
                     .detail
+                    .map(|d| self.redact(&d))
                     .unwrap_or_else(|| format!("plugin {}", self.program())))
             }
             None => {
@@ -351,7 +390,7 @@ impl Provider for Plugin {
         let what = format!("failed to extend sandbox {}", sandbox.id);
         let request = serde_json::json!({ "id": sandbox.id, "ttl_secs": ttl.as_secs() });
         let answer = self.call("renew", request).await?;
-        let done: Done = wire::interpret(&answer, &what, &self.program())?;
+        let done: Done = self.interpret(&answer, &what)?;
         match done.result {
             Outcome::Renewed => Ok(()),
             Outcome::Gone => Err(ProviderError::Gone(format!(
@@ -410,7 +449,7 @@ mod tests {
                 timeout: Duration::from_secs(5),
             },
         ];
-        let entries = entries(&configured, Some(&path), &["docker"]);
+        let entries = entries(&configured, Some(&path), &["docker"], &[]);
         let names: Vec<&str> = entries.iter().map(|e| e.name).collect();
         assert_eq!(names, ["acme", "ghost", "zed"]);
         assert!(matches!(entries[0].state, EntryState::Configured(_)));

@@ -30,6 +30,19 @@ Decisions:
   grace (``--grace``, default 10 minutes) loses its sandboxes too.
 - Only the process that made the guard speaks for it: a forked child inherits the object but
   never sends ``bye`` (nor heartbeats) for its parent.
+- Once the sidecar is gone (it was killed, or the session already ended), ``claim``,
+  ``release``, ``detach`` and ``renew`` raise :class:`SandguardError` ("the session's sidecar
+  is gone ..."), the heartbeat thread stops quietly, and ``close()`` returns. No write to the
+  pipe ever kills the process with ``SIGPIPE``, even after
+  ``signal.signal(signal.SIGPIPE, signal.SIG_DFL)``: SIGPIPE is blocked in the writing thread
+  for the write, and the one a failed write raised is taken off the pending set.
+- Child processes: :mod:`subprocess` closes every descriptor but 0, 1 and 2 in the child by
+  default (``close_fds=True``), so ``sandguard claim`` run from Python needs the control pipe
+  passed on: ``subprocess.run([...], pass_fds=sandguard.pass_fds())`` under
+  ``sandguard -- python ...`` (the variables are inherited already), and with a guard made here
+  also ``env=g.child_env()``, which adds ``SANDGUARD_FD``, ``SANDGUARD_SESSION`` and
+  ``SANDGUARD_LABELS``. The guard does not put them in ``os.environ`` itself: that would hand
+  the session to every child, even those started without the pipe.
 
 The binary is found in this order: ``binary=`` argument, ``$SANDGUARD_BIN``, the ``sandguard``
 installed with this module (the environment's scripts directory), ``sandguard`` on ``PATH``.
@@ -45,12 +58,14 @@ import re
 import secrets
 import select
 import shutil
+import signal
+import stat
 import subprocess
 import sys
 import sysconfig
 import threading
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Mapping, Optional, Tuple
 
 __all__ = [
     "Guard",
@@ -59,6 +74,8 @@ __all__ = [
     "start",
     "owner_label",
     "find_binary",
+    "pass_fds",
+    "child_env",
     "LABEL_SESSION",
     "LABEL_OWNER",
 ]
@@ -83,6 +100,10 @@ _UNKNOWN_MACHINE = "0000000000000000"
 
 class SandguardError(RuntimeError):
     """The sidecar could not be started, or is gone."""
+
+
+#: What a write into a control pipe without a reader raises (the Rust CLI says the same).
+_GONE = "the session's sidecar is gone; nothing was recorded"
 
 
 # --- identity (mirrors src/identity.rs) -------------------------------------------------
@@ -159,6 +180,11 @@ def find_binary() -> str:
 
 # --- the guard ----------------------------------------------------------------------------
 
+#: The guards open in this process, the most recent last: :func:`pass_fds` and
+#: :func:`child_env` speak for the last one.
+_open_guards: List["Guard"] = []
+_open_guards_lock = threading.Lock()
+
 
 def _readable(fd: int, timeout: float) -> bool:
     """Whether `fd` is readable (or at EOF) within `timeout` seconds. poll, not select: a
@@ -166,6 +192,34 @@ def _readable(fd: int, timeout: float) -> bool:
     p = select.poll()
     p.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
     return bool(p.poll(max(0, int(timeout * 1000) + 1)))
+
+
+def _write_without_sigpipe(fd: int, data: bytes) -> None:
+    """One ``os.write`` that never raises ``SIGPIPE`` in this process, whatever its SIGPIPE
+    disposition: a pipe without a reader is ``BrokenPipeError``, nothing else.
+
+    Python ignores SIGPIPE by default, but a program may have set ``SIG_DFL`` (to die quietly
+    in a shell pipeline, say). SIGPIPE is blocked in this thread for the write (the kernel
+    sends it to the writing thread); if the write failed with EPIPE, the SIGPIPE it raised is
+    taken off the pending set (``sigtimedwait`` with a zero timeout) before the old mask comes
+    back. A SIGPIPE already pending before the call is left alone. Mirrors
+    ``write_without_sigpipe`` in src/unix.rs.
+    """
+    sigpipe = getattr(signal, "SIGPIPE", None)
+    if sigpipe is None or not hasattr(signal, "pthread_sigmask"):
+        os.write(fd, data)
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {sigpipe})
+    try:
+        was_pending = sigpipe in signal.sigpending()
+        try:
+            os.write(fd, data)
+        except BrokenPipeError:
+            if not was_pending:
+                signal.sigtimedwait({sigpipe}, 0)
+            raise
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _target(provider: str, sandbox_id: str) -> str:
@@ -217,6 +271,8 @@ class Guard:
         self._control: Optional[int] = None
         self._stdout: Optional[int] = None
         self._start(binary or find_binary(), config, grace, ready_timeout)
+        with _open_guards_lock:
+            _open_guards.append(self)
         if renew_every:
             self._renewer = threading.Thread(
                 target=self._renew_loop,
@@ -333,6 +389,35 @@ class Guard:
         """A heartbeat (sent every 5 s by a daemon thread unless ``renew_every=None``)."""
         self._send("renew\n")
 
+    # -- child processes
+
+    def pass_fds(self) -> Tuple[int, ...]:
+        """The descriptors a child process needs to talk to this guard's sidecar (the control
+        pipe's write end), for :mod:`subprocess`'s ``pass_fds=``. Use with :meth:`child_env`::
+
+            subprocess.run(["sandguard", "claim", "docker", cid],
+                           pass_fds=g.pass_fds(), env=g.child_env(), check=True)
+        """
+        with self._lock:
+            if self._closed or self._control is None:
+                raise SandguardError("the guard is closed")
+            if os.getpid() != self.pid:
+                raise SandguardError("only the guarded process can talk to its sidecar")
+            return (self._control,)
+
+    def child_env(self, base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+        """``base`` (default ``os.environ``) plus this session's ``SANDGUARD_FD``,
+        ``SANDGUARD_SESSION`` and ``SANDGUARD_LABELS``: the environment of a child that runs
+        ``sandguard claim`` (pass :meth:`pass_fds` too)."""
+        (fd,) = self.pass_fds()
+        env = dict(os.environ if base is None else base)
+        env.update(
+            SANDGUARD_FD=str(fd),
+            SANDGUARD_SESSION=self.session,
+            SANDGUARD_LABELS=self.labels_env,
+        )
+        return env
+
     def _send(self, line: str) -> None:
         data = line.encode("ascii")
         with self._lock:
@@ -342,10 +427,11 @@ class Guard:
                 raise SandguardError("only the guarded process can talk to its sidecar")
             try:
                 # One short write (< PIPE_BUF): atomic, never interleaved with another line.
-                os.write(self._control, data)
+                _write_without_sigpipe(self._control, data)
             except BrokenPipeError as e:
                 raise SandguardError(
-                    "the sidecar is gone: its session has ended (see `sandguard sessions`)"
+                    f"{_GONE} (it was killed, or its session has ended: see "
+                    "`sandguard sessions`)"
                 ) from e
 
     def _renew_loop(self, every: float) -> None:
@@ -373,12 +459,15 @@ class Guard:
                 return  # a forked child: the guard is its parent's
             self._closed = True
             self._stop.set()
+            with _open_guards_lock:
+                if self in _open_guards:
+                    _open_guards.remove(self)
             control, self._control = self._control, None
             stdout, self._stdout = self._stdout, None
         try:
             if control is not None:
                 try:
-                    os.write(control, b"bye\n")
+                    _write_without_sigpipe(control, b"bye\n")
                 except OSError:
                     pass  # the sidecar is already gone
                 os.close(control)
@@ -445,6 +534,52 @@ def guard(
         wait=wait,
         ready_timeout=ready_timeout,
     )
+
+
+def _current_guard() -> Optional[Guard]:
+    """The most recent guard this very process made and has not closed."""
+    with _open_guards_lock:
+        for g in reversed(_open_guards):
+            if not g.closed and g.pid == os.getpid():
+                return g
+    return None
+
+
+def _inherited_fd() -> Optional[int]:
+    """``$SANDGUARD_FD`` when it names an open pipe (``sandguard -- python ...``)."""
+    try:
+        fd = int(os.environ.get("SANDGUARD_FD", ""))
+        return fd if fd >= 0 and stat.S_ISFIFO(os.fstat(fd).st_mode) else None
+    except (ValueError, OSError):
+        return None
+
+
+def pass_fds() -> Tuple[int, ...]:
+    """The descriptors a child process needs for ``sandguard claim`` (and ``release``,
+    ``detach``): :mod:`subprocess` closes all others (``close_fds=True`` is its default)::
+
+        subprocess.run(["sandguard", "claim", "docker", cid], pass_fds=sandguard.pass_fds())
+
+    The session's control pipe comes from the guard this process opened last (then pass
+    ``env=sandguard.child_env()`` too, so the child finds it), else from ``$SANDGUARD_FD`` when
+    the program runs under ``sandguard -- python ...`` (the child inherits the variables).
+    Outside any session it is empty, so the same call works guarded or not.
+    """
+    g = _current_guard()
+    if g is not None:
+        return g.pass_fds()
+    fd = _inherited_fd()
+    return () if fd is None else (fd,)
+
+
+def child_env(base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """The environment for a child that talks to the session (pair it with :func:`pass_fds`):
+    ``base`` (default ``os.environ``) plus the open guard's ``SANDGUARD_*`` variables; under
+    ``sandguard -- python ...`` without a guard, ``base`` as it is (it has them already)."""
+    g = _current_guard()
+    if g is not None:
+        return g.child_env(base)
+    return dict(os.environ if base is None else base)
 
 
 def start(**kwargs) -> Guard:

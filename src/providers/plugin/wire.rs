@@ -1,6 +1,11 @@
 //! The plugin protocol's messages, and how a plugin's answer (exit status, stdout, stderr)
 //! becomes a reply or a [`ProviderError`]. Pure: no processes here, so every rule is tested
 //! on plain bytes. The protocol itself is described in README.md ("Plugin providers").
+//!
+//! A plugin is text sandguard did not write: its stderr, its error replies and whatever a
+//! parse error quotes from its stdout go through [`redact`] (the HTTP layer's redaction) before
+//! they reach any message, and stderr and error texts are redacted *before* they are cut to
+//! their last 400 characters, so a cut can never leave half a credential behind its key.
 
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
@@ -10,6 +15,8 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
+use crate::config::Secret;
+use crate::providers::redact::redact;
 use crate::providers::{Capabilities, Kind, ProviderError, Sandbox};
 
 /// At most this much of a plugin's stderr is quoted in an error message (the end of it:
@@ -123,12 +130,25 @@ struct ErrorReply {
 /// 3. otherwise stdout must parse as `T`; anything else is fatal (a protocol violation).
 ///
 /// `what` says what was being done ("failed to list sandboxes"); `program` names the plugin.
+/// Every message is redacted: `secrets` (the credentials sandguard knows, which the plugin
+/// sees in its environment) and anything shaped like a credential.
 pub fn interpret<T: DeserializeOwned>(
     answer: &Answer,
     what: &str,
     program: &str,
+    secrets: &[Secret],
 ) -> Result<T, ProviderError> {
-    let stderr = stderr_note(&answer.stderr);
+    decide(answer, what, program, secrets).map_err(|e| redacted(e, secrets))
+}
+
+/// [`interpret`] before the last redaction of the whole message.
+fn decide<T: DeserializeOwned>(
+    answer: &Answer,
+    what: &str,
+    program: &str,
+    secrets: &[Secret],
+) -> Result<T, ProviderError> {
+    let stderr = stderr_note(&answer.stderr, secrets);
     let value: Option<serde_json::Value> = if answer.stdout_truncated {
         None
     } else {
@@ -137,7 +157,10 @@ pub fn interpret<T: DeserializeOwned>(
     if let Some(v) = value.as_ref().filter(|v| v.get("error").is_some()) {
         return Err(match ErrorReply::deserialize(v) {
             Ok(e) => {
-                let message = format!("{what}: {}", clean(&e.error, STDERR_QUOTE));
+                let message = format!(
+                    "{what}: {}",
+                    clean(&redact(&e.error, secrets), STDERR_QUOTE)
+                );
                 if e.retry {
                     ProviderError::Transient {
                         message,
@@ -184,12 +207,29 @@ pub fn describe_status(status: ExitStatus) -> String {
     }
 }
 
-/// `; stderr: …` with the end of the plugin's stderr, or nothing when it said nothing.
-fn stderr_note(stderr: &[u8]) -> String {
+/// The same error with its message redacted.
+fn redacted(e: ProviderError, secrets: &[Secret]) -> ProviderError {
+    match e {
+        ProviderError::Gone(m) => ProviderError::Gone(redact(&m, secrets)),
+        ProviderError::Transient {
+            message,
+            retry_after,
+        } => ProviderError::Transient {
+            message: redact(&message, secrets),
+            retry_after,
+        },
+        ProviderError::Fatal(m) => ProviderError::Fatal(redact(&m, secrets)),
+    }
+}
+
+/// `; stderr: …` with the end of the plugin's stderr (redacted line by line, then cut), or
+/// nothing when it said nothing.
+fn stderr_note(stderr: &[u8], secrets: &[Secret]) -> String {
     let text = String::from_utf8_lossy(stderr);
     let joined = text
         .lines()
-        .map(str::trim)
+        .map(|l| redact(l, secrets))
+        .map(|l| l.trim().to_string())
         .filter(|l| !l.is_empty())
         .collect::<Vec<_>>()
         .join(" | ");
@@ -228,7 +268,7 @@ mod tests {
     }
 
     fn list(a: &Answer) -> Result<ListReply, ProviderError> {
-        interpret(a, "failed to list sandboxes", "/bin/p")
+        interpret(a, "failed to list sandboxes", "/bin/p", &[])
     }
 
     #[test]
@@ -300,6 +340,41 @@ mod tests {
     }
 
     #[test]
+    fn what_a_plugin_says_is_redacted_before_it_is_cut() {
+        let known = [Secret::new("e2b_kn0wn")];
+        let interpret_list = |a: &Answer| -> String {
+            interpret::<ListReply>(a, "failed to list sandboxes", "/bin/p", &known)
+                .unwrap_err()
+                .to_string()
+        };
+        let stderr = format!(
+            "token=s3cr3t-1\nAuthorization: Bearer b3ar3r-2\nkey is e2b_kn0wn\n{}",
+            "x".repeat(300)
+        );
+        let msg = interpret_list(&answer(1, "", &stderr));
+        for secret in ["s3cr3t-1", "b3ar3r-2", "e2b_kn0wn"] {
+            assert!(!msg.contains(secret), "{msg}");
+        }
+        assert!(
+            msg.contains("token=[redacted] | Authorization: Bearer [redacted]"),
+            "{msg}"
+        );
+        // A credential longer than the quote: redacted first, so no tail of it survives.
+        let long = format!("password={}", "p".repeat(1000));
+        assert!(interpret_list(&answer(1, "", &long)).ends_with("stderr: password=[redacted]"));
+        let msg = interpret_list(&answer(0, r#"{"error":"denied for api_key=k3y-3"}"#, ""));
+        assert_eq!(
+            msg,
+            "failed to list sandboxes: denied for api_key=[redacted]"
+        );
+        let msg = interpret_list(&answer(0, r#"{"sandboxes":"token=s3cr3t-4"}"#, ""));
+        assert!(
+            msg.contains("unreadable reply") && !msg.contains("s3cr3t-4"),
+            "{msg}"
+        );
+    }
+
+    #[test]
     fn garbage_is_fatal() {
         for (out, says) in [
             ("hello, I am not JSON", "not JSON"),
@@ -324,11 +399,16 @@ mod tests {
 
     #[test]
     fn done_and_described_replies_parse() {
-        let d: Done = interpret(&answer(0, r#"{"result":"gone"}"#, ""), "w", "p").unwrap();
+        let d: Done = interpret(&answer(0, r#"{"result":"gone"}"#, ""), "w", "p", &[]).unwrap();
         assert_eq!(d.result, Outcome::Gone);
-        assert!(interpret::<Done>(&answer(0, r#"{"result":"maybe"}"#, ""), "w", "p").is_err());
-        let d: Described =
-            interpret(&answer(0, r#"{"capabilities":{"ttl":true}}"#, ""), "w", "p").unwrap();
+        assert!(interpret::<Done>(&answer(0, r#"{"result":"maybe"}"#, ""), "w", "p", &[]).is_err());
+        let d: Described = interpret(
+            &answer(0, r#"{"capabilities":{"ttl":true}}"#, ""),
+            "w",
+            "p",
+            &[],
+        )
+        .unwrap();
         let c = Capabilities::from(d.capabilities);
         assert!(c.labels && c.ttl && !c.pagination);
         assert_eq!(d.detail, None);
