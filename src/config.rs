@@ -212,9 +212,7 @@ fn expand_home(p: &Path, env: &dyn Env) -> Result<PathBuf, String> {
         None => return Ok(p.to_path_buf()),
         Some(rest) => rest.trim_start_matches('/'),
     };
-    let home = env
-        .var("HOME")
-        .ok_or("starts with ~ but HOME is not set")?;
+    let home = env.var("HOME").ok_or("starts with ~ but HOME is not set")?;
     Ok(Path::new(&home).join(rest))
 }
 
@@ -675,7 +673,10 @@ fn locate(text: &str, table: &str, key: &str) -> usize {
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.starts_with('[') {
-            current = line.trim_matches(|c| c == '[' || c == ']').trim().to_string();
+            current = line
+                .trim_matches(|c| c == '[' || c == ']')
+                .trim()
+                .to_string();
         } else if current == table
             && line.split('=').next().map(|k| k.trim().trim_matches('"')) == Some(key)
         {
@@ -988,17 +989,31 @@ mod tests {
     fn values_that_make_no_sense_name_file_line_and_key() {
         for (text, at) in [
             ("[watch]\ngrace = \"0\"\n", "c.toml:2: key `watch.grace`"),
-            ("[reclaim]\ndeadline = \"0\"\n", "c.toml:2: key `reclaim.deadline`"),
-            ("[reclaim]\nretry_initial = \"0\"\n", "c.toml:2: key `reclaim.retry_initial`"),
+            (
+                "[reclaim]\ndeadline = \"0\"\n",
+                "c.toml:2: key `reclaim.deadline`",
+            ),
+            (
+                "[reclaim]\nretry_initial = \"0\"\n",
+                "c.toml:2: key `reclaim.retry_initial`",
+            ),
             (
                 "[reclaim]\nretry_initial = \"5s\"\nretry_max = \"1s\"\n",
                 "c.toml:3: key `reclaim.retry_max`",
             ),
-            ("[providers.e2b]\ntimeout = \"0\"\n", "c.toml:2: key `providers.e2b.timeout`"),
-            ("state_dir = \"relative/dir\"\n", "c.toml:1: key `state_dir`"),
+            (
+                "[providers.e2b]\ntimeout = \"0\"\n",
+                "c.toml:2: key `providers.e2b.timeout`",
+            ),
+            (
+                "state_dir = \"relative/dir\"\n",
+                "c.toml:1: key `state_dir`",
+            ),
             ("state_dir = \"~bob/x\"\n", "c.toml:1: key `state_dir`"),
         ] {
-            let err = parse_file(Path::new("c.toml"), text).unwrap_err().to_string();
+            let err = parse_file(Path::new("c.toml"), text)
+                .unwrap_err()
+                .to_string();
             assert!(err.starts_with(at), "{text:?}: {err}");
         }
         let e = env(&[("SANDGUARD_GRACE", "0"), ("HOME", "/h")]);
@@ -1009,8 +1024,8 @@ mod tests {
     #[test]
     fn a_tilde_state_dir_is_the_home_directory() {
         let file = parse_file(Path::new("c"), "state_dir = \"~/.sg\"\n").unwrap();
-        let s = Settings::layer(None, file, &Overrides::default(), &env(&[("HOME", "/h")]))
-            .unwrap();
+        let s =
+            Settings::layer(None, file, &Overrides::default(), &env(&[("HOME", "/h")])).unwrap();
         assert_eq!(s.state_dir, PathBuf::from("/h/.sg"));
         let e = env(&[("HOME", "/h"), ("SANDGUARD_STATE_DIR", "rel")]);
         let err = Settings::layer(None, FileConfig::default(), &Overrides::default(), &e);

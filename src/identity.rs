@@ -372,7 +372,10 @@ mod tests {
         let gone = |_| Probe::NoSuchProcess;
         let hidden = |_| Probe::Hidden;
         let at = |stat: ProcStat| move |_| Some(stat);
-        assert_eq!(j.liveness_with(&owner(), at(RUNNING), gone), Liveness::Alive);
+        assert_eq!(
+            j.liveness_with(&owner(), at(RUNNING), gone),
+            Liveness::Alive
+        );
         let reused = ProcStat {
             start_time: 101,
             ..RUNNING
@@ -385,7 +388,10 @@ mod tests {
         assert_eq!(j.liveness_with(&owner(), at(zombie), gone), Liveness::Dead);
         assert_eq!(j.liveness_with(&owner(), |_| None, gone), Liveness::Dead);
         // hidepid=2: the pid exists but /proc does not show it.
-        assert_eq!(j.liveness_with(&owner(), |_| None, hidden), Liveness::Unknown);
+        assert_eq!(
+            j.liveness_with(&owner(), |_| None, hidden),
+            Liveness::Unknown
+        );
     }
 
     #[test]
@@ -402,12 +408,18 @@ mod tests {
             pidns: None,
             ..owner()
         };
-        assert_eq!(j.liveness_with(&unrecorded, nothing, gone), Liveness::Unknown);
+        assert_eq!(
+            j.liveness_with(&unrecorded, nothing, gone),
+            Liveness::Unknown
+        );
         let other_machine = Identity {
             machine: "aaaaaaaaaaaaaaaa".into(),
             ..owner()
         };
-        assert_eq!(j.liveness_with(&other_machine, nothing, gone), Liveness::Unknown);
+        assert_eq!(
+            j.liveness_with(&other_machine, nothing, gone),
+            Liveness::Unknown
+        );
         // A boot this machine ran and ended: dead. One it never recorded (a clone): unknown.
         let known = Identity {
             boot: "2222222222222222".into(),

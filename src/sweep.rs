@@ -157,7 +157,12 @@ pub async fn pass(
                 "its sandguard.expires has passed".to_string(),
             )
         } else {
-            judge_sandbox(&sandbox, ledger.get(session.as_str()).copied(), providers, &judge)
+            judge_sandbox(
+                &sandbox,
+                ledger.get(session.as_str()).copied(),
+                providers,
+                &judge,
+            )
         };
         out.decisions.push(Decision {
             session,

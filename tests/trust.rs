@@ -79,7 +79,10 @@ fn a_detach_by_id_prefix_survives_the_owner() {
     let _ = owner.wait();
     assert_eq!(wait_state(&s, session, &["reclaimed"]), "reclaimed");
     assert!(!container_exists(gone), "the other container is reclaimed");
-    assert!(container_exists(kept), "the container detached by prefix survives");
+    assert!(
+        container_exists(kept),
+        "the container detached by prefix survives"
+    );
 }
 
 /// #10: SIGTERM to the owner and the sidecar together (systemd stop, `kill -TERM` of both)
@@ -106,8 +109,14 @@ fn sigterm_to_owner_and_sidecar_together_still_reclaims() {
         .unwrap();
     assert!(status.success());
     let _ = owner.wait();
-    assert_eq!(wait_state(&s, &got[1], &["reclaimed", "active"]), "reclaimed");
-    assert!(!container_exists(&got[0]), "the owner's container is reclaimed");
+    assert_eq!(
+        wait_state(&s, &got[1], &["reclaimed", "active"]),
+        "reclaimed"
+    );
+    assert!(
+        !container_exists(&got[0]),
+        "the owner's container is reclaimed"
+    );
 }
 
 /// #10, the other half: SIGTERM to the sidecar alone, while its owner lives, stops it
@@ -174,12 +183,17 @@ fn a_claim_is_durable_when_claim_returns() {
     });
     unsafe_kill(sidecar as i32, libc::SIGKILL);
     let text = std::fs::read_to_string(journal(&s, session)).unwrap();
-    assert!(text.contains(&format!("\"ev\":\"claim\",\"provider\":\"docker\",\"id\":\"{container}\"")));
+    assert!(text.contains(&format!(
+        "\"ev\":\"claim\",\"provider\":\"docker\",\"id\":\"{container}\""
+    )));
     unsafe_kill(owner.id() as i32, libc::SIGKILL);
     let _ = owner.wait();
     let out = run(sandguard(&s).args(["sweep", "--provider", "docker"]));
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
-    assert!(!container_exists(container), "the sweep reclaims the claimed container");
+    assert!(
+        !container_exists(container),
+        "the sweep reclaims the claimed container"
+    );
 }
 
 /// #26 and #20: a claim the sidecar can never act on (a Docker container *name*, a provider
@@ -205,12 +219,23 @@ fn a_claim_that_can_never_be_acted_on_is_refused_at_once() {
     let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
     assert_eq!(read("name.code").trim(), "1", "{}", read("name.out"));
     assert!(read("name.out").contains("refused"), "{}", read("name.out"));
-    assert!(read("name.out").contains("never a name"), "{}", read("name.out"));
+    assert!(
+        read("name.out").contains("never a name"),
+        "{}",
+        read("name.out")
+    );
     assert_eq!(read("prov.code").trim(), "1", "{}", read("prov.out"));
-    assert!(read("prov.out").contains("not configured"), "{}", read("prov.out"));
+    assert!(
+        read("prov.out").contains("not configured"),
+        "{}",
+        read("prov.out")
+    );
     unsafe_kill(owner.id() as i32, libc::SIGKILL);
     let _ = owner.wait();
-    assert_eq!(wait_state(&s, &session, &["reclaimed", "pending"]), "reclaimed");
+    assert_eq!(
+        wait_state(&s, &session, &["reclaimed", "pending"]),
+        "reclaimed"
+    );
 }
 
 /// #14: sandguard as pid 1 of a pid namespace stays as init: when its program is SIGKILLed
@@ -252,14 +277,21 @@ fn as_pid_1_the_wrapper_stays_init_until_the_reclaim_is_done() {
     let mut r = Resources::default();
     r.adopt_container(&container);
     // The program: the `sh -c` whose parent is the wrapper (pid 1 inside).
-    let wrapper = children(job.id()).into_iter().next().expect("the wrapper runs");
+    let wrapper = children(job.id())
+        .into_iter()
+        .next()
+        .expect("the wrapper runs");
     let program = children(wrapper)
         .into_iter()
         .find(|&p| cmdline(p).starts_with("sh -c"))
         .expect("the guarded program runs as the wrapper's child");
     unsafe_kill(program as i32, libc::SIGKILL);
     let status = job.wait().unwrap();
-    assert_eq!(status.code(), Some(137), "the program's status passes through");
+    assert_eq!(
+        status.code(),
+        Some(137),
+        "the program's status passes through"
+    );
     assert!(
         !container_exists(&container),
         "the reclaim was done before pid 1 exited"
@@ -362,7 +394,11 @@ fn the_state_dir_expands_tilde_and_refuses_relative_paths() {
         .current_dir(&work)
         .args(["sessions"]));
     assert_eq!(out.code, 2, "{}", out.stderr);
-    assert!(out.stderr.contains("tilde.toml:1: key `state_dir`"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("tilde.toml:1: key `state_dir`"),
+        "{}",
+        out.stderr
+    );
     let out = run(sandguard(&s)
         .env("SANDGUARD_CONFIG", &config)
         .current_dir(&work)

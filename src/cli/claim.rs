@@ -98,9 +98,9 @@ fn send(verb: Verb, args: Args, settings: Result<Settings, String>) -> Result<()
         ))
     })?;
     match confirm(&mut file, offset, verb, &target, &pipe)? {
-        Confirmed::Done => file.sync_data().map_err(|e| {
-            failure(format!("cannot sync the journal {}: {e}", path.display()))
-        }),
+        Confirmed::Done => file
+            .sync_data()
+            .map_err(|e| failure(format!("cannot sync the journal {}: {e}", path.display()))),
         Confirmed::Refused(reason) => Err(failure(format!(
             "the session's sidecar refused {target}: {reason}"
         ))),
@@ -127,7 +127,12 @@ fn confirm(
         let mut read = Vec::new();
         file.seek(SeekFrom::Start(pos))
             .and_then(|_| file.read_to_end(&mut read))
-            .map_err(|e| (Exit::Failure, format!("cannot read the session's journal: {e}")))?;
+            .map_err(|e| {
+                (
+                    Exit::Failure,
+                    format!("cannot read the session's journal: {e}"),
+                )
+            })?;
         // Only whole lines: the last one may still be being written.
         let complete = read.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
         for line in read[..complete].split(|&b| b == b'\n') {
@@ -145,9 +150,7 @@ fn confirm(
         if Instant::now() >= deadline {
             return Err((
                 Exit::Failure,
-                format!(
-                    "the session's sidecar did not record the line within {CONFIRM_TIMEOUT:?}"
-                ),
+                format!("the session's sidecar did not record the line within {CONFIRM_TIMEOUT:?}"),
             ));
         }
         std::thread::sleep(pause);
@@ -203,9 +206,10 @@ fn session_fd() -> Result<OwnedFd, String> {
         .map_err(|_| format!("SANDGUARD_FD={raw:?} is not a descriptor number"))?;
     if fd < 0 || !crate::unix::is_fifo(fd) {
         return Err(format!(
-            "SANDGUARD_FD={fd} is not an open pipe in this process; a parent that starts it \
-             must keep that descriptor open (Python's subprocess closes it unless told: \
-             subprocess.run([...], pass_fds=sandguard.pass_fds()))"
+            "SANDGUARD_FD={fd} is set, but descriptor {fd} is not open in this process: the \
+             program that started this command did not pass it on (Python's subprocess \
+             closes it unless given pass_fds=sandguard.pass_fds(), and under \
+             sandguard.guard() also env=g.child_env())"
         ));
     }
     crate::unix::take_fd(fd).map_err(|e| e.to_string())

@@ -56,7 +56,10 @@ pub fn run(args: Args, settings: &Settings) -> u8 {
 fn child(args: &Args, go: OwnedFd, control: OwnedFd) -> u8 {
     unix::own_process_group(0);
     let mut message = String::new();
-    if std::fs::File::from(go).read_to_string(&mut message).is_err() {
+    if std::fs::File::from(go)
+        .read_to_string(&mut message)
+        .is_err()
+    {
         return super::run::EXIT_OWN_FAILURE;
     }
     let mut lines = message.lines();
@@ -105,7 +108,11 @@ fn parent(
         ready.session,
         ready.labels,
         ready.docker_host.as_deref().unwrap_or(""),
-        ready.config.as_deref().map(|p| p.display().to_string()).unwrap_or_default()
+        ready
+            .config
+            .as_deref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
     );
     let _ = std::fs::File::from(go).write_all(message.as_bytes());
     let journal = StateDir::open(&settings.state_dir)

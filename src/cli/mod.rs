@@ -126,9 +126,7 @@ pub fn run(args: Vec<OsString>) -> u8 {
         Command::Run(args) => return run::main(args, settings),
         Command::Watch(args) => return watch::main(args, settings).code(),
         Command::Claim(args) => return claim::main(claim::Verb::Claim, args, settings).code(),
-        Command::Release(args) => {
-            return claim::main(claim::Verb::Release, args, settings).code()
-        }
+        Command::Release(args) => return claim::main(claim::Verb::Release, args, settings).code(),
         Command::Detach(args) => return claim::main(claim::Verb::Detach, args, settings).code(),
         Command::Completions(args) => return docs::completions(args).code(),
         Command::Man => return docs::man().code(),

@@ -76,7 +76,10 @@ pub fn main(args: Args, settings: Result<Settings, String>) -> Exit {
         }
         unix::close_descriptors_except(args.control_fd);
         if let Err(e) = std::env::set_current_dir("/") {
-            return fail(StartError(Exit::Failure, format!("cannot change to /: {e}")));
+            return fail(StartError(
+                Exit::Failure,
+                format!("cannot change to /: {e}"),
+            ));
         }
     }
     for signal in [libc::SIGINT, libc::SIGHUP] {

@@ -272,7 +272,10 @@ mod tests {
             r#"{"t":16,"ev":"listed","provider":"e2b"}"#,
         ]);
         assert!(v.claims.is_empty() && v.pending.is_empty());
-        assert_eq!(v.refused.get(&t("docker", "abc")).map(String::as_str), Some("a name"));
+        assert_eq!(
+            v.refused.get(&t("docker", "abc")).map(String::as_str),
+            Some("a name")
+        );
         assert_eq!(v.providers, Some(vec!["docker".into(), "e2b".into()]));
         assert_eq!(v.unlisted.keys().collect::<Vec<_>>(), ["acme"]);
     }

@@ -121,6 +121,22 @@ impl ProviderError {
             retry_after: None,
         }
     }
+
+    /// The same error, its message rewritten by `f` (redacted, extended, …).
+    pub fn map_message(self, f: impl FnOnce(String) -> String) -> Self {
+        match self {
+            ProviderError::Gone(m) => ProviderError::Gone(f(m)),
+            ProviderError::Transient {
+                message,
+                retry_after,
+            } => ProviderError::Transient {
+                message: f(message),
+                retry_after,
+            },
+            ProviderError::Fatal(m) => ProviderError::Fatal(f(m)),
+            ProviderError::Refused(m) => ProviderError::Refused(f(m)),
+        }
+    }
 }
 
 /// What a provider can do; the trait says so instead of pretending.

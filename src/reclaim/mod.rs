@@ -262,8 +262,15 @@ where
 {
     let started = Instant::now();
     let deadline = started + options.deadline;
-    let (mut removals, mut list_failures) =
-        pass(providers, plan, plan.claims.clone(), &HashSet::new(), options, deadline).await;
+    let (mut removals, mut list_failures) = pass(
+        providers,
+        plan,
+        plan.claims.clone(),
+        &HashSet::new(),
+        options,
+        deadline,
+    )
+    .await;
     removals.extend(plan.refused.iter().map(|(sandbox, reason)| Removal {
         sandbox: sandbox.clone(),
         outcome: Outcome::Refused(reason.clone()),
@@ -346,8 +353,8 @@ async fn one_provider(
         let mut tries = 0;
         loop {
             tries += 1;
-            let attempt = list::attempt(provider, &plan.selector, options, deadline, &gate, tries)
-                .await;
+            let attempt =
+                list::attempt(provider, &plan.selector, options, deadline, &gate, tries).await;
             let targets: Vec<Sandbox> = attempt
                 .found
                 .into_iter()

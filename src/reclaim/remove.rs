@@ -28,7 +28,13 @@ pub async fn remove_all(
     targets: Vec<Sandbox>,
     options: &Options,
 ) -> Vec<Removal> {
-    remove_all_by(providers, targets, options, Instant::now() + options.deadline).await
+    remove_all_by(
+        providers,
+        targets,
+        options,
+        Instant::now() + options.deadline,
+    )
+    .await
 }
 
 /// [`remove_all`], all before `deadline`.
@@ -46,7 +52,9 @@ pub(super) async fn remove_all_by(
         let provider = providers.iter().find(|p| p.name() == name).cloned();
         async move {
             match provider {
-                Some(p) => remove_from(p.as_ref(), targets, options, deadline, &Gate::default()).await,
+                Some(p) => {
+                    remove_from(p.as_ref(), targets, options, deadline, &Gate::default()).await
+                }
                 None => targets
                     .into_iter()
                     .map(|sandbox| Removal {

@@ -110,7 +110,10 @@ where
     if !(resuming && state == SessionState::Pending) {
         append(journal, &Record::End { state });
     }
-    let id = journal.lock().map(|j| j.id().to_string()).unwrap_or_default();
+    let id = journal
+        .lock()
+        .map(|j| j.id().to_string())
+        .unwrap_or_default();
     eprintln!(
         "sandguard: session {id}: {}; {} ({})",
         cause.label,
@@ -144,11 +147,7 @@ fn uncovered(
 }
 
 /// The records of one reclaim's outcomes, only what changes the ledger's picture.
-fn records(
-    before: &Before,
-    report: &Report,
-    uncovered: &BTreeMap<String, String>,
-) -> Vec<Record> {
+fn records(before: &Before, report: &Report, uncovered: &BTreeMap<String, String>) -> Vec<Record> {
     let mut out = Vec::new();
     for r in &report.removals {
         let (provider, id) = (r.sandbox.provider.clone(), r.sandbox.id.clone());

@@ -140,7 +140,11 @@ impl<C: Clock> Sidecar<C> {
     /// Watches until the owner is gone (or says `bye`, or the sidecar is stopped), then
     /// reclaims as the ending requires.
     pub async fn run<R: AsyncRead + Unpin>(mut self, mut triggers: Triggers<R>) -> Outcome {
-        let names = self.providers.iter().map(|p| p.name().to_string()).collect();
+        let names = self
+            .providers
+            .iter()
+            .map(|p| p.name().to_string())
+            .collect();
         self.write(&Record::Providers { names });
         self.sync();
         let ending = self.watch(&mut triggers).await;
@@ -359,7 +363,12 @@ impl<C: Clock> Sidecar<C> {
         let settle = self.options.settle.unwrap_or(Duration::ZERO);
         let late = drain_claims(control, settle, &journal, &self.providers);
         let before = Before {
-            providers: Some(self.providers.iter().map(|p| p.name().to_string()).collect()),
+            providers: Some(
+                self.providers
+                    .iter()
+                    .map(|p| p.name().to_string())
+                    .collect(),
+            ),
             ..Default::default()
         };
         let cause = Cause {

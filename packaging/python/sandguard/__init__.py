@@ -144,11 +144,22 @@ def _start_time(pid: int) -> int:
     return int(fields[22 - 3])
 
 
+def _pid_namespace() -> Optional[int]:
+    """The inode of this process's pid namespace (``/proc/self/ns/pid``)."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+
+
 def owner_label(pid: Optional[int] = None) -> str:
     """The ``sandguard.owner`` label of a process (default: this one), exactly as the sidecar
-    computes it: ``<machine16>-<boot16>-<pid>-<start>``."""
+    computes it: ``<machine16>-<boot16>-<pid>-<start>-<pidns>``, where ``pidns`` is the pid
+    namespace the pid is numbered in (a sweep in another namespace judges it "unknown")."""
     pid = os.getpid() if pid is None else pid
-    return f"{_machine()}-{_boot()}-{pid}-{_start_time(pid)}"
+    base = f"{_machine()}-{_boot()}-{pid}-{_start_time(pid)}"
+    ns = _pid_namespace()
+    return base if ns is None else f"{base}-{ns}"
 
 
 # --- the binary ---------------------------------------------------------------------------

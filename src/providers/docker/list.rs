@@ -224,18 +224,7 @@ pub(super) fn combined(mut errors: Vec<ProviderError>) -> Option<ProviderError> 
     }
     let also: Vec<String> = errors.iter().map(ToString::to_string).collect();
     let more = |m: String| format!("{m}; also: {}", also.join("; "));
-    Some(match first {
-        ProviderError::Gone(m) => ProviderError::Gone(more(m)),
-        ProviderError::Fatal(m) => ProviderError::Fatal(more(m)),
-        ProviderError::Refused(m) => ProviderError::Refused(more(m)),
-        ProviderError::Transient {
-            message,
-            retry_after,
-        } => ProviderError::Transient {
-            message: more(message),
-            retry_after,
-        },
-    })
+    Some(first.map_message(more))
 }
 
 fn sorted(labels: HashMap<String, String>) -> BTreeMap<String, String> {

@@ -209,17 +209,7 @@ pub fn describe_status(status: ExitStatus) -> String {
 
 /// The same error with its message redacted.
 fn redacted(e: ProviderError, secrets: &[Secret]) -> ProviderError {
-    match e {
-        ProviderError::Gone(m) => ProviderError::Gone(redact(&m, secrets)),
-        ProviderError::Transient {
-            message,
-            retry_after,
-        } => ProviderError::Transient {
-            message: redact(&message, secrets),
-            retry_after,
-        },
-        ProviderError::Fatal(m) => ProviderError::Fatal(redact(&m, secrets)),
-    }
+    e.map_message(|m| redact(&m, secrets))
 }
 
 /// `; stderr: …` with the end of the plugin's stderr (redacted line by line, then cut), or
