@@ -62,7 +62,7 @@ pub enum LedgerError {
     },
     #[error("refusing to use {} as sandguard state: {reason}", path.display())]
     Unsafe { path: PathBuf, reason: String },
-    #[error("journal {} is locked by another process (a live sidecar)", path.display())]
+    #[error("journal {} is locked by another process (a live sidecar, a sweep, or a reader)", path.display())]
     Locked { path: PathBuf },
     #[error("session journal {} already exists", path.display())]
     Exists { path: PathBuf },

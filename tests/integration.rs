@@ -17,5 +17,6 @@ mod reliability;
 mod security;
 mod sweep;
 mod trust;
+mod trust_sweep;
 mod trust_docker;
 mod wrapper;
