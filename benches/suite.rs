@@ -7,9 +7,13 @@
 //!    `/proc`, without heartbeats (goal: under 4 MiB, no wake-ups).
 //! 3. **A sweep over 10 000 emulated E2B sandboxes** (`sweep --dry-run`): CPU time and peak RSS
 //!    of the sandguard process (goal: under 1 s, under 50 MiB).
+//! 4. **Claims at scale**: 5 000, 20 000 and 100 000 `claim` lines written as fast as a pipe
+//!    takes them; the wall time until the last one is journaled, and the sidecar's CPU time
+//!    (goal: linear, a claim costs the same at 100 000 as at 5 000).
 //!
 //! Run: `cargo bench --bench suite` (needs the daemon and test image from `tests/run.sh`).
-//! `SIZES=10,50` picks the throughput sizes.
+//! `SIZES=10,50` picks the throughput sizes; `ONLY=claims` runs one part (idle, claims, sweep,
+//! throughput).
 
 #[path = "../tests/support/e2b.rs"]
 mod e2b;
@@ -28,9 +32,21 @@ fn main() {
     let exe = env!("CARGO_BIN_EXE_sandguard");
     let scratch = std::env::temp_dir().join(format!("sandguard-suite-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).expect("scratch");
-    idle_sidecar(exe, &scratch);
-    sweep_scale(exe, &scratch);
-    throughput(exe, &scratch);
+    // `ONLY=claims` (or idle, sweep, throughput) runs one part.
+    let only = std::env::var("ONLY").ok();
+    let run = |part: &str| only.as_deref().is_none_or(|o| o == part);
+    if run("idle") {
+        idle_sidecar(exe, &scratch);
+    }
+    if run("claims") {
+        claims_at_scale(exe, &scratch);
+    }
+    if run("sweep") {
+        sweep_scale(exe, &scratch);
+    }
+    if run("throughput") {
+        throughput(exe, &scratch);
+    }
     let _ = std::fs::remove_dir_all(&scratch);
 }
 
@@ -217,6 +233,82 @@ fn idle_sidecar(exe: &str, scratch: &std::path::Path) {
             file_kib as f64 / 1024.0
         ),
     );
+}
+
+/// Streams `n` claims into a sidecar; returns (wall time to the last journaled, sidecar CPU).
+fn claims(exe: &str, scratch: &std::path::Path, n: usize) -> (Duration, Duration) {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let session = format!("claims{n}x{}", std::process::id());
+    let (read_end, write_end) = sandguard::unix::pipe().expect("pipe");
+    let mut cmd = Command::new(exe);
+    cmd.args(["watch", "--owner-pid", &std::process::id().to_string()])
+        .args(["--session", &session, "--control-fd", "3"])
+        .env("XDG_STATE_HOME", scratch)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut sidecar = sandguard::unix::spawn_in_new_session(&mut cmd, read_end.as_raw_fd(), 3)
+        .expect("sidecar");
+    drop(cmd);
+    drop(read_end);
+    let mut ready = String::new();
+    BufReader::new(sidecar.stdout.take().expect("stdout"))
+        .read_line(&mut ready)
+        .expect("ready");
+    let journal = scratch.join(format!("sandguard/sessions/{session}.journal"));
+    let started = Instant::now();
+    let mut pipe = std::fs::File::from(write_end);
+    let mut batch = String::with_capacity(1 << 16);
+    for i in 0..n {
+        batch.push_str(&format!("claim docker {i:064x}\n"));
+        if batch.len() > 60_000 || i + 1 == n {
+            pipe.write_all(batch.as_bytes()).expect("write claims");
+            batch.clear();
+        }
+    }
+    let last = format!("{:064x}", n - 1);
+    loop {
+        let text = std::fs::read_to_string(&journal).unwrap_or_default();
+        if text.contains(&last) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(600), "claims not journaled");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let wall = started.elapsed();
+    let cpu = cpu_time(sidecar.id());
+    let _ = sidecar.kill();
+    let _ = sidecar.wait();
+    (wall, cpu)
+}
+
+/// utime + stime of a process, from /proc/PID/stat (fields 14 and 15, clock ticks).
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest = &stat[stat.rfind(')').map_or(0, |i| i + 2)..];
+    let fields: Vec<u64> = rest
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    // SAFETY: sysconf only reads a constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let ticks = fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0);
+    Duration::from_millis(ticks * 1000 / hz)
+}
+
+fn claims_at_scale(exe: &str, scratch: &std::path::Path) {
+    let mut parts = Vec::new();
+    for n in [5_000, 20_000, 100_000] {
+        let (wall, cpu) = claims(exe, scratch, n);
+        parts.push(format!(
+            "{n} claims journaled in {:.2} s, sidecar CPU {:.2} s ({:.1} µs a claim)",
+            wall.as_secs_f64(),
+            cpu.as_secs_f64(),
+            cpu.as_secs_f64() * 1e6 / n as f64
+        ));
+    }
+    report::record("claims at scale (cargo bench --bench suite)", &parts.join("; "));
 }
 
 fn sweep_scale(exe: &str, scratch: &std::path::Path) {
