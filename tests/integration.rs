@@ -16,4 +16,5 @@ mod proxy;
 mod reliability;
 mod security;
 mod sweep;
+mod trust_proxy;
 mod wrapper;
