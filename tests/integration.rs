@@ -17,6 +17,7 @@ mod reliability;
 mod security;
 mod sweep;
 mod trust;
-mod trust_sweep;
 mod trust_docker;
+mod trust_proxy;
+mod trust_sweep;
 mod wrapper;

@@ -156,7 +156,7 @@ fn proxy_survives_malformed_requests_and_clients_that_vanish() {
         "its directory is private"
     );
 
-    // Not HTTP at all: the daemon answers it, the proxy does not fall over.
+    // Not HTTP at all: the proxy refuses it (400) and does not fall over.
     let answer = exchange(&socket, b"GARBAGE\x00\xff\r\n\r\n");
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer:?}");
     let answer = exchange(&socket, b"GET / HTTP/1.1\r\nno colon\r\n\r\n");

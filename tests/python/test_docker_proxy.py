@@ -1,7 +1,8 @@
 """The Docker API proxy with an unmodified Docker SDK: docker-py (from PyPI) under
 `sandguard run --docker-proxy` creates containers (detached, attached with output, an exec),
 a network and a volume; all are labelled with the session, and after a SIGKILL all are
-reclaimed, while a container created outside the proxy survives."""
+reclaimed, while a container created outside the proxy survives, and so does a volume that
+existed before `client.volumes.create` named it."""
 
 import json
 import shutil
@@ -85,3 +86,71 @@ def test_docker_sdk_through_the_proxy_is_labelled_and_reclaimed(tmp_path, docker
         if proc.poll() is None:
             proc.kill()
         subprocess.run(["docker", "rm", "-f", stranger], stdout=subprocess.DEVNULL)
+
+
+EXISTING = r'''
+import json, sys
+import docker
+
+name = sys.argv[1]
+client = docker.from_env()
+vol = client.volumes.create(name=name)
+box = client.containers.run("sandguard-test/busybox:latest", ["sleep", "600"], detach=True,
+                            network_mode="none", volumes={name: {"bind": "/data", "mode": "rw"}})
+print(json.dumps({"volume": vol.name, "labels": vol.attrs.get("Labels"), "container": box.id}),
+      flush=True)
+sys.stdin.read()
+'''
+
+
+def test_docker_sdk_volume_create_of_an_existing_volume_leaves_it_alone(tmp_path, docker_sdk, env,
+                                                                        docker_ready):
+    """Docker's volume create is idempotent: `client.volumes.create(name=existing)` through the
+    proxy answers with the volume that was there, which is not the session's and must survive
+    the owner's SIGKILL with its data (issue #10)."""
+    name = "sg-py-precious-" + str(int(time.time() * 1000) % 10**9)
+    subprocess.run(["docker", "volume", "create", "--label", "mine=yes", name], check=True,
+                   stdout=subprocess.DEVNULL)
+    proc, info = None, {}
+    try:
+        subprocess.run(["docker", "run", "--rm", "--network", "none", "-v", f"{name}:/data", IMAGE,
+                        "sh", "-c", "echo keep > /data/file"], check=True)
+        script = tmp_path / "existing.py"
+        script.write_text(EXISTING)
+        binary = shutil.which("sandguard", path=env["PATH"])
+        proc = subprocess.Popen(
+            [binary, "run", "--docker-proxy", "--", str(docker_sdk / "bin" / "python"),
+             str(script), name],
+            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True)
+        line = proc.stdout.readline()
+        if not line:
+            proc.kill()
+            raise AssertionError("the SDK program failed: " + proc.stderr.read())
+        info = json.loads(line)
+        assert info["volume"] == name
+        assert info["labels"] == {"mine": "yes"}, "the answer is the volume that was there"
+
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        journals = tmp_path / "state" / "sandguard" / "sessions"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            ended = any('"ev":"end"' in j.read_text() for j in journals.glob("*.journal"))
+            if ended and inspect_label("container", info["container"]) is None:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the session was not reclaimed within 20 s")
+        kept = subprocess.run(
+            ["docker", "run", "--rm", "--network", "none", "-v", f"{name}:/data", IMAGE,
+             "cat", "/data/file"], stdout=subprocess.PIPE, text=True)
+        assert kept.stdout == "keep\n", "the volume that existed before survives, with its data"
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        if info.get("container"):
+            subprocess.run(["docker", "rm", "-f", info["container"]], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+        subprocess.run(["docker", "volume", "rm", "-f", name], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)

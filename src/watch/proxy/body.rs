@@ -1,7 +1,7 @@
 //! Message bodies, copied by their framing as they arrive: `Content-Length`, chunked (size
 //! lines, extensions and trailers copied verbatim), or until the connection ends. A body can
 //! also be read whole, within a limit, for the create requests and answers the proxy rewrites
-//! or reads.
+//! or reads; a body over that limit fails with an error [`is_too_large`] recognises.
 
 use std::io;
 
@@ -122,7 +122,7 @@ async fn read_line<R: AsyncBufRead + Unpin>(r: &mut R) -> io::Result<Vec<u8>> {
     Ok(line)
 }
 
-/// Reads a whole body (decoded) of at most `limit` bytes.
+/// Reads a whole body (decoded) of at most `limit` bytes as sent (chunk framing included).
 pub async fn read_body<R: AsyncBufRead + Unpin>(
     r: &mut R,
     framing: Framing,
@@ -132,6 +132,23 @@ pub async fn read_body<R: AsyncBufRead + Unpin>(
     let mut sink = Limited(limit);
     copy_body(r, &mut sink, framing, Some(&mut data)).await?;
     Ok(data)
+}
+
+/// The error of a body over its limit (see [`is_too_large`]).
+#[derive(Debug)]
+struct TooLarge;
+
+impl std::fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("message too large")
+    }
+}
+
+impl std::error::Error for TooLarge {}
+
+/// Whether reading a body failed because it was over its limit.
+pub fn is_too_large(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|e| e.is::<TooLarge>())
 }
 
 /// A writer that discards, failing once more than its limit was written.
@@ -144,7 +161,7 @@ impl AsyncWrite for Limited {
         buf: &[u8],
     ) -> std::task::Poll<io::Result<usize>> {
         if buf.len() as u64 > self.0 {
-            return std::task::Poll::Ready(Err(io::Error::other("message too large")));
+            return std::task::Poll::Ready(Err(io::Error::other(TooLarge)));
         }
         self.0 -= buf.len() as u64;
         std::task::Poll::Ready(Ok(buf.len()))
@@ -229,5 +246,21 @@ mod tests {
         assert_eq!(data, b"Wikipedia");
         let head = read_head(&mut r).await.unwrap();
         assert!(matches!(head, Some(Head::Partial(b)) if b == b"NEXT"));
+    }
+
+    #[tokio::test]
+    async fn bodies_over_the_limit_are_recognised() {
+        let wire = b"4\r\nWiki\r\n5\r\npedia\r\n0\r\n\r\n";
+        let mut r = tokio::io::BufReader::new(&wire[..]);
+        // The limit counts the bytes as sent, chunk framing included.
+        let e = read_body(&mut r, Framing::Chunked, 23).await.unwrap_err();
+        assert!(is_too_large(&e), "{e}");
+        let mut r = tokio::io::BufReader::new(&wire[..]);
+        assert_eq!(
+            read_body(&mut r, Framing::Chunked, 24).await.unwrap(),
+            b"Wikipedia"
+        );
+        let e = io::Error::other("message too large");
+        assert!(!is_too_large(&e), "only the limit's own error");
     }
 }

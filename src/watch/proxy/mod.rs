@@ -3,24 +3,43 @@
 //! The sidecar listens on a private unix socket (mode 0600 in a 0700 directory) and the
 //! guarded program gets `DOCKER_HOST` pointing at it. Each client connection gets its own
 //! connection to the real daemon, and the proxy speaks just enough HTTP/1.1 to find message
-//! boundaries ([`http`], [`body`]): heads are parsed, bodies are framed by `Content-Length`, chunked
-//! encoding or the end of the connection, and copied as they arrive, byte for byte.
+//! boundaries ([`http`], [`body`]): heads are parsed, bodies are framed by `Content-Length`,
+//! chunked encoding or the end of the connection, and copied as they arrive, byte for byte.
+//! `exchange` handles one request and its answer.
 //!
-//! - `POST [/vX.Y]/{containers,networks,volumes}/create`: the JSON body gets the session's
-//!   labels in its top-level `Labels` (a new `Content-Length`), and the id in a 2xx answer
-//!   (`Id`; volumes: `Name`) is sent to the sidecar loop as a claim, which journals it like a
+//! The trust rules it keeps (issue #10):
+//!
+//! - Requests are routed as Docker routes them ([`target`]): percent-encoded paths (`%63reate`,
+//!   `containers%2Fcreate`), absolute-form targets and dot segments cannot hide a create.
+//! - `POST [/vX.Y]/{containers,networks,volumes}/create`: the body's labels, under every key Go
+//!   reads as `Labels`, are merged into one `Labels` with the session's values winning
+//!   ([`create`], [`json`]); a container create's named volumes (`-v NAME:/path`, `--mount
+//!   type=volume`) are made first, labelled (`volumes`). The id in a 2xx answer (`Id`;
+//!   volumes: `Name`) is sent to the sidecar loop as a claim, which journals it like a
 //!   control-line claim and acknowledges it before the answer reaches the client.
-//! - An upgrade (attach, exec start: `101 Switching Protocols`, or the older `200` with no
-//!   length) and any answer delimited by the end of the connection switch to a raw
-//!   bidirectional copy, each direction half-closed when its source ends.
-//! - A head that is not HTTP/1.x goes to the daemon as it is, followed by a raw copy: the
-//!   daemon answers it. Any I/O error ends that one connection only.
+//! - A claim names only what this session brought into being: an answer that carries labels
+//!   (a volume's) is claimed only when they carry this session's id, so a volume that existed
+//!   before (Docker's volume create is idempotent) is never claimed, and never removed.
+//! - `POST [/vX.Y]/commit`: sandguard's labels are kept out of the image (removed from the
+//!   body, and blanked by one more `changes` instruction), so no container started from it
+//!   looks owned.
+//! - A create the proxy cannot stamp is refused, never passed on unstamped: a head it cannot
+//!   parse (400, or 431 over 64 KiB; the connection then closes), a body over 8 MiB (413) or
+//!   one it cannot read as Docker would (400).
+//! - A raw bidirectional copy happens only after an upgrade (`101 Switching Protocols`) or a
+//!   hijack (attach, exec start: an answer without a length), each direction half-closed when
+//!   its source ends. Any I/O error ends that one connection only.
 //!
 //! Claims name networks as `network/ID` and volumes as `volume/NAME` (see
 //! `Provider::parse_claim` of the Docker driver), so a reclaim removes the right kind of object.
 
 pub mod body;
+pub mod create;
+mod exchange;
 pub mod http;
+pub mod json;
+pub mod target;
+mod volumes;
 
 use std::collections::BTreeMap;
 use std::io;
@@ -34,7 +53,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use crate::protocol::Target;
-use http::{Create, Framing, Head, Message};
+use target::Create;
 
 /// A claim from the proxy; the sidecar answers on `ack` once it is journaled.
 #[derive(Debug)]
@@ -87,6 +106,8 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 struct Shared {
     upstream: Upstream,
     labels: BTreeMap<String, String>,
+    /// The session id (`sandguard.session` in `labels`): what a claimable answer must carry.
+    session: String,
     claims: mpsc::UnboundedSender<Claim>,
 }
 
@@ -147,9 +168,14 @@ impl Proxy {
         let listener = UnixListener::bind(&socket).map_err(|e| at(e, &socket))?;
         std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
             .map_err(|e| at(e, &socket))?;
+        let session = labels
+            .get(crate::labels::SESSION)
+            .cloned()
+            .unwrap_or_default();
         let shared = Arc::new(Shared {
             upstream,
             labels,
+            session,
             claims,
         });
         Ok((Proxy { listener, shared }, guard))
@@ -187,12 +213,8 @@ async fn relay(mut client: UnixStream, shared: &Shared) -> io::Result<()> {
     let upstream = match shared.upstream.connect().await {
         Ok(u) => u,
         Err(e) => {
-            let text = format!("sandguard: cannot reach the Docker daemon: {e}\n");
-            let answer = format!(
-                "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
-                text.len()
-            );
-            return client.write_all(answer.as_bytes()).await;
+            let text = format!("sandguard: cannot reach the Docker daemon: {e}");
+            return client.write_all(&http::answer(502, &text)).await;
         }
     };
     let (cr, cw) = client.into_split();
@@ -206,7 +228,7 @@ async fn relay(mut client: UnixStream, shared: &Shared) -> io::Result<()> {
         w: uw,
     };
     loop {
-        match exchange(&mut c, &mut u, shared).await? {
+        match exchange::exchange(&mut c, &mut u, shared).await? {
             After::KeepAlive => {}
             After::Close => return Ok(()),
             After::Raw => return splice(c, u).await,
@@ -224,148 +246,6 @@ enum After {
     KeepAlive,
     Close,
     Raw,
-}
-
-/// One request and its answer.
-async fn exchange<CR, CW, UR, UW>(
-    c: &mut Side<CR, CW>,
-    u: &mut Side<UR, UW>,
-    shared: &Shared,
-) -> io::Result<After>
-where
-    CR: AsyncRead + Unpin,
-    CW: AsyncWrite + Unpin,
-    UR: AsyncRead + Unpin,
-    UW: AsyncWrite + Unpin,
-{
-    let head = match http::read_head(&mut c.r).await? {
-        None => return Ok(After::Close),
-        Some(Head::Partial(bytes)) => {
-            u.w.write_all(&bytes).await?;
-            return Ok(After::Raw);
-        }
-        Some(Head::Complete(bytes)) => bytes,
-    };
-    let Some((req, framing)) = Message::parse(&head, false).and_then(|m| {
-        let f = m.framing(false)?;
-        Some((m, f))
-    }) else {
-        // Not HTTP we understand: the daemon answers it, and the connection goes raw.
-        u.w.write_all(&head).await?;
-        return Ok(After::Raw);
-    };
-    let create = req.creates();
-    let framing = match create {
-        Some(_) if fits(framing) => {
-            let body = body::read_body(&mut c.r, framing, http::MAX_CREATE_BODY).await?;
-            let body = http::stamp(&body, &shared.labels).unwrap_or(body);
-            u.w.write_all(&req.with_length(body.len())).await?;
-            u.w.write_all(&body).await?;
-            Framing::None
-        }
-        _ => {
-            u.w.write_all(&head).await?;
-            framing
-        }
-    };
-    u.w.flush().await?;
-    // The request body goes up while the answer comes down (a daemon may answer early, and
-    // `Expect: 100-continue` needs it). A client that half-closes after its request still
-    // gets the answer; one that left for good is noticed when the next write to it fails.
-    let mut sent = false;
-    let body = async {
-        body::copy_body(&mut c.r, &mut u.w, framing, None).await?;
-        sent = true;
-        std::future::pending::<io::Result<After>>().await
-    };
-    let answer = respond(&mut u.r, &mut c.w, &req, create, shared);
-    let after = tokio::select! {
-        after = answer => after?,
-        failed = body => return failed,
-    };
-    Ok(match after {
-        After::KeepAlive if !sent || req.wants_close() => After::Close,
-        other => other,
-    })
-}
-
-fn fits(framing: Framing) -> bool {
-    match framing {
-        Framing::Length(n) => n <= http::MAX_CREATE_BODY,
-        Framing::None | Framing::Chunked => true,
-        Framing::UntilClose => false,
-    }
-}
-
-/// Forwards the daemon's answer (interim `1xx` answers included).
-async fn respond<UR, CW>(
-    ur: &mut BufReader<UR>,
-    cw: &mut CW,
-    req: &Message,
-    create: Option<Create>,
-    shared: &Shared,
-) -> io::Result<After>
-where
-    UR: AsyncRead + Unpin,
-    CW: AsyncWrite + Unpin,
-{
-    loop {
-        let head = match http::read_head(ur).await? {
-            None => return Ok(After::Close),
-            Some(Head::Partial(bytes)) => {
-                cw.write_all(&bytes).await?;
-                return Ok(After::Raw);
-            }
-            Some(Head::Complete(bytes)) => bytes,
-        };
-        let Some((resp, framing)) = Message::parse(&head, true).and_then(|m| {
-            let f = m.framing(true)?;
-            Some((m, f))
-        }) else {
-            cw.write_all(&head).await?;
-            return Ok(After::Raw);
-        };
-        let status = resp.status();
-        if status == 101 {
-            cw.write_all(&head).await?;
-            return Ok(After::Raw);
-        }
-        if (100..200).contains(&status) {
-            cw.write_all(&head).await?;
-            cw.flush().await?;
-            continue;
-        }
-        let framing = match (req.first.0.as_str(), status) {
-            ("HEAD", _) | (_, 204) | (_, 304) => Framing::None,
-            _ => framing,
-        };
-        if framing == Framing::UntilClose {
-            // The end of the body is the end of the connection; an old-style hijack (200 and
-            // a raw stream) is the same thing, with the client still writing.
-            cw.write_all(&head).await?;
-            return Ok(After::Raw);
-        }
-        match create {
-            Some(kind) if (200..300).contains(&status) => {
-                let (raw, data) = body::read_buffered(ur, framing, http::MAX_CREATE_BODY).await?;
-                if let Some(id) = http::created_id(kind, &data) {
-                    claim(shared, kind, &id).await;
-                }
-                cw.write_all(&head).await?;
-                cw.write_all(&raw).await?;
-            }
-            _ => {
-                cw.write_all(&head).await?;
-                body::copy_body(ur, cw, framing, None).await?;
-            }
-        }
-        cw.flush().await?;
-        return Ok(if resp.wants_close() {
-            After::Close
-        } else {
-            After::KeepAlive
-        });
-    }
 }
 
 /// Tells the sidecar about a created object and waits until it is journaled.

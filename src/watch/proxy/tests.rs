@@ -1,5 +1,5 @@
 //! The proxy against a scripted daemon on a unix socket: what reaches the daemon, what comes
-//! back, and what is claimed.
+//! back, and what is claimed. (The real daemon: `tests/proxy.rs`, `tests/trust_proxy.rs`.)
 
 use super::*;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt};
@@ -80,12 +80,6 @@ async fn fake_daemon(conn: UnixStream) -> Vec<u8> {
         r.read_exact(&mut body).await.unwrap();
         log.extend_from_slice(&head);
         log.extend_from_slice(&body);
-        if text.starts_with("GARBAGE") {
-            let _ = w
-                .write_all(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n")
-                .await;
-            return log;
-        }
         if text.contains("/attach") {
             w.write_all(b"HTTP/1.1 101 UPGRADED\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n")
                 .await
@@ -95,15 +89,41 @@ async fn fake_daemon(conn: UnixStream) -> Vec<u8> {
             w.write_all(&rest).await.unwrap();
             return log;
         }
-        let answer: &[u8] = if text.contains("/volumes/create") {
-            b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"Nam\r\n8\r\ne\":\"v1\"}\r\n0\r\n\r\n"
-        } else if text.contains("/create") {
-            b"HTTP/1.1 201 Created\r\nContent-Length: 12\r\n\r\n{\"Id\":\"c1\"}\n"
+        if text.contains("/until-close") {
+            // An answer the end of the connection delimits; then go on reading, to see
+            // whether anything else is forwarded.
+            w.write_all(b"HTTP/1.1 200 OK\r\n\r\nstream").await.unwrap();
+            w.shutdown().await.unwrap();
+            continue;
+        }
+        let answer = if text.contains("/volumes/create") {
+            volume_answer(&body)
+        } else if text.contains("/create") || text.contains("/commit") {
+            b"HTTP/1.1 201 Created\r\nContent-Length: 12\r\n\r\n{\"Id\":\"c1\"}\n".to_vec()
         } else {
-            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec()
         };
-        w.write_all(answer).await.unwrap();
+        w.write_all(&answer).await.unwrap();
     }
+}
+
+/// Docker's idempotent volume create: a volume named `existing` comes back with its own
+/// labels; any other is made with the labels asked for. Chunked, split mid-token.
+fn volume_answer(body: &[u8]) -> Vec<u8> {
+    let asked: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    let name = asked["Name"].as_str().unwrap_or("v1");
+    let labels = match name {
+        "existing" => serde_json::json!({"old": "label"}),
+        _ => asked["Labels"].clone(),
+    };
+    let json = serde_json::json!({"Name": name, "Labels": labels}).to_string();
+    let (a, b) = json.split_at(5);
+    format!(
+        "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{a}\r\n{:x}\r\n{b}\r\n0\r\n\r\n",
+        a.len(),
+        b.len()
+    )
+    .into_bytes()
 }
 
 async fn ack_claims(mut claims: mpsc::UnboundedReceiver<Claim>, n: usize) -> Vec<Target> {
@@ -135,7 +155,10 @@ async fn creates_are_stamped_and_claimed_on_a_kept_alive_connection() {
     conn.read_to_string(&mut answers).await.unwrap();
     assert_eq!(answers.matches("HTTP/1.1 ").count(), 3, "{answers}");
     assert!(answers.contains("{\"Id\":\"c1\"}\n"));
-    assert!(answers.contains("5\r\n{\"Nam\r\n8\r\ne\":\"v1\"}\r\n0\r\n\r\n"));
+    assert!(
+        answers.contains("5\r\n{\"Lab\r\n"),
+        "the chunks as the daemon sent them"
+    );
     assert!(answers.ends_with("ok"));
     let seen = String::from_utf8(rig.seen.recv().await.unwrap()).unwrap();
     assert!(seen.contains(r#""sandguard.session":"s1""#), "{seen}");
@@ -166,13 +189,23 @@ async fn upgrades_become_a_raw_copy() {
 }
 
 #[tokio::test]
-async fn garbage_goes_to_the_daemon_and_the_proxy_lives_on() {
-    let rig = rig("garbage").await;
+async fn garbage_is_refused_by_the_proxy_and_it_lives_on() {
+    let mut rig = rig("garbage").await;
     let mut conn = UnixStream::connect(&rig.socket).await.unwrap();
-    conn.write_all(b"GARBAGE\r\n\r\n").await.unwrap();
-    let mut out = Vec::new();
-    conn.read_to_end(&mut out).await.unwrap();
-    assert!(out.starts_with(b"HTTP/1.1 400 Bad Request"));
+    conn.write_all(b"GARBAGE\r\n\r\nGET /_ping HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = String::new();
+    conn.read_to_string(&mut out).await.unwrap();
+    drop(conn);
+    assert!(out.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{out}");
+    assert!(out.contains("sandguard: "), "{out}");
+    assert_eq!(out.matches("HTTP/1.1").count(), 1, "{out}");
+    assert_eq!(
+        rig.seen.recv().await.unwrap(),
+        b"",
+        "nothing reached the daemon"
+    );
     // A client that leaves mid-request does not hurt the next one.
     let mut half = UnixStream::connect(&rig.socket).await.unwrap();
     half.write_all(b"POST /x HTTP/1.1\r\nContent-Length: 100\r\n\r\nabc")
@@ -186,6 +219,96 @@ async fn garbage_goes_to_the_daemon_and_the_proxy_lives_on() {
     let mut out = String::new();
     conn.read_to_string(&mut out).await.unwrap();
     assert!(out.ends_with("ok"), "{out}");
+    let _ = std::fs::remove_dir_all(&rig.dir);
+}
+
+#[tokio::test]
+async fn an_answer_until_close_is_not_followed_by_a_raw_copy() {
+    let mut rig = rig("until-close").await;
+    let mut conn = UnixStream::connect(&rig.socket).await.unwrap();
+    let create = r#"{"Image":"x"}"#;
+    let req = format!(
+        "GET /until-close HTTP/1.1\r\nHost: d\r\n\r\nPOST /containers/create HTTP/1.1\r\nContent-Length: {}\r\n\r\n{create}",
+        create.len()
+    );
+    conn.write_all(req.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    conn.read_to_string(&mut out).await.unwrap();
+    assert_eq!(out, "HTTP/1.1 200 OK\r\n\r\nstream");
+    let seen = String::from_utf8(rig.seen.recv().await.unwrap()).unwrap();
+    assert!(
+        !seen.contains("create"),
+        "nothing after it went upstream: {seen}"
+    );
+    let _ = std::fs::remove_dir_all(&rig.dir);
+}
+
+#[tokio::test]
+async fn named_volumes_are_made_first_and_claimed_only_when_new() {
+    let mut rig = rig("volumes").await;
+    let claims = std::mem::replace(&mut rig.claims, mpsc::unbounded_channel().1);
+    let acker = tokio::spawn(ack_claims(claims, 2));
+    let mut conn = UnixStream::connect(&rig.socket).await.unwrap();
+    let body = r#"{"Image":"x","HostConfig":{"Binds":["existing:/a","fresh:/b","/host:/c"],"Mounts":[{"Type":"volume","Source":"m","VolumeOptions":{"Labels":{"l":"1"}}}]}}"#;
+    let req = format!(
+        "POST /v1.41/containers/create HTTP/1.1\r\nHost: d\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(req.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    conn.read_to_string(&mut out).await.unwrap();
+    assert!(out.ends_with("{\"Id\":\"c1\"}\n"), "{out}");
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        seen.push(String::from_utf8(rig.seen.recv().await.unwrap()).unwrap());
+    }
+    let creates: Vec<&String> = seen
+        .iter()
+        .filter(|s| s.contains("volumes/create"))
+        .collect();
+    assert_eq!(creates.len(), 3, "{seen:?}");
+    assert!(creates
+        .iter()
+        .all(|s| s.starts_with("POST /v1.41/volumes/create HTTP/1.1\r\n")));
+    assert!(creates
+        .iter()
+        .all(|s| s.contains(r#""sandguard.session":"s1""#)));
+    assert!(creates
+        .iter()
+        .any(|s| s.contains(r#""Name":"m","Labels":{"l":"1","#)));
+    let got = acker.await.unwrap();
+    let ids: Vec<&str> = got.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["volume/fresh", "volume/m"],
+        "made first; never `existing`"
+    );
+    let _ = std::fs::remove_dir_all(&rig.dir);
+}
+
+#[tokio::test]
+async fn commits_are_rewritten() {
+    let mut rig = rig("commit").await;
+    let mut conn = UnixStream::connect(&rig.socket).await.unwrap();
+    let body = r#"{"Labels":{"sandguard.session":"s1","keep":"1"}}"#;
+    let req = format!(
+        "POST /v1.41/commit?container=c HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(req.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    conn.read_to_string(&mut out).await.unwrap();
+    assert!(out.starts_with("HTTP/1.1 201"), "{out}");
+    let seen = String::from_utf8(rig.seen.recv().await.unwrap()).unwrap();
+    let change = "&changes=LABEL%20sandguard.session%3D%22%22%20sandguard.owner%3D%22%22";
+    assert!(
+        seen.starts_with(&format!("POST /v1.41/commit?container=c{change}")),
+        "{seen}"
+    );
+    assert!(
+        seen.ends_with("\r\n\r\n{\"Labels\":{\"keep\":\"1\"}}"),
+        "{seen}"
+    );
     let _ = std::fs::remove_dir_all(&rig.dir);
 }
 

@@ -1,0 +1,226 @@
+//! Where a request goes, decided as Docker decides it: the request target normalised the way
+//! Go's `net/http` and gorilla/mux (Docker's router) read it, then matched against the few
+//! routes the proxy rewrites or must recognise.
+//!
+//! Go parses the target with `url.ParseRequestURI`: an absolute-form target
+//! (`http://docker/v1.41/containers/create`, any scheme) routes by its path, the query is cut
+//! at the first `?`, and the path is percent-decoded before routing, so `%63reate` is `create`
+//! and `containers%2Fcreate` is `containers/create`. gorilla/mux answers a path that is not
+//! clean (dot segments, doubled slashes) with a redirect rather than routing it; the proxy
+//! cleans it and matches anyway, so such a path is at worst stamped once too often, never
+//! passed on unstamped. A target Go would refuse (a bad `%` escape, a relative path) is
+//! refused here too. Routes match case-sensitively, as mux does; the method `POST` matches
+//! in any case (a superset: stamping a request mux would not route costs nothing).
+
+/// Which Docker object a request creates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Create {
+    Container,
+    Network,
+    Volume,
+}
+
+/// What the proxy does with a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// `POST [/vX.Y]/{containers,networks,volumes}/create`: stamped, its answer claimed.
+    /// `version` is the prefix as routed (`/v1.41`, or empty), for the proxy's own requests.
+    Create {
+        kind: Create,
+        version: String,
+    },
+    /// `POST [/vX.Y]/commit`: sandguard's labels are kept out of the image.
+    Commit,
+    /// `[/vX.Y]/containers/{id}/attach` or `[/vX.Y]/exec/{id}/start`: an answer without a
+    /// length is a hijacked stream, copied raw both ways.
+    Hijack,
+    Other,
+}
+
+/// Routes a request by its method and raw target. `Err` names why Go would refuse it.
+pub fn route(method: &str, target: &str) -> Result<Route, &'static str> {
+    let Some(path) = path(target)? else {
+        return Ok(Route::Other);
+    };
+    let Ok(path) = String::from_utf8(path) else {
+        return Ok(Route::Other); // no Docker route has bytes that are not UTF-8
+    };
+    let segments = clean(&path);
+    let (version, rest) = match segments.split_first() {
+        Some((v, rest)) if is_version(v) => (format!("/{v}"), rest),
+        _ => (String::new(), &segments[..]),
+    };
+    let post = method.eq_ignore_ascii_case("POST");
+    let create = |kind| Route::Create {
+        kind,
+        version: version.clone(),
+    };
+    Ok(match rest {
+        ["containers", "create"] if post => create(Create::Container),
+        ["networks", "create"] if post => create(Create::Network),
+        ["volumes", "create"] if post => create(Create::Volume),
+        ["commit"] if post => Route::Commit,
+        ["containers", _, .., "attach"] | ["exec", _, .., "start"] => Route::Hijack,
+        _ => Route::Other,
+    })
+}
+
+/// The decoded path of a request target, as Go's `url.ParseRequestURI` sets `URL.Path`;
+/// `None` when it has none to route by (`*`, an opaque `scheme:path`).
+fn path(target: &str) -> Result<Option<Vec<u8>>, &'static str> {
+    if target == "*" {
+        return Ok(None);
+    }
+    let (scheme, rest) = split_scheme(target)?;
+    let rest = rest.split('?').next().unwrap_or("");
+    let rest = match (scheme, rest.strip_prefix("//")) {
+        // Absolute form: the path starts after the authority.
+        (true, Some(authority)) => authority.find('/').map_or("", |i| &authority[i..]),
+        (_, _) if rest.starts_with('/') => rest,
+        (true, _) => return Ok(None),
+        (false, _) => return Err("its request target is not a path or an absolute URL"),
+    };
+    decode(rest).map(Some)
+}
+
+/// Go's `getScheme`: `[A-Za-z][A-Za-z0-9+.-]*:`, else no scheme at all.
+fn split_scheme(target: &str) -> Result<(bool, &str), &'static str> {
+    for (i, c) in target.bytes().enumerate() {
+        match c {
+            b'a'..=b'z' | b'A'..=b'Z' => {}
+            b'0'..=b'9' | b'+' | b'-' | b'.' if i > 0 => {}
+            b':' if i == 0 => return Err("its request target has no scheme before ':'"),
+            b':' => return Ok((true, &target[i + 1..])),
+            _ => break,
+        }
+    }
+    Ok((false, target))
+}
+
+/// Percent-decoding as Go's `url.PathUnescape` does it (`+` stays `+`).
+fn decode(path: &str) -> Result<Vec<u8>, &'static str> {
+    let bytes = path.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = |b: Option<&u8>| b.and_then(|b| (*b as char).to_digit(16));
+            match (hex(bytes.get(i + 1)), hex(bytes.get(i + 2))) {
+                (Some(h), Some(l)) => out.push((h * 16 + l) as u8),
+                _ => return Err("its request target has a bad % escape"),
+            }
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    Ok(out)
+}
+
+/// The segments of a path after resolving `.` and `..` and dropping empty ones (Go's
+/// `path.Clean`, which mux applies before routing).
+fn clean(path: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    for s in path.split('/') {
+        match s {
+            "" | "." => {}
+            ".." => {
+                out.pop();
+            }
+            s => out.push(s),
+        }
+    }
+    out
+}
+
+/// Docker's version prefix: `v[0-9.]+`.
+fn is_version(segment: &str) -> bool {
+    segment
+        .strip_prefix('v')
+        .is_some_and(|v| !v.is_empty() && v.bytes().all(|c| c.is_ascii_digit() || c == b'.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn create(kind: Create, version: &str) -> Result<Route, &'static str> {
+        Ok(Route::Create {
+            kind,
+            version: version.into(),
+        })
+    }
+
+    #[test]
+    fn creates_however_the_target_is_spelled() {
+        let c = |t: &str| route("POST", t);
+        assert_eq!(c("/containers/create"), create(Create::Container, ""));
+        let v141 = create(Create::Container, "/v1.41");
+        for t in [
+            "/v1.41/containers/create?name=x",
+            "/v1.41/containers/%63reate",
+            "/v1.41/containers%2Fcreate",
+            "/v1.41/containers%2fcreate/",
+            "http://docker/v1.41/containers/create",
+            "HTTP+X://docker:2375/v1.41/containers/create?x",
+            "x:/v1.41/containers/create",
+            "//v1.41//containers/./create",
+            "/v1.41/images/../containers/create",
+            "/v1.41/containers/create#frag?",
+        ] {
+            let want = if t.contains('#') {
+                Ok(Route::Other)
+            } else {
+                v141.clone()
+            };
+            assert_eq!(c(t), want, "{t}");
+        }
+        assert_eq!(
+            c("/v1.47/networks/create"),
+            create(Create::Network, "/v1.47")
+        );
+        assert_eq!(c("/volumes/create"), create(Create::Volume, ""));
+        assert_eq!(c("/v1.41/commit?container=x"), Ok(Route::Commit));
+        assert_eq!(route("post", "/commit"), Ok(Route::Commit));
+    }
+
+    #[test]
+    fn what_is_not_a_create() {
+        let c = |t: &str| route("POST", t);
+        assert_eq!(route("GET", "/containers/create"), Ok(Route::Other));
+        assert_eq!(c("/v1.41/containers/abc/start"), Ok(Route::Other));
+        assert_eq!(c("/v1.x/containers/create"), Ok(Route::Other));
+        assert_eq!(c("/CONTAINERS/create"), Ok(Route::Other));
+        assert_eq!(c("/containers/create%ff"), Ok(Route::Other));
+        assert_eq!(c("http://docker"), Ok(Route::Other));
+        assert_eq!(c("x:containers/create"), Ok(Route::Other));
+        assert_eq!(c("*"), Ok(Route::Other));
+        assert_eq!(
+            c("/v1.41/containers/create?/x"),
+            create(Create::Container, "/v1.41")
+        );
+    }
+
+    #[test]
+    fn targets_go_refuses() {
+        assert!(route("POST", "/containers/%zzreate").is_err());
+        assert!(route("POST", "/containers/create%2").is_err());
+        assert!(route("POST", "containers/create").is_err());
+        assert!(route("POST", "%2Fv1.41/containers/create").is_err());
+        assert!(route("POST", ":/containers/create").is_err());
+        assert!(route("POST", "1x:/containers/create").is_err());
+    }
+
+    #[test]
+    fn hijacks() {
+        for t in [
+            "/v1.41/containers/abc/attach?stream=1",
+            "/containers/a%2Fb/attach",
+            "/v1.41/exec/e1/start",
+        ] {
+            assert_eq!(route("POST", t), Ok(Route::Hijack), "{t}");
+        }
+        assert_eq!(route("POST", "/containers/attach"), Ok(Route::Other));
+    }
+}
