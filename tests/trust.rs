@@ -167,6 +167,16 @@ fn a_claim_is_durable_when_claim_returns() {
     r.adopt_container(container);
     let sidecar = sidecar_of(session);
     unsafe_kill(sidecar as i32, libc::SIGSTOP);
+    // Whatever happens below, the sidecar does not stay frozen.
+    struct Thaw(u32);
+    impl Drop for Thaw {
+        fn drop(&mut self) {
+            let _ = Command::new("kill")
+                .args(["-KILL", &self.0.to_string()])
+                .status();
+        }
+    }
+    let _thaw = Thaw(sidecar);
     std::fs::write(dir.join("go"), "").unwrap();
     // Wait until the line is in the pipe (the claim process is waiting), then some more.
     std::thread::sleep(Duration::from_millis(800));
