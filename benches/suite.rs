@@ -248,8 +248,8 @@ fn claims(exe: &str, scratch: &std::path::Path, n: usize) -> (Duration, Duration
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
-    let mut sidecar = sandguard::unix::spawn_in_new_session(&mut cmd, read_end.as_raw_fd(), 3)
-        .expect("sidecar");
+    let mut sidecar =
+        sandguard::unix::spawn_in_new_session(&mut cmd, read_end.as_raw_fd(), 3).expect("sidecar");
     drop(cmd);
     drop(read_end);
     let mut ready = String::new();
@@ -273,7 +273,10 @@ fn claims(exe: &str, scratch: &std::path::Path, n: usize) -> (Duration, Duration
         if text.contains(&last) {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(600), "claims not journaled");
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "claims not journaled"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     let wall = started.elapsed();
@@ -308,7 +311,10 @@ fn claims_at_scale(exe: &str, scratch: &std::path::Path) {
             cpu.as_secs_f64() * 1e6 / n as f64
         ));
     }
-    report::record("claims at scale (cargo bench --bench suite)", &parts.join("; "));
+    report::record(
+        "claims at scale (cargo bench --bench suite)",
+        &parts.join("; "),
+    );
 }
 
 fn sweep_scale(exe: &str, scratch: &std::path::Path) {

@@ -112,8 +112,14 @@ fn sigterm_to_owner_and_sidecar_together_still_reclaims() {
         .unwrap();
     assert!(status.success());
     let _ = owner.wait();
-    assert_eq!(wait_state(&s, &got[1], &["reclaimed", "active"]), "reclaimed");
-    assert!(!container_exists(&got[0]), "the owner's container is reclaimed");
+    assert_eq!(
+        wait_state(&s, &got[1], &["reclaimed", "active"]),
+        "reclaimed"
+    );
+    assert!(
+        !container_exists(&got[0]),
+        "the owner's container is reclaimed"
+    );
 }
 
 /// #10, the other half: SIGTERM to the sidecar alone, while its owner lives, stops it

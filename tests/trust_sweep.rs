@@ -80,7 +80,10 @@ fn an_owner_in_another_pid_namespace_is_unknown_not_dead() {
     r.adopt_container(&container);
     let out = sweep(&host, &["--provider", "docker", "--json"]);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
-    assert!(container_exists(&container), "a live owner's container was removed");
+    assert!(
+        container_exists(&container),
+        "a live owner's container was removed"
+    );
     let v = json(&out.stdout);
     let decision = v["decisions"]
         .as_array()
@@ -112,14 +115,23 @@ fn an_unrecorded_boot_is_unknown_and_a_recorded_one_is_dead() {
     let c = r.container(&[(SESSION, &session_id), (OWNER, &owner)]);
     let out = sweep(&s, &["--provider", "docker"]);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
-    assert!(container_exists(&c), "an owner from a boot never recorded here was judged dead");
+    assert!(
+        container_exists(&c),
+        "an owner from a boot never recorded here was judged dead"
+    );
     // This machine ran that boot: now its owners are dead.
     let boots = s.path().join("state/sandguard/boots");
-    let mut f = std::fs::OpenOptions::new().append(true).open(&boots).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&boots)
+        .unwrap();
     writeln!(f, "{other_boot}").unwrap();
     let out = sweep(&s, &["--provider", "docker"]);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
-    assert!(!container_exists(&c), "an owner from an ended boot of this machine is dead");
+    assert!(
+        !container_exists(&c),
+        "an owner from an ended boot of this machine is dead"
+    );
 }
 
 /// #4b: a container detached by its full id survives its session's reclaim *and* the next
@@ -140,7 +152,10 @@ fn a_detached_container_survives_the_next_sweep() {
     assert!(container_exists(&container));
     let out = sweep(&s, &["--provider", "docker"]);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
-    assert!(container_exists(&container), "the sweep removed a detached container");
+    assert!(
+        container_exists(&container),
+        "the sweep removed a detached container"
+    );
 }
 
 /// #8: a container created after the session's last listing (a child that finished after
@@ -175,18 +190,28 @@ fn a_container_that_appears_after_the_reclaim_is_swept() {
         .status()
         .unwrap();
     assert!(status.success());
-    let session_id = std::fs::read_to_string(out.join("session")).unwrap().trim().to_string();
-    assert_eq!(wait_state(&s, &session_id, &["reclaimed", "clean"]), "reclaimed");
+    let session_id = std::fs::read_to_string(out.join("session"))
+        .unwrap()
+        .trim()
+        .to_string();
+    assert_eq!(
+        wait_state(&s, &session_id, &["reclaimed", "clean"]),
+        "reclaimed"
+    );
     std::fs::write(out.join("go"), "").unwrap();
     eventually(Duration::from_secs(20), "the late container exists", || {
         out.join("late").exists()
     });
-    let late = std::fs::read_to_string(out.join("late")).unwrap().trim().to_string();
+    let late = std::fs::read_to_string(out.join("late"))
+        .unwrap()
+        .trim()
+        .to_string();
     let mut r = Resources::default();
     r.adopt_container(&late);
-    let swept = run(sandguard(&s)
-        .env("SANDGUARD_CONFIG", &config)
-        .args(["sweep", "--provider", "docker"]));
+    let swept =
+        run(sandguard(&s)
+            .env("SANDGUARD_CONFIG", &config)
+            .args(["sweep", "--provider", "docker"]));
     assert_eq!(swept.code, 0, "{}{}", swept.stdout, swept.stderr);
     assert!(!container_exists(&late), "{}", swept.stdout);
 }
@@ -219,7 +244,11 @@ esac
 fn with_plugin(s: &Scratch, cmd: &mut Command) {
     cmd.env(
         "PATH",
-        format!("{}:{}", s.path().join("bin").display(), path_with_sandguard()),
+        format!(
+            "{}:{}",
+            s.path().join("bin").display(),
+            path_with_sandguard()
+        ),
     );
 }
 
@@ -258,8 +287,14 @@ fn a_sweep_of_one_provider_does_not_end_a_session_pending_on_another() {
     let (container, session_id) = (&got[0], &got[1]);
     unsafe_kill(owner.id() as i32, libc::SIGKILL);
     let _ = owner.wait();
-    assert_eq!(wait_state(&s, session_id, &["pending", "reclaimed"]), "pending");
-    assert!(!container_exists(container), "docker was reclaimed by the sidecar");
+    assert_eq!(
+        wait_state(&s, session_id, &["pending", "reclaimed"]),
+        "pending"
+    );
+    assert!(
+        !container_exists(container),
+        "docker was reclaimed by the sidecar"
+    );
     std::fs::remove_file(s.path().join("broken")).unwrap();
     let mut cmd = sandguard(&s);
     with_plugin(&s, &mut cmd);
@@ -311,7 +346,10 @@ fn sweeping_an_unfinishable_session_does_not_grow_its_journal() {
     let session_id = wait_for_file(&out.join("s"), &mut owner).remove(0);
     unsafe_kill(owner.id() as i32, libc::SIGKILL);
     let _ = owner.wait();
-    assert_eq!(wait_state(&s, &session_id, &["pending", "reclaimed"]), "pending");
+    assert_eq!(
+        wait_state(&s, &session_id, &["pending", "reclaimed"]),
+        "pending"
+    );
     let lines = || {
         std::fs::read_to_string(journal(&s, &session_id))
             .unwrap()
@@ -321,8 +359,14 @@ fn sweeping_an_unfinishable_session_does_not_grow_its_journal() {
     let sweep_all = || {
         let mut cmd = sandguard(&s);
         with_plugin(&s, &mut cmd);
-        let out = run(cmd.env("SANDGUARD_CONFIG", &config).args(["sweep", "--provider", "flaky"]));
-        assert_eq!(out.code, 1, "a pending removal is a failure: {}{}", out.stdout, out.stderr);
+        let out = run(cmd
+            .env("SANDGUARD_CONFIG", &config)
+            .args(["sweep", "--provider", "flaky"]));
+        assert_eq!(
+            out.code, 1,
+            "a pending removal is a failure: {}{}",
+            out.stdout, out.stderr
+        );
     };
     sweep_all();
     let after_one = lines();
@@ -403,7 +447,13 @@ fn ended_sessions_are_pruned_and_others_kept() {
     };
     eventually(Duration::from_secs(10), "three sessions ended", || {
         let v = json(&run(sg().args(["sessions", "--json"])).stdout);
-        v["sessions"].as_array().unwrap().iter().filter(|x| x["state"] == "reclaimed" || x["state"] == "clean").count() == 3
+        v["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| x["state"] == "reclaimed" || x["state"] == "clean")
+            .count()
+            == 3
     });
     // One that is still running must stay.
     let mut live = sg()
@@ -413,11 +463,15 @@ fn ended_sessions_are_pruned_and_others_kept() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    eventually(Duration::from_secs(10), "the live session is there", || listed() == 4);
+    eventually(Duration::from_secs(10), "the live session is there", || {
+        listed() == 4
+    });
     let out = run(sg().args(["sessions", "--prune", "--older-than", "1ms"]));
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert_eq!(listed(), 1, "only the live session is left");
-    let files = std::fs::read_dir(s.path().join("state/sandguard/sessions")).unwrap().count();
+    let files = std::fs::read_dir(s.path().join("state/sandguard/sessions"))
+        .unwrap()
+        .count();
     assert!(files <= 2, "{files} files left for one session");
     let _ = live.kill();
     let _ = live.wait();
@@ -529,8 +583,14 @@ fn a_short_docker_outage_during_the_reclaim_leaves_nothing_behind() {
     let _ = owner.wait();
     // The outage lasts past the first listing and the settle listing.
     std::thread::sleep(Duration::from_secs(3));
-    assert!(container_exists(container), "nothing can be removed during the outage");
+    assert!(
+        container_exists(container),
+        "nothing can be removed during the outage"
+    );
     outage.set_down(false);
-    assert_eq!(wait_state(&s, session_id, &["reclaimed", "pending"]), "reclaimed");
+    assert_eq!(
+        wait_state(&s, session_id, &["reclaimed", "pending"]),
+        "reclaimed"
+    );
     assert!(!container_exists(container));
 }
