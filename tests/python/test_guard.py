@@ -3,6 +3,7 @@ the real Docker daemon: a guarded Python program creates containers, then dies o
 sandguard reclaims them."""
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -171,9 +172,10 @@ def test_labels_match_what_ps_reports_while_the_owner_lives(tmp_path, pyenv, env
             assert s["owner"] == info["labels"]["sandguard.owner"], s
             for k, v in info["labels"].items():
                 assert s["labels"][k] == v, s
-        machine, boot, pid, start = info["labels"]["sandguard.owner"].split("-")
+        machine, boot, pid, start, pidns = info["labels"]["sandguard.owner"].split("-")
         assert int(pid) == info["pid"] == proc.pid
         assert len(machine) == 16 and len(boot) == 16 and start.isdigit()
+        assert int(pidns) == os.stat("/proc/self/ns/pid").st_ino
     finally:
         proc.stdin.close()  # the program leaves its with-block: bye
         assert proc.wait(timeout=60) == 0

@@ -298,7 +298,7 @@ class Guard:
     def _start(
         self, binary: str, config: Optional[str], grace: Optional[str], timeout: float
     ) -> None:
-        start = self._owner.rsplit("-", 1)[1]
+        start = self._owner.split("-")[3]
         argv = [binary]
         if config is not None:
             argv += ["--config", str(config)]
