@@ -1,0 +1,52 @@
+"""README's Python snippet (the block marked `<!-- readme: run python-guard -->`), run as
+README.md writes it, with the wheel's helper, against the real daemon: everything it made is
+gone when its `with` block ends. The block is read out of README.md, so the two cannot drift
+apart (tests/readme.rs does the same for the shell snippets and checks that every block is
+either run or says why not)."""
+
+import json
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGE = "sandguard-test/busybox:latest"
+
+
+def readme_block(name: str) -> str:
+    lines = (REPO / "README.md").read_text().splitlines()
+    want = f"<!-- readme: run {name}"
+    for i, line in enumerate(lines):
+        if line.strip().startswith(want):
+            assert lines[i + 1].startswith("```"), f"no code block after {want!r}"
+            end = next(j for j in range(i + 2, len(lines)) if lines[j].startswith("```"))
+            return "\n".join(lines[i + 2:end])
+    raise AssertionError(f"README has no block marked {want!r}")
+
+
+def exists(cid: str) -> bool:
+    return subprocess.run(["docker", "container", "inspect", cid],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+
+
+def test_the_readme_python_snippet_runs_and_leaves_nothing(tmp_path, pyenv, env,
+                                                          docker_ready):
+    # The snippet says `busybox`: a local tag of the test image (nothing is pulled).
+    subprocess.run(["docker", "tag", IMAGE, "busybox:latest"], check=True)
+    # Run the block as written; after it, report what it made (its variables are in scope).
+    program = readme_block("python-guard") + "\nimport json\nprint(json.dumps([cid, plain, other]))\n"
+    script = tmp_path / "readme_snippet.py"
+    script.write_text(program)
+    out = subprocess.run([str(pyenv / "bin" / "python"), str(script)], env=env,
+                         capture_output=True, text=True, timeout=120)
+    made = []
+    try:
+        assert out.returncode == 0, out.stderr
+        made = json.loads(out.stdout.strip().splitlines()[-1])
+        assert len(made) == 3
+        # The labelled, the claimed and the child-claimed container: all gone once the block
+        # has returned (close() waits for the sidecar to finish).
+        assert [c for c in made if exists(c)] == []
+    finally:
+        for c in made:
+            subprocess.run(["docker", "rm", "-f", c], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
