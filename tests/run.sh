@@ -19,7 +19,15 @@
 #      its "N passed" line is the suite's closing line.
 # maturin and pytest come from PyPI into a venv under the target directory (kept, so a second
 # run installs nothing). Extra arguments go to `cargo test`, e.g. `tests/run.sh -- stop_all`;
-# SANDGUARD_SKIP_FUZZ=1 skips step 0 and SANDGUARD_SKIP_PYTHON=1 steps 2 and 3 (each says so).
+# SANDGUARD_SKIP_FUZZ=1 skips step 0 and SANDGUARD_SKIP_PYTHON=1 steps 2 and 3 (each says so,
+# and the closing count says what was skipped). When CI is set, a skip is refused: CI runs
+# every layer.
+#
+# Tests marked #[ignore] need root (giving a directory to another user); they run here, which
+# needs root anyway, with `--include-ignored`.
+#
+# The last line adds up every layer, fuzz targets, unit tests, integration tests and Python
+# tests: `tests/run.sh: N passed, N failed (…)`, also when a layer failed and the run stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -83,21 +91,80 @@ python_tools() {
   fi
 }
 
+# Every layer's counts, added up in the closing line.
+passed=0
+failed=0
+parts=()
+skipped=()
+tally() { # NAME PASSED FAILED
+  passed=$((passed + $2)); failed=$((failed + $3)); parts+=("$1 $2/$(($2 + $3))")
+}
+closing_line() {
+  local rc=$? note
+  note=$(printf '%s, ' "${parts[@]}")
+  note=${note%, }
+  [ -n "$note" ] || note="nothing ran"
+  [ ${#skipped[@]} -eq 0 ] || note="$note; SKIPPED: ${skipped[*]}"
+  if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
+    failed=1
+    note="$note; a step failed before its tests could be counted"
+  fi
+  printf 'tests/run.sh: %d passed, %d failed (%s)\n' "$passed" "$failed" "$note"
+}
+trap closing_line EXIT
+
+# Counts `test result:` lines of cargo test output: "N passed; M failed".
+cargo_counts() { # LOG
+  awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+       END { printf "%d %d\n", p, f }' "$1"
+}
+
+if [ -n "${CI:-}" ]; then
+  for var in SANDGUARD_SKIP_FUZZ SANDGUARD_SKIP_PYTHON; do
+    if [ -n "${!var:-}" ]; then
+      log "$var is set, but CI is set too: CI runs every layer"
+      exit 2
+    fi
+  done
+fi
+
+command -v systemd-analyze >/dev/null 2>&1 || apt_install systemd
+command -v flock >/dev/null 2>&1 || apt_install util-linux
 start_docker
 build_test_image
+logs=$(mktemp -d)
 
 # Step 0: the fuzz targets, a bounded time each.
 if [ "${SANDGUARD_SKIP_FUZZ:-}" = 1 ]; then
   log "SANDGUARD_SKIP_FUZZ=1: the fuzz targets were NOT run"
+  skipped+=("fuzz")
 else
-  fuzz/run.sh
+  set +e
+  fuzz/run.sh 2>&1 | tee "$logs/fuzz"
+  rc=${PIPESTATUS[0]}
+  set -e
+  tally "fuzz targets" "$(grep -c ': no crash in' "$logs/fuzz" || true)" \
+    "$(grep -c ': FAILED after' "$logs/fuzz" || true)"
+  [ "$rc" -eq 0 ] || exit "$rc"
 fi
 
-# Step 1: the Rust suite.
-cargo test --locked "$@"
+# Step 1: the Rust suite (ignored tests too: they need root, which this script has).
+args=("$@")
+case " $* " in
+  *" -- "*) args+=(--include-ignored) ;;
+  *) args+=(-- --include-ignored) ;;
+esac
+set +e
+cargo test --locked "${args[@]}" 2>&1 | tee "$logs/cargo"
+rc=${PIPESTATUS[0]}
+set -e
+read -r p f < <(cargo_counts "$logs/cargo")
+tally "cargo tests" "$p" "$f"
+[ "$rc" -eq 0 ] || exit "$rc"
 
 if [ "${SANDGUARD_SKIP_PYTHON:-}" = 1 ]; then
   log "SANDGUARD_SKIP_PYTHON=1: the Python wheel and its tests were NOT run"
+  skipped+=("python")
   exit 0
 fi
 
@@ -116,4 +183,14 @@ wheel=$(ls "$target"/wheels/sandguard-*.whl)
 # Step 3: the helper's tests against that wheel (a fresh venv, the real Docker daemon). The
 # Docker proxy's test also installs docker-py (`docker` from PyPI) into that venv.
 # -p no:cacheprovider: no .pytest_cache in the work tree.
-SANDGUARD_WHEEL=$wheel exec "$tools/bin/pytest" -p no:cacheprovider -v tests/python
+set +e
+SANDGUARD_WHEEL=$wheel "$tools/bin/pytest" -p no:cacheprovider -v tests/python 2>&1 | tee "$logs/pytest"
+rc=${PIPESTATUS[0]}
+set -e
+# pytest's closing line, e.g. "==== 2 failed, 13 passed, 1 error in 30.1s ====".
+summary=$(grep -E '^=+ .* in [0-9.]+s' "$logs/pytest" | tail -n 1)
+read -r p f < <(awk '{ for (i = 2; i <= NF; i++) { w = $i; sub(/,$/, "", w)
+    if (w == "passed") p += $(i-1); if (w == "failed" || w == "error" || w == "errors") f += $(i-1) } }
+    END { printf "%d %d\n", p, f }' <<<"$summary")
+tally "python tests" "$p" "$f"
+exit "$rc"
