@@ -46,7 +46,7 @@ pub enum Verb {
     Detach,
 }
 
-pub fn main(verb: Verb, args: Args, settings: Result<Settings, String>) -> Exit {
+pub fn run(verb: Verb, args: Args, settings: Result<Settings, String>) -> Exit {
     match send(verb, args, settings) {
         Ok(()) => Exit::Ok,
         Err((exit, message)) => {

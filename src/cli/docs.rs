@@ -5,7 +5,7 @@
 use clap::CommandFactory;
 
 use super::output::{self, Exit};
-use super::Cli;
+use super::{Cli, Error};
 
 #[derive(Debug, clap::Args)]
 pub struct CompletionArgs {
@@ -13,24 +13,19 @@ pub struct CompletionArgs {
     shell: clap_complete::Shell,
 }
 
-pub fn completions(args: CompletionArgs) -> Exit {
+pub fn completions(args: CompletionArgs) -> Result<Exit, Error> {
     let mut cmd = Cli::command();
     let mut buf = Vec::new();
     clap_complete::generate(args.shell, &mut cmd, "sandguard", &mut buf);
     output::emit(&String::from_utf8_lossy(&buf));
-    Exit::Ok
+    Ok(Exit::Ok)
 }
 
-pub fn man() -> Exit {
+pub fn man() -> Result<Exit, Error> {
     let mut buf = Vec::new();
-    match clap_mangen::Man::new(Cli::command()).render(&mut buf) {
-        Ok(()) => {
-            output::emit(&String::from_utf8_lossy(&buf));
-            Exit::Ok
-        }
-        Err(e) => {
-            eprintln!("sandguard: cannot render the man page: {e}");
-            Exit::Failure
-        }
-    }
+    clap_mangen::Man::new(Cli::command())
+        .render(&mut buf)
+        .map_err(|e| Error::Failed(format!("cannot render the man page: {e}")))?;
+    output::emit(&String::from_utf8_lossy(&buf));
+    Ok(Exit::Ok)
 }

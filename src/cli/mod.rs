@@ -2,12 +2,15 @@
 //! that resolves what the user typed into library calls and turns the results into output and
 //! an exit code.
 //!
-//! Exit codes for `ps`, `stop` and `providers`: 0 clean; 1 a provider could not be queried, a
-//! target was not found or something could not be removed; 2 bad usage or bad config. The
-//! wrapper exits with CMD's own status, or 125/126/127 (see [`run`]).
+//! Exit codes for `ps`, `stop`, `sweep`, `sessions` and `providers`: 0 clean; 1 a provider
+//! could not be queried, a target was not found or something could not be removed; 2 bad
+//! usage or bad config. Each of them returns `Result<Exit, Error>` and [`Error::exit`] is the
+//! one mapping from an error to a code. The wrapper exits with CMD's own status, or
+//! 125/126/127 (see `run.rs`); the sidecar reports start-up failures on its `ready` line.
 
 mod claim;
 mod docs;
+mod error;
 mod init;
 mod output;
 mod providers;
@@ -26,6 +29,7 @@ use clap::{Parser, Subcommand};
 use crate::config::{Overrides, ProcessEnv, Settings};
 use crate::providers::Registry;
 
+pub use error::Error;
 pub use output::Exit;
 
 #[derive(Debug, Parser)]
@@ -80,93 +84,125 @@ enum Command {
     Man,
 }
 
-/// Runs the command line `args` (program name first) and returns the process exit code.
-pub fn run(args: Vec<OsString>) -> u8 {
-    let cli = match Cli::try_parse_from(args) {
-        Ok(cli) => cli,
-        Err(e) => {
-            let code = if e.use_stderr() {
-                Exit::Usage
-            } else {
-                Exit::Ok
-            };
-            let _ = e.print();
-            return code.code();
-        }
-    };
-    let command = match (cli.command, cli.wrapped) {
-        (Some(c), _) => c,
-        (None, wrapped) if !wrapped.is_empty() => Command::Run(run::Args {
-            grace: None,
-            docker_proxy: false,
-            command: wrapped,
-        }),
-        (None, _) => {
-            eprintln!("sandguard: nothing to do; try `sandguard -- CMD…` or `sandguard --help`");
-            return Exit::Usage.code();
-        }
-    };
-    let grace = match &command {
-        Command::Run(a) => a.grace.map(|g| g.0),
-        Command::Watch(a) => a.grace.map(|g| g.0),
-        _ => None,
-    };
-    let overrides = Overrides {
-        config: cli.config.clone(),
-        grace,
-        ..Default::default()
-    };
-    let settings = Settings::resolve(&overrides, &ProcessEnv).map_err(|e| e.to_string());
-    if let Ok(s) = &settings {
-        init_logging(s.log_level);
+/// A parsed command line with its settings resolved (or the reason they could not be).
+pub struct Invocation {
+    command: Command,
+    settings: Result<Settings, crate::config::ConfigError>,
+}
+
+impl Invocation {
+    /// Parses the command line `args` (program name first) and resolves the settings once.
+    /// `Err` carries the exit code of a command line that was help, a version, or bad usage
+    /// (clap has printed it).
+    pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, u8> {
+        let cli = match Cli::try_parse_from(args) {
+            Ok(cli) => cli,
+            Err(e) => {
+                let code = if e.use_stderr() {
+                    Exit::Usage
+                } else {
+                    Exit::Ok
+                };
+                let _ = e.print();
+                return Err(code.code());
+            }
+        };
+        let command = match (cli.command, cli.wrapped) {
+            (Some(c), _) => c,
+            (None, wrapped) if !wrapped.is_empty() => Command::Run(run::Args {
+                grace: None,
+                docker_proxy: false,
+                command: wrapped,
+            }),
+            (None, _) => {
+                eprintln!(
+                    "sandguard: nothing to do; try `sandguard -- CMD…` or `sandguard --help`"
+                );
+                return Err(Exit::Usage.code());
+            }
+        };
+        let grace = match &command {
+            Command::Run(a) => a.grace.map(|g| g.0),
+            Command::Watch(a) => a.grace.map(|g| g.0),
+            _ => None,
+        };
+        let overrides = Overrides {
+            config: cli.config,
+            grace,
+            ..Default::default()
+        };
+        let settings = Settings::resolve(&overrides, &ProcessEnv);
+        Ok(Invocation { command, settings })
     }
-    // The wrapper and the sidecar handle their own start-up failures (exit 125, an `error`
-    // line); they also must not start a runtime here: the sidecar forks first.
-    let command = match command {
-        Command::Run(args) => return run::main(args, settings),
-        Command::Watch(args) => return watch::main(args, settings).code(),
-        Command::Claim(args) => return claim::main(claim::Verb::Claim, args, settings).code(),
-        Command::Release(args) => return claim::main(claim::Verb::Release, args, settings).code(),
-        Command::Detach(args) => return claim::main(claim::Verb::Detach, args, settings).code(),
-        Command::Completions(args) => return docs::completions(args).code(),
-        Command::Man => return docs::man().code(),
-        other => other,
-    };
-    let settings = match settings {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("sandguard: {e}");
-            return Exit::Usage.code();
-        }
-    };
-    if let Command::Sessions(args) = command {
-        return sessions::main(args, &settings).code();
+
+    /// The level diagnostics are logged at: the settings', or `warn` when they are bad (the
+    /// error itself is reported by the command).
+    pub fn log_level(&self) -> tracing::Level {
+        self.settings
+            .as_ref()
+            .map_or(tracing::Level::WARN, |s| s.log_level)
     }
-    let registry = Registry::from_settings(&settings);
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+
+    /// Runs the command; returns the process exit code.
+    pub fn run(self) -> u8 {
+        let settings = self.settings;
+        let text = |s: Result<Settings, crate::config::ConfigError>| s.map_err(|e| e.to_string());
+        // The wrapper, the sidecar and the claim commands handle their own failures (exit 125,
+        // an `error` line, exit 1 or 2); the sidecar also must not start a runtime here: it
+        // forks first.
+        let command = match self.command {
+            Command::Run(args) => return run::run(args, text(settings)),
+            Command::Watch(args) => return watch::run(args, text(settings)).code(),
+            Command::Claim(args) => {
+                return claim::run(claim::Verb::Claim, args, text(settings)).code()
+            }
+            Command::Release(args) => {
+                return claim::run(claim::Verb::Release, args, text(settings)).code()
+            }
+            Command::Detach(args) => {
+                return claim::run(claim::Verb::Detach, args, text(settings)).code()
+            }
+            other => other,
+        };
+        let result = settings
+            .map_err(Error::from)
+            .and_then(|settings| dispatch(command, &settings));
+        match result {
+            Ok(exit) => exit.code(),
+            Err(e) => {
+                eprintln!("sandguard: {e}");
+                e.exit().code()
+            }
+        }
+    }
+}
+
+/// Runs a command that reports through [`Error`].
+fn dispatch(command: Command, settings: &Settings) -> Result<Exit, Error> {
+    match command {
+        Command::Completions(args) => return docs::completions(args),
+        Command::Man => return docs::man(),
+        Command::Sessions(args) => return sessions::run(args, settings),
+        _ => {}
+    }
+    let registry = Registry::from_settings(settings);
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("sandguard: cannot start the async runtime: {e}");
-            return Exit::Failure.code();
-        }
-    };
-    let exit = runtime.block_on(async {
+        .map_err(|e| Error::Failed(format!("cannot start the async runtime: {e}")))?;
+    runtime.block_on(async {
         match command {
             Command::Ps(args) => ps::run(args, &registry).await,
-            Command::Stop(args) => stop::run(args, &settings, &registry).await,
+            Command::Stop(args) => stop::run(args, settings, &registry).await,
             Command::Providers(args) => providers::run(args, &registry).await,
-            Command::Sweep(args) => sweep::run(args, &settings, &registry).await,
-            _ => Exit::Usage,
+            Command::Sweep(args) => sweep::run(args, settings, &registry).await,
+            _ => Err(Error::Usage("not a command".into())),
         }
-    });
-    exit.code()
+    })
 }
 
 /// Diagnostics go to stderr, coloured only on a terminal and never with `NO_COLOR`.
-fn init_logging(level: tracing::Level) {
+pub fn init_logging(level: tracing::Level) {
     let colour = std::env::var_os("NO_COLOR").is_none()
         && std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt()

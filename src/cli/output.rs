@@ -23,6 +23,15 @@ pub enum Exit {
 }
 
 impl Exit {
+    /// `Ok` when `clean`, else `Failure`.
+    pub fn clean_if(clean: bool) -> Exit {
+        if clean {
+            Exit::Ok
+        } else {
+            Exit::Failure
+        }
+    }
+
     pub fn code(self) -> u8 {
         match self {
             Exit::Ok => 0,

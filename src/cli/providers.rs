@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use super::output::{self, sanitize, Exit};
+use super::Error;
 use crate::providers::{Capabilities, EntryState, Registry};
 
 #[derive(Debug, clap::Args)]
@@ -22,7 +23,7 @@ struct ProviderJson {
     capabilities: Option<Capabilities>,
 }
 
-pub async fn run(args: Args, registry: &Registry) -> Exit {
+pub async fn run(args: Args, registry: &Registry) -> Result<Exit, Error> {
     let checks = registry.entries().iter().map(|entry| async move {
         match &entry.state {
             EntryState::Unconfigured(why) => ProviderJson {
@@ -78,11 +79,9 @@ pub async fn run(args: Args, registry: &Registry) -> Exit {
             &table,
         ));
     }
-    if rows.iter().any(|r| r.reachable == Some(false)) {
-        Exit::Failure
-    } else {
-        Exit::Ok
-    }
+    Ok(Exit::clean_if(
+        !rows.iter().any(|r| r.reachable == Some(false)),
+    ))
 }
 
 fn describe(c: Capabilities) -> String {

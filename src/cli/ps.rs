@@ -9,6 +9,7 @@
 use serde::Serialize;
 
 use super::output::{self, sanitize, ErrorJson, Exit, SandboxJson};
+use super::Error;
 use crate::labels::Selector;
 use crate::providers::{Kind, Registry, Sandbox};
 use crate::reclaim;
@@ -30,14 +31,8 @@ struct PsJson<'a> {
     errors: Vec<ErrorJson<'a>>,
 }
 
-pub async fn run(args: Args, registry: &Registry) -> Exit {
-    let providers = match registry.select(args.provider.as_deref()) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("sandguard: {e}");
-            return Exit::Failure;
-        }
-    };
+pub async fn run(args: Args, registry: &Registry) -> Result<Exit, Error> {
+    let providers = registry.select(args.provider.as_deref())?;
     let (mut found, failures) = reclaim::list_all(&providers, &Selector::managed()).await;
     found.retain(|s| s.kind == Kind::Instance);
     // Newest first, as `docker ps` does.
@@ -66,11 +61,7 @@ pub async fn run(args: Args, registry: &Registry) -> Exit {
         }
         output::emit(&text);
     }
-    if failures.is_empty() {
-        Exit::Ok
-    } else {
-        Exit::Failure
-    }
+    Ok(Exit::clean_if(failures.is_empty()))
 }
 
 fn render(found: &[Sandbox], now: i64) -> String {

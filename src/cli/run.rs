@@ -61,7 +61,7 @@ pub struct Args {
     pub command: Vec<OsString>,
 }
 
-pub fn main(args: Args, settings: Result<Settings, String>) -> u8 {
+pub fn run(args: Args, settings: Result<Settings, String>) -> u8 {
     let settings = match settings {
         Ok(s) => s,
         Err(e) => return own_failure(&e),

@@ -8,6 +8,7 @@
 use serde::Serialize;
 
 use super::output::{self, sanitize, Exit};
+use super::Error;
 use crate::config::Settings;
 use crate::identity::Liveness;
 use crate::ledger::StateDir;
@@ -44,14 +45,8 @@ struct ClaimJson {
     id: String,
 }
 
-pub fn main(args: Args, settings: &Settings) -> Exit {
-    let state = match StateDir::open(&settings.state_dir) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("sandguard: {e}");
-            return Exit::Failure;
-        }
-    };
+pub fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
+    let state = StateDir::open(&settings.state_dir)?;
     if args.prune {
         let age = args
             .older_than
@@ -59,24 +54,11 @@ pub fn main(args: Args, settings: &Settings) -> Exit {
             .or(settings.sweep.prune_after)
             .unwrap_or(std::time::Duration::from_secs(7 * 86_400));
         let before = crate::ledger::now_ms().saturating_sub(age.as_millis() as u64);
-        return match state.prune(before) {
-            Ok(gone) => {
-                output::emit(&format!("{} ended sessions deleted.\n", gone.len()));
-                Exit::Ok
-            }
-            Err(e) => {
-                eprintln!("sandguard: {e}");
-                Exit::Failure
-            }
-        };
+        let gone = state.prune(before)?;
+        output::emit(&format!("{} ended sessions deleted.\n", gone.len()));
+        return Ok(Exit::Ok);
     }
-    let sessions = match state.sessions() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("sandguard: {e}");
-            return Exit::Failure;
-        }
-    };
+    let sessions = state.sessions()?;
     let judge = state.judge();
     let rows: Vec<SessionJson> = sessions
         .into_iter()
@@ -114,11 +96,11 @@ pub fn main(args: Args, settings: &Settings) -> Exit {
         .collect();
     if args.json {
         output::emit_json(&serde_json::json!({ "sessions": rows }));
-        return Exit::Ok;
+        return Ok(Exit::Ok);
     }
     if rows.is_empty() {
         output::emit("No sessions.\n");
-        return Exit::Ok;
+        return Ok(Exit::Ok);
     }
     let now = timefmt::now_unix();
     let table: Vec<Vec<String>> = rows
@@ -145,5 +127,5 @@ pub fn main(args: Args, settings: &Settings) -> Exit {
         &["SESSION", "STATE", "OWNER", "SIDECAR", "CLAIMS", "AGE"],
         &table,
     ));
-    Exit::Ok
+    Ok(Exit::Ok)
 }

@@ -12,6 +12,7 @@
 use serde::Serialize;
 
 use super::output::{self, sanitize, ErrorJson, Exit, SandboxJson};
+use super::Error;
 use crate::config::Settings;
 use crate::labels::Selector;
 use crate::providers::{Registry, Sandbox};
@@ -61,14 +62,8 @@ struct ResultJson<'a> {
     error: Option<&'a str>,
 }
 
-pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Exit {
-    let providers = match registry.select(args.provider.as_deref()) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("sandguard: {e}");
-            return Exit::Failure;
-        }
-    };
+pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result<Exit, Error> {
+    let providers = registry.select(args.provider.as_deref())?;
     let selector = match &args.session {
         Some(s) => Selector::session(s),
         None => Selector::managed(),
@@ -79,7 +74,7 @@ pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Exit {
             Ok(target) => vec![target],
             Err(message) => {
                 report_not_found(&args, &message, &failures);
-                return Exit::Failure;
+                return Ok(Exit::Failure);
             }
         },
         None => found,
@@ -94,17 +89,13 @@ pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Exit {
         )
         .await
     };
-    let clean = failures.is_empty() && removals.iter().all(|r| r.outcome.is_success());
+    let clean = failures.is_empty() && removals.iter().all(|r| r.outcome.is_final());
     if args.json {
         print_json(&args, &targets, &removals, &failures, clean);
     } else {
         print_text(&args, &targets, &removals, &failures);
     }
-    if clean {
-        Exit::Ok
-    } else {
-        Exit::Failure
-    }
+    Ok(Exit::clean_if(clean))
 }
 
 /// The one sandbox `id` names: an exact id, else a unique prefix.

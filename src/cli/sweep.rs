@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::output::{self, sanitize, ErrorJson, Exit, SandboxJson};
+use super::Error;
 use crate::config::{HumanDuration, Settings};
 use crate::identity::Identity;
 use crate::ledger::StateDir;
@@ -53,28 +54,15 @@ struct ResultJson<'a> {
     error: Option<&'a str>,
 }
 
-pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Exit {
-    let providers = match registry.select(args.provider.as_deref()) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("sandguard: {e}");
-            return Exit::Failure;
-        }
-    };
-    let state = match StateDir::open(&settings.state_dir) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("sandguard: {e}");
-            return Exit::Failure;
-        }
-    };
+pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result<Exit, Error> {
+    let providers = registry.select(args.provider.as_deref())?;
+    let state = StateDir::open(&settings.state_dir)?;
     let options = Options::from(&settings.reclaim);
     let Some(every) = args.every.map(|d| d.0) else {
         return one_pass(&args, settings, &state, &providers, &options).await;
     };
     if every.is_zero() {
-        eprintln!("sandguard: --every must be longer than 0");
-        return Exit::Usage;
+        return Err(Error::Usage("--every must be longer than 0".into()));
     }
     serve(&args, settings, state, providers, options, every).await
 }
@@ -85,24 +73,16 @@ async fn one_pass(
     state: &StateDir,
     providers: &[Arc<dyn Provider>],
     options: &Options,
-) -> Exit {
-    let _lock = match lock(state).await {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("sandguard: cannot take the sweep lock: {e}");
-            return Exit::Failure;
-        }
-    };
+) -> Result<Exit, Error> {
+    let _lock = lock(state)
+        .await
+        .map_err(|e| Error::Failed(format!("cannot take the sweep lock: {e}")))?;
     let pass = sweep::pass(state, providers, options, args.dry_run).await;
     print(args, &pass);
     if !args.dry_run {
         prune(state, settings);
     }
-    if pass.is_clean() {
-        Exit::Ok
-    } else {
-        Exit::Failure
-    }
+    Ok(Exit::clean_if(pass.is_clean()))
 }
 
 /// The service: a pass every `every`, each adopted owner watched by a task that reclaims its
@@ -115,15 +95,10 @@ async fn serve(
     providers: Vec<Arc<dyn Provider>>,
     options: Options,
     every: Duration,
-) -> Exit {
+) -> Result<Exit, Error> {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        eprintln!("sandguard: cannot listen for signals");
-        return Exit::Failure;
-    };
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
     let state = Arc::new(state);
     let mut watchers = tokio::task::JoinSet::new();
     let mut adopted: HashSet<String> = HashSet::new();
@@ -163,7 +138,7 @@ async fn serve(
         }
     }
     watchers.abort_all();
-    Exit::Ok
+    Ok(Exit::Ok)
 }
 
 /// Deletes the ledger's old ended sessions (`[sweep] prune_after`).

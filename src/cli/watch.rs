@@ -67,7 +67,7 @@ pub struct Args {
 /// A start-up failure: reported on stdout for whoever waits for `ready`.
 struct StartError(Exit, String);
 
-pub fn main(args: Args, settings: Result<Settings, String>) -> Exit {
+pub fn run(args: Args, settings: Result<Settings, String>) -> Exit {
     if args.daemonize {
         match unix::fork_single_threaded() {
             Ok(Forked::Parent(_)) => return Exit::Ok,
