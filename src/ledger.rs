@@ -94,6 +94,10 @@ pub(crate) fn io_err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) ->
     move |source| LedgerError::Io { op, path, source }
 }
 
+/// Held by the one sweep that may run now; dropping it lets the next one in.
+#[derive(Debug)]
+pub struct SweepLock(#[allow(dead_code)] File);
+
 /// The checked state directory.
 #[derive(Debug, Clone)]
 pub struct StateDir {
@@ -202,6 +206,20 @@ impl StateDir {
         }
         views.sort_by(|a, b| (a.started_ms, &a.id).cmp(&(b.started_ms, &b.id)));
         Ok(views)
+    }
+
+    /// Waits until no other sweep runs (`sweep.lock` in the state directory) and holds that
+    /// until the returned lock is dropped. Blocking: call it off the async runtime's thread.
+    pub fn lock_sweeps(&self) -> Result<SweepLock, LedgerError> {
+        let path = self.root.join("sweep.lock");
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io_err("open", &path))?;
+        unix::lock_exclusive(&file).map_err(io_err("lock", &path))?;
+        Ok(SweepLock(file))
     }
 
     /// Deletes the sessions that ended (reclaimed or clean) and whose journal has not changed

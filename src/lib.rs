@@ -30,7 +30,7 @@
 //! - [`session`]: session ids and the labels a session's sandboxes carry.
 //! - [`watch`]: the sidecar: its event loop, the owner's death sources (pidfd, `/proc`
 //!   fallback), the lease on the boot clock, and what happens at the end (reclaim, ledger);
-//!   [`watch::proxy`] is the optional Docker API proxy that labels and claims what any Docker
+//!   [`providers::docker::proxy`] is the optional Docker API proxy that labels and claims what any Docker
 //!   client creates through it.
 //! - [`timefmt`]: the small amount of calendar arithmetic sandguard needs (RFC 3339, uptimes).
 //! - [`unix`]: the only module with `unsafe`; every block carries a `SAFETY:` comment.

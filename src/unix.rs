@@ -593,3 +593,19 @@ mod tests {
         .unwrap();
     }
 }
+
+/// Takes an exclusive `flock(2)` on `file`, waiting for it as long as it takes (a blocking
+/// call: run it off the async runtime's thread).
+pub fn lock_exclusive(file: &std::fs::File) -> io::Result<()> {
+    use std::os::unix::io::AsRawFd;
+    loop {
+        // SAFETY: flock takes a descriptor number and flags; `file` keeps it open for the call.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINTR) {
+            return Err(err);
+        }
+    }
+}

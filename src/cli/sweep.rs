@@ -5,21 +5,15 @@
 //! every provider answered, 1 otherwise, 2 for bad usage. With `--every` it runs until SIGTERM
 //! or SIGINT; each pass prints its own report.
 
-use std::collections::HashSet;
-use std::sync::Arc;
-use std::time::Duration;
-
 use serde::Serialize;
 
 use super::output::{self, sanitize, ErrorJson, Exit, SandboxJson};
 use super::Error;
 use crate::config::{HumanDuration, Settings};
-use crate::identity::Identity;
 use crate::ledger::StateDir;
-use crate::providers::{Provider, Registry};
+use crate::providers::Registry;
 use crate::reclaim::Options;
-use crate::sweep::{self, Decision, Pass, Verdict};
-use crate::watch::death::OwnerWatch;
+use crate::sweep::{service, Decision, Pass, Verdict};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -55,119 +49,33 @@ struct ResultJson<'a> {
 }
 
 pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result<Exit, Error> {
-    let providers = registry.select(args.provider.as_deref())?;
-    let state = StateDir::open(&settings.state_dir)?;
-    let options = Options::from(&settings.reclaim);
-    let Some(every) = args.every.map(|d| d.0) else {
-        return one_pass(&args, settings, &state, &providers, &options).await;
-    };
-    if every.is_zero() {
+    if args.every.is_some_and(|d| d.0.is_zero()) {
         return Err(Error::Usage("--every must be longer than 0".into()));
     }
-    serve(&args, settings, state, providers, options, every).await
-}
-
-async fn one_pass(
-    args: &Args,
-    settings: &Settings,
-    state: &StateDir,
-    providers: &[Arc<dyn Provider>],
-    options: &Options,
-) -> Result<Exit, Error> {
-    let _lock = lock(state)
-        .await
-        .map_err(|e| Error::Failed(format!("cannot take the sweep lock: {e}")))?;
-    let pass = sweep::pass(state, providers, options, args.dry_run).await;
-    print(args, &pass);
-    if !args.dry_run {
-        prune(state, settings);
+    let plan = service::Plan {
+        state: StateDir::open(&settings.state_dir)?,
+        providers: registry.select(args.provider.as_deref())?,
+        options: Options::from(&settings.reclaim),
+        every: args.every.map(|d| d.0).unwrap_or_default(),
+        dry_run: args.dry_run,
+        prune_after: settings.sweep.prune_after,
+    };
+    if args.every.is_none() {
+        let pass = service::one_pass(&plan).await?;
+        print(&args, &pass);
+        return Ok(Exit::clean_if(pass.is_clean()));
     }
-    Ok(Exit::clean_if(pass.is_clean()))
-}
-
-/// The service: a pass every `every`, each adopted owner watched by a task that reclaims its
-/// session when it dies. Stops on SIGTERM or SIGINT (adopted sessions are released, not
-/// reclaimed: the next sweep adopts them again).
-async fn serve(
-    args: &Args,
-    settings: &Settings,
-    state: StateDir,
-    providers: Vec<Arc<dyn Provider>>,
-    options: Options,
-    every: Duration,
-) -> Result<Exit, Error> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    let state = Arc::new(state);
-    let mut watchers = tokio::task::JoinSet::new();
-    let mut adopted: HashSet<String> = HashSet::new();
-    let mut tick = tokio::time::interval(every);
-    loop {
+    let stop = async move {
         tokio::select! {
-            _ = term.recv() => break,
-            _ = int.recv() => break,
-            Some(done) = watchers.join_next() => {
-                if let Ok(id) = done {
-                    adopted.remove(&id);
-                }
-            }
-            _ = tick.tick() => {
-                let Ok(_lock) = lock(&state).await else { continue };
-                let pass = sweep::pass(&state, &providers, &options, args.dry_run).await;
-                print(args, &pass);
-                if args.dry_run {
-                    continue;
-                }
-                prune(&state, settings);
-                for view in pass.adopt {
-                    if adopted.contains(&view.id) {
-                        continue;
-                    }
-                    let Some(owner) = Identity::parse_label(&view.owner) else { continue };
-                    let Ok(journal) = state.adopt_session(&view.id) else { continue };
-                    adopted.insert(view.id.clone());
-                    let (providers, options) = (providers.clone(), options.clone());
-                    watchers.spawn(async move {
-                        OwnerWatch::open(&owner).wait().await;
-                        sweep::reclaim_adopted(journal, &providers, &view, &options).await;
-                        view.id
-                    });
-                }
-            }
+            _ = term.recv() => {}
+            _ = int.recv() => {}
         }
-    }
-    watchers.abort_all();
-    Ok(Exit::Ok)
-}
-
-/// Deletes the ledger's old ended sessions (`[sweep] prune_after`).
-fn prune(state: &StateDir, settings: &Settings) {
-    let Some(age) = settings.sweep.prune_after else {
-        return;
     };
-    let before = crate::ledger::now_ms().saturating_sub(age.as_millis() as u64);
-    match state.prune(before) {
-        Ok(gone) if !gone.is_empty() => {
-            tracing::info!("pruned {} ended sessions from the ledger", gone.len())
-        }
-        Ok(_) => {}
-        Err(e) => tracing::warn!("cannot prune the ledger: {e}"),
-    }
-}
-
-/// Serialises sweeps: waits for `sweep.lock` in the state directory.
-async fn lock(state: &StateDir) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(state.path().join("sweep.lock"))?;
-    while !crate::unix::try_lock_exclusive(&file)? {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(file)
+    service::serve(plan, stop, |pass| print(&args, pass)).await;
+    Ok(Exit::Ok)
 }
 
 fn print(args: &Args, pass: &Pass) {

@@ -5,7 +5,7 @@
 //! print `ready SESSION` on stdout. Anything that fails before that prints `error MESSAGE` on
 //! stdout instead (the wrapper shows it) and exits 2 for bad configuration, 1 otherwise.
 //!
-//! With `--docker-proxy`, the Docker API proxy ([`crate::watch::proxy`]) is listening before
+//! With `--docker-proxy`, the Docker API proxy ([`crate::providers::docker::proxy`]) is listening before
 //! `ready`, and the ready line carries its address: `ready SESSION unix:///…/docker.sock`.
 //!
 //! After `ready`, nothing more is written to stdout. Exit status: 0 when the session ended
@@ -20,22 +20,19 @@
 
 use std::io::Write;
 use std::os::fd::AsRawFd;
-use std::time::Duration;
 
 use super::output::Exit;
 use crate::config::{HumanDuration, Settings};
+use crate::identity::death::OwnerWatch;
 use crate::identity::Identity;
 use crate::ledger::{Record, StateDir};
 use crate::protocol::LineReader;
+use crate::providers::docker::proxy::{Proxy, SocketDir, Upstream};
 use crate::providers::Registry;
 use crate::reclaim::Options;
 use crate::session;
 use crate::unix::{self, Forked};
-use crate::watch::death::OwnerWatch;
-use crate::watch::lease::{BootClock, Lease};
-use crate::watch::proxy::{Proxy, SocketDir, Upstream};
-use crate::watch::ttl::Keeper;
-use crate::watch::{Sidecar, Triggers};
+use crate::watch::{service, Triggers};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -165,63 +162,27 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
     // After `ready`: building the registry (TLS clients, the PATH scan for plugins) is not
     // needed to accept claims, and the wrapper's program is waiting for `ready` to start.
     let registry = Registry::from_settings(&settings);
-    let providers = registry.select(None).unwrap_or_default();
-
-    // Connect to every provider soon after `ready`, so the reclaim path finds warm clients.
-    // Not at once: the guarded program is starting right now on the same cores, and a
-    // program that dies within WARM_UP_DELAY only pays one cold connection on reclaim.
-    let warm = providers.clone();
-    let warm_providers = providers.clone();
-    let warm_up = tokio::spawn(async move {
-        tokio::time::sleep(WARM_UP_DELAY).await;
-        for p in warm {
-            if let Err(e) = p.check().await {
-                tracing::warn!("provider {} is not reachable yet: {e}", p.name());
-            }
-        }
-    });
-    let options = Options::from(&settings.reclaim);
-    let keeper_session = session.clone();
-    let mut sidecar = Sidecar::new(
-        session,
-        providers,
-        journal,
-        Lease::new(BootClock, grace),
-        options,
-    );
-    let keeper = Keeper::new(
-        &warm_providers,
-        &keeper_session,
-        grace,
-        settings.watch.renew_every,
-        sidecar.holdings(),
-    )
-    .map(|k| tokio::spawn(k.run()));
-    let owner_gone = Box::pin(async move { owner_watch.wait().await });
-    let (proxy_claims, proxy_task, proxy_dir) = match docker_proxy {
-        Some(p) => (
-            Some(p.claims),
-            Some(tokio::spawn(p.proxy.run())),
-            Some(p.dir),
-        ),
+    let (proxy, proxy_claims, _proxy_dir) = match docker_proxy {
+        Some(p) => (Some(p.proxy), Some(p.claims), Some(p.dir)),
         None => (None, None, None),
     };
-    let outcome = sidecar
-        .run(Triggers {
-            owner: owner_gone,
-            control,
-            proxy: proxy_claims,
-            stop,
-        })
-        .await;
-    if let Some(task) = proxy_task {
-        task.abort();
-    }
-    drop(proxy_dir);
-    warm_up.abort();
-    if let Some(k) = keeper {
-        k.abort();
-    }
+    let plan = service::Plan {
+        session,
+        journal,
+        providers: registry.select(None).unwrap_or_default(),
+        grace,
+        renew_every: settings.watch.renew_every,
+        options: Options::from(&settings.reclaim),
+        proxy,
+    };
+    let owner_gone = Box::pin(async move { owner_watch.wait().await });
+    let triggers = Triggers {
+        owner: owner_gone,
+        control,
+        proxy: proxy_claims,
+        stop,
+    };
+    let outcome = service::run(plan, triggers).await;
     Ok(match outcome.state {
         crate::ledger::SessionState::Pending => Exit::Failure,
         _ => Exit::Ok,
@@ -262,7 +223,7 @@ fn stop_signal() -> std::io::Result<std::pin::Pin<Box<dyn std::future::Future<Ou
 /// A bound Docker proxy, its claims channel and its private directory.
 struct DockerProxy {
     proxy: Proxy,
-    claims: tokio::sync::mpsc::UnboundedReceiver<crate::watch::proxy::Claim>,
+    claims: tokio::sync::mpsc::UnboundedReceiver<crate::providers::docker::proxy::Claim>,
     dir: SocketDir,
 }
 
@@ -318,6 +279,3 @@ fn redirect_stderr(path: &std::path::Path) {
         Err(e) => tracing::warn!("cannot log to {}: {e}", path.display()),
     }
 }
-
-/// How long after `ready` the sidecar connects to its providers.
-const WARM_UP_DELAY: Duration = Duration::from_millis(100);

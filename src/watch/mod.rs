@@ -4,9 +4,9 @@
 //! - the control pipe (claims, releases, detaches, heartbeats, `bye`), read line by line;
 //!   EOF is a *wake-up*, not a verdict: the owner's identity is checked, and a program that
 //!   merely closed its descriptors is watched on;
-//! - claims from the Docker API proxy ([`proxy`]), applied exactly like a `claim` line and
+//! - claims from the Docker API proxy ([`crate::providers::docker::proxy`]), applied exactly like a `claim` line and
 //!   acknowledged once journaled;
-//! - the owner's death ([`death::OwnerWatch`]: a pidfd, `/proc` polling only as fallback);
+//! - the owner's death ([`crate::identity::death::OwnerWatch`]: a pidfd, `/proc` polling only as fallback);
 //! - the lease ([`lease::Lease`]), armed only once heartbeats start;
 //! - a stop request (SIGTERM to the sidecar). Being told to stop says nothing about the
 //!   owner, but systemd and `kill -TERM` of a process group stop the owner at the same moment:
@@ -32,9 +32,9 @@
 //! journaled as they arrive and removed by the second pass. `bye` reclaims what is still
 //! owned at once and ends the session `clean`.
 
-pub mod death;
 pub mod lease;
-pub mod proxy;
+pub mod service;
+
 pub mod ttl;
 
 use std::collections::BTreeSet;
@@ -48,11 +48,12 @@ use tokio::io::AsyncRead;
 
 use crate::ledger::{Journal, Record, SessionState};
 use crate::protocol::{Command, LineReader, ProtocolError, Target};
+use crate::providers::docker::proxy::Claim as ProxyClaim;
 use crate::providers::{Provider, Sandbox};
 use crate::reclaim::session::{self, Before, Cause, SharedJournal};
 use crate::reclaim::{Options, Plan, Report};
 
-use death::Gone;
+use crate::identity::death::Gone;
 use lease::{Clock, Lease};
 
 /// How long a SIGTERMed sidecar waits for its owner to die before it stops without
@@ -82,11 +83,11 @@ pub struct Outcome {
 
 /// The events the loop waits on, injected.
 pub struct Triggers<R> {
-    /// Resolves when the owner is gone ([`death::OwnerWatch::wait`] in production).
+    /// Resolves when the owner is gone ([`crate::identity::death::OwnerWatch::wait`] in production).
     pub owner: Pin<Box<dyn Future<Output = Gone> + Send>>,
     pub control: Option<LineReader<R>>,
-    /// Claims from the Docker API proxy ([`proxy`]), when it runs.
-    pub proxy: Option<tokio::sync::mpsc::UnboundedReceiver<proxy::Claim>>,
+    /// Claims from the Docker API proxy ([`crate::providers::docker::proxy`]), when it runs.
+    pub proxy: Option<tokio::sync::mpsc::UnboundedReceiver<ProxyClaim>>,
     pub stop: Pin<Box<dyn Future<Output = ()> + Send>>,
 }
 
@@ -233,7 +234,7 @@ impl<C: Clock> Sidecar<C> {
 
     /// A create seen by the Docker proxy: claimed as if the owner had written the line, then
     /// acknowledged (once on disk) so the proxy hands the daemon's answer to the client.
-    fn on_proxy_claim<R>(&mut self, claim: Option<proxy::Claim>, t: &mut Triggers<R>) {
+    fn on_proxy_claim<R>(&mut self, claim: Option<ProxyClaim>, t: &mut Triggers<R>) {
         match claim {
             Some(c) => {
                 self.apply(Command::Claim(c.target));
@@ -415,8 +416,8 @@ async fn next_line<R: AsyncRead + Unpin>(
 }
 
 async fn next_claim(
-    proxy: &mut Option<tokio::sync::mpsc::UnboundedReceiver<proxy::Claim>>,
-) -> Option<proxy::Claim> {
+    proxy: &mut Option<tokio::sync::mpsc::UnboundedReceiver<ProxyClaim>>,
+) -> Option<ProxyClaim> {
     match proxy {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,

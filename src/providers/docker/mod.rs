@@ -24,6 +24,7 @@ mod error;
 mod image;
 mod list;
 mod network;
+pub mod proxy;
 
 use std::sync::Arc;
 

@@ -1,4 +1,5 @@
-//! Owner identity and liveness.
+//! Owner identity and liveness; [`death`] watches a live owner until it dies (used by the
+//! sidecar and by a sweep that adopts a live owner).
 //!
 //! A process is never identified by its pid alone: pids are reused. An [`Identity`] is
 //! machine id + boot id + pid namespace + pid + process start time (field 22 of
@@ -29,6 +30,8 @@
 //! `pidns` is the inode number of the owner's pid namespace (`/proc/self/ns/pid`). 64 bits of
 //! each id is plenty to tell machines and boots apart. A label with only the first four parts
 //! (older versions) still parses, with no namespace, and is never judged dead from its pid.
+
+pub mod death;
 
 use std::collections::BTreeSet;
 use std::fmt;

@@ -231,7 +231,7 @@ impl AsyncWrite for Tee<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::watch::proxy::http::{read_head, Head};
+    use crate::providers::docker::proxy::http::{read_head, Head};
 
     #[tokio::test]
     async fn chunked_bodies_are_copied_verbatim_and_decoded() {

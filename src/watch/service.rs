@@ -1,0 +1,78 @@
+//! The sidecar as a library service: everything that runs beside the watch loop, owned.
+//!
+//! [`run`] starts, in one [`JoinSet`], the tasks a sidecar needs besides its loop: the
+//! provider warm-up ([`WARM_UP_DELAY`] after start), the TTL keeper ([`super::ttl`], only when
+//! a provider has a server-side lifetime) and the Docker API proxy (when asked for). It then
+//! runs the loop ([`Sidecar::run`]) and, whatever the outcome, shuts every task down and waits
+//! for them before returning: no task outlives the session, none is left unowned.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::AsyncRead;
+use tokio::task::JoinSet;
+
+use super::lease::{BootClock, Lease};
+use super::ttl::Keeper;
+use super::{Outcome, Sidecar, Triggers};
+use crate::ledger::Journal;
+use crate::providers::docker::proxy::Proxy;
+use crate::providers::Provider;
+use crate::reclaim::Options;
+
+/// How long after start the sidecar connects to its providers: the guarded program is
+/// starting on the same cores right now, and one that dies within this delay only pays one
+/// cold connection on reclaim.
+pub const WARM_UP_DELAY: Duration = Duration::from_millis(100);
+
+/// What a sidecar watches with, once it has said `ready`.
+pub struct Plan {
+    pub session: String,
+    pub journal: Journal,
+    pub providers: Vec<Arc<dyn Provider>>,
+    /// The lease grace once heartbeats start.
+    pub grace: Duration,
+    /// How often server-side TTLs are renewed (`0`: never).
+    pub renew_every: Duration,
+    pub options: Options,
+    /// The Docker API proxy to serve, already bound (its claims come in through
+    /// [`Triggers::proxy`]).
+    pub proxy: Option<Proxy>,
+}
+
+/// Runs one session's sidecar to its end; see the module docs.
+pub async fn run<R: AsyncRead + Unpin>(plan: Plan, triggers: Triggers<R>) -> Outcome {
+    let mut tasks = JoinSet::new();
+    let warm = plan.providers.clone();
+    tasks.spawn(async move {
+        tokio::time::sleep(WARM_UP_DELAY).await;
+        for p in warm {
+            if let Err(e) = p.check().await {
+                tracing::warn!("provider {} is not reachable yet: {e}", p.name());
+            }
+        }
+    });
+    if let Some(proxy) = plan.proxy {
+        tasks.spawn(proxy.run());
+    }
+    let mut sidecar = Sidecar::new(
+        plan.session.clone(),
+        plan.providers.clone(),
+        plan.journal,
+        Lease::new(BootClock, plan.grace),
+        plan.options,
+    );
+    let keeper = Keeper::new(
+        &plan.providers,
+        &plan.session,
+        plan.grace,
+        plan.renew_every,
+        sidecar.holdings(),
+    );
+    if let Some(keeper) = keeper {
+        tasks.spawn(keeper.run());
+    }
+    let outcome = sidecar.run(triggers).await;
+    tasks.shutdown().await;
+    outcome
+}
