@@ -42,7 +42,6 @@
 
 pub mod cli;
 pub mod config;
-pub mod guard;
 pub mod identity;
 pub mod labels;
 pub mod ledger;
@@ -55,4 +54,4 @@ pub mod timefmt;
 pub mod unix;
 pub mod watch;
 
-pub use guard::Guard;
+pub use session::guard::Guard;

@@ -94,7 +94,7 @@ fn parent(
     unix::give_terminal_to(pid);
     let ready = Identity::of_pid(pid)
         .ok_or_else(|| "cannot read the program's identity from /proc".to_string())
-        .and_then(|owner| start_sidecar(args, settings, &owner, control));
+        .and_then(|owner| start_sidecar(args, settings, &owner, Some(control)));
     let ready = match ready {
         Ok(r) => r,
         Err(e) => {

@@ -27,14 +27,14 @@
 //! `sandguard claim` inside CMD finds the session's state directory.
 
 use std::ffi::OsString;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use crate::config::{HumanDuration, Settings};
 use crate::identity::Identity;
-use crate::session;
+use crate::session::{self, spawn::Spawn};
 use crate::unix;
 
 /// sandguard itself failed before CMD ran.
@@ -43,9 +43,6 @@ pub const EXIT_OWN_FAILURE: u8 = 125;
 pub const EXIT_NOT_EXECUTABLE: u8 = 126;
 /// CMD was not found.
 pub const EXIT_NOT_FOUND: u8 = 127;
-
-/// The descriptor number the sidecar reads control lines from.
-const SIDECAR_CONTROL_FD: i32 = 3;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -71,10 +68,7 @@ pub fn run(args: Args, settings: Result<Settings, String>) -> u8 {
     }
     let started = Identity::current()
         .ok_or_else(|| "cannot read this process's identity from /proc".to_string())
-        .and_then(|me| {
-            let pipe = unix::pipe().map_err(|e| format!("cannot make the control pipe: {e}"))?;
-            start_sidecar(&args, &settings, &me, pipe)
-        });
+        .and_then(|me| start_sidecar(&args, &settings, &me, None));
     match started {
         Ok(sidecar) => {
             let err = exec(&args.command, &sidecar);
@@ -90,7 +84,7 @@ pub(super) fn own_failure(message: &str) -> u8 {
     EXIT_OWN_FAILURE
 }
 
-/// A sidecar that said `ready`, and the write end of its control pipe.
+/// A sidecar that said `ready`, and what CMD gets from it.
 pub(super) struct Ready {
     pub session: String,
     pub labels: String,
@@ -101,101 +95,40 @@ pub(super) struct Ready {
     pub config: Option<std::path::PathBuf>,
 }
 
-/// Starts the sidecar of a new session guarding `me`, reading the control pipe `control`
-/// (read end, write end), and waits for its `ready`.
+/// Starts the sidecar of a new session guarding `owner` (on the control pipe given, else a
+/// new one) and waits for its `ready`.
 pub(super) fn start_sidecar(
     args: &Args,
     settings: &Settings,
-    me: &Identity,
-    control: (OwnedFd, OwnedFd),
+    owner: &Identity,
+    control: Option<(OwnedFd, OwnedFd)>,
 ) -> Result<Ready, String> {
-    let session = session::new_id().map_err(|e| format!("cannot make a session id: {e}"))?;
-    let (control_r, control_w) = control;
-    let (ready_r, ready_w) =
-        unix::pipe().map_err(|e| format!("cannot make the ready pipe: {e}"))?;
-    let exe =
+    let binary =
         std::env::current_exe().map_err(|e| format!("cannot find the sandguard binary: {e}"))?;
-
-    let mut cmd = Command::new(exe);
-    if let Some(config) = &settings.source {
-        cmd.arg("--config").arg(config);
-    }
-    cmd.args(["watch", "--daemonize", "--session", &session])
-        .args([
-            "--owner-pid",
-            &me.pid.to_string(),
-            "--owner-start",
-            &me.start_time.to_string(),
-        ])
-        .args(["--control-fd", &SIDECAR_CONTROL_FD.to_string()]);
-    if args.docker_proxy || settings.watch.docker_proxy {
-        cmd.arg("--docker-proxy");
-    }
-    if let Some(grace) = args.grace {
-        cmd.args(["--grace", &format!("{}ms", grace.0.as_millis())]);
-    }
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::from(ready_w))
-        .stderr(Stdio::null());
-    let mut child = unix::spawn_in_new_session(&mut cmd, control_r.as_raw_fd(), SIDECAR_CONTROL_FD)
-        .map_err(|e| format!("cannot start the sidecar: {e}"))?;
-    drop(cmd); // closes our copy of the ready pipe's write end, so EOF means the sidecar died
-    drop(control_r);
-    // The sidecar forks away at once; reap the intermediate process so CMD inherits no child.
-    let _ = child.wait();
-
-    let line = read_ready_line(ready_r)?;
-    let mut words = line.strip_prefix("ready ").map(str::split_whitespace);
-    let docker_host = match words.as_mut().map(|w| (w.next(), w.next())) {
-        Some((Some(id), host)) if id == session => host.map(str::to_string),
-        _ => match line.strip_prefix("error ") {
-            Some(reason) => return Err(format!("the sidecar failed to start: {reason}")),
-            None if line.is_empty() => return Err("the sidecar exited before it was ready".into()),
-            None => return Err(format!("unexpected answer from the sidecar: {line:?}")),
-        },
+    let spawn = Spawn {
+        binary,
+        config: settings.source.clone(),
+        session: None,
+        owner: owner.clone(),
+        grace: args.grace.map(|g| g.0),
+        docker_proxy: args.docker_proxy || settings.watch.docker_proxy,
     };
-    let labels = session::labels_env(&session::labels(&session, me));
+    let ready = match control {
+        Some(pipe) => spawn.start_on(pipe),
+        None => spawn.start(),
+    }
+    .map_err(|e| e.to_string())?;
+    let labels = session::labels_env(&session::labels(&ready.session, owner));
     Ok(Ready {
-        session,
         labels,
-        control: control_w,
-        docker_host,
+        session: ready.session,
+        control: ready.control,
+        docker_host: ready.docker_host,
         config: settings
             .source
             .as_deref()
             .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())),
     })
-}
-
-fn read_ready_line(ready: OwnedFd) -> Result<String, String> {
-    let deadline = std::time::Instant::now() + crate::session::READY_TIMEOUT;
-    let mut file = std::fs::File::from(ready);
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 256];
-    while !buf.contains(&b'\n') {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        match unix::wait_readable(file.as_fd(), left) {
-            Ok(true) => {}
-            Ok(false) => {
-                return Err(format!(
-                    "the sidecar was not ready within {:?}",
-                    crate::session::READY_TIMEOUT
-                ))
-            }
-            Err(e) => return Err(format!("cannot wait for the sidecar: {e}")),
-        }
-        match file.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(format!("cannot read from the sidecar: {e}")),
-        }
-        if buf.len() > 4096 {
-            break;
-        }
-    }
-    let text = String::from_utf8_lossy(&buf);
-    Ok(text.lines().next().unwrap_or("").trim().to_string())
 }
 
 /// Replaces this process with CMD. Returns only if the exec failed, with the exit code to

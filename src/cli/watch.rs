@@ -26,7 +26,7 @@ use crate::config::{HumanDuration, Settings};
 use crate::identity::death::OwnerWatch;
 use crate::identity::Identity;
 use crate::ledger::{Record, StateDir};
-use crate::protocol::LineReader;
+use crate::protocol::{LineReader, ReadyLine};
 use crate::providers::docker::proxy::{Proxy, SocketDir, Upstream};
 use crate::providers::Registry;
 use crate::reclaim::Options;
@@ -110,8 +110,7 @@ pub fn run(args: Args, settings: Result<Settings, String>) -> Exit {
 }
 
 fn fail(StartError(exit, message): StartError) -> Exit {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "error {message}").and_then(|_| out.flush());
+    let _ = announce(&ReadyLine::Error(message.clone()));
     eprintln!("sandguard watch: {message}");
     exit
 }
@@ -157,8 +156,11 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
     let address = docker_proxy
         .as_ref()
         .map(|p| format!("unix://{}", p.dir.socket().display()));
-    announce_ready(&session, address.as_deref())
-        .map_err(|e| failure(format!("cannot write the ready line: {e}")))?;
+    announce(&ReadyLine::Ready {
+        session: session.clone(),
+        docker_host: address,
+    })
+    .map_err(|e| failure(format!("cannot write the ready line: {e}")))?;
     // After `ready`: building the registry (TLS clients, the PATH scan for plugins) is not
     // needed to accept claims, and the wrapper's program is waiting for `ready` to start.
     let registry = Registry::from_settings(&settings);
@@ -253,12 +255,9 @@ fn start_proxy(
     Ok(DockerProxy { proxy, claims, dir })
 }
 
-fn announce_ready(session: &str, docker_host: Option<&str>) -> std::io::Result<()> {
+fn announce(line: &ReadyLine) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
-    match docker_host {
-        Some(host) => writeln!(out, "ready {session} {host}")?,
-        None => writeln!(out, "ready {session}")?,
-    }
+    writeln!(out, "{line}")?;
     out.flush()
 }
 

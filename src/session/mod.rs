@@ -1,13 +1,16 @@
-//! A session: one guarded owner. Its id is 128 random bits written as 32 lower-case hex
+//! A session: one guarded owner. [`spawn`] starts its sidecar (for the wrapper and every SDK
+//! helper) and [`guard`] is the Rust SDK helper built on it.
+//!
+//! A session: Its id is 128 random bits written as 32 lower-case hex
 //! digits (safe as a file name, a label value and a tag on every provider), and its labels are
 //! what the owner stamps on every sandbox it creates.
+
+pub mod guard;
+pub mod spawn;
 
 use std::collections::BTreeMap;
 
 use crate::identity::Identity;
-
-/// How long whoever starts a sidecar (the wrapper, an SDK) waits for its `ready` line.
-pub const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 use crate::labels;
 
 /// A new random session id: 128 bits from the kernel.

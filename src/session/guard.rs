@@ -9,9 +9,8 @@
 //! # Ok::<(), sandguard::guard::GuardError>(())
 //! ```
 //!
-//! [`Guard::start`] spawns `sandguard watch --daemonize` for this process (its own session, stdio
-//! away from the terminal, the control pipe's read end at descriptor 3, this process's identity
-//! pinned with `--owner-start`), waits for `ready SESSION`, and keeps the write end. If the
+//! [`Guard::start`] starts the sidecar for this process through the one spawn builder
+//! ([`super::spawn::Spawn`], the same as the wrapper's), and keeps the control pipe's write end. If the
 //! process dies in any way, the pipe closes and the sidecar's pidfd fires: the sidecar
 //! reclaims. While the guard lives a thread sends `renew` every 5 s (the lease); dropping the
 //! guard stops it and sends `bye`.
@@ -24,14 +23,13 @@
 //! overrides both).
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::spawn::{Spawn, SpawnError};
 use crate::identity::Identity;
 use crate::protocol::{self, Target};
 
@@ -40,14 +38,8 @@ use crate::protocol::{self, Target};
 pub enum GuardError {
     #[error("cannot read this process's identity from /proc")]
     Identity,
-    #[error("cannot start the sidecar {binary}: {source}")]
-    Spawn {
-        binary: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("the sidecar failed to start: {0}")]
-    NotReady(String),
+    #[error(transparent)]
+    Spawn(#[from] SpawnError),
     #[error("invalid claim: {0}")]
     Invalid(#[from] protocol::ProtocolError),
     /// The control pipe has no reader (`EPIPE`): the sidecar died or already ended the
@@ -98,69 +90,26 @@ impl GuardBuilder {
 
     pub fn start(self) -> Result<Guard, GuardError> {
         let me = Identity::current().ok_or(GuardError::Identity)?;
-        let spawn_err = |source| GuardError::Spawn {
-            binary: self.binary.display().to_string(),
-            source,
-        };
-        let (control_r, control_w) = crate::unix::pipe().map_err(spawn_err)?;
-        let mut cmd = Command::new(&self.binary);
-        cmd.args(["watch", "--daemonize", "--control-fd", "3"])
-            .args([
-                "--owner-pid",
-                &me.pid.to_string(),
-                "--owner-start",
-                &me.start_time.to_string(),
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        if let Some(g) = self.grace {
-            cmd.args(["--grace", &format!("{}ms", g.as_millis())]);
+        let ready = Spawn {
+            binary: self.binary,
+            config: None,
+            session: None,
+            owner: me.clone(),
+            grace: self.grace,
+            docker_proxy: false,
         }
-        let mut child = crate::unix::spawn_in_new_session(&mut cmd, control_r.as_raw_fd(), 3)
-            .map_err(spawn_err)?;
-        drop(control_r);
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| GuardError::NotReady("no stdout".into()))?;
-        // The sidecar forks away at once; reap the intermediate so it leaves no zombie.
-        let _ = child.wait();
-        let session = read_ready(stdout)?;
-        let labels = crate::session::labels(&session, &me);
-        let control = Arc::new(Mutex::new(std::fs::File::from(control_w)));
+        .start()?;
+        let labels = crate::session::labels(&ready.session, &me);
+        let control = Arc::new(Mutex::new(std::fs::File::from(ready.control)));
         let heartbeat = self
             .heartbeat
             .map(|every| Heartbeat::start(control.clone(), every));
         Ok(Guard {
-            session,
+            session: ready.session,
             labels,
             control,
             heartbeat,
         })
-    }
-}
-
-fn read_ready(stdout: std::process::ChildStdout) -> Result<String, GuardError> {
-    let (tx, rx) = mpsc::channel();
-    // A thread, so a sidecar that never answers cannot block us past the timeout.
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx
-        .recv_timeout(crate::session::READY_TIMEOUT)
-        .map_err(|_| GuardError::NotReady("no answer within 10 s".into()))?;
-    let line = line.trim();
-    match (line.strip_prefix("ready "), line.strip_prefix("error ")) {
-        // Later words (the Docker proxy's address) are for the wrapper.
-        (Some(rest), _) => Ok(rest.split_whitespace().next().unwrap_or("").to_string()),
-        (_, Some(reason)) => Err(GuardError::NotReady(reason.to_string())),
-        _ if line.is_empty() => Err(GuardError::NotReady(
-            "the sidecar exited before it was ready".into(),
-        )),
-        _ => Err(GuardError::NotReady(format!("unexpected answer {line:?}"))),
     }
 }
 

@@ -22,6 +22,7 @@
 //!   line is reported once and the rest of it is skipped as it streams past.
 
 mod reader;
+mod ready;
 
 use std::fmt;
 use std::io;
@@ -29,6 +30,7 @@ use std::io;
 use serde::{Deserialize, Serialize};
 
 pub use reader::LineReader;
+pub use ready::ReadyLine;
 
 /// The longest line accepted, including its `\n`.
 pub const MAX_LINE: usize = 4096;

@@ -1,0 +1,169 @@
+//! The one way a sidecar is started, for the wrapper and for every SDK helper: `sandguard
+//! watch --daemonize` in its own session (`setsid`, so the terminal's Ctrl-C and hang-up never
+//! reach it), stdio away from the terminal, the control pipe's read end at descriptor
+//! [`CONTROL_FD`], the owner's identity pinned with `--owner-start`; then its one typed
+//! [`ReadyLine`], waited for at most [`READY_TIMEOUT`].
+//!
+//! The sidecar forks away at once (so it is nobody's child); the intermediate process is
+//! reaped here, so the caller (and the program it execs) inherits no child.
+
+use std::io::Read;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::identity::Identity;
+use crate::protocol::ReadyLine;
+use crate::unix;
+
+/// The descriptor number the sidecar reads control lines from.
+pub const CONTROL_FD: i32 = 3;
+
+/// How long whoever starts a sidecar waits for its `ready` line.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a sidecar could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    #[error("cannot make the {what} pipe: {source}")]
+    Pipe {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot start the sidecar {binary}: {source}")]
+    Start {
+        binary: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot make a session id: {0}")]
+    SessionId(#[source] std::io::Error),
+    #[error("the sidecar was not ready within {READY_TIMEOUT:?}")]
+    Timeout,
+    #[error("cannot read from the sidecar: {0}")]
+    Read(#[source] std::io::Error),
+    #[error("the sidecar failed to start: {0}")]
+    NotReady(String),
+}
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct Spawn {
+    /// The `sandguard` binary.
+    pub binary: PathBuf,
+    /// `--config`, when the caller's settings came from a file.
+    pub config: Option<PathBuf>,
+    /// The session id to use (`None`: a new random one). It is on the sidecar's command line
+    /// (`--session`), so `ps` shows which sidecar guards which session.
+    pub session: Option<String>,
+    /// The process to guard.
+    pub owner: Identity,
+    /// `--grace`, when the caller overrides the config's.
+    pub grace: Option<Duration>,
+    /// Serve a Docker API proxy.
+    pub docker_proxy: bool,
+}
+
+/// A sidecar that said `ready`, and the write end of its control pipe.
+#[derive(Debug)]
+pub struct Ready {
+    pub session: String,
+    /// The Docker proxy's address, when the sidecar serves one.
+    pub docker_host: Option<String>,
+    /// The control pipe's write end (close-on-exec; the wrapper clears that before exec).
+    pub control: OwnedFd,
+}
+
+impl Spawn {
+    /// Starts the sidecar and waits for its `ready` line.
+    pub fn start(&self) -> Result<Ready, SpawnError> {
+        let control = unix::pipe().map_err(|source| SpawnError::Pipe {
+            what: "control",
+            source,
+        })?;
+        self.start_on(control)
+    }
+
+    /// [`Spawn::start`] with a control pipe (read end, write end) the caller made: sandguard
+    /// as pid 1 makes it before it forks the program, which must inherit the write end.
+    pub fn start_on(&self, control: (OwnedFd, OwnedFd)) -> Result<Ready, SpawnError> {
+        let (control_r, control_w) = control;
+        let (ready_r, ready_w) = unix::pipe().map_err(|source| SpawnError::Pipe {
+            what: "ready",
+            source,
+        })?;
+        let mut cmd = Command::new(&self.binary);
+        if let Some(config) = &self.config {
+            cmd.arg("--config").arg(config);
+        }
+        cmd.args([
+            "watch",
+            "--daemonize",
+            "--control-fd",
+            &CONTROL_FD.to_string(),
+        ])
+        .args(["--owner-pid", &self.owner.pid.to_string()])
+        .args(["--owner-start", &self.owner.start_time.to_string()]);
+        let session = match &self.session {
+            Some(s) => s.clone(),
+            None => super::new_id().map_err(SpawnError::SessionId)?,
+        };
+        cmd.args(["--session", &session]);
+        if self.docker_proxy {
+            cmd.arg("--docker-proxy");
+        }
+        if let Some(grace) = self.grace {
+            cmd.args(["--grace", &format!("{}ms", grace.as_millis())]);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::from(ready_w))
+            .stderr(Stdio::null());
+        let mut child = unix::spawn_in_new_session(&mut cmd, control_r.as_raw_fd(), CONTROL_FD)
+            .map_err(|source| SpawnError::Start {
+                binary: self.binary.display().to_string(),
+                source,
+            })?;
+        // Closes our copy of the ready pipe's write end, so EOF means the sidecar died.
+        drop(cmd);
+        drop(control_r);
+        let _ = child.wait();
+        match ReadyLine::parse(&read_line(ready_r)?) {
+            ReadyLine::Ready {
+                session: said,
+                docker_host,
+            } if said == session => Ok(Ready {
+                session,
+                docker_host,
+                control: control_w,
+            }),
+            ReadyLine::Ready { session: said, .. } => Err(SpawnError::NotReady(format!(
+                "it answered for session {said:?}, not {session:?}"
+            ))),
+            ReadyLine::Error(reason) => Err(SpawnError::NotReady(reason)),
+        }
+    }
+}
+
+/// The first line the sidecar writes, waited for at most [`READY_TIMEOUT`].
+fn read_line(ready: OwnedFd) -> Result<String, SpawnError> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    let mut file = std::fs::File::from(ready);
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 256];
+    while !buf.contains(&b'\n') && buf.len() <= 4096 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if !unix::wait_readable(file.as_fd(), left).map_err(SpawnError::Read)? {
+            return Err(SpawnError::Timeout);
+        }
+        match file.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(SpawnError::Read(e)),
+        }
+    }
+    let text = String::from_utf8_lossy(&buf);
+    Ok(text.lines().next().unwrap_or("").to_string())
+}
