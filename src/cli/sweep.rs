@@ -34,10 +34,32 @@ pub struct Args {
 #[derive(Serialize)]
 struct SweepJson<'a> {
     dry_run: bool,
-    decisions: &'a [Decision],
+    decisions: Vec<DecisionJson<'a>>,
     results: Vec<ResultJson<'a>>,
     errors: Vec<ErrorJson<'a>>,
     clean: bool,
+}
+
+/// A decision as `--json` shows it: `provider` and `instance_id` are `null` for a session.
+#[derive(Serialize)]
+struct DecisionJson<'a> {
+    session: &'a str,
+    provider: Option<&'a str>,
+    instance_id: Option<&'a str>,
+    verdict: Verdict,
+    reason: &'a str,
+}
+
+impl<'a> From<&'a Decision> for DecisionJson<'a> {
+    fn from(d: &'a Decision) -> Self {
+        DecisionJson {
+            session: &d.session,
+            provider: d.sandbox.as_ref().map(|k| k.provider.as_str()),
+            instance_id: d.sandbox.as_ref().map(|k| k.id.as_str()),
+            verdict: d.verdict,
+            reason: &d.reason,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -91,7 +113,7 @@ fn print(args: &Args, pass: &Pass) {
             .collect();
         output::emit_json(&SweepJson {
             dry_run: args.dry_run,
-            decisions: &pass.decisions,
+            decisions: pass.decisions.iter().map(DecisionJson::from).collect(),
             results,
             errors: pass.list_failures.iter().map(ErrorJson::from).collect(),
             clean: pass.is_clean(),
@@ -106,11 +128,14 @@ fn print(args: &Args, pass: &Pass) {
             (Verdict::Adopt, _) => "adopt",
             (Verdict::Leave, _) => "leave",
         };
-        let what = match (&d.provider, &d.instance_id) {
-            (Some(p), Some(id)) => {
-                format!("{p} {} (session {})", sanitize(id), sanitize(&d.session))
-            }
-            _ => format!("session {}", sanitize(&d.session)),
+        let what = match &d.sandbox {
+            Some(k) => format!(
+                "{} {} (session {})",
+                k.provider,
+                sanitize(&k.id),
+                sanitize(&d.session)
+            ),
+            None => format!("session {}", sanitize(&d.session)),
         };
         text.push_str(&format!("{verb} {what}: {}\n", d.reason));
     }

@@ -30,7 +30,7 @@ use crate::protocol::{LineReader, ReadyLine};
 use crate::providers::docker::proxy::{Proxy, SocketDir, Upstream};
 use crate::providers::Registry;
 use crate::reclaim::Options;
-use crate::session;
+use crate::session::{self, SessionId};
 use crate::unix::{self, Forked};
 use crate::watch::{service, Triggers};
 
@@ -118,16 +118,14 @@ fn fail(StartError(exit, message): StartError) -> Exit {
 async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
     let failure = |m: String| StartError(Exit::Failure, m);
     let owner = judge_owner(args.owner_pid, args.owner_start);
-    let session = match args.session {
-        Some(s) if session::valid_id(&s) => s,
-        Some(s) => {
-            return Err(StartError(
-                Exit::Usage,
-                format!("invalid session id {s:?}: use 1-64 characters of [0-9a-z]"),
-            ))
+    let session = match args.session.as_deref().map(SessionId::parse) {
+        Some(Ok(id)) => id,
+        Some(Err(e)) => return Err(StartError(Exit::Usage, e.to_string())),
+        None => {
+            SessionId::random().map_err(|e| failure(format!("cannot make a session id: {e}")))?
         }
-        None => session::new_id().map_err(|e| failure(format!("cannot make a session id: {e}")))?,
-    };
+    }
+    .to_string();
     let grace = args.grace.map(|g| g.0).unwrap_or(settings.watch.grace);
     let state = StateDir::open(&settings.state_dir).map_err(|e| failure(e.to_string()))?;
     let labels = session::labels(&session, &owner);

@@ -258,15 +258,9 @@ impl StateDir {
 }
 
 fn check_id(id: &str) -> Result<(), LedgerError> {
-    let ok = (1..=64).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase());
-    if ok {
-        Ok(())
-    } else {
-        Err(LedgerError::BadSessionId(echo(id.as_bytes())))
-    }
+    crate::session::SessionId::parse(id)
+        .map(drop)
+        .map_err(|_| LedgerError::BadSessionId(echo(id.as_bytes())))
 }
 
 /// Makes sure `path` is a directory only we can write, creating it 0700 if missing.

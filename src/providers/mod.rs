@@ -89,7 +89,33 @@ impl Sandbox {
     pub fn owner(&self) -> Option<&str> {
         self.labels.get(labels::OWNER).map(String::as_str)
     }
+
+    /// Labelled `sandguard.detached=true`: it outlives its owner; only its TTL ends it.
+    pub fn is_detached(&self) -> bool {
+        self.labels.get(labels::DETACHED).map(String::as_str) == Some("true")
+    }
+
+    /// What names it among every provider's sandboxes.
+    pub fn key(&self) -> SandboxKey {
+        SandboxKey {
+            provider: self.provider.clone(),
+            id: self.id.clone(),
+        }
+    }
 }
+
+/// A sandbox's identity across providers: its provider and that provider's id for it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SandboxKey {
+    pub provider: String,
+    pub id: String,
+}
+
+/// Why a claimed id can never name a sandbox of a provider (a Docker container *name*, an
+/// unconfigured provider): final, reported once, never retried.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refusal(pub String);
 
 /// How a provider call failed, in the terms reclaim decides by.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -192,7 +218,7 @@ pub trait Provider: Send + Sync {
     /// What a claimed id names on this provider, or why it can never name one of its
     /// sandboxes (a Docker container *name*, say: Docker would resolve it to whatever carries
     /// that name). A refusal is final: the claim is reported once and never retried.
-    fn parse_claim(&self, id: &str) -> Result<Sandbox, String> {
+    fn parse_claim(&self, id: &str) -> Result<Sandbox, Refusal> {
         Ok(Sandbox::claimed(self.name(), Kind::Instance, id))
     }
     /// Whether `listed` is the sandbox that the claim (or detach) `claimed` names. Exact by

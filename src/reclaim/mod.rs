@@ -29,9 +29,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::ReclaimSettings;
-use crate::labels::{self, Selector};
+use crate::labels::Selector;
 use crate::protocol::Target;
-use crate::providers::{Kind, Provider, Sandbox};
+use crate::providers::{Kind, Provider, Refusal, Sandbox, SandboxKey};
 
 pub use list::list_all;
 pub use remove::remove_all;
@@ -180,13 +180,13 @@ pub struct Plan {
     /// `stop`, which the user asked for by name or by session, does not).
     pub spare_detached: bool,
     /// Claims that can never name a sandbox of theirs (reported as refused, never touched).
-    pub refused: Vec<(Sandbox, String)>,
+    pub refused: Vec<(Sandbox, Refusal)>,
 }
 
 /// A claimed target as the sandbox its provider says it names, or why it never can. A
 /// provider that is not configured here cannot say: the claim is kept as it is and its
 /// removal fails with that reason (the session stays pending for a sweep that has it).
-pub fn claimed(providers: &[Arc<dyn Provider>], t: &Target) -> Result<Sandbox, String> {
+pub fn claimed(providers: &[Arc<dyn Provider>], t: &Target) -> Result<Sandbox, Refusal> {
     match providers.iter().find(|p| p.name() == t.provider) {
         Some(p) => p.parse_claim(&t.id).map(|mut s| {
             s.provider = t.provider.clone();
@@ -242,8 +242,7 @@ impl Plan {
     fn wants(&self, provider: &dyn Provider, s: &Sandbox) -> bool {
         self.selector.matches(&s.labels)
             && !self.keeps(provider, s)
-            && !(self.spare_detached
-                && s.labels.get(labels::DETACHED).map(String::as_str) == Some("true"))
+            && !(self.spare_detached && s.is_detached())
     }
 }
 
@@ -273,13 +272,13 @@ where
     .await;
     removals.extend(plan.refused.iter().map(|(sandbox, reason)| Removal {
         sandbox: sandbox.clone(),
-        outcome: Outcome::Refused(reason.clone()),
+        outcome: Outcome::Refused(reason.to_string()),
         attempts: 0,
     }));
     if let Some(settle) = options.settle {
         let late = late.await;
         tokio::time::sleep_until(started + settle).await;
-        let done: HashSet<(String, String)> = removals
+        let done: HashSet<SandboxKey> = removals
             .iter()
             .filter(|r| r.outcome.is_final())
             .map(|r| key(&r.sandbox))
@@ -306,7 +305,7 @@ async fn pass(
     providers: &[Arc<dyn Provider>],
     plan: &Plan,
     claims: Vec<Sandbox>,
-    done: &HashSet<(String, String)>,
+    done: &HashSet<SandboxKey>,
     options: &Options,
     deadline: Instant,
 ) -> (Vec<Removal>, Vec<ListFailure>) {
@@ -340,12 +339,12 @@ async fn one_provider(
     provider: &dyn Provider,
     plan: &Plan,
     claims: Vec<Sandbox>,
-    done: &HashSet<(String, String)>,
+    done: &HashSet<SandboxKey>,
     options: &Options,
     deadline: Instant,
 ) -> (Vec<Removal>, Option<ListFailure>) {
     let gate = Gate::default();
-    let mut seen: HashSet<(String, String)> = claims.iter().map(key).collect();
+    let mut seen: HashSet<SandboxKey> = claims.iter().map(key).collect();
     seen.extend(done.iter().cloned());
     let claimed = remove::remove_from(provider, claims, options, deadline, &gate);
     let listed = async {
@@ -373,14 +372,14 @@ async fn one_provider(
     (removals, failure)
 }
 
-fn key(s: &Sandbox) -> (String, String) {
-    (s.provider.clone(), s.id.clone())
+fn key(s: &Sandbox) -> SandboxKey {
+    s.key()
 }
 
 /// Keeps one record per sandbox, preferring a final outcome (a second pass that found a
 /// sandbox gone after the first pass timed out on it means it is gone).
 fn merge(removals: Vec<Removal>) -> Vec<Removal> {
-    let mut seen: BTreeMap<(String, String), Removal> = BTreeMap::new();
+    let mut seen: BTreeMap<SandboxKey, Removal> = BTreeMap::new();
     for r in removals {
         let key = key(&r.sandbox);
         match seen.get(&key) {

@@ -56,7 +56,7 @@ async fn claims_detached_and_late_arrivals() {
     let mut detached = sandbox("d", Kind::Instance, Some("s"));
     detached
         .labels
-        .insert(labels::DETACHED.into(), "true".into());
+        .insert(crate::labels::DETACHED.into(), "true".into());
     let p = Fake::holding(vec![
         sandbox("c", Kind::Instance, None),
         sandbox("k", Kind::Instance, Some("s")),

@@ -1,9 +1,10 @@
 //! A session: one guarded owner. [`spawn`] starts its sidecar (for the wrapper and every SDK
 //! helper) and [`guard`] is the Rust SDK helper built on it.
 //!
-//! A session: Its id is 128 random bits written as 32 lower-case hex
-//! digits (safe as a file name, a label value and a tag on every provider), and its labels are
-//! what the owner stamps on every sandbox it creates.
+//! A session's id ([`SessionId`]) is 128 random bits written as 32 lower-case hex digits (safe
+//! as a file name, a label value and a tag on every provider); ids given by users or SDKs are
+//! 1 to 64 characters of `[0-9a-z]`, checked once where they are made. Its labels are what the
+//! owner stamps on every sandbox it creates.
 
 pub mod guard;
 pub mod spawn;
@@ -13,20 +14,50 @@ use std::collections::BTreeMap;
 use crate::identity::Identity;
 use crate::labels;
 
-/// A new random session id: 128 bits from the kernel.
-pub fn new_id() -> std::io::Result<String> {
-    let mut b = [0u8; 16];
-    crate::unix::random_bytes(&mut b)?;
-    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+/// A session id: 1 to 64 characters of `[0-9a-z]` (it becomes a file name and a label value).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionId(String);
+
+/// A string that is not a session id (quoted safely in the message).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid session id \"{0}\": expected 1 to 64 characters of [0-9a-z]")]
+pub struct InvalidSessionId(String);
+
+impl SessionId {
+    /// A new random id: 128 bits from the kernel, as 32 hex digits.
+    pub fn random() -> std::io::Result<SessionId> {
+        let mut b = [0u8; 16];
+        crate::unix::random_bytes(&mut b)?;
+        Ok(SessionId(b.iter().map(|x| format!("{x:02x}")).collect()))
+    }
+
+    /// Checks an id given by a user, an SDK or a file name.
+    pub fn parse(id: &str) -> Result<SessionId, InvalidSessionId> {
+        let ok = (1..=64).contains(&id.len())
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase());
+        if ok {
+            Ok(SessionId(id.to_string()))
+        } else {
+            Err(InvalidSessionId(crate::protocol::echo(id.as_bytes())))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
 }
 
-/// Whether `id` is acceptable as a session id: 1 to 64 characters of `[0-9a-z]`. Ids
-/// given by users or SDKs (`watch --session`) are checked, as they become file names.
-pub fn valid_id(id: &str) -> bool {
-    (1..=64).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
+impl std::fmt::Display for SessionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A new random session id as a string.
+pub fn new_id() -> std::io::Result<String> {
+    SessionId::random().map(|s| s.0)
 }
 
 /// The labels every sandbox of the session carries.
@@ -55,9 +86,9 @@ mod tests {
         let (a, b) = (new_id().unwrap(), new_id().unwrap());
         assert_eq!(a.len(), 32);
         assert_ne!(a, b);
-        assert!(valid_id(&a));
+        assert_eq!(SessionId::parse(&a).unwrap().as_str(), a);
         for bad in ["", "ABC", "a/b", "../x", &"a".repeat(65)] {
-            assert!(!valid_id(bad), "{bad}");
+            assert!(SessionId::parse(bad).is_err(), "{bad}");
         }
     }
 

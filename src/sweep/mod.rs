@@ -42,7 +42,7 @@ use serde::Serialize;
 use crate::identity::{Judge, Liveness};
 use crate::labels::{self, Selector};
 use crate::ledger::{Journal, LedgerError, SessionState, SessionView, StateDir};
-use crate::providers::{Provider, Sandbox};
+use crate::providers::{Provider, Sandbox, SandboxKey};
 use crate::reclaim::session::{self, Before, Cause};
 use crate::reclaim::{self, ListFailure, Options, Plan, Removal};
 
@@ -63,12 +63,11 @@ pub enum Verdict {
 }
 
 /// One decision, with the reason a user would want to read.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct Decision {
     pub session: String,
     /// `None` for a whole ledger session; the sandbox for a provider finding.
-    pub provider: Option<String>,
-    pub instance_id: Option<String>,
+    pub sandbox: Option<SandboxKey>,
     pub verdict: Verdict,
     pub reason: String,
 }
@@ -133,8 +132,7 @@ pub async fn pass(
         let (verdict, reason) = judge_session(view, &judge);
         out.decisions.push(Decision {
             session: view.id.clone(),
-            provider: None,
-            instance_id: None,
+            sandbox: None,
             verdict,
             reason,
         });
@@ -169,8 +167,7 @@ pub async fn pass(
         };
         out.decisions.push(Decision {
             session,
-            provider: Some(sandbox.provider.clone()),
-            instance_id: Some(sandbox.id.clone()),
+            sandbox: Some(sandbox.key()),
             verdict,
             reason,
         });
@@ -231,7 +228,7 @@ fn judge_sandbox(
     providers: &[Arc<dyn Provider>],
     judge: &Judge,
 ) -> (Verdict, String) {
-    if sandbox.labels.get(labels::DETACHED).map(String::as_str) == Some("true") {
+    if sandbox.is_detached() {
         return (Verdict::Leave, "detached: only its TTL ends it".into());
     }
     if let Some(view) = session {

@@ -402,7 +402,7 @@ fn refusal(providers: &[Arc<dyn Provider>], t: &Target) -> Option<String> {
             "provider {:?} is not configured for this session",
             t.provider
         )),
-        Some(p) => p.parse_claim(&t.id).err(),
+        Some(p) => p.parse_claim(&t.id).err().map(|r| r.0),
     }
 }
 

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use futures_util::stream::{self, StreamExt};
 
-use crate::labels::{Selector, DETACHED};
+use crate::labels::Selector;
 use crate::protocol::Target;
 use crate::providers::{Provider, ProviderError, Sandbox};
 
@@ -109,7 +109,7 @@ impl Keeper {
             }
         };
         let is_detached = |s: &Sandbox| {
-            s.labels.get(DETACHED).map(String::as_str) == Some("true")
+            s.is_detached()
                 || holdings
                     .detached
                     .iter()
@@ -192,7 +192,7 @@ mod tests {
         let mut labelled_detached = sandbox("ld", Kind::Instance, Some("s"));
         labelled_detached
             .labels
-            .insert(DETACHED.into(), "true".into());
+            .insert(crate::labels::DETACHED.into(), "true".into());
         let p = Arc::new(Ttl {
             listed: vec![
                 sandbox("l1", Kind::Instance, Some("s")),

@@ -32,7 +32,9 @@ use bollard::query_parameters::RemoveContainerOptions;
 use bollard::{ClientVersion, Docker};
 use tokio::sync::OnceCell;
 
-use super::{Capabilities, Entry, EntryState, Kind, Listing, Provider, ProviderError, Sandbox};
+use super::{
+    Capabilities, Entry, EntryState, Kind, Listing, Provider, ProviderError, Refusal, Sandbox,
+};
 use crate::config::DockerSettings;
 use crate::labels::Selector;
 use error::{classify, short};
@@ -154,8 +156,10 @@ impl Provider for DockerProvider {
         self.list_each(selector).await
     }
 
-    fn parse_claim(&self, id: &str) -> Result<Sandbox, String> {
-        claim::parse(id).map(|(kind, id)| Sandbox::claimed("docker", kind, id))
+    fn parse_claim(&self, id: &str) -> Result<Sandbox, Refusal> {
+        claim::parse(id)
+            .map(|(kind, id)| Sandbox::claimed("docker", kind, id))
+            .map_err(Refusal)
     }
 
     fn names(&self, claimed: &Sandbox, listed: &Sandbox) -> bool {
