@@ -533,6 +533,22 @@ fn write_all_raw(fd: RawFd, mut bytes: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// Takes an exclusive `flock(2)` on `file`, waiting for it as long as it takes (a blocking
+/// call: run it off the async runtime's thread).
+pub fn lock_exclusive(file: &std::fs::File) -> io::Result<()> {
+    use std::os::unix::io::AsRawFd;
+    loop {
+        // SAFETY: flock takes a descriptor number and flags; `file` keeps it open for the call.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINTR) {
+            return Err(err);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -591,21 +607,5 @@ mod tests {
         })
         .join()
         .unwrap();
-    }
-}
-
-/// Takes an exclusive `flock(2)` on `file`, waiting for it as long as it takes (a blocking
-/// call: run it off the async runtime's thread).
-pub fn lock_exclusive(file: &std::fs::File) -> io::Result<()> {
-    use std::os::unix::io::AsRawFd;
-    loop {
-        // SAFETY: flock takes a descriptor number and flags; `file` keeps it open for the call.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
-            return Ok(());
-        }
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() != Some(libc::EINTR) {
-            return Err(err);
-        }
     }
 }

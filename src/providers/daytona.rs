@@ -143,11 +143,7 @@ impl Provider for DaytonaProvider {
 
     async fn list(&self, selector: &Selector) -> Result<Vec<Sandbox>, ProviderError> {
         let filter = label_filter(selector);
-        let all = walk(NAME, |cursor| self.page(filter.as_deref(), cursor)).await?;
-        Ok(all
-            .into_iter()
-            .filter(|s| selector.matches(&s.labels))
-            .collect())
+        walk(NAME, |cursor| self.page(filter.as_deref(), cursor)).await
     }
 
     async fn remove(&self, sandbox: &Sandbox) -> Result<(), ProviderError> {

@@ -153,11 +153,7 @@ impl Provider for E2b {
 
     async fn list(&self, selector: &Selector) -> Result<Vec<Sandbox>, ProviderError> {
         let filter = metadata_filter(selector);
-        let all = walk("e2b", |token| self.page(filter.as_deref(), token)).await?;
-        Ok(all
-            .into_iter()
-            .filter(|s| selector.matches(&s.labels))
-            .collect())
+        walk("e2b", |token| self.page(filter.as_deref(), token)).await
     }
 
     async fn remove(&self, sandbox: &Sandbox) -> Result<(), ProviderError> {

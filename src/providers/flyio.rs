@@ -207,10 +207,7 @@ impl Provider for FlyProvider {
                 ProviderError::Gone(m) => ProviderError::Fatal(m),
                 other => other,
             })?;
-        Ok(parse_list_body(&reply.body, &self.app)?
-            .into_iter()
-            .filter(|s| selector.matches(&s.labels))
-            .collect())
+        parse_list_body(&reply.body, &self.app)
     }
 
     async fn remove(&self, sandbox: &Sandbox) -> Result<(), ProviderError> {

@@ -17,13 +17,6 @@ use reqwest::{Method, RequestBuilder, StatusCode};
 use super::ProviderError;
 use crate::config::Secret;
 
-/// Attempts for one page of a listing before the listing fails.
-const READ_ATTEMPTS: u32 = 4;
-/// Longest wait between two read attempts, whatever the provider hints.
-const READ_MAX_WAIT: Duration = Duration::from_secs(30);
-/// A listing that needs more pages than this is treated as a provider bug.
-const MAX_PAGES: usize = 10_000;
-
 /// An answer with a 2xx status.
 #[derive(Debug)]
 pub struct Reply {
@@ -131,30 +124,14 @@ impl Http {
         ))
     }
 
-    /// Sends a read, retrying transient failures a few times with the provider's hint (or a
-    /// short backoff). `build` makes a fresh request for each attempt.
+    /// Sends a read, retried as [`super::retry::read`] says. `build` makes a fresh request for
+    /// each attempt.
     pub async fn read(
         &self,
         build: impl Fn() -> RequestBuilder,
         what: &str,
     ) -> Result<Reply, ProviderError> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match self.send(build(), what).await {
-                Err(ProviderError::Transient {
-                    message,
-                    retry_after,
-                }) if attempt < READ_ATTEMPTS => {
-                    let wait = retry_after
-                        .unwrap_or(Duration::from_millis(250) * 2u32.pow(attempt - 1))
-                        .min(READ_MAX_WAIT);
-                    tracing::debug!("{message}; retrying in {wait:?}");
-                    tokio::time::sleep(wait).await;
-                }
-                other => return other,
-            }
-        }
+        super::retry::read(|| self.send(build(), what)).await
     }
 
     /// `DELETE path`, once (the reclaim path retries): a 404 is `Gone`.
@@ -172,13 +149,7 @@ impl Http {
     }
 
     fn transport_error(&self, what: &str, err: &reqwest::Error) -> ProviderError {
-        let mut text = err.to_string();
-        let mut source = std::error::Error::source(err);
-        while let Some(s) = source {
-            text.push_str(": ");
-            text.push_str(&s.to_string());
-            source = s.source();
-        }
+        let text = super::retry::error_chain(err);
         let kind = if err.is_timeout() {
             "timed out"
         } else {
@@ -333,31 +304,21 @@ pub fn error_message(body: &[u8]) -> String {
     }
 }
 
-/// Walks a paged listing: `fetch(token)` returns one page and the next token (`None` or empty
-/// at the end). A token that does not change is an error, not an endless loop.
+/// Walks a listing paged by an opaque token ([`super::retry::walk`]); an empty next token, as
+/// some APIs send, is the end.
 pub async fn walk<T, F, Fut>(provider: &str, mut fetch: F) -> Result<Vec<T>, ProviderError>
 where
     F: FnMut(Option<String>) -> Fut,
     Fut: Future<Output = Result<(Vec<T>, Option<String>), ProviderError>>,
 {
-    let mut all = Vec::new();
-    let mut token: Option<String> = None;
-    for _ in 0..MAX_PAGES {
-        let (items, next) = fetch(token.clone()).await?;
-        all.extend(items);
-        match next.filter(|t| !t.is_empty()) {
-            None => return Ok(all),
-            Some(n) if Some(&n) == token.as_ref() => {
-                return Err(ProviderError::Fatal(format!(
-                    "{provider}: the page token did not advance ({n:?})"
-                )))
-            }
-            Some(n) => token = Some(n),
+    super::retry::walk(provider, |token| {
+        let page = fetch(token);
+        async move {
+            let (items, next) = page.await?;
+            Ok((items, next.filter(|t| !t.is_empty())))
         }
-    }
-    Err(ProviderError::Fatal(format!(
-        "{provider}: more than {MAX_PAGES} pages"
-    )))
+    })
+    .await
 }
 
 #[cfg(test)]

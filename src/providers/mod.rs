@@ -21,6 +21,7 @@ pub mod http;
 pub mod modal;
 pub mod plugin;
 pub(crate) mod redact;
+pub mod retry;
 pub mod tenki;
 
 use std::collections::BTreeMap;
@@ -207,8 +208,12 @@ pub trait Provider: Send + Sync {
     /// The name users type: `docker`, `e2b`, …
     fn name(&self) -> &str;
     fn capabilities(&self) -> Capabilities;
-    /// Every resource whose labels satisfy `selector`, in every state. A failure here is never
-    /// an empty list: the caller must be able to say that sandboxes may still be running.
+    /// Every resource whose labels satisfy `selector`, in every state, as far as the provider's
+    /// own filter goes: a driver passes the selector on and returns what the provider answered,
+    /// which may be more (a filter that cannot say "key present", a provider that ignores it).
+    /// Callers check each result against the selector, once ([`crate::reclaim::list_all`]), so
+    /// no driver repeats that step. A failure here is never an empty list: the caller must be
+    /// able to say that sandboxes may still be running.
     async fn list(&self, selector: &Selector) -> Result<Vec<Sandbox>, ProviderError>;
     /// Like [`Provider::list`], but what could be listed is kept beside what failed. The
     /// default is all or nothing; a driver whose listing has independent parts overrides it.

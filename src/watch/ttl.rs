@@ -94,20 +94,19 @@ impl Keeper {
             // Asked each round: a plugin's capabilities are known only once it has answered
             // `describe`, which may be after this keeper was set up.
             for p in self.providers.iter().filter(|p| p.capabilities().ttl) {
-                self.renew_on(p.as_ref(), &holdings).await;
+                self.renew_on(p, &holdings).await;
             }
         }
     }
 
-    async fn renew_on(&self, provider: &dyn Provider, holdings: &Holdings) {
-        let mut targets: Vec<Sandbox> = match provider.list(&Selector::session(&self.session)).await
-        {
-            Ok(found) => found,
-            Err(e) => {
-                tracing::warn!("cannot list {} to renew TTLs: {e}", provider.name());
-                Vec::new()
-            }
-        };
+    async fn renew_on(&self, provider: &Arc<dyn Provider>, holdings: &Holdings) {
+        let selector = Selector::session(&self.session);
+        let (mut targets, failures) =
+            crate::reclaim::list_all(std::slice::from_ref(provider), &selector).await;
+        for f in failures {
+            tracing::warn!("cannot list {} to renew TTLs: {}", f.provider, f.error);
+        }
+        let provider = provider.as_ref();
         let is_detached = |s: &Sandbox| {
             s.is_detached()
                 || holdings

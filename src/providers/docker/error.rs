@@ -22,7 +22,10 @@ pub(super) fn classify(host: &str, doing: &str, err: BollardError) -> ProviderEr
         BollardError::RequestTimeoutError => {
             ProviderError::transient(format!("failed to {doing} {host}: request timed out"))
         }
-        other => ProviderError::transient(format!("failed to {doing} {host}: {}", flatten(&other))),
+        other => ProviderError::transient(format!(
+            "failed to {doing} {host}: {}",
+            crate::providers::retry::error_chain(&other)
+        )),
     }
 }
 
@@ -37,21 +40,6 @@ pub(super) fn classify_status(status: u16, message: &str, text: String) -> Provi
         429 | 500..=599 => ProviderError::transient(text),
         _ => ProviderError::Fatal(text),
     }
-}
-
-/// An error and its sources on one line: hyper's top-level messages alone say little.
-fn flatten(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(s) = source {
-        let part = s.to_string();
-        if !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        source = s.source();
-    }
-    text
 }
 
 /// The first 12 characters of an id, as `docker ps` shows it.

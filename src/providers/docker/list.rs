@@ -43,7 +43,6 @@ impl DockerProvider {
                 Err(e) => listing.errors.push(e),
             }
         }
-        listing.found.retain(|s| selector.matches(&s.labels));
         listing
     }
 

@@ -57,12 +57,6 @@ use wire::{SandboxInfo, SandboxListRequest, SandboxListResponse, SandboxTag};
 const NAME: &str = "modal";
 const CLIENT_TYPE: &str = "9";
 const CLIENT_VERSION: &str = "1.0.0";
-/// Attempts for one page of a listing before the listing fails.
-const READ_ATTEMPTS: u32 = 4;
-/// Longest wait between two read attempts, whatever the server hints.
-const READ_MAX_WAIT: Duration = Duration::from_secs(30);
-/// A listing that needs more pages than this is treated as a server bug.
-const MAX_PAGES: usize = 10_000;
 
 /// Builds the registry entry: configured when both halves of the token are present.
 pub fn entry(settings: &CloudSettings) -> Entry {
@@ -177,8 +171,7 @@ impl ModalProvider {
             .map_err(|status| self.classify(&status, what))
     }
 
-    /// A read, retried a few times on transient failures with the server's hint (or a short
-    /// backoff).
+    /// A read, retried as [`super::retry::read`] says.
     async fn read<Req, Resp>(
         &self,
         path: &'static str,
@@ -189,23 +182,7 @@ impl ModalProvider {
         Req: prost::Message + Clone + Send + Sync + 'static,
         Resp: prost::Message + Default + Send + Sync + 'static,
     {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match self.call(path, message.clone(), what).await {
-                Err(ProviderError::Transient {
-                    message,
-                    retry_after,
-                }) if attempt < READ_ATTEMPTS => {
-                    let wait = retry_after
-                        .unwrap_or(Duration::from_millis(250) * 2u32.pow(attempt - 1))
-                        .min(READ_MAX_WAIT);
-                    tracing::debug!("{message}; retrying in {wait:?}");
-                    tokio::time::sleep(wait).await;
-                }
-                other => return other,
-            }
-        }
+        super::retry::read(|| self.call(path, message.clone(), what)).await
     }
 
     fn classify(&self, status: &Status, what: &str) -> ProviderError {
@@ -275,36 +252,38 @@ impl Provider for ModalProvider {
         }
     }
 
+    /// Pages go back in time: each asks for what was created before the last one seen
+    /// (`before_timestamp`). A page that does not move back is an error; a sandbox seen on
+    /// two pages (same timestamp) counts once.
     async fn list(&self, selector: &Selector) -> Result<Vec<Sandbox>, ProviderError> {
         let tags = tag_filter(selector);
-        let mut before: Option<f64> = None;
+        let pages = super::retry::walk(NAME, |before: Option<OrderedTime>| {
+            let tags = &tags;
+            async move {
+                let before = before.map(|t| t.0);
+                let mut page = self.list_page(tags, before).await?;
+                let Some(last) = page.last().map(|s| s.created_at) else {
+                    return Ok((Vec::new(), None));
+                };
+                if !next_page_moves_back(before, last) {
+                    return Err(ProviderError::Fatal(format!(
+                        "{NAME}: the sandbox listing did not move back in time \
+                         (before_timestamp {before:?}, last created_at {last})"
+                    )));
+                }
+                if !tags.is_empty() {
+                    self.fill_tags(&mut page).await?;
+                }
+                Ok((page, Some(OrderedTime(last))))
+            }
+        })
+        .await?;
         let mut seen = HashSet::new();
-        let mut all = Vec::new();
-        for _ in 0..MAX_PAGES {
-            let mut page = self.list_page(&tags, before).await?;
-            let Some(last) = page.last().map(|s| s.created_at) else {
-                all.retain(|s: &Sandbox| selector.matches(&s.labels));
-                return Ok(all);
-            };
-            if !next_page_moves_back(before, last) {
-                return Err(ProviderError::Fatal(format!(
-                    "{NAME}: the sandbox listing did not move back in time \
-                     (before_timestamp {before:?}, last created_at {last})"
-                )));
-            }
-            before = Some(last);
-            if !tags.is_empty() {
-                self.fill_tags(&mut page).await?;
-            }
-            all.extend(
-                page.into_iter()
-                    .filter(|s| seen.insert(s.id.clone()))
-                    .map(to_sandbox),
-            );
-        }
-        Err(ProviderError::Fatal(format!(
-            "{NAME}: more than {MAX_PAGES} pages"
-        )))
+        Ok(pages
+            .into_iter()
+            .filter(|s| seen.insert(s.id.clone()))
+            .map(to_sandbox)
+            .collect())
     }
 
     async fn remove(&self, sandbox: &Sandbox) -> Result<(), ProviderError> {
@@ -365,6 +344,10 @@ fn tag_filter(selector: &Selector) -> Vec<SandboxTag> {
 
 /// Whether a page ending at `last` lets the walk go on: the timestamp must be a real time and
 /// strictly older than the bound that produced the page.
+/// A page cursor: a creation time (an `f64` that is never NaN here: checked before use).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct OrderedTime(f64);
+
 fn next_page_moves_back(before: Option<f64>, last: f64) -> bool {
     last.is_finite() && last > 0.0 && before.is_none_or(|b| last < b)
 }

@@ -34,14 +34,14 @@ pub fn text(status: &Status) -> String {
         .filter(|c| !c.is_control())
         .take(200)
         .collect();
-    let mut source = std::error::Error::source(status);
-    while let Some(s) = source {
-        let part = s.to_string();
-        if !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
+    if let Some(beneath) = std::error::Error::source(status) {
+        let chain = crate::providers::retry::error_chain(beneath);
+        if !text.contains(&chain) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&chain);
         }
-        source = s.source();
     }
     if text.is_empty() {
         "no details".into()

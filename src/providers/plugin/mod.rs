@@ -334,7 +334,6 @@ impl Provider for Plugin {
                 sandbox.image = sandbox.image.map(|i| self.redact(&i));
                 sandbox
             })
-            .filter(|s| selector.matches(&s.labels))
             .collect())
     }
 
@@ -502,8 +501,13 @@ remove) read -r req; case "$req" in *'"x1"'*) echo '{"result":"removed"}' ;; *) 
 esac"#;
         let path = script(dir.path(), "echo", body);
         let plugin = Plugin::new("echo", vec![path.into()], Duration::from_secs(10));
-        let listed = plugin.list(&Selector::managed()).await.unwrap();
-        assert_eq!(listed.len(), 1, "the selector is re-checked");
+        let all = plugin.list(&Selector::managed()).await.unwrap();
+        assert_eq!(all.len(), 2, "the driver passes on what the plugin listed");
+        // Callers check the selector (reclaim::list_all): the unlabelled one never reaches them.
+        let listed: Vec<Sandbox> = all
+            .into_iter()
+            .filter(|s| Selector::managed().matches(&s.labels))
+            .collect();
         assert_eq!(listed[0].provider, "echo");
         plugin.remove(&listed[0]).await.unwrap();
         let other = Sandbox {
