@@ -21,6 +21,7 @@ pub mod http;
 pub mod modal;
 pub mod plugin;
 pub(crate) mod redact;
+mod registry;
 pub mod retry;
 pub mod tenki;
 
@@ -28,7 +29,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::Settings;
 use crate::labels::{self, Selector};
 
 /// What a sandbox is, which decides the order of removal: every instance of a session goes
@@ -94,6 +94,28 @@ impl Sandbox {
     /// Labelled `sandguard.detached=true`: it outlives its owner; only its TTL ends it.
     pub fn is_detached(&self) -> bool {
         self.labels.get(labels::DETACHED).map(String::as_str) == Some("true")
+    }
+
+    /// The sandbox a claimed target names, as its provider reads the id (a Docker
+    /// `network/ID` is a network), or why it can never name one ([`Provider::parse_claim`]).
+    /// A provider that is not among `providers` cannot say: the claim is kept as it is, an
+    /// instance, and its removal fails with that reason (the session stays pending for a
+    /// sweep that has the provider).
+    pub fn from_claim(
+        providers: &[Arc<dyn Provider>],
+        target: &crate::protocol::Target,
+    ) -> Result<Sandbox, Refusal> {
+        match providers.iter().find(|p| p.name() == target.provider) {
+            Some(p) => p.parse_claim(&target.id).map(|mut s| {
+                s.provider = target.provider.clone();
+                s
+            }),
+            None => Ok(Sandbox::claimed(
+                &target.provider,
+                Kind::Instance,
+                &target.id,
+            )),
+        }
     }
 
     /// What names it among every provider's sandboxes.
@@ -247,124 +269,4 @@ pub trait Provider: Send + Sync {
     }
 }
 
-/// One registered provider, configured or not.
-#[derive(Clone)]
-pub struct Entry {
-    pub name: &'static str,
-    pub state: EntryState,
-}
-
-#[derive(Clone)]
-pub enum EntryState {
-    Configured(Arc<dyn Provider>),
-    /// Not configured, and why (which variable or key would configure it).
-    Unconfigured(String),
-}
-
-/// Every provider sandguard knows, built once from settings.
-#[derive(Clone)]
-pub struct Registry {
-    entries: Vec<Entry>,
-}
-
-/// `--provider NAME` named no registered provider.
-#[derive(Debug, thiserror::Error)]
-#[error("unknown provider {name:?}; known providers: {}", known.join(", "))]
-pub struct UnknownProvider {
-    pub name: String,
-    pub known: Vec<String>,
-}
-
-impl Registry {
-    /// Registers every built-in driver, configured from `settings`, then the plugins (on
-    /// `PATH` or in the config), which may not take a built-in's name.
-    pub fn from_settings(settings: &Settings) -> Registry {
-        let mut entries = vec![
-            docker::entry(&settings.docker),
-            e2b::entry(&settings.e2b),
-            flyio::entry(&settings.flyio),
-            daytona::entry(&settings.daytona),
-            tenki::entry(&settings.tenki),
-            modal::entry(&settings.modal),
-        ];
-        let path = std::env::var_os("PATH");
-        // A plugin inherits sandguard's environment, credentials included: whatever it says
-        // is redacted of every one of them.
-        let secrets: Vec<crate::config::Secret> = [
-            &settings.e2b,
-            &settings.daytona,
-            &settings.flyio,
-            &settings.tenki,
-            &settings.modal,
-        ]
-        .iter()
-        .flat_map(|c| c.token.iter().chain(c.secret.iter()))
-        .cloned()
-        .collect();
-        entries.extend(plugin::entries(
-            &settings.plugins,
-            path.as_deref(),
-            &crate::config::BUILT_IN_PROVIDERS,
-            &secrets,
-        ));
-        Registry { entries }
-    }
-
-    /// A registry of the given entries (tests).
-    pub fn from_entries(entries: Vec<Entry>) -> Registry {
-        Registry { entries }
-    }
-
-    pub fn entries(&self) -> &[Entry] {
-        &self.entries
-    }
-
-    /// The configured providers, all of them or the one named. An unknown name is an error; a
-    /// known but unconfigured one yields an empty list (skipped silently).
-    pub fn select(&self, only: Option<&str>) -> Result<Vec<Arc<dyn Provider>>, UnknownProvider> {
-        if let Some(name) = only {
-            if !self.entries.iter().any(|e| e.name == name) {
-                return Err(UnknownProvider {
-                    name: name.to_string(),
-                    known: self.entries.iter().map(|e| e.name.to_string()).collect(),
-                });
-            }
-        }
-        Ok(self
-            .entries
-            .iter()
-            .filter(|e| only.is_none_or(|n| n == e.name))
-            .filter_map(|e| match &e.state {
-                EntryState::Configured(p) => Some(p.clone()),
-                EntryState::Unconfigured(_) => None,
-            })
-            .collect())
-    }
-
-    /// The configured provider called `name`.
-    pub fn get(&self, name: &str) -> Option<Arc<dyn Provider>> {
-        self.select(Some(name)).ok()?.into_iter().next()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn select_knows_unknown_from_unconfigured() {
-        let reg = Registry::from_entries(vec![Entry {
-            name: "docker",
-            state: EntryState::Unconfigured("no socket".into()),
-        }]);
-        assert!(reg.select(None).unwrap().is_empty());
-        assert!(reg.select(Some("docker")).unwrap().is_empty());
-        let Err(err) = reg.select(Some("dokker")) else {
-            panic!("dokker should be unknown")
-        };
-        assert_eq!(
-            err.to_string(),
-            "unknown provider \"dokker\"; known providers: docker"
-        );
-    }
-}
+pub use registry::{Entry, EntryState, Registry, UnknownProvider};

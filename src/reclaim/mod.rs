@@ -183,19 +183,6 @@ pub struct Plan {
     pub refused: Vec<(Sandbox, Refusal)>,
 }
 
-/// A claimed target as the sandbox its provider says it names, or why it never can. A
-/// provider that is not configured here cannot say: the claim is kept as it is and its
-/// removal fails with that reason (the session stays pending for a sweep that has it).
-pub fn claimed(providers: &[Arc<dyn Provider>], t: &Target) -> Result<Sandbox, Refusal> {
-    match providers.iter().find(|p| p.name() == t.provider) {
-        Some(p) => p.parse_claim(&t.id).map(|mut s| {
-            s.provider = t.provider.clone();
-            s
-        }),
-        None => Ok(Sandbox::claimed(&t.provider, Kind::Instance, &t.id)),
-    }
-}
-
 impl Plan {
     /// What a session's reclaim is after: its labels, its claims as the providers read them,
     /// minus what it detached.
@@ -213,7 +200,7 @@ impl Plan {
             refused: Vec::new(),
         };
         for t in claims {
-            match claimed(providers, t) {
+            match Sandbox::from_claim(providers, t) {
                 Ok(s) => plan.claims.push(s),
                 Err(reason) => plan
                     .refused
@@ -224,7 +211,7 @@ impl Plan {
         plan.keep = detached
             .into_iter()
             .map(|t| {
-                claimed(providers, t)
+                Sandbox::from_claim(providers, t)
                     .unwrap_or_else(|_| Sandbox::claimed(&t.provider, Kind::Instance, &t.id))
             })
             .collect();

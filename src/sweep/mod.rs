@@ -271,7 +271,7 @@ fn detached_in(view: &SessionView, sandbox: &Sandbox, providers: &[Arc<dyn Provi
     view.detached
         .iter()
         .filter(|t| t.provider == sandbox.provider)
-        .any(|t| match (provider, reclaim::claimed(providers, t)) {
+        .any(|t| match (provider, Sandbox::from_claim(providers, t)) {
             (Some(p), Ok(kept)) => p.names(&kept, sandbox),
             _ => t.id == sandbox.id,
         })

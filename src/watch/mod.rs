@@ -446,7 +446,7 @@ async fn drain_claims<R: AsyncRead + Unpin>(
                 Some(Ok(Command::Claim(t))) => match refusal(providers, &t) {
                     None => {
                         session::append(journal, &Record::claim(&t));
-                        if let Ok(s) = crate::reclaim::claimed(providers, &t) {
+                        if let Ok(s) = Sandbox::from_claim(providers, &t) {
                             late.push(s);
                         }
                     }
