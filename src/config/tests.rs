@@ -1,0 +1,258 @@
+//! Unit tests of the config: parsing, layering, and the errors that name file, line and key.
+
+use super::file::{parse_file, FileConfig};
+use super::*;
+use std::collections::HashMap;
+
+fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn durations_read_the_human_way() {
+    assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
+    assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
+    assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
+    assert_eq!(
+        parse_duration("7d").unwrap(),
+        Duration::from_secs(7 * 86_400)
+    );
+    assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+    assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
+    assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+    for bad in ["", "5", "s", "5x", "-5s", "5 s", "1.5h", "99999999999999d"] {
+        assert!(parse_duration(bad).is_err(), "{bad:?} should be refused");
+    }
+}
+
+#[test]
+fn the_documented_example_parses_and_states_the_defaults() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/sandguard.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let file = parse_file(&path, &text).unwrap();
+    let from_example =
+        Settings::layer(None, file, &Overrides::default(), &env(&[("HOME", "/h")])).unwrap();
+    let defaults = Settings::layer(
+        None,
+        FileConfig::default(),
+        &Overrides::default(),
+        &env(&[("HOME", "/h")]),
+    )
+    .unwrap();
+    // The example spells out the defaults, so reading it must change nothing.
+    assert_eq!(format!("{from_example:?}"), format!("{defaults:?}"));
+    // And it mentions every key the parser knows.
+    for key in [
+        "state_dir",
+        "log_level",
+        "[watch]",
+        "grace",
+        "[reclaim]",
+        "concurrency",
+        "deadline",
+        "settle",
+        "retry_initial",
+        "retry_max",
+        "[providers.docker]",
+        "enabled",
+        "host",
+        "api_version",
+        "timeout",
+        "renew_every",
+        "docker_proxy",
+        "[sweep]",
+        "prune_after",
+        "[providers.e2b]",
+        "[providers.daytona]",
+        "[providers.flyio]",
+        "[providers.tenki]",
+        "[providers.modal]",
+        "api_key",
+        "api_url",
+        "api_token",
+        "app",
+        "api_hostname",
+        "token_id",
+        "token_secret",
+        "server_url",
+        "command",
+    ] {
+        assert!(
+            text.contains(key),
+            "config/sandguard.toml does not document {key}"
+        );
+    }
+}
+
+#[test]
+fn an_unknown_key_names_file_line_and_key() {
+    let text = "[watch]\ngrace = \"5m\"\n\n[reclaim]\nconcurency = 4\n";
+    let err = parse_file(Path::new("/etc/x.toml"), text)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("/etc/x.toml:5: key `reclaim.concurency`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_bad_value_names_file_line_and_key() {
+    let text = "log_level = \"info\"\n[reclaim]\ndeadline = \"2 minutes\"\n";
+    let err = parse_file(Path::new("c.toml"), text)
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("c.toml:3: key `reclaim.deadline`"), "{err}");
+    assert!(err.contains("invalid duration"), "{err}");
+    let err = parse_file(Path::new("c.toml"), "[reclaim]\nconcurrency = 0\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("c.toml:2: key `reclaim.concurrency`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn flags_beat_env_beat_file_beat_defaults() {
+    let file = parse_file(Path::new("c"), "[watch]\ngrace = \"1m\"\n").unwrap();
+    let e = env(&[("SANDGUARD_GRACE", "2m"), ("HOME", "/h")]);
+    let flags = Overrides {
+        grace: Some(Duration::from_secs(180)),
+        ..Default::default()
+    };
+    let s = Settings::layer(None, file, &flags, &e).unwrap();
+    assert_eq!(s.watch.grace, Duration::from_secs(180));
+
+    let file = parse_file(Path::new("c"), "[watch]\ngrace = \"1m\"\n").unwrap();
+    let s = Settings::layer(None, file, &Overrides::default(), &e).unwrap();
+    assert_eq!(s.watch.grace, Duration::from_secs(120));
+
+    let file = parse_file(Path::new("c"), "[watch]\ngrace = \"1m\"\n").unwrap();
+    let s = Settings::layer(None, file, &Overrides::default(), &env(&[("HOME", "/h")])).unwrap();
+    assert_eq!(s.watch.grace, Duration::from_secs(60));
+    assert_eq!(s.state_dir, PathBuf::from("/h/.local/state/sandguard"));
+}
+
+#[test]
+fn a_bad_environment_value_is_named() {
+    let e = env(&[("SANDGUARD_GRACE", "soon")]);
+    let err = Settings::layer(None, FileConfig::default(), &Overrides::default(), &e).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("environment variable SANDGUARD_GRACE:"),
+        "{err}"
+    );
+}
+
+#[test]
+fn any_other_provider_table_is_a_plugin_with_command_and_timeout_only() {
+    let text = "[providers.docker]\nenabled = false\n\n[providers.acme]\ncommand = [\"/opt/acme\", \"--fast\"]\ntimeout = \"5s\"\n\n[providers.zed]\n";
+    let file = parse_file(Path::new("c.toml"), text).unwrap();
+    let s = Settings::layer(None, file, &Overrides::default(), &env(&[("HOME", "/h")])).unwrap();
+    assert_eq!(s.docker.enabled, Some(false));
+    assert_eq!(
+        s.plugins,
+        vec![
+            PluginSettings {
+                name: "acme".into(),
+                command: Some(vec!["/opt/acme".into(), "--fast".into()]),
+                timeout: Duration::from_secs(5),
+            },
+            PluginSettings {
+                name: "zed".into(),
+                command: None,
+                timeout: Duration::from_secs(30),
+            },
+        ]
+    );
+}
+
+#[test]
+fn a_plugin_table_denies_unknown_keys_and_names_file_line_and_key() {
+    let text = "[providers.acme]\ncommand = [\"/opt/acme\"]\napi_key = \"k\"\n";
+    let err = parse_file(Path::new("c.toml"), text)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("c.toml:3: key `providers.acme.api_key`"),
+        "{err}"
+    );
+    let text = "[providers.docker]\nenabld = false\n";
+    let err = parse_file(Path::new("c.toml"), text)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("c.toml:2: key `providers.docker.enabld`"),
+        "{err}"
+    );
+    let text = "[providers.acme]\ncommand = []\n";
+    let err = parse_file(Path::new("c.toml"), text)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("c.toml:2: key `providers.acme.command`"),
+        "{err}"
+    );
+    let text = "[providers.Acme]\ncommand = [\"x\"]\n";
+    let err = parse_file(Path::new("c.toml"), text)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("invalid provider name \"Acme\""), "{err}");
+}
+
+#[test]
+fn values_that_make_no_sense_name_file_line_and_key() {
+    for (text, at) in [
+        ("[watch]\ngrace = \"0\"\n", "c.toml:2: key `watch.grace`"),
+        (
+            "[reclaim]\ndeadline = \"0\"\n",
+            "c.toml:2: key `reclaim.deadline`",
+        ),
+        (
+            "[reclaim]\nretry_initial = \"0\"\n",
+            "c.toml:2: key `reclaim.retry_initial`",
+        ),
+        (
+            "[reclaim]\nretry_initial = \"5s\"\nretry_max = \"1s\"\n",
+            "c.toml:3: key `reclaim.retry_max`",
+        ),
+        (
+            "[providers.e2b]\ntimeout = \"0\"\n",
+            "c.toml:2: key `providers.e2b.timeout`",
+        ),
+        (
+            "state_dir = \"relative/dir\"\n",
+            "c.toml:1: key `state_dir`",
+        ),
+        ("state_dir = \"~bob/x\"\n", "c.toml:1: key `state_dir`"),
+    ] {
+        let err = parse_file(Path::new("c.toml"), text)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with(at), "{text:?}: {err}");
+    }
+    let e = env(&[("SANDGUARD_GRACE", "0"), ("HOME", "/h")]);
+    let err = Settings::layer(None, FileConfig::default(), &Overrides::default(), &e);
+    assert!(err.unwrap_err().to_string().contains("SANDGUARD_GRACE"));
+}
+
+#[test]
+fn a_tilde_state_dir_is_the_home_directory() {
+    let file = parse_file(Path::new("c"), "state_dir = \"~/.sg\"\n").unwrap();
+    let s = Settings::layer(None, file, &Overrides::default(), &env(&[("HOME", "/h")])).unwrap();
+    assert_eq!(s.state_dir, PathBuf::from("/h/.sg"));
+    let e = env(&[("HOME", "/h"), ("SANDGUARD_STATE_DIR", "rel")]);
+    let err = Settings::layer(None, FileConfig::default(), &Overrides::default(), &e);
+    assert!(err.unwrap_err().to_string().contains("SANDGUARD_STATE_DIR"));
+}
+
+#[test]
+fn secrets_never_print() {
+    let s = Secret::new("e2b_0123456789abcdef");
+    assert_eq!(format!("{s} {s:?}"), "[redacted] [redacted]");
+    assert_eq!(s.expose(), "e2b_0123456789abcdef");
+}

@@ -1,0 +1,199 @@
+//! The values the config file (and the environment) spell: human durations, durations that
+//! must not be zero, the state directory's path, concurrency limits, log levels and secrets.
+//! Each one is checked where it is read, so an error names the file, line and key.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::Env;
+
+/// A duration written the human way: `500ms`, `5s`, `10m`, `2h`, `7d`, or a sum such as `1h30m`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HumanDuration(pub Duration);
+
+impl std::str::FromStr for HumanDuration {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        parse_duration(s).map(HumanDuration)
+    }
+}
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        parse_duration(&s)
+            .map(HumanDuration)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// A duration for which `0` makes no sense (a grace, a deadline, a timeout, a retry delay):
+/// `0` is refused where it is read, naming the file, line and key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Positive(pub Duration);
+
+impl<'de> Deserialize<'de> for Positive {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let HumanDuration(d) = HumanDuration::deserialize(d)?;
+        positive(d).map(Positive).map_err(serde::de::Error::custom)
+    }
+}
+
+pub(super) fn positive(d: Duration) -> Result<Duration, String> {
+    if d.is_zero() {
+        Err("must be longer than 0".into())
+    } else {
+        Ok(d)
+    }
+}
+
+/// `state_dir` as written: an absolute path, or one starting with `~/` (the home directory).
+/// A relative path is refused: the sidecar runs from `/`, and the Docker proxy's socket path
+/// (`DOCKER_HOST`) must not depend on the guarded program's working directory.
+#[derive(Debug, Clone)]
+pub(super) struct StatePath(pub(super) PathBuf);
+
+impl<'de> Deserialize<'de> for StatePath {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = PathBuf::deserialize(d)?;
+        check_state_path(&raw)
+            .map(|()| StatePath(raw))
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+pub(super) fn check_state_path(p: &Path) -> Result<(), String> {
+    let text = p.to_string_lossy();
+    if p.is_absolute() || text == "~" || text.starts_with("~/") {
+        Ok(())
+    } else if text.starts_with('~') {
+        Err("`~user` is not supported: write the absolute path".into())
+    } else {
+        Err("must be an absolute path (or start with ~/)".into())
+    }
+}
+
+/// `~` and `~/…` expanded with `$HOME`.
+pub(super) fn expand_home(p: &Path, env: &dyn Env) -> Result<PathBuf, String> {
+    let text = p.to_string_lossy();
+    let rest = match text.strip_prefix('~') {
+        None => return Ok(p.to_path_buf()),
+        Some(rest) => rest.trim_start_matches('/'),
+    };
+    let home = env.var("HOME").ok_or("starts with ~ but HOME is not set")?;
+    Ok(Path::new(&home).join(rest))
+}
+
+/// Parses `5s`, `10m`, `2h`, `7d`, `250ms`, `1h30m`, or `0`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || {
+        format!(
+            "invalid duration {text:?}: expected a number and a unit, such as 5s, 10m, 2h or 7d"
+        )
+    };
+    let s = text.trim();
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if s.is_empty() {
+        return Err(bad());
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        if digits == 0 {
+            return Err(bad());
+        }
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let unit = match &rest[..unit_len] {
+            "ms" => Duration::from_millis(1),
+            "s" => Duration::from_secs(1),
+            "m" => Duration::from_secs(60),
+            "h" => Duration::from_secs(3600),
+            "d" => Duration::from_secs(86_400),
+            _ => return Err(bad()),
+        };
+        rest = &rest[unit_len..];
+        let part = unit
+            .checked_mul(u32::try_from(n).map_err(|_| bad())?)
+            .ok_or_else(bad)?;
+        total = total.checked_add(part).ok_or_else(bad)?;
+    }
+    Ok(total)
+}
+
+/// A concurrency limit: an integer from 1 to 1024.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Concurrency(pub(super) usize);
+
+impl<'de> Deserialize<'de> for Concurrency {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let n = i64::deserialize(d)?;
+        if (1..=1024).contains(&n) {
+            Ok(Concurrency(n as usize))
+        } else {
+            Err(serde::de::Error::custom(format!(
+                "must be between 1 and 1024, not {n}"
+            )))
+        }
+    }
+}
+
+/// A log level name.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct LogLevel(pub(super) tracing::Level);
+
+impl<'de> Deserialize<'de> for LogLevel {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        parse_level(&s)
+            .map(LogLevel)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+pub(super) fn parse_level(s: &str) -> Result<tracing::Level, String> {
+    s.parse::<tracing::Level>()
+        .map_err(|_| format!("unknown log level {s:?}: expected error, warn, info, debug or trace"))
+}
+
+/// A secret read from the environment or the config file. It never prints itself: `Debug`
+/// and `Display` show `[redacted]`, so a secret cannot reach a log line or an error by
+/// accident; [`Secret::expose`] is the one deliberate way to read it.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+impl<'de> Deserialize<'de> for Secret {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(Secret)
+    }
+}
