@@ -1,0 +1,184 @@
+//! Processes: pidfds, forking, new sessions and process groups, the terminal's foreground
+//! group, reaping, signalling, and probing whether a pid exists.
+
+#![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+
+/// `pidfd_open(2)`: a descriptor that becomes readable when `pid` exits. `Err` with
+/// `ENOSYS` on kernels before 5.3, `ESRCH` when there is no such process.
+pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+    // SAFETY: a plain syscall with integer arguments; on success it returns a new descriptor
+    // that nothing else owns, which OwnedFd then closes exactly once.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0 as libc::c_uint) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by the kernel and is owned by no one else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Registers a pidfd with tokio's reactor so it can be awaited for readability (the owner's
+/// exit). Must run inside a tokio runtime.
+pub fn async_pidfd(fd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+    // SAFETY: the AsyncFd takes ownership of the OwnedFd, so the descriptor stays open and
+    // refers to the same pidfd for the AsyncFd's whole life, and OwnedFd::as_raw_fd always
+    // returns that one descriptor.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)
+}
+
+/// `setsid(2)`: a new session and process group, so the terminal's Ctrl-C and hang-up do
+/// not reach the caller. Called between fork and exec: async-signal-safe.
+pub fn setsid() -> io::Result<()> {
+    // SAFETY: setsid takes no arguments and touches no memory of ours.
+    if unsafe { libc::setsid() } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// What `fork` returned to this process.
+pub enum Forked {
+    /// The parent, with the child's pid.
+    Parent(u32),
+    Child,
+}
+
+/// `fork(2)`. Only for a process that has not started any thread yet (the sidecar forks
+/// once at start-up, before its runtime exists, so that it is nobody's child).
+pub fn fork_single_threaded() -> io::Result<Forked> {
+    // SAFETY: the caller guarantees no other thread exists, so the child's copy of memory
+    // (locks included) is consistent.
+    match unsafe { libc::fork() } {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(Forked::Child),
+        pid => Ok(Forked::Parent(pid as u32)),
+    }
+}
+
+/// Spawns `cmd` as the sidecar: in a new session (`setsid`, so the terminal's Ctrl-C and
+/// hang-up never reach it), with `control` placed at descriptor `target` and left open across
+/// its exec.
+pub fn spawn_in_new_session(
+    cmd: &mut std::process::Command,
+    control: RawFd,
+    target: RawFd,
+) -> io::Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs between fork and exec in the child and calls only
+    // async-signal-safe functions (setsid, dup2, fcntl); it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if control == target {
+                // dup2 onto itself keeps FD_CLOEXEC: clear it by hand.
+                let flags = libc::fcntl(target, libc::F_GETFD);
+                if flags < 0 || libc::fcntl(target, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            } else if libc::dup2(control, target) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
+/// Sends `SIGKILL` to every process in the process group `pgid` (a plugin and whatever it
+/// started). An already empty group is not an error.
+pub fn kill_process_group(pgid: u32) -> io::Result<()> {
+    let Ok(pgid) = libc::pid_t::try_from(pgid) else {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    };
+    if pgid <= 1 {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    // SAFETY: a plain syscall with integer arguments; a negative pid names a process group.
+    let rc = unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::ESRCH) {
+        Ok(())
+    } else {
+        Err(err)
+    }
+}
+
+/// Whether a pid exists in this pid namespace, for an owner whose `/proc` entry cannot be read
+/// (`hidepid=2`, another user): `kill(pid, 0)` sends nothing and only checks. `ESRCH` proves
+/// there is no such process; anything else (success, `EPERM`) says it may exist.
+pub fn probe_pid(pid: u32) -> crate::identity::Probe {
+    use crate::identity::Probe;
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return Probe::NoSuchProcess;
+    };
+    if pid <= 0 {
+        return Probe::Hidden;
+    }
+    // SAFETY: signal 0 performs only the existence and permission checks; nothing is sent.
+    let rc = unsafe { libc::kill(pid, 0) };
+    if rc < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        Probe::NoSuchProcess
+    } else {
+        Probe::Hidden
+    }
+}
+
+/// Puts process `pid` (0: this one) into a process group of its own.
+pub fn own_process_group(pid: u32) {
+    // SAFETY: a plain syscall with integer arguments; failure (the child already exec'd, or
+    // is gone) only leaves the group as it was.
+    unsafe { libc::setpgid(pid as libc::pid_t, pid as libc::pid_t) };
+}
+
+/// Makes process group `pgid` the terminal's foreground group when stdin is a terminal, so a
+/// Ctrl-C reaches the guarded program and not its init. Call with `SIGTTOU` blocked.
+pub fn give_terminal_to(pgid: u32) {
+    // SAFETY: isatty and tcsetpgrp take integers only; a failure changes nothing.
+    unsafe {
+        if libc::isatty(0) == 1 {
+            libc::tcsetpgrp(0, pgid as libc::pid_t);
+        }
+    }
+}
+
+/// How a reaped child ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    Code(i32),
+    Signal(i32),
+}
+
+/// Reaps every child that has ended, without waiting: `(pid, status)` for each.
+pub fn reap_children() -> Vec<(u32, ExitStatus)> {
+    let mut out = Vec::new();
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: `status` is a valid int for the kernel to fill.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid <= 0 {
+            return out;
+        }
+        let how = if libc::WIFSIGNALED(status) {
+            ExitStatus::Signal(libc::WTERMSIG(status))
+        } else {
+            ExitStatus::Code(libc::WEXITSTATUS(status))
+        };
+        out.push((pid as u32, how));
+    }
+}
+
+/// Sends `signal` to process `pid`; a process already gone is not an error.
+pub fn send_signal(pid: u32, signal: libc::c_int) {
+    if let Ok(pid) = libc::pid_t::try_from(pid) {
+        // SAFETY: a plain syscall with integer arguments.
+        unsafe { libc::kill(pid, signal) };
+    }
+}
