@@ -12,6 +12,7 @@ mod config_errors;
 mod docker_ps_stop;
 mod guard;
 mod plugins;
+mod promises;
 mod proxy;
 mod reliability;
 mod security;
