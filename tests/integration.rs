@@ -13,6 +13,7 @@ mod docker_ps_stop;
 mod guard;
 mod packaging;
 mod plugins;
+mod promises;
 mod proxy;
 mod readme;
 mod reliability;
