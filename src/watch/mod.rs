@@ -161,15 +161,18 @@ impl<C: Clock> Sidecar<C> {
             tokio::select! {
                 biased;
                 _ = &mut t.stop => return self.on_stop(t).await,
+                // Proxy claims first: a client is waiting for each (its answer is held until
+                // the claim is on disk), and a flood of control lines must not starve them.
+                // Each costs the client a round trip to the daemon, so they cannot flood.
+                claim = next_claim(&mut t.proxy), if t.proxy.is_some() => {
+                    self.on_proxy_claim(claim, t);
+                }
                 // Control lines before the death event: a claim written just before the owner
                 // died is in the pipe already and must be known before reclaiming.
                 line = next_line(&mut t.control), if t.control.is_some() => {
                     if let Some(ending) = self.on_lines(line, t) {
                         return ending;
                     }
-                }
-                claim = next_claim(&mut t.proxy), if t.proxy.is_some() => {
-                    self.on_proxy_claim(claim, t);
                 }
                 gone = &mut t.owner => return Ending::OwnerGone(gone),
                 _ = tokio::time::sleep(check_in), if self.lease.is_running() => {
