@@ -1,0 +1,88 @@
+//! Unit tests of `http`.
+
+use super::*;
+
+#[test]
+fn retry_after_reads_seconds_dates_and_named_throttlers() {
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777 - 10);
+    let mut h = HeaderMap::new();
+    h.insert("retry-after", HeaderValue::from_static("7"));
+    assert_eq!(retry_after(&h, now), Some(Duration::from_secs(7)));
+    h.insert(
+        "retry-after",
+        HeaderValue::from_static("Sun, 06 Nov 1994 08:49:37 GMT"),
+    );
+    assert_eq!(retry_after(&h, now), Some(Duration::from_secs(10)));
+    let mut h = HeaderMap::new();
+    h.insert("retry-after-authenticated", HeaderValue::from_static("2"));
+    h.insert(
+        "retry-after-sandbox-lifecycle",
+        HeaderValue::from_static("5"),
+    );
+    h.insert(
+        "x-ratelimit-reset-sandbox-lifecycle",
+        HeaderValue::from_static("99"),
+    );
+    assert_eq!(retry_after(&h, now), Some(Duration::from_secs(5)));
+    assert_eq!(retry_after(&HeaderMap::new(), now), None);
+}
+
+#[test]
+fn statuses_are_classified() {
+    let c = |s: u16| classify(StatusCode::from_u16(s).unwrap(), None, String::new());
+    assert!(matches!(c(404), ProviderError::Gone(_)));
+    for s in [408, 409, 429, 500, 502, 503, 504] {
+        assert!(matches!(c(s), ProviderError::Transient { .. }), "{s}");
+    }
+    for s in [400, 401, 403, 422] {
+        assert!(matches!(c(s), ProviderError::Fatal(_)), "{s}");
+    }
+}
+
+#[test]
+fn error_bodies_become_one_line() {
+    assert_eq!(
+        error_message(br#"{"code":404,"message":"Sandbox \"x\" doesn't exist"}"#),
+        "Sandbox \"x\" doesn't exist"
+    );
+    assert_eq!(
+        error_message(br#"{"error":"machine not found"}"#),
+        "machine not found"
+    );
+    assert_eq!(
+        error_message(b"<html>\nBad Gateway</html>"),
+        "<html>Bad Gateway</html>"
+    );
+    assert_eq!(error_message(b""), "no details");
+}
+
+#[test]
+fn secrets_are_redacted() {
+    let http = Http::new(
+        "e2b",
+        "http://127.0.0.1:1",
+        Duration::from_secs(1),
+        vec![("x-api-key", Secret::new("e2b_deadbeef"))],
+    )
+    .unwrap();
+    assert_eq!(
+        http.redact("key e2b_deadbeef refused"),
+        "key [redacted] refused"
+    );
+}
+
+#[tokio::test]
+async fn the_walk_follows_tokens_and_refuses_a_stuck_one() {
+    let pages = walk("t", |token| async move {
+        Ok(match token.as_deref() {
+            None => (vec![1, 2], Some("a".to_string())),
+            Some("a") => (vec![3], Some("b".to_string())),
+            _ => (vec![4], None),
+        })
+    })
+    .await
+    .unwrap();
+    assert_eq!(pages, vec![1, 2, 3, 4]);
+    let stuck = walk("t", |_| async { Ok((vec![1], Some("same".to_string()))) }).await;
+    assert!(matches!(stuck, Err(ProviderError::Fatal(_))));
+}
