@@ -189,7 +189,11 @@ async fn lock(state: &StateDir) -> std::io::Result<std::fs::File> {
         .append(true)
         .mode(0o600)
         .open(state.path().join("sweep.lock"))?;
+    let mut said = false;
     while !crate::unix::try_lock_exclusive(&file)? {
+        if !std::mem::replace(&mut said, true) {
+            tracing::info!("waiting for another sweep to finish (it holds sweep.lock)");
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Ok(file)
