@@ -109,6 +109,21 @@ fn is_container_id(id: &str) -> bool {
     id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
+/// Containers of a run that failed half way: removed when the test panics, since a claimed
+/// one carries no label that a later sweep could find.
+struct Leftovers(Vec<String>);
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = std::process::Command::new("docker")
+                .args(["rm", "-f"])
+                .args(&self.0)
+                .output();
+        }
+    }
+}
+
 fn one_run(s: &Scratch, death: Death, round: usize) {
     let what = format!("{death:?} round {round}");
     let ids = s.path().join(format!("ids-{death:?}-{round}"));
@@ -120,6 +135,7 @@ fn one_run(s: &Scratch, death: Death, round: usize) {
     };
     let mut owner = guarded(s, &small_script(&ids, &end));
     let mut containers = wait_for_file(&ids, &mut owner);
+    let mut leftovers = Leftovers(containers.clone());
     assert!(
         containers.len() == 2 && containers.iter().all(|c| is_container_id(c)),
         "{what}: two container ids before the death: {containers:?}"
@@ -132,7 +148,9 @@ fn one_run(s: &Scratch, death: Death, round: usize) {
         );
     }
     if let Death::ExecThenKill = death {
-        containers.push(survive_exec(s, &what, &exec_done, &mut owner, &containers));
+        let third = survive_exec(s, &what, &exec_done, &mut owner, &containers);
+        leftovers.0.push(third.clone());
+        containers.push(third);
     }
     let pid = owner.id() as i32;
     match death {
