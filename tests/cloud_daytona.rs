@@ -1,7 +1,7 @@
 //! The Daytona driver through the real binary, against the Daytona emulator: `ps`, `stop`,
 //! reclaim on owner death, paging (and the legacy bare array), 429 storms with named
-//! throttler headers, 5xx, an outage longer than the deadline, a delete refused with 409
-//! while a start lands, and the autostop/autodelete renewal.
+//! throttler headers, 5xx, latency, dropped connections, an outage longer than the deadline, a
+//! delete refused with 409 while a start lands, and the autostop/autodelete renewal.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -443,6 +443,58 @@ fn thirty_percent_5xx_still_removes_everything() {
     assert_eq!(out.code, 0, "{} {}", out.stdout, out.stderr);
     assert_eq!(t.emu.live(), survivors);
     assert!(t.emu.hits().iter().any(|h| h.status == 503));
+}
+
+/// A fault that slows or breaks requests without refusing them: `stop` still removes every
+/// sandbox of the session, and nothing else.
+fn stop_under(tag: &str, faults: Faults) -> Daytona {
+    let t = setup(
+        tag,
+        "deadline = \"15s\"\nretry_initial = \"50ms\"\nretry_max = \"500ms\"\nsettle = \"0\"\n",
+    );
+    let session = format!("f{}", unique());
+    let (_, survivors) = populate(&t.emu, &session);
+    for _ in 0..7 {
+        t.emu.insert(&[(SESSION, &session)]);
+    }
+    t.emu.set_faults(faults);
+    let out = t.run(&[
+        "stop",
+        "--all",
+        "--provider",
+        "daytona",
+        "--session",
+        &session,
+    ]);
+    assert_eq!(out.code, 0, "{} {}", out.stdout, out.stderr);
+    assert_eq!(t.emu.live(), survivors);
+    t.emu
+}
+
+#[test]
+fn a_slow_provider_is_waited_for_not_given_up_on() {
+    stop_under(
+        "dt-slow",
+        Faults {
+            latency: Duration::from_millis(150),
+            ..Faults::default()
+        },
+    );
+}
+
+#[test]
+fn dropped_connections_are_retried_until_everything_is_removed() {
+    let emu = stop_under(
+        "dt-drop",
+        Faults {
+            drop_rate: 0.25,
+            ..Faults::default()
+        },
+    );
+    assert!(
+        emu.hits().iter().any(|h| h.status == 0),
+        "no connection was dropped"
+    );
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! The Fly.io Machines driver through the real binary, against the emulator in
 //! `support/flyio.rs`: `ps`, `stop`, reclaim on owner death, a large unpaged app, 429 storms
-//! with and without `Retry-After`, 5xx, an outage longer than the deadline, and a leased
-//! machine that is waited out rather than fought.
+//! with and without `Retry-After`, 5xx, latency, dropped connections, an outage longer than
+//! the deadline, and a leased machine that is waited out rather than fought.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
@@ -475,6 +475,47 @@ fn server_errors_are_retried_until_everything_is_removed() {
     assert!(ours.iter().all(|id| !s.fly.exists(id)));
     assert!(s.fly.exists(&stranger));
     assert!(s.fly.hits().iter().any(|h| h.status == 503));
+}
+
+/// A fault that slows or breaks requests without refusing them: `stop` still removes every
+/// machine of the session, and nothing else.
+fn stop_under(tag: &str, faults: Faults) -> Setup {
+    let s = setup(tag, "15s");
+    let session = format!("ff{}", unique());
+    let ours: Vec<String> = (0..8).map(|_| insert(&s.fly, &labels(&session))).collect();
+    let stranger = s.fly.insert(&[("app", "web")]);
+    s.fly.set_faults(faults);
+    let out = s.stop_session(&session);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(ours.iter().all(|id| !s.fly.exists(id)));
+    assert!(s.fly.exists(&stranger));
+    s
+}
+
+#[test]
+fn a_slow_provider_is_waited_for_not_given_up_on() {
+    stop_under(
+        "flyslow",
+        Faults {
+            latency: Duration::from_millis(150),
+            ..Faults::default()
+        },
+    );
+}
+
+#[test]
+fn dropped_connections_are_retried_until_everything_is_removed() {
+    let s = stop_under(
+        "flydrop",
+        Faults {
+            drop_rate: 0.25,
+            ..Faults::default()
+        },
+    );
+    assert!(
+        s.fly.hits().iter().any(|h| h.status == 0),
+        "no connection was dropped"
+    );
 }
 
 #[test]

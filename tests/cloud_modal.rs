@@ -1,6 +1,6 @@
 //! The Modal driver through the real binary, against the gRPC emulator in
-//! `support/modal.rs`: ps, stop, reclaim on owner death, paging, throttling, errors and an
-//! outage longer than the reclaim deadline.
+//! `support/modal.rs`: ps, stop, reclaim on owner death, paging, throttling, errors, latency
+//! and an outage longer than the reclaim deadline.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -319,6 +319,22 @@ fn modal_thirty_percent_failures_still_remove_everything() {
     assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
     assert_eq!(t.emu.count_running(&mine), 0);
     assert!(t.emu.hits_with(tonic::Code::Unavailable) > 0);
+}
+
+#[test]
+fn modal_a_slow_provider_is_waited_for_not_given_up_on() {
+    let t = setup("modal-slow", "15s");
+    let session = format!("sl{}", unique());
+    let mine = t.insert(&session, 10);
+    let other = t.insert(&format!("x{}", unique()), 1);
+    t.emu.set_faults(Faults {
+        latency: Duration::from_millis(150),
+        ..Faults::default()
+    });
+    let out = t.stop(&["--all", "--provider", "modal", "--session", &session]);
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(t.emu.count_running(&mine), 0);
+    assert_eq!(t.emu.count_running(&other), 1);
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! Tenki through the real binary, against the Tenki emulator: `ps`, `stop`, reclaim when the
-//! owner is SIGKILLed, paging, a 429 storm, 5xx, and an outage longer than the deadline. The
-//! sandboxes carry what a program stamps on Tenki: the `sandguard:<session>` tag, and the
-//! labels in `metadata`.
+//! owner is SIGKILLed, paging, a 429 storm, 5xx, latency, dropped connections, and an outage
+//! longer than the deadline. The sandboxes carry what a program stamps on Tenki: the
+//! `sandguard:<session>` tag, and the labels in `metadata`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -232,6 +232,49 @@ fn server_errors_are_retried() {
     assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
     assert!(mine.iter().all(|id| !t.alive(id)));
     assert!(t.emu.hits().iter().any(|h| h.status == 503));
+}
+
+/// A fault that slows or breaks requests without refusing them: `stop` still removes every
+/// sandbox of the session, and nothing else.
+fn stop_under(tag: &str, faults: Faults) -> Tenki {
+    let t = Tenki::start();
+    let s = Scratch::new(tag);
+    let session = session_id();
+    let mine: Vec<String> = (0..8).map(|_| labelled(&t, &session)).collect();
+    let other = labelled(&t, &session_id());
+    t.emu.set_faults(faults);
+    let out = run(cmd(&s, &t, TOKEN, "15s").args(["stop", "--all", "--session", &session]));
+    t.emu.set_faults(Faults::default());
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    assert!(mine.iter().all(|id| !t.alive(id)));
+    assert!(t.alive(&other));
+    t
+}
+
+#[test]
+fn a_slow_provider_is_waited_for_not_given_up_on() {
+    stop_under(
+        "tenki-slow",
+        Faults {
+            latency: Duration::from_millis(150),
+            ..Faults::default()
+        },
+    );
+}
+
+#[test]
+fn dropped_connections_are_retried_until_everything_is_removed() {
+    let t = stop_under(
+        "tenki-drop",
+        Faults {
+            drop_rate: 0.25,
+            ..Faults::default()
+        },
+    );
+    assert!(
+        t.emu.hits().iter().any(|h| h.status == 0),
+        "no connection was dropped"
+    );
 }
 
 /// `sandguard -- sh -c …` in its own process group, killed with its group on drop.

@@ -78,11 +78,46 @@ fn the_xdg_config_is_found_and_a_missing_explicit_one_is_an_error() {
 
 #[test]
 fn the_documented_example_config_is_accepted() {
+    // No cloud credentials in the environment, and the real Docker daemon: with the example
+    // config, Docker is configured and answers, every cloud provider is left unconfigured,
+    // and `providers` exits 0.
+    crate::support::require_docker();
     let s = Scratch::new("cfg");
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/sandguard.toml");
-    let r = run(sandguard(&s).args(["--config", example, "providers", "--json"]));
-    assert_ne!(r.code, 2, "{}", r.stderr);
-    crate::support::json(&r.stdout);
+    let mut cmd = sandguard(&s);
+    for var in [
+        "DOCKER_HOST",
+        "E2B_API_KEY",
+        "DAYTONA_API_KEY",
+        "FLY_API_TOKEN",
+        "TENKI_API_KEY",
+        "TENKI_AUTH_TOKEN",
+        "MODAL_TOKEN_ID",
+        "MODAL_TOKEN_SECRET",
+    ] {
+        cmd.env_remove(var);
+    }
+    let r = run(cmd.args(["--config", example, "providers", "--json"]));
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let v = crate::support::json(&r.stdout);
+    let builtin = ["docker", "e2b", "daytona", "flyio", "tenki", "modal"];
+    let rows = v["providers"].as_array().unwrap();
+    for name in builtin {
+        let row = rows
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {v}"));
+        let expected = if name == "docker" {
+            (true, serde_json::json!(true))
+        } else {
+            (false, serde_json::Value::Null)
+        };
+        assert_eq!(
+            (row["configured"] == true, row["reachable"].clone()),
+            expected,
+            "{row}"
+        );
+    }
 }
 
 #[test]

@@ -45,7 +45,17 @@ fn a_dead_sidecar_and_then_a_dead_owner_are_swept_claims_included() {
     // Now the owner dies with nobody watching: only the sweep can clean up.
     unsafe_kill(owner.id() as i32, libc::SIGKILL);
     let _ = owner.wait();
-    std::thread::sleep(Duration::from_millis(300));
+    // Nobody is left to reclaim: the ledger says the session is still active, with no
+    // sidecar (its lock is free), and everything is still there.
+    let v = json(&run(sandguard(&s).args(["sessions", "--json"])).stdout);
+    assert_eq!(
+        (
+            &v["sessions"][0]["state"],
+            &v["sessions"][0]["sidecar_alive"]
+        ),
+        (&serde_json::json!("active"), &serde_json::json!(false)),
+        "{v}"
+    );
     assert!(
         containers.iter().all(|c| container_exists(c)),
         "nothing reclaims without a sidecar"
@@ -150,6 +160,57 @@ fn the_service_adopts_a_live_owner_and_reclaims_when_it_dies() {
     assert!(service.wait().unwrap().success());
 }
 
+/// A sweep whose stderr is read line by line until it says it waits for `sweep.lock`.
+struct WaitingSweep {
+    child: std::process::Child,
+    waiting: std::sync::mpsc::Receiver<()>,
+    reader: std::thread::JoinHandle<String>,
+}
+
+impl WaitingSweep {
+    fn start(s: &Scratch) -> WaitingSweep {
+        use std::io::BufRead;
+        let mut child = sandguard(s)
+            .env("SANDGUARD_LOG", "info")
+            .args(["sweep", "--provider", "docker", "--json"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, waiting) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let mut text = String::new();
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if line.contains("waiting for another sweep") {
+                    let _ = tx.send(());
+                }
+                text.push_str(&line);
+                text.push('\n');
+            }
+            text
+        });
+        WaitingSweep {
+            child,
+            waiting,
+            reader,
+        }
+    }
+
+    /// Its `--json` report, once it has ended (successfully).
+    fn finish(mut self) -> serde_json::Value {
+        let mut stdout = String::new();
+        std::io::Read::read_to_string(self.child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+        let status = self.child.wait().unwrap();
+        let stderr = self.reader.join().unwrap();
+        assert!(status.success(), "{status}: {stdout}{stderr}");
+        json(&stdout)
+    }
+}
+
 #[test]
 fn concurrent_sweeps_serialise_and_agree() {
     require_docker();
@@ -161,16 +222,41 @@ fn concurrent_sweeps_serialise_and_agree() {
     let ids: Vec<String> = (0..4)
         .map(|_| r.container(&[(SESSION, &session), (OWNER, &dead)]))
         .collect();
-    let spawn = || {
-        sandguard(&s)
-            .args(["sweep", "--provider", "docker"])
-            .output()
-    };
-    let (a, b) = std::thread::scope(|t| {
-        let a = t.spawn(spawn);
-        let b = t.spawn(spawn);
-        (a.join().unwrap().unwrap(), b.join().unwrap().unwrap())
-    });
-    assert!(a.status.success() && b.status.success(), "{a:?} {b:?}");
+    // The state directory exists once any command has opened it; then this test holds the
+    // lock a sweep takes.
+    assert_eq!(run(sandguard(&s).args(["sessions"])).code, 0);
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(s.path().join("state/sandguard/sweep.lock"))
+        .unwrap();
+    assert!(sandguard::unix::try_lock_exclusive(&lock).unwrap());
+    let sweeps = [WaitingSweep::start(&s), WaitingSweep::start(&s)];
+    for sweep in &sweeps {
+        assert!(
+            sweep.waiting.recv_timeout(Duration::from_secs(30)).is_ok(),
+            "a sweep went ahead while another held sweep.lock"
+        );
+    }
+    assert!(
+        ids.iter().all(|c| container_exists(c)),
+        "nothing is removed while the lock is held"
+    );
+    drop(lock);
+    let reports = sweeps.map(WaitingSweep::finish);
     assert!(ids.iter().all(|c| !container_exists(c)));
+    // One after the other: the first removed all four, the second found none of them.
+    let removed = |v: &serde_json::Value| -> Vec<String> {
+        v["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| ids.iter().any(|c| x["instance_id"] == c.as_str()))
+            .map(|x| x["outcome"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    let mut counts = reports.iter().map(|v| removed(v).len()).collect::<Vec<_>>();
+    counts.sort();
+    assert_eq!(counts, [0, 4], "{reports:?}");
+    assert!(reports.iter().all(|v| v["clean"] == true), "{reports:?}");
 }

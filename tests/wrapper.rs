@@ -106,6 +106,8 @@ enum Death {
     Signal(i32),
     GroupSignal(i32),
     Exit0,
+    /// An exec (no death: checked), then a SIGKILL of the exec'd program.
+    ExecThenKill,
 }
 
 fn kill_and_check(death: Death) {
@@ -121,22 +123,30 @@ fn kill_and_check(death: Death) {
     let other_containers = wait_for_file(&other_ids, &mut other);
 
     let ids = s.path().join("ids");
+    let exec_done = s.path().join("exec-done");
     let end = match death {
-        Death::Exit0 => "exit 0",
-        _ => "sleep 3600",
+        Death::Exit0 => "exit 0".to_string(),
+        Death::ExecThenKill => crate::reliability::exec_into(&exec_done),
+        _ => "sleep 3600".to_string(),
     };
-    let mut child = guarded(&s, &script(&ids, end));
-    let containers = wait_for_file(&ids, &mut child);
+    let mut child = guarded(&s, &script(&ids, &end));
+    let mut containers = wait_for_file(&ids, &mut child);
     assert_eq!(containers.len(), 4);
     if !matches!(death, Death::Exit0) {
         // (A script that exits at once may already have been reclaimed by now.)
         assert!(containers.iter().all(|c| container_exists(c)));
+    }
+    if let Death::ExecThenKill = death {
+        let what = "exec";
+        let fifth = crate::reliability::survive_exec(&s, what, &exec_done, &mut child, &containers);
+        containers.push(fifth);
     }
 
     let pid = child.id() as i32;
     match death {
         Death::Signal(sig) => unsafe_kill(pid, sig),
         Death::GroupSignal(sig) => unsafe_kill(-pid, sig),
+        Death::ExecThenKill => unsafe_kill(pid, libc::SIGKILL),
         Death::Exit0 => {}
     }
     let status = child.wait().unwrap();
@@ -145,7 +155,7 @@ fn kill_and_check(death: Death) {
     }
     eventually(
         Duration::from_secs(5),
-        "all four containers of the dead owner are gone",
+        "all the containers of the dead owner are gone",
         || containers.iter().all(|c| !container_exists(c)),
     );
     assert!(
@@ -204,6 +214,11 @@ fn sigsegv_of_the_owner_reclaims_everything() {
 #[test]
 fn a_plain_exit_without_cleanup_reclaims_everything() {
     kill_and_check(Death::Exit0);
+}
+
+#[test]
+fn an_exec_is_no_death_and_the_exec_d_programs_death_reclaims_everything() {
+    kill_and_check(Death::ExecThenKill);
 }
 
 #[test]
@@ -270,6 +285,8 @@ fn malformed_and_oversized_control_lines_change_nothing() {
     let mut r = Resources::default();
     let claimed = r.container(&[]);
     let done = s.path().join("done");
+    // The owner lives until the test lets it go: it waits on this fifo.
+    let gate = fifo::Gate::new(s.path(), "release");
     let script = format!(
         r#"printf 'bogus line\n' >&$SANDGUARD_FD
 printf 'claim\n' >&$SANDGUARD_FD
@@ -278,9 +295,10 @@ printf 'bye now\n' >&$SANDGUARD_FD
 head -c 100000 /dev/zero | tr '\0' 'a' >&$SANDGUARD_FD
 printf '\nclaim docker {claimed}\n' >&$SANDGUARD_FD
 touch {done}
-sleep 1.5
+read go < {release}
 "#,
-        done = done.display()
+        done = done.display(),
+        release = gate.path().display()
     );
     let mut child = guarded(&s, &script);
     eventually(
@@ -294,6 +312,7 @@ sleep 1.5
     let session = &sessions["sessions"][0];
     assert_eq!(session["state"], "active", "{sessions}");
     assert_eq!(session["sidecar_alive"], true);
+    gate.release();
     assert_eq!(child.wait().unwrap().code(), Some(0));
     // The valid claim after the garbage still counted.
     eventually(

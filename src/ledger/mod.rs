@@ -209,7 +209,8 @@ impl StateDir {
     }
 
     /// Waits until no other sweep runs (`sweep.lock` in the state directory) and holds that
-    /// until the returned lock is dropped. Blocking: call it off the async runtime's thread.
+    /// until the returned lock is dropped; says so (at `info`) when it has to wait. Blocking:
+    /// call it off the async runtime's thread.
     pub fn lock_sweeps(&self) -> Result<SweepLock, LedgerError> {
         let path = self.root.join("sweep.lock");
         let file = fs::OpenOptions::new()
@@ -218,7 +219,10 @@ impl StateDir {
             .mode(0o600)
             .open(&path)
             .map_err(io_err("open", &path))?;
-        unix::lock_exclusive(&file).map_err(io_err("lock", &path))?;
+        if !unix::try_lock_exclusive(&file).map_err(io_err("lock", &path))? {
+            tracing::info!("waiting for another sweep to finish (it holds sweep.lock)");
+            unix::lock_exclusive(&file).map_err(io_err("lock", &path))?;
+        }
         Ok(SweepLock(file))
     }
 

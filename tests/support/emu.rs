@@ -6,7 +6,10 @@
 //! and the provider's own shape of a 429 and of a 5xx. The server applies [`Faults`] before
 //! the API sees a request: an outage (every request answered 503), dropped connections (closed
 //! without an answer), latency, 429s with the provider's retry header, and 5xx. The random
-//! draws come from a seeded generator, so a run is repeatable.
+//! draws come from a seeded generator, so a run is repeatable. One more fault is about what
+//! an answer says rather than whether it comes: with [`Faults::echo_auth`], every error answer
+//! (4xx or 5xx, the API's own or an injected one) quotes the request's credential headers
+//! verbatim in its message, as a careless server or proxy does.
 
 #![allow(dead_code)]
 
@@ -16,6 +19,11 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+// By path: the benches include this file by path too, where a plain `mod` would look beside it.
+#[path = "emu/echo.rs"]
+mod echo;
+pub use echo::echo_credentials;
 
 /// One request as the emulator saw it. Header names are lower-case.
 #[derive(Debug, Clone)]
@@ -121,6 +129,10 @@ pub struct Faults {
     pub latency: Duration,
     /// Every request answered 503 while set.
     pub outage: bool,
+    /// Every error answer (status 400 and up) quotes the request's credential headers
+    /// (`authorization`, `x-api-key`, any name with `key`, `token`, `secret` or `auth` in it)
+    /// verbatim in the fields a client reads (see [`echo_credentials`]).
+    pub echo_auth: bool,
 }
 
 /// Requests reaching a route this soon after its 429 were already on their way when the 429
@@ -242,6 +254,10 @@ async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
             Some(shared.api.unavailable())
         } else {
             Some(shared.api.handle(&req))
+        };
+        let response = match response {
+            Some(r) if faults.echo_auth && r.status >= 400 => Some(echo_credentials(&req, r)),
+            other => other,
         };
         let status = response.as_ref().map(|r| r.status).unwrap_or(0);
         shared.hits.lock().unwrap().push(Hit {

@@ -9,6 +9,7 @@
 pub mod daytona;
 pub mod e2b;
 pub mod emu;
+pub mod fifo;
 pub mod flyio;
 pub mod modal;
 pub mod tenki;

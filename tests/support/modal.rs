@@ -12,8 +12,10 @@
 //!
 //! Faults are applied before the API sees a call, like the HTTP framework's (`emu.rs`, which
 //! speaks HTTP/1.1 and so cannot serve gRPC): an outage (every call UNAVAILABLE), UNAVAILABLE
-//! at a rate, and throttling at a rate as RESOURCE_EXHAUSTED carrying Modal's `RPCStatus` with
-//! an `RPCRetryPolicy` in `grpc-status-details-bin`. Every call is logged; a call to an RPC
+//! at a rate, latency, and throttling at a rate as RESOURCE_EXHAUSTED carrying Modal's
+//! `RPCStatus` with an `RPCRetryPolicy` in `grpc-status-details-bin`. Dropped connections are
+//! not emulated: every call shares one HTTP/2 connection, which tonic's server does not let a
+//! handler cut. Every call is logged; a call to an RPC
 //! that arrives while a throttle it was given is still running counts as early. Calls that
 //! arrive within [`IN_FLIGHT`] of the throttle were sent before the client could see it and
 //! do not count.
@@ -46,6 +48,8 @@ pub struct Faults {
     pub retry_after_secs: f32,
     /// Every call answered UNAVAILABLE while set.
     pub outage: bool,
+    /// Delay before every answer.
+    pub latency: Duration,
 }
 
 /// One call in the log.
@@ -377,6 +381,10 @@ impl Service<http::Request<Body>> for Svc {
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
         let state = self.0.clone();
         Box::pin(async move {
+            let latency = state.faults.lock().unwrap().latency;
+            if !latency.is_zero() {
+                tokio::time::sleep(latency).await;
+            }
             let path = request.uri().path().to_string();
             let now = Instant::now();
             let early = state.early(&path, now);
