@@ -15,6 +15,9 @@
 //! `SIZES=10,50` picks the throughput sizes; `ONLY=claims` runs one part (idle, claims, sweep,
 //! throughput).
 
+// sysconf for the clock tick, as a user would read CPU time.
+#![allow(unsafe_code)]
+
 #[path = "../tests/support/e2b.rs"]
 mod e2b;
 #[path = "../tests/support/emu.rs"]
@@ -119,10 +122,10 @@ fn wait_destroys(events: &mut std::process::Child, n: usize) -> Instant {
 }
 
 fn throughput(exe: &str, scratch: &std::path::Path) {
-    let sizes: Vec<usize> = std::env::var("SIZES")
-        .ok()
-        .map(|s| s.split(',').filter_map(|x| x.parse().ok()).collect())
-        .unwrap_or_else(|| vec![10, 50, 100, 200]);
+    let sizes: Vec<usize> = std::env::var("SIZES").ok().map_or_else(
+        || vec![10, 50, 100, 200],
+        |s| s.split(',').filter_map(|x| x.parse().ok()).collect(),
+    );
     let mut bars = Vec::new();
     for n in sizes {
         // sandguard: an owner whose n containers carry its labels, then SIGKILL.

@@ -33,8 +33,7 @@ fn main() {
     let ok = Command::new("docker")
         .args(["image", "inspect", IMAGE])
         .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
+        .is_ok_and(|o| o.status.success());
     assert!(
         ok,
         "needs a running Docker daemon and the test image: run tests/run.sh once first"
@@ -100,7 +99,10 @@ fn reclaim_latency(exe: &str, state: &std::path::Path, proxy: &Proxy) -> Result<
         labels.push(byte[0] as char);
     }
     let mut args = vec!["run", "-d", "--network", "none"];
-    let label_args: Vec<String> = labels.split(',').map(|l| l.to_string()).collect();
+    let label_args: Vec<String> = labels
+        .split(',')
+        .map(std::string::ToString::to_string)
+        .collect();
     for l in &label_args {
         args.extend(["--label", l.as_str()]);
     }

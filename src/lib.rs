@@ -7,38 +7,47 @@
 //!
 //! # Map of the modules
 //!
-//! - [`cli`]: one file per subcommand. Owns the clap types, resolves them into
-//!   [`config::Settings`] once, and turns results into output and an exit code.
-//! - [`guard`]: the Rust SDK helper: [`Guard::start`] spawns the sidecar for the current
-//!   process and offers the labels, claims and a clean `bye` on drop.
-//! - [`config`]: config file + environment + flags → one resolved [`config::Settings`].
-//! - [`identity`]: the owner identity (machine id + boot id + pid + start time) and the
-//!   liveness check that never trusts a bare pid.
-//! - [`labels`]: the label keys and the selector that says which sandboxes a command may touch.
-//! - [`ledger`]: the durable record of sessions on this machine: a private state directory, one
-//!   append-only, fsynced journal per session, and the `flock` that says its sidecar still lives.
-//! - [`protocol`]: the control lines an owner sends its sidecar (`claim`, `release`, `detach`,
-//!   `renew`, `bye`): parser, writer, and a line reader whose memory stays bounded.
-//! - [`providers`]: the provider trait, the error classes reclaim decides by, the registry, and
-//!   one module per driver; [`providers::plugin`] runs external `sandguard-provider-NAME`
-//!   executables as providers.
-//! - [`reclaim`]: the one removal path used by `stop` (and by the sidecar and sweep): bounded
-//!   concurrency per provider, retries with backoff and jitter, `Retry-After`, "already gone"
-//!   counted as success, ordered phases (containers, then networks, then volumes).
-//! - [`sweep`]: orphan detection (dead owners, dead sidecars, expired TTLs, pending
-//!   reclaims) over the ledger and every provider; periodic mode adopts live owners.
-//! - [`session`]: session ids and the labels a session's sandboxes carry.
-//! - [`watch`]: the sidecar: its event loop, the owner's death sources (pidfd, `/proc`
-//!   fallback), the lease on the boot clock, and what happens at the end (reclaim, ledger);
-//!   [`providers::docker::proxy`] is the optional Docker API proxy that labels and claims what any Docker
-//!   client creates through it.
-//! - [`timefmt`]: the small amount of calendar arithmetic sandguard needs (RFC 3339, uptimes).
-//! - [`unix`]: the only module with `unsafe`; every block carries a `SAFETY:` comment.
+//! ```text
+//! main.rs       args → logging → cli → exit code
+//! cli/          one file per subcommand: args → Settings → one library call → output;
+//!               error.rs (one Error, one exit code mapping); init.rs (the wrapper as pid 1)
+//! session/      SessionId and the labels a session stamps; spawn.rs (the one way a sidecar is
+//!               started, and its typed ready line), guard.rs (the Rust SDK helper)
+//! watch/        the sidecar: its event loop (mod.rs), service.rs (the library service that owns
+//!               the loop's tasks), lease.rs (the boot-clock lease), ttl.rs (server-side TTLs)
+//! sweep/        one pass: judging the ledger and every provider (mod.rs); service.rs (--every,
+//!               adoption, the sweep lock)
+//! reclaim/      the one removal path: mod.rs (Plan, Report), list.rs (listings retried until
+//!               the deadline), remove.rs (concurrency, backoff, Retry-After gates),
+//!               session.rs (the ONE journaled session ending, for the sidecar and the sweep)
+//! providers/    the trait, the registry, retry.rs (reads, paging, error chains), http/ and
+//!               redact.rs (the REST layer); one module per driver: docker/ (with its API
+//!               proxy, proxy/), e2b, daytona/, flyio/, tenki/, modal/, plugin/
+//! ledger/       the state directory: journals, locks, the boots this machine ran, pruning
+//! protocol/     control lines (and their bounded reader), the sidecar's ready line
+//! config/       file + environment + flags → one Settings
+//! identity/     owner identity, liveness (alive / dead / unknown), death.rs (watching a
+//!               live owner die: pidfd, /proc fallback)
+//! labels.rs     the label keys and the selector
+//! unix/         the only module with unsafe: fd, process, signal
+//! timefmt.rs    RFC 3339 and uptimes
+//! ```
 //!
 //! # Flow
 //!
-//! Data flows one way: entry point → session → watch → reclaim → providers → ledger. Nothing
-//! below `cli` knows about clap; nothing outside `providers` knows a provider's wire format.
+//! Data flows one way: `cli` → `session` / `watch` / `sweep` (peers) → `reclaim` →
+//! `providers` and `ledger`. Nothing but `cli` imports `watch`; `sweep` and `watch` share the
+//! session ending through `reclaim::session`, and owner death through `identity::death`.
+//! Nothing below `cli` knows about clap; only `providers` knows a provider's wire format, and
+//! only `providers::docker` knows Docker's.
+//!
+//! # Public API
+//!
+//! [`Guard`] (with its builder and errors) is the library's API. The other public modules are
+//! public for the binary (`cli`), the integration tests, benchmarks and fuzz targets, which
+//! drive the pieces they test directly; they are not a stable interface.
+
+#![deny(unsafe_code)]
 
 pub mod cli;
 pub mod config;
@@ -47,11 +56,11 @@ pub mod labels;
 pub mod ledger;
 pub mod protocol;
 pub mod providers;
-pub mod reclaim;
-pub mod session;
-pub mod sweep;
+mod reclaim;
+mod session;
+mod sweep;
 pub mod timefmt;
 pub mod unix;
-pub mod watch;
+mod watch;
 
-pub use session::guard::Guard;
+pub use session::guard::{Guard, GuardBuilder, GuardError};

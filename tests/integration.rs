@@ -1,6 +1,9 @@
 //! The one integration-test binary: every test runs the real `sandguard` binary, against a
 //! real Docker daemon where Docker is involved. See `tests/run.sh` for what must be running.
 
+// Tests drive libc directly where a user's program would (pre_exec hooks, seccomp, sysconf).
+#![allow(unsafe_code)]
+
 mod support;
 
 mod cloud_daytona;

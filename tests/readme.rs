@@ -51,8 +51,10 @@ fn block(name: &str) -> String {
     blocks(&readme())
         .into_iter()
         .find(|(m, _, _)| m.as_deref().is_some_and(|m| m.starts_with(&want)))
-        .map(|(_, _, body)| body)
-        .unwrap_or_else(|| panic!("README has no block marked `{want} -->`"))
+        .map_or_else(
+            || panic!("README has no block marked `{want} -->`"),
+            |(_, _, body)| body,
+        )
 }
 
 /// `busybox:latest` as a local tag of the test image.

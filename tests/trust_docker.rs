@@ -43,7 +43,8 @@ struct Made(Vec<Vec<String>>);
 
 impl Made {
     fn undo(&mut self, args: &[&str]) {
-        self.0.push(args.iter().map(|s| s.to_string()).collect());
+        self.0
+            .push(args.iter().map(std::string::ToString::to_string).collect());
     }
 }
 

@@ -10,9 +10,10 @@ use std::io::Write;
 use std::path::PathBuf;
 
 pub fn results_dir() -> PathBuf {
-    let dir = std::env::var_os("BENCH_RESULTS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/bench-results")));
+    let dir = std::env::var_os("BENCH_RESULTS").map_or_else(
+        || PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/bench-results")),
+        PathBuf::from,
+    );
     std::fs::create_dir_all(&dir).expect("results directory");
     dir
 }

@@ -114,8 +114,7 @@ pub fn owner_liveness(sandbox: &Sandbox) -> Liveness {
     sandbox
         .owner()
         .and_then(Identity::parse_label)
-        .map(|id| id.liveness())
-        .unwrap_or(Liveness::Unknown)
+        .map_or(Liveness::Unknown, |id| id.liveness())
 }
 
 /// The JSON shape of one sandbox, shared by `ps --json` and `stop --json`.

@@ -69,7 +69,7 @@ pub async fn run(args: Args, registry: &Registry) -> Result<Exit, Error> {
                         None => "-",
                     }
                     .to_string(),
-                    r.capabilities.map(describe).unwrap_or_else(|| "-".into()),
+                    r.capabilities.map_or_else(|| "-".into(), describe),
                     sanitize(&r.detail).into_owned(),
                 ]
             })

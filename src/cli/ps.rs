@@ -76,15 +76,12 @@ fn render(found: &[Sandbox], now: i64) -> String {
                 s.provider.clone(),
                 sanitize(&s.status).into_owned(),
                 s.created_at
-                    .map(|t| timefmt::format_uptime(now - t))
-                    .unwrap_or_else(|| "-".into()),
+                    .map_or_else(|| "-".into(), |t| timefmt::format_uptime(now - t)),
                 s.image
                     .as_deref()
-                    .map(|i| sanitize(i).into_owned())
-                    .unwrap_or_else(|| "-".into()),
+                    .map_or_else(|| "-".into(), |i| sanitize(i).into_owned()),
                 s.session()
-                    .map(|i| sanitize(i).into_owned())
-                    .unwrap_or_else(|| "-".into()),
+                    .map_or_else(|| "-".into(), |i| sanitize(i).into_owned()),
                 output::owner_liveness(s).as_str().to_string(),
             ]
         })

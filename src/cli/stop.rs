@@ -60,6 +60,8 @@ struct ResultJson<'a> {
     /// `removed`, `gone`, `failed`, `unfinished`, or `would_remove` in a dry run.
     outcome: &'static str,
     error: Option<&'a str>,
+    /// Removal calls made (0 in a dry run, or for a refusal).
+    attempts: u32,
 }
 
 pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result<Exit, Error> {
@@ -151,6 +153,7 @@ fn print_json(
                 sandbox: SandboxJson::new(s),
                 outcome: "would_remove",
                 error: None,
+                attempts: 0,
             })
             .collect()
     } else {
@@ -160,6 +163,7 @@ fn print_json(
                 sandbox: SandboxJson::new(&r.sandbox),
                 outcome: r.outcome.as_str(),
                 error: r.outcome.error(),
+                attempts: r.attempts,
             })
             .collect()
     };

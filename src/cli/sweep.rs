@@ -68,6 +68,8 @@ struct ResultJson<'a> {
     sandbox: SandboxJson<'a>,
     outcome: &'static str,
     error: Option<&'a str>,
+    /// Removal calls made (0 in a dry run, or for a refusal).
+    attempts: u32,
 }
 
 pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result<Exit, Error> {
@@ -109,6 +111,7 @@ fn print(args: &Args, pass: &Pass) {
                 sandbox: SandboxJson::new(&r.sandbox),
                 outcome: r.outcome.as_str(),
                 error: r.outcome.error(),
+                attempts: r.attempts,
             })
             .collect();
         output::emit_json(&SweepJson {

@@ -126,7 +126,7 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
         }
     }
     .to_string();
-    let grace = args.grace.map(|g| g.0).unwrap_or(settings.watch.grace);
+    let grace = args.grace.map_or(settings.watch.grace, |g| g.0);
     let state = StateDir::open(&settings.state_dir).map_err(|e| failure(e.to_string()))?;
     let labels = session::labels(&session, &owner);
     let start = Record::Start {
@@ -183,6 +183,7 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
         stop,
     };
     let outcome = service::run(plan, triggers).await;
+    tracing::info!("the watch ended: {:?}", outcome.ending);
     Ok(match outcome.state {
         crate::ledger::SessionState::Pending => Exit::Failure,
         _ => Exit::Ok,

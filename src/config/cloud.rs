@@ -63,7 +63,7 @@ fn first(env: &dyn Env, vars: &[&str]) -> Option<String> {
 }
 
 fn timeout(t: Option<Positive>) -> Duration {
-    t.map(|d| d.0).unwrap_or(DEFAULT_TIMEOUT)
+    t.map_or(DEFAULT_TIMEOUT, |d| d.0)
 }
 
 /// E2B: `E2B_API_KEY`, `E2B_API_URL` (default `https://api.e2b.app`).

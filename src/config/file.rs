@@ -181,7 +181,7 @@ fn locate(text: &str, table: &str, key: &str) -> usize {
 
 fn parse_toml(path: &Path, text: &str) -> Result<FileConfig, ConfigError> {
     toml::from_str::<FileConfig>(text).map_err(|e| {
-        let offset = e.span().map(|s| s.start).unwrap_or(0);
+        let offset = e.span().map_or(0, |s| s.start);
         let line = line_of(text, offset);
         ConfigError::Invalid {
             file: path.display().to_string(),
@@ -204,11 +204,10 @@ fn first_line(s: &str) -> String {
 /// on that line. For an unknown field serde's message carries the key itself.
 fn describe_location(text: &str, offset: usize, message: &str) -> String {
     let before = &text[..offset.min(text.len())];
-    let line_start = before.rfind('\n').map(|i| i + 1).unwrap_or(0);
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
     let line_end = text[line_start..]
         .find('\n')
-        .map(|i| line_start + i)
-        .unwrap_or(text.len());
+        .map_or(text.len(), |i| line_start + i);
     let line = text[line_start..line_end].trim();
     let table = before[..line_start]
         .lines()

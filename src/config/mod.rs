@@ -251,7 +251,7 @@ impl Settings {
                 var: "SANDGUARD_LOG".into(),
                 message,
             })?,
-            None => file.log_level.map(|l| l.0).unwrap_or(tracing::Level::WARN),
+            None => file.log_level.map_or(tracing::Level::WARN, |l| l.0),
         };
         let grace = match overrides.grace {
             Some(g) => positive(g).map_err(|message| ConfigError::Flag {
@@ -263,11 +263,7 @@ impl Settings {
                     var: "SANDGUARD_GRACE".into(),
                     message,
                 })?,
-                None => file
-                    .watch
-                    .grace
-                    .map(|d| d.0)
-                    .unwrap_or(Duration::from_secs(600)),
+                None => file.watch.grace.map_or(Duration::from_secs(600), |d| d.0),
             },
         };
         let r = file.reclaim;
@@ -282,19 +278,15 @@ impl Settings {
                 renew_every: file
                     .watch
                     .renew_every
-                    .map(|d| d.0)
-                    .unwrap_or(Duration::from_secs(60)),
+                    .map_or(Duration::from_secs(60), |d| d.0),
                 docker_proxy: file.watch.docker_proxy.unwrap_or(false),
             },
             reclaim: ReclaimSettings {
-                concurrency: r.concurrency.map(|c| c.0).unwrap_or(16),
-                deadline: r.deadline.map(|d| d.0).unwrap_or(Duration::from_secs(120)),
-                settle: r.settle.map(|d| d.0).unwrap_or(Duration::from_secs(2)),
-                retry_initial: r
-                    .retry_initial
-                    .map(|d| d.0)
-                    .unwrap_or(Duration::from_millis(200)),
-                retry_max: r.retry_max.map(|d| d.0).unwrap_or(Duration::from_secs(10)),
+                concurrency: r.concurrency.map_or(16, |c| c.0),
+                deadline: r.deadline.map_or(Duration::from_secs(120), |d| d.0),
+                settle: r.settle.map_or(Duration::from_secs(2), |d| d.0),
+                retry_initial: r.retry_initial.map_or(Duration::from_millis(200), |d| d.0),
+                retry_max: r.retry_max.map_or(Duration::from_secs(10), |d| d.0),
             },
             sweep: SweepSettings {
                 prune_after: match file.sweep.prune_after {
@@ -307,7 +299,7 @@ impl Settings {
                 enabled: d.enabled,
                 host: env.var("DOCKER_HOST").or(d.host),
                 api_version: env.var("DOCKER_API_VERSION").or(d.api_version),
-                timeout: d.timeout.map(|d| d.0).unwrap_or(Duration::from_secs(30)),
+                timeout: d.timeout.map_or(Duration::from_secs(30), |d| d.0),
             },
             e2b: cloud::e2b(p.e2b, env),
             daytona: cloud::daytona(p.daytona, env),
@@ -325,7 +317,7 @@ fn plugins(file: std::collections::BTreeMap<String, FilePlugin>) -> Vec<PluginSe
         .map(|(name, f)| PluginSettings {
             name,
             command: f.command.map(|c| c.0),
-            timeout: f.timeout.map(|d| d.0).unwrap_or(Duration::from_secs(30)),
+            timeout: f.timeout.map_or(Duration::from_secs(30), |d| d.0),
         })
         .collect()
 }

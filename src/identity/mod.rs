@@ -119,7 +119,7 @@ fn pid_namespace() -> Option<u64> {
 /// The first 16 hex digits of an id, lower-case, dashes and whitespace dropped.
 fn short_hex(s: &str) -> String {
     s.chars()
-        .filter(|c| c.is_ascii_hexdigit())
+        .filter(char::is_ascii_hexdigit)
         .take(16)
         .collect::<String>()
         .to_ascii_lowercase()

@@ -52,7 +52,7 @@ fn judge(boots: &[&str]) -> Judge {
             boot: "1111111111111111".into(),
             pidns: Some(99),
         },
-        known_boots: boots.iter().map(|b| b.to_string()).collect(),
+        known_boots: boots.iter().map(std::string::ToString::to_string).collect(),
     }
 }
 

@@ -107,10 +107,10 @@ impl Fold<'_> {
         v.updated_ms = v.updated_ms.max(entry.t);
         match entry.record {
             Record::Start { .. } => {
-                tracing::warn!("session {id}: line {line}: second start, skipped")
+                tracing::warn!("session {id}: line {line}: second start, skipped");
             }
             Record::Unknown => {
-                tracing::warn!("session {id}: line {line}: record of an unknown kind, skipped")
+                tracing::warn!("session {id}: line {line}: record of an unknown kind, skipped");
             }
             Record::ReclaimStart if !self.ended => v.state = SessionState::Reclaiming,
             Record::End { state } => {

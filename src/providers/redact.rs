@@ -59,7 +59,7 @@ fn ends_value(b: u8) -> bool {
 fn is_credential_key(word: &str) -> bool {
     let key: String = word
         .chars()
-        .filter(|c| c.is_ascii_alphanumeric())
+        .filter(char::is_ascii_alphanumeric)
         .map(|c| c.to_ascii_lowercase())
         .collect();
     matches!(key.as_str(), "key" | "auth")

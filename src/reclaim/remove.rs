@@ -166,10 +166,10 @@ async fn remove_one(
 fn finish(sandbox: Sandbox, outcome: Outcome, attempts: u32) -> Removal {
     match &outcome {
         Outcome::Removed | Outcome::Gone => {
-            tracing::debug!(provider = %sandbox.provider, id = %sandbox.id, "{}", outcome.as_str())
+            tracing::debug!(provider = %sandbox.provider, id = %sandbox.id, "{}", outcome.as_str());
         }
         Outcome::Failed(e) | Outcome::Unfinished(e) | Outcome::Refused(e) => {
-            tracing::warn!("{e}")
+            tracing::warn!("{e}");
         }
     }
     Removal {

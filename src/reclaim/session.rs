@@ -69,7 +69,9 @@ pub type SharedJournal = Arc<Mutex<Journal>>;
 
 /// Appends one record; a failure is logged, not fatal (the outcome is still reported).
 pub fn append(journal: &SharedJournal, record: &Record) {
-    let mut j = journal.lock().unwrap_or_else(|e| e.into_inner());
+    let mut j = journal
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Err(e) = j.append(record) {
         tracing::error!("session {}: {e}", j.id());
     }

@@ -61,8 +61,7 @@ pub struct GuardBuilder {
 impl Default for GuardBuilder {
     fn default() -> Self {
         let binary = std::env::var_os("SANDGUARD_BIN")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("sandguard"));
+            .map_or_else(|| PathBuf::from("sandguard"), PathBuf::from);
         GuardBuilder {
             binary,
             grace: None,
@@ -184,7 +183,9 @@ impl Drop for Guard {
 /// gone makes this `BrokenPipe`, never a SIGPIPE, even where SIGPIPE's disposition is the
 /// default (decision: a library must not kill its host program for a closed pipe).
 fn send_line(control: &Mutex<std::fs::File>, line: &str) -> std::io::Result<()> {
-    let file = control.lock().unwrap_or_else(|e| e.into_inner());
+    let file = control
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     crate::unix::write_without_sigpipe(file.as_fd(), line.as_bytes())
 }
 

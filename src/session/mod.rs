@@ -43,10 +43,6 @@ impl SessionId {
             Err(InvalidSessionId(crate::protocol::echo(id.as_bytes())))
         }
     }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
 }
 
 impl std::fmt::Display for SessionId {
@@ -86,7 +82,7 @@ mod tests {
         let (a, b) = (new_id().unwrap(), new_id().unwrap());
         assert_eq!(a.len(), 32);
         assert_ne!(a, b);
-        assert_eq!(SessionId::parse(&a).unwrap().as_str(), a);
+        assert_eq!(SessionId::parse(&a).unwrap().to_string(), a);
         for bad in ["", "ABC", "a/b", "../x", &"a".repeat(65)] {
             assert!(SessionId::parse(bad).is_err(), "{bad}");
         }

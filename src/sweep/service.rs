@@ -119,7 +119,7 @@ fn prune(state: &StateDir, after: Option<Duration>) {
     let before = crate::ledger::now_ms().saturating_sub(age.as_millis() as u64);
     match state.prune(before) {
         Ok(gone) if !gone.is_empty() => {
-            tracing::info!("pruned {} ended sessions from the ledger", gone.len())
+            tracing::info!("pruned {} ended sessions from the ledger", gone.len());
         }
         Ok(_) => {}
         Err(e) => tracing::warn!("cannot prune the ledger: {e}"),

@@ -81,7 +81,8 @@ fn try_flock(file: &std::fs::File, op: libc::c_int) -> io::Result<bool> {
         let err = io::Error::last_os_error();
         match err.raw_os_error() {
             Some(libc::EWOULDBLOCK) => return Ok(false),
-            Some(libc::EINTR) => continue,
+            // Interrupted by a signal: try again.
+            Some(libc::EINTR) => {}
             _ => return Err(err),
         }
     }

@@ -58,6 +58,7 @@ impl<C: Clock> Lease<C> {
         }
     }
 
+    #[cfg(test)]
     pub fn state(&self) -> LeaseState {
         self.state
     }
@@ -101,9 +102,11 @@ impl<C: Clock> Lease<C> {
 }
 
 /// A clock tests move by hand, shared between the test and the lease.
+#[cfg(test)]
 #[derive(Debug, Clone, Default)]
 pub struct ManualClock(std::sync::Arc<std::sync::atomic::AtomicU64>);
 
+#[cfg(test)]
 impl ManualClock {
     /// Moves the clock forward, as a suspend (or plain time passing) would.
     pub fn advance(&self, by: Duration) {
@@ -112,6 +115,7 @@ impl ManualClock {
     }
 }
 
+#[cfg(test)]
 impl Clock for ManualClock {
     fn now(&self) -> Duration {
         Duration::from_nanos(self.0.load(std::sync::atomic::Ordering::SeqCst))

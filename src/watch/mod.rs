@@ -51,7 +51,7 @@ use crate::protocol::{Command, LineReader, ProtocolError, Target};
 use crate::providers::docker::proxy::Claim as ProxyClaim;
 use crate::providers::{Provider, Sandbox};
 use crate::reclaim::session::{self, Before, Cause, SharedJournal};
-use crate::reclaim::{Options, Plan, Report};
+use crate::reclaim::{Options, Plan};
 
 use crate::identity::death::Gone;
 use lease::{Clock, Lease};
@@ -78,7 +78,6 @@ pub enum Ending {
 pub struct Outcome {
     pub ending: Ending,
     pub state: SessionState,
-    pub report: Option<Report>,
 }
 
 /// The events the loop waits on, injected.
@@ -131,11 +130,6 @@ impl<C: Clock> Sidecar<C> {
         self.holdings
             .get_or_insert_with(|| Arc::new(Mutex::new(ttl::Holdings::default())))
             .clone()
-    }
-
-    /// Malformed control lines seen so far.
-    pub fn malformed_lines(&self) -> u64 {
-        self.malformed
     }
 
     /// Watches until the owner is gone (or says `bye`, or the sidecar is stopped), then
@@ -312,7 +306,7 @@ impl<C: Clock> Sidecar<C> {
 
     fn share(&self, change: impl FnOnce(&mut ttl::Holdings)) {
         if let Some(h) = &self.holdings {
-            change(&mut h.lock().unwrap_or_else(|e| e.into_inner()));
+            change(&mut h.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
         }
     }
 
@@ -344,7 +338,6 @@ impl<C: Clock> Sidecar<C> {
                 return Outcome {
                     ending,
                     state: SessionState::Active,
-                    report: None,
                 };
             }
             Ending::Bye => (None, "owner said bye"),
@@ -390,11 +383,8 @@ impl<C: Clock> Sidecar<C> {
             &cause,
         )
         .await;
-        Outcome {
-            ending,
-            state,
-            report: Some(report),
-        }
+        tracing::debug!("session {} ended: {}", self.session, report.summary());
+        Outcome { ending, state }
     }
 }
 

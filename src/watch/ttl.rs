@@ -89,7 +89,7 @@ impl Keeper {
             let holdings = self
                 .holdings
                 .lock()
-                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .clone();
             // Asked each round: a plugin's capabilities are known only once it has answered
             // `describe`, which may be after this keeper was set up.
@@ -133,7 +133,7 @@ impl Keeper {
                 match provider.renew(&s, ttl).await {
                     Ok(()) | Err(ProviderError::Gone(_)) => {}
                     Err(e) => {
-                        tracing::warn!("cannot renew the TTL of {} {}: {e}", s.provider, s.id)
+                        tracing::warn!("cannot renew the TTL of {} {}: {e}", s.provider, s.id);
                     }
                 }
             })

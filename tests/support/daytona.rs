@@ -467,8 +467,7 @@ fn decode_cursor(c: &str) -> Option<(i64, String)> {
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// `2026-06-01T10:00:00.123Z`, as JavaScript's `toISOString` writes it.

@@ -171,8 +171,7 @@ impl E2bApi {
         match (req.method.as_str(), action) {
             ("GET", None) => all
                 .get(id)
-                .map(|sb| Response::json(200, listed(sb)))
-                .unwrap_or_else(missing),
+                .map_or_else(missing, |sb| Response::json(200, listed(sb))),
             ("DELETE", None) => match all.remove(id) {
                 Some(_) => Response::empty(204),
                 None => missing(),
@@ -180,7 +179,7 @@ impl E2bApi {
             ("POST", Some("timeout")) => {
                 let Some(secs) = req
                     .json()
-                    .and_then(|b| b.get("timeout").and_then(|t| t.as_i64()))
+                    .and_then(|b| b.get("timeout").and_then(serde_json::Value::as_i64))
                 else {
                     return error(400, "Invalid request body");
                 };

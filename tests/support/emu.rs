@@ -259,7 +259,7 @@ async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
             Some(r) if faults.echo_auth && r.status >= 400 => Some(echo_credentials(&req, r)),
             other => other,
         };
-        let status = response.as_ref().map(|r| r.status).unwrap_or(0);
+        let status = response.as_ref().map_or(0, |r| r.status);
         shared.hits.lock().unwrap().push(Hit {
             at: now,
             method: req.method.clone(),

@@ -354,7 +354,7 @@ impl FlyApi {
         else {
             return error(404, "machine not found");
         };
-        let held = m.lease.clone().filter(|l| l.held());
+        let held = m.lease.clone().filter(Lease::held);
         match (req.method.as_str(), held) {
             ("GET", Some(l)) => lease_json(&l),
             ("GET", None) => error(404, "lease not found"),

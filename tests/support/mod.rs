@@ -27,11 +27,15 @@ pub const IMAGE: &str = "sandguard-test/busybox:latest";
 static GLOBAL: RwLock<()> = RwLock::new(());
 
 pub fn shared() -> RwLockReadGuard<'static, ()> {
-    GLOBAL.read().unwrap_or_else(|e| e.into_inner())
+    GLOBAL
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 pub fn exclusive() -> RwLockWriteGuard<'static, ()> {
-    GLOBAL.write().unwrap_or_else(|e| e.into_inner())
+    GLOBAL
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A private scratch directory, removed on drop.
@@ -108,8 +112,7 @@ pub fn require_docker() {
     let ok = Command::new("docker")
         .args(["info", "--format", "{{.ServerVersion}}"])
         .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
+        .is_ok_and(|o| o.status.success());
     assert!(
         ok,
         "these tests need a running Docker daemon: run tests/run.sh, which installs and starts one"
@@ -117,8 +120,7 @@ pub fn require_docker() {
     let image = Command::new("docker")
         .args(["image", "inspect", IMAGE])
         .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
+        .is_ok_and(|o| o.status.success());
     assert!(
         image,
         "the test image {IMAGE} is missing: tests/run.sh builds it with docker import"
@@ -165,7 +167,7 @@ impl Resources {
             args.extend(["--network".into(), "none".into()]);
         }
         args.extend(label_args(labels));
-        args.extend(extra.iter().map(|s| s.to_string()));
+        args.extend(extra.iter().map(std::string::ToString::to_string));
         args.extend([IMAGE.to_string(), "sleep".into(), "3600".into()]);
         let id = docker(&args.iter().map(String::as_str).collect::<Vec<_>>());
         self.containers.push(id.clone());
@@ -229,24 +231,21 @@ pub fn container_exists(id: &str) -> bool {
     Command::new("docker")
         .args(["container", "inspect", id])
         .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
+        .is_ok_and(|o| o.status.success())
 }
 
 pub fn network_exists(id: &str) -> bool {
     Command::new("docker")
         .args(["network", "inspect", id])
         .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
+        .is_ok_and(|o| o.status.success())
 }
 
 pub fn volume_exists(name: &str) -> bool {
     Command::new("docker")
         .args(["volume", "inspect", name])
         .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
+        .is_ok_and(|o| o.status.success())
 }
 
 /// The names of a container's anonymous volumes.

@@ -51,7 +51,7 @@ fn read_request(reader: &mut impl BufRead) -> Option<Request> {
     let target = first.next()?;
     let path = target.split('?').next()?;
     let path = match path.strip_prefix("/v1.") {
-        Some(rest) => rest.find('/').map(|i| &rest[i..]).unwrap_or("/"),
+        Some(rest) => rest.find('/').map_or("/", |i| &rest[i..]),
         None => path,
     }
     .to_string();

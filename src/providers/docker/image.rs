@@ -51,7 +51,7 @@ impl ImageCache {
     fn get(&self, id: &str) -> Option<Arc<Labels>> {
         self.0
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(id)
             .cloned()
     }
@@ -59,7 +59,7 @@ impl ImageCache {
     fn put(&self, id: &str, labels: Arc<Labels>) {
         self.0
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(id.to_string(), labels);
     }
 

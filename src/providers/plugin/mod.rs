@@ -189,11 +189,17 @@ impl Plugin {
     }
 
     fn remember(&self, capabilities: Capabilities) {
-        *self.described.lock().unwrap_or_else(|e| e.into_inner()) = Some(capabilities);
+        *self
+            .described
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(capabilities);
     }
 
     fn known_capabilities(&self) -> Option<Capabilities> {
-        *self.described.lock().unwrap_or_else(|e| e.into_inner())
+        *self
+            .described
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Runs `COMMAND… verb` with `request` on stdin and collects its answer, killing the
@@ -364,8 +370,7 @@ impl Provider for Plugin {
                 self.remember(described.capabilities.into());
                 Ok(described
                     .detail
-                    .map(|d| self.redact(&d))
-                    .unwrap_or_else(|| format!("plugin {}", self.program())))
+                    .map_or_else(|| format!("plugin {}", self.program()), |d| self.redact(&d)))
             }
             None => {
                 self.list(&Selector::managed()).await?;

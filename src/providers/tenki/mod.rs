@@ -144,7 +144,10 @@ impl TenkiProvider {
     }
 
     fn remember(&self, id: &str, timeout_at: Option<i64>) {
-        let mut map = self.timeouts.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self
+            .timeouts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         match timeout_at {
             Some(t) => map.insert(id.to_string(), t),
             None => map.remove(id),
@@ -152,7 +155,10 @@ impl TenkiProvider {
     }
 
     fn timeout_of(&self, id: &str) -> Option<i64> {
-        let map = self.timeouts.lock().unwrap_or_else(|e| e.into_inner());
+        let map = self
+            .timeouts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         map.get(id).copied()
     }
 

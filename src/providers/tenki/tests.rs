@@ -4,7 +4,7 @@ use super::wire::{read_labels, Session};
 use super::*;
 
 fn strings(v: &[&str]) -> Vec<String> {
-    v.iter().map(|s| s.to_string()).collect()
+    v.iter().map(std::string::ToString::to_string).collect()
 }
 
 fn meta(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

@@ -61,8 +61,7 @@ impl Session {
             .as_deref()
             .map(|s| s.strip_prefix("SESSION_STATE_").unwrap_or(s))
             .filter(|s| !s.is_empty())
-            .map(str::to_ascii_lowercase)
-            .unwrap_or_else(|| "unspecified".into())
+            .map_or_else(|| "unspecified".into(), str::to_ascii_lowercase)
     }
 
     /// A live session as a sandbox, with its `timeoutAt` (Unix seconds); `None` for one that

@@ -37,7 +37,7 @@ pub fn echo_credentials(req: &Request, mut response: Response) -> Response {
                     Some(serde_json::Value::Array(items)) => items.iter_mut().for_each(quote),
                     Some(v @ serde_json::Value::Object(_)) => {
                         if let Some(m) = v.get_mut("message") {
-                            quote(m)
+                            quote(m);
                         }
                     }
                     Some(v) => quote(v),

@@ -148,7 +148,9 @@ impl std::error::Error for TooLarge {}
 
 /// Whether reading a body failed because it was over its limit.
 pub fn is_too_large(e: &io::Error) -> bool {
-    e.get_ref().is_some_and(|e| e.is::<TooLarge>())
+    e.get_ref().is_some_and(
+        <dyn std::error::Error + std::marker::Send + std::marker::Sync + 'static>::is::<TooLarge>,
+    )
 }
 
 /// A writer that discards, failing once more than its limit was written.

@@ -70,7 +70,7 @@ pub fn commit_target(target: &str) -> String {
     for b in COMMIT_CHANGE.bytes() {
         match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                encoded.push(b as char)
+                encoded.push(b as char);
             }
             _ => encoded.push_str(&format!("%{b:02X}")),
         }

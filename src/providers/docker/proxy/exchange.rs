@@ -268,7 +268,7 @@ where
             continue;
         }
         let framing = match (req.method(), status) {
-            ("HEAD", _) | (_, 204) | (_, 304) => Framing::None,
+            ("HEAD", _) | (_, 204 | 304) => Framing::None,
             _ => framing,
         };
         if framing == Framing::UntilClose {

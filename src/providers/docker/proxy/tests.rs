@@ -74,8 +74,7 @@ async fn fake_daemon(conn: UnixStream) -> Vec<u8> {
         let len = text
             .lines()
             .find_map(|l| l.strip_prefix("Content-Length: "))
-            .map(|n| n.trim().parse::<usize>().unwrap())
-            .unwrap_or(0);
+            .map_or(0, |n| n.trim().parse::<usize>().unwrap());
         let mut body = vec![0; len];
         r.read_exact(&mut body).await.unwrap();
         log.extend_from_slice(&head);
