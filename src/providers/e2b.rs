@@ -117,7 +117,7 @@ impl E2b {
             if let Some(t) = token.as_deref() {
                 q.push(("nextToken", t));
             }
-            self.http.request(Method::GET, "/v2/sandboxes").query(&q)
+            Ok(self.http.request(Method::GET, "/v2/sandboxes")?.query(&q))
         };
         let reply = self
             .http
@@ -191,7 +191,7 @@ impl Provider for E2b {
         let what = format!("failed to extend sandbox {}", sandbox.id);
         let request = self
             .http
-            .request(Method::POST, &format!("{path}/timeout"))
+            .request(Method::POST, &format!("{path}/timeout"))?
             .json(&body);
         self.http.send(request, &what).await.map(|_| ())
     }

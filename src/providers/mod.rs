@@ -255,6 +255,12 @@ pub trait Provider: Send + Sync {
     }
     /// Removes one resource for good. `Err(Gone)` means it was not there (anymore).
     async fn remove(&self, sandbox: &Sandbox) -> Result<(), ProviderError>;
+    /// Whether the sidecar should connect soon after start (a local daemon whose first call
+    /// also negotiates, so a reclaim finds it ready), or build its client at the first real
+    /// call (a cloud API: its TLS and HTTP stacks cost memory an idle sidecar need not hold).
+    fn warm_up(&self) -> bool {
+        false
+    }
     /// Checks that the provider answers; on success a short description (version, endpoint).
     async fn check(&self) -> Result<String, ProviderError>;
     /// Makes the provider end `sandbox` on its own `ttl` from now unless renewed again (only

@@ -20,9 +20,12 @@ use crate::providers::docker::proxy::Proxy;
 use crate::providers::Provider;
 use crate::reclaim::Options;
 
-/// How long after start the sidecar connects to its providers: the guarded program is
-/// starting on the same cores right now, and one that dies within this delay only pays one
-/// cold connection on reclaim.
+/// How long after start the sidecar connects to the providers that want it
+/// ([`Provider::warm_up`]: Docker, whose first call negotiates the API version): the guarded
+/// program is starting on the same cores right now, and one that dies within this delay only
+/// pays one cold connection on reclaim. Cloud providers build their clients (TLS roots,
+/// HTTP/2 and gRPC stacks) at their first real call instead: a sidecar whose owner never dies
+/// never pays for them.
 pub const WARM_UP_DELAY: Duration = Duration::from_millis(100);
 
 /// What a sidecar watches with, once it has said `ready`.
@@ -46,11 +49,14 @@ pub async fn run<R: AsyncRead + Unpin>(plan: Plan, triggers: Triggers<R>) -> Out
     let warm = plan.providers.clone();
     tasks.spawn(async move {
         tokio::time::sleep(WARM_UP_DELAY).await;
-        for p in warm {
+        for p in warm.iter().filter(|p| p.warm_up()) {
             if let Err(e) = p.check().await {
                 tracing::warn!("provider {} is not reachable yet: {e}", p.name());
             }
         }
+        // Start-up is over: what it touched of the program and nothing more stays resident.
+        let released = crate::unix::release_startup_pages();
+        tracing::debug!("released {} KiB of start-up pages", released / 1024);
     });
     if let Some(proxy) = plan.proxy {
         tasks.spawn(proxy.run());

@@ -99,7 +99,7 @@ impl DaytonaProvider {
         let build = || {
             let mut req = self
                 .http
-                .request(Method::GET, "/sandbox")
+                .request(Method::GET, "/sandbox")?
                 .query(&[("limit", PAGE_SIZE.to_string())]);
             if let Some(f) = filter {
                 req = req.query(&[("labels", f)]);
@@ -107,7 +107,7 @@ impl DaytonaProvider {
             if let Some(c) = &cursor {
                 req = req.query(&[("cursor", c)]);
             }
-            req
+            Ok(req)
         };
         let reply = self
             .http
@@ -121,7 +121,7 @@ impl DaytonaProvider {
         let path = format!("/sandbox/{}/{action}", encode_segment(id));
         let what = format!("failed to renew sandbox {id} ({action})");
         self.http
-            .send(self.http.request(Method::POST, &path), &what)
+            .send(self.http.request(Method::POST, &path)?, &what)
             .await
             .map(|_| ())
     }

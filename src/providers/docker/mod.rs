@@ -156,6 +156,12 @@ impl Provider for DockerProvider {
         self.list_each(selector).await
     }
 
+    /// A local daemon: connect (and negotiate the API version) soon after start, so the first
+    /// removal after the owner's death goes out at once.
+    fn warm_up(&self) -> bool {
+        true
+    }
+
     fn parse_claim(&self, id: &str) -> Result<Sandbox, Refusal> {
         claim::parse(id)
             .map(|(kind, id)| Sandbox::claimed("docker", kind, id))

@@ -120,7 +120,7 @@ impl FlyProvider {
             "stop"
         };
         let path = format!("{}{suffix}", self.machine_path(id));
-        let mut request = self.http.request(method, &path);
+        let mut request = self.http.request(method, &path)?;
         if verb == "delete" {
             request = request.query(&[("force", "true")]);
         }
@@ -170,7 +170,7 @@ impl FlyProvider {
         let what = format!("failed to read the lease of machine {id}");
         let reply = self
             .http
-            .send(self.http.request(Method::GET, &path), &what)
+            .send(self.http.request(Method::GET, &path).ok()?, &what)
             .await
             .ok()?;
         parse_lease_body(&reply.body)
@@ -198,7 +198,7 @@ impl Provider for FlyProvider {
         let reply = self
             .http
             .read(
-                || self.http.request(Method::GET, &path).query(&query),
+                || Ok(self.http.request(Method::GET, &path)?.query(&query)),
                 &what,
             )
             .await
@@ -228,7 +228,7 @@ impl Provider for FlyProvider {
         let what = format!("failed to reach app {}", self.app);
         let request = self
             .http
-            .request(Method::GET, &self.machines_path())
+            .request(Method::GET, &self.machines_path())?
             .query(&[("summary", "true")]);
         match self.http.send(request, &what).await {
             Ok(_) => Ok(format!("{NAME} API at {} (app {})", self.base, self.app)),

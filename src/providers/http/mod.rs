@@ -25,12 +25,15 @@ pub struct Reply {
     pub body: Vec<u8>,
 }
 
-/// One provider's HTTP client.
-#[derive(Clone)]
+/// One provider's HTTP client, built at its first request: building it (the TLS roots, the
+/// connection pool) costs memory and start-up pages a sidecar whose owner never dies would
+/// pay for nothing.
 pub struct Http {
     provider: &'static str,
     base: String,
-    client: reqwest::Client,
+    headers: HeaderMap,
+    timeout: Duration,
+    client: std::sync::OnceLock<Result<reqwest::Client, String>>,
     secrets: Vec<Secret>,
 }
 
@@ -55,21 +58,35 @@ impl Http {
             map.insert(HeaderName::from_static(name), v);
             secrets.push(value);
         }
-        let client = reqwest::Client::builder()
-            .default_headers(map)
-            .timeout(timeout)
-            .connect_timeout(timeout.min(Duration::from_secs(10)))
-            .user_agent(concat!("sandguard/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| {
-                ProviderError::Fatal(format!("{provider}: cannot build an HTTP client: {e}"))
-            })?;
         Ok(Http {
             provider,
             base: base.trim_end_matches('/').to_string(),
-            client,
+            headers: map,
+            timeout,
+            client: std::sync::OnceLock::new(),
             secrets,
         })
+    }
+
+    /// The client, built the first time it is needed.
+    fn client(&self) -> Result<&reqwest::Client, ProviderError> {
+        self.client
+            .get_or_init(|| {
+                reqwest::Client::builder()
+                    .default_headers(self.headers.clone())
+                    .timeout(self.timeout)
+                    .connect_timeout(self.timeout.min(Duration::from_secs(10)))
+                    .user_agent(concat!("sandguard/", env!("CARGO_PKG_VERSION")))
+                    .build()
+                    .map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(|e| {
+                ProviderError::Fatal(format!(
+                    "{}: cannot build an HTTP client: {e}",
+                    self.provider
+                ))
+            })
     }
 
     /// Also redacts `secret` from every message: a bare key whose header value carries a
@@ -86,9 +103,10 @@ impl Http {
     }
 
     /// A request to `path` (starting with `/`) under the base URL.
-    pub fn request(&self, method: Method, path: &str) -> RequestBuilder {
-        self.client
-            .request(method, format!("{}{}", self.base, path))
+    pub fn request(&self, method: Method, path: &str) -> Result<RequestBuilder, ProviderError> {
+        Ok(self
+            .client()?
+            .request(method, format!("{}{}", self.base, path)))
     }
 
     /// Sends once; a non-2xx answer or a transport failure becomes a classified error whose
@@ -128,15 +146,15 @@ impl Http {
     /// each attempt.
     pub async fn read(
         &self,
-        build: impl Fn() -> RequestBuilder,
+        build: impl Fn() -> Result<RequestBuilder, ProviderError>,
         what: &str,
     ) -> Result<Reply, ProviderError> {
-        super::retry::read(|| self.send(build(), what)).await
+        super::retry::read(|| async { self.send(build()?, what).await }).await
     }
 
     /// `DELETE path`, once (the reclaim path retries): a 404 is `Gone`.
     pub async fn delete(&self, path: &str, what: &str) -> Result<(), ProviderError> {
-        self.send(self.request(Method::DELETE, path), what)
+        self.send(self.request(Method::DELETE, path)?, what)
             .await
             .map(|_| ())
     }
@@ -144,7 +162,7 @@ impl Http {
     /// A cheap authenticated read of `path?limit=1`, for `check()`. A 404 comes back as
     /// `Gone`; the caller maps it (see [`listing_error`]).
     pub async fn probe(&self, path: &str, what: &str) -> Result<(), ProviderError> {
-        let build = || self.request(Method::GET, path).query(&[("limit", "1")]);
+        let build = || Ok(self.request(Method::GET, path)?.query(&[("limit", "1")]));
         self.read(build, what).await.map(|_| ())
     }
 

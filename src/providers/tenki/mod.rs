@@ -116,11 +116,12 @@ impl TenkiProvider {
         })
     }
 
-    fn call(&self, method: &str, body: &Value) -> RequestBuilder {
-        self.http
-            .request(Method::POST, &format!("{SERVICE}{method}"))
+    fn call(&self, method: &str, body: &Value) -> Result<RequestBuilder, ProviderError> {
+        Ok(self
+            .http
+            .request(Method::POST, &format!("{SERVICE}{method}"))?
             .header("connect-protocol-version", "1")
-            .json(body)
+            .json(body))
     }
     /// One page of `ListWorkspaceSandboxes`.
     async fn page(
@@ -164,7 +165,7 @@ impl TenkiProvider {
 
     /// A mutation on one session, with "already terminated" mapped to gone.
     async fn mutate(&self, method: &str, body: Value, what: &str) -> Result<Value, ProviderError> {
-        match self.http.send(self.call(method, &body), what).await {
+        match self.http.send(self.call(method, &body)?, what).await {
             Ok(reply) => reply.json(NAME, what),
             Err(e) => Err(already_gone(e, what)),
         }
