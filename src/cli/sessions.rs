@@ -58,52 +58,49 @@ pub fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
         output::emit(&format!("{} ended sessions deleted.\n", gone.len()));
         return Ok(Exit::Ok);
     }
-    let sessions = state.sessions()?;
     let judge = state.judge();
-    let rows: Vec<SessionJson> = sessions
+    let rows: Vec<SessionJson> = state
+        .sessions()?
         .into_iter()
-        .map(|v| {
-            let liveness = judge.label(&v.owner);
-            SessionJson {
-                session: v.id.clone(),
-                state: v.state.as_str().to_string(),
-                owner_alive: match liveness {
-                    Liveness::Alive => Some(true),
-                    Liveness::Dead => Some(false),
-                    Liveness::Unknown => None,
-                },
-                owner: v.owner.clone(),
-                sidecar_alive: v.sidecar_alive,
-                started_at: timefmt::format_rfc3339((v.started_ms / 1000) as i64),
-                claims: v
-                    .claims
-                    .iter()
-                    .map(|t| ClaimJson {
-                        provider: t.provider.clone(),
-                        id: t.id.clone(),
-                    })
-                    .collect(),
-                pending: v
-                    .pending
-                    .keys()
-                    .map(|t| ClaimJson {
-                        provider: t.provider.clone(),
-                        id: t.id.clone(),
-                    })
-                    .collect(),
-            }
-        })
+        .map(|v| row(v, &judge))
         .collect();
     if args.json {
         output::emit_json(&serde_json::json!({ "sessions": rows }));
-        return Ok(Exit::Ok);
-    }
-    if rows.is_empty() {
+    } else if rows.is_empty() {
         output::emit("No sessions.\n");
-        return Ok(Exit::Ok);
+    } else {
+        output::emit(&table(&rows));
     }
+    Ok(Exit::Ok)
+}
+
+fn row(v: crate::ledger::SessionView, judge: &crate::identity::Judge) -> SessionJson {
+    let targets = |set: &mut dyn Iterator<Item = &crate::protocol::Target>| -> Vec<ClaimJson> {
+        set.map(|t| ClaimJson {
+            provider: t.provider.clone(),
+            id: t.id.clone(),
+        })
+        .collect()
+    };
+    SessionJson {
+        owner_alive: match judge.label(&v.owner) {
+            Liveness::Alive => Some(true),
+            Liveness::Dead => Some(false),
+            Liveness::Unknown => None,
+        },
+        session: v.id.clone(),
+        state: v.state.as_str().to_string(),
+        owner: v.owner.clone(),
+        sidecar_alive: v.sidecar_alive,
+        started_at: timefmt::format_rfc3339((v.started_ms / 1000) as i64),
+        claims: targets(&mut v.claims.iter()),
+        pending: targets(&mut v.pending.keys()),
+    }
+}
+
+fn table(rows: &[SessionJson]) -> String {
     let now = timefmt::now_unix();
-    let table: Vec<Vec<String>> = rows
+    let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
             vec![
@@ -123,9 +120,8 @@ pub fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
             ]
         })
         .collect();
-    output::emit(&output::table(
+    output::table(
         &["SESSION", "STATE", "OWNER", "SIDECAR", "CLAIMS", "AGE"],
-        &table,
-    ));
-    Ok(Exit::Ok)
+        &cells,
+    )
 }

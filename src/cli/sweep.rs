@@ -104,25 +104,34 @@ pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result
 
 fn print(args: &Args, pass: &Pass) {
     if args.json {
-        let results = pass
-            .removals
-            .iter()
-            .map(|r| ResultJson {
-                sandbox: SandboxJson::new(&r.sandbox),
-                outcome: r.outcome.as_str(),
-                error: r.outcome.error(),
-                attempts: r.attempts,
-            })
-            .collect();
-        output::emit_json(&SweepJson {
-            dry_run: args.dry_run,
-            decisions: pass.decisions.iter().map(DecisionJson::from).collect(),
-            results,
-            errors: pass.list_failures.iter().map(ErrorJson::from).collect(),
-            clean: pass.is_clean(),
-        });
-        return;
+        print_json(args, pass);
+    } else {
+        output::emit(&text(args, pass));
     }
+}
+
+fn print_json(args: &Args, pass: &Pass) {
+    let results = pass
+        .removals
+        .iter()
+        .map(|r| ResultJson {
+            sandbox: SandboxJson::new(&r.sandbox),
+            outcome: r.outcome.as_str(),
+            error: r.outcome.error(),
+            attempts: r.attempts,
+        })
+        .collect();
+    output::emit_json(&SweepJson {
+        dry_run: args.dry_run,
+        decisions: pass.decisions.iter().map(DecisionJson::from).collect(),
+        results,
+        errors: pass.list_failures.iter().map(ErrorJson::from).collect(),
+        clean: pass.is_clean(),
+    });
+}
+
+/// A line per decision, a line per removal, the counts, and what could not be listed.
+fn text(args: &Args, pass: &Pass) -> String {
     let mut text = String::new();
     for d in &pass.decisions {
         let verb = match (&d.verdict, args.dry_run) {
@@ -143,22 +152,11 @@ fn print(args: &Args, pass: &Pass) {
         text.push_str(&format!("{verb} {what}: {}\n", d.reason));
     }
     for r in &pass.removals {
-        let line = match r.outcome.error() {
-            Some(e) => format!(
-                "{} {} {}: {}\n",
-                r.outcome.as_str(),
-                r.sandbox.provider,
-                sanitize(&r.sandbox.id),
-                sanitize(e)
-            ),
-            None => format!(
-                "{} {} {}\n",
-                r.outcome.as_str(),
-                r.sandbox.provider,
-                sanitize(&r.sandbox.id)
-            ),
-        };
-        text.push_str(&line);
+        let (outcome, provider, id) = (r.outcome.as_str(), &r.sandbox.provider, &r.sandbox.id);
+        text.push_str(&match r.outcome.error() {
+            Some(e) => format!("{outcome} {provider} {}: {}\n", sanitize(id), sanitize(e)),
+            None => format!("{outcome} {provider} {}\n", sanitize(id)),
+        });
     }
     let tally = pass.tally();
     let count = |k: Verdict| tally.get(&k).copied().unwrap_or(0);
@@ -167,13 +165,13 @@ fn print(args: &Args, pass: &Pass) {
         .iter()
         .filter(|r| !r.outcome.is_final())
         .count();
+    let dry = if args.dry_run {
+        " (dry run: nothing was touched)"
+    } else {
+        ""
+    };
     text.push_str(&format!(
-        "Sweep{}: {} to reclaim, {} adopted, {} left alone; {} removed, {} could not be removed.\n",
-        if args.dry_run {
-            " (dry run: nothing was touched)"
-        } else {
-            ""
-        },
+        "Sweep{dry}: {} to reclaim, {} adopted, {} left alone; {} removed, {} could not be removed.\n",
         count(Verdict::Reclaim),
         count(Verdict::Adopt),
         count(Verdict::Leave),
@@ -184,5 +182,5 @@ fn print(args: &Args, pass: &Pass) {
         &pass.list_failures,
         "sandboxes there may still be running",
     ));
-    output::emit(&text);
+    text
 }

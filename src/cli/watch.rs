@@ -127,17 +127,7 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
     }
     .to_string();
     let grace = args.grace.map_or(settings.watch.grace, |g| g.0);
-    let state = StateDir::open(&settings.state_dir).map_err(|e| failure(e.to_string()))?;
-    let labels = session::labels(&session, &owner);
-    let start = Record::Start {
-        owner: owner.to_label(),
-        pid: owner.pid,
-        grace_ms: grace.as_millis() as u64,
-        labels: labels.clone(),
-    };
-    let journal = state
-        .create_session(&session, start)
-        .map_err(|e| failure(e.to_string()))?;
+    let journal = start_session(&settings, &session, &owner, grace)?;
     if args.daemonize {
         redirect_stderr(&journal.path().with_extension("log"));
     }
@@ -147,6 +137,7 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
     };
     let mut owner_watch = OwnerWatch::open(&owner);
     let stop = stop_signal().map_err(|e| failure(format!("cannot listen for SIGTERM: {e}")))?;
+    let labels = session::labels(&session, &owner);
     let docker_proxy = match args.docker_proxy {
         true => Some(start_proxy(&settings, &session, &labels, journal.path()).map_err(&failure)?),
         false => None,
@@ -159,8 +150,8 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
         docker_host: address,
     })
     .map_err(|e| failure(format!("cannot write the ready line: {e}")))?;
-    // After `ready`: building the registry (TLS clients, the PATH scan for plugins) is not
-    // needed to accept claims, and the wrapper's program is waiting for `ready` to start.
+    // After `ready`: building the registry (the PATH scan for plugins) is not needed to accept
+    // claims, and the wrapper's program is waiting for `ready` to start.
     let registry = Registry::from_settings(&settings);
     let (proxy, proxy_claims, _proxy_dir) = match docker_proxy {
         Some(p) => (Some(p.proxy), Some(p.claims), Some(p.dir)),
@@ -175,19 +166,38 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
         options: Options::from(&settings.reclaim),
         proxy,
     };
-    let owner_gone = Box::pin(async move { owner_watch.wait().await });
     let triggers = Triggers {
-        owner: owner_gone,
+        owner: Box::pin(async move { owner_watch.wait().await }),
         control,
         proxy: proxy_claims,
         stop,
     };
     let outcome = service::run(plan, triggers).await;
     tracing::info!("the watch ended: {:?}", outcome.ending);
-    Ok(match outcome.state {
-        crate::ledger::SessionState::Pending => Exit::Failure,
-        _ => Exit::Ok,
-    })
+    Ok(Exit::clean_if(
+        outcome.state != crate::ledger::SessionState::Pending,
+    ))
+}
+
+/// The session's journal, created with its `start` record (durable, locked) in the state
+/// directory.
+fn start_session(
+    settings: &Settings,
+    session: &str,
+    owner: &Identity,
+    grace: std::time::Duration,
+) -> Result<crate::ledger::Journal, StartError> {
+    let failure = |m: String| StartError(Exit::Failure, m);
+    let state = StateDir::open(&settings.state_dir).map_err(|e| failure(e.to_string()))?;
+    let start = Record::Start {
+        owner: owner.to_label(),
+        pid: owner.pid,
+        grace_ms: grace.as_millis() as u64,
+        labels: session::labels(session, owner),
+    };
+    state
+        .create_session(session, start)
+        .map_err(|e| failure(e.to_string()))
 }
 
 /// The owner as it is now; a pid that is gone or whose start time differs from the one given

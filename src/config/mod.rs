@@ -210,42 +210,7 @@ impl Settings {
         overrides: &Overrides,
         env: &dyn Env,
     ) -> Result<Settings, ConfigError> {
-        let env_duration = |var: &str| -> Result<Option<Duration>, ConfigError> {
-            env.var(var)
-                .map(|v| {
-                    parse_duration(&v).map_err(|message| ConfigError::Env {
-                        var: var.into(),
-                        message,
-                    })
-                })
-                .transpose()
-        };
-        let state_dir = match (&overrides.state_dir, env.var("SANDGUARD_STATE_DIR")) {
-            (Some(dir), _) => dir.clone(),
-            (None, Some(var)) => {
-                let path = PathBuf::from(var);
-                check_state_path(&path)
-                    .and_then(|()| expand_home(&path, env))
-                    .map_err(|message| ConfigError::Env {
-                        var: "SANDGUARD_STATE_DIR".into(),
-                        message,
-                    })?
-            }
-            (None, None) => match file.state_dir {
-                Some(StatePath(path)) => {
-                    expand_home(&path, env).map_err(|message| ConfigError::Invalid {
-                        file: source
-                            .as_deref()
-                            .map(|p| p.display().to_string())
-                            .unwrap_or_default(),
-                        line: 0,
-                        what: "key `state_dir`".into(),
-                        message,
-                    })?
-                }
-                None => default_state_dir(env),
-            },
-        };
+        let state_dir = state_dir(source.as_deref(), file.state_dir, overrides, env)?;
         let log_level = match env.var("SANDGUARD_LOG") {
             Some(v) => parse_level(&v).map_err(|message| ConfigError::Env {
                 var: "SANDGUARD_LOG".into(),
@@ -253,19 +218,7 @@ impl Settings {
             })?,
             None => file.log_level.map_or(tracing::Level::WARN, |l| l.0),
         };
-        let grace = match overrides.grace {
-            Some(g) => positive(g).map_err(|message| ConfigError::Flag {
-                flag: "--grace".into(),
-                message,
-            })?,
-            None => match env_duration("SANDGUARD_GRACE")? {
-                Some(g) => positive(g).map_err(|message| ConfigError::Env {
-                    var: "SANDGUARD_GRACE".into(),
-                    message,
-                })?,
-                None => file.watch.grace.map_or(Duration::from_secs(600), |d| d.0),
-            },
-        };
+        let grace = grace(file.watch.grace.map(|d| d.0), overrides, env)?;
         let r = file.reclaim;
         let p = file.providers;
         let d = p.docker;
@@ -308,6 +261,62 @@ impl Settings {
             modal: cloud::modal(p.modal, env),
             plugins: plugins(p.plugins),
         })
+    }
+}
+
+/// The state directory: the flag, else `SANDGUARD_STATE_DIR`, else the file's `state_dir`,
+/// else the XDG default; `~` expanded, a relative path refused.
+fn state_dir(
+    source: Option<&Path>,
+    file: Option<StatePath>,
+    overrides: &Overrides,
+    env: &dyn Env,
+) -> Result<PathBuf, ConfigError> {
+    if let Some(dir) = &overrides.state_dir {
+        return Ok(dir.clone());
+    }
+    if let Some(var) = env.var("SANDGUARD_STATE_DIR") {
+        let path = PathBuf::from(var);
+        return check_state_path(&path)
+            .and_then(|()| expand_home(&path, env))
+            .map_err(|message| ConfigError::Env {
+                var: "SANDGUARD_STATE_DIR".into(),
+                message,
+            });
+    }
+    match file {
+        Some(StatePath(path)) => expand_home(&path, env).map_err(|message| ConfigError::Invalid {
+            file: source.map(|p| p.display().to_string()).unwrap_or_default(),
+            line: 0,
+            what: "key `state_dir`".into(),
+            message,
+        }),
+        None => Ok(default_state_dir(env)),
+    }
+}
+
+/// The lease grace: `--grace`, else `SANDGUARD_GRACE`, else the file's, else 10 minutes; never
+/// zero.
+fn grace(
+    file: Option<Duration>,
+    overrides: &Overrides,
+    env: &dyn Env,
+) -> Result<Duration, ConfigError> {
+    if let Some(g) = overrides.grace {
+        return positive(g).map_err(|message| ConfigError::Flag {
+            flag: "--grace".into(),
+            message,
+        });
+    }
+    let var = "SANDGUARD_GRACE";
+    match env.var(var) {
+        Some(v) => parse_duration(&v)
+            .and_then(positive)
+            .map_err(|message| ConfigError::Env {
+                var: var.into(),
+                message,
+            }),
+        None => Ok(file.unwrap_or(Duration::from_secs(600))),
     }
 }
 

@@ -116,65 +116,11 @@ pub async fn pass(
         }
     };
     let judge = state.judge();
-    let ledger: HashMap<&str, &SessionView> = sessions.iter().map(|v| (v.id.as_str(), v)).collect();
-    // Sessions a live sidecar (or an adopting sweep) looks after, or judged here: not ours
-    // to judge again by their sandboxes.
-    let mut covered: HashSet<String> = sessions
-        .iter()
-        .filter(|s| s.sidecar_alive)
-        .map(|s| s.id.clone())
-        .collect();
-    let mut to_reclaim = Vec::new();
-    for view in sessions
-        .iter()
-        .filter(|s| !s.sidecar_alive && !s.state.is_final())
-    {
-        let (verdict, reason) = judge_session(view, &judge);
-        out.decisions.push(Decision {
-            session: view.id.clone(),
-            sandbox: None,
-            verdict,
-            reason,
-        });
-        covered.insert(view.id.clone());
-        match verdict {
-            Verdict::Reclaim => to_reclaim.push(view.clone()),
-            Verdict::Adopt => out.adopt.push(view.clone()),
-            Verdict::Leave => {}
-        }
-    }
+    let (to_reclaim, covered) = judge_ledger(&sessions, &judge, &mut out);
     let (found, failures) = reclaim::list_all(providers, &Selector::managed()).await;
     out.list_failures.extend(failures);
-    let mut orphans = Vec::new();
-    for sandbox in found {
-        let session = sandbox.session().unwrap_or_default().to_string();
-        let expired = expired(&sandbox);
-        if covered.contains(&session) && !expired {
-            continue;
-        }
-        let (verdict, reason) = if expired {
-            (
-                Verdict::Reclaim,
-                "its sandguard.expires has passed".to_string(),
-            )
-        } else {
-            judge_sandbox(
-                &sandbox,
-                ledger.get(session.as_str()).copied(),
-                providers,
-                &judge,
-            )
-        };
-        out.decisions.push(Decision {
-            session,
-            sandbox: Some(sandbox.key()),
-            verdict,
-            reason,
-        });
-        if verdict == Verdict::Reclaim {
-            orphans.push(sandbox);
-        }
-    }
+    let ledger: HashMap<&str, &SessionView> = sessions.iter().map(|v| (v.id.as_str(), v)).collect();
+    let orphans = judge_found(found, &covered, &ledger, providers, &judge, &mut out);
     if dry_run {
         return out;
     }
@@ -193,6 +139,80 @@ pub async fn pass(
     out.removals
         .extend(reclaim::remove_all(providers, orphans, options).await);
     out
+}
+
+/// (a) The ledger's sessions whose sidecar is gone and that are not over: decided, and the
+/// live owners put up for adoption. Returns the sessions to reclaim, and every session a live
+/// sidecar or this pass looks after (not to be judged again by their sandboxes).
+fn judge_ledger(
+    sessions: &[SessionView],
+    judge: &Judge,
+    out: &mut Pass,
+) -> (Vec<SessionView>, HashSet<String>) {
+    let mut covered: HashSet<String> = sessions
+        .iter()
+        .filter(|s| s.sidecar_alive)
+        .map(|s| s.id.clone())
+        .collect();
+    let mut to_reclaim = Vec::new();
+    for view in sessions
+        .iter()
+        .filter(|s| !s.sidecar_alive && !s.state.is_final())
+    {
+        let (verdict, reason) = judge_session(view, judge);
+        out.decisions.push(Decision {
+            session: view.id.clone(),
+            sandbox: None,
+            verdict,
+            reason,
+        });
+        covered.insert(view.id.clone());
+        match verdict {
+            Verdict::Reclaim => to_reclaim.push(view.clone()),
+            Verdict::Adopt => out.adopt.push(view.clone()),
+            Verdict::Leave => {}
+        }
+    }
+    (to_reclaim, covered)
+}
+
+/// (b) Every managed sandbox no covered session looks after: decided one by one. Returns
+/// those to remove.
+fn judge_found(
+    found: Vec<Sandbox>,
+    covered: &HashSet<String>,
+    ledger: &HashMap<&str, &SessionView>,
+    providers: &[Arc<dyn Provider>],
+    judge: &Judge,
+    out: &mut Pass,
+) -> Vec<Sandbox> {
+    let mut orphans = Vec::new();
+    for sandbox in found {
+        let session = sandbox.session().unwrap_or_default().to_string();
+        let expired = expired(&sandbox);
+        if covered.contains(&session) && !expired {
+            continue;
+        }
+        let (verdict, reason) = if expired {
+            (
+                Verdict::Reclaim,
+                "its sandguard.expires has passed".to_string(),
+            )
+        } else {
+            let view = ledger.get(session.as_str()).copied();
+            judge_sandbox(&sandbox, view, providers, judge)
+        };
+        out.decisions.push(Decision {
+            session,
+            sandbox: Some(sandbox.key()),
+            verdict,
+            reason,
+        });
+        if verdict == Verdict::Reclaim {
+            orphans.push(sandbox);
+        }
+    }
+    orphans
 }
 
 fn judge_session(view: &SessionView, judge: &Judge) -> (Verdict, String) {
