@@ -105,7 +105,7 @@ impl Provider for Fake {
         let before = all.len();
         all.retain(|x| x.id != s.id);
         if all.len() == before {
-            return Err(ProviderError::Gone(format!("{} not found", s.id)));
+            return Err(ProviderError::gone(format!("{} not found", s.id)));
         }
         Ok(())
     }

@@ -65,14 +65,14 @@ where
         match next {
             None => return Ok(all),
             Some(n) if Some(&n) == cursor.as_ref() => {
-                return Err(ProviderError::Fatal(format!(
+                return Err(ProviderError::fatal(format!(
                     "{provider}: the listing's page cursor did not advance ({n:?})"
                 )))
             }
             Some(n) => cursor = Some(n),
         }
     }
-    Err(ProviderError::Fatal(format!(
+    Err(ProviderError::fatal(format!(
         "{provider}: more than {MAX_PAGES} pages"
     )))
 }

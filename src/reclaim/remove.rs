@@ -140,7 +140,9 @@ async fn remove_one(
         let (message, retry_after) = match provider.remove(&sandbox).await {
             Ok(()) => return finish(sandbox, Outcome::Removed, attempts),
             Err(ProviderError::Gone(_)) => return finish(sandbox, Outcome::Gone, attempts),
-            Err(ProviderError::Fatal(e)) => return finish(sandbox, Outcome::Failed(e), attempts),
+            Err(ProviderError::Fatal(e)) => {
+                return finish(sandbox, Outcome::Failed(e.message), attempts)
+            }
             Err(ProviderError::Refused(e)) => {
                 return finish(sandbox, Outcome::Refused(e), attempts)
             }
@@ -156,7 +158,7 @@ async fn remove_one(
         };
         let delay = backoff(options, attempts).max(retry_after.unwrap_or_default());
         if Instant::now() + delay >= deadline {
-            return finish(sandbox, Outcome::Unfinished(message), attempts);
+            return finish(sandbox, Outcome::Unfinished(message.message), attempts);
         }
         tracing::debug!(provider = provider.name(), id = %sandbox.id, attempt = attempts, "retrying in {delay:?}: {message}");
         tokio::time::sleep(delay).await;

@@ -256,7 +256,7 @@ fn label_filter(selector: &Selector) -> Option<String> {
 /// A listing that answers 404 has the wrong base URL: that is a configuration error.
 fn listing_error(err: ProviderError) -> ProviderError {
     match err {
-        ProviderError::Gone(m) => ProviderError::Fatal(format!("{m}; is DAYTONA_API_URL right?")),
+        ProviderError::Gone(m) => ProviderError::fatal(format!("{m}; is DAYTONA_API_URL right?")),
         other => other,
     }
 }

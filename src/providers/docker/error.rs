@@ -31,14 +31,15 @@ pub(super) fn classify(host: &str, doing: &str, err: BollardError) -> ProviderEr
 
 pub(super) fn classify_status(status: u16, message: &str, text: String) -> ProviderError {
     let lower = message.to_ascii_lowercase();
+    let text = crate::providers::Detail::http(text, status);
     match status {
-        404 => ProviderError::Gone(text),
-        409 if lower.contains("already in progress") => ProviderError::Gone(text),
+        404 => ProviderError::gone(text),
+        409 if lower.contains("already in progress") => ProviderError::gone(text),
         // Running-without-force, paused, a network with endpoints, a volume in use: the
         // container removal that precedes these is usually still landing.
         409 => ProviderError::transient(text),
         429 | 500..=599 => ProviderError::transient(text),
-        _ => ProviderError::Fatal(text),
+        _ => ProviderError::fatal(text),
     }
 }
 

@@ -166,20 +166,20 @@ fn container(
                     message,
                     retry_after,
                 } => ProviderError::Transient {
-                    message: left_out(message.clone()),
+                    message: left_out(message.message.clone()).into(),
                     retry_after: *retry_after,
                 },
-                other => ProviderError::Fatal(left_out(other.to_string())),
+                other => ProviderError::fatal(left_out(other.to_string())),
             })
         }
         Some((i, None)) => {
-            return Err(ProviderError::Fatal(left_out(format!(
+            return Err(ProviderError::fatal(left_out(format!(
                 "image {} was not looked up",
                 bare(i)
             ))))
         }
         None => {
-            return Err(ProviderError::Fatal(left_out(
+            return Err(ProviderError::fatal(left_out(
                 "Docker did not say which image it was created from".into(),
             )))
         }

@@ -114,7 +114,7 @@ impl DockerProvider {
         } else if self.host.starts_with("tcp://") || self.host.starts_with("http://") {
             Docker::connect_with_http(&self.host, secs, version)
         } else {
-            return Err(ProviderError::Fatal(format!(
+            return Err(ProviderError::fatal(format!(
                 "unsupported Docker host {:?}: use unix:///path or tcp://host:port",
                 self.host
             )));
@@ -217,7 +217,7 @@ impl Provider for DockerProvider {
 
 fn parse_api_version(v: &str) -> Result<ClientVersion, ProviderError> {
     let bad = || {
-        ProviderError::Fatal(format!(
+        ProviderError::fatal(format!(
             "invalid Docker API version {v:?}: expected MAJOR.MINOR such as 1.41"
         ))
     };

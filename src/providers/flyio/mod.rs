@@ -147,7 +147,7 @@ impl FlyProvider {
                     };
                     ProviderError::Transient {
                         retry_after: Some(wait_until(expiry, SystemTime::now())),
-                        message: format!("{message}; waiting for the lease to end"),
+                        message: format!("{message}; waiting for the lease to end").into(),
                     }
                 }
                 Some(429) => ProviderError::Transient {

@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, RequestBuilder, StatusCode};
 
-use super::ProviderError;
+use super::{Detail, ProviderError};
 use crate::config::Secret;
 
 /// An answer with a 2xx status.
@@ -50,7 +50,7 @@ impl Http {
         let mut secrets = Vec::new();
         for (name, value) in headers {
             let mut v = HeaderValue::from_str(value.expose()).map_err(|_| {
-                ProviderError::Fatal(format!(
+                ProviderError::fatal(format!(
                     "{provider}: the credential is not a valid header value"
                 ))
             })?;
@@ -82,7 +82,7 @@ impl Http {
             })
             .as_ref()
             .map_err(|e| {
-                ProviderError::Fatal(format!(
+                ProviderError::fatal(format!(
                     "{}: cannot build an HTTP client: {e}",
                     self.provider
                 ))
@@ -206,7 +206,7 @@ pub fn decode_json<T: serde::de::DeserializeOwned>(
 ) -> Result<T, ProviderError> {
     serde_json::from_slice(body).map_err(|e| {
         let excerpt: String = String::from_utf8_lossy(body).chars().take(120).collect();
-        ProviderError::Fatal(format!(
+        ProviderError::fatal(format!(
             "{provider}: {what}: unexpected answer ({e}): {excerpt:?}"
         ))
     })
@@ -241,13 +241,15 @@ pub fn classify(
     retry_after: Option<Duration>,
     message: String,
 ) -> ProviderError {
-    match status.as_u16() {
-        404 | 410 => ProviderError::Gone(message),
+    let code = status.as_u16();
+    let detail = Detail::http(message, code);
+    match code {
+        404 | 410 => ProviderError::Gone(detail),
         408 | 409 | 425 | 429 | 500..=599 => ProviderError::Transient {
-            message,
+            message: detail,
             retry_after,
         },
-        _ => ProviderError::Fatal(message),
+        _ => ProviderError::Fatal(detail),
     }
 }
 

@@ -103,7 +103,7 @@ impl ModalProvider {
 
     fn connect(&self) -> Result<Channel, ProviderError> {
         let bad = |e: &dyn std::fmt::Display| {
-            ProviderError::Fatal(format!("{NAME}: invalid server URL {:?}: {e}", self.url))
+            ProviderError::fatal(format!("{NAME}: invalid server URL {:?}: {e}", self.url))
         };
         let mut endpoint = Endpoint::from_shared(self.url.clone())
             .map_err(|e| bad(&e))?
@@ -126,7 +126,7 @@ impl ModalProvider {
             ("x-modal-token-secret", &self.token_secret),
         ] {
             let mut value = AsciiMetadataValue::try_from(secret.expose()).map_err(|_| {
-                ProviderError::Fatal(format!(
+                ProviderError::fatal(format!(
                     "{NAME}: the token is not a valid gRPC metadata value"
                 ))
             })?;
@@ -266,7 +266,7 @@ impl Provider for ModalProvider {
                     return Ok((Vec::new(), None));
                 };
                 if !next_page_moves_back(before, last) {
-                    return Err(ProviderError::Fatal(format!(
+                    return Err(ProviderError::fatal(format!(
                         "{NAME}: the sandbox listing did not move back in time \
                          (before_timestamp {before:?}, last created_at {last})"
                     )));
@@ -299,7 +299,7 @@ impl Provider for ModalProvider {
             )
             .await?;
         match reply.existing_result {
-            Some(result) => Err(ProviderError::Gone(format!(
+            Some(result) => Err(ProviderError::gone(format!(
                 "{NAME}: sandbox {id} had already finished ({})",
                 result.status_word()
             ))),

@@ -11,10 +11,10 @@ use crate::providers::ProviderError;
 pub fn classify(code: Code, retry_after: Option<Duration>, message: String) -> ProviderError {
     match code {
         _ if retry_after.is_some() => ProviderError::Transient {
-            message,
+            message: message.into(),
             retry_after,
         },
-        Code::NotFound => ProviderError::Gone(message),
+        Code::NotFound => ProviderError::gone(message),
         Code::Unavailable
         | Code::DeadlineExceeded
         | Code::Internal
@@ -22,7 +22,7 @@ pub fn classify(code: Code, retry_after: Option<Duration>, message: String) -> P
         | Code::Cancelled
         | Code::Aborted
         | Code::ResourceExhausted => ProviderError::transient(message),
-        _ => ProviderError::Fatal(message),
+        _ => ProviderError::fatal(message),
     }
 }
 
@@ -97,7 +97,7 @@ mod tests {
         assert_eq!(
             hinted,
             ProviderError::Transient {
-                message: String::new(),
+                message: String::new().into(),
                 retry_after: Some(Duration::from_secs(2))
             }
         );

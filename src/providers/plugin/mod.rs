@@ -209,7 +209,7 @@ impl Plugin {
         let mut body = request.to_string().into_bytes();
         body.push(b'\n');
         let Some((executable, args)) = self.command.split_first() else {
-            return Err(ProviderError::Fatal(format!(
+            return Err(ProviderError::fatal(format!(
                 "plugin {} has no command",
                 self.name
             )));
@@ -224,7 +224,7 @@ impl Plugin {
             .kill_on_drop(true)
             .process_group(0)
             .spawn()
-            .map_err(|e| ProviderError::Fatal(format!("cannot run plugin {program}: {e}")))?;
+            .map_err(|e| ProviderError::fatal(format!("cannot run plugin {program}: {e}")))?;
         let group = child.id();
         match tokio::time::timeout(self.timeout, exchange(&mut child, body)).await {
             Ok(Ok(answer)) => Ok(answer),
@@ -326,7 +326,7 @@ impl Provider for Plugin {
             .await?;
         let reply: ListReply = self.interpret(&answer, what)?;
         if reply.sandboxes.iter().any(|s| s.id.is_empty()) {
-            return Err(ProviderError::Fatal(format!(
+            return Err(ProviderError::fatal(format!(
                 "{what}: plugin {} listed a sandbox with an empty id",
                 self.program()
             )));
@@ -351,11 +351,11 @@ impl Provider for Plugin {
         let done: Done = self.interpret(&answer, &what)?;
         match done.result {
             Outcome::Removed => Ok(()),
-            Outcome::Gone => Err(ProviderError::Gone(format!(
+            Outcome::Gone => Err(ProviderError::gone(format!(
                 "sandbox {} is gone",
                 sandbox.id
             ))),
-            Outcome::Renewed => Err(ProviderError::Fatal(format!(
+            Outcome::Renewed => Err(ProviderError::fatal(format!(
                 "{what}: plugin {} answered `renewed` to `remove`",
                 self.program()
             ))),
@@ -397,11 +397,11 @@ impl Provider for Plugin {
         let done: Done = self.interpret(&answer, &what)?;
         match done.result {
             Outcome::Renewed => Ok(()),
-            Outcome::Gone => Err(ProviderError::Gone(format!(
+            Outcome::Gone => Err(ProviderError::gone(format!(
                 "sandbox {} is gone",
                 sandbox.id
             ))),
-            Outcome::Removed => Err(ProviderError::Fatal(format!(
+            Outcome::Removed => Err(ProviderError::fatal(format!(
                 "{what}: plugin {} answered `removed` to `renew`",
                 self.program()
             ))),

@@ -163,14 +163,14 @@ fn decide<T: DeserializeOwned>(
                 );
                 if e.retry {
                     ProviderError::Transient {
-                        message,
+                        message: message.into(),
                         retry_after: e.retry_after_secs.map(Duration::from_secs),
                     }
                 } else {
-                    ProviderError::Fatal(message)
+                    ProviderError::fatal(message)
                 }
             }
-            Err(e) => ProviderError::Fatal(format!(
+            Err(e) => ProviderError::fatal(format!(
                 "{what}: plugin {program} printed an unreadable error reply ({e}){stderr}"
             )),
         });
@@ -182,17 +182,17 @@ fn decide<T: DeserializeOwned>(
         )));
     }
     if answer.stdout_truncated {
-        return Err(ProviderError::Fatal(format!(
+        return Err(ProviderError::fatal(format!(
             "{what}: plugin {program} printed a reply too large to read{stderr}"
         )));
     }
     let Some(value) = value else {
-        return Err(ProviderError::Fatal(format!(
+        return Err(ProviderError::fatal(format!(
             "{what}: plugin {program} printed something that is not JSON{stderr}"
         )));
     };
     T::deserialize(value).map_err(|e| {
-        ProviderError::Fatal(format!(
+        ProviderError::fatal(format!(
             "{what}: plugin {program} printed an unreadable reply ({e}){stderr}"
         ))
     })

@@ -286,7 +286,7 @@ fn extension(now: i64, ttl: Duration, timeout_at: Option<i64>) -> Option<u64> {
 fn already_gone(err: ProviderError, what: &str) -> ProviderError {
     match err {
         ProviderError::Fatal(m)
-            if m.ends_with("(HTTP 400)") && server_text(&m, what).contains("terminated") =>
+            if m.status == Some(400) && server_text(&m, what).contains("terminated") =>
         {
             ProviderError::Gone(m)
         }

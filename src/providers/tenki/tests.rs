@@ -133,7 +133,12 @@ fn extensions_aim_at_ttl_from_now() {
 #[test]
 fn terminated_sessions_are_gone() {
     let what = "failed to remove sandbox abc";
-    let fatal = |text: &str| ProviderError::Fatal(format!("tenki: {what}: {text} (HTTP 400)"));
+    let fatal = |text: &str| {
+        ProviderError::Fatal(crate::providers::Detail::http(
+            format!("tenki: {what}: {text} (HTTP 400)"),
+            400,
+        ))
+    };
     assert!(matches!(
         already_gone(fatal("session abc is already terminated"), what),
         ProviderError::Gone(_)
@@ -142,7 +147,10 @@ fn terminated_sessions_are_gone() {
         already_gone(fatal("session is sticky"), what),
         ProviderError::Fatal(_)
     ));
-    let unauth = ProviderError::Fatal(format!("tenki: {what}: terminated (HTTP 401)"));
+    let unauth = ProviderError::Fatal(crate::providers::Detail::http(
+        format!("tenki: {what}: terminated (HTTP 401)"),
+        401,
+    ));
     assert!(matches!(
         already_gone(unauth, what),
         ProviderError::Fatal(_)
