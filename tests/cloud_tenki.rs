@@ -397,6 +397,7 @@ fn renew_keeps_the_timeout_a_ttl_from_now() {
     let session = session_id();
     let id = labelled(&t, &session);
     let settings = CloudSettings {
+        rate: None,
         token: Some(Secret::new(TOKEN)),
         secret: None,
         url: t.url().to_string(),

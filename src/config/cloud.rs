@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{Env, Positive, Secret};
+use super::{Env, Positive, Rate, Secret};
 
 /// One cloud provider, resolved. The field names are generic; each constructor below says
 /// which variable and key feed them.
@@ -25,6 +25,8 @@ pub struct CloudSettings {
     pub app: Option<String>,
     /// Per-request timeout.
     pub timeout: Duration,
+    /// Calls a second never to exceed during a reclaim (`rate`), if set.
+    pub rate: Option<f64>,
 }
 
 /// `[providers.e2b]`, `[providers.daytona]`, `[providers.tenki]`.
@@ -34,6 +36,7 @@ pub(super) struct FileKeyed {
     api_key: Option<Secret>,
     api_url: Option<String>,
     timeout: Option<Positive>,
+    rate: Option<Rate>,
 }
 
 /// `[providers.flyio]`.
@@ -44,6 +47,7 @@ pub(super) struct FileFly {
     app: Option<String>,
     api_hostname: Option<String>,
     timeout: Option<Positive>,
+    rate: Option<Rate>,
 }
 
 /// `[providers.modal]`.
@@ -54,6 +58,7 @@ pub(super) struct FileModal {
     token_secret: Option<Secret>,
     server_url: Option<String>,
     timeout: Option<Positive>,
+    rate: Option<Rate>,
 }
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -116,6 +121,7 @@ fn keyed(
             .unwrap_or_else(|| default_url.to_string()),
         app: None,
         timeout: timeout(file.timeout),
+        rate: file.rate.map(|r| r.0),
     }
 }
 
@@ -131,6 +137,7 @@ pub(super) fn flyio(file: FileFly, env: &dyn Env) -> CloudSettings {
             .unwrap_or_else(|| "https://api.machines.dev".into()),
         app: env.var("FLY_APP_NAME").or(file.app),
         timeout: timeout(file.timeout),
+        rate: file.rate.map(|r| r.0),
     }
 }
 
@@ -149,5 +156,6 @@ pub(super) fn modal(file: FileModal, env: &dyn Env) -> CloudSettings {
             .unwrap_or_else(|| "https://api.modal.com:443".into()),
         app: None,
         timeout: timeout(file.timeout),
+        rate: file.rate.map(|r| r.0),
     }
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::cloud;
-use super::values::{Concurrency, HumanDuration, LogLevel, Positive, StatePath};
+use super::values::{Concurrency, HumanDuration, LogLevel, Positive, Rate, StatePath};
 use super::ConfigError;
 
 // The file as written. Every table denies unknown keys so a typo is an error, not a silent
@@ -117,6 +117,7 @@ impl<'de> serde::de::Visitor<'de> for ProvidersVisitor {
 pub(super) struct FilePlugin {
     pub(super) command: Option<PluginCommand>,
     pub(super) timeout: Option<Positive>,
+    pub(super) rate: Option<Rate>,
 }
 
 /// A plugin's `command`: a program and its leading arguments, never empty.
@@ -142,6 +143,7 @@ pub(super) struct FileDocker {
     pub(super) host: Option<String>,
     pub(super) api_version: Option<String>,
     pub(super) timeout: Option<Positive>,
+    pub(super) rate: Option<Rate>,
 }
 
 pub(super) fn parse_file(path: &Path, text: &str) -> Result<FileConfig, ConfigError> {

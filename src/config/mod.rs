@@ -22,7 +22,7 @@ mod file;
 mod values;
 
 pub use cloud::CloudSettings;
-pub use values::{parse_duration, HumanDuration, Positive, Secret};
+pub use values::{parse_duration, HumanDuration, Positive, Rate, Secret};
 
 use file::{parse_file, FileConfig, FilePlugin};
 use values::{check_state_path, expand_home, parse_level, positive, StatePath};
@@ -54,13 +54,15 @@ pub struct Settings {
 pub const BUILT_IN_PROVIDERS: [&str; 6] = ["docker", "e2b", "daytona", "flyio", "tenki", "modal"];
 
 /// A plugin provider as the config file describes it (`[providers.NAME]`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PluginSettings {
     pub name: String,
     /// The program and its leading arguments; `None`: `sandguard-provider-NAME` on `PATH`.
     pub command: Option<Vec<String>>,
     /// How long one call may take before the plugin is killed.
     pub timeout: Duration,
+    /// Calls a second never to exceed during a reclaim (`rate`), if set.
+    pub rate: Option<f64>,
 }
 
 /// The sidecar's lease.
@@ -95,6 +97,8 @@ pub struct ReclaimSettings {
     pub retry_initial: Duration,
     /// Cap on a single retry delay.
     pub retry_max: Duration,
+    /// Calls a second never to exceed, per provider (each provider table's `rate`).
+    pub rates: std::collections::BTreeMap<String, f64>,
 }
 
 /// The Docker driver.
@@ -222,6 +226,29 @@ impl Settings {
         let r = file.reclaim;
         let p = file.providers;
         let d = p.docker;
+        let (e2b, daytona, flyio) = (
+            cloud::e2b(p.e2b, env),
+            cloud::daytona(p.daytona, env),
+            cloud::flyio(p.flyio, env),
+        );
+        let (tenki, modal) = (cloud::tenki(p.tenki, env), cloud::modal(p.modal, env));
+        let plugins = plugins(p.plugins);
+        let mut rates: std::collections::BTreeMap<String, f64> = [
+            ("docker", d.rate.map(|r| r.0)),
+            ("e2b", e2b.rate),
+            ("daytona", daytona.rate),
+            ("flyio", flyio.rate),
+            ("tenki", tenki.rate),
+            ("modal", modal.rate),
+        ]
+        .into_iter()
+        .filter_map(|(name, rate)| Some((name.to_string(), rate?)))
+        .collect();
+        rates.extend(
+            plugins
+                .iter()
+                .filter_map(|p| Some((p.name.clone(), p.rate?))),
+        );
         Ok(Settings {
             source,
             state_dir,
@@ -240,6 +267,7 @@ impl Settings {
                 settle: r.settle.map_or(Duration::from_secs(2), |d| d.0),
                 retry_initial: r.retry_initial.map_or(Duration::from_millis(200), |d| d.0),
                 retry_max: r.retry_max.map_or(Duration::from_secs(10), |d| d.0),
+                rates,
             },
             sweep: SweepSettings {
                 prune_after: match file.sweep.prune_after {
@@ -254,12 +282,12 @@ impl Settings {
                 api_version: env.var("DOCKER_API_VERSION").or(d.api_version),
                 timeout: d.timeout.map_or(Duration::from_secs(30), |d| d.0),
             },
-            e2b: cloud::e2b(p.e2b, env),
-            daytona: cloud::daytona(p.daytona, env),
-            flyio: cloud::flyio(p.flyio, env),
-            tenki: cloud::tenki(p.tenki, env),
-            modal: cloud::modal(p.modal, env),
-            plugins: plugins(p.plugins),
+            e2b,
+            daytona,
+            flyio,
+            tenki,
+            modal,
+            plugins,
         })
     }
 }
@@ -327,6 +355,7 @@ fn plugins(file: std::collections::BTreeMap<String, FilePlugin>) -> Vec<PluginSe
             name,
             command: f.command.map(|c| c.0),
             timeout: f.timeout.map_or(Duration::from_secs(30), |d| d.0),
+            rate: f.rate.map(|r| r.0),
         })
         .collect()
 }

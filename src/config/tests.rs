@@ -161,11 +161,13 @@ fn any_other_provider_table_is_a_plugin_with_command_and_timeout_only() {
                 name: "acme".into(),
                 command: Some(vec!["/opt/acme".into(), "--fast".into()]),
                 timeout: Duration::from_secs(5),
+                rate: None,
             },
             PluginSettings {
                 name: "zed".into(),
                 command: None,
                 timeout: Duration::from_secs(30),
+                rate: None,
             },
         ]
     );

@@ -197,3 +197,20 @@ impl<'de> Deserialize<'de> for Secret {
         String::deserialize(d).map(Secret)
     }
 }
+
+/// A rate cap: calls a second, a positive number (`rate = 20`, `rate = 2.5`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rate(pub f64);
+
+impl<'de> Deserialize<'de> for Rate {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let n = f64::deserialize(d)?;
+        if n.is_finite() && n > 0.0 {
+            Ok(Rate(n))
+        } else {
+            Err(serde::de::Error::custom(format!(
+                "must be a number of calls a second above 0, not {n}"
+            )))
+        }
+    }
+}

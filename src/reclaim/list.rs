@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::remove::{backoff, Gate};
+use super::pace::Pace;
+use super::remove::backoff;
 use super::{ListFailure, Options};
 use crate::labels::Selector;
 use crate::providers::{Listing, Provider, ProviderError, Sandbox};
@@ -47,16 +48,16 @@ pub(super) struct Attempt {
 
 /// Lists one provider once for a reclaim and says whether (and when) to try again: transient
 /// failures are retried with the removal path's backoff, `Retry-After` honoured through the
-/// provider's gate, until `deadline`.
+/// provider's pace, until `deadline`.
 pub(super) async fn attempt(
     provider: &dyn Provider,
     selector: &Selector,
     options: &Options,
     deadline: Instant,
-    gate: &Gate,
+    pace: &Pace,
     tries: u32,
 ) -> Attempt {
-    gate.wait().await;
+    pace.gate().await;
     let Listing { found, errors } = provider.list_parts(selector).await;
     let found: Vec<Sandbox> = matching(found, selector).collect();
     let Some(failure) = failure(provider.name(), &errors) else {
@@ -69,7 +70,7 @@ pub(super) async fn attempt(
                 retry_after: Some(pause),
                 ..
             } => {
-                gate.close_for(*pause).await;
+                pace.close_for(*pause);
                 delay = delay.max(*pause);
             }
             ProviderError::Transient { .. } => {}

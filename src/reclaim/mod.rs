@@ -18,6 +18,7 @@
 //!   session that leaves the session pending for the next sweep.
 
 mod list;
+mod pace;
 mod remove;
 pub mod session;
 
@@ -36,7 +37,7 @@ use crate::providers::{Kind, Provider, Refusal, Sandbox, SandboxKey};
 pub use list::list_all;
 pub use remove::remove_all;
 
-use remove::Gate;
+use pace::Pace;
 
 /// Limits of one reclaim.
 #[derive(Debug, Clone)]
@@ -47,6 +48,15 @@ pub struct Options {
     pub retry_max: Duration,
     /// Delay before the second listing; `None` lists once.
     pub settle: Option<Duration>,
+    /// Calls a second never to exceed, per provider (`[providers.NAME] rate`).
+    pub rates: BTreeMap<String, f64>,
+}
+
+impl Options {
+    /// The rate cap of provider `name`, if it has one.
+    pub fn rate(&self, name: &str) -> Option<f64> {
+        self.rates.get(name).copied()
+    }
 }
 
 impl From<&ReclaimSettings> for Options {
@@ -57,6 +67,7 @@ impl From<&ReclaimSettings> for Options {
             retry_initial: s.retry_initial,
             retry_max: s.retry_max,
             settle: Some(s.settle).filter(|d| !d.is_zero()),
+            rates: s.rates.clone(),
         }
     }
 }
@@ -330,23 +341,23 @@ async fn one_provider(
     options: &Options,
     deadline: Instant,
 ) -> (Vec<Removal>, Option<ListFailure>) {
-    let gate = Gate::default();
+    let pace = Pace::new(options.concurrency, options.rate(provider.name()));
     let mut seen: HashSet<SandboxKey> = claims.iter().map(key).collect();
     seen.extend(done.iter().cloned());
-    let claimed = remove::remove_from(provider, claims, options, deadline, &gate);
+    let claimed = remove::remove_from(provider, claims, options, deadline, &pace);
     let listed = async {
         let mut removals = Vec::new();
         let mut tries = 0;
         loop {
             tries += 1;
             let attempt =
-                list::attempt(provider, &plan.selector, options, deadline, &gate, tries).await;
+                list::attempt(provider, &plan.selector, options, deadline, &pace, tries).await;
             let targets: Vec<Sandbox> = attempt
                 .found
                 .into_iter()
                 .filter(|s| plan.wants(provider, s) && seen.insert(key(s)))
                 .collect();
-            removals.extend(remove::remove_from(provider, targets, options, deadline, &gate).await);
+            removals.extend(remove::remove_from(provider, targets, options, deadline, &pace).await);
             match attempt.retry {
                 None => return (removals, None),
                 Some(Err(failure)) => return (removals, Some(failure)),

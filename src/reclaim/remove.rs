@@ -2,8 +2,8 @@
 //! jitter, and a per-provider gate that honours `Retry-After`.
 //!
 //! - Transient failures are retried with exponential backoff and "equal jitter" (half the
-//!   delay fixed, half random). A provider's `Retry-After` closes a [`Gate`] for that whole
-//!   provider: no request goes to it before the hint has elapsed.
+//!   delay fixed, half random). Each provider is called at its own [`Pace`]: a `Retry-After`
+//!   holds every call to it until the hint has elapsed, and a throttled answer slows it down.
 //! - "Already gone" counts as removed. A fatal error stops retrying that one sandbox; the pass
 //!   goes on and the failure sets the final status. A refusal ([`ProviderError::Refused`]) is
 //!   final and leaves nothing pending.
@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream::{self, StreamExt};
-use tokio::sync::Mutex;
 use tokio::time::Instant;
 
+use super::pace::Pace;
 use super::{Options, Outcome, Removal};
 use crate::providers::{Provider, ProviderError, Sandbox};
 
@@ -53,7 +53,8 @@ pub(super) async fn remove_all_by(
         async move {
             match provider {
                 Some(p) => {
-                    remove_from(p.as_ref(), targets, options, deadline, &Gate::default()).await
+                    let pace = Pace::new(options.concurrency, options.rate(p.name()));
+                    remove_from(p.as_ref(), targets, options, deadline, &pace).await
                 }
                 None => targets
                     .into_iter()
@@ -87,7 +88,7 @@ pub(super) async fn remove_from(
     mut targets: Vec<Sandbox>,
     options: &Options,
     deadline: Instant,
-    gate: &Gate,
+    pace: &Pace,
 ) -> Vec<Removal> {
     targets.sort_by_key(|t| t.kind);
     let mut removals = Vec::with_capacity(targets.len());
@@ -97,7 +98,7 @@ pub(super) async fn remove_from(
         let (phase, tail) = rest.split_at(phase_len);
         rest = tail;
         let done: Vec<Removal> = stream::iter(phase.iter().cloned())
-            .map(|sandbox| remove_one(provider, sandbox, options, deadline, gate))
+            .map(|sandbox| remove_one(provider, sandbox, options, deadline, pace))
             .buffer_unordered(options.concurrency.max(1))
             .collect()
             .await;
@@ -106,62 +107,64 @@ pub(super) async fn remove_from(
     removals
 }
 
-/// The "not before" instant a provider's `Retry-After` set, shared by all its calls.
-#[derive(Default)]
-pub(super) struct Gate(Mutex<Option<Instant>>);
-
-impl Gate {
-    pub(super) async fn wait(&self) {
-        let until = *self.0.lock().await;
-        if let Some(until) = until {
-            tokio::time::sleep_until(until).await;
-        }
-    }
-    pub(super) async fn close_for(&self, pause: Duration) {
-        let until = Instant::now() + pause;
-        let mut slot = self.0.lock().await;
-        if slot.is_none_or(|u| u < until) {
-            *slot = Some(until);
-        }
-    }
-}
-
 async fn remove_one(
     provider: &dyn Provider,
     sandbox: Sandbox,
     options: &Options,
     deadline: Instant,
-    gate: &Gate,
+    pace: &Pace,
 ) -> Removal {
     let mut attempts = 0;
     loop {
-        gate.wait().await;
+        let slot = pace.slot().await;
         attempts += 1;
-        let (message, retry_after) = match provider.remove(&sandbox).await {
-            Ok(()) => return finish(sandbox, Outcome::Removed, attempts),
-            Err(ProviderError::Gone(_)) => return finish(sandbox, Outcome::Gone, attempts),
+        let failure = match provider.remove(&sandbox).await {
+            Ok(()) => {
+                slot.succeeded();
+                return finish(sandbox, Outcome::Removed, attempts);
+            }
+            Err(ProviderError::Gone(_)) => {
+                slot.succeeded();
+                return finish(sandbox, Outcome::Gone, attempts);
+            }
             Err(ProviderError::Fatal(e)) => {
                 return finish(sandbox, Outcome::Failed(e.message), attempts)
             }
             Err(ProviderError::Refused(e)) => {
                 return finish(sandbox, Outcome::Refused(e), attempts)
             }
-            Err(ProviderError::Transient {
-                message,
-                retry_after,
-            }) => {
-                if let Some(pause) = retry_after {
-                    gate.close_for(pause).await;
-                }
-                (message, retry_after)
-            }
+            Err(e @ ProviderError::Transient { .. }) => e,
         };
+        let retry_after = match &failure {
+            ProviderError::Transient { retry_after, .. } => *retry_after,
+            _ => None,
+        };
+        if is_throttled(&failure) {
+            slot.throttled();
+        } else {
+            drop(slot);
+        }
+        if let Some(pause) = retry_after {
+            pace.close_for(pause);
+        }
+        let message = failure.to_string();
         let delay = backoff(options, attempts).max(retry_after.unwrap_or_default());
         if Instant::now() + delay >= deadline {
-            return finish(sandbox, Outcome::Unfinished(message.message), attempts);
+            return finish(sandbox, Outcome::Unfinished(message), attempts);
         }
         tracing::debug!(provider = provider.name(), id = %sandbox.id, attempt = attempts, "retrying in {delay:?}: {message}");
         tokio::time::sleep(delay).await;
+    }
+}
+
+/// A provider telling us to slow down: a 429, or a transient answer with a retry hint (gRPC's
+/// `RESOURCE_EXHAUSTED` with `retry_after`, a plugin's `retry_after_secs`).
+pub(super) fn is_throttled(e: &ProviderError) -> bool {
+    match e {
+        ProviderError::Transient { retry_after, .. } => {
+            e.status() == Some(429) || retry_after.is_some()
+        }
+        _ => false,
     }
 }
 
@@ -213,6 +216,7 @@ mod tests {
             retry_initial: Duration::from_millis(100),
             retry_max: Duration::from_secs(5),
             settle: None,
+            rates: Default::default(),
         }
     }
 

@@ -13,6 +13,7 @@ fn options() -> Options {
         retry_initial: Duration::from_millis(100),
         retry_max: Duration::from_secs(5),
         settle: None,
+        rates: Default::default(),
     }
 }
 
@@ -69,6 +70,7 @@ async fn claims_detached_and_late_arrivals() {
     plan.keep = vec![sandbox("k", Kind::Instance, None)];
     let opts = Options {
         settle: Some(Duration::from_secs(2)),
+        rates: Default::default(),
         ..options()
     };
     let report = reclaim(
@@ -135,6 +137,7 @@ async fn a_second_pass_listing_failure_is_kept() {
     let providers: Vec<Arc<dyn Provider>> = vec![p.clone()];
     let opts = Options {
         settle: Some(Duration::from_secs(2)),
+        rates: Default::default(),
         deadline: Duration::from_secs(10),
         ..options()
     };

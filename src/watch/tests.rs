@@ -44,6 +44,7 @@ impl Harness {
             retry_initial: Duration::from_millis(100),
             retry_max: Duration::from_secs(1),
             settle: Some(Duration::from_secs(2)),
+            rates: Default::default(),
         };
         let providers: Vec<Arc<dyn Provider>> = vec![fake.clone()];
         let sidecar = Sidecar::new(

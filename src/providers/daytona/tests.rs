@@ -93,6 +93,7 @@ fn unconfigured_names_the_variable() {
         url: "https://app.daytona.io/api".into(),
         app: None,
         timeout: Duration::from_secs(30),
+        rate: None,
     };
     let e = entry(&settings);
     assert_eq!(e.name, "daytona");

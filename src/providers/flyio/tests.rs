@@ -17,6 +17,7 @@ fn entries_say_what_is_missing() {
         url: "http://127.0.0.1:1".into(),
         app: app.map(str::to_string),
         timeout: Duration::from_secs(1),
+        rate: None,
     };
     let reason = |s: &CloudSettings| match entry(s).state {
         EntryState::Unconfigured(r) => r,

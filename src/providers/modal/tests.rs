@@ -73,6 +73,7 @@ fn settings(id: Option<&str>, secret: Option<&str>, url: &str) -> CloudSettings 
         url: url.into(),
         app: None,
         timeout: Duration::from_secs(1),
+        rate: None,
     }
 }
 

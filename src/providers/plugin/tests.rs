@@ -35,11 +35,13 @@ fn discovery_takes_executable_files_first_on_path_and_config_wins() {
             name: "zed".into(),
             command: Some(vec!["/opt/zed".into(), "--x".into()]),
             timeout: Duration::from_secs(5),
+            rate: None,
         },
         PluginSettings {
             name: "ghost".into(),
             command: None,
             timeout: Duration::from_secs(5),
+            rate: None,
         },
     ];
     let entries = entries(&configured, Some(&path), &["docker"], &[]);
