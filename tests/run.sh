@@ -10,7 +10,10 @@
 #   0. `fuzz/run.sh`: every cargo-fuzz target for FUZZ_SECONDS (default 30) on its committed
 #      corpus, on the stable toolchain (it installs cargo-fuzz when missing, and builds under
 #      the target directory's `fuzz/`); first, so that a test runner's summary stays last;
-#   1. `cargo test`: unit tests and the one integration-test binary;
+#   1. `cargo test`: unit tests and the one integration-test binary; the vendors' Python SDKs
+#      (`e2b`, `daytona`, `modal`, pinned) are installed first into their own venv, and its
+#      interpreter exported as SANDGUARD_SDK_PYTHON, for the tests that drive the provider
+#      emulators with them;
 #   2. the Python wheel: `maturin build --release` (the `sandguard` binary plus the pure-Python
 #      helper module), in the same target directory as step 1 so that only the release build
 #      of the crate and its dependencies is added, and nothing when it is already built;
@@ -91,6 +94,25 @@ python_tools() {
   fi
 }
 
+# The vendors' own SDKs, pinned, in a venv of their own: the integration tests drive the
+# project's provider emulators with them (tests/support/sdk.rs), so that every emulator is
+# checked by a client nobody here wrote. Kept under the target directory: a second run
+# installs nothing.
+SDK_PINS=('e2b==2.63.0' 'daytona==0.226.1' 'modal==1.6.4')
+sdk_python() {
+  local venv=$1 stamp
+  stamp="$venv/.pins-$(printf '%s ' "${SDK_PINS[@]}" | md5sum | cut -c1-12)"
+  if [ ! -e "$stamp" ]; then
+    command -v python3 >/dev/null 2>&1 || apt_install python3 python3-venv python3-pip
+    rm -rf "$venv"
+    python3 -m venv "$venv" 2>/dev/null || { apt_install python3-venv; python3 -m venv "$venv"; }
+    log "installing the vendors' SDKs into $venv: ${SDK_PINS[*]}"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "${SDK_PINS[@]}"
+    touch "$stamp"
+  fi
+  echo "$venv/bin/python"
+}
+
 # Every layer's counts, added up in the closing line.
 passed=0
 failed=0
@@ -147,6 +169,10 @@ else
     "$(grep -c ': FAILED after' "$logs/fuzz" || true)"
   [ "$rc" -eq 0 ] || exit "$rc"
 fi
+
+# The vendors' SDKs for the emulator checks in step 1.
+SANDGUARD_SDK_PYTHON=$(sdk_python "${CARGO_TARGET_DIR:-$PWD/target}/sdk-venv")
+export SANDGUARD_SDK_PYTHON
 
 # Step 1: the Rust suite (ignored tests too: they need root, which this script has).
 args=("$@")

@@ -65,6 +65,7 @@ fn the_documented_example_parses_and_states_the_defaults() {
         "docker_proxy",
         "[sweep]",
         "prune_after",
+        "rate",
         "[providers.e2b]",
         "[providers.daytona]",
         "[providers.flyio]",
