@@ -17,6 +17,7 @@ mod guard;
 mod packaging;
 mod plugins;
 mod promises;
+mod providers;
 mod proxy;
 mod readme;
 mod reliability;
