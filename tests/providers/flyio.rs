@@ -91,6 +91,7 @@ impl Cloud for Flyio {
     }
 }
 
+// No `server_ttl`: see `SERVER_TTL` above.
 conformance!(Flyio; dropped_connections);
 
 #[test]

@@ -85,6 +85,7 @@ pub trait Cloud: Sized {
     fn insert(&self, labels: &[(&str, &str)]) -> String;
     /// Whether `id` exists and is neither removed nor on its way out.
     fn exists(&self, id: &str) -> bool;
+    /// What goes wrong from now on (`Faults::default()`: nothing).
     fn set_faults(&self, faults: Faults);
     /// Every request so far, with HTTP statuses (0: the connection was dropped).
     fn hits(&self) -> Vec<Hit>;
@@ -205,11 +206,7 @@ impl<C: Cloud> Rig<C> {
             "{labels:?}"
         );
         assert!(labels.iter().any(|(k, _)| k == OWNER), "{labels:?}");
-        let pairs: Vec<(&str, &str)> = labels
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        let ids = (0..n).map(|_| self.cloud.insert(&pairs)).collect();
+        let ids = (0..n).map(|_| self.cloud.insert(&pairs(&labels))).collect();
         (owner, ids)
     }
 
@@ -248,7 +245,7 @@ pub fn kill_alone(owner: &mut Owner) {
     owner.child.wait().unwrap();
 }
 
-/// `config.metadata`-style pairs from owned strings.
+/// Borrowed label pairs, as [`Cloud::insert`] takes them.
 pub fn pairs(labels: &[(String, String)]) -> Vec<(&str, &str)> {
     labels
         .iter()

@@ -116,6 +116,7 @@ fn http_status(code: i32) -> u16 {
     }
 }
 
+// Neither optional part: no dropped connections, no TTL (the reasons are above).
 conformance!(ModalEmu;);
 
 #[test]
