@@ -6,17 +6,13 @@
 
 mod support;
 
-mod cloud_daytona;
-mod cloud_e2b;
-mod cloud_flyio;
-mod cloud_modal;
-mod cloud_tenki;
 mod config_errors;
 mod docker_ps_stop;
 mod guard;
 mod packaging;
 mod plugins;
 mod promises;
+mod providers;
 mod proxy;
 mod readme;
 mod reliability;

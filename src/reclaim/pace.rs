@@ -112,10 +112,14 @@ impl Pace {
     }
 
     /// Waits only for the gate (a listing, which is one call at a time anyway).
+    /// Looks again after each sleep: a pause asked for meanwhile moves the gate.
     pub(super) async fn gate(&self) {
-        let until = self.lock().gate;
-        if let Some(until) = until {
-            tokio::time::sleep_until(until).await;
+        loop {
+            let until = self.lock().gate;
+            match until {
+                Some(until) if until > Instant::now() => tokio::time::sleep_until(until).await,
+                _ => return,
+            }
         }
     }
 
