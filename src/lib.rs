@@ -11,14 +11,16 @@
 //! main.rs       args → logging → cli → exit code
 //! cli/          one file per subcommand: args → Settings → one library call → output;
 //!               error.rs (one Error, one exit code mapping); init.rs (the wrapper as pid 1)
-//! session/      SessionId and the labels a session stamps; spawn.rs (the one way a sidecar is
+//! session/      SessionId; spawn.rs (the one way a sidecar is
 //!               started, and its typed ready line), guard.rs (the Rust SDK helper)
-//! watch/        the sidecar: its event loop (mod.rs), service.rs (the library service that owns
-//!               the loop's tasks), lease.rs (the boot-clock lease), ttl.rs (server-side TTLs)
+//! watch/        the sidecar: its event loop (mod.rs), triggers.rs (what the loop waits on),
+//!               service.rs (the library service that owns the loop's tasks), lease.rs (the
+//!               boot-clock lease), ttl.rs (server-side TTLs)
 //! sweep/        one pass: judging the ledger and every provider (mod.rs); service.rs (--every,
 //!               adoption, the sweep lock)
 //! reclaim/      the one removal path: mod.rs (Plan, Report), list.rs (listings retried until
-//!               the deadline), remove.rs (concurrency, backoff, Retry-After gates),
+//!               the deadline), remove.rs (retries, backoff), pace.rs (each
+//!               provider's window, rate and Retry-After gate),
 //!               session.rs (the ONE journaled session ending, for the sidecar and the sweep)
 //! providers/    the trait, the registry, retry.rs (reads, paging, error chains), http/ and
 //!               redact.rs (the REST layer); one module per driver: docker/ (with its API
@@ -28,7 +30,8 @@
 //! config/       file + environment + flags → one Settings
 //! identity/     owner identity, liveness (alive / dead / unknown), death.rs (watching a
 //!               live owner die: pidfd, /proc fallback)
-//! labels.rs     the label keys and the selector
+//! labels.rs     the label keys a session stamps and the selector (a leaf every layer reads,
+//!               so at the root rather than under session/)
 //! unix/         the only module with unsafe: fd, process, signal
 //! timefmt.rs    RFC 3339 and uptimes
 //! ```

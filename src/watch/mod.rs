@@ -34,12 +34,13 @@
 
 pub mod lease;
 pub mod service;
-
+mod triggers;
 pub mod ttl;
 
+pub use triggers::Triggers;
+use triggers::{drain_claims, next_claim, next_line, refusal};
+
 use std::collections::BTreeSet;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -49,7 +50,7 @@ use tokio::io::AsyncRead;
 use crate::ledger::{Journal, Record, SessionState};
 use crate::protocol::{Command, LineReader, ProtocolError, Target};
 use crate::providers::docker::proxy::Claim as ProxyClaim;
-use crate::providers::{Provider, Sandbox};
+use crate::providers::Provider;
 use crate::reclaim::session::{self, Before, Cause, SharedJournal};
 use crate::reclaim::{Options, Plan};
 
@@ -78,16 +79,6 @@ pub enum Ending {
 pub struct Outcome {
     pub ending: Ending,
     pub state: SessionState,
-}
-
-/// The events the loop waits on, injected.
-pub struct Triggers<R> {
-    /// Resolves when the owner is gone ([`crate::identity::death::OwnerWatch::wait`] in production).
-    pub owner: Pin<Box<dyn Future<Output = Gone> + Send>>,
-    pub control: Option<LineReader<R>>,
-    /// Claims from the Docker API proxy ([`crate::providers::docker::proxy`]), when it runs.
-    pub proxy: Option<tokio::sync::mpsc::UnboundedReceiver<ProxyClaim>>,
-    pub stop: Pin<Box<dyn Future<Output = ()> + Send>>,
 }
 
 /// One session's sidecar.
@@ -386,75 +377,6 @@ impl<C: Clock> Sidecar<C> {
         tracing::debug!("session {} ended: {}", self.session, report.summary());
         Outcome { ending, state }
     }
-}
-
-/// Why a claim or detach of `t` can never be acted on by this session, if it cannot.
-fn refusal(providers: &[Arc<dyn Provider>], t: &Target) -> Option<String> {
-    match providers.iter().find(|p| p.name() == t.provider) {
-        None => Some(format!(
-            "provider {:?} is not configured for this session",
-            t.provider
-        )),
-        Some(p) => p.parse_claim(&t.id).err().map(|r| r.0),
-    }
-}
-
-async fn next_line<R: AsyncRead + Unpin>(
-    control: &mut Option<LineReader<R>>,
-) -> Option<Result<Command, ProtocolError>> {
-    match control {
-        Some(reader) => reader.next().await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn next_claim(
-    proxy: &mut Option<tokio::sync::mpsc::UnboundedReceiver<ProxyClaim>>,
-) -> Option<ProxyClaim> {
-    match proxy {
-        Some(rx) => rx.recv().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Claims still in the pipe when the owner died (or that a surviving child of the owner
-/// writes while the first pass runs), read for at most `settle`, each journaled as it
-/// arrives (refused ones as refused) so that `sandguard claim` sees it acknowledged.
-async fn drain_claims<R: AsyncRead + Unpin>(
-    control: Option<LineReader<R>>,
-    settle: Duration,
-    journal: &SharedJournal,
-    providers: &[Arc<dyn Provider>],
-) -> Vec<Sandbox> {
-    let Some(mut reader) = control else {
-        return Vec::new();
-    };
-    let mut late = Vec::new();
-    let deadline = tokio::time::sleep(settle);
-    tokio::pin!(deadline);
-    loop {
-        tokio::select! {
-            _ = &mut deadline => break,
-            line = reader.next() => match line {
-                Some(Ok(Command::Claim(t))) => match refusal(providers, &t) {
-                    None => {
-                        session::append(journal, &Record::claim(&t));
-                        if let Ok(s) = Sandbox::from_claim(providers, &t) {
-                            late.push(s);
-                        }
-                    }
-                    Some(reason) => session::append(journal, &Record::Refused {
-                        provider: t.provider,
-                        id: t.id,
-                        reason,
-                    }),
-                },
-                Some(_) => {}
-                None => break,
-            }
-        }
-    }
-    late
 }
 
 #[cfg(test)]

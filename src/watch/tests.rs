@@ -3,7 +3,7 @@
 use super::*;
 use crate::ledger::StateDir;
 use crate::providers::fake::{self, Fake};
-use crate::providers::Kind;
+use crate::providers::{Kind, Sandbox};
 use lease::ManualClock;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::oneshot;

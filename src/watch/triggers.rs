@@ -1,0 +1,96 @@
+//! What the sidecar's loop waits on ([`Triggers`]), and the small readers over each: the
+//! control pipe and the proxy's claims, either of which may be absent (pending forever), and
+//! the drain of claims still arriving while a session ends.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::AsyncRead;
+
+use crate::identity::death::Gone;
+use crate::ledger::Record;
+use crate::protocol::{Command, LineReader, ProtocolError, Target};
+use crate::providers::docker::proxy::Claim as ProxyClaim;
+use crate::providers::{Provider, Sandbox};
+use crate::reclaim::session::{self, SharedJournal};
+
+/// The events the loop waits on, injected.
+pub struct Triggers<R> {
+    /// Resolves when the owner is gone ([`crate::identity::death::OwnerWatch::wait`] in production).
+    pub owner: Pin<Box<dyn Future<Output = Gone> + Send>>,
+    pub control: Option<LineReader<R>>,
+    /// Claims from the Docker API proxy ([`crate::providers::docker::proxy`]), when it runs.
+    pub proxy: Option<tokio::sync::mpsc::UnboundedReceiver<ProxyClaim>>,
+    pub stop: Pin<Box<dyn Future<Output = ()> + Send>>,
+}
+
+/// Why a claim or detach of `t` can never be acted on by this session, if it cannot.
+pub(super) fn refusal(providers: &[Arc<dyn Provider>], t: &Target) -> Option<String> {
+    match providers.iter().find(|p| p.name() == t.provider) {
+        None => Some(format!(
+            "provider {:?} is not configured for this session",
+            t.provider
+        )),
+        Some(p) => p.parse_claim(&t.id).err().map(|r| r.0),
+    }
+}
+
+pub(super) async fn next_line<R: AsyncRead + Unpin>(
+    control: &mut Option<LineReader<R>>,
+) -> Option<Result<Command, ProtocolError>> {
+    match control {
+        Some(reader) => reader.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+pub(super) async fn next_claim(
+    proxy: &mut Option<tokio::sync::mpsc::UnboundedReceiver<ProxyClaim>>,
+) -> Option<ProxyClaim> {
+    match proxy {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Claims still in the pipe when the owner died (or that a surviving child of the owner
+/// writes while the first pass runs), read for at most `settle`, each journaled as it
+/// arrives (refused ones as refused) so that `sandguard claim` sees it acknowledged.
+pub(super) async fn drain_claims<R: AsyncRead + Unpin>(
+    control: Option<LineReader<R>>,
+    settle: Duration,
+    journal: &SharedJournal,
+    providers: &[Arc<dyn Provider>],
+) -> Vec<Sandbox> {
+    let Some(mut reader) = control else {
+        return Vec::new();
+    };
+    let mut late = Vec::new();
+    let deadline = tokio::time::sleep(settle);
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            _ = &mut deadline => break,
+            line = reader.next() => match line {
+                Some(Ok(Command::Claim(t))) => match refusal(providers, &t) {
+                    None => {
+                        session::append(journal, &Record::claim(&t));
+                        if let Ok(s) = Sandbox::from_claim(providers, &t) {
+                            late.push(s);
+                        }
+                    }
+                    Some(reason) => session::append(journal, &Record::Refused {
+                        provider: t.provider,
+                        id: t.id,
+                        reason,
+                    }),
+                },
+                Some(_) => {}
+                None => break,
+            }
+        }
+    }
+    late
+}
