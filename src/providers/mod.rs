@@ -320,6 +320,13 @@ pub trait Provider: Send + Sync {
     fn parse_claim(&self, id: &str) -> Result<Sandbox, Refusal> {
         Ok(Sandbox::claimed(self.name(), Kind::Instance, id))
     }
+    /// How the ledger names `sandbox`: the inverse of [`Provider::parse_claim`], so that a
+    /// removal journaled for it clears the claim that named it, and a pending one is read back
+    /// as the same kind (Docker's `network/ID`, never a bare id a sweep would take for a
+    /// container). The id as it is, by default.
+    fn claim_id(&self, sandbox: &Sandbox) -> String {
+        sandbox.id.clone()
+    }
     /// Whether `listed` is the sandbox that the claim (or detach) `claimed` names. Exact by
     /// default; Docker also accepts a unique id prefix, as its own API does.
     fn names(&self, claimed: &Sandbox, listed: &Sandbox) -> bool {

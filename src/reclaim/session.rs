@@ -99,7 +99,7 @@ where
     }
     let report = reclaim(providers, plan, late, options).await;
     let uncovered = uncovered(before, &report, providers);
-    for record in records(before, &report, &uncovered) {
+    for record in records(before, &report, &uncovered, providers) {
         append(journal, &record);
     }
     let state = if !report.is_clean() || !uncovered.is_empty() {
@@ -149,10 +149,21 @@ fn uncovered(
 }
 
 /// The records of one reclaim's outcomes, only what changes the ledger's picture.
-fn records(before: &Before, report: &Report, uncovered: &BTreeMap<String, String>) -> Vec<Record> {
+/// Each sandbox is named as its provider names a claim ([`Provider::claim_id`]), so a removal
+/// clears the claim and a pending sandbox is read back as what it is.
+fn records(
+    before: &Before,
+    report: &Report,
+    uncovered: &BTreeMap<String, String>,
+    providers: &[Arc<dyn Provider>],
+) -> Vec<Record> {
     let mut out = Vec::new();
     for r in &report.removals {
-        let (provider, id) = (r.sandbox.provider.clone(), r.sandbox.id.clone());
+        let provider = r.sandbox.provider.clone();
+        let id = providers
+            .iter()
+            .find(|p| p.name() == provider)
+            .map_or_else(|| r.sandbox.id.clone(), |p| p.claim_id(&r.sandbox));
         let target = Target {
             provider: provider.clone(),
             id: id.clone(),
@@ -245,7 +256,7 @@ mod tests {
             }],
             listed: vec!["fake".into()],
         };
-        let got = records(&before, &report, &BTreeMap::new());
+        let got = records(&before, &report, &BTreeMap::new(), &[]);
         let kinds: Vec<String> = got
             .iter()
             .map(|r| serde_json::to_value(r).unwrap()["ev"].to_string())

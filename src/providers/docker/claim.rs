@@ -65,6 +65,15 @@ pub fn parse(id: &str) -> Result<(Kind, &str), String> {
     }
 }
 
+/// The claim that names a `kind` with `id`: what [`parse`] reads back as the same kind.
+pub fn render(kind: Kind, id: &str) -> String {
+    match kind {
+        Kind::Instance => id.to_string(),
+        Kind::Network => format!("network/{id}"),
+        Kind::Volume => format!("volume/{id}"),
+    }
+}
+
 /// Whether `listed` is what the claim (or detach) `claimed` names: the same kind, and for
 /// containers and networks a listed full id that starts with the claimed id (as Docker's own
 /// prefix lookup would); volumes by exact name.
@@ -138,6 +147,17 @@ mod tests {
         let full = "f".repeat(64);
         assert_eq!(parse(&full), Ok((Kind::Instance, full.as_str())));
         assert_eq!(parse(&format!("network/{NET}")), Ok((Kind::Network, NET)));
+        for (kind, id) in [
+            (Kind::Instance, NET),
+            (Kind::Network, NET),
+            (Kind::Volume, "v_1.x"),
+        ] {
+            assert_eq!(
+                parse(&render(kind, id)),
+                Ok((kind, id)),
+                "{kind:?} reads back"
+            );
+        }
         assert_eq!(parse("volume/v1"), Ok((Kind::Volume, "v1")));
         assert_eq!(parse("volume/a_b.c-d"), Ok((Kind::Volume, "a_b.c-d")));
         for refused in [

@@ -168,6 +168,10 @@ impl Provider for DockerProvider {
             .map_err(Refusal)
     }
 
+    fn claim_id(&self, sandbox: &Sandbox) -> String {
+        claim::render(sandbox.kind, &sandbox.id)
+    }
+
     fn names(&self, claimed: &Sandbox, listed: &Sandbox) -> bool {
         claim::names(claimed, listed)
     }
