@@ -1,8 +1,11 @@
 //! The one journaled session ending, used by the sidecar (its owner died, its lease expired,
 //! or it said `bye`) and by a sweep (a dead owner's session, or a pending one).
 //!
-//! In order: the cause (`owner_dead`, `lease_expired`) and `reclaim_start` are journaled; one
-//! reclaim runs; each outcome is journaled; the session ends `clean` (after `bye`),
+//! In order: the cause (`owner_dead`, `lease_expired`) and `reclaim_start` are written; one
+//! reclaim runs while they are synced (one `fdatasync` on a blocking thread, not two before
+//! the first listing: they acknowledge nothing, and a sidecar that dies before they are
+//! durable leaves an active session of a dead owner, which the next sweep reclaims all the
+//! same); each outcome is journaled; the session ends `clean` (after `bye`),
 //! `reclaimed`, or `pending`; one summary line is printed.
 //!
 //! Decisions:
@@ -77,6 +80,32 @@ pub fn append(journal: &SharedJournal, record: &Record) {
     }
 }
 
+/// Writes one record, made durable by the next [`sync`] or [`append`].
+fn write(journal: &SharedJournal, record: &Record) {
+    let mut j = journal
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Err(e) = j.write(record) {
+        tracing::error!("session {}: {e}", j.id());
+    }
+}
+
+/// Makes what was written durable, on a blocking thread, so the reclaim runs meanwhile.
+async fn sync(journal: &SharedJournal) {
+    let journal = journal.clone();
+    let synced = tokio::task::spawn_blocking(move || {
+        let mut j = journal
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Err(e) = j.sync() {
+            tracing::error!("session {}: {e}", j.id());
+        }
+    });
+    if let Err(e) = synced.await {
+        tracing::error!("journal sync: {e}");
+    }
+}
+
 /// Ends a session: see the module docs. Returns the state it ended in and the report.
 pub async fn end<F>(
     journal: &SharedJournal,
@@ -93,11 +122,11 @@ where
     let resuming = before.state == Some(SessionState::Pending);
     if !resuming {
         if let Some(r) = &cause.record {
-            append(journal, r);
+            write(journal, r);
         }
-        append(journal, &Record::ReclaimStart);
+        write(journal, &Record::ReclaimStart);
     }
-    let report = reclaim(providers, plan, late, options).await;
+    let (report, ()) = tokio::join!(reclaim(providers, plan, late, options), sync(journal));
     let uncovered = uncovered(before, &report, providers);
     for record in records(before, &report, &uncovered, providers) {
         append(journal, &record);
