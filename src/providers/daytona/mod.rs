@@ -237,6 +237,7 @@ impl Item {
                 .created_at
                 .as_deref()
                 .and_then(crate::timefmt::parse_rfc3339),
+            expires_at: None,
             image: self.snapshot.filter(|s| !s.is_empty()),
             labels: self.labels.unwrap_or_default(),
         }
