@@ -126,6 +126,8 @@ pub struct SandboxJson<'a> {
     pub status: &'a str,
     /// RFC 3339, UTC.
     pub created_at: Option<String>,
+    /// When the provider itself ends it whatever its state (RFC 3339, UTC), where known.
+    pub expires_at: Option<String>,
     pub image: Option<&'a str>,
     pub session: Option<&'a str>,
     pub owner: Option<&'a str>,
@@ -147,6 +149,7 @@ impl<'a> SandboxJson<'a> {
             kind: s.kind.as_str(),
             status: &s.status,
             created_at: s.created_at.map(timefmt::format_rfc3339),
+            expires_at: s.expires_at.map(timefmt::format_rfc3339),
             image: s.image.as_deref(),
             session: s.session(),
             owner: s.owner(),

@@ -1,5 +1,6 @@
-//! `sandguard ps`: every managed sandbox on every configured provider, with its session and
-//! whether its owner is alive.
+//! `sandguard ps`: every managed sandbox on every configured provider, with its session,
+//! whether its owner is alive, and when the provider itself will end it (`EXPIRES`,
+//! `expires_at`) where the provider has such a lifetime and lists it.
 //!
 //! Only instances (containers, VMs, cloud sandboxes) are shown; the networks and volumes of a
 //! session are removed with it by `stop` but are not sandboxes a user runs. A provider that
@@ -77,6 +78,10 @@ fn render(found: &[Sandbox], now: i64) -> String {
                 sanitize(&s.status).into_owned(),
                 s.created_at
                     .map_or_else(|| "-".into(), |t| timefmt::format_uptime(now - t)),
+                s.expires_at.map_or_else(
+                    || "-".into(),
+                    |t| format!("in {}", timefmt::format_uptime(t - now)),
+                ),
                 s.image
                     .as_deref()
                     .map_or_else(|| "-".into(), |i| sanitize(i).into_owned()),
@@ -92,6 +97,7 @@ fn render(found: &[Sandbox], now: i64) -> String {
             "PROVIDER",
             "STATUS",
             "UPTIME",
+            "EXPIRES",
             "IMAGE",
             "SESSION",
             "OWNER",

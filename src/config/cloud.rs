@@ -8,20 +8,22 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{Env, Positive, Rate, Secret};
+use super::{ConfigError, Env, Positive, Rate, Secret};
 
 /// One cloud provider, resolved. The field names are generic; each constructor below says
 /// which variable and key feed them.
 #[derive(Debug, Clone)]
 pub struct CloudSettings {
     /// The credential (`E2B_API_KEY`, `DAYTONA_API_KEY`, `FLY_API_TOKEN`, `TENKI_API_KEY`,
-    /// `MODAL_TOKEN_ID`). `None`: the provider is not configured.
+    /// `MODAL_TOKEN_ID`). `None`: the provider is not configured (Daytona: unless by JWT).
     pub token: Option<Secret>,
-    /// A second credential: `MODAL_TOKEN_SECRET`.
+    /// A second credential: `MODAL_TOKEN_SECRET`; Daytona's `DAYTONA_JWT_TOKEN`, used only
+    /// without an API key.
     pub secret: Option<Secret>,
     /// The API's base URL.
     pub url: String,
-    /// Fly.io's app name (`FLY_APP_NAME`, `[providers.flyio] app`).
+    /// Where the credential acts: Fly.io's app name (`FLY_APP_NAME`, `[providers.flyio]
+    /// app`); the organisation of Daytona's JWT (`DAYTONA_ORGANIZATION_ID`).
     pub app: Option<String>,
     /// Per-request timeout.
     pub timeout: Duration,
@@ -83,15 +85,28 @@ pub(super) fn e2b(file: FileKeyed, env: &dyn Env) -> CloudSettings {
 }
 
 /// Daytona: `DAYTONA_API_KEY`; `DAYTONA_API_URL`, then the deprecated `DAYTONA_SERVER_URL`
-/// (default `https://app.daytona.io/api`).
-pub(super) fn daytona(file: FileKeyed, env: &dyn Env) -> CloudSettings {
-    keyed(
+/// (default `https://app.daytona.io/api`). As the Daytona SDK reads its environment, an API
+/// key wins; without one, `DAYTONA_JWT_TOKEN` with `DAYTONA_ORGANIZATION_ID`, and a JWT
+/// without an organisation is an error (the SDK raises one too) that never quotes the token.
+pub(super) fn daytona(file: FileKeyed, env: &dyn Env) -> Result<CloudSettings, ConfigError> {
+    let mut settings = keyed(
         file,
         env,
         &["DAYTONA_API_KEY"],
         &["DAYTONA_API_URL", "DAYTONA_SERVER_URL"],
         "https://app.daytona.io/api",
-    )
+    );
+    settings.secret = env.var("DAYTONA_JWT_TOKEN").map(Secret::new);
+    settings.app = env.var("DAYTONA_ORGANIZATION_ID");
+    if settings.token.is_none() && settings.secret.is_some() && settings.app.is_none() {
+        return Err(ConfigError::Env {
+            var: "DAYTONA_JWT_TOKEN".into(),
+            message: "set, but DAYTONA_ORGANIZATION_ID is not: a Daytona JWT needs the \
+                      organization it acts in (or set DAYTONA_API_KEY instead)"
+                .into(),
+        });
+    }
+    Ok(settings)
 }
 
 /// Tenki: `TENKI_AUTH_TOKEN`, then `TENKI_API_KEY`; `TENKI_API_ENDPOINT`, then `TENKI_API_URL`

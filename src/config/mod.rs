@@ -228,7 +228,7 @@ impl Settings {
         let d = p.docker;
         let (e2b, daytona, flyio) = (
             cloud::e2b(p.e2b, env),
-            cloud::daytona(p.daytona, env),
+            cloud::daytona(p.daytona, env)?,
             cloud::flyio(p.flyio, env),
         );
         let (tenki, modal) = (cloud::tenki(p.tenki, env), cloud::modal(p.modal, env));

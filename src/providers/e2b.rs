@@ -83,6 +83,7 @@ impl Listed {
             id: self.sandbox_id,
             status: self.state.unwrap_or_else(|| "running".into()),
             created_at: self.started_at.as_deref().and_then(timefmt::parse_rfc3339),
+            expires_at: None,
             image: self.alias.or(self.template_id),
             labels: self.metadata.unwrap_or_default(),
         }

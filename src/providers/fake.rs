@@ -133,6 +133,7 @@ pub fn sandbox(id: &str, kind: Kind, session: Option<&str>) -> Sandbox {
         id: id.into(),
         status: "running".into(),
         created_at: None,
+        expires_at: None,
         image: None,
         labels,
     }

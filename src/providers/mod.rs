@@ -66,6 +66,9 @@ pub struct Sandbox {
     pub status: String,
     /// Unix seconds, when the provider says.
     pub created_at: Option<i64>,
+    /// When the provider itself will end it whatever its state (Unix seconds), where the
+    /// provider has such a lifetime and the listing says it.
+    pub expires_at: Option<i64>,
     pub image: Option<String>,
     pub labels: BTreeMap<String, String>,
 }
@@ -79,6 +82,7 @@ impl Sandbox {
             id: id.to_string(),
             status: "claimed".into(),
             created_at: None,
+            expires_at: None,
             image: None,
             labels: BTreeMap::new(),
         }

@@ -1,21 +1,43 @@
-//! An in-memory Daytona API on the emulator framework, after `providers.md` §2:
+//! An in-memory Daytona API on the emulator framework, after `providers.md` §2 and its
+//! 2026-12 corrections:
 //!
 //! - Routes under `/api`: `GET /api/sandbox` (the cursor-paged `{"items","nextCursor"}` shape
 //!   by default, or the legacy bare array after [`Daytona::set_legacy`]), `GET` and `DELETE
-//!   /api/sandbox/{id}`, `POST /api/sandbox/{id}/autostop|autodelete|autoarchive/{n}` and
-//!   `POST /api/sandbox/{id}/last-activity` (answered 201, as NestJS does without
-//!   `@HttpCode`).
-//! - `Authorization: Bearer <key>`, else 401. Errors carry NestJS's exception-filter body
+//!   /api/sandbox/{id}`, `POST /api/sandbox/{id}/stop` (200), `POST
+//!   /api/sandbox/{id}/ttl/{minutes}` (200, as the spec says; absent after
+//!   [`Daytona::set_no_ttl_route`], as on a server built from the public source), `POST
+//!   /api/sandbox/{id}/autostop|autodelete|autoarchive/{n}` and `POST
+//!   /api/sandbox/{id}/last-activity` (201, as NestJS answers without `@HttpCode`).
+//! - Auth: `Authorization: Bearer <key>`, or `Bearer <jwt>` with `X-Daytona-Organization-ID`
+//!   after [`Daytona::set_jwt`]. An unknown bearer is 401; the JWT without the organisation
+//!   header, or with another organisation, is 403 "Invalid authentication context" (the
+//!   organisation guard's `ForbiddenException`). Errors carry NestJS's exception-filter body
 //!   (`path`, `timestamp`, `statusCode`, `error`, `message`).
+//! - Listing items are `SandboxListItem`s with the fields the 0.226.1 SDK requires (for
+//!   example `networkBlockAll`), `autoDestroyAt` among them; `GET /api/sandbox/{id}`, the
+//!   other routes and the legacy listing answer the whole `Sandbox` (`env`, `kvm`, …).
 //! - The `labels` filter is JSON matched by containment; bad JSON is 400 "Invalid labels JSON
 //!   format"; `limit` is 1..=200 (default 100); `states` defaults to every state but
-//!   `destroyed`. Pages are keyset-ordered by creation (newest first), so a cursor stays valid
+//!   `destroyed`; `autoDestroyAtAfter`/`autoDestroyAtBefore` filter by the TTL (a sandbox
+//!   without one matches neither); `includeWarm` must be a boolean (there is no warm pool
+//!   here). Pages are keyset-ordered by creation (newest first), so a cursor stays valid
 //!   while sandboxes come and go.
-//! - Delete is asynchronous: 200 with the sandbox as it was, then `destroying` for
-//!   [`Daytona::set_destroy_delay`] (a second delete meanwhile is 409 "Sandbox state change in
-//!   progress"), then `destroyed`: unlisted, and 404 to every route.
-//! - A 429 names its throttler: `Retry-After-sandbox-lifecycle` for lifecycle routes (delete),
-//!   `Retry-After-authenticated` for the rest; rate-limit buckets are those throttlers.
+//! - Lifecycle, on an emulated wall clock that [`Daytona::advance`] moves (minutes pass in a
+//!   test at once): `autoDestroyAt` (set by `/ttl`, `null` without a TTL) destroys the
+//!   sandbox when it passes, whatever its state; auto-stop stops a started sandbox idle for
+//!   its interval (`0`: never); auto-delete deletes a sandbox stopped for its interval, `0`
+//!   as soon as it is stopped (and a stop of such an ephemeral sandbox deletes it outright);
+//!   a negative auto-delete never deletes.
+//! - Stop is asynchronous: 200 with the sandbox as it was, `stopping` for
+//!   [`Daytona::set_destroy_delay`] (a delete or stop meanwhile is 409), then `stopped`. A
+//!   stop of a sandbox neither started nor paused is 400 "Sandbox is not in a stoppable
+//!   state".
+//! - Delete is asynchronous: 200 with the sandbox as it was, then `destroying` for the same
+//!   delay (a second delete meanwhile is 409 "Sandbox state change in progress"), then
+//!   `destroyed`: unlisted, and 404 to every route.
+//! - A 429 names its throttler: `Retry-After-sandbox-lifecycle` for lifecycle routes (delete,
+//!   stop, …), `Retry-After-authenticated` for the rest; rate-limit buckets are those
+//!   throttlers.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -23,49 +45,38 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::emu::{Api, Emulator, Request, Response};
+use super::emu::Emulator;
 
-const STATES: &[&str] = &[
-    "creating",
-    "restoring",
-    "destroyed",
-    "destroying",
-    "started",
-    "stopped",
-    "starting",
-    "stopping",
-    "error",
-    "build_failed",
-    "pending_build",
-    "building_snapshot",
-    "unknown",
-    "pulling_snapshot",
-    "archived",
-    "archiving",
-    "resizing",
-    "snapshotting",
-    "forking",
-    "pausing",
-    "paused",
-    "resuming",
-];
+mod routes;
+use routes::Handler;
+
+/// A minute of the emulated clock, in milliseconds.
+const MINUTE_MS: i64 = 60_000;
 
 struct Sandbox {
     id: String,
     state: String,
-    /// A state change in progress until then (409 to a delete).
+    /// A start still landing until then (409 to a delete or stop).
     pending_until: Option<Instant>,
+    /// `stopping` turns `stopped` then.
+    stop_at: Option<Instant>,
     /// `destroying` turns `destroyed` then.
     destroy_at: Option<Instant>,
     created_ms: i64,
     labels: BTreeMap<String, String>,
     last_activity_ms: i64,
+    /// When it last became `stopped` (emulated clock).
+    stopped_ms: Option<i64>,
     auto_stop: i64,
     auto_delete: i64,
+    /// `autoDestroyAt` (emulated clock): set by a TTL, `None` without one.
+    auto_destroy_ms: Option<i64>,
 }
 
 impl Sandbox {
-    fn settle(&mut self, now: Instant) {
+    /// Lands what is due at `now` (real time, for the transitions) and `clock` (the
+    /// emulated wall clock, for the minute-long policies).
+    fn settle(&mut self, now: Instant, clock: i64, delay: Duration) {
         if self.destroy_at.is_some_and(|t| t <= now) {
             self.state = "destroyed".into();
             self.destroy_at = None;
@@ -74,55 +85,132 @@ impl Sandbox {
             self.pending_until = None;
             self.state = "started".into();
         }
+        if self.stop_at.is_some_and(|t| t <= now) {
+            self.stop_at = None;
+            self.state = "stopped".into();
+            self.stopped_ms = Some(clock);
+        }
+        if matches!(self.state.as_str(), "destroying" | "destroyed") {
+            return;
+        }
+        // The TTL: destroyed whatever the state.
+        if self.auto_destroy_ms.is_some_and(|t| t <= clock) {
+            return self.destroy(now + delay);
+        }
+        let idle_until = self.last_activity_ms + self.auto_stop * MINUTE_MS;
+        if self.state == "started" && !self.pending() && self.auto_stop > 0 && idle_until <= clock {
+            self.state = "stopped".into();
+            self.stopped_ms = Some(idle_until);
+        }
+        if self.state == "stopped"
+            && self.auto_delete >= 0
+            && self
+                .stopped_ms
+                .is_some_and(|t| t + self.auto_delete * MINUTE_MS <= clock)
+        {
+            self.destroy(now + delay);
+        }
+    }
+
+    fn destroy(&mut self, at: Instant) {
+        self.state = "destroying".into();
+        self.destroy_at = Some(at);
+        self.stop_at = None;
     }
 
     fn pending(&self) -> bool {
-        self.pending_until.is_some() || self.destroy_at.is_some()
+        self.pending_until.is_some() || self.stop_at.is_some() || self.destroy_at.is_some()
     }
 
-    fn json(&self) -> Value {
+    /// A `SandboxListItem`, as the paged listing answers (the 0.226.1 SDK's required fields).
+    fn item(&self) -> Value {
         let at = iso(self.created_ms);
+        let desired = if self.destroy_at.is_some() || self.state == "destroyed" {
+            "destroyed"
+        } else if matches!(self.state.as_str(), "stopping" | "stopped") {
+            "stopped"
+        } else {
+            "started"
+        };
         json!({
             "id": self.id,
-            "organizationId": "org-emulated",
+            "organizationId": ORGANIZATION,
             "name": self.id,
             "target": "us",
             "runnerId": "runner-1",
-            "sandboxClass": "small",
+            "sandboxClass": "container",
             "state": self.state,
-            "desiredState": if self.destroy_at.is_some() { "destroyed" } else { "started" },
+            "desiredState": desired,
             "errorReason": null,
             "recoverable": false,
             "snapshot": "daytonaio/sandbox:0.4.3",
             "user": "daytona",
             "public": false,
+            "networkBlockAll": false,
             "cpu": 1, "gpu": 0, "memory": 1, "disk": 3,
+            "spot": false,
             "labels": self.labels,
             "backupState": "None",
             "autoStopInterval": self.auto_stop,
+            "autoPauseInterval": 0,
             "autoArchiveInterval": 10080,
             "autoDeleteInterval": self.auto_delete,
+            "autoDestroyAt": self.auto_destroy_ms.map(iso),
             "createdAt": at, "updatedAt": at, "lastActivityAt": iso(self.last_activity_ms),
             "daemonVersion": "0.1.0",
             "toolboxProxyUrl": "https://proxy.app.daytona.io/toolbox",
         })
     }
+
+    /// A whole `Sandbox`: the list item and what only `GET /sandbox/{id}` (and the
+    /// other routes, and the legacy listing) answer.
+    fn json(&self) -> Value {
+        let mut v = self.item();
+        v["env"] = json!({});
+        v["kvm"] = json!(false);
+        v["volumes"] = json!([]);
+        v
+    }
+}
+
+/// The organisation every sandbox here belongs to.
+pub const ORGANIZATION: &str = "org-emulated";
+
+/// The credential a request was let in with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Credential {
+    ApiKey,
+    Jwt,
 }
 
 #[derive(Default)]
 struct State {
     sandboxes: Vec<Sandbox>,
     legacy: bool,
+    /// No `/ttl` route, as a server built from the public source (June 2026).
+    no_ttl_route: bool,
     destroy_delay: Duration,
     counter: u64,
+    /// How far the emulated wall clock is ahead of the real one.
+    offset_ms: i64,
+    /// A JWT accepted with this organisation (token, organisation).
+    jwt: Option<(String, String)>,
+    /// The credential of every request let in, in order.
+    credentials: Vec<Credential>,
     /// The throttler of the request being answered (see [`Handler::route`]).
     throttler: &'static str,
 }
 
 impl State {
+    fn clock(&self) -> i64 {
+        now_ms() + self.offset_ms
+    }
+
     fn settle(&mut self) {
-        let now = Instant::now();
-        self.sandboxes.iter_mut().for_each(|s| s.settle(now));
+        let (now, clock, delay) = (Instant::now(), self.clock(), self.destroy_delay);
+        self.sandboxes
+            .iter_mut()
+            .for_each(|s| s.settle(now, clock, delay));
     }
 
     fn find(&mut self, id: &str) -> Option<&mut Sandbox> {
@@ -147,7 +235,7 @@ impl std::ops::Deref for Daytona {
 }
 
 impl Daytona {
-    /// A Daytona that accepts `key`, answers the paged shape, and destroys in 200 ms.
+    /// A Daytona that accepts `key`, answers the paged shape, and stops or destroys in 200 ms.
     pub fn start(key: &str) -> Daytona {
         let state = Arc::new(Mutex::new(State {
             destroy_delay: Duration::from_millis(200),
@@ -171,17 +259,54 @@ impl Daytona {
         self.state.lock().unwrap().legacy = legacy;
     }
 
+    /// Answer as a server built from the public source (June 2026): no `/ttl` route.
+    pub fn set_no_ttl_route(&self, missing: bool) {
+        self.state.lock().unwrap().no_ttl_route = missing;
+    }
+
     pub fn set_destroy_delay(&self, delay: Duration) {
         self.state.lock().unwrap().destroy_delay = delay;
     }
 
-    /// A started sandbox with these labels; returns its id.
+    /// Also accept the user JWT `token`, in organisation `organization` only.
+    pub fn set_jwt(&self, token: &str, organization: &str) {
+        self.state.lock().unwrap().jwt = Some((token.to_string(), organization.to_string()));
+    }
+
+    /// The JWT accepted, if any: `(token, organisation)`.
+    pub fn jwt(&self) -> Option<(String, String)> {
+        self.state.lock().unwrap().jwt.clone()
+    }
+
+    /// The credential of every request let in so far.
+    pub fn credentials(&self) -> Vec<Credential> {
+        self.state.lock().unwrap().credentials.clone()
+    }
+
+    /// Moves the emulated wall clock forward: TTLs, auto-stop and auto-delete come due.
+    pub fn advance(&self, by: Duration) {
+        let mut st = self.state.lock().unwrap();
+        st.offset_ms += by.as_millis() as i64;
+        st.settle();
+    }
+
+    /// A started sandbox with these labels, created as the SDK's `create(ttl_minutes=60)`
+    /// makes one (15 idle minutes to auto-stop, no auto-delete); returns its id.
     pub fn insert(&self, labels: &[(&str, &str)]) -> String {
-        self.insert_busy(labels, Duration::ZERO)
+        self.seed(labels, Duration::ZERO, Some(60))
+    }
+
+    /// [`Daytona::insert`] without a TTL (`autoDestroyAt` null), Daytona's default.
+    pub fn insert_without_ttl(&self, labels: &[(&str, &str)]) -> String {
+        self.seed(labels, Duration::ZERO, None)
     }
 
     /// A sandbox whose start is still landing for `busy` (a delete meanwhile is 409).
     pub fn insert_busy(&self, labels: &[(&str, &str)], busy: Duration) -> String {
+        self.seed(labels, busy, Some(60))
+    }
+
+    fn seed(&self, labels: &[(&str, &str)], busy: Duration, ttl: Option<i64>) -> String {
         let mut st = self.state.lock().unwrap();
         st.counter += 1;
         let n = st.counter;
@@ -192,6 +317,7 @@ impl Daytona {
             n
         );
         let pending_until = (!busy.is_zero()).then(|| Instant::now() + busy);
+        let clock = st.clock();
         let sandbox = Sandbox {
             id: id.clone(),
             state: if pending_until.is_some() {
@@ -201,6 +327,7 @@ impl Daytona {
             }
             .into(),
             pending_until,
+            stop_at: None,
             destroy_at: None,
             // Distinct creation times, one second apart, so keyset order is total.
             created_ms: 1_780_000_000_000 + n as i64 * 1000,
@@ -208,9 +335,11 @@ impl Daytona {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
-            last_activity_ms: 1_780_000_000_000 + n as i64 * 1000,
+            last_activity_ms: clock,
+            stopped_ms: None,
             auto_stop: 15,
             auto_delete: -1,
+            auto_destroy_ms: ttl.map(|m| clock + m * MINUTE_MS),
         };
         st.sandboxes.push(sandbox);
         id
@@ -234,234 +363,28 @@ impl Daytona {
         self.live().iter().any(|l| l == id)
     }
 
+    /// The state of a sandbox not yet destroyed.
+    pub fn state_of(&self, id: &str) -> Option<String> {
+        let mut st = self.state.lock().unwrap();
+        st.find(id).map(|s| s.state.clone())
+    }
+
     /// `(autoStopInterval, autoDeleteInterval)` of a sandbox.
     pub fn intervals(&self, id: &str) -> Option<(i64, i64)> {
         let mut st = self.state.lock().unwrap();
         st.find(id).map(|s| (s.auto_stop, s.auto_delete))
     }
 
-    /// When the sandbox was last used (or marked used), in Unix milliseconds.
-    pub fn last_activity_ms(&self, id: &str) -> Option<i64> {
+    /// `autoDestroyAt` in Unix milliseconds of the emulated clock, if a TTL is set.
+    pub fn auto_destroy_ms(&self, id: &str) -> Option<i64> {
         let mut st = self.state.lock().unwrap();
-        st.find(id).map(|s| s.last_activity_ms)
-    }
-}
-
-struct Handler {
-    key: String,
-    state: Arc<Mutex<State>>,
-}
-
-impl Api for Handler {
-    fn handle(&self, req: &Request) -> Response {
-        if req.header("authorization") != Some(&format!("Bearer {}", self.key)) {
-            return nest_error(req, 401, "Unauthorized");
-        }
-        let segs = req.segments();
-        let mut st = self.state.lock().unwrap();
-        match (req.method.as_str(), segs.as_slice()) {
-            ("GET", ["api", "sandbox"]) => list(&mut st, req),
-            ("GET", ["api", "sandbox", id]) => match st.find(id) {
-                Some(s) => Response::json(200, s.json()),
-                None => not_found(req, id),
-            },
-            ("DELETE", ["api", "sandbox", id]) => delete(&mut st, req, id),
-            ("POST", ["api", "sandbox", id, "last-activity"]) => match st.find(id) {
-                Some(s) => {
-                    s.last_activity_ms = now_ms();
-                    Response::empty(201)
-                }
-                None => not_found(req, id),
-            },
-            ("POST", ["api", "sandbox", id, setting, n])
-                if matches!(*setting, "autostop" | "autodelete" | "autoarchive") =>
-            {
-                interval(&mut st, req, id, setting, n)
-            }
-            _ => nest_error(req, 404, &format!("Cannot {} {}", req.method, req.path)),
-        }
+        st.find(id).and_then(|s| s.auto_destroy_ms)
     }
 
-    fn throttled(&self, secs: u64) -> Response {
-        let name = self.state.lock().unwrap().throttler;
-        Response::json(
-            429,
-            json!({"statusCode": 429, "error": "Too Many Requests",
-                   "message": "ThrottlerException: Too Many Requests"}),
-        )
-        .with_header(&format!("retry-after-{name}"), secs.to_string())
-        .with_header(&format!("x-ratelimit-limit-{name}"), "10")
-        .with_header(&format!("x-ratelimit-remaining-{name}"), "0")
-        .with_header(&format!("x-ratelimit-reset-{name}"), secs.to_string())
+    /// The emulated clock, Unix milliseconds.
+    pub fn clock_ms(&self) -> i64 {
+        self.state.lock().unwrap().clock()
     }
-
-    fn unavailable(&self) -> Response {
-        Response::json(
-            503,
-            json!({"statusCode": 503, "error": "Service Unavailable",
-                   "message": "Service Unavailable"}),
-        )
-    }
-
-    /// Daytona limits per named throttler, not per route. The framework asks for the route
-    /// right before it may answer 429 for the same request, on its single-threaded server,
-    /// so the throttler is remembered here for [`Api::throttled`] to name in its header.
-    fn route(&self, req: &Request) -> String {
-        let lifecycle = req.method == "DELETE"
-            || (req.method == "POST"
-                && req.segments().get(3).is_some_and(|op| {
-                    matches!(
-                        *op,
-                        "stop" | "start" | "pause" | "resize" | "recover" | "archive"
-                    )
-                }));
-        let name = if lifecycle {
-            "sandbox-lifecycle"
-        } else {
-            "authenticated"
-        };
-        self.state.lock().unwrap().throttler = name;
-        name.to_string()
-    }
-}
-
-fn list(st: &mut State, req: &Request) -> Response {
-    st.settle();
-    let wanted: BTreeMap<String, String> = match req.query("labels") {
-        None => BTreeMap::new(),
-        Some(text) => match serde_json::from_str(text) {
-            Ok(map) => map,
-            Err(_) => return nest_error(req, 400, "Invalid labels JSON format"),
-        },
-    };
-    let states: Vec<&str> = req.queries("states");
-    if let Some(bad) = states
-        .iter()
-        .find(|s| !STATES.contains(s) || **s == "destroyed")
-    {
-        return validation_error(req, &format!("states: invalid value {bad:?}"));
-    }
-    let mut matching: Vec<&Sandbox> = st
-        .sandboxes
-        .iter()
-        .filter(|s| {
-            if states.is_empty() {
-                s.state != "destroyed"
-            } else {
-                states.contains(&s.state.as_str())
-            }
-        })
-        .filter(|s| wanted.iter().all(|(k, v)| s.labels.get(k) == Some(v)))
-        .collect();
-    matching.sort_by(|a, b| (b.created_ms, &b.id).cmp(&(a.created_ms, &a.id)));
-    if st.legacy {
-        return Response::json(
-            200,
-            Value::Array(matching.iter().map(|s| s.json()).collect()),
-        );
-    }
-    let limit = match req.query("limit").map(str::parse::<usize>) {
-        None => 100,
-        Some(Ok(n)) if (1..=200).contains(&n) => n,
-        Some(_) => return validation_error(req, "limit must be an integer from 1 to 200"),
-    };
-    let start = match req.query("cursor") {
-        None => 0,
-        Some(c) => match decode_cursor(c) {
-            Some((ms, id)) => matching
-                .iter()
-                .position(|s| (s.created_ms, s.id.as_str()) < (ms, id.as_str()))
-                .unwrap_or(matching.len()),
-            None => return nest_error(req, 400, "Invalid cursor"),
-        },
-    };
-    let page: Vec<&Sandbox> = matching.iter().skip(start).take(limit).copied().collect();
-    let next = (start + page.len() < matching.len())
-        .then(|| page.last().map(|s| encode_cursor(s.created_ms, &s.id)))
-        .flatten();
-    Response::json(
-        200,
-        json!({"items": page.iter().map(|s| s.json()).collect::<Vec<_>>(), "nextCursor": next}),
-    )
-}
-
-fn delete(st: &mut State, req: &Request, id: &str) -> Response {
-    let delay = st.destroy_delay;
-    let Some(s) = st.find(id) else {
-        return not_found(req, id);
-    };
-    if s.pending() {
-        return nest_error(req, 409, "Sandbox state change in progress");
-    }
-    let before = s.json();
-    s.state = "destroying".into();
-    s.destroy_at = Some(Instant::now() + delay);
-    Response::json(200, before)
-}
-
-fn interval(st: &mut State, req: &Request, id: &str, setting: &str, n: &str) -> Response {
-    let Ok(n) = n.parse::<i64>() else {
-        return nest_error(req, 400, "Validation failed (numeric string is expected)");
-    };
-    let Some(s) = st.find(id) else {
-        return not_found(req, id);
-    };
-    match setting {
-        "autostop" if n < 0 => {
-            return nest_error(
-                req,
-                400,
-                "Auto-stop interval must be a non-negative integer",
-            )
-        }
-        "autostop" => s.auto_stop = n,
-        "autodelete" => s.auto_delete = n,
-        _ => {}
-    }
-    Response::json(201, s.json())
-}
-
-fn not_found(req: &Request, id: &str) -> Response {
-    nest_error(req, 404, &format!("Sandbox with ID or name {id} not found"))
-}
-
-/// NestJS's `AllExceptionsFilter` body.
-fn nest_error(req: &Request, status: u16, message: &str) -> Response {
-    Response::json(status, error_body(req, status, json!(message)))
-}
-
-/// class-validator's 400: `message` is a list.
-fn validation_error(req: &Request, message: &str) -> Response {
-    Response::json(400, error_body(req, 400, json!([message])))
-}
-
-fn error_body(req: &Request, status: u16, message: Value) -> Value {
-    let error = match status {
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        404 => "Not Found",
-        409 => "Conflict",
-        _ => "Error",
-    };
-    json!({"path": req.path, "timestamp": iso(now_ms()), "statusCode": status,
-           "error": error, "message": message})
-}
-
-fn encode_cursor(ms: i64, id: &str) -> String {
-    format!("{ms}:{id}")
-        .bytes()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-fn decode_cursor(c: &str) -> Option<(i64, String)> {
-    let bytes: Option<Vec<u8>> = (0..c.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(c.get(i..i + 2)?, 16).ok())
-        .collect();
-    let text = String::from_utf8(bytes?).ok()?;
-    let (ms, id) = text.split_once(':')?;
-    Some((ms.parse().ok()?, id.to_string()))
 }
 
 fn now_ms() -> i64 {

@@ -103,6 +103,7 @@ impl DockerProvider {
                     id: n.id?,
                     status: "network".into(),
                     created_at: n.created.as_deref().and_then(crate::timefmt::parse_rfc3339),
+                    expires_at: None,
                     image: None,
                     labels: sorted(n.labels.unwrap_or_default()),
                 })
@@ -135,6 +136,7 @@ impl DockerProvider {
                     .created_at
                     .as_deref()
                     .and_then(crate::timefmt::parse_rfc3339),
+                expires_at: None,
                 image: None,
                 labels: sorted(v.labels),
             })
@@ -194,6 +196,7 @@ fn container(
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| "unknown".into()),
         created_at: c.created,
+        expires_at: None,
         image: c.image,
         labels,
     }))

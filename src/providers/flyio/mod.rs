@@ -390,6 +390,7 @@ impl Machine {
                 .created_at
                 .as_deref()
                 .and_then(crate::timefmt::parse_rfc3339),
+            expires_at: None,
             image,
             labels,
         })

@@ -373,6 +373,7 @@ fn to_sandbox(info: SandboxInfo) -> Sandbox {
         id: info.id,
         created_at: (info.created_at.is_finite() && info.created_at > 0.0)
             .then_some(info.created_at as i64),
+        expires_at: None,
         image: Some(info.image_id).filter(|i| !i.is_empty()),
         labels,
     }

@@ -61,6 +61,7 @@ impl Listed {
             id: self.id,
             status: self.status.unwrap_or_else(|| "unknown".into()),
             created_at: self.created_at,
+            expires_at: None,
             image: self.image,
             labels: self.labels,
         }

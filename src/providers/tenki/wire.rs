@@ -98,6 +98,7 @@ impl Session {
                 .and_then(crate::timefmt::parse_rfc3339),
             id: self.id,
             status,
+            expires_at: None,
             image,
             labels,
         }
