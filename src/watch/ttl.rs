@@ -2,7 +2,7 @@
 //!
 //! While the owner lives, every `renew_every` the keeper lists the session's sandboxes on each
 //! provider that has a server-side lifetime ([`crate::providers::Capabilities::ttl`]: E2B's
-//! timeout, Tenki's session timeout, Daytona's auto-stop), adds the owner's claims on those
+//! timeout, Tenki's session timeout, Daytona's absolute TTL), adds the owner's claims on those
 //! providers, and asks each provider to keep them alive for `ttl` from now, where
 //! `ttl = grace + 2 × renew_every`. If the whole machine sleeps, dies or loses its network,
 //! nothing renews, and the provider itself ends the sandboxes a little after the grace.
