@@ -22,7 +22,7 @@
 //!   exits), so `ttl: false` and the trait's default `renew` (an error) stay.
 //!
 //! Decisions:
-//! - Auth: the scheme follows the token, as fly-go decides it ([`auth`]): a pasted `FlyV1 ` or
+//! - Auth: the scheme follows the token, as fly-go decides it (`auth.rs`): a pasted `FlyV1 ` or
 //!   `Bearer ` is stripped, then `FlyV1 <macaroons>` when any part is a macaroon (`fm1r_`,
 //!   `fm1a_`, `fm2_`), else `Bearer <token>`. A bare `fm2_…` sent as `Bearer`, which the API
 //!   refuses, was this driver's mistake before. Every part is redacted from every message.
@@ -34,7 +34,10 @@
 //! - A stop refused for the machine's state, not a lock, falls through to the destroy: any
 //!   fatal answer (a 412 `failed_precondition`), and a 409 that is not a lease conflict (the
 //!   docs record `409 unable to stop machine, not currently started` for a machine at rest).
-//!   The destroy then decides; the API refuses it too while a lease is held.
+//!   The destroy then decides; the API refuses it too while a lease is held. This is also
+//!   what lets a removal retried after its stop went through (a 5xx or a dropped connection
+//!   on the DELETE) get past a second stop of a machine no longer started. Which of 409 and
+//!   412 today's API sends here is not settled, so both are taken.
 //! - Not stopped yet: a DELETE right after a stop can meet the machine still `stopping`, which
 //!   the API answers 412. That DELETE alone is sent again after 250 ms, 500 ms and 1 s (Fly
 //!   allows one call per second and action on a machine, with bursts of three); a machine
@@ -46,7 +49,7 @@
 //!   on a machine path (say `app not found`) is fatal: a wrong app must never read as "removed".
 //! - Status codes are read from the error ([`ProviderError::status`], filled by the shared
 //!   layer), never out of the message text.
-//! - Leases ([`lease`]): a leased machine refuses stop and delete with 409 `aborted: machine ID
+//! - Leases (`lease.rs`): a leased machine refuses stop and delete with 409 `aborted: machine ID
 //!   … lease currently held by …, expires at <RFC 3339>`. The driver never sends the lease
 //!   nonce and never fights the lock: it answers Transient with `retry_after` = the time left
 //!   on the lease, read from the message or, when that does not carry it, from
