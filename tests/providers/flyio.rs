@@ -1,8 +1,10 @@
 //! Fly.io Machines in the conformance suite: the adapter for `support/flyio.rs` (labels are
 //! `config.metadata`, one app listed in one unpaged answer, no server-side TTL), and Fly's
-//! quirks: a `FlyV1` token sent as it is, a wrong app, machines at rest or destroyed, leases
-//! waited out rather than fought, 429s without a `Retry-After`, and what `providers` says of a
-//! missing app.
+//! quirks: the `Authorization` scheme chosen by the token (a macaroon as `FlyV1`, anything
+//! else as `Bearer`, a pasted scheme stripped first), a destroy that asks to kill, the 412 of a
+//! machine still stopping, a stop refused to a machine at rest, a wrong app, machines at rest
+//! or destroyed, leases waited out rather than fought, 429s without a `Retry-After`, and what
+//! `providers` says of a missing app.
 
 use std::process::Command;
 use std::time::{Duration, SystemTime};
@@ -10,23 +12,24 @@ use std::time::{Duration, SystemTime};
 use super::{kill_alone, pairs, session_id, Cloud, Config, Rig, Support};
 use crate::support::emu::{Faults, Hit};
 use crate::support::flyio::Fly;
-use crate::support::{dead_owner_label, eventually, json, run};
+use crate::support::{dead_owner_label, eventually, json, run, Run};
 use sandguard::labels::{OWNER, SESSION};
 
 const APP: &str = "sg-test-app";
 const TOKEN: &str = "fo1_sandguard-test-7f3c9a";
 
-/// The emulator and the token it accepts (a quirk test may start it with another scheme).
+/// The emulator and what `FLY_API_TOKEN` is set to (a quirk test may paste it otherwise).
 pub struct Flyio {
     fly: Fly,
-    token: &'static str,
+    env_token: &'static str,
 }
 
 impl Flyio {
-    fn with_token(token: &'static str) -> Flyio {
+    /// The service issued `issued`; the user put `env_token` in `FLY_API_TOKEN`.
+    fn with_token(issued: &str, env_token: &'static str) -> Flyio {
         Flyio {
-            fly: Fly::start(APP, token),
-            token,
+            fly: Fly::start(APP, issued),
+            env_token,
         }
     }
 }
@@ -34,8 +37,8 @@ impl Flyio {
 impl Cloud for Flyio {
     const NAME: &'static str = "flyio";
     const PAGE: Option<usize> = None;
-    /// A stop, then a forced delete.
-    const CALLS_PER_REMOVAL: usize = 2;
+    /// A stop, a destroy answered 412 while the machine is still stopping, the destroy again.
+    const CALLS_PER_REMOVAL: usize = 3;
     const UNAUTHORIZED: &'static str = "HTTP 401";
     const RUNNING: &'static str = "started";
     const IMAGE: &'static str = "registry-1.docker.io/library/busybox:latest";
@@ -46,11 +49,11 @@ impl Cloud for Flyio {
     );
 
     fn start() -> Flyio {
-        Flyio::with_token(TOKEN)
+        Flyio::with_token(TOKEN, TOKEN)
     }
 
     fn configure(&self, cmd: &mut Command) {
-        cmd.env("FLY_API_TOKEN", self.token)
+        cmd.env("FLY_API_TOKEN", self.env_token)
             .env("FLY_APP_NAME", APP)
             .env("FLY_API_HOSTNAME", &self.fly.url);
     }
@@ -94,18 +97,169 @@ impl Cloud for Flyio {
 // No `server_ttl`: see `SERVER_TTL` above.
 conformance!(Flyio; dropped_connections);
 
-#[test]
-fn a_flyv1_token_is_sent_as_is() {
-    let rig = Rig::around(
-        Flyio::with_token("FlyV1 fm2_lJPECAAAAAAAAA,fm2_sandguardtest"),
-        Config::deadline(3),
+/// A reclaim of one session's machines with `rig`'s token: every machine gone, the command
+/// clean, and every request sent with `scheme`.
+fn reclaims_with_scheme(rig: &Rig<Flyio>, scheme: &str) -> Run {
+    let session = session_id();
+    let ours = rig.many(&session, 2);
+    let other = rig.labelled(&session_id());
+    let out = rig.stop_session(&session);
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    assert!(rig.all_gone(&ours), "{}", out.stdout);
+    assert!(rig.cloud.fly.exists(&other));
+    let schemes = rig.cloud.fly.schemes();
+    assert!(
+        !schemes.is_empty() && schemes.iter().all(|s| s == scheme),
+        "token {:?}: schemes sent {schemes:?}, want {scheme}",
+        rig.cloud.env_token
     );
-    let id = rig.labelled(&session_id());
-    let out = rig.run(&["ps", "--json", "--provider", "flyio"]);
-    assert_eq!(out.code, 0, "{}", out.stderr);
+    out
+}
+
+/// No run of 12 characters of `secret` appears in `text`.
+fn assert_not_printed(text: &str, secret: &str) {
+    let chars: Vec<char> = secret.chars().collect();
+    for window in chars.windows(12.min(chars.len())) {
+        let part: String = window.iter().collect();
+        assert!(
+            !text.contains(&part),
+            "{part:?} of the token was printed:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn a_bare_macaroon_token_is_sent_as_flyv1_and_its_machines_are_reclaimed() {
+    let token = "fm2_lJPECAAAAAAAAbareMacaroon0000";
+    let rig = Rig::around(Flyio::with_token(token, token), Config::deadline(5));
+    let out = reclaims_with_scheme(&rig, "FlyV1");
+    assert_not_printed(&format!("{}{}", out.stdout, out.stderr), token);
+}
+
+#[test]
+fn a_token_pasted_with_a_scheme_is_stripped_and_sent_with_the_scheme_its_parts_call_for() {
+    let cases: [(&str, &'static str, &str); 5] = [
+        // As `fly tokens create` prints it: a permission token and its discharge.
+        (
+            "fm2_lJPECAAAAAAAAA,fm2_discharge",
+            "FlyV1 fm2_lJPECAAAAAAAAA,fm2_discharge",
+            "FlyV1",
+        ),
+        ("fo1_personal0000", "Bearer fo1_personal0000", "Bearer"),
+        ("fm2_pastedAsBearer", "Bearer fm2_pastedAsBearer", "FlyV1"),
+        ("fm1r_readOnly", "  bearer FlyV1 fm1r_readOnly ", "FlyV1"),
+        // A user token beside a macaroon: only the macaroon goes out, as fly-go sends it.
+        (
+            "fm2_orgMacaroon",
+            "FlyV1 fm2_orgMacaroon,fo1_userToken",
+            "FlyV1",
+        ),
+    ];
+    for (issued, pasted, scheme) in cases {
+        let rig = Rig::around(Flyio::with_token(issued, pasted), Config::deadline(5));
+        let out = reclaims_with_scheme(&rig, scheme);
+        for part in pasted.split([' ', ',']).filter(|p| p.contains('_')) {
+            assert_not_printed(&format!("{}{}", out.stdout, out.stderr), part);
+        }
+    }
+}
+
+#[test]
+fn a_destroy_asks_to_kill_as_fly_go_does_and_to_force_as_the_docs_do() {
+    let rig = Rig::<Flyio>::new(Config::deadline(5));
+    reclaims_with_scheme(&rig, "Bearer");
+    let deletes = rig.cloud.fly.deletes();
+    assert!(!deletes.is_empty());
+    for d in &deletes {
+        assert_eq!(
+            (d.asks("kill"), d.asks("force")),
+            (Some("true"), Some("true")),
+            "DELETE of {} asked {:?}",
+            d.id,
+            d.query
+        );
+    }
+}
+
+#[test]
+fn a_destroy_refused_412_while_the_machine_is_still_stopping_is_retried_until_it_is_gone() {
+    let rig = Rig::<Flyio>::new(Config::deadline(10));
+    rig.cloud.fly.set_stop_takes(Duration::from_millis(1200));
+    let session = session_id();
+    let ours = rig.many(&session, 3);
+    let out = rig.stop_session(&session);
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    assert!(rig.all_gone(&ours), "{}", out.stdout);
+    let refusals = rig
+        .cloud
+        .hits()
+        .iter()
+        .filter(|h| h.method == "DELETE" && h.status == 412)
+        .count();
+    assert!(
+        refusals >= ours.len(),
+        "the machines were never met stopping"
+    );
+}
+
+#[test]
+fn a_machine_that_stays_stopping_is_reported_not_removed_and_the_token_is_never_printed() {
+    let token = "fm2_stillStoppingToken0000";
+    let rig = Rig::around(Flyio::with_token(token, token), Config::deadline(3));
+    rig.cloud.fly.set_stop_takes(Duration::from_secs(3600));
+    // Every error answer quotes the request's Authorization header back.
+    rig.cloud.set_faults(Faults {
+        echo_auth: true,
+        ..Faults::default()
+    });
+    let session = session_id();
+    let id = rig.labelled(&session);
+    let out = rig.run(&[
+        "stop",
+        "--all",
+        "--json",
+        "--provider",
+        "flyio",
+        "--session",
+        &session,
+    ]);
+    assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        rig.cloud.exists(&id),
+        "a machine still stopping was taken for gone"
+    );
+    let v = json(&out.stdout);
+    assert_eq!(v["clean"], false, "{v}");
+    let result = &v["results"][0];
+    assert_eq!(result["outcome"], "unfinished", "{v}");
+    let error = result["error"].as_str().unwrap_or_default();
+    assert!(error.contains("HTTP 412"), "{v}");
+    assert!(result["attempts"].as_u64().unwrap() >= 2, "{v}");
+    assert_not_printed(&format!("{}{}", out.stdout, out.stderr), token);
+}
+
+#[test]
+fn a_machine_at_rest_whose_stop_is_refused_is_destroyed() {
+    let rig = Rig::<Flyio>::new(Config::deadline(5));
+    let session = session_id();
+    let labels = [(SESSION, session.as_str()), (OWNER, &dead_owner_label())];
+    let at_rest: Vec<String> = ["stopped", "suspended", "created"]
+        .iter()
+        .map(|state| rig.cloud.fly.insert_in_state(&labels, state))
+        .collect();
+    let out = rig.stop_session(&session);
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    assert!(rig.all_gone(&at_rest), "{}", out.stdout);
+    let refused = rig
+        .cloud
+        .hits()
+        .iter()
+        .filter(|h| h.path.ends_with("/stop") && h.status == 409)
+        .count();
     assert_eq!(
-        json(&out.stdout)["sandboxes"][0]["instance_id"],
-        id.as_str()
+        refused,
+        at_rest.len(),
+        "each stop is refused once, then the destroy decides"
     );
 }
 

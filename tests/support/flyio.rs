@@ -1,19 +1,31 @@
 //! A Fly.io Machines API emulator on the shared framework ([`super::emu`]), faithful to
-//! `providers.md` §3 where it matters to a reaper:
+//! `providers.md` §3 and its 2026-12 corrections where it matters to a reaper:
 //!
-//! - Auth: `Authorization: Bearer <token>`, or the token itself when it starts with `FlyV1 `;
-//!   anything else is 401 `{"error":"Authenticate: token validation error"}`.
+//! - Auth: the scheme must follow the token, as fly-go's `tokens` package sends it.
+//!   `Authorization: FlyV1 <parts>` with exactly the macaroon parts (`fm1r_`, `fm1a_`, `fm2_`)
+//!   the service issued, comma-separated; `Authorization: Bearer <token>` only for a token that
+//!   is not a macaroon (`fo1_…`, personal tokens). A macaroon sent as `Bearer` (the case the
+//!   corrections say breaks), a scheme left inside the credential (`Bearer FlyV1 …`) or any
+//!   other token is 401 `{"error":"Authenticate: token validation error"}`. The scheme of
+//!   every request is kept ([`Fly::schemes`]), never the credential.
 //! - One app; any other app is 404 `{"error":"app not found"}`.
 //! - `GET /v1/apps/{app}/machines`: a bare JSON array (no paging), filtered by
 //!   `metadata.KEY=VALUE` (AND, exact), `state=a,b` and `include_deleted`; `summary=true` leaves
 //!   `config` out. An empty metadata key or an unknown state is 400. Destroyed machines stay in
 //!   the listing for a second, as the real API still returns them shortly after their end.
-//! - `POST …/{id}/stop` and `DELETE …/{id}?force=true` (or fly-go's `kill=true`): 200
-//!   `{"ok":true}`; 404 `{"error":"machine not found"}` for unknown or destroyed machines;
-//!   deleting a started machine without force is 412 (`failed_precondition`).
+//! - `POST …/{id}/stop`: 200 `{"ok":true}` for a started machine, which is then `stopping` for
+//!   a while ([`Fly::set_stop_takes`], 200 ms by default) before it is `stopped`. A machine
+//!   that is not started is 409 `unable to stop machine, not currently started` (the answer
+//!   `superfly/docs` `reference/machines/stop.html.md` records).
+//! - `DELETE …/{id}`: 200 `{"ok":true}`. A machine still `stopping` is 412 `failed_precondition:
+//!   … not currently stopped or suspended` whatever the query says (the corrections' "412
+//!   right after a stop"); a started one is the same 412 unless `kill=true` (fly-go) or
+//!   `force=true` (the docs) asks for it to be killed. Every DELETE's query is kept
+//!   ([`Fly::deletes`]).
+//! - 404 `{"error":"machine not found"}` for unknown or destroyed machines.
 //! - Leases: `POST/GET/DELETE …/{id}/lease` with the `{"status":"success","data":{…}}`
 //!   envelope. While a lease is held, stop and delete without its nonce are 409 `aborted:
-//!   machine ID … lease currently held by …, expires at <RFC 3339>`.
+//!   machine ID … lease currently held by …, expires at <RFC 3339>` (checked before the state).
 //! - 429: `{"error":"rate limit exceeded"}`, with `Retry-After` unless switched off (Fly
 //!   documents none, so the driver must cope either way); 503 `{"error":"…"}`.
 
@@ -32,6 +44,10 @@ use super::emu::{Api, Emulator, Request, Response};
 const FILTER_STATES: &[&str] = &["created", "started", "stopped", "suspended"];
 /// How long a destroyed machine still shows up in a listing.
 const DESTROYED_VISIBLE: Duration = Duration::from_secs(1);
+/// How long a machine stays `stopping` after a stop, unless a test says otherwise.
+const STOP_TAKES: Duration = Duration::from_millis(200);
+const NOT_STOPPED: &str =
+    "failed_precondition: unable to destroy machine, not currently stopped or suspended";
 
 #[derive(Debug, Clone)]
 struct Machine {
@@ -39,8 +55,20 @@ struct Machine {
     state: String,
     created_at: i64,
     metadata: BTreeMap<String, String>,
+    /// While `stopping`: when the machine will be `stopped`.
+    stopped_at: Option<Instant>,
     destroyed_at: Option<Instant>,
     lease: Option<Lease>,
+}
+
+impl Machine {
+    /// The state now: a `stopping` machine whose time is up is `stopped`.
+    fn settle(&mut self) {
+        if self.state == "stopping" && self.stopped_at.is_some_and(|at| at <= Instant::now()) {
+            self.state = "stopped".into();
+            self.stopped_at = None;
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -57,16 +85,76 @@ impl Lease {
     }
 }
 
+/// One DELETE of a machine that reached the API.
+#[derive(Debug, Clone)]
+pub struct Delete {
+    pub id: String,
+    pub at: SystemTime,
+    /// The query as sent, in order.
+    pub query: Vec<(String, String)>,
+}
+
+impl Delete {
+    pub fn asks(&self, name: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
 #[derive(Default)]
 struct State {
     machines: BTreeMap<String, Machine>,
-    /// Every DELETE of a machine that reached the API: (id, when).
-    deletes: Vec<(String, SystemTime)>,
+    deletes: Vec<Delete>,
+    /// The scheme word of every request's `Authorization` (empty when there was none).
+    schemes: Vec<String>,
+    stop_takes: Option<Duration>,
+}
+
+/// What the service issued: the macaroon parts (sent as `FlyV1`) and the other tokens (sent
+/// as `Bearer`).
+struct Issued {
+    macaroons: Vec<String>,
+    others: Vec<String>,
+}
+
+fn is_macaroon(part: &str) -> bool {
+    matches!(part.split('_').next(), Some("fm1r" | "fm1a" | "fm2")) && part.contains('_')
+}
+
+impl Issued {
+    /// `token` as `fly tokens create` prints it: `FlyV1 ` (or nothing) before the parts.
+    fn from(token: &str) -> Issued {
+        let bare = token
+            .strip_prefix("FlyV1 ")
+            .or_else(|| token.strip_prefix("Bearer "))
+            .unwrap_or(token);
+        let (macaroons, others) = bare
+            .split(',')
+            .map(str::to_string)
+            .partition(|p| is_macaroon(p));
+        Issued { macaroons, others }
+    }
+
+    fn accepts(&self, header: &str) -> bool {
+        let Some((scheme, credential)) = header.split_once(' ') else {
+            return false;
+        };
+        match scheme {
+            "FlyV1" => {
+                let parts: Vec<&str> = credential.split(',').collect();
+                !self.macaroons.is_empty() && parts == self.macaroons
+            }
+            "Bearer" => !is_macaroon(credential) && self.others.iter().any(|t| t == credential),
+            _ => false,
+        }
+    }
 }
 
 struct FlyApi {
     app: String,
-    token: String,
+    issued: Issued,
     state: Arc<Mutex<State>>,
     retry_after_header: Arc<AtomicBool>,
     lease_expiry_in_errors: Arc<AtomicBool>,
@@ -91,14 +179,15 @@ impl Deref for Fly {
 }
 
 impl Fly {
-    /// An emulator serving one app, accepting `token`.
+    /// An emulator serving one app, having issued `token` (as `fly tokens create` prints it,
+    /// with or without `FlyV1 `; or a `fo1_…` token).
     pub fn start(app: &str, token: &str) -> Fly {
         let state = Arc::new(Mutex::new(State::default()));
         let retry_after_header = Arc::new(AtomicBool::new(true));
         let lease_expiry_in_errors = Arc::new(AtomicBool::new(true));
         let emu = Emulator::start(FlyApi {
             app: app.to_string(),
-            token: token.to_string(),
+            issued: Issued::from(token),
             state: state.clone(),
             retry_after_header: retry_after_header.clone(),
             lease_expiry_in_errors: lease_expiry_in_errors.clone(),
@@ -128,6 +217,7 @@ impl Fly {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            stopped_at: None,
             destroyed_at: None,
             lease: None,
         };
@@ -180,9 +270,24 @@ impl Fly {
         state
             .deletes
             .iter()
-            .filter(|(d, _)| d == id)
-            .map(|(_, at)| *at)
+            .filter(|d| d.id == id)
+            .map(|d| d.at)
             .collect()
+    }
+
+    /// Every DELETE of a machine that reached the API (after the injected faults).
+    pub fn deletes(&self) -> Vec<Delete> {
+        self.state.lock().unwrap().deletes.clone()
+    }
+
+    /// The `Authorization` scheme of every request that reached the API, in order.
+    pub fn schemes(&self) -> Vec<String> {
+        self.state.lock().unwrap().schemes.clone()
+    }
+
+    /// How long a machine stays `stopping` after a stop (200 ms unless set).
+    pub fn set_stop_takes(&self, d: Duration) {
+        self.state.lock().unwrap().stop_takes = Some(d);
     }
 
     /// Whether a 429 carries `Retry-After` (it does by default).
@@ -252,14 +357,10 @@ fn lease_json(l: &Lease) -> Response {
 
 impl FlyApi {
     fn authorized(&self, req: &Request) -> bool {
-        let Some(auth) = req.header("authorization") else {
-            return false;
-        };
-        if self.token.starts_with("FlyV1 ") {
-            auth == self.token
-        } else {
-            auth == format!("Bearer {}", self.token)
-        }
+        let header = req.header("authorization");
+        let scheme = header.and_then(|h| h.split(' ').next()).unwrap_or_default();
+        self.state.lock().unwrap().schemes.push(scheme.to_string());
+        header.is_some_and(|h| self.issued.accepts(h))
     }
 
     fn list(&self, req: &Request) -> Response {
@@ -281,7 +382,8 @@ impl FlyApi {
         }
         let include_deleted = req.query("include_deleted") == Some("true");
         let summary = req.query("summary") == Some("true");
-        let state = self.state.lock().unwrap();
+        let mut state = self.state.lock().unwrap();
+        state.machines.values_mut().for_each(Machine::settle);
         let machines: Vec<Value> = state
             .machines
             .values()
@@ -296,12 +398,17 @@ impl FlyApi {
         Response::json(200, Value::Array(machines))
     }
 
-    /// Stop and delete: refused while someone else's lease is held.
-    fn mutate(&self, req: &Request, id: &str, action: &str) -> Response {
+    /// Stop and delete: refused while someone else's lease is held, then as the state says.
+    fn mutate(&self, req: &Request, id: &str) -> Response {
         let mut state = self.state.lock().unwrap();
         if req.method == "DELETE" {
-            state.deletes.push((id.to_string(), SystemTime::now()));
+            state.deletes.push(Delete {
+                id: id.to_string(),
+                at: SystemTime::now(),
+                query: req.query.clone(),
+            });
         }
+        let stop_takes = state.stop_takes.unwrap_or(STOP_TAKES);
         let Some(m) = state
             .machines
             .get_mut(id)
@@ -311,38 +418,43 @@ impl FlyApi {
         };
         if let Some(lease) = m.lease.as_ref().filter(|l| l.held()) {
             if req.header("fly-machine-lease-nonce") != Some(lease.nonce.as_str()) {
-                let mut message = format!(
-                    "aborted: machine ID {id} lease currently held by {}",
-                    lease.owner
-                );
-                if self.lease_expiry_in_errors.load(Ordering::Relaxed) {
-                    message.push_str(&format!(
-                        ", expires at {}",
-                        sandguard::timefmt::format_rfc3339(lease.expires_at)
-                    ));
-                }
-                return error(409, &message);
+                return error(409, &self.lease_conflict(id, lease));
             }
         }
-        match action {
-            "stop" => {
-                m.state = "stopped".into();
-                ok()
+        m.settle();
+        if req.method == "POST" {
+            if m.state != "started" {
+                return error(409, "unable to stop machine, not currently started");
             }
+            m.state = "stopping".into();
+            m.stopped_at = Some(Instant::now() + stop_takes);
+            return ok();
+        }
+        let kill = req.query("kill") == Some("true") || req.query("force") == Some("true");
+        match m.state.as_str() {
+            "stopping" => error(412, NOT_STOPPED),
+            "started" if !kill => error(412, NOT_STOPPED),
             _ => {
-                let force = req.query("force") == Some("true") || req.query("kill") == Some("true");
-                if m.state == "started" && !force {
-                    return error(
-                        412,
-                        "failed_precondition: unable to destroy machine, not currently stopped or suspended",
-                    );
-                }
                 m.state = "destroyed".into();
                 m.destroyed_at = Some(Instant::now());
                 m.lease = None;
                 ok()
             }
         }
+    }
+
+    fn lease_conflict(&self, id: &str, lease: &Lease) -> String {
+        let mut message = format!(
+            "aborted: machine ID {id} lease currently held by {}",
+            lease.owner
+        );
+        if self.lease_expiry_in_errors.load(Ordering::Relaxed) {
+            message.push_str(&format!(
+                ", expires at {}",
+                sandguard::timefmt::format_rfc3339(lease.expires_at)
+            ));
+        }
+        message
     }
 
     fn lease(&self, req: &Request, id: &str) -> Response {
@@ -382,7 +494,8 @@ impl FlyApi {
     }
 
     fn get(&self, id: &str) -> Response {
-        let state = self.state.lock().unwrap();
+        let mut state = self.state.lock().unwrap();
+        state.machines.values_mut().for_each(Machine::settle);
         match state.machines.get(id) {
             Some(m)
                 if m.destroyed_at
@@ -410,8 +523,8 @@ impl Api for FlyApi {
         match (req.method.as_str(), rest) {
             ("GET", ["machines"]) => self.list(req),
             ("GET", ["machines", id]) => self.get(id),
-            ("POST", ["machines", id, "stop"]) => self.mutate(req, id, "stop"),
-            ("DELETE", ["machines", id]) => self.mutate(req, id, "delete"),
+            ("POST", ["machines", id, "stop"]) => self.mutate(req, id),
+            ("DELETE", ["machines", id]) => self.mutate(req, id),
             (_, ["machines", id, "lease"]) => self.lease(req, id),
             _ => error(404, "not found"),
         }

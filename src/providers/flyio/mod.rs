@@ -1,11 +1,12 @@
-//! The Fly.io Machines driver, on the shared HTTP layer ([`super::http`]).
+//! The Fly.io Machines driver, on the shared HTTP layer ([`super::http`]). Fly publishes no
+//! Python SDK, so the contract is the one `providers.md` §3 reads from the docs and from
+//! fly-go's source (`superfly/fly-go@22d6e518f42d`: `tokens/tokens.go`,
+//! `flaps/flaps_machines.go`), with its 2026-12 corrections.
 //!
 //! - Configuration: `FLY_API_TOKEN` (or `[providers.flyio] api_token`) and `FLY_APP_NAME` (or
 //!   `app`) must both be present; the Unconfigured reason names whichever is missing. Base URL:
 //!   `FLY_API_HOSTNAME` or `api_hostname`, default `https://api.machines.dev`; a trailing `/v1`
 //!   is tolerated since the docs quote the base with it.
-//! - Auth: `Authorization: <token>` when the token already starts with `FlyV1 ` (macaroons as
-//!   `fly tokens` prints them), else `Authorization: Bearer <token>`.
 //! - Labels: a sandbox's labels are its machine's `config.metadata` (`incomplete_config.metadata`
 //!   when the host cannot return the full config). All of it is read back; only the selector's
 //!   keys decide ownership.
@@ -15,48 +16,77 @@
 //!   not page this endpoint). Machines in a terminal state (`destroyed`, `replaced`, `migrated`)
 //!   are skipped: the API still returns them for a while after their end. A 404 on the listing
 //!   (unknown app) is fatal, not "gone".
-//! - Remove: `POST …/machines/{id}/stop`, then `DELETE …/machines/{id}?force=true` (200
-//!   `{"ok":true}`). The stop goes first even for a machine listed at rest, because a leased
-//!   machine refuses it: the DELETE is only ever sent once the lock is gone. A stop the API
-//!   refuses for good (a state it cannot stop from) falls through to the forced delete.
+//! - Check: `GET /v1/apps/{app}/machines?summary=true`, the cheapest documented authenticated
+//!   call that also proves the app exists.
+//! - TTL: Fly has no server-side lifetime limit (`auto_destroy` only acts when the process
+//!   exits), so `ttl: false` and the trait's default `renew` (an error) stay.
+//!
+//! Decisions:
+//! - Auth: the scheme follows the token, as fly-go decides it (`auth.rs`): a pasted `FlyV1 ` or
+//!   `Bearer ` is stripped, then `FlyV1 <macaroons>` when any part is a macaroon (`fm1r_`,
+//!   `fm1a_`, `fm2_`), else `Bearer <token>`. A bare `fm2_…` sent as `Bearer`, which the API
+//!   refuses, was this driver's mistake before. Every part is redacted from every message.
+//! - Remove: `POST …/machines/{id}/stop`, then `DELETE …/machines/{id}?kill=true&force=true`
+//!   (200 `{"ok":true}`): `kill` is what fly-go's `Destroy` sends, `force` what the docs and
+//!   OpenAPI name; both are asked for, so whichever the server reads kills a machine that is
+//!   still running. The stop goes first even for a machine listed at rest, because a leased
+//!   machine refuses it: the DELETE is only ever sent once the lock is gone.
+//! - A stop refused for the machine's state, not a lock, falls through to the destroy: any
+//!   fatal answer (a 412 `failed_precondition`), and a 409 that is not a lease conflict (the
+//!   docs record `409 unable to stop machine, not currently started` for a machine at rest).
+//!   The destroy then decides; the API refuses it too while a lease is held. This is also
+//!   what lets a removal retried after its stop went through (a 5xx or a dropped connection
+//!   on the DELETE) get past a second stop of a machine no longer started. Which of 409 and
+//!   412 today's API sends here is not settled, so both are taken.
+//! - Not stopped yet: a DELETE right after a stop can meet the machine still `stopping`, which
+//!   the API answers 412. That DELETE alone is sent again after 250 ms, 500 ms and 1 s (Fly
+//!   allows one call per second and action on a machine, with bursts of three); a machine
+//!   still not stopped after that is a Transient failure carrying the 412, so reclaim tries
+//!   again at its own pace and, past its deadline, reports the machine unfinished: unknown is
+//!   not dead. A 412 is never "gone" and never fatal. The in-driver waits add at most 1.75 s
+//!   to one removal call, which may run that long past reclaim's deadline.
 //! - Gone: a 404 whose error says `machine not found` (the text flyctl matches). Any other 404
 //!   on a machine path (say `app not found`) is fatal: a wrong app must never read as "removed".
-//! - Leases: a leased machine refuses stop and delete with 409 `aborted: machine ID … lease
-//!   currently held by …, expires at <RFC 3339>`. The driver never sends the lease nonce and
-//!   never fights the lock: it answers Transient with `retry_after` = the time left on the lease,
-//!   read from the message or, when that does not carry it, from `GET …/{id}/lease`
-//!   (`data.expires_at`, unix seconds). The reclaim path then waits the lease out (or, past its
-//!   deadline, leaves the session pending). Other 409s are plain Transient. Since reclaim's
-//!   retry gate is per provider, a lease also delays the app's other removals until it ends.
-//! - Status codes: [`ProviderError`] does not carry one, so the 409 and 429 cases read the
-//!   `(HTTP NNN)` the shared layer ends its messages with.
+//! - Status codes are read from the error ([`ProviderError::status`], filled by the shared
+//!   layer), never out of the message text.
+//! - Leases (`lease.rs`): a leased machine refuses stop and delete with 409 `aborted: machine ID
+//!   … lease currently held by …, expires at <RFC 3339>`. The driver never sends the lease
+//!   nonce and never fights the lock: it answers Transient with `retry_after` = the time left
+//!   on the lease, read from the message or, when that does not carry it, from
+//!   `GET …/{id}/lease` (`data.expires_at`, unix seconds). The reclaim path then waits the
+//!   lease out (or, past its deadline, leaves the session pending). Other 409s are plain
+//!   Transient. Since reclaim's retry gate is per provider, a lease also delays the app's other
+//!   removals until it ends.
 //! - 429: Fly documents no `Retry-After`; the shared layer honours one when sent. When a 429 on a
 //!   removal carries none, the driver asks for 1 s, Fly's documented per-action rate (1/s per
 //!   machine and action). Listings retry inside the shared layer with its own backoff.
-//! - TTL: Fly has no server-side lifetime limit (`auto_destroy` only acts when the process
-//!   exits), so `ttl: false` and the trait's default `renew` (an error) stay.
-//! - Check: `GET /v1/apps/{app}/machines?summary=true`, the cheapest documented authenticated
-//!   call that also proves the app exists.
 
-use std::collections::BTreeMap;
+mod auth;
+mod lease;
+mod wire;
+
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use reqwest::Method;
-use serde::Deserialize;
 
-use super::http::{decode_json, encode_segment, Http};
-use super::{Capabilities, Entry, EntryState, Kind, Provider, ProviderError, Sandbox};
+use super::http::{encode_segment, Http};
+use super::{Capabilities, Detail, Entry, EntryState, Provider, ProviderError, Sandbox};
 use crate::config::{CloudSettings, Secret};
 use crate::labels::Selector;
+pub use lease::lease_wait;
+use lease::{is_lease_conflict, lease_expiry_in, parse_lease_body, wait_until};
+pub use wire::parse_list_body;
 
 const NAME: &str = "flyio";
-/// States a machine does not come back from; the listing still shows them for a while.
-const TERMINAL: &[&str] = &["destroyed", "replaced", "migrated"];
 /// The wait a 429 without `Retry-After` asks for: Fly's documented per-action rate.
 const DEFAULT_THROTTLE_WAIT: Duration = Duration::from_secs(1);
-/// Added to a lease's expiry so the retry lands after it, not on its last instant.
-const LEASE_MARGIN: Duration = Duration::from_millis(200);
+/// The waits before a DELETE answered 412 (the machine is still stopping) is sent again.
+const STILL_STOPPING_WAITS: [Duration; 3] = [
+    Duration::from_millis(250),
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+];
 
 /// Builds the registry entry: configured only with both a token and an app.
 pub fn entry(settings: &CloudSettings) -> Entry {
@@ -88,16 +118,19 @@ pub struct FlyProvider {
 
 impl FlyProvider {
     pub fn new(token: &Secret, app: &str, settings: &CloudSettings) -> Result<Self, ProviderError> {
-        let token = Secret::new(token.expose().trim());
+        let header = auth::header(token)?;
         let base = settings.url.trim_end_matches('/');
         let base = base.strip_suffix("/v1").unwrap_or(base).to_string();
-        let http = Http::new(
+        let mut http = Http::new(
             NAME,
             &base,
             settings.timeout,
-            vec![("authorization", authorization(&token))],
+            vec![("authorization", header.value)],
         )?
-        .redacting(token);
+        .redacting(Secret::new(token.expose().trim()));
+        for part in header.parts {
+            http = http.redacting(part);
+        }
         Ok(FlyProvider {
             http,
             app: app.to_string(),
@@ -112,54 +145,74 @@ impl FlyProvider {
     fn machine_path(&self, id: &str) -> String {
         format!("{}/{}", self.machines_path(), encode_segment(id))
     }
-    /// One mutation of a machine (stop, delete), with Fly's answers mapped for reclaim.
-    async fn mutate(&self, method: Method, suffix: &str, id: &str) -> Result<(), ProviderError> {
-        let verb = if method == Method::DELETE {
-            "delete"
-        } else {
-            "stop"
-        };
-        let path = format!("{}{suffix}", self.machine_path(id));
-        let mut request = self.http.request(method, &path)?;
-        if verb == "delete" {
-            request = request.query(&[("force", "true")]);
-        }
-        let what = format!("failed to {verb} machine {id} of app {}", self.app);
-        match self.http.send(request, &what).await {
+
+    /// `POST …/{id}/stop`, its failure mapped for reclaim.
+    async fn stop(&self, id: &str) -> Result<(), ProviderError> {
+        let path = format!("{}/stop", self.machine_path(id));
+        let what = format!("failed to stop machine {id} of app {}", self.app);
+        match self
+            .http
+            .send(self.http.request(Method::POST, &path)?, &what)
+            .await
+        {
             Ok(_) => Ok(()),
             Err(e) => Err(self.explain(e, id).await),
         }
     }
 
+    /// `DELETE …/{id}?kill=true&force=true`, sent again while the machine is still stopping
+    /// (412), up to [`STILL_STOPPING_WAITS`].
+    async fn destroy(&self, id: &str) -> Result<(), ProviderError> {
+        let path = self.machine_path(id);
+        let what = format!("failed to delete machine {id} of app {}", self.app);
+        let mut waits = STILL_STOPPING_WAITS.iter();
+        loop {
+            let request = self
+                .http
+                .request(Method::DELETE, &path)?
+                .query(&[("kill", "true"), ("force", "true")]);
+            let Err(err) = self.http.send(request, &what).await else {
+                return Ok(());
+            };
+            if err.status() != Some(412) {
+                return Err(self.explain(err, id).await);
+            }
+            match waits.next() {
+                Some(wait) => tokio::time::sleep(*wait).await,
+                None => return Err(still_stopping(err)),
+            }
+        }
+    }
+
     /// Turns a failed mutation into what reclaim should do about it.
     async fn explain(&self, err: ProviderError, id: &str) -> ProviderError {
+        let status = err.status();
         match err {
-            ProviderError::Gone(m) if m.contains("machine not found") => ProviderError::Gone(m),
-            ProviderError::Gone(m) => ProviderError::Fatal(m),
+            ProviderError::Gone(d) if d.contains("machine not found") => ProviderError::Gone(d),
+            ProviderError::Gone(d) => ProviderError::Fatal(d),
+            ProviderError::Transient { message, .. }
+                if status == Some(409) && is_lease_conflict(&message) =>
+            {
+                let expiry = match lease_expiry_in(&message) {
+                    Some(at) => Some(at),
+                    None => self.lease_expiry(id).await,
+                };
+                ProviderError::Transient {
+                    retry_after: Some(wait_until(expiry, SystemTime::now())),
+                    message: Detail {
+                        message: format!("{}; waiting for the lease to end", message.message),
+                        ..message
+                    },
+                }
+            }
             ProviderError::Transient {
                 message,
                 retry_after,
-            } => match status_of(&message) {
-                Some(409) if is_lease_conflict(&message) => {
-                    let expiry = match lease_expiry_in(&message) {
-                        Some(at) => Some(at),
-                        None => self.lease_expiry(id).await,
-                    };
-                    ProviderError::Transient {
-                        retry_after: Some(wait_until(expiry, SystemTime::now())),
-                        message: format!("{message}; waiting for the lease to end").into(),
-                    }
-                }
-                Some(429) => ProviderError::Transient {
-                    retry_after: retry_after.or(Some(DEFAULT_THROTTLE_WAIT)),
-                    message,
-                },
-                _ => ProviderError::Transient {
-                    message,
-                    retry_after,
-                },
+            } if status == Some(429) => ProviderError::Transient {
+                retry_after: retry_after.or(Some(DEFAULT_THROTTLE_WAIT)),
+                message,
             },
-            fatal => fatal,
+            other => other,
         }
     }
 
@@ -214,14 +267,16 @@ impl Provider for FlyProvider {
         let id = sandbox.id.as_str();
         // Always stop first, even a machine listed at rest: a leased machine refuses the stop,
         // so no DELETE is ever sent while someone else holds the lock.
-        match self.mutate(Method::POST, "/stop", id).await {
+        match self.stop(id).await {
             Ok(()) => {}
-            // Refused for good (a state it cannot stop from): the forced delete decides. A
-            // credential problem fails the delete the same way, with the same message.
-            Err(ProviderError::Fatal(m)) => tracing::debug!("{m}; deleting with force"),
+            // Refused for the machine's state (at rest, say): the destroy decides. A credential
+            // problem fails the destroy the same way, with the same message.
+            Err(e) if stop_refused_for_its_state(&e) => {
+                tracing::debug!("{e}; destroying it with kill");
+            }
             Err(e) => return Err(e),
         }
-        self.mutate(Method::DELETE, "", id).await
+        self.destroy(id).await
     }
 
     async fn check(&self) -> Result<String, ProviderError> {
@@ -238,42 +293,33 @@ impl Provider for FlyProvider {
     }
 }
 
-/// `GET /apps/{app}/machines` as sandboxes, terminal machines left out. Public for the fuzz
-/// target `flyio_list`.
-#[doc(hidden)]
-pub fn parse_list_body(body: &[u8], app: &str) -> Result<Vec<Sandbox>, ProviderError> {
-    let what = format!("failed to list machines of app {app}");
-    let machines: Vec<Machine> = decode_json(body, NAME, &what)?;
-    Ok(machines
-        .into_iter()
-        .filter_map(Machine::into_sandbox)
-        .collect())
+/// A stop refused because of the state the machine is in, not because someone holds it: a
+/// fatal answer, or a 409 that is not a lease conflict.
+fn stop_refused_for_its_state(e: &ProviderError) -> bool {
+    match e {
+        ProviderError::Fatal(_) => true,
+        ProviderError::Transient { message, .. } => {
+            e.status() == Some(409) && !is_lease_conflict(message)
+        }
+        _ => false,
+    }
 }
 
-/// The expiry (Unix seconds) in a `GET …/lease` body.
-fn parse_lease_body(body: &[u8]) -> Option<i64> {
-    let lease: LeaseEnvelope = decode_json(body, NAME, "failed to read a lease").ok()?;
-    Some(lease.data.expires_at)
-}
-
-/// How long a lease conflict makes a removal wait, from the conflict `message` and, when it
-/// names no expiry, the `GET …/lease` body, as [`FlyProvider`] decides it. For the fuzz target
-/// `flyio_list`.
-#[doc(hidden)]
-pub fn lease_wait(message: &str, lease_body: &[u8]) -> Option<Duration> {
-    (status_of(message) == Some(409) && is_lease_conflict(message)).then(|| {
-        let expiry = lease_expiry_in(message).or_else(|| parse_lease_body(lease_body));
-        wait_until(expiry, SystemTime::now())
-    })
-}
-
-/// The header value: a `FlyV1 ` token as is, anything else as a bearer token.
-fn authorization(token: &Secret) -> Secret {
-    let t = token.expose();
-    if t.starts_with("FlyV1 ") {
-        Secret::new(t)
-    } else {
-        Secret::new(format!("Bearer {t}"))
+/// A DELETE still answered 412 after every wait: not removed, and not known to be dead, so
+/// reclaim tries again (and reports the machine unfinished past its deadline).
+fn still_stopping(err: ProviderError) -> ProviderError {
+    let tries = STILL_STOPPING_WAITS.len() + 1;
+    let message = match err {
+        ProviderError::Fatal(d) | ProviderError::Gone(d) => d,
+        ProviderError::Transient { message, .. } => message,
+        refused @ ProviderError::Refused(_) => return refused,
+    };
+    ProviderError::Transient {
+        message: Detail {
+            message: format!("{}; not stopped yet after {tries} tries", message.message),
+            ..message
+        },
+        retry_after: None,
     }
 }
 
@@ -284,117 +330,6 @@ fn metadata_filter(selector: &Selector) -> Vec<(String, String)> {
         .iter()
         .filter_map(|(k, v)| Some((format!("metadata.{k}"), v.clone()?)))
         .collect()
-}
-/// The status the shared layer put at the end of its message (`… (HTTP 409)`): it classifies
-/// but does not carry the code, and a 409 lease or a 429 needs Fly-specific handling.
-fn status_of(message: &str) -> Option<u16> {
-    let rest = message.strip_suffix(')')?;
-    let at = rest.rfind("(HTTP ")?;
-    rest[at + 6..].parse().ok()
-}
-
-fn is_lease_conflict(message: &str) -> bool {
-    message
-        .to_ascii_lowercase()
-        .contains("lease currently held")
-}
-
-/// The expiry a lease conflict message names: `…, expires at 2026-08-14T09:57:35Z`.
-fn lease_expiry_in(message: &str) -> Option<i64> {
-    let at = message.find("expires at ")? + "expires at ".len();
-    let stamp: String = message[at..]
-        .chars()
-        .take_while(|c| !c.is_whitespace() && *c != '(' && *c != ';')
-        .collect();
-    crate::timefmt::parse_rfc3339(stamp.trim_end_matches([',', '.']))
-}
-
-/// How long until `expiry` (unix seconds) has passed, with a small margin; a short wait when
-/// the expiry is unknown or already past.
-fn wait_until(expiry: Option<i64>, now: SystemTime) -> Duration {
-    let Some(expiry) = expiry.and_then(|e| u64::try_from(e).ok()) else {
-        return LEASE_MARGIN;
-    };
-    let end = SystemTime::UNIX_EPOCH + Duration::from_secs(expiry);
-    end.duration_since(now).unwrap_or(Duration::ZERO) + LEASE_MARGIN
-}
-
-#[derive(Debug, Deserialize)]
-struct Machine {
-    id: String,
-    #[serde(default)]
-    state: String,
-    created_at: Option<String>,
-    config: Option<MachineConfig>,
-    incomplete_config: Option<MachineConfig>,
-    image_ref: Option<ImageRef>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct MachineConfig {
-    image: Option<String>,
-    #[serde(default)]
-    metadata: Option<BTreeMap<String, serde_json::Value>>,
-}
-
-#[derive(Debug, Deserialize)]
-struct ImageRef {
-    repository: Option<String>,
-    tag: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-struct LeaseEnvelope {
-    data: LeaseData,
-}
-
-#[derive(Debug, Deserialize)]
-struct LeaseData {
-    expires_at: i64,
-}
-
-impl Machine {
-    /// The machine as a sandbox; `None` for a machine in a terminal state.
-    fn into_sandbox(self) -> Option<Sandbox> {
-        if TERMINAL.contains(&self.state.as_str()) {
-            return None;
-        }
-        let config = self.config.or(self.incomplete_config).unwrap_or_default();
-        let labels = config
-            .metadata
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|(k, v)| match v {
-                serde_json::Value::String(s) => Some((k, s)),
-                _ => None,
-            })
-            .collect();
-        let image = config.image.or_else(|| {
-            let r = self.image_ref?;
-            let repo = r.repository?;
-            Some(match r.tag {
-                Some(tag) if !tag.is_empty() => format!("{repo}:{tag}"),
-                _ => repo,
-            })
-        });
-        Some(Sandbox {
-            provider: NAME.into(),
-            kind: Kind::Instance,
-            id: self.id,
-            status: if self.state.is_empty() {
-                "unknown".into()
-            } else {
-                self.state
-            },
-            created_at: self
-                .created_at
-                .as_deref()
-                .and_then(crate::timefmt::parse_rfc3339),
-            expires_at: None,
-            image,
-            labels,
-        })
-    }
 }
 
 #[cfg(test)]
