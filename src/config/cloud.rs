@@ -73,14 +73,17 @@ fn timeout(t: Option<Positive>) -> Duration {
     t.map_or(DEFAULT_TIMEOUT, |d| d.0)
 }
 
-/// E2B: `E2B_API_KEY`, `E2B_API_URL` (default `https://api.e2b.app`).
+/// E2B: `E2B_API_KEY`; `E2B_API_URL`, else the file's `api_url`, else
+/// `https://api.${E2B_DOMAIN}` (`E2B_DOMAIN` defaulting to `e2b.app`), as E2B's SDKs build it:
+/// a self-hosted E2B is named by its domain alone. `E2B_DEBUG` is ignored (see the driver).
 pub(super) fn e2b(file: FileKeyed, env: &dyn Env) -> CloudSettings {
+    let domain = env.var("E2B_DOMAIN").unwrap_or_else(|| "e2b.app".into());
     keyed(
         file,
         env,
         &["E2B_API_KEY"],
         &["E2B_API_URL"],
-        "https://api.e2b.app",
+        &format!("https://api.{domain}"),
     )
 }
 

@@ -259,3 +259,33 @@ fn secrets_never_print() {
     assert_eq!(format!("{s} {s:?}"), "[redacted] [redacted]");
     assert_eq!(s.expose(), "e2b_0123456789abcdef");
 }
+
+#[test]
+fn the_e2b_url_is_the_explicit_one_else_the_domain_s_api() {
+    let url = |file: &str, vars: &[(&str, &str)]| {
+        let file = parse_file(Path::new("c.toml"), file).unwrap();
+        let mut vars = vars.to_vec();
+        vars.push(("HOME", "/h"));
+        Settings::layer(None, file, &Overrides::default(), &env(&vars))
+            .unwrap()
+            .e2b
+            .url
+    };
+    let file = "[providers.e2b]\napi_url = \"https://file.example\"\n";
+    assert_eq!(url("", &[]), "https://api.e2b.app");
+    assert_eq!(
+        url("", &[("E2B_DOMAIN", "example.test")]),
+        "https://api.example.test"
+    );
+    assert_eq!(url("", &[("E2B_DOMAIN", "")]), "https://api.e2b.app");
+    assert_eq!(
+        url(file, &[("E2B_DOMAIN", "example.test")]),
+        "https://file.example"
+    );
+    let both = [
+        ("E2B_DOMAIN", "example.test"),
+        ("E2B_API_URL", "http://127.0.0.1:9"),
+    ];
+    assert_eq!(url(file, &both), "http://127.0.0.1:9");
+    assert_eq!(url("", &[("E2B_DEBUG", "true")]), "https://api.e2b.app");
+}

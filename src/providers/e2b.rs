@@ -1,11 +1,14 @@
-//! The E2B driver (REST, `X-API-Key`), through the shared HTTP layer.
+//! The E2B driver (REST, `X-API-Key`), through the shared HTTP layer. Checked against the
+//! vendor's Python SDK, `e2b` 2.63.0 (its requests recorded, and run against the emulator in
+//! `tests/providers/e2b.rs`).
 //!
+//! - Base URL: `E2B_API_URL`, else `[providers.e2b] api_url`, else `https://api.${E2B_DOMAIN}`
+//!   with `E2B_DOMAIN` defaulting to `e2b.app` (resolved in `config/cloud.rs`).
 //! - List: `GET /v2/sandboxes?metadata=…&limit=100[&nextToken=…]`, running and paused
-//!   sandboxes alike (the default when `state` is omitted). The metadata filter is one query
-//!   value holding `k=v&k2=v2` with each key and value percent-encoded, so a value may contain
-//!   `&` or `=`. Pages follow the `X-Next-Token` response header (absent on the last page).
-//!   A selector term without a value (`sandguard.session` present, any session) cannot be
-//!   said in E2B's exact-match filter, so `ps` lists all and filters locally.
+//!   sandboxes alike (the default when `state` is omitted). Pages follow the `X-Next-Token`
+//!   response header (absent on the last page). A selector term without a value
+//!   (`sandguard.session` present, any session) cannot be said in E2B's exact-match filter,
+//!   so `ps` lists all and filters locally.
 //! - Labels: the sandguard labels are E2B `metadata` entries, as SDKs stamp them at create.
 //! - Remove: `DELETE /sandboxes/{id}` → 204 (a paused sandbox's snapshot goes too); 404 means
 //!   it is gone.
@@ -14,6 +17,26 @@
 //!   `POST /sandboxes/{id}/timeout {"timeout": secs}` (204). That call *sets* the expiry, and
 //!   could shorten a longer one, hence the read first: renewing never cuts a sandbox's life.
 //! - 429 carries `Retry-After` (seconds), honoured by the shared layer and the reclaim gate.
+//!
+//! Decisions:
+//! - The `metadata` filter is encoded byte for byte as the SDK does it
+//!   (`sandbox_sync/paginator.py`): each key and value through Python's `quote` (everything
+//!   but letters, digits, `-._~` and `/` percent-encoded), the `k=v&k2=v2` string built from
+//!   them through `urlencode` (which encodes each part again, `/` and `%` included), and that
+//!   string encoded once more as the query value. The service decodes three times to match
+//!   (gin's query parsing, then `parseFilters` on the whole value, then on each key and
+//!   value), so a key or value may hold `&`, `=`, `+`, `%` or `/`. Encoded only twice, as this
+//!   driver once did, a value holding `=` or `&` is refused (400) and one holding `+` matches
+//!   nothing. The query string is written here, not by the HTTP client, so nothing re-encodes
+//!   it differently.
+//! - `Should-Retry` is honoured as the SDK honours it (the shared layer's [`should_retry`]):
+//!   present, it alone decides whether an error answer is retried; `false` on a 429 or 5xx
+//!   leaves the sandbox and reports it rather than retrying.
+//! - `E2B_DEBUG` is ignored. In the SDK it points the client at `http://localhost:3000`, E2B's
+//!   own development stack; sandguard goes where `E2B_API_URL` or `E2B_DOMAIN` say.
+//! - The client-side key-format check is not made: deprecated, and without effect in 2.63.0.
+//!
+//! [`should_retry`]: super::http::should_retry
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -42,7 +65,7 @@ pub fn entry(settings: &CloudSettings) -> Entry {
             vec![("x-api-key", key.clone())],
         ) {
             Ok(http) => EntryState::Configured(std::sync::Arc::new(E2b {
-                http,
+                http: http.honouring_should_retry(),
                 url: settings.url.clone(),
             })),
             Err(e) => EntryState::Unconfigured(e.to_string()),
@@ -90,18 +113,36 @@ impl Listed {
     }
 }
 
-/// The selector as E2B's `metadata` value: `k=v&k2=v2`, keys and values percent-encoded.
-/// `None` when a term has no value (it cannot be expressed; filter locally).
+/// Python's `urllib.parse.quote`: everything but letters, digits and `-._~` (and `/` when
+/// `keep_slash`) percent-encoded, upper-case hex, byte by byte of the UTF-8.
+fn quote(s: &str, keep_slash: bool) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            b'/' if keep_slash => "/".to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The selector as E2B's `metadata` query value, ready for the URL (see the module's
+/// decisions): `urlencode({quote(k): quote(v)})`, encoded once more. `None` when a term has no
+/// value (it cannot be expressed; filter locally) or there is no term (an empty filter is a
+/// 400).
 fn metadata_filter(selector: &Selector) -> Option<String> {
+    // `urlencode` quotes with nothing safe (its `quote_plus` would write a space as `+`, but
+    // no space is left after `quote`).
+    let part = |s: &str| quote(&quote(s, true), false);
     let pairs: Option<Vec<String>> = selector
         .terms()
         .iter()
-        .map(|(k, v)| {
-            v.as_ref()
-                .map(|v| format!("{}={}", encode_segment(k), encode_segment(v)))
-        })
+        .map(|(k, v)| v.as_ref().map(|v| format!("{}={}", part(k), part(v))))
         .collect();
-    pairs.map(|p| p.join("&"))
+    pairs
+        .filter(|p| !p.is_empty())
+        .map(|p| quote(&p.join("&"), false))
 }
 
 impl E2b {
@@ -110,16 +151,17 @@ impl E2b {
         filter: Option<&str>,
         token: Option<String>,
     ) -> Result<(Vec<Sandbox>, Option<String>), ProviderError> {
-        let build = || {
-            let mut q: Vec<(&str, &str)> = vec![("limit", PAGE)];
-            if let Some(f) = filter {
-                q.push(("metadata", f));
-            }
-            if let Some(t) = token.as_deref() {
-                q.push(("nextToken", t));
-            }
-            Ok(self.http.request(Method::GET, "/v2/sandboxes")?.query(&q))
-        };
+        // Written out here: `filter` is encoded already (see `metadata_filter`).
+        let mut query = Vec::new();
+        if let Some(f) = filter {
+            query.push(format!("metadata={f}"));
+        }
+        if let Some(t) = token.as_deref() {
+            query.push(format!("nextToken={}", quote(t, false)));
+        }
+        query.push(format!("limit={PAGE}"));
+        let path = format!("/v2/sandboxes?{}", query.join("&"));
+        let build = || self.http.request(Method::GET, &path);
         let reply = self
             .http
             .read(build, "failed to list sandboxes")
@@ -203,13 +245,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_metadata_filter_is_encoded_pairwise() {
+    fn the_metadata_filter_is_encoded_as_the_sdk_encodes_it() {
+        // What e2b 2.63.0 puts on the wire for `SandboxQuery(metadata={"sandguard.session":
+        // "ab12"})`, then for a value holding every character that matters.
         assert_eq!(
             metadata_filter(&Selector::session("ab12")).as_deref(),
-            Some("sandguard.session=ab12")
+            Some("sandguard.session%3Dab12")
+        );
+        assert_eq!(
+            metadata_filter(&Selector::session("x=y&z+w%~é a/b")).as_deref(),
+            Some(
+                "sandguard.session%3Dx%25253Dy%252526z%25252Bw%252525~%2525C3%2525A9%252520a%252Fb"
+            )
         );
         assert_eq!(metadata_filter(&Selector::managed()), None);
-        assert_eq!(encode_segment("a=b&c d"), "a%3Db%26c%20d");
+        assert_eq!(quote("a b/c~", true), "a%20b/c~");
+        assert_eq!(quote("a b/c~", false), "a%20b%2Fc~");
     }
 
     #[test]

@@ -5,11 +5,12 @@
 //! An emulator implements [`Api`]: the provider's answer to a request (auth, routes, state),
 //! and the provider's own shape of a 429 and of a 5xx. The server applies [`Faults`] before
 //! the API sees a request: an outage (every request answered 503), dropped connections (closed
-//! without an answer), latency, 429s with the provider's retry header, and 5xx. The random
-//! draws come from a seeded generator, so a run is repeatable. One more fault is about what
-//! an answer says rather than whether it comes: with [`Faults::echo_auth`], every error answer
-//! (4xx or 5xx, the API's own or an injected one) quotes the request's credential headers
-//! verbatim in its message, as a careless server or proxy does.
+//! without an answer), latency, a rate limiter (a token bucket per route, [`Bucket`]), 429s
+//! with the provider's retry header, and 5xx. The random draws come from a seeded generator,
+//! so a run is repeatable. One more fault is about what an answer says rather than whether it
+//! comes: with [`Faults::echo_auth`], every error answer (4xx or 5xx, the API's own or an
+//! injected one) quotes the request's credential headers verbatim in its message, as a
+//! careless server or proxy does.
 
 #![allow(dead_code)]
 
@@ -31,6 +32,9 @@ pub struct Request {
     pub method: String,
     pub path: String,
     pub query: Vec<(String, String)>,
+    /// The query as it came, still encoded (empty without one), for an emulator whose
+    /// service decodes it its own way.
+    pub raw_query: String,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
 }
@@ -101,8 +105,23 @@ pub trait Api: Send + Sync + 'static {
     fn throttled(&self, secs: u64) -> Response;
     /// This provider's 503.
     fn unavailable(&self) -> Response;
-    /// The rate-limit bucket a request belongs to. Default: the method and the first two path
-    /// segments (`DELETE /sandboxes/*`), since providers limit per route, not per id.
+    /// The 429 of this provider's rate limiter ([`Faults::bucket`]), asking the client to wait
+    /// `secs` ([`Api::retry_secs`]); `limit` is the bucket's state, for the providers that say
+    /// it in headers. Default: [`Api::throttled`].
+    fn limited(&self, secs: u64, limit: &Limit) -> Response {
+        let _ = limit;
+        self.throttled(secs)
+    }
+    /// The whole seconds this provider's limiter names when its bucket frees a token in
+    /// `wait`. Default: rounded up, at least 1.
+    fn retry_secs(&self, wait: Duration) -> u64 {
+        (wait.as_secs_f64().ceil() as u64).max(1)
+    }
+    /// The rate-limit bucket a request belongs to: both the 429 windows (a request reaching a
+    /// route before the Retry-After it was given counts as early) and the token buckets are
+    /// kept per route. Default: the method and the first two path segments, the rest as `*`
+    /// (`DELETE/api/sandbox/*`), since providers limit per route, not per id; an API with ids
+    /// nearer the root names its route templates itself.
     fn route(&self, req: &Request) -> String {
         let segs = req.segments();
         let mut key = req.method.clone();
@@ -129,10 +148,33 @@ pub struct Faults {
     pub latency: Duration,
     /// Every request answered 503 while set.
     pub outage: bool,
+    /// A rate limiter in front of the API: a token bucket per route ([`Api::route`]).
+    pub bucket: Option<Bucket>,
     /// Every error answer (status 400 and up) quotes the request's credential headers
     /// (`authorization`, `x-api-key`, any name with `key`, `token`, `secret` or `auth` in it)
     /// verbatim in the fields a client reads (see [`echo_credentials`]).
     pub echo_auth: bool,
+}
+
+/// A token bucket, as a provider's rate limiter keeps one per route (per team): it holds
+/// `burst` tokens at most, starts full, and refills at `rate` tokens a second; a request takes
+/// one, and a request finding less than one is answered 429 ([`Api::limited`]), naming the
+/// time until a token is back ([`Api::retry_secs`]), and takes nothing. This is the GCRA of
+/// `redis_rate`, which E2B's limiter uses, seen as a bucket.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bucket {
+    /// Tokens a second.
+    pub rate: f64,
+    /// The most tokens held, so the most requests at once.
+    pub burst: u32,
+}
+
+/// A bucket when it turned a request away (empty), for the provider's rate-limit headers.
+#[derive(Debug, Clone, Copy)]
+pub struct Limit {
+    pub burst: u32,
+    /// Until the bucket is full again.
+    pub reset: Duration,
 }
 
 /// Requests reaching a route this soon after its 429 were already on their way when the 429
@@ -159,6 +201,8 @@ struct Shared {
     hits: Mutex<Vec<Hit>>,
     /// Per route: the window in which a request counts as early.
     blocked_until: Mutex<HashMap<String, (Instant, Instant)>>,
+    /// Per route: the tokens of its bucket, and when they were counted.
+    buckets: Mutex<HashMap<String, (f64, Instant)>>,
     rng: Mutex<u64>,
 }
 
@@ -175,6 +219,7 @@ impl Emulator {
             faults: Mutex::new(Faults::default()),
             hits: Mutex::new(Vec::new()),
             blocked_until: Mutex::new(HashMap::new()),
+            buckets: Mutex::new(HashMap::new()),
             rng: Mutex::new(0x9E37_79B9_7F4A_7C15),
         });
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
@@ -238,10 +283,22 @@ async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
             .unwrap()
             .get(&route)
             .is_some_and(|(from, until)| *from <= now && now < *until);
+        let limited = match (&faults.bucket, faults.outage || draw[0] < faults.drop_rate) {
+            (Some(bucket), false) => take_token(&shared, &route, bucket, now),
+            _ => None,
+        };
         let response = if faults.outage {
             Some(shared.api.unavailable())
         } else if draw[0] < faults.drop_rate {
             None
+        } else if let Some((wait, limit)) = limited {
+            let secs = shared.api.retry_secs(wait);
+            shared
+                .blocked_until
+                .lock()
+                .unwrap()
+                .insert(route, (now + IN_FLIGHT, now + Duration::from_secs(secs)));
+            Some(shared.api.limited(secs, &limit))
         } else if draw[1] < faults.throttle_rate {
             let secs = faults.retry_after_secs.max(1);
             shared
@@ -272,6 +329,31 @@ async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
             return;
         }
     }
+}
+
+/// Takes a token from `route`'s bucket; `None` when there was one, else the wait until there
+/// is one and the bucket's state.
+fn take_token(
+    shared: &Shared,
+    route: &str,
+    bucket: &Bucket,
+    now: Instant,
+) -> Option<(Duration, Limit)> {
+    let burst = f64::from(bucket.burst.max(1));
+    let rate = bucket.rate.max(1e-9);
+    let mut buckets = shared.buckets.lock().unwrap();
+    let (tokens, at) = buckets.entry(route.to_string()).or_insert((burst, now));
+    *tokens = (*tokens + now.saturating_duration_since(*at).as_secs_f64() * rate).min(burst);
+    *at = now;
+    if *tokens >= 1.0 {
+        *tokens -= 1.0;
+        return None;
+    }
+    let limit = Limit {
+        burst: bucket.burst,
+        reset: Duration::from_secs_f64((burst - *tokens) / rate),
+    };
+    Some((Duration::from_secs_f64((1.0 - *tokens) / rate), limit))
 }
 
 /// A uniform draw in [0, 1) (xorshift64*).
@@ -323,14 +405,15 @@ async fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Reque
     }
     let body = buf[body_start..body_start + length].to_vec();
     buf.drain(..body_start + length);
-    let (path, query) = match target.split_once('?') {
-        Some((p, q)) => (p.to_string(), parse_query(q)),
-        None => (target, Vec::new()),
+    let (path, raw_query) = match target.split_once('?') {
+        Some((p, q)) => (p.to_string(), q.to_string()),
+        None => (target, String::new()),
     };
     Some(Request {
         method,
         path: percent_decode(&path),
-        query,
+        query: parse_query(&raw_query),
+        raw_query,
         headers,
         body,
     })

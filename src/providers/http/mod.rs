@@ -7,6 +7,12 @@
 //! Reads (listings, one page each) are retried here a few times, honouring the provider's
 //! hint, because a listing that fails fails the whole pass; removals are retried by the
 //! reclaim path, which owns the deadline and the per-provider gate.
+//!
+//! Decisions:
+//! - `Should-Retry` (an answer header that overrides the status: [`should_retry`]) is read
+//!   only for the drivers that ask ([`Http::honouring_should_retry`]): it is E2B's own header,
+//!   read as its SDK reads it. No other provider's spec or SDK names it, and on their answers
+//!   it would be a stranger's header (a proxy's, say) changing what a status means.
 
 use std::future::Future;
 use std::time::{Duration, SystemTime};
@@ -35,6 +41,8 @@ pub struct Http {
     timeout: Duration,
     client: std::sync::OnceLock<Result<reqwest::Client, String>>,
     secrets: Vec<Secret>,
+    /// Whether an answer's `Should-Retry` header decides ([`should_retry`]).
+    should_retry: bool,
 }
 
 impl Http {
@@ -65,6 +73,7 @@ impl Http {
             timeout,
             client: std::sync::OnceLock::new(),
             secrets,
+            should_retry: false,
         })
     }
 
@@ -93,6 +102,13 @@ impl Http {
     /// prefix (`Bearer …`), so neither form can reach a log.
     pub fn redacting(mut self, secret: Secret) -> Self {
         self.secrets.push(secret);
+        self
+    }
+
+    /// Lets an error answer's `Should-Retry` header decide whether it is retried
+    /// ([`should_retry`]).
+    pub fn honouring_should_retry(mut self) -> Self {
+        self.should_retry = true;
         self
     }
 
@@ -135,11 +151,12 @@ impl Http {
             self.redact(&error_message(&body)),
             status.as_u16()
         );
-        Err(classify(
-            status,
-            retry_after(&headers, SystemTime::now()),
-            message,
-        ))
+        let error = classify(status, retry_after(&headers, SystemTime::now()), message);
+        Err(if self.should_retry {
+            should_retry(&headers, error)
+        } else {
+            error
+        })
     }
 
     /// Sends a read, retried as [`super::retry::read`] says. `build` makes a fresh request for
@@ -250,6 +267,34 @@ pub fn classify(
             retry_after,
         },
         _ => ProviderError::Fatal(detail),
+    }
+}
+
+/// An error answer as its `Should-Retry` header says, the way E2B's SDK reads it (2.63.0,
+/// `e2b/retry.py`): when present, the header alone decides, whatever the status. `true`
+/// (trimmed, any case) makes the answer worth retrying, even a 4xx or a 404 (which then
+/// proves nothing gone); any other value makes it final: a 429 or 5xx is then not retried but
+/// reported (and a 404 stays gone, as the SDK's `kill` takes it). Absent, the status decides
+/// ([`classify`]). The wait is the answer's `Retry-After`, as the SDK's.
+pub fn should_retry(headers: &HeaderMap, error: ProviderError) -> ProviderError {
+    let Some(value) = headers.get("should-retry") else {
+        return error;
+    };
+    let retry = value
+        .to_str()
+        .is_ok_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    match (retry, error) {
+        (true, ProviderError::Gone(detail) | ProviderError::Fatal(detail)) => {
+            ProviderError::Transient {
+                message: detail,
+                retry_after: retry_after(headers, SystemTime::now()),
+            }
+        }
+        (false, ProviderError::Transient { mut message, .. }) => {
+            message.message.push_str(" (Should-Retry: false)");
+            ProviderError::Fatal(message)
+        }
+        (_, error) => error,
     }
 }
 

@@ -86,3 +86,52 @@ async fn the_walk_follows_tokens_and_refuses_a_stuck_one() {
     let stuck = walk("t", |_| async { Ok((vec![1], Some("same".to_string()))) }).await;
     assert!(matches!(stuck, Err(ProviderError::Fatal(_))));
 }
+
+#[test]
+fn should_retry_decides_alone_when_present() {
+    let answer = |status: u16, header: Option<&'static str>| {
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", HeaderValue::from_static("3"));
+        if let Some(v) = header {
+            h.insert("should-retry", HeaderValue::from_static(v));
+        }
+        let status = StatusCode::from_u16(status).unwrap();
+        should_retry(
+            &h,
+            classify(status, Some(Duration::from_secs(3)), "m".into()),
+        )
+    };
+    let transient = |e: &ProviderError| matches!(e, ProviderError::Transient { .. });
+    // Absent: the status decides.
+    assert!(transient(&answer(503, None)));
+    assert!(matches!(answer(400, None), ProviderError::Fatal(_)));
+    // `false` (or anything but `true`) on a retryable status: final, and saying why.
+    for v in ["false", "FALSE", "no", ""] {
+        match answer(503, Some(v)) {
+            ProviderError::Fatal(d) => {
+                assert_eq!(d.status, Some(503));
+                assert!(d.message.contains("Should-Retry: false"), "{}", d.message);
+            }
+            other => panic!("{v:?}: {other:?}"),
+        }
+    }
+    assert!(matches!(
+        answer(429, Some("false")),
+        ProviderError::Fatal(_)
+    ));
+    assert!(matches!(answer(404, Some("false")), ProviderError::Gone(_)));
+    // `true`, trimmed and in any case, on anything: retried, with the answer's wait; a 404
+    // that may be retried proves nothing gone.
+    for (status, v) in [(400, "true"), (404, " True "), (401, "TRUE"), (503, "true")] {
+        match answer(status, Some(v)) {
+            ProviderError::Transient {
+                message,
+                retry_after,
+            } => {
+                assert_eq!(message.status, Some(status));
+                assert_eq!(retry_after, Some(Duration::from_secs(3)));
+            }
+            other => panic!("{status} {v:?}: {other:?}"),
+        }
+    }
+}
