@@ -119,18 +119,18 @@ impl ModalProvider {
         patiently(|| self.call(api, path, message.clone(), what)).await
     }
 
-    /// The V2 auth token: the one held, or a new one (see `auth.rs`).
+    /// The V2 auth token: the one held, or a new one (see `auth.rs`). One try: the read or
+    /// the removal that needs it is what is retried, so retries never nest.
     async fn auth_token(&self) -> Result<Secret, ProviderError> {
         let fetch = || async {
-            let reply: wire::AuthTokenGetResponse = patiently(|| {
-                self.unary(
+            let reply: wire::AuthTokenGetResponse = self
+                .unary(
                     wire::AUTH_TOKEN_GET,
                     wire::AuthTokenGetRequest {},
                     "failed to get an auth token for the V2 sandbox RPCs",
                     None,
                 )
-            })
-            .await?;
+                .await?;
             Ok(reply.token)
         };
         self.auth.get(SystemTime::now(), fetch).await
@@ -211,6 +211,10 @@ where
     .await
 }
 
+/// The client type and version every call says (for the unit tests).
+#[cfg(test)]
+pub(super) const TEST_CLIENT: (&str, &str) = (CLIENT_TYPE, CLIENT_VERSION);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,6 +264,3 @@ mod tests {
         );
     }
 }
-
-#[cfg(test)]
-pub(super) const TEST_CLIENT: (&str, &str) = (CLIENT_TYPE, CLIENT_VERSION);

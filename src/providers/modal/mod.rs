@@ -24,9 +24,9 @@
 //! - Environment: `MODAL_ENVIRONMENT` or `[providers.modal] environment`, sent as
 //!   `environment_name`; unset, the account's default environment only. Modal's own profile
 //!   file (`~/.modal.toml`) is not read.
-//! - Reads (listing pages, tags, the auth token) are tried up to four times on transient
-//!   failures, honouring the server's retry hint: the shared HTTP layer does this for REST
-//!   drivers, and gRPC cannot use it.
+//! - Reads (listing pages, tags) wait out the server's throttles for up to 30 s in all, as
+//!   Modal's client does, and are tried up to four times on other transient failures: the
+//!   shared HTTP layer does this for REST drivers, and gRPC cannot use it (`modal/client.rs`).
 //! - Removal: `SandboxTerminate` or `SandboxTerminateV2` by the id's shape. Terminating a
 //!   finished sandbox is a no-op on Modal's side; its answer then carries the earlier result,
 //!   which is reported as gone, like NOT_FOUND from the RPC that owns the id.
@@ -38,6 +38,19 @@
 //!   auth token are redacted from every message.
 //! - No TTL: Modal sets a sandbox's timeout at creation only, with no RPC to change it, so
 //!   `ttl` is false and `renew` is the trait's default refusal.
+//!
+//! Decisions:
+//! - The id's shape alone picks the RPCs, as the SDK's does: a V2-shaped id never goes to
+//!   `SandboxTerminate`, whose NOT_FOUND for a V2 sandbox would be a false "gone", and a
+//!   V1-shaped one never to the V2 RPCs.
+//! - Both listings always run, and each is a part of the listing that may fail alone
+//!   (`modal/list.rs`); the auth token is fetched only when a V2 call needs it.
+//! - The environment comes from `MODAL_ENVIRONMENT` or sandguard's own config, not from
+//!   Modal's profile file: sandguard reads no other program's configuration, and neither does
+//!   it read the token from there.
+//! - `ps` and `stop --all` read the tags of every sandbox listed without them, one call each
+//!   (at most eight at a time): the price of seeing sandguard's sandboxes whether or not
+//!   Modal fills `SandboxInfo.tags`.
 
 mod auth;
 mod client;

@@ -145,16 +145,16 @@ fn the_auth_token_is_fetched_once_for_many_calls() {
     );
 }
 
-/// Tokens good for one second, and a V2 listing of nine slow pages that outlasts one: a
-/// driver that kept its first token meets UNAUTHENTICATED half way.
+/// Tokens good for two seconds, and a V2 listing of seventeen slow pages that outlasts one: a
+/// driver that kept its first token meets UNAUTHENTICATED on the way.
 #[test]
 fn the_auth_token_is_fetched_again_before_its_exp() {
     let rig = Rig::<ModalEmu>::new(Config::deadline(5));
     let session = session_id();
-    let v2: Vec<String> = (0..8)
+    let v2: Vec<String> = (0..16)
         .map(|_| rig.cloud.insert_v2(&[(SESSION, &session)]))
         .collect();
-    rig.cloud.set_token_lifetime(Duration::from_secs(1));
+    rig.cloud.set_token_lifetime(Duration::from_secs(2));
     rig.cloud.set_page_size(1);
     rig.cloud.set_faults(modal::Faults {
         latency: Duration::from_millis(150),

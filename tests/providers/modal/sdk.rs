@@ -66,10 +66,7 @@ fn counts(emu: &ModalEmu) -> BTreeMap<&'static str, usize> {
 }
 
 /// What a step added to each RPC's count.
-fn added(
-    before: &BTreeMap<&'static str, usize>,
-    emu: &ModalEmu,
-) -> BTreeMap<&'static str, usize> {
+fn added(before: &BTreeMap<&'static str, usize>, emu: &ModalEmu) -> BTreeMap<&'static str, usize> {
     counts(emu)
         .into_iter()
         .map(|(p, n)| (p, n - before[p]))
@@ -113,10 +110,12 @@ fn the_modal_sdk_and_sandguard_see_the_same_v1_and_v2_sandboxes_before_and_none_
         json(&sdk::ok(SCRIPT, &env))
     };
     let sandguard_sees = || {
-        let out = run(rig
-            .cmd()
-            .env("MODAL_ENVIRONMENT", "dev")
-            .args(["ps", "--json", "--provider", "modal"]));
+        let out = run(rig.cmd().env("MODAL_ENVIRONMENT", "dev").args([
+            "ps",
+            "--json",
+            "--provider",
+            "modal",
+        ]));
         assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
         let v = json(&out.stdout);
         let mut ids: Vec<String> = v["sandboxes"]
@@ -136,7 +135,11 @@ fn the_modal_sdk_and_sandguard_see_the_same_v1_and_v2_sandboxes_before_and_none_
     let by_sdk = added(&before, &rig.cloud);
     assert_eq!(tagged["listed"], ours, "{tagged}");
     for id in [&mine_v1, &mine_v2, &late_v1, &late_v2] {
-        assert_eq!(tagged["tags"][id.as_str()][SESSION], session.as_str(), "{tagged}");
+        assert_eq!(
+            tagged["tags"][id.as_str()][SESSION],
+            session.as_str(),
+            "{tagged}"
+        );
     }
     for rpc in [
         path::AUTH_TOKEN_GET,
@@ -153,7 +156,11 @@ fn the_modal_sdk_and_sandguard_see_the_same_v1_and_v2_sandboxes_before_and_none_
     let before = counts(&rig.cloud);
     let v1_only = sdk_step("list", &[("MODAL_SANDBOX_V2", "0")]);
     let by_sdk = added(&before, &rig.cloud);
-    assert_eq!(v1_only["listed"], sorted(&[&mine_v1, &late_v1]), "{v1_only}");
+    assert_eq!(
+        v1_only["listed"],
+        sorted(&[&mine_v1, &late_v1]),
+        "{v1_only}"
+    );
     assert!(by_sdk[path::SANDBOX_LIST] > 0 && by_sdk[path::SANDBOX_LIST_V2] == 0);
 
     assert_eq!(sandguard_sees(), ours, "sandguard and the SDK disagree");
