@@ -59,6 +59,7 @@ pub(super) struct FileModal {
     token_id: Option<Secret>,
     token_secret: Option<Secret>,
     server_url: Option<String>,
+    environment: Option<String>,
     timeout: Option<Positive>,
     rate: Option<Rate>,
 }
@@ -160,9 +161,14 @@ pub(super) fn flyio(file: FileFly, env: &dyn Env) -> CloudSettings {
 }
 
 /// Modal: `MODAL_TOKEN_ID`, `MODAL_TOKEN_SECRET`, `MODAL_SERVER_URL` (default
-/// `https://api.modal.com:443`).
-pub(super) fn modal(file: FileModal, env: &dyn Env) -> CloudSettings {
-    CloudSettings {
+/// `https://api.modal.com:443`); and beside them the environment, `MODAL_ENVIRONMENT` or
+/// `environment` (`None`: the account's default environment).
+pub(super) fn modal(file: FileModal, env: &dyn Env) -> (CloudSettings, Option<String>) {
+    let environment = env
+        .var("MODAL_ENVIRONMENT")
+        .or(file.environment)
+        .filter(|e| !e.is_empty());
+    let settings = CloudSettings {
         token: env.var("MODAL_TOKEN_ID").map(Secret::new).or(file.token_id),
         secret: env
             .var("MODAL_TOKEN_SECRET")
@@ -175,5 +181,6 @@ pub(super) fn modal(file: FileModal, env: &dyn Env) -> CloudSettings {
         app: None,
         timeout: timeout(file.timeout),
         rate: file.rate.map(|r| r.0),
-    }
+    };
+    (settings, environment)
 }

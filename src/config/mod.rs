@@ -45,6 +45,9 @@ pub struct Settings {
     pub flyio: CloudSettings,
     pub tenki: CloudSettings,
     pub modal: CloudSettings,
+    /// Modal's environment (`MODAL_ENVIRONMENT`, `[providers.modal] environment`); `None`:
+    /// the account's default one.
+    pub modal_environment: Option<String>,
     /// `[providers.NAME]` tables for plugin providers (any name that is not a built-in).
     pub plugins: Vec<PluginSettings>,
 }
@@ -231,7 +234,8 @@ impl Settings {
             cloud::daytona(p.daytona, env)?,
             cloud::flyio(p.flyio, env),
         );
-        let (tenki, modal) = (cloud::tenki(p.tenki, env), cloud::modal(p.modal, env));
+        let tenki = cloud::tenki(p.tenki, env);
+        let (modal, modal_environment) = cloud::modal(p.modal, env);
         let plugins = plugins(p.plugins);
         let mut rates: std::collections::BTreeMap<String, f64> = [
             ("docker", d.rate.map(|r| r.0)),
@@ -287,6 +291,7 @@ impl Settings {
             flyio,
             tenki,
             modal,
+            modal_environment,
             plugins,
         })
     }

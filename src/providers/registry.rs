@@ -44,7 +44,7 @@ impl Registry {
             flyio::entry(&settings.flyio),
             daytona::entry(&settings.daytona),
             tenki::entry(&settings.tenki),
-            modal::entry(&settings.modal),
+            modal::entry(&settings.modal, settings.modal_environment.as_deref()),
         ];
         let path = std::env::var_os("PATH");
         // A plugin inherits sandguard's environment, credentials included: whatever it says

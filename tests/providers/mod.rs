@@ -89,8 +89,14 @@ pub trait Cloud: Sized {
     fn set_faults(&self, faults: Faults);
     /// Every request so far, with HTTP statuses (0: the connection was dropped).
     fn hits(&self) -> Vec<Hit>;
-    /// Whether a request was a page of a listing.
+    /// Whether a request was a page of a listing (or what a page needs first).
     fn is_listing(hit: &Hit) -> bool;
+    /// The requests one listing of everything the emulator holds takes, given that a single
+    /// walk of its pages takes `one_walk`. Most providers list in one walk; Modal walks its V1
+    /// and V2 listings and gets an auth token first.
+    fn listing_requests(&self, one_walk: usize) -> usize {
+        one_walk
+    }
     /// When the provider itself will end `id` (Unix seconds), where it has a TTL.
     fn expires_at(&self, id: &str) -> Option<i64> {
         let _ = id;

@@ -267,7 +267,11 @@ pub fn listing_walks_every_page<C: Cloud>() {
     assert_eq!(ids(&json(&out.stdout)), sorted(listed));
     let hits = rig.cloud.hits();
     assert!(hits.iter().all(C::is_listing), "{hits:?}");
-    assert_eq!(hits.len(), requests, "listing requests for {n} sandboxes");
+    assert_eq!(
+        hits.len(),
+        rig.cloud.listing_requests(requests),
+        "listing requests for {n} sandboxes"
+    );
 
     ok(&rig.run(&["stop", "--all", "--session", &session]));
     assert!(rig.all_gone(&mine));

@@ -1,7 +1,10 @@
 //! Unit tests of the Modal driver: filters, mapping, the paging guard, configuration, TLS
 //! and call metadata.
 
+use super::list::{next_page_moves_back, tag_filter};
 use super::*;
+use tonic::metadata::MetadataMap;
+use wire::SandboxTag;
 
 #[test]
 fn valued_terms_become_tags_and_key_only_terms_stay_local() {
@@ -79,7 +82,7 @@ fn settings(id: Option<&str>, secret: Option<&str>, url: &str) -> CloudSettings 
 
 #[test]
 fn configured_only_with_both_halves_of_the_token() {
-    let reason = |id, secret| match entry(&settings(id, secret, "http://127.0.0.1:1")).state {
+    let reason = |id, secret| match entry(&settings(id, secret, "http://127.0.0.1:1"), None).state {
         EntryState::Unconfigured(r) => r,
         EntryState::Configured(_) => "configured".into(),
     };
@@ -91,7 +94,7 @@ fn configured_only_with_both_halves_of_the_token() {
 #[tokio::test]
 async fn https_gets_tls_and_a_bad_url_is_fatal() {
     let (id, secret) = (Secret::new("ak-1"), Secret::new("as-1"));
-    let provider = |url| ModalProvider::new(&settings(None, None, url), &id, &secret);
+    let provider = |url| ModalProvider::new(&settings(None, None, url), &id, &secret, "");
     assert!(provider("https://api.modal.com:443")
         .channel()
         .await
@@ -106,17 +109,33 @@ async fn https_gets_tls_and_a_bad_url_is_fatal() {
 #[test]
 fn every_call_carries_the_token_marked_sensitive() {
     let (id, secret) = (Secret::new("ak-1"), Secret::new("as-1"));
-    let provider = ModalProvider::new(&settings(None, None, "http://x"), &id, &secret);
+    let provider = ModalProvider::new(&settings(None, None, "http://x"), &id, &secret, "");
     let mut metadata = MetadataMap::new();
-    provider.authorize(&mut metadata).unwrap();
+    provider.authorize(&mut metadata, None).unwrap();
     let token = metadata.get("x-modal-token-secret").unwrap();
     assert_eq!(token.to_str().unwrap(), "as-1");
     assert!(token.is_sensitive());
     assert_eq!(metadata.get("x-modal-token-id").unwrap(), "ak-1");
-    assert_eq!(metadata.get("x-modal-client-type").unwrap(), CLIENT_TYPE);
+    let (client_type, client_version) = client::TEST_CLIENT;
+    assert_eq!(metadata.get("x-modal-client-type").unwrap(), client_type);
     assert_eq!(
         metadata.get("x-modal-client-version").unwrap(),
-        CLIENT_VERSION
+        client_version
     );
-    assert_eq!(provider.redact("bad token as-1"), "bad token [redacted]");
+    assert!(metadata.get(wire::AUTH_TOKEN_HEADER).is_none());
+    assert_eq!(
+        provider.redact("bad token as-1", None),
+        "bad token [redacted]"
+    );
+
+    let jwt = Secret::new("eyJh.eyJl.c2ln");
+    let mut metadata = MetadataMap::new();
+    provider.authorize(&mut metadata, Some(&jwt)).unwrap();
+    let token = metadata.get(wire::AUTH_TOKEN_HEADER).unwrap();
+    assert_eq!(token.to_str().unwrap(), "eyJh.eyJl.c2ln");
+    assert!(token.is_sensitive());
+    assert_eq!(
+        provider.redact("token eyJh.eyJl.c2ln expired", Some(&jwt)),
+        "token [redacted] expired"
+    );
 }

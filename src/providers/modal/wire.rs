@@ -1,6 +1,8 @@
-//! Modal's messages, written by hand after `proto/modal.proto` (no build script, no protoc):
-//! only the RPCs and fields sandguard uses. proto3 readers skip unknown fields, so the real
-//! service's larger messages decode into these; the unit tests pin the field numbers.
+//! Modal's messages, written by hand after the field numbers of `modal_proto/api.proto` as
+//! modal 1.6.4 ships it (no build script, no protoc): only the RPCs and fields sandguard uses.
+//! proto3 readers skip unknown fields, so the real service's larger messages decode into
+//! these; the unit tests pin the field numbers. The `*V2` RPCs take and return the very
+//! messages of their V1 namesakes; [`Api`] says which of the two a sandbox is reached through.
 
 use std::time::Duration;
 
@@ -10,12 +12,78 @@ pub const CLIENT_HELLO: &str = "/modal.client.ModalClient/ClientHello";
 pub const SANDBOX_LIST: &str = "/modal.client.ModalClient/SandboxList";
 pub const SANDBOX_TERMINATE: &str = "/modal.client.ModalClient/SandboxTerminate";
 pub const SANDBOX_TAGS_GET: &str = "/modal.client.ModalClient/SandboxTagsGet";
+pub const SANDBOX_LIST_V2: &str = "/modal.client.ModalClient/SandboxListV2";
+pub const SANDBOX_TERMINATE_V2: &str = "/modal.client.ModalClient/SandboxTerminateV2";
+pub const SANDBOX_TAGS_GET_V2: &str = "/modal.client.ModalClient/SandboxTagsGetV2";
+/// The short-lived token every `*V2` call carries in [`AUTH_TOKEN_HEADER`].
+pub const AUTH_TOKEN_GET: &str = "/modal.client.ModalClient/AuthTokenGet";
+pub const AUTH_TOKEN_HEADER: &str = "x-modal-auth-token";
 /// How Modal packs a retry policy into an error's details.
 pub const RETRY_POLICY_TYPE: &str = "type.modal.com/modal.client.RPCRetryPolicy";
+
+/// Which generation of Modal's sandbox RPCs reaches a sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Api {
+    /// `SandboxList`, `SandboxTerminate`, `SandboxTagsGet`: the token id and secret alone.
+    V1,
+    /// `SandboxListV2`, `SandboxTerminateV2`, `SandboxTagsGetV2`: also an auth token.
+    V2,
+}
+
+impl Api {
+    /// The generation an id belongs to, decided as Modal's SDK decides it
+    /// (`_is_v1_sandbox_id`): `sb-` and 22 ASCII letters or digits is V1; any other shape is
+    /// V2, so that ids minted in newer formats go to the newer RPCs.
+    pub fn of(sandbox_id: &str) -> Api {
+        match sandbox_id.strip_prefix("sb-") {
+            Some(rest) if rest.len() == 22 && rest.bytes().all(|b| b.is_ascii_alphanumeric()) => {
+                Api::V1
+            }
+            _ => Api::V2,
+        }
+    }
+
+    pub fn list(self) -> &'static str {
+        match self {
+            Api::V1 => SANDBOX_LIST,
+            Api::V2 => SANDBOX_LIST_V2,
+        }
+    }
+
+    pub fn terminate(self) -> &'static str {
+        match self {
+            Api::V1 => SANDBOX_TERMINATE,
+            Api::V2 => SANDBOX_TERMINATE_V2,
+        }
+    }
+
+    pub fn tags_get(self) -> &'static str {
+        match self {
+            Api::V1 => SANDBOX_TAGS_GET,
+            Api::V2 => SANDBOX_TAGS_GET_V2,
+        }
+    }
+
+    /// The RPC's name, for messages: the last part of its path.
+    pub fn rpc(path: &str) -> &str {
+        path.rsplit('/').next().unwrap_or(path)
+    }
+}
 
 /// `google.protobuf.Empty`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Empty {}
+
+/// `AuthTokenGetRequest`: no fields.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AuthTokenGetRequest {}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AuthTokenGetResponse {
+    /// A JWT; its payload's `exp` says until when it is good.
+    #[prost(string, tag = "1")]
+    pub token: String,
+}
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct ClientHelloResponse {
@@ -182,27 +250,26 @@ pub fn retry_after(details: &[u8]) -> Option<Duration> {
         .then(|| Duration::from_secs_f64(secs.clamp(0.1, 3600.0)))
 }
 
-/// The details an emulator (or a test) attaches to ask for a wait of `secs`.
-pub fn retry_details(code: i32, message: &str, secs: f32) -> Vec<u8> {
-    use prost::Message;
-    RpcStatus {
-        code,
-        message: message.to_string(),
-        details: vec![Any {
-            type_url: RETRY_POLICY_TYPE.to_string(),
-            value: RpcRetryPolicy {
-                retry_after_secs: secs,
-            }
-            .encode_to_vec(),
-        }],
-    }
-    .encode_to_vec()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use prost::Message;
+
+    /// The details a server attaches to ask for a wait of `secs`.
+    fn retry_details(code: i32, message: &str, secs: f32) -> Vec<u8> {
+        RpcStatus {
+            code,
+            message: message.to_string(),
+            details: vec![Any {
+                type_url: RETRY_POLICY_TYPE.to_string(),
+                value: RpcRetryPolicy {
+                    retry_after_secs: secs,
+                }
+                .encode_to_vec(),
+            }],
+        }
+        .encode_to_vec()
+    }
 
     #[test]
     fn list_request_encoding_matches_the_proto_field_numbers() {
@@ -257,5 +324,30 @@ mod tests {
             }],
         };
         assert_eq!(retry_after(&other.encode_to_vec()), None);
+    }
+
+    #[test]
+    fn ids_are_v1_or_v2_by_their_shape_as_the_sdk_decides() {
+        assert_eq!(Api::of("sb-0123456789abcdefghijKL"), Api::V1);
+        for v2 in [
+            "sb-0123456789abcdefghijKLV",
+            "sb-0123456789abcdefghijK",
+            "sb-0123456789abcdefghij-L",
+            "sb-0123456789abcdéfghijK",
+            "sbx-0123456789abcdefghijK",
+            "sb_0123456789abcdefghijKL",
+            "",
+        ] {
+            assert_eq!(Api::of(v2), Api::V2, "{v2}");
+        }
+        assert_eq!(Api::V2.terminate(), SANDBOX_TERMINATE_V2);
+        assert_eq!(Api::rpc(Api::V1.tags_get()), "SandboxTagsGet");
+    }
+
+    #[test]
+    fn the_auth_token_is_field_one() {
+        let reply = AuthTokenGetResponse::decode(&[0x0a, 3, b'a', b'.', b'b'][..]).unwrap();
+        assert_eq!(reply.token, "a.b");
+        assert!(AuthTokenGetRequest {}.encode_to_vec().is_empty());
     }
 }
