@@ -174,6 +174,7 @@ fn a_live_owners_sandbox_is_renewed_by_ttl_and_survives_a_stop_on_purpose() {
     let rig = Rig::<Daytona>::new(Config {
         deadline: Duration::from_secs(3),
         renewal: Some((grace, Duration::from_secs(1))),
+        rate: None,
     });
     let (owner, ids) = rig.owner_with(1);
     let id = &ids[0];

@@ -470,3 +470,69 @@ print(json.dumps(out))
     assert!(rig.cloud.exists(&stranger));
     assert_eq!(ps(), Vec::<String>::new());
 }
+
+/// A `stop --all` against E2B's limiter (a token bucket per route: 20 calls a second, burst
+/// 10) backs off instead of hammering it: every sandbox removed, no call before its
+/// Retry-After, and few calls turned away. At a fixed 16 in flight, each 1-second pause
+/// (E2B's smallest `Retry-After`) ends with 16 calls into a bucket of 10, so over a third of
+/// the calls are 429s; the per-provider pace (`src/reclaim/pace.rs`) halves what it sends on a
+/// 429 and then learns the rate the bucket lets through.
+#[test]
+fn a_stop_at_the_rate_limit_backs_off_instead_of_hammering_it() {
+    let rig = Rig::<E2b>::new(Config::deadline(60));
+    let session = session_id();
+    let mine = rig.many(&session, 120);
+    rig.cloud.set_faults(Faults {
+        bucket: Some(Bucket {
+            rate: 20.0,
+            burst: 10,
+        }),
+        ..Faults::default()
+    });
+    let out = rig.stop_session(&session);
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    assert!(rig.all_gone(&mine), "{}", out.stdout);
+    let hits = rig.cloud.hits();
+    let throttled = hits.iter().filter(|h| h.status == 429).count();
+    assert!(throttled > 0, "the limiter never turned a call away");
+    assert!(
+        hits.iter().all(|h| !h.early),
+        "a call came before its Retry-After"
+    );
+    assert!(
+        throttled * 100 < hits.len() * 15,
+        "{throttled} of {} calls were throttled (goal: under 15 %)",
+        hits.len()
+    );
+}
+
+/// `[providers.e2b] rate = 5`: calls are spaced to at most five a second from the first one,
+/// listing included, though the provider would take more.
+#[test]
+fn a_rate_in_config_caps_the_calls_a_second() {
+    let rig = Rig::<E2b>::new(Config {
+        rate: Some(5.0),
+        ..Config::deadline(30)
+    });
+    let session = session_id();
+    let mine = rig.many(&session, 15);
+    let out = rig.stop_session(&session);
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    assert!(rig.all_gone(&mine), "{}", out.stdout);
+    let at: Vec<Instant> = rig.cloud.hits().iter().map(|h| h.at).collect();
+    assert!(at.len() >= 16, "a listing and 15 removals: {}", at.len());
+    // In any second, at most 5 calls, and one more at the very edge of the window.
+    for (i, first) in at.iter().enumerate() {
+        let within = at[i..]
+            .iter()
+            .take_while(|t| t.duration_since(*first) < Duration::from_secs(1))
+            .count();
+        assert!(within <= 6, "{within} calls within a second of call {i}");
+    }
+    let span = at[at.len() - 1].duration_since(at[0]);
+    assert!(
+        span >= Duration::from_millis(2800),
+        "{} calls in {span:?}: faster than 5 a second",
+        at.len()
+    );
+}

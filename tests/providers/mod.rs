@@ -112,6 +112,8 @@ pub struct Config {
     pub deadline: Duration,
     /// `watch.grace` and `watch.renew_every`, for the TTL keeper.
     pub renewal: Option<(Duration, Duration)>,
+    /// The provider table's `rate`: calls a second never to exceed.
+    pub rate: Option<f64>,
 }
 
 impl Config {
@@ -119,10 +121,11 @@ impl Config {
         Config {
             deadline: Duration::from_secs(secs),
             renewal: None,
+            rate: None,
         }
     }
 
-    fn text(&self) -> String {
+    fn text(&self, provider: &str) -> String {
         let ms = |d: Duration| format!("{}ms", d.as_millis());
         let mut text = format!(
             "[providers.docker]\nenabled = false\n\n[reclaim]\ndeadline = \"{}\"\n\
@@ -135,6 +138,9 @@ impl Config {
                 ms(grace),
                 ms(every)
             ));
+        }
+        if let Some(rate) = self.rate {
+            text.push_str(&format!("\n[providers.{provider}]\nrate = {rate}\n"));
         }
         text
     }
@@ -156,7 +162,7 @@ impl<C: Cloud> Rig<C> {
     pub fn around(cloud: C, config: Config) -> Rig<C> {
         let scratch = Scratch::new(&format!("cloud-{}", C::NAME));
         let path = scratch.path().join("sandguard.toml");
-        std::fs::write(&path, config.text()).unwrap();
+        std::fs::write(&path, config.text(C::NAME)).unwrap();
         Rig {
             cloud,
             scratch,

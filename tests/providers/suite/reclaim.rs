@@ -160,6 +160,7 @@ pub fn while_the_owner_lives_its_sandboxes_ttls_are_renewed_past_the_grace<C: Cl
     let rig = Rig::<C>::new(Config {
         deadline: Duration::from_secs(3),
         renewal: Some((grace, Duration::from_secs(1))),
+        rate: None,
     });
     let (owner, renewed) = rig.owner_with(1);
     let mut labels = owner.label_pairs();
