@@ -9,9 +9,12 @@
 //!   window's worth of successes. A burst of throttled answers to calls that were all in
 //!   flight together halves it once, not once each.
 //! - **A pace** between calls, also AIMD: unpaced until the first throttled answer, then 90 %
-//!   of what the provider let through in the second before it, growing by about one call a
-//!   second while nothing is throttled. A local emulator answers in microseconds, so a window
-//!   alone would not bound the rate; the pace does.
+//!   of what the provider let through in the last second the gate was open (time spent
+//!   waiting out a `Retry-After` is not counted: that second says nothing about what the
+//!   provider accepts, and counting it made every throttled answer after a pause collapse the
+//!   pace to one call a second), growing by about one call a second while nothing is
+//!   throttled. A local emulator answers in microseconds, so a window alone would not bound
+//!   the rate; the pace does.
 //! - **A cap** (`[providers.NAME] rate`, calls a second): never faster, from the first call.
 //!
 //! Against a token bucket of 20 calls a second, `stop --all` of 600 sandboxes finishes within
@@ -48,7 +51,14 @@ struct State {
     epoch: u64,
     /// When recent successes arrived, for the rate a throttled answer learns from.
     recent: VecDeque<Instant>,
+    /// Recent periods the gate was closed (oldest first), which that rate leaves out.
+    closed: VecDeque<(Instant, Instant)>,
 }
+
+/// How far back a throttled answer looks at what got through, in time the gate was open.
+const LOOK_BACK: Duration = Duration::from_secs(1);
+/// How long successes and gate periods are kept for that look.
+const KEEP: Duration = Duration::from_secs(10);
 
 /// A call's place in the window; released when dropped, reporting how it went.
 pub(super) struct Slot<'a> {
@@ -70,6 +80,7 @@ impl Pace {
                 gate: None,
                 epoch: 0,
                 recent: VecDeque::new(),
+                closed: VecDeque::new(),
             }),
             freed: Notify::new(),
             cap: cap.filter(|c| *c > 0.0),
@@ -127,11 +138,38 @@ impl Pace {
 
     /// The provider asked for a pause: no call before it is over.
     pub(super) fn close_for(&self, pause: Duration) {
-        let until = Instant::now() + pause;
+        let now = Instant::now();
+        let until = now + pause;
         let mut s = self.lock();
+        match s.closed.back_mut() {
+            Some((_, end)) if *end >= now => *end = (*end).max(until),
+            _ => s.closed.push_back((now, until)),
+        }
+        while s
+            .closed
+            .front()
+            .is_some_and(|(_, end)| now.duration_since(*end) > KEEP)
+        {
+            s.closed.pop_front();
+        }
         if s.gate.is_none_or(|g| g < until) {
             s.gate = Some(until);
         }
+    }
+
+    /// The successes in the last [`LOOK_BACK`] of time the gate was open.
+    fn let_through(s: &State, now: Instant) -> usize {
+        let mut start = now.checked_sub(LOOK_BACK).unwrap_or(now);
+        for (from, to) in s.closed.iter().rev() {
+            let to = (*to).min(now);
+            if to <= start {
+                break;
+            }
+            start = start
+                .checked_sub(to.duration_since((*from).max(start)))
+                .unwrap_or(start);
+        }
+        s.recent.iter().filter(|t| **t >= start).count()
     }
 
     fn succeeded(&self) {
@@ -146,7 +184,7 @@ impl Pace {
         while s
             .recent
             .front()
-            .is_some_and(|t| now.duration_since(*t) > Duration::from_secs(1))
+            .is_some_and(|t| now.duration_since(*t) > KEEP)
         {
             s.recent.pop_front();
         }
@@ -159,7 +197,7 @@ impl Pace {
         }
         s.epoch += 1;
         s.window = (s.window / 2.0).max(1.0);
-        let let_through = s.recent.len() as f64;
+        let let_through = Self::let_through(&s, Instant::now()) as f64;
         let learned = (let_through * 0.9).max(1.0);
         let rate = s.rate.map_or(learned, |r| r.min(learned).max(1.0));
         s.rate = Some(self.cap.map_or(rate, |c| rate.min(c)));
@@ -211,6 +249,24 @@ mod tests {
             Some(1.0),
             "nothing got through in the last second: one a second"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn what_got_through_is_counted_in_time_the_gate_was_open() {
+        let pace = Pace::new(16, None);
+        // 20 calls in the half second before the provider asks for a one-second pause.
+        for _ in 0..20 {
+            pace.slot().await.succeeded();
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        pace.close_for(Duration::from_secs(1));
+        let after = pace.slot().await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Throttled 100 ms after the gate opened: the last second of open time reaches back
+        // over the pause to the 20 calls before it.
+        after.throttled();
+        let rate = pace.lock().rate.expect("paced");
+        assert!((rate - 18.0).abs() < 0.01, "{rate}");
     }
 
     #[tokio::test(start_paused = true)]
