@@ -54,6 +54,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod fleet;
 pub mod identity;
 pub mod labels;
 pub mod ledger;
