@@ -142,6 +142,25 @@ impl Store for MemoryStore {
             .collect())
     }
 
+    async fn session(&self, id: &str) -> Result<Option<FleetSession>, FleetError> {
+        drop(self.enter()?);
+        let d = self.lock_data();
+        let now = Instant::now();
+        Ok(d.sessions
+            .get(id)
+            .map(|(record, state, reclaims)| FleetSession {
+                record: record.clone(),
+                state: *state,
+                lease_left: d
+                    .leases
+                    .get(id)
+                    .and_then(|t| t.checked_duration_since(now))
+                    .filter(|d| !d.is_zero()),
+                holdings: d.holdings.get(id).cloned().unwrap_or_default(),
+                reclaims: *reclaims,
+            }))
+    }
+
     async fn lock(&self, id: &str, token: &str, ttl: Duration) -> Result<bool, FleetError> {
         let mut d = self.enter()?;
         let now = Instant::now();

@@ -179,6 +179,9 @@ pub trait Store: Send + Sync {
     /// Every session in the index.
     async fn sessions(&self) -> Result<Vec<FleetSession>, FleetError>;
 
+    /// One session, in the index or not (a final one is kept for [`FINAL_KEEP`]).
+    async fn session(&self, id: &str) -> Result<Option<FleetSession>, FleetError>;
+
     /// Takes the sweep lock of session `id` for `ttl`, if nobody holds it.
     async fn lock(&self, id: &str, token: &str, ttl: Duration) -> Result<bool, FleetError>;
 

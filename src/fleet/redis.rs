@@ -29,6 +29,9 @@ const UNLOCK: &str =
 /// Extends a key's expiry only if it holds the given value (a lock's owner renewing it).
 const RELOCK: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end";
 
+/// A session's four reads: its hash, its lease's time left, its claims, its detaches.
+type Row = (BTreeMap<String, String>, i64, Vec<String>, Vec<String>);
+
 pub struct RedisStore {
     client: redis::Client,
     shown: String,
@@ -119,6 +122,43 @@ impl RedisStore {
         pipe.query_async(&mut c).await.map_err(|e| self.error(&e))
     }
 
+    /// The sessions `ids`, in one pipelined round trip (four reads each); an id whose record
+    /// is gone is left out.
+    async fn read(
+        &self,
+        c: &mut ConnectionManager,
+        ids: Vec<String>,
+    ) -> Result<Vec<FleetSession>, FleetError> {
+        let mut pipe = redis::pipe();
+        for id in &ids {
+            pipe.hgetall(self.key("session", id))
+                .pttl(self.key("lease", id))
+                .smembers(self.key("claims", id))
+                .smembers(self.key("detached", id));
+        }
+        let flat: Vec<redis::Value> = pipe.query_async(c).await.map_err(|e| self.error(&e))?;
+        let mut out = Vec::with_capacity(ids.len());
+        let mut values = flat.into_iter();
+        for id in ids {
+            let (Some(h), Some(t), Some(cl), Some(de)) =
+                (values.next(), values.next(), values.next(), values.next())
+            else {
+                break;
+            };
+            let row = (|| -> redis::RedisResult<Row> {
+                Ok((
+                    redis::from_redis_value(h)?,
+                    redis::from_redis_value(t)?,
+                    redis::from_redis_value(cl)?,
+                    redis::from_redis_value(de)?,
+                ))
+            })();
+            let (hash, pttl, claims, detached) = row.map_err(|e| self.error(&e))?;
+            out.extend(parse_session(id, &hash, pttl, &claims, &detached));
+        }
+        Ok(out)
+    }
+
     /// Adds to `pipe` what a final or sweeper-visible end writes.
     fn end_into(&self, pipe: &mut redis::Pipeline, id: &str, state: FleetState) {
         let session = self.key("session", id);
@@ -149,6 +189,9 @@ fn describe(e: &redis::RedisError) -> String {
     }
     if e.is_connection_refusal() {
         return "connection refused".into();
+    }
+    if e.kind() == redis::ErrorKind::AuthenticationFailed {
+        return "authentication failed (check the user and password)".into();
     }
     if let Some(code) = e.code() {
         return match code {
@@ -271,41 +314,12 @@ impl Store for RedisStore {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let mut pipe = redis::pipe();
-        for id in &ids {
-            pipe.hgetall(self.key("session", id))
-                .pttl(self.key("lease", id))
-                .smembers(self.key("claims", id))
-                .smembers(self.key("detached", id));
-        }
-        type Row = (BTreeMap<String, String>, i64, Vec<String>, Vec<String>);
-        let rows: Vec<Row> = {
-            let flat: Vec<redis::Value> =
-                pipe.query_async(&mut c).await.map_err(|e| self.error(&e))?;
-            let mut rows = Vec::with_capacity(ids.len());
-            let mut it = flat.into_iter();
-            while let (Some(h), Some(t), Some(cl), Some(de)) =
-                (it.next(), it.next(), it.next(), it.next())
-            {
-                let parse = || -> redis::RedisResult<Row> {
-                    Ok((
-                        redis::from_redis_value(h)?,
-                        redis::from_redis_value(t)?,
-                        redis::from_redis_value(cl)?,
-                        redis::from_redis_value(de)?,
-                    ))
-                };
-                rows.push(parse().map_err(|e| self.error(&e.into()))?);
-            }
-            rows
-        };
-        Ok(ids
-            .into_iter()
-            .zip(rows)
-            .filter_map(|(id, (hash, pttl, claims, detached))| {
-                parse_session(id, &hash, pttl, &claims, &detached)
-            })
-            .collect())
+        self.read(&mut c, ids).await
+    }
+
+    async fn session(&self, id: &str) -> Result<Option<FleetSession>, FleetError> {
+        let mut c = self.conn().await?;
+        Ok(self.read(&mut c, vec![id.to_string()]).await?.pop())
     }
 
     async fn lock(&self, id: &str, token: &str, ttl: Duration) -> Result<bool, FleetError> {

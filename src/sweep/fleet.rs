@@ -1,0 +1,263 @@
+//! The fleet pass of `sweep --fleet`: the sessions of the fleet store ([`crate::fleet`]) whose
+//! lease expired, reclaimed once each, wherever their machine was.
+//!
+//! For each session in the store's index:
+//! - final (`reclaimed`, `clean`): nothing to do (they leave the index anyway);
+//! - its lease is alive: leave it (its sidecar renews it);
+//! - `stopped` (its sidecar was stopped while its owner lived): leave it; no one proved the
+//!   owner dead, and its own host's sweep adopts it;
+//! - otherwise (`active`, `reclaiming` or `pending`, lease expired): reclaim it.
+//!
+//! A reclaim takes the session's lock in the store (`SET NX PX`, for the fleet's `lease`,
+//! renewed every third of it while the reclaim runs), reads the session again (another
+//! sweeper may have finished it meanwhile), counts the reclaim and marks it `reclaiming`, and
+//! then goes through the same session ending as every reclaim ([`super::reclaim_adopted`]):
+//! the session's labels on every provider, plus its mirrored claims, minus what it detached.
+//! The journal of that ending lives in this machine's state directory, under `fleet/` (a
+//! ledger of its own, so the local pass never judges these sessions a second time). The
+//! result is written back: `reclaimed`, or `pending`, which the next fleet sweep (here or on
+//! any machine) finishes; a sweeper that dies half way leaves `reclaiming` and a lock that
+//! expires, and the next one finishes the session.
+//!
+//! Decisions:
+//! - **No store, no verdict**: a store that cannot be read is a failure of the pass (exit 1),
+//!   and no session is judged by the store; the local pass still runs, as without a fleet.
+//! - **A lock not taken is not an error**: another sweeper has the session; it is left to it.
+//! - A sandbox of a session the store never heard of is judged by the local pass as before.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Decision, Pass, Verdict};
+use crate::fleet::{FleetSession, FleetState, Store};
+use crate::ledger::{LedgerError, Record, StateDir};
+use crate::providers::Provider;
+use crate::reclaim::{ListFailure, Options};
+
+/// What a fleet pass needs.
+#[derive(Clone)]
+pub struct FleetSweep {
+    pub store: Arc<dyn Store>,
+    /// This machine's name, written as the reclaimer.
+    pub host: String,
+    /// The fleet's lease: also how long a sweeper's lock lives without renewal.
+    pub lease: Duration,
+    /// The ledger the fleet reclaims journal in (`fleet/` in the state directory).
+    pub ledger: StateDir,
+}
+
+/// One fleet pass; with `dry_run` nothing is touched (not even the store).
+pub async fn pass(
+    fleet: &FleetSweep,
+    providers: &[Arc<dyn Provider>],
+    options: &Options,
+    dry_run: bool,
+) -> Pass {
+    let mut out = Pass::default();
+    let sessions = match fleet.store.sessions().await {
+        Ok(s) => s,
+        Err(e) => {
+            out.list_failures.push(ListFailure {
+                provider: "fleet".into(),
+                error: format!("{e}: no fleet verdict was made"),
+            });
+            return out;
+        }
+    };
+    for s in sessions {
+        let (verdict, reason) = judge(&s);
+        if verdict == Verdict::Reclaim && !dry_run {
+            reclaim(fleet, providers, options, &s, reason, &mut out).await;
+        } else if !s.state.is_final() {
+            out.decisions.push(decision(&s, verdict, reason));
+        }
+    }
+    out
+}
+
+fn decision(s: &FleetSession, verdict: Verdict, reason: String) -> Decision {
+    Decision {
+        session: s.record.id.clone(),
+        sandbox: None,
+        verdict,
+        reason,
+    }
+}
+
+fn judge(s: &FleetSession) -> (Verdict, String) {
+    let host = &s.record.host;
+    if s.state.is_final() {
+        return (Verdict::Leave, format!("it ended {}", s.state.as_str()));
+    }
+    if let Some(left) = s.lease_left {
+        return (
+            Verdict::Leave,
+            format!(
+                "its fleet lease is held by host {host} ({} ms left)",
+                left.as_millis()
+            ),
+        );
+    }
+    if s.state == FleetState::Stopped {
+        return (
+            Verdict::Leave,
+            format!("its sidecar on host {host} was stopped while its owner lived: its host's sweep judges it"),
+        );
+    }
+    (
+        Verdict::Reclaim,
+        format!(
+            "its fleet lease expired (host {host}, {})",
+            s.state.as_str()
+        ),
+    )
+}
+
+/// A lock token: 64 random bits, or the pid and time when the kernel gives none.
+fn token(host: &str) -> String {
+    let mut b = [0u8; 8];
+    let hex = match crate::unix::random_bytes(&mut b) {
+        Ok(()) => b.iter().map(|x| format!("{x:02x}")).collect(),
+        Err(_) => format!("{}-{}", std::process::id(), crate::ledger::now_ms()),
+    };
+    format!("{host}:{hex}")
+}
+
+async fn reclaim(
+    fleet: &FleetSweep,
+    providers: &[Arc<dyn Provider>],
+    options: &Options,
+    s: &FleetSession,
+    reason: String,
+    out: &mut Pass,
+) {
+    let id = &s.record.id;
+    let store = fleet.store.as_ref();
+    let token = token(&fleet.host);
+    let fail = |out: &mut Pass, error: String| {
+        out.list_failures.push(ListFailure {
+            provider: "fleet".into(),
+            error: format!("session {id} was not reclaimed: {error}"),
+        });
+    };
+    match store.lock(id, &token, fleet.lease).await {
+        Ok(true) => {}
+        Ok(false) => {
+            out.decisions.push(decision(
+                s,
+                Verdict::Leave,
+                "another sweeper is reclaiming it".into(),
+            ));
+            return;
+        }
+        Err(e) => return fail(out, e.to_string()),
+    }
+    // Read again under the lock: another sweeper may have finished it since the listing.
+    let fresh = match store.session(id).await {
+        Ok(Some(fresh)) => fresh,
+        Ok(None) => {
+            let _ = store.unlock(id, &token).await;
+            return;
+        }
+        Err(e) => {
+            let _ = store.unlock(id, &token).await;
+            return fail(out, e.to_string());
+        }
+    };
+    let (verdict, now) = judge(&fresh);
+    if verdict != Verdict::Reclaim {
+        let _ = store.unlock(id, &token).await;
+        if !fresh.state.is_final() {
+            out.decisions.push(decision(&fresh, verdict, now));
+        }
+        return;
+    }
+    out.decisions
+        .push(decision(&fresh, Verdict::Reclaim, reason));
+    if let Err(e) = store
+        .set_state(id, FleetState::Reclaiming, &fleet.host)
+        .await
+    {
+        let _ = store.unlock(id, &token).await;
+        return fail(out, e.to_string());
+    }
+    let work = end_session(fleet, providers, options, &fresh);
+    let kept = keep_lock(store, id, &token, fleet.lease);
+    let result = tokio::select! {
+        r = work => r,
+        () = kept => Err(LedgerError::Io {
+            op: "keep the fleet lock of",
+            path: std::path::PathBuf::from(id),
+            source: std::io::Error::other("the lock was lost"),
+        }),
+    };
+    match result {
+        Ok((state, report)) => {
+            out.removals.extend(report.removals);
+            out.list_failures.extend(report.list_failures);
+            let state = if state.is_final() {
+                FleetState::Reclaimed
+            } else {
+                FleetState::Pending
+            };
+            if let Err(e) = store.set_state(id, state, &fleet.host).await {
+                fail(out, e.to_string());
+            }
+        }
+        Err(e) => fail(out, e.to_string()),
+    }
+    let _ = store.unlock(id, &token).await;
+}
+
+/// Renews the lock every third of its life; returns only when it was lost.
+async fn keep_lock(store: &dyn Store, id: &str, token: &str, ttl: Duration) {
+    loop {
+        tokio::time::sleep(ttl / 3).await;
+        match store.relock(id, token, ttl).await {
+            Ok(true) => {}
+            Ok(false) => return,
+            // Unreachable for now: the lock lives on until its expiry; try again.
+            Err(e) => tracing::warn!("cannot renew the fleet lock of session {id}: {e}"),
+        }
+    }
+}
+
+/// The session's ending, journaled in the fleet ledger: its start, providers, claims and
+/// detaches as the store mirrored them, then the one reclaim path.
+async fn end_session(
+    fleet: &FleetSweep,
+    providers: &[Arc<dyn Provider>],
+    options: &Options,
+    s: &FleetSession,
+) -> Result<(crate::ledger::SessionState, crate::reclaim::Report), LedgerError> {
+    let r = &s.record;
+    let start = Record::Start {
+        owner: r.owner.clone(),
+        pid: r.pid,
+        grace_ms: 0,
+        labels: r.labels.clone(),
+    };
+    let journal = match fleet.ledger.create_session(&r.id, start) {
+        Ok(mut j) => {
+            // What the store mirrored, journaled once: a later pass finishing a pending
+            // session reads it back from here.
+            j.write(&Record::Providers {
+                names: r.providers.clone(),
+            })?;
+            for t in &s.holdings.claims {
+                j.write(&Record::claim(t))?;
+            }
+            for t in &s.holdings.detached {
+                j.write(&Record::detach(t))?;
+            }
+            j.write(&Record::LeaseExpired)?;
+            j.sync()?;
+            j
+        }
+        Err(LedgerError::Exists { .. }) => super::adopt(&fleet.ledger, &r.id).await?,
+        Err(e) => return Err(e),
+    };
+    let mut view = fleet.ledger.read_session(&r.id)?;
+    view.sidecar_alive = false;
+    Ok(super::reclaim_adopted(journal, providers, &view, options).await)
+}
