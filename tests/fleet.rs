@@ -95,8 +95,12 @@ struct Host {
 
 impl Host {
     fn new(id: &'static str, store: &str, e2b: &str) -> Host {
+        Host::with_lease(id, store, e2b, LEASE)
+    }
+
+    fn with_lease(id: &'static str, store: &str, e2b: &str, lease: &str) -> Host {
         let scratch = Scratch::new(&format!("fleet-{id}"));
-        let config = cloud_config(&scratch, &format!("[fleet]\nlease = \"{LEASE}\"\n"));
+        let config = cloud_config(&scratch, &format!("[fleet]\nlease = \"{lease}\"\n"));
         Host {
             scratch,
             id,
@@ -242,7 +246,7 @@ fn registered(redis: &Redis, session: &str, claims: &[&str]) {
 }
 
 fn lease_expired(redis: &Redis, session: &str) {
-    eventually(Duration::from_secs(10), "the lease expired", || {
+    eventually(Duration::from_secs(15), "the lease expired", || {
         redis
             .cli(&["EXISTS", &format!("sandguard:lease:{session}")])
             .trim()
@@ -257,10 +261,12 @@ fn a_dead_hosts_sandboxes_are_reclaimed_by_a_sweep_elsewhere() {
     let _g = shared();
     let mut redis = Redis::start();
     let (emu, e2b) = sandguard_e2b();
+    // A's lease is long enough that the sweep right after its death surely falls within it,
+    // on a loaded machine too.
     let (a, b, c) = (
-        Host::new("host-a", &redis.url(), &emu.url),
+        Host::with_lease("host-a", &redis.url(), &emu.url, "6s"),
         Host::new("host-b", &redis.url(), &emu.url),
-        Host::new("host-c", &redis.url(), &emu.url),
+        Host::with_lease("host-c", &redis.url(), &emu.url, "6s"),
     );
     let claimed = format!("sb-claimed-{}", unique());
     e2b.insert(&claimed, &[]);
@@ -473,4 +479,114 @@ fn sandguard_e2b() -> (
     std::sync::Arc<crate::support::e2b::State>,
 ) {
     crate::support::e2b::start(KEY)
+}
+
+/// Redis restarted empty: a live sidecar registers again within a renewal or two, and a
+/// fleet sweep in the gap removes nothing.
+#[test]
+fn a_store_restarted_empty_gets_the_live_sessions_back() {
+    let _g = shared();
+    let mut redis = Redis::start();
+    let (emu, e2b) = sandguard_e2b();
+    let (a, b) = (
+        Host::new("host-a", &redis.url(), &emu.url),
+        Host::new("host-b", &redis.url(), &emu.url),
+    );
+    let claimed = format!("sb-claimed-{}", unique());
+    e2b.insert(&claimed, &[]);
+    let owner = a.owner(&[&claimed]);
+    let labelled = format!("sb-a-{}", unique());
+    e2b.insert(&labelled, &owner.label_refs());
+    registered(&redis, &owner.session, &[&claimed]);
+    let port = redis.port;
+    redis.stop();
+    std::thread::sleep(Duration::from_millis(500));
+    let redis = Redis::start_on(port);
+    let gap = b.sweep(&["--json"]);
+    assert_eq!(gap.code, 0, "{}{}", gap.stdout, gap.stderr);
+    assert!(
+        e2b.exists(&labelled) && e2b.exists(&claimed),
+        "{}",
+        gap.stdout
+    );
+    // Registered again, claims and all, well within the lease.
+    let started = Instant::now();
+    registered(&redis, &owner.session, &[&claimed]);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "registered again after {:?}",
+        started.elapsed()
+    );
+    let key = format!("sandguard:session:{}", owner.session);
+    assert_eq!(redis.cli(&["HGET", &key, "host"]).trim(), "host-a");
+    // Data lost without a broken connection (a FLUSHALL, a failover to an empty replica): the
+    // next renewal finds no record and registers again.
+    assert_eq!(redis.cli(&["FLUSHALL"]).trim(), "OK");
+    let started = Instant::now();
+    registered(&redis, &owner.session, &[&claimed]);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "registered again after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(redis.cli(&["HGET", &key, "host"]).trim(), "host-a");
+}
+
+/// A sweeper SIGKILLed in the middle of a reclaim leaves the session `reclaiming` and its
+/// lock to expire: the next sweep, on another host, finishes it.
+#[test]
+fn a_sweeper_killed_mid_reclaim_is_finished_by_the_next() {
+    let _g = shared();
+    let redis = Redis::start();
+    let (emu, e2b) = sandguard_e2b();
+    let (a, b, d) = (
+        Host::new("host-a", &redis.url(), &emu.url),
+        Host::new("host-b", &redis.url(), &emu.url),
+        Host::new("host-d", &redis.url(), &emu.url),
+    );
+    let mut dead = a.owner(&[]);
+    let sb = format!("sb-a-{}", unique());
+    e2b.insert(&sb, &dead.label_refs());
+    registered(&redis, &dead.session, &[]);
+    dead.kill_host();
+    lease_expired(&redis, &dead.session);
+    // E2B down: the first sweeper retries until its deadline; it is killed before.
+    emu.set_faults(crate::support::emu::Faults {
+        outage: true,
+        ..Default::default()
+    });
+    let mut sweeper = b
+        .cmd()
+        .args(["sweep", "--fleet"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let key = format!("sandguard:session:{}", dead.session);
+    eventually(
+        Duration::from_secs(10),
+        "the first sweeper reclaims",
+        || redis.cli(&["HGET", &key, "state"]).trim() == "reclaiming",
+    );
+    let _ = sweeper.kill();
+    let _ = sweeper.wait();
+    emu.set_faults(crate::support::emu::Faults::default());
+    assert!(e2b.exists(&sb));
+    // Its lock outlives it by at most the lease; then the next sweep finishes the session.
+    eventually(
+        Duration::from_secs(10),
+        "the dead sweeper's lock expires",
+        || {
+            redis
+                .cli(&["EXISTS", &format!("sandguard:lock:{}", dead.session)])
+                .trim()
+                == "0"
+        },
+    );
+    let out = d.sweep(&["--json"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(!e2b.exists(&sb), "{}", out.stdout);
+    assert_eq!(redis.cli(&["HGET", &key, "state"]).trim(), "reclaimed");
+    assert_eq!(redis.cli(&["HGET", &key, "reclaims"]).trim(), "2");
+    assert_eq!(redis.cli(&["HGET", &key, "reclaimed_by"]).trim(), "host-d");
 }
