@@ -283,6 +283,45 @@ fn a_dead_hosts_sandboxes_are_reclaimed_by_a_sweep_elsewhere() {
     );
     registered(&redis, &dead.session, &[&claimed]);
     registered(&redis, &live.session, &[]);
+    // Every machine sees the fleet: sessions with their hosts, leases and claims, and the
+    // host of each sandbox in `ps`.
+    let out = run(b.cmd().args(["sessions", "--fleet", "--json"]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let v = json(&out.stdout);
+    let row = |id: &str| {
+        v["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["session"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("{id} in {v}"))
+    };
+    let ra = row(&dead.session);
+    assert_eq!(
+        (&ra["host"], &ra["state"]),
+        (&"host-a".into(), &"active".into())
+    );
+    assert!(
+        ra["lease_left_ms"].as_u64().is_some_and(|ms| ms > 0),
+        "{ra}"
+    );
+    assert_eq!(ra["claims"][0]["id"], claimed.as_str());
+    assert_eq!(row(&live.session)["host"], "host-c");
+    let out = run(b.cmd().args(["ps", "--json"]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let v = json(&out.stdout);
+    let host_of = |id: &str| {
+        v["sandboxes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["instance_id"] == id)
+            .map(|r| r["host"].clone())
+    };
+    assert_eq!(host_of(&labelled), Some("host-a".into()), "{v}");
+    assert_eq!(host_of(&alive), Some("host-c".into()), "{v}");
+    assert_eq!(host_of(&stranger), Some(serde_json::Value::Null), "{v}");
 
     dead.kill_host();
     // Before the lease runs out, host A is not judged dead.
@@ -307,6 +346,18 @@ fn a_dead_hosts_sandboxes_are_reclaimed_by_a_sweep_elsewhere() {
     assert_eq!(redis.cli(&["HGET", &key, "state"]).trim(), "reclaimed");
     assert_eq!(redis.cli(&["HGET", &key, "reclaimed_by"]).trim(), "host-b");
     assert_eq!(redis.cli(&["HGET", &key, "host"]).trim(), "host-a");
+    let v = json(&run(b.cmd().args(["sessions", "--fleet", "--json"])).stdout);
+    let ids: Vec<&str> = v["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["session"].as_str())
+        .collect();
+    assert_eq!(
+        ids,
+        [live.session.as_str()],
+        "a final session leaves the index"
+    );
     drop(live);
     redis.stop();
 }
