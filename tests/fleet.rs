@@ -334,6 +334,18 @@ fn a_dead_hosts_sandboxes_are_reclaimed_by_a_sweep_elsewhere() {
     );
 
     lease_expired(&redis, &dead.session);
+    let dry = b.sweep(&["--dry-run"]);
+    assert_eq!(dry.code, 0, "{}{}", dry.stdout, dry.stderr);
+    assert!(
+        dry.stdout
+            .contains(&format!("would reclaim session {}", dead.session)),
+        "{}",
+        dry.stdout
+    );
+    assert!(
+        e2b.exists(&labelled) && e2b.exists(&claimed),
+        "a dry run touches nothing"
+    );
     let out = b.sweep(&["--json"]);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     let v = json(&out.stdout);
@@ -717,7 +729,8 @@ fn the_readmes_fleet_config_is_a_valid_config() {
         .args(["sessions", "--fleet"]));
     assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
     assert!(
-        out.stderr.contains("fleet store rediss://sandguard@127.0.0.1:1/0"),
+        out.stderr
+            .contains("fleet store rediss://sandguard@127.0.0.1:1/0"),
         "{}",
         out.stderr
     );

@@ -66,6 +66,22 @@ impl MemoryStore {
     }
 }
 
+/// One session as the store would answer it.
+fn view(d: &Data, id: &str) -> Option<FleetSession> {
+    let (record, state, reclaims) = d.sessions.get(id)?;
+    Some(FleetSession {
+        record: record.clone(),
+        state: *state,
+        lease_left: d
+            .leases
+            .get(id)
+            .and_then(|t| t.checked_duration_since(Instant::now()))
+            .filter(|left| !left.is_zero()),
+        holdings: d.holdings.get(id).cloned().unwrap_or_default(),
+        reclaims: *reclaims,
+    })
+}
+
 fn end(d: &mut Data, id: &str, state: FleetState) {
     d.leases.remove(id);
     if let Some(s) = d.sessions.get_mut(id) {
@@ -124,41 +140,16 @@ impl Store for MemoryStore {
 
     async fn sessions(&self) -> Result<Vec<FleetSession>, FleetError> {
         let d = self.enter()?;
-        let now = Instant::now();
         Ok(d.sessions
-            .iter()
-            .filter(|(_, (_, state, _))| !state.is_final())
-            .map(|(id, (record, state, reclaims))| FleetSession {
-                record: record.clone(),
-                state: *state,
-                lease_left: d
-                    .leases
-                    .get(id)
-                    .and_then(|t| t.checked_duration_since(now))
-                    .filter(|d| !d.is_zero()),
-                holdings: d.holdings.get(id).cloned().unwrap_or_default(),
-                reclaims: *reclaims,
-            })
+            .keys()
+            .filter_map(|id| view(&d, id))
+            .filter(|s| !s.state.is_final())
             .collect())
     }
 
     async fn session(&self, id: &str) -> Result<Option<FleetSession>, FleetError> {
-        drop(self.enter()?);
-        let d = self.lock_data();
-        let now = Instant::now();
-        Ok(d.sessions
-            .get(id)
-            .map(|(record, state, reclaims)| FleetSession {
-                record: record.clone(),
-                state: *state,
-                lease_left: d
-                    .leases
-                    .get(id)
-                    .and_then(|t| t.checked_duration_since(now))
-                    .filter(|d| !d.is_zero()),
-                holdings: d.holdings.get(id).cloned().unwrap_or_default(),
-                reclaims: *reclaims,
-            }))
+        let d = self.enter()?;
+        Ok(view(&d, id))
     }
 
     async fn lock(&self, id: &str, token: &str, ttl: Duration) -> Result<bool, FleetError> {
