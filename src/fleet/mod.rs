@@ -27,7 +27,8 @@
 //!   `sessions --fleet`), out of the index; its lease, claims and detaches are deleted.
 //! - **A sidecar stopped while its owner lives marks the session `stopped`** and drops its
 //!   lease: no one proved the owner dead, so a fleet sweep leaves it (its host's own sweep
-//!   adopts it; the provider TTLs still apply). Unknown is not dead.
+//!   adopts it; the provider TTLs still apply). Unknown is not dead. The record expires
+//!   after a week; a listing drops index members whose record is gone.
 //! - **A pending session drops its lease**: nobody looks after it any more, so the next fleet
 //!   sweep finishes it (its own host's sweep may too; removals of what is gone are success).
 //! - **A renewal is one pipelined round trip**: the lease `SET … PX`, the claim changes, and

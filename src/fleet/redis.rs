@@ -23,6 +23,10 @@ use super::{
 };
 use crate::config::FleetSettings;
 
+/// How long a `stopped` session stays in the store: its own host's sweep judges it (and does
+/// not write to the store), so the record only informs `sessions --fleet` for a while.
+const STOPPED_KEEP: Duration = Duration::from_secs(7 * 86_400);
+
 /// Deletes a key only if it holds the given value (a lock's owner releasing it).
 const UNLOCK: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
@@ -168,6 +172,10 @@ impl RedisStore {
             .ignore()
             .del(self.key("lease", id))
             .ignore();
+        if state == FleetState::Stopped {
+            pipe.pexpire(&session, STOPPED_KEEP.as_millis() as i64)
+                .ignore();
+        }
         if state.is_final() {
             pipe.zrem(self.index(), id)
                 .ignore()
@@ -314,7 +322,26 @@ impl Store for RedisStore {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        self.read(&mut c, ids).await
+        let sessions = self.read(&mut c, ids.clone()).await?;
+        // Index members whose record is gone (expired, evicted, or left half-written by a
+        // progress write after it expired): dropped from the index, so it does not grow.
+        let known: std::collections::HashSet<&str> =
+            sessions.iter().map(|s| s.record.id.as_str()).collect();
+        let dangling: Vec<&String> = ids
+            .iter()
+            .filter(|id| !known.contains(id.as_str()))
+            .collect();
+        if !dangling.is_empty() {
+            let mut pipe = redis::pipe();
+            pipe.zrem(self.index(), &dangling).ignore();
+            for id in &dangling {
+                pipe.del(self.key("session", id)).ignore();
+            }
+            if let Err(e) = pipe.query_async::<()>(&mut c).await {
+                tracing::debug!("cannot drop dangling fleet sessions: {}", describe(&e));
+            }
+        }
+        Ok(sessions)
     }
 
     async fn session(&self, id: &str) -> Result<Option<FleetSession>, FleetError> {

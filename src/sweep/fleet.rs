@@ -85,7 +85,14 @@ fn decision(s: &FleetSession, verdict: Verdict, reason: String) -> Decision {
 }
 
 fn judge(s: &FleetSession) -> (Verdict, String) {
-    let host = &s.record.host;
+    // Whatever can write to the store wrote this name: only printable ASCII reaches a reason.
+    let host: String = s
+        .record
+        .host
+        .chars()
+        .filter(char::is_ascii_graphic)
+        .take(128)
+        .collect();
     if s.state.is_final() {
         return (Verdict::Leave, format!("it ended {}", s.state.as_str()));
     }
