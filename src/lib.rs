@@ -17,7 +17,11 @@
 //!               service.rs (the library service that owns the loop's tasks), lease.rs (the
 //!               boot-clock lease), ttl.rs (server-side TTLs)
 //! sweep/        one pass: judging the ledger and every provider (mod.rs); service.rs (--every,
-//!               adoption, the sweep lock)
+//!               adoption, the sweep lock); fleet.rs (`sweep --fleet`: the fleet store's
+//!               expired leases, reclaimed once each under a lock in the store)
+//! fleet/        the fleet lease store behind a small trait (mod.rs, with the key layout):
+//!               redis.rs (Redis or Valkey), memory.rs (for unit tests); the sidecar's side
+//!               is watch/fleet.rs
 //! reclaim/      the one removal path: mod.rs (Plan, Report), list.rs (listings retried until
 //!               the deadline), remove.rs (retries, backoff), pace.rs (each
 //!               provider's window, rate and Retry-After gate),
@@ -39,7 +43,7 @@
 //! # Flow
 //!
 //! Data flows one way: `cli` → `session` / `watch` / `sweep` (peers) → `reclaim` →
-//! `providers` and `ledger`. Nothing but `cli` imports `watch`; `sweep` and `watch` share the
+//! `providers`, `ledger` and `fleet`. Nothing but `cli` imports `watch`; `sweep` and `watch` share the
 //! session ending through `reclaim::session`, and owner death through `identity::death`.
 //! Nothing below `cli` knows about clap; only `providers` knows a provider's wire format, and
 //! only `providers::docker` knows Docker's.
@@ -54,6 +58,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod fleet;
 pub mod identity;
 pub mod labels;
 pub mod ledger;

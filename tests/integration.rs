@@ -8,6 +8,7 @@ mod support;
 
 mod config_errors;
 mod docker_ps_stop;
+mod fleet;
 mod guard;
 mod packaging;
 mod plugins;

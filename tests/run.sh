@@ -152,6 +152,12 @@ fi
 
 command -v systemd-analyze >/dev/null 2>&1 || apt_install systemd
 command -v flock >/dev/null 2>&1 || apt_install util-linux
+# The fleet tests (tests/fleet.rs) start their own redis-server on a loopback port, with a
+# password and no persistence, and stop it at the end; redis-cli reads the store back.
+command -v redis-server >/dev/null 2>&1 || apt_install redis-server
+command -v redis-cli >/dev/null 2>&1 || apt_install redis-tools
+# tests/fleet.rs reads packaging/kubernetes/ with a YAML parser.
+python3 -c 'import yaml' 2>/dev/null || apt_install python3-yaml
 start_docker
 build_test_image
 logs=$(mktemp -d)

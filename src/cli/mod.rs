@@ -192,7 +192,7 @@ fn dispatch(command: Command, settings: &Settings) -> Result<Exit, Error> {
         .map_err(|e| Error::Failed(format!("cannot start the async runtime: {e}")))?;
     runtime.block_on(async {
         match command {
-            Command::Ps(args) => ps::run(args, &registry).await,
+            Command::Ps(args) => ps::run(args, settings, &registry).await,
             Command::Stop(args) => stop::run(args, settings, &registry).await,
             Command::Providers(args) => providers::run(args, &registry).await,
             Command::Sweep(args) => sweep::run(args, settings, &registry).await,

@@ -4,6 +4,10 @@
 //! `sandguard sessions --prune [--older-than D]` deletes the sessions that ended (reclaimed or
 //! clean) more than D ago (default: `[sweep] prune_after`, 7 days), as every sweep does; a
 //! pending session, or one whose sidecar lives, is never deleted.
+//!
+//! `sandguard sessions --fleet [--json]`: every session of the fleet store instead (host,
+//! owner, state, lease left, claims); a store that cannot be read is exit 1, never an empty
+//! list.
 
 use serde::Serialize;
 
@@ -25,6 +29,23 @@ pub struct Args {
     /// With --prune: how long ago (default: [sweep] prune_after, 7d)
     #[arg(long, value_name = "D", requires = "prune")]
     older_than: Option<crate::config::HumanDuration>,
+    /// The sessions of the fleet store ([fleet] store), on every machine
+    #[arg(long, conflicts_with = "prune")]
+    fleet: bool,
+}
+
+#[derive(Serialize)]
+struct FleetJson {
+    session: String,
+    host: String,
+    state: &'static str,
+    owner: String,
+    /// Milliseconds of lease left; `null` when it expired.
+    lease_left_ms: Option<u64>,
+    started_at: String,
+    providers: Vec<String>,
+    claims: Vec<ClaimJson>,
+    detached: Vec<ClaimJson>,
 }
 
 #[derive(Serialize)]
@@ -46,6 +67,9 @@ struct ClaimJson {
 }
 
 pub fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
+    if args.fleet {
+        return fleet(args.json, settings);
+    }
     let state = StateDir::open(&settings.state_dir)?;
     if args.prune {
         let age = args
@@ -122,6 +146,79 @@ fn table(rows: &[SessionJson]) -> String {
         .collect();
     output::table(
         &["SESSION", "STATE", "OWNER", "SIDECAR", "CLAIMS", "AGE"],
+        &cells,
+    )
+}
+
+/// `sessions --fleet`: one read of the store.
+fn fleet(json: bool, settings: &Settings) -> Result<Exit, Error> {
+    use crate::fleet::Store;
+    let f = settings.fleet.as_ref().ok_or_else(|| {
+        Error::Usage(
+            "--fleet needs a fleet store: [fleet] store in the config, or SANDGUARD_FLEET_STORE"
+                .into(),
+        )
+    })?;
+    let store =
+        crate::fleet::redis::RedisStore::new(f).map_err(|e| Error::Failed(e.to_string()))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Failed(format!("cannot start the async runtime: {e}")))?;
+    let sessions = runtime
+        .block_on(store.sessions())
+        .map_err(|e| Error::Failed(e.to_string()))?;
+    let claims = |set: &std::collections::BTreeSet<crate::protocol::Target>| {
+        set.iter()
+            .map(|t| ClaimJson {
+                provider: t.provider.clone(),
+                id: t.id.clone(),
+            })
+            .collect()
+    };
+    let rows: Vec<FleetJson> = sessions
+        .into_iter()
+        .map(|s| FleetJson {
+            state: s.state.as_str(),
+            lease_left_ms: s.lease_left.map(|d| d.as_millis() as u64),
+            started_at: timefmt::format_rfc3339((s.record.started_ms / 1000) as i64),
+            claims: claims(&s.holdings.claims),
+            detached: claims(&s.holdings.detached),
+            session: s.record.id,
+            host: s.record.host,
+            owner: s.record.owner,
+            providers: s.record.providers,
+        })
+        .collect();
+    if json {
+        output::emit_json(&serde_json::json!({ "sessions": rows }));
+    } else if rows.is_empty() {
+        output::emit("No sessions in the fleet store.\n");
+    } else {
+        output::emit(&fleet_table(&rows));
+    }
+    Ok(Exit::Ok)
+}
+
+fn fleet_table(rows: &[FleetJson]) -> String {
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                sanitize(&r.session).into_owned(),
+                sanitize(&r.host).into_owned(),
+                r.state.to_string(),
+                r.lease_left_ms.map_or_else(
+                    || "expired".into(),
+                    |ms| format!("{:.1}s", ms as f64 / 1000.0),
+                ),
+                r.claims.len().to_string(),
+                sanitize(&r.owner).into_owned(),
+            ]
+        })
+        .collect();
+    output::table(
+        &["SESSION", "HOST", "STATE", "LEASE", "CLAIMS", "OWNER"],
         &cells,
     )
 }

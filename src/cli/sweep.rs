@@ -1,5 +1,7 @@
-//! `sandguard sweep [--every D] [--dry-run] [--json] [--provider P]`: one pass (for cron), or
-//! a service that passes every `D` and watches the live owners it adopts.
+//! `sandguard sweep [--every D] [--dry-run] [--json] [--provider P] [--fleet]`: one pass (for
+//! cron), or a service that passes every `D` and watches the live owners it adopts. `--fleet`
+//! adds the fleet store's expired sessions ([`crate::sweep::fleet`]); a store that cannot be
+//! read is a failure of the pass (exit 1), never an empty fleet.
 //!
 //! Output and exit codes follow `stop`: 0 when everything it decided to remove is gone and
 //! every provider answered, 1 otherwise, 2 for bad usage. With `--every` it runs until SIGTERM
@@ -10,9 +12,11 @@ use serde::Serialize;
 use super::output::{self, sanitize, ErrorJson, Exit, SandboxJson};
 use super::Error;
 use crate::config::{HumanDuration, Settings};
+use crate::fleet::redis::RedisStore;
 use crate::ledger::StateDir;
 use crate::providers::Registry;
 use crate::reclaim::Options;
+use crate::sweep::fleet::FleetSweep;
 use crate::sweep::{service, Decision, Pass, Verdict};
 
 #[derive(Debug, clap::Args)]
@@ -29,6 +33,10 @@ pub struct Args {
     /// Only this provider
     #[arg(long, value_name = "P")]
     provider: Option<String>,
+    /// Also reclaim the sessions of the fleet store ([fleet] store) whose lease expired, on
+    /// whatever machine they ran
+    #[arg(long)]
+    fleet: bool,
 }
 
 #[derive(Serialize)]
@@ -76,8 +84,25 @@ pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result
     if args.every.is_some_and(|d| d.0.is_zero()) {
         return Err(Error::Usage("--every must be longer than 0".into()));
     }
+    let state = StateDir::open(&settings.state_dir)?;
+    let fleet = match (args.fleet, &settings.fleet) {
+        (false, _) => None,
+        (true, None) => return Err(Error::Usage(
+            "--fleet needs a fleet store: [fleet] store in the config, or SANDGUARD_FLEET_STORE"
+                .into(),
+        )),
+        (true, Some(f)) => Some(FleetSweep {
+            store: std::sync::Arc::new(
+                RedisStore::new(f).map_err(|e| Error::Usage(e.to_string()))?,
+            ),
+            host: settings.host.id(),
+            lease: f.lease,
+            ledger: StateDir::open(&settings.state_dir.join("fleet"))?,
+        }),
+    };
     let plan = service::Plan {
-        state: StateDir::open(&settings.state_dir)?,
+        fleet,
+        state,
         providers: registry.select(args.provider.as_deref())?,
         options: Options::from(&settings.reclaim),
         every: args.every.map(|d| d.0).unwrap_or_default(),

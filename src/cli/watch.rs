@@ -157,14 +157,17 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
         Some(p) => (Some(p.proxy), Some(p.claims), Some(p.dir)),
         None => (None, None, None),
     };
+    let providers = registry.select(None).unwrap_or_default();
+    let fleet = fleet_plan(&settings, &session, &owner, labels, &providers);
     let plan = service::Plan {
         session,
         journal,
-        providers: registry.select(None).unwrap_or_default(),
+        providers,
         grace,
         renew_every: settings.watch.renew_every,
         options: Options::from(&settings.reclaim),
         proxy,
+        fleet,
     };
     let triggers = Triggers {
         owner: Box::pin(async move { owner_watch.wait().await }),
@@ -177,6 +180,37 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
     Ok(Exit::clean_if(
         outcome.state != crate::ledger::SessionState::Pending,
     ))
+}
+
+/// What the fleet registrar registers, when a store is configured (nothing connects yet).
+fn fleet_plan(
+    settings: &Settings,
+    session: &str,
+    owner: &Identity,
+    labels: std::collections::BTreeMap<String, String>,
+    providers: &[std::sync::Arc<dyn crate::providers::Provider>],
+) -> Option<crate::watch::fleet::FleetPlan> {
+    let fleet = settings.fleet.as_ref()?;
+    let store = match crate::fleet::redis::RedisStore::new(fleet) {
+        Ok(store) => std::sync::Arc::new(store),
+        Err(e) => {
+            tracing::warn!("{e}; guarding locally only");
+            return None;
+        }
+    };
+    Some(crate::watch::fleet::FleetPlan {
+        store,
+        record: crate::fleet::SessionRecord {
+            id: session.to_string(),
+            host: settings.host.id(),
+            owner: owner.to_label(),
+            pid: owner.pid,
+            labels,
+            providers: providers.iter().map(|p| p.name().to_string()).collect(),
+            started_ms: crate::ledger::now_ms(),
+        },
+        lease: fleet.lease,
+    })
 }
 
 /// The session's journal, created with its `start` record (durable, locked) in the state

@@ -27,6 +27,10 @@ pub(super) struct FileConfig {
     pub(super) sweep: FileSweep,
     #[serde(default)]
     pub(super) providers: FileProviders,
+    #[serde(default)]
+    pub(super) fleet: super::fleet::FileFleet,
+    #[serde(default)]
+    pub(super) host: super::fleet::FileHost,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -19,9 +19,11 @@ use std::time::Duration;
 
 pub mod cloud;
 mod file;
+pub mod fleet;
 mod values;
 
 pub use cloud::CloudSettings;
+pub use fleet::{FleetSettings, HostSettings};
 pub use values::{parse_duration, HumanDuration, Positive, Rate, Secret};
 
 use file::{parse_file, FileConfig, FilePlugin};
@@ -50,6 +52,10 @@ pub struct Settings {
     pub modal_environment: Option<String>,
     /// `[providers.NAME]` tables for plugin providers (any name that is not a built-in).
     pub plugins: Vec<PluginSettings>,
+    /// The fleet lease store; `None` (no `[fleet] store`, no `SANDGUARD_FLEET_STORE`): none.
+    pub fleet: Option<FleetSettings>,
+    /// This machine's name in the fleet store.
+    pub host: HostSettings,
 }
 
 /// The names of the built-in providers: their `[providers.NAME]` tables are theirs, and no
@@ -237,6 +243,8 @@ impl Settings {
         let tenki = cloud::tenki(p.tenki, env);
         let (modal, modal_environment) = cloud::modal(p.modal, env);
         let plugins = plugins(p.plugins);
+        let fleet = fleet::fleet(file.fleet, env)?;
+        let host = fleet::host(file.host, env)?;
         let mut rates: std::collections::BTreeMap<String, f64> = [
             ("docker", d.rate.map(|r| r.0)),
             ("e2b", e2b.rate),
@@ -293,6 +301,8 @@ impl Settings {
             modal,
             modal_environment,
             plugins,
+            fleet,
+            host,
         })
     }
 }

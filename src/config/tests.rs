@@ -80,6 +80,15 @@ fn the_documented_example_parses_and_states_the_defaults() {
         "token_secret",
         "server_url",
         "command",
+        "[fleet]",
+        "store",
+        "lease",
+        "prefix",
+        "[host]",
+        "id =",
+        "SANDGUARD_FLEET_STORE",
+        "SANDGUARD_FLEET_PASSWORD",
+        "SANDGUARD_HOST_ID",
     ] {
         assert!(
             text.contains(key),
@@ -288,4 +297,78 @@ fn the_e2b_url_is_the_explicit_one_else_the_domain_s_api() {
     ];
     assert_eq!(url(file, &both), "http://127.0.0.1:9");
     assert_eq!(url("", &[("E2B_DEBUG", "true")]), "https://api.e2b.app");
+}
+
+#[test]
+fn the_fleet_store_comes_from_env_or_file_and_never_prints_its_password() {
+    let text = "[fleet]\nstore = \"redis://u:pw@file:6379\"\nlease = \"9s\"\n[host]\nid = \"a\"\n";
+    let file = parse_file(Path::new("c.toml"), text).unwrap();
+    let e = env(&[("HOME", "/h")]);
+    let s = Settings::layer(None, file, &Overrides::default(), &e).unwrap();
+    let f = s.fleet.as_ref().unwrap();
+    assert_eq!(f.lease, Duration::from_secs(9));
+    assert_eq!(f.prefix, "sandguard");
+    assert_eq!(f.display(), "redis://u:***@file:6379");
+    assert_eq!(s.host.id.as_deref(), Some("a"));
+    assert!(!format!("{s:?}").contains("pw@"), "{s:?}");
+
+    let file = parse_file(Path::new("c.toml"), text).unwrap();
+    let e = env(&[
+        ("HOME", "/h"),
+        ("SANDGUARD_FLEET_STORE", "rediss://env:1"),
+        ("SANDGUARD_FLEET_PASSWORD", "from-env"),
+        ("SANDGUARD_HOST_ID", "b"),
+    ]);
+    let s = Settings::layer(None, file, &Overrides::default(), &e).unwrap();
+    let f = s.fleet.as_ref().unwrap();
+    assert_eq!(f.display(), "rediss://env:1");
+    assert_eq!(f.password.as_ref().map(Secret::expose), Some("from-env"));
+    assert!(!format!("{s:?}").contains("from-env"));
+    assert_eq!(s.host.id.as_deref(), Some("b"));
+
+    let none = Settings::layer(
+        None,
+        FileConfig::default(),
+        &Overrides::default(),
+        &env(&[]),
+    );
+    assert!(none.unwrap().fleet.is_none());
+}
+
+#[test]
+fn a_bad_fleet_key_names_file_line_and_key() {
+    for (text, at) in [
+        (
+            "[fleet]\nstore = \"localhost:6379\"\n",
+            "c.toml:2: key `fleet.store`",
+        ),
+        (
+            "[fleet]\nlease = \"500ms\"\n",
+            "c.toml:2: key `fleet.lease`",
+        ),
+        (
+            "[fleet]\nprefix = \"a b\"\n",
+            "c.toml:2: key `fleet.prefix`",
+        ),
+        ("[fleet]\nstores = \"x\"\n", "c.toml:2: key `fleet.stores`"),
+        ("[host]\nname = \"x\"\n", "c.toml:2: key `host.name`"),
+    ] {
+        let err = parse_file(Path::new("c.toml"), text)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with(at), "{text:?}: {err}");
+    }
+    let err = parse_file(
+        Path::new("c.toml"),
+        "[fleet]\nstore = \"http://u:s3cret@h\"\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(!err.contains("s3cret"), "{err}");
+    let e = env(&[("SANDGUARD_FLEET_STORE", "nope")]);
+    let err = Settings::layer(None, FileConfig::default(), &Overrides::default(), &e);
+    assert!(err
+        .unwrap_err()
+        .to_string()
+        .starts_with("environment variable SANDGUARD_FLEET_STORE:"));
 }

@@ -25,12 +25,16 @@
 //! - Otherwise judged by its `sandguard.owner` label: dead → reclaim; alive, unknown or
 //!   unreadable → leave (TTL only).
 //!
+//! With `--fleet`, a fleet pass ([`fleet`]) runs first: the sessions of the fleet store whose
+//! lease expired, reclaimed wherever their machine was; then this pass, as without a fleet.
+//!
 //! Concurrent sweeps serialise on `sweep.lock` in the state directory ([`service::one_pass`]
 //! takes it; [`service::serve`] runs the passes of `--every`).
 //! `--dry-run` decides everything and touches nothing (not even the journals). A session whose
 //! journal cannot be taken (a reader holds it for longer than [`ADOPT_PATIENCE`]) is an error
 //! of the pass, never reported as reclaimed.
 
+pub mod fleet;
 pub mod service;
 
 use std::collections::{BTreeMap, HashMap, HashSet};

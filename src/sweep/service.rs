@@ -31,6 +31,8 @@ pub struct Plan {
     pub dry_run: bool,
     /// Ended sessions older than this are pruned after each pass.
     pub prune_after: Option<Duration>,
+    /// `--fleet`: the fleet pass to run before the local one.
+    pub fleet: Option<super::fleet::FleetSweep>,
 }
 
 /// Waits for the sweep lock without blocking the runtime's thread.
@@ -49,7 +51,17 @@ pub async fn lock(state: &StateDir) -> Result<SweepLock, LedgerError> {
 /// One pass under the sweep lock, then pruning (unless a dry run).
 pub async fn one_pass(plan: &Plan) -> Result<Pass, LedgerError> {
     let _lock = lock(&plan.state).await?;
-    let pass = super::pass(&plan.state, &plan.providers, &plan.options, plan.dry_run).await;
+    let mut pass = match &plan.fleet {
+        Some(fleet) => {
+            super::fleet::pass(fleet, &plan.providers, &plan.options, plan.dry_run).await
+        }
+        None => Pass::default(),
+    };
+    let local = super::pass(&plan.state, &plan.providers, &plan.options, plan.dry_run).await;
+    pass.decisions.extend(local.decisions);
+    pass.removals.extend(local.removals);
+    pass.list_failures.extend(local.list_failures);
+    pass.adopt.extend(local.adopt);
     if !plan.dry_run {
         prune(&plan.state, plan.prune_after);
     }

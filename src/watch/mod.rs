@@ -32,6 +32,7 @@
 //! journaled as they arrive and removed by the second pass. `bye` reclaims what is still
 //! owned at once and ends the session `clean`.
 
+pub mod fleet;
 pub mod lease;
 pub mod service;
 mod triggers;
@@ -91,8 +92,10 @@ pub struct Sidecar<C> {
     claims: BTreeSet<Target>,
     detached: BTreeSet<Target>,
     malformed: u64,
-    /// What the TTL keeper renews, when there is a keeper.
+    /// What the TTL keeper renews and the fleet registrar mirrors, when there is either.
     holdings: Option<ttl::SharedHoldings>,
+    /// Poked on every change of the holdings, when a fleet registrar mirrors them.
+    changed: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl<C: Clock> Sidecar<C> {
@@ -113,6 +116,7 @@ impl<C: Clock> Sidecar<C> {
             detached: BTreeSet::new(),
             malformed: 0,
             holdings: None,
+            changed: None,
         }
     }
 
@@ -121,6 +125,11 @@ impl<C: Clock> Sidecar<C> {
         self.holdings
             .get_or_insert_with(|| Arc::new(Mutex::new(ttl::Holdings::default())))
             .clone()
+    }
+
+    /// A [`tokio::sync::Notify`] poked whenever the holdings change (for the fleet registrar).
+    pub fn changes(&mut self) -> Arc<tokio::sync::Notify> {
+        self.changed.get_or_insert_with(Default::default).clone()
     }
 
     /// Watches until the owner is gone (or says `bye`, or the sidecar is stopped), then
@@ -298,6 +307,9 @@ impl<C: Clock> Sidecar<C> {
     fn share(&self, change: impl FnOnce(&mut ttl::Holdings)) {
         if let Some(h) = &self.holdings {
             change(&mut h.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        }
+        if let Some(n) = &self.changed {
+            n.notify_one();
         }
     }
 

@@ -5,6 +5,10 @@
 //! a provider has a server-side lifetime) and the Docker API proxy (when asked for). It then
 //! runs the loop ([`Sidecar::run`]) and, whatever the outcome, shuts every task down and waits
 //! for them before returning: no task outlives the session, none is left unowned.
+//!
+//! With a fleet store, the fleet registrar ([`super::fleet`]) is one more task of the set: it
+//! registers at once, renews through the reclaim (it is shut down only after the loop has
+//! reclaimed), and the session's end is written to the store last.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +16,7 @@ use std::time::Duration;
 use tokio::io::AsyncRead;
 use tokio::task::JoinSet;
 
+use super::fleet::{FleetPlan, Registrar};
 use super::lease::{BootClock, Lease};
 use super::ttl::Keeper;
 use super::{Outcome, Sidecar, Triggers};
@@ -41,6 +46,8 @@ pub struct Plan {
     /// The Docker API proxy to serve, already bound (its claims come in through
     /// [`Triggers::proxy`]).
     pub proxy: Option<Proxy>,
+    /// The fleet store to register in, when one is configured.
+    pub fleet: Option<FleetPlan>,
 }
 
 /// Runs one session's sidecar to its end; see the module docs.
@@ -78,7 +85,17 @@ pub async fn run<R: AsyncRead + Unpin>(plan: Plan, triggers: Triggers<R>) -> Out
     if let Some(keeper) = keeper {
         tasks.spawn(keeper.run());
     }
+    let fleet = plan.fleet.map(|fleet| {
+        let ended = (fleet.store.clone(), fleet.record.id.clone());
+        let registrar = Registrar::new(fleet, sidecar.holdings(), sidecar.changes());
+        tasks.spawn(registrar.run());
+        ended
+    });
     let outcome = sidecar.run(triggers).await;
     tasks.shutdown().await;
+    if let Some((store, id)) = fleet {
+        let state = super::fleet::end_state(&outcome.ending, outcome.state);
+        super::fleet::finish(store.as_ref(), &id, state).await;
+    }
     outcome
 }

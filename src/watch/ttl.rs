@@ -17,22 +17,16 @@
 //!   in place (O(log n) a claim) and the keeper copies once a round: a claim never copies the
 //!   whole set.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream::{self, StreamExt};
 
 use crate::labels::Selector;
-use crate::protocol::Target;
 use crate::providers::{Provider, ProviderError, Sandbox};
 
-/// What the owner holds, as the sidecar last saw it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Holdings {
-    pub claims: BTreeSet<Target>,
-    pub detached: BTreeSet<Target>,
-}
+/// What the owner holds, as the sidecar last saw it (the same type the fleet store mirrors).
+pub use crate::fleet::Holdings;
 
 /// The holdings, shared between the watch loop (which changes them) and the keeper (which
 /// reads them once a round). The lock is never held across an await.
@@ -144,6 +138,7 @@ impl Keeper {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::Target;
     use crate::providers::{Capabilities, Kind};
     use std::sync::Mutex;
 

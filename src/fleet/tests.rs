@@ -1,0 +1,49 @@
+//! Unit tests of the store's pieces that need no server: targets in sets, and that a
+//! `rediss://` client can be built and tries a TLS handshake on the crate's rustls stack.
+
+use super::*;
+use crate::config::fleet::StoreUrl;
+use crate::config::FleetSettings;
+
+fn settings(url: &str) -> FleetSettings {
+    FleetSettings {
+        store: StoreUrl::parse(url).unwrap(),
+        user: None,
+        password: None,
+        lease: Duration::from_secs(3),
+        prefix: "t".into(),
+    }
+}
+
+#[test]
+fn targets_round_trip_through_set_members() {
+    let t = Target {
+        provider: "docker".into(),
+        id: "net:with:colons".into(),
+    };
+    assert_eq!(decode_target(&encode_target(&t)), Some(t));
+    assert_eq!(decode_target("nocolon"), None);
+    assert_eq!(decode_target(":x"), None);
+}
+
+/// rustls needs a CryptoProvider: ring is the one the crate's TLS stack selects, and a
+/// `rediss://` connection must reach the handshake (and fail on a server that speaks no TLS)
+/// instead of panicking for want of a provider.
+#[tokio::test]
+async fn a_rediss_client_builds_on_the_crates_rustls_stack() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(async move {
+        // Accept and hang up: a TLS client sees the connection close mid-handshake.
+        while let Ok((socket, _)) = listener.accept().await {
+            drop(socket);
+        }
+    });
+    let url = format!("rediss://u:hunter2@127.0.0.1:{port}/0");
+    let store = redis::RedisStore::new(&settings(&url)).unwrap();
+    let err = store.sessions().await.unwrap_err().to_string();
+    server.abort();
+    assert!(!err.contains("hunter2"), "{err}");
+    assert!(err.contains("u:***@127.0.0.1"), "{err}");
+    assert!(!err.to_lowercase().contains("crypto provider"), "{err}");
+}

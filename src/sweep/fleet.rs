@@ -1,0 +1,398 @@
+//! The fleet pass of `sweep --fleet`: the sessions of the fleet store ([`crate::fleet`]) whose
+//! lease expired, reclaimed once each, wherever their machine was.
+//!
+//! For each session in the store's index:
+//! - final (`reclaimed`, `clean`): nothing to do (they leave the index anyway);
+//! - its lease is alive: leave it (its sidecar renews it);
+//! - `stopped` (its sidecar was stopped while its owner lived): leave it; no one proved the
+//!   owner dead, and its own host's sweep adopts it;
+//! - otherwise (`active`, `reclaiming` or `pending`, lease expired): reclaim it.
+//!
+//! A reclaim takes the session's lock in the store (`SET NX PX`, for the fleet's `lease`,
+//! renewed every third of it while the reclaim runs), reads the session again (another
+//! sweeper may have finished it meanwhile), counts the reclaim and marks it `reclaiming`, and
+//! then goes through the same session ending as every reclaim ([`super::reclaim_adopted`]):
+//! the session's labels on every provider, plus its mirrored claims, minus what it detached.
+//! The journal of that ending lives in this machine's state directory, under `fleet/` (a
+//! ledger of its own, so the local pass never judges these sessions a second time). The
+//! result is written back: `reclaimed`, or `pending`, which the next fleet sweep (here or on
+//! any machine) finishes; a sweeper that dies half way leaves `reclaiming` and a lock that
+//! expires, and the next one finishes the session.
+//!
+//! Decisions:
+//! - **No store, no verdict**: a store that cannot be read is a failure of the pass (exit 1),
+//!   and no session is judged by the store; the local pass still runs, as without a fleet.
+//! - **A lock not taken is not an error**: another sweeper has the session; it is left to it.
+//! - A sandbox of a session the store never heard of is judged by the local pass as before.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Decision, Pass, Verdict};
+use crate::fleet::{FleetSession, FleetState, Store};
+use crate::ledger::{LedgerError, Record, StateDir};
+use crate::providers::Provider;
+use crate::reclaim::{ListFailure, Options};
+
+/// What a fleet pass needs.
+#[derive(Clone)]
+pub struct FleetSweep {
+    pub store: Arc<dyn Store>,
+    /// This machine's name, written as the reclaimer.
+    pub host: String,
+    /// The fleet's lease: also how long a sweeper's lock lives without renewal.
+    pub lease: Duration,
+    /// The ledger the fleet reclaims journal in (`fleet/` in the state directory).
+    pub ledger: StateDir,
+}
+
+/// One fleet pass; with `dry_run` nothing is touched (not even the store).
+pub async fn pass(
+    fleet: &FleetSweep,
+    providers: &[Arc<dyn Provider>],
+    options: &Options,
+    dry_run: bool,
+) -> Pass {
+    let mut out = Pass::default();
+    let sessions = match fleet.store.sessions().await {
+        Ok(s) => s,
+        Err(e) => {
+            out.list_failures.push(ListFailure {
+                provider: "fleet".into(),
+                error: format!("{e}: no fleet verdict was made"),
+            });
+            return out;
+        }
+    };
+    for s in sessions {
+        let (verdict, reason) = judge(&s);
+        if verdict == Verdict::Reclaim && !dry_run {
+            reclaim(fleet, providers, options, &s, reason, &mut out).await;
+        } else if !s.state.is_final() {
+            out.decisions.push(decision(&s, verdict, reason));
+        }
+    }
+    out
+}
+
+fn decision(s: &FleetSession, verdict: Verdict, reason: String) -> Decision {
+    Decision {
+        session: s.record.id.clone(),
+        sandbox: None,
+        verdict,
+        reason,
+    }
+}
+
+fn judge(s: &FleetSession) -> (Verdict, String) {
+    // Whatever can write to the store wrote this name: only printable ASCII reaches a reason.
+    let host: String = s
+        .record
+        .host
+        .chars()
+        .filter(char::is_ascii_graphic)
+        .take(128)
+        .collect();
+    if s.state.is_final() {
+        return (Verdict::Leave, format!("it ended {}", s.state.as_str()));
+    }
+    if let Some(left) = s.lease_left {
+        return (
+            Verdict::Leave,
+            format!(
+                "its fleet lease is held by host {host} ({} ms left)",
+                left.as_millis()
+            ),
+        );
+    }
+    if s.state == FleetState::Stopped {
+        return (
+            Verdict::Leave,
+            format!("its sidecar on host {host} was stopped while its owner lived: its host's sweep judges it"),
+        );
+    }
+    (
+        Verdict::Reclaim,
+        format!(
+            "its fleet lease expired (host {host}, {})",
+            s.state.as_str()
+        ),
+    )
+}
+
+/// A lock token: 64 random bits, or the pid and time when the kernel gives none.
+fn token(host: &str) -> String {
+    let mut b = [0u8; 8];
+    let hex = match crate::unix::random_bytes(&mut b) {
+        Ok(()) => b.iter().map(|x| format!("{x:02x}")).collect(),
+        Err(_) => format!("{}-{}", std::process::id(), crate::ledger::now_ms()),
+    };
+    format!("{host}:{hex}")
+}
+
+async fn reclaim(
+    fleet: &FleetSweep,
+    providers: &[Arc<dyn Provider>],
+    options: &Options,
+    s: &FleetSession,
+    reason: String,
+    out: &mut Pass,
+) {
+    let id = &s.record.id;
+    let store = fleet.store.as_ref();
+    let token = token(&fleet.host);
+    let fail = |out: &mut Pass, error: String| {
+        out.list_failures.push(ListFailure {
+            provider: "fleet".into(),
+            error: format!("session {id} was not reclaimed: {error}"),
+        });
+    };
+    match store.lock(id, &token, fleet.lease).await {
+        Ok(true) => {}
+        Ok(false) => {
+            out.decisions.push(decision(
+                s,
+                Verdict::Leave,
+                "another sweeper is reclaiming it".into(),
+            ));
+            return;
+        }
+        Err(e) => return fail(out, e.to_string()),
+    }
+    // Read again under the lock: another sweeper may have finished it since the listing.
+    let fresh = match store.session(id).await {
+        Ok(Some(fresh)) => fresh,
+        Ok(None) => {
+            let _ = store.unlock(id, &token).await;
+            return;
+        }
+        Err(e) => {
+            let _ = store.unlock(id, &token).await;
+            return fail(out, e.to_string());
+        }
+    };
+    let (verdict, now) = judge(&fresh);
+    if verdict != Verdict::Reclaim {
+        let _ = store.unlock(id, &token).await;
+        if !fresh.state.is_final() {
+            out.decisions.push(decision(&fresh, verdict, now));
+        }
+        return;
+    }
+    out.decisions
+        .push(decision(&fresh, Verdict::Reclaim, reason));
+    if let Err(e) = store
+        .set_state(id, FleetState::Reclaiming, &fleet.host)
+        .await
+    {
+        let _ = store.unlock(id, &token).await;
+        return fail(out, e.to_string());
+    }
+    let work = end_session(fleet, providers, options, &fresh);
+    let kept = keep_lock(store, id, &token, fleet.lease);
+    let result = tokio::select! {
+        r = work => r,
+        () = kept => Err(LedgerError::Io {
+            op: "keep the fleet lock of",
+            path: std::path::PathBuf::from(id),
+            source: std::io::Error::other("the lock was lost"),
+        }),
+    };
+    match result {
+        Ok((state, report)) => {
+            out.removals.extend(report.removals);
+            out.list_failures.extend(report.list_failures);
+            let state = if state.is_final() {
+                FleetState::Reclaimed
+            } else {
+                FleetState::Pending
+            };
+            if let Err(e) = store.set_state(id, state, &fleet.host).await {
+                fail(out, e.to_string());
+            }
+        }
+        Err(e) => fail(out, e.to_string()),
+    }
+    let _ = store.unlock(id, &token).await;
+}
+
+/// Renews the lock every third of its life; returns only when it was lost.
+async fn keep_lock(store: &dyn Store, id: &str, token: &str, ttl: Duration) {
+    loop {
+        tokio::time::sleep(ttl / 3).await;
+        match store.relock(id, token, ttl).await {
+            Ok(true) => {}
+            Ok(false) => return,
+            // Unreachable for now: the lock lives on until its expiry; try again.
+            Err(e) => tracing::warn!("cannot renew the fleet lock of session {id}: {e}"),
+        }
+    }
+}
+
+/// The session's ending, journaled in the fleet ledger: its start, providers, claims and
+/// detaches as the store mirrored them, then the one reclaim path.
+async fn end_session(
+    fleet: &FleetSweep,
+    providers: &[Arc<dyn Provider>],
+    options: &Options,
+    s: &FleetSession,
+) -> Result<(crate::ledger::SessionState, crate::reclaim::Report), LedgerError> {
+    let r = &s.record;
+    let start = Record::Start {
+        owner: r.owner.clone(),
+        pid: r.pid,
+        grace_ms: 0,
+        labels: r.labels.clone(),
+    };
+    let journal = match fleet.ledger.create_session(&r.id, start) {
+        Ok(mut j) => {
+            // What the store mirrored, journaled once: a later pass finishing a pending
+            // session reads it back from here.
+            j.write(&Record::Providers {
+                names: r.providers.clone(),
+            })?;
+            for t in &s.holdings.claims {
+                j.write(&Record::claim(t))?;
+            }
+            for t in &s.holdings.detached {
+                j.write(&Record::detach(t))?;
+            }
+            j.write(&Record::LeaseExpired)?;
+            j.sync()?;
+            j
+        }
+        Err(LedgerError::Exists { .. }) => super::adopt(&fleet.ledger, &r.id).await?,
+        Err(e) => return Err(e),
+    };
+    let mut view = fleet.ledger.read_session(&r.id)?;
+    view.sidecar_alive = false;
+    Ok(super::reclaim_adopted(journal, providers, &view, options).await)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::memory::MemoryStore;
+    use crate::fleet::{Holdings, SessionRecord};
+    use crate::ledger::testutil::TempDir;
+    use crate::protocol::Target;
+    use crate::providers::fake::{sandbox, Fake};
+    use crate::providers::Kind;
+
+    fn record(id: &str) -> SessionRecord {
+        SessionRecord {
+            id: id.into(),
+            host: "a".into(),
+            owner: "o".into(),
+            pid: 1,
+            labels: Default::default(),
+            providers: vec!["fake".into()],
+            started_ms: 1,
+        }
+    }
+
+    fn options() -> Options {
+        Options {
+            concurrency: 4,
+            deadline: Duration::from_secs(5),
+            retry_initial: Duration::from_millis(10),
+            retry_max: Duration::from_millis(100),
+            settle: None,
+            rates: Default::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn expired_leases_are_reclaimed_once_and_live_stopped_or_locked_ones_left() {
+        let dir = TempDir::new("fleet-sweep");
+        let store = Arc::new(MemoryStore::default());
+        let claimed = Target {
+            provider: "fake".into(),
+            id: "c1".into(),
+        };
+        let short = Duration::from_millis(1);
+        let holdings = Holdings {
+            claims: [claimed].into(),
+            ..Default::default()
+        };
+        store
+            .register(&record("dead"), &holdings, short)
+            .await
+            .unwrap();
+        store
+            .register(&record("stopped"), &Holdings::default(), short)
+            .await
+            .unwrap();
+        store.finish("stopped", FleetState::Stopped).await.unwrap();
+        store
+            .register(&record("busy"), &Holdings::default(), short)
+            .await
+            .unwrap();
+        assert!(store
+            .lock("busy", "other", Duration::from_secs(60))
+            .await
+            .unwrap());
+        store
+            .register(
+                &record("alive"),
+                &Holdings::default(),
+                Duration::from_secs(60),
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let fake = Fake::holding(vec![
+            sandbox("l1", Kind::Instance, Some("dead")),
+            sandbox("c1", Kind::Instance, None),
+            sandbox("s1", Kind::Instance, Some("stopped")),
+            sandbox("b1", Kind::Instance, Some("busy")),
+            sandbox("a1", Kind::Instance, Some("alive")),
+        ]);
+        let providers: Vec<Arc<dyn Provider>> = vec![fake.clone()];
+        let fleet = FleetSweep {
+            store: store.clone(),
+            host: "b".into(),
+            lease: Duration::from_secs(3),
+            ledger: StateDir::open(dir.path()).unwrap(),
+        };
+        let pass = pass(&fleet, &providers, &options(), false).await;
+        assert!(pass.list_failures.is_empty(), "{:?}", pass.list_failures);
+        assert_eq!(fake.remaining(), ["a1", "b1", "s1"]);
+        let verdict = |id: &str| {
+            pass.decisions
+                .iter()
+                .find(|d| d.session == id)
+                .map(|d| d.verdict)
+        };
+        assert_eq!(verdict("dead"), Some(Verdict::Reclaim));
+        assert_eq!(verdict("alive"), Some(Verdict::Leave));
+        assert_eq!(verdict("stopped"), Some(Verdict::Leave));
+        assert_eq!(verdict("busy"), Some(Verdict::Leave));
+        let dead = store.session("dead").await.unwrap().unwrap();
+        assert_eq!((dead.state, dead.reclaims), (FleetState::Reclaimed, 1));
+        // A second pass finds it over: nothing reclaimed twice.
+        let again = super::pass(&fleet, &providers, &options(), false).await;
+        assert_eq!(again.removals.len(), 0);
+        assert_eq!(store.session("dead").await.unwrap().unwrap().reclaims, 1);
+    }
+
+    #[tokio::test]
+    async fn a_store_that_cannot_be_read_makes_no_verdict() {
+        let dir = TempDir::new("fleet-down");
+        let store = Arc::new(MemoryStore::default());
+        store.set_down(true);
+        let fake = Fake::holding(vec![sandbox("l1", Kind::Instance, Some("dead"))]);
+        let providers: Vec<Arc<dyn Provider>> = vec![fake.clone()];
+        let fleet = FleetSweep {
+            store,
+            host: "b".into(),
+            lease: Duration::from_secs(3),
+            ledger: StateDir::open(dir.path()).unwrap(),
+        };
+        let pass = pass(&fleet, &providers, &options(), false).await;
+        assert!(pass.decisions.is_empty());
+        assert_eq!(pass.list_failures.len(), 1);
+        assert!(!pass.is_clean());
+        assert_eq!(fake.remaining(), ["l1"]);
+    }
+}

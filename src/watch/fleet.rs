@@ -1,0 +1,261 @@
+//! The sidecar's part of the fleet store ([`crate::fleet`]): register the session, renew its
+//! lease every `lease / 3` (while the owner lives and while the sidecar reclaims: the task
+//! runs until the service shuts its tasks down, after the reclaim), mirror claims, releases
+//! and detaches, and write the session's end.
+//!
+//! Decisions:
+//! - **Never on the critical path**: the registrar is a task of its own; the watch loop only
+//!   updates the shared holdings and pokes a [`Notify`]. A store that is down, slow or wrong
+//!   costs the loop nothing.
+//! - **Claims are mirrored promptly**: a change wakes the registrar, which sends it with a
+//!   lease renewal in one pipelined round trip (changes made while a round trip is in flight
+//!   go together in the next one). A claim made just before the machine dies may miss the
+//!   store; its labels still name the session.
+//! - **Redis down**: said once (`warn`), retried with backoff (doubling from
+//!   [`FIRST_RETRY`] up to `lease / 3`), and on the first success the session is registered
+//!   again in full, since a Redis that came back may have lost its data. A renewal that
+//!   finds the record missing registers again at once, too.
+//! - **Lease lost**: when the store was unreachable for longer than the lease, a fleet sweep
+//!   may have reclaimed this session's sandboxes: the sidecar says so (`warn`, "lease lost"),
+//!   registers again, and keeps guarding what is left.
+//! - **The end**: written with one round trip, bounded by [`END_TIMEOUT`]; when it cannot be
+//!   written, the lease runs out and the next fleet sweep finds nothing left to remove.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::fleet::{FleetState, Holdings, SessionRecord, Store};
+use crate::ledger::SessionState;
+
+use super::ttl::SharedHoldings;
+use super::Ending;
+
+/// The first retry after the store failed.
+pub const FIRST_RETRY: Duration = Duration::from_millis(500);
+
+/// How long the sidecar's last write (the session's end) may take.
+pub const END_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the sidecar registers with.
+pub struct FleetPlan {
+    pub store: Arc<dyn Store>,
+    pub record: SessionRecord,
+    pub lease: Duration,
+}
+
+pub struct Registrar {
+    plan: FleetPlan,
+    holdings: SharedHoldings,
+    changed: Arc<Notify>,
+}
+
+impl Registrar {
+    pub fn new(plan: FleetPlan, holdings: SharedHoldings, changed: Arc<Notify>) -> Registrar {
+        Registrar {
+            plan,
+            holdings,
+            changed,
+        }
+    }
+
+    fn current(&self) -> Holdings {
+        self.holdings
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Registers, then renews and mirrors until aborted.
+    pub async fn run(self) {
+        let p = &self.plan;
+        let every = p.lease / 3;
+        let mut mirrored: Option<Holdings> = None;
+        let mut failing_since: Option<Instant> = None;
+        let mut retry = FIRST_RETRY;
+        loop {
+            let now = self.current();
+            let result = match &mirrored {
+                None => p
+                    .store
+                    .register(&p.record, &now, p.lease)
+                    .await
+                    .map(|()| true),
+                Some(old) => {
+                    let changes = now.changes_since(old);
+                    p.store
+                        .renew(&p.record.id, &p.record.host, p.lease, &changes)
+                        .await
+                }
+            };
+            let wait = match result {
+                Ok(true) => {
+                    if let Some(since) = failing_since.take() {
+                        if since.elapsed() > p.lease {
+                            tracing::warn!(
+                                "fleet store reachable again after {} s: lease lost (a fleet sweep may have reclaimed this session's sandboxes); registered again",
+                                since.elapsed().as_secs()
+                            );
+                        } else {
+                            tracing::info!("fleet store reachable again; registered again");
+                        }
+                    }
+                    mirrored = Some(now);
+                    retry = FIRST_RETRY;
+                    every
+                }
+                Ok(false) => {
+                    tracing::warn!(
+                        "session {} is missing from the fleet store (Redis lost its data?): registering again",
+                        p.record.id
+                    );
+                    mirrored = None;
+                    continue;
+                }
+                Err(e) => {
+                    if failing_since.is_none() {
+                        tracing::warn!("{e}; guarding locally, retrying in the background");
+                        failing_since = Some(Instant::now());
+                    }
+                    // Registered again in full when it is back: it may have lost its data.
+                    mirrored = None;
+                    let wait = retry;
+                    retry = (retry * 2).min(every.max(FIRST_RETRY));
+                    wait
+                }
+            };
+            if failing_since.is_some() {
+                tokio::time::sleep(wait).await;
+            } else {
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = self.changed.notified() => {}
+                }
+            }
+        }
+    }
+}
+
+/// The state the store keeps for a sidecar that ended this way.
+pub fn end_state(ending: &Ending, state: SessionState) -> FleetState {
+    match (ending, state) {
+        (Ending::Stopped, _) => FleetState::Stopped,
+        (_, SessionState::Clean) => FleetState::Clean,
+        (_, SessionState::Reclaimed) => FleetState::Reclaimed,
+        _ => FleetState::Pending,
+    }
+}
+
+/// Writes the session's end (one round trip, bounded); a failure is logged.
+pub async fn finish(store: &dyn Store, id: &str, state: FleetState) {
+    match tokio::time::timeout(END_TIMEOUT, store.finish(id, state)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!("cannot write the session's end: {e}"),
+        Err(_) => tracing::warn!("cannot write the session's end to the fleet store: timed out"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::memory::MemoryStore;
+    use crate::protocol::Target;
+
+    fn plan(store: Arc<MemoryStore>) -> FleetPlan {
+        FleetPlan {
+            store,
+            record: SessionRecord {
+                id: "s1".into(),
+                host: "a".into(),
+                owner: "o".into(),
+                pid: 1,
+                labels: Default::default(),
+                providers: vec!["docker".into()],
+                started_ms: 1,
+            },
+            lease: Duration::from_secs(3),
+        }
+    }
+
+    fn claim(id: &str) -> Target {
+        Target {
+            provider: "docker".into(),
+            id: id.into(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn registers_renews_within_the_lease_and_mirrors_claims_at_once() {
+        let store = Arc::new(MemoryStore::default());
+        let holdings = SharedHoldings::default();
+        let changed = Arc::new(Notify::new());
+        let task = tokio::spawn(
+            Registrar::new(plan(store.clone()), holdings.clone(), changed.clone()).run(),
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(store
+            .peek("s1")
+            .is_some_and(|(s, alive, _)| s == FleetState::Active && alive));
+        // Ten leases later it still holds the lease: renewed every lease / 3.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert!(store.peek("s1").unwrap().1, "the lease was not renewed");
+        let calls = store.calls.load(std::sync::atomic::Ordering::SeqCst);
+        // One round trip per renewal, three renewals a lease (and the registration).
+        assert!(
+            (30..=32).contains(&calls),
+            "{calls} round trips in 10 leases"
+        );
+        holdings.lock().unwrap().claims.insert(claim("c1"));
+        changed.notify_one();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(store.peek("s1").unwrap().2.claims.contains(&claim("c1")));
+        task.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_store_that_was_down_or_lost_its_data_gets_the_session_again() {
+        let store = Arc::new(MemoryStore::default());
+        store.set_down(true);
+        let holdings = SharedHoldings::default();
+        holdings.lock().unwrap().claims.insert(claim("c1"));
+        let task = tokio::spawn(
+            Registrar::new(
+                plan(store.clone()),
+                holdings.clone(),
+                Arc::new(Notify::new()),
+            )
+            .run(),
+        );
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(store.peek("s1").is_none());
+        store.set_down(false);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let (state, alive, mirrored) = store.peek("s1").expect("registered once back");
+        assert!(state == FleetState::Active && alive);
+        assert!(mirrored.claims.contains(&claim("c1")));
+        // Redis restarted empty: the next renewal finds no record and registers again.
+        store.flush();
+        tokio::time::sleep(Duration::from_secs(1) + Duration::from_millis(10)).await;
+        let (_, alive, mirrored) = store.peek("s1").expect("registered again within a renewal");
+        assert!(alive && mirrored.claims.contains(&claim("c1")));
+        task.abort();
+    }
+
+    #[test]
+    fn a_sidecar_stopped_while_its_owner_lives_is_not_left_for_a_fleet_sweep() {
+        assert_eq!(
+            end_state(&Ending::Stopped, SessionState::Active),
+            FleetState::Stopped
+        );
+        assert_eq!(
+            end_state(&Ending::Bye, SessionState::Clean),
+            FleetState::Clean
+        );
+        assert_eq!(
+            end_state(&Ending::LeaseExpired, SessionState::Pending),
+            FleetState::Pending
+        );
+    }
+}
