@@ -134,10 +134,11 @@ const ENVIRONMENT: &str = r#".SH ENVIRONMENT
 Environment variables beat the config file; flags beat both.
 .TP
 SANDGUARD_CONFIG
-The config file (default: $XDG_CONFIG_HOME/sandguard/config.toml, then /etc/sandguard/config.toml).
+The config file (default: $XDG_CONFIG_HOME/sandguard/config.toml, with ~/.config for an unset
+XDG_CONFIG_HOME, then /etc/sandguard/config.toml).
 .TP
 SANDGUARD_STATE_DIR
-The ledger's directory (default: $XDG_STATE_HOME/sandguard).
+The ledger's directory (default: $XDG_STATE_HOME/sandguard, else ~/.local/state/sandguard).
 .TP
 SANDGUARD_LOG
 The log level on stderr: error, warn (default), info, debug, trace.
