@@ -51,12 +51,108 @@ fn ps_lists_managed_containers_in_every_state_and_only_those() {
         line(&stranger).is_none(),
         "an unlabelled container must not be listed"
     );
-    assert!(out
-        .stdout
-        .lines()
-        .last()
-        .unwrap()
-        .ends_with("running. Stop with: sandguard stop <instance-id>"));
+    // The created container is counted as created, not as running.
+    let last = out.stdout.lines().last().unwrap();
+    assert!(
+        last.ends_with(". Stop with: sandguard stop <instance-id>")
+            && last.contains(" running, ")
+            && last.contains(" created"),
+        "{last}"
+    );
+}
+
+/// The last line of `ps` as state → count (`3 running, 2 exited.` before "Stop with").
+fn counted(last: &str) -> std::collections::BTreeMap<String, usize> {
+    let figures = last
+        .split_once(". Stop with:")
+        .unwrap_or_else(|| panic!("no count line: {last}"))
+        .0;
+    figures
+        .split(", ")
+        .map(|part| {
+            let (n, state) = part.split_once(' ').unwrap();
+            (state.to_string(), n.parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn ps_counts_running_apart_from_exited_and_created() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("pscount");
+    let session = format!("pc{}", unique());
+    let mut r = Resources::default();
+    let running = r.container(&[(SESSION, &session)]);
+    let created = r.created_container(&[(SESSION, &session)]);
+    let exited = r.container(&[(SESSION, &session)]);
+    let killed = std::process::Command::new("docker")
+        .args(["kill", &exited])
+        .output()
+        .unwrap();
+    assert!(killed.status.success());
+    eventually(
+        std::time::Duration::from_secs(10),
+        "the container exits",
+        || {
+            let out = std::process::Command::new("docker")
+                .args(["inspect", "-f", "{{.State.Status}}", &exited])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).trim() == "exited"
+        },
+    );
+
+    let out = run(sandguard(&s).args(["ps", "--provider", "docker"]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    let row = |id: &str| {
+        lines
+            .iter()
+            .find(|l| l.starts_with(&id[..12]))
+            .unwrap_or_else(|| panic!("{id} listed: {}", out.stdout))
+            .split_whitespace()
+            .nth(2)
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(row(&running), "running");
+    assert_eq!(row(&created), "created");
+    assert_eq!(row(&exited), "exited");
+    // Other tests may have containers of their own on the daemon: the line must count the
+    // rows printed above it, state by state, whatever they are.
+    let mut tally = std::collections::BTreeMap::<String, usize>::new();
+    for line in &lines[1..lines.len() - 1] {
+        *tally
+            .entry(line.split_whitespace().nth(2).unwrap().to_string())
+            .or_default() += 1;
+    }
+    let last = lines.last().unwrap();
+    assert_eq!(counted(last), tally, "{}", out.stdout);
+    assert!(
+        last.starts_with(&format!("{} running, ", tally["running"])),
+        "{last}"
+    );
+
+    let out = run(sandguard(&s).args(["ps", "--provider", "docker", "--json"]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let v = json(&out.stdout);
+    let mut tally = serde_json::Map::new();
+    for sb in v["sandboxes"].as_array().unwrap() {
+        let state = sb["status"].as_str().unwrap().to_string();
+        let n = tally
+            .get(&state)
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0);
+        tally.insert(state, (n + 1).into());
+    }
+    assert!(tally["exited"].as_u64().unwrap() >= 1 && tally["created"].as_u64().unwrap() >= 1);
+    assert_eq!(
+        v["counts"],
+        serde_json::Value::Object(tally),
+        "{}",
+        out.stdout
+    );
 }
 
 #[test]

@@ -7,6 +7,7 @@
 mod support;
 
 mod config_errors;
+mod docker_context;
 mod docker_ps_stop;
 mod fleet;
 mod guard;

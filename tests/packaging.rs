@@ -1,11 +1,13 @@
 //! The packaging files are checked by the tools that will read them: the launchd plist by a
 //! plist parser (Python's `plistlib`), the systemd units by `systemd-analyze verify` (Debian's
-//! systemd; tests/run.sh installs it), and both run the sweep the README says they run.
+//! systemd; tests/run.sh installs it), and both run the sweep the README says they run. The
+//! man page packagers install (`sandguard man`) names no page that does not exist and has
+//! EXIT STATUS and ENVIRONMENT; `--version` names the commit of a git checkout.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::support::Scratch;
+use crate::support::{run, sandguard, Scratch};
 
 fn packaging(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -98,4 +100,92 @@ fn the_systemd_units_verify_clean_and_have_no_ordering_cycle() {
             );
         }
     }
+}
+
+#[test]
+fn the_man_page_names_no_missing_page_and_has_exit_status_and_environment() {
+    let s = Scratch::new("man");
+    let out = run(sandguard(&s).arg("man"));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let page = &out.stdout;
+    for section in [".SH \"EXIT STATUS\"", ".SH ENVIRONMENT", ".SH SUBCOMMANDS"] {
+        assert!(page.contains(section), "missing {section}");
+    }
+    for code in ["125", "126", "127", "128+N"] {
+        assert!(page.contains(code), "the wrapper's {code}");
+    }
+    // Every variable the config reads is named (the dash-escaped form roff shows).
+    for var in [
+        "SANDGUARD_CONFIG",
+        "SANDGUARD_STATE_DIR",
+        "SANDGUARD_LOG",
+        "SANDGUARD_GRACE",
+        "SANDGUARD_FLEET_STORE",
+        "SANDGUARD_HOST_ID",
+        "DOCKER_HOST",
+        "DOCKER_CONTEXT",
+        "DOCKER_CONFIG",
+        "DOCKER_API_VERSION",
+        "E2B_API_KEY",
+        "DAYTONA_API_KEY",
+        "FLY_API_TOKEN",
+        "MODAL_TOKEN_ID",
+        "TENKI_API_KEY",
+    ] {
+        assert!(page.contains(var), "ENVIRONMENT names {var}");
+    }
+    // A page reference is `name(N)`; the only page sandguard installs is sandguard(1).
+    let mut rest = page.as_str();
+    while let Some(at) = rest.find("(1)") {
+        let before = &rest[..at];
+        let name: String = before
+            .chars()
+            .rev()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '\\' || *c == '_')
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        assert_eq!(
+            name, "sandguard",
+            "a reference to a page that does not exist: {name}(1)"
+        );
+        rest = &rest[at + 3..];
+    }
+    assert!(
+        !page.contains("sandguard\\-run"),
+        "no sandguard-run(1) and the like"
+    );
+    // Every subcommand is described in this one page.
+    for sub in [
+        "run",
+        "watch",
+        "ps",
+        "stop",
+        "providers",
+        "sessions",
+        "sweep",
+        "claim",
+    ] {
+        assert!(page.contains(&format!(".SS \"sandguard {sub}\"")), "{sub}");
+    }
+}
+
+#[test]
+fn version_names_the_commit_it_was_built_from() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let head = Command::new("git")
+        .args(["-C", root, "rev-parse", "--short=12", "HEAD"])
+        .output()
+        .expect("git, to know which commit this checkout is at");
+    let head = String::from_utf8(head.stdout).unwrap();
+    let head = head.trim();
+    assert_eq!(head.len(), 12, "this test runs in a git checkout: {head:?}");
+    let s = Scratch::new("version");
+    let out = run(sandguard(&s).arg("--version"));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(
+        out.stdout.trim(),
+        format!("sandguard {} ({head})", env!("CARGO_PKG_VERSION"))
+    );
 }

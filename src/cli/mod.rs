@@ -35,7 +35,7 @@ pub use output::Exit;
 #[derive(Debug, Parser)]
 #[command(
     name = "sandguard",
-    version,
+    version = env!("SANDGUARD_VERSION"),
     about = "Makes sure no sandbox outlives the program that owns it",
     long_about = "sandguard watches the program that owns Docker containers and cloud sandboxes, and \
                   reclaims every one of them the moment that program is gone.",

@@ -7,6 +7,17 @@
 //! could not be queried is listed under `errors` (and at the bottom of the text) and makes the
 //! exit code 1: an unanswered provider is never shown as an empty list.
 //!
+//! The last line counts honestly: what is running, then every other state with its own count
+//! (`3 running, 2 exited, 1 created.`). `--json` carries the same figures as `counts`
+//! (`{"running": 3, "exited": 2, "created": 1}`), beside the unchanged `sandboxes` and
+//! `errors`.
+//!
+//! Decisions:
+//! - Running is the provider's word `running` or `started` (Daytona's and Fly.io's word for a
+//!   machine that runs), in any case; the row keeps the provider's own word. Anything else
+//!   (`created`, `exited`, `paused`, `stopped`, `unknown`, …) is counted under its own word,
+//!   lower-cased, after `running`, most numerous first and then by name.
+//!
 //! With a fleet store configured, each sandbox whose session the store knows shows its
 //! session's host (a `HOST` column; `host` in `--json`, `null` where unknown). A store that
 //! cannot be read only leaves the hosts unknown (said once on stderr): `ps` lists what the
@@ -38,6 +49,41 @@ pub struct Args {
 struct PsJson<'a> {
     sandboxes: Vec<PsRow<'a>>,
     errors: Vec<ErrorJson<'a>>,
+    /// State → how many (`running` for every running word); an addition, nothing else moved.
+    counts: std::collections::BTreeMap<String, usize>,
+}
+
+/// The state a sandbox is counted under: `running` for the providers' running words, else
+/// the provider's word, lower-cased.
+fn counted_as(status: &str) -> String {
+    let word = status.to_ascii_lowercase();
+    match word.as_str() {
+        "running" | "started" => "running".into(),
+        _ => word,
+    }
+}
+
+/// `running` first (present even at 0), then the other states, most numerous first.
+fn counts(found: &[Sandbox]) -> Vec<(String, usize)> {
+    let mut by: std::collections::BTreeMap<String, usize> = Default::default();
+    for s in found {
+        *by.entry(counted_as(&s.status)).or_default() += 1;
+    }
+    let running = by.remove("running").unwrap_or(0);
+    let mut rest: Vec<(String, usize)> = by.into_iter().collect();
+    rest.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    std::iter::once(("running".to_string(), running))
+        .chain(rest)
+        .collect()
+}
+
+/// `3 running, 2 exited, 1 created.`
+fn count_line(found: &[Sandbox]) -> String {
+    let parts: Vec<String> = counts(found)
+        .into_iter()
+        .map(|(state, n)| format!("{n} {}", sanitize(&state)))
+        .collect();
+    format!("{}.", parts.join(", "))
 }
 
 #[derive(Serialize)]
@@ -98,6 +144,10 @@ pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result
                 })
                 .collect(),
             errors: failures.iter().map(ErrorJson::from).collect(),
+            counts: counts(&found)
+                .into_iter()
+                .filter(|(state, n)| *n > 0 || state == "running")
+                .collect(),
         });
     } else {
         let mut text = render(&found, timefmt::now_unix(), &host_of);
@@ -166,8 +216,34 @@ fn render<'a>(
     }
     let mut text = output::table(&headers, &rows);
     text.push_str(&format!(
-        "{} running. Stop with: sandguard stop <instance-id>\n",
-        found.len()
+        "{} Stop with: sandguard stop <instance-id>\n",
+        count_line(found)
     ));
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(status: &str) -> Sandbox {
+        let mut s = Sandbox::claimed("docker", Kind::Instance, "x");
+        s.status = status.into();
+        s
+    }
+
+    #[test]
+    fn the_count_line_counts_running_apart_from_every_other_state() {
+        let found: Vec<Sandbox> = [
+            "running", "exited", "created", "Started", "exited", "running", "paused",
+        ]
+        .iter()
+        .map(|s| with(s))
+        .collect();
+        assert_eq!(
+            count_line(&found),
+            "3 running, 2 exited, 1 created, 1 paused."
+        );
+        assert_eq!(count_line(&[with("exited")]), "0 running, 1 exited.");
+    }
 }

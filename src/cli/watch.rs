@@ -280,11 +280,8 @@ fn start_proxy(
     labels: &std::collections::BTreeMap<String, String>,
     journal: &std::path::Path,
 ) -> Result<DockerProxy, String> {
-    let host = settings
-        .docker
-        .host
-        .clone()
-        .unwrap_or_else(|| crate::providers::docker::DEFAULT_HOST.to_string());
+    let host = crate::providers::docker::address(&settings.docker)
+        .map_err(|e| format!("cannot start the Docker proxy: {e}"))?;
     let upstream = Upstream::parse(&host)?;
     let (tx, claims) = tokio::sync::mpsc::unbounded_channel();
     let dir = journal.with_extension("docker");

@@ -18,11 +18,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub mod cloud;
+pub mod docker;
 mod file;
 pub mod fleet;
 mod values;
 
 pub use cloud::CloudSettings;
+pub use docker::DockerHost;
 pub use fleet::{FleetSettings, HostSettings};
 pub use values::{parse_duration, HumanDuration, Positive, Rate, Secret};
 
@@ -115,10 +117,12 @@ pub struct ReclaimSettings {
 pub struct DockerSettings {
     /// `Some(false)` switches the driver off; `Some(true)` makes it configured even when no
     /// socket is present (so a missing daemon is reported as an error); `None` lets sandguard
-    /// decide (configured when `DOCKER_HOST` is set or the default socket exists).
+    /// decide (configured when something names a daemon or the default socket exists).
     pub enabled: Option<bool>,
-    /// `unix:///path` or `tcp://host:port`; `DOCKER_HOST` when unset.
-    pub host: Option<String>,
+    /// The daemon (`unix:///path` or `tcp://host:port`) and what named it: `DOCKER_HOST`,
+    /// `DOCKER_CONTEXT`, the file's `host`, the Docker CLI's current context ([`docker`]);
+    /// `None`: nothing did, the default socket.
+    pub host: Option<DockerHost>,
     /// A pinned Engine API version such as `1.41`; negotiated with the daemon when unset.
     pub api_version: Option<String>,
     /// Per-request timeout.
@@ -290,7 +294,7 @@ impl Settings {
             },
             docker: DockerSettings {
                 enabled: d.enabled,
-                host: env.var("DOCKER_HOST").or(d.host),
+                host: docker::resolve(d.host, env),
                 api_version: env.var("DOCKER_API_VERSION").or(d.api_version),
                 timeout: d.timeout.map_or(Duration::from_secs(30), |d| d.0),
             },

@@ -1,8 +1,12 @@
 //! The Docker driver, on bollard.
 //!
-//! - Address: `DOCKER_HOST` (`unix://` or `tcp://`), else `[providers.docker] host`, else
-//!   `unix:///var/run/docker.sock`. The driver is configured when an address was given, when
-//!   `enabled = true`, or when the default socket exists; `enabled = false` switches it off.
+//! - Address: `DOCKER_HOST` (`unix://` or `tcp://`), else the Docker context `DOCKER_CONTEXT`
+//!   names, else `[providers.docker] host`, else the Docker CLI's current context (`docker
+//!   context use`), else `unix:///var/run/docker.sock` (`crate::config::docker` says why in
+//!   that order). The driver is configured when an address was named, when `enabled = true`,
+//!   or when the default socket exists; `enabled = false` switches it off. A context that
+//!   cannot be followed leaves the driver configured and failing every call with an error
+//!   naming the context and its file, never falling back to the default socket.
 //! - API version: `DOCKER_API_VERSION` or `api_version` pins it; otherwise it is negotiated
 //!   with the daemon once per process, so Engine API 1.41 (Docker 20.10) and newer all work.
 //! - Listing (`list`): containers in every state (`all=true`), networks and volumes, each
@@ -49,23 +53,19 @@ const NEWEST_API: ClientVersion = ClientVersion {
 
 /// Builds the registry entry from settings: configured or not, and why.
 pub fn entry(settings: &DockerSettings) -> Entry {
-    let host = settings
-        .host
-        .clone()
-        .unwrap_or_else(|| DEFAULT_HOST.to_string());
+    let named = settings.host.is_some();
+    let host = address(settings);
     let state = match settings.enabled {
         Some(false) => EntryState::Unconfigured(
             "disabled in config ([providers.docker] enabled = false)".into(),
         ),
         Some(true) => EntryState::Configured(Arc::new(DockerProvider::new(host, settings))),
-        None if settings.host.is_some() => {
-            EntryState::Configured(Arc::new(DockerProvider::new(host, settings)))
-        }
+        None if named => EntryState::Configured(Arc::new(DockerProvider::new(host, settings))),
         None if std::path::Path::new(DEFAULT_HOST.trim_start_matches("unix://")).exists() => {
             EntryState::Configured(Arc::new(DockerProvider::new(host, settings)))
         }
         None => EntryState::Unconfigured(format!(
-            "no DOCKER_HOST, no [providers.docker] host, and {} does not exist",
+            "no DOCKER_HOST, no Docker context, no [providers.docker] host, and {} does not exist",
             DEFAULT_HOST.trim_start_matches("unix://")
         )),
     };
@@ -75,10 +75,24 @@ pub fn entry(settings: &DockerSettings) -> Entry {
     }
 }
 
+/// The daemon's address, or why the source that named it could not be followed (a Docker
+/// context: `crate::config::docker`); the latter fails every use, naming context and file.
+pub fn address(settings: &DockerSettings) -> Result<String, String> {
+    match &settings.host {
+        Some(h) => h.address.clone(),
+        None => Ok(DEFAULT_HOST.to_string()),
+    }
+}
+
 /// A Docker daemon reached through bollard. The client is built on first use, so building the
 /// registry never touches the daemon.
 pub struct DockerProvider {
     host: String,
+    /// Why the configured address cannot be used (a Docker context that cannot be
+    /// followed); every use fails with it.
+    unusable: Option<String>,
+    /// What named the address (`DOCKER_HOST`, a context, …), for `check`.
+    via: Option<String>,
     api_version: Option<String>,
     timeout: std::time::Duration,
     client: OnceCell<Docker>,
@@ -87,9 +101,16 @@ pub struct DockerProvider {
 }
 
 impl DockerProvider {
-    pub fn new(host: String, settings: &DockerSettings) -> Self {
+    /// `host`: the address, or why it cannot be had (every call then fails with that).
+    pub fn new(host: Result<String, String>, settings: &DockerSettings) -> Self {
+        let (host, unusable) = match host {
+            Ok(h) => (h, None),
+            Err(why) => (String::new(), Some(why)),
+        };
         DockerProvider {
             host,
+            unusable,
+            via: settings.host.as_ref().map(|h| h.via.clone()),
             api_version: settings.api_version.clone(),
             timeout: settings.timeout,
             client: OnceCell::new(),
@@ -102,6 +123,9 @@ impl DockerProvider {
     }
 
     async fn connect(&self) -> Result<Docker, ProviderError> {
+        if let Some(why) = &self.unusable {
+            return Err(ProviderError::fatal(why.clone()));
+        }
         let secs = self.timeout.as_secs().max(1);
         let pinned = self
             .api_version
@@ -210,8 +234,12 @@ impl Provider for DockerProvider {
             .version()
             .await
             .map_err(|e| classify(&self.host, "query", e))?;
+        let via = self
+            .via
+            .as_ref()
+            .map_or_else(String::new, |v| format!(" (from {v})"));
         Ok(format!(
-            "Docker {} (API {}) at {}",
+            "Docker {} (API {}) at {}{via}",
             version.version.unwrap_or_else(|| "?".into()),
             version.api_version.unwrap_or_else(|| "?".into()),
             self.host
