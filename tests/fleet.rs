@@ -736,3 +736,76 @@ fn the_readmes_fleet_config_is_a_valid_config() {
     );
     assert!(!out.stderr.contains("readme-secret"), "{}", out.stderr);
 }
+
+/// A session of a host that died, written straight into the store as its sidecar would have
+/// (its lease already gone): `sessions` dead sessions with one labelled sandbox each.
+fn dead_sessions(redis: &Redis, e2b: &crate::support::e2b::State, sessions: usize) -> Vec<String> {
+    (0..sessions)
+        .map(|i| {
+            let session = format!("dead{i:03}x{}", unique().replace('-', ""));
+            let key = format!("sandguard:session:{session}");
+            redis.cli(&[
+                "HSET",
+                &key,
+                "host",
+                "host-a",
+                "owner",
+                ELSEWHERE,
+                "pid",
+                "1",
+                "labels",
+                "{}",
+                "providers",
+                "[\"e2b\"]",
+                "started_ms",
+                "1",
+                "lease_ms",
+                "2000",
+                "state",
+                "active",
+            ]);
+            redis.cli(&["ZADD", "sandguard:sessions", "1", &session]);
+            let sb = format!("sb-{session}");
+            e2b.insert(&sb, &[(SESSION, session.as_str()), (OWNER, ELSEWHERE)]);
+            sb
+        })
+        .collect()
+}
+
+/// A fleet sweep reclaims many dead sessions at once, but every session's calls to a provider
+/// go through one pace for the whole pass: a 429's Retry-After holds back the calls of every
+/// session, not only of the one that got it. (With a pace per session, the other sessions'
+/// deletes and listings reached the throttled route within its Retry-After.)
+#[test]
+fn a_fleet_sweep_of_many_sessions_waits_out_every_retry_after() {
+    let _g = shared();
+    let redis = Redis::start();
+    let (emu, e2b) = sandguard_e2b();
+    let b = Host::new("host-b", &redis.url(), &emu.url);
+    // Four sessions at a time, so that sessions start while others wait out a pause; time
+    // enough for every session's removal to wait out the pauses of all the others.
+    let config = std::fs::read_to_string(&b.config)
+        .unwrap()
+        .replace("deadline = \"4s\"", "deadline = \"60s\"\nconcurrency = 4");
+    std::fs::write(&b.config, config).unwrap();
+    let boxes = dead_sessions(&redis, &e2b, 24);
+    emu.set_faults(crate::support::emu::Faults {
+        throttle_rate: 0.15,
+        retry_after_secs: 1,
+        ..Default::default()
+    });
+    let out = b.sweep(&["--json"]);
+    emu.set_faults(crate::support::emu::Faults::default());
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(boxes.iter().all(|sb| !e2b.exists(sb)), "{}", out.stdout);
+    let hits = emu.hits();
+    let throttled = hits.iter().filter(|h| h.status == 429).count();
+    assert!(throttled > 0, "the faults throttled nothing: {hits:?}");
+    let early: Vec<_> = hits.iter().filter(|h| h.early).collect();
+    assert!(
+        early.is_empty(),
+        "{} of {} requests before their Retry-After: {early:?}",
+        early.len(),
+        hits.len()
+    );
+}
