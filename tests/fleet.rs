@@ -123,15 +123,20 @@ impl Host {
 
     /// A guarded owner that first claims `claims` (e2b ids), then sleeps.
     fn owner(&self, claims: &[&str]) -> FleetOwner {
-        use std::os::unix::process::CommandExt;
-        let file = self.scratch.path().join(format!("owner-{}", unique()));
         let bin = env!("CARGO_BIN_EXE_sandguard");
         let claim: String = claims
             .iter()
             .map(|c| format!("{bin} claim e2b {c} && "))
             .collect();
+        self.owner_running(&claim)
+    }
+
+    /// A guarded owner that first runs `first` (shell, ending in `&&` or `;`), then sleeps.
+    fn owner_running(&self, first: &str) -> FleetOwner {
+        use std::os::unix::process::CommandExt;
+        let file = self.scratch.path().join(format!("owner-{}", unique()));
         let script = format!(
-            "{claim}printf '%s\\n%s\\n' \"$SANDGUARD_SESSION\" \"$SANDGUARD_LABELS\" > {0}.tmp && mv {0}.tmp {0}; exec sleep 600",
+            "{first}printf '%s\\n%s\\n' \"$SANDGUARD_SESSION\" \"$SANDGUARD_LABELS\" > {0}.tmp && mv {0}.tmp {0}; exec sleep 600",
             file.display()
         );
         let child = self
@@ -808,4 +813,74 @@ fn a_fleet_sweep_of_many_sessions_waits_out_every_retry_after() {
         early.len(),
         hits.len()
     );
+}
+
+/// (a) with Docker: host A's owner runs a labelled container and claims an unlabelled one it
+/// started; the host dies whole; a fleet sweep on host B (same daemon, another state
+/// directory and host id) reclaims both after the lease, and leaves an unlabelled container
+/// nobody claimed. The labelled container names an owner on another machine, so only the
+/// fleet can judge it.
+#[test]
+fn a_dead_hosts_docker_containers_are_reclaimed_by_a_sweep_elsewhere() {
+    let _g = shared();
+    require_docker();
+    let mut res = Resources::default();
+    let redis = Redis::start();
+    let (emu, _e2b) = sandguard_e2b();
+    let docker_hosts = |id: &'static str| {
+        let h = Host::new(id, &redis.url(), &emu.url);
+        let config = format!(
+            "[reclaim]\ndeadline = \"10s\"\nsettle = \"0\"\n[fleet]\nlease = \"{LEASE}\"\n"
+        );
+        std::fs::write(&h.config, config).unwrap();
+        h
+    };
+    let (a, b) = (docker_hosts("host-a"), docker_hosts("host-b"));
+    let ids = a.scratch.path().join(format!("ids-{}", unique()));
+    let bin = env!("CARGO_BIN_EXE_sandguard");
+    let first = format!(
+        "set -e; \
+         docker run -d --network none --label {SESSION}=\"$SANDGUARD_SESSION\" --label {OWNER}={ELSEWHERE} {IMAGE} sleep 600 > {ids}.tmp; \
+         c=$(docker run -d --network none {IMAGE} sleep 600); echo \"$c\" >> {ids}.tmp; \
+         {bin} claim docker \"$c\"; mv {ids}.tmp {ids}; set +e; ",
+        ids = ids.display()
+    );
+    let mut dead = a.owner_running(&first);
+    let text = std::fs::read_to_string(&ids).expect("the owner started its containers");
+    let made: Vec<String> = text.lines().map(str::to_string).collect();
+    for c in &made {
+        res.adopt_container(c);
+    }
+    let (labelled, claimed) = (made[0].clone(), made[1].clone());
+    let stranger = res.container(&[]);
+    eventually(
+        Duration::from_secs(10),
+        "the claim is mirrored in the store",
+        || {
+            redis
+                .cli(&["SMEMBERS", &format!("sandguard:claims:{}", dead.session)])
+                .lines()
+                .any(|m| m.starts_with("docker:") && claimed.starts_with(&m["docker:".len()..]))
+        },
+    );
+    dead.kill_host();
+    assert!(container_exists(&labelled) && container_exists(&claimed));
+    lease_expired(&redis, &dead.session);
+    let out = b.sweep(&["--json"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        !container_exists(&labelled),
+        "A's labelled container: reclaimed"
+    );
+    assert!(
+        !container_exists(&claimed),
+        "A's claimed-only container: reclaimed"
+    );
+    assert!(
+        container_exists(&stranger),
+        "an unlabelled container: untouched"
+    );
+    let key = format!("sandguard:session:{}", dead.session);
+    assert_eq!(redis.cli(&["HGET", &key, "state"]).trim(), "reclaimed");
+    assert_eq!(redis.cli(&["HGET", &key, "reclaimed_by"]).trim(), "host-b");
 }

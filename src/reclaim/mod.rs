@@ -92,7 +92,10 @@ impl Options {
 /// rate: a `Retry-After` holds back every session's calls to that provider, and
 /// `[providers.NAME] rate` caps them all together.
 #[derive(Clone, Default)]
-pub struct Paces(Option<Arc<std::sync::Mutex<BTreeMap<String, Arc<Pace>>>>>);
+pub struct Paces(Option<Arc<std::sync::Mutex<PaceMap>>>);
+
+/// The shared paces, by provider.
+type PaceMap = BTreeMap<String, Arc<Pace>>;
 
 impl Paces {
     /// Paces shared by every holder of a clone of this value.

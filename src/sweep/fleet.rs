@@ -313,7 +313,8 @@ async fn end_session(
                     j.write(&Record::detach(t))?;
                 }
                 j.write(&Record::LeaseExpired)?;
-                j.sync()?;
+                // Made durable with `reclaim_start` by the session ending's first sync: they
+                // acknowledge nothing (the store holds the session until it is reclaimed).
                 Ok(Some(j))
             }
             Err(LedgerError::Exists { .. }) => Ok(None),
