@@ -3,7 +3,9 @@
 //! have expired, each owning one sandbox on the E2B emulator of the test suite; then the real
 //! binary runs `sandguard sweep --fleet` once. Prints the wall time, the peak RSS of the
 //! sweep, the sandboxes left and the sessions the store shows reclaimed.
-//! Run: `cargo bench --bench fleet_sweep` (`COUNT=…` to vary).
+//! Run: `cargo bench --bench fleet_sweep` (`COUNT=…` to vary). With `ALIVE=n`, the first `n`
+//! sessions hold a live lease (a minute): the sweep only judges them and leaves their
+//! sandboxes, as a central sweep of a healthy fleet does on most passes.
 
 // wait4 for the sweep's peak RSS.
 #![allow(unsafe_code)]
@@ -31,6 +33,11 @@ fn main() {
         .ok()
         .and_then(|c| c.parse().ok())
         .unwrap_or(1000);
+    let alive: usize = std::env::var("ALIVE")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+        .min(count);
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -81,8 +88,13 @@ fn main() {
                 providers: vec!["e2b".into()],
                 started_ms: i as u64,
             };
+            let lease = if i < alive {
+                Duration::from_secs(60)
+            } else {
+                Duration::from_millis(1)
+            };
             store
-                .register(&record, &Holdings::default(), Duration::from_millis(1))
+                .register(&record, &Holdings::default(), lease)
                 .await
                 .unwrap();
             state.insert(&format!("sb{i:06}"), &[("sandguard.session", &id)]);
@@ -118,7 +130,8 @@ fn main() {
         .block_on(store.sessions())
         .map_or(0, |s| count - s.len());
     let line = format!(
-        "{count} dead sessions in Redis, one E2B sandbox each: exit {code}, {:.2} s, peak RSS {:.1} MiB, {} sandboxes left, {reclaimed} sessions out of the index",
+        "{count} sessions in Redis ({} dead, {alive} alive), one E2B sandbox each: exit {code}, {:.2} s, peak RSS {:.1} MiB, {} sandboxes left, {reclaimed} sessions out of the index",
+        count - alive,
         elapsed.as_secs_f64(),
         rss_kib as f64 / 1024.0,
         state.count(),

@@ -123,15 +123,20 @@ impl Host {
 
     /// A guarded owner that first claims `claims` (e2b ids), then sleeps.
     fn owner(&self, claims: &[&str]) -> FleetOwner {
-        use std::os::unix::process::CommandExt;
-        let file = self.scratch.path().join(format!("owner-{}", unique()));
         let bin = env!("CARGO_BIN_EXE_sandguard");
         let claim: String = claims
             .iter()
             .map(|c| format!("{bin} claim e2b {c} && "))
             .collect();
+        self.owner_running(&claim)
+    }
+
+    /// A guarded owner that first runs `first` (shell, ending in `&&` or `;`), then sleeps.
+    fn owner_running(&self, first: &str) -> FleetOwner {
+        use std::os::unix::process::CommandExt;
+        let file = self.scratch.path().join(format!("owner-{}", unique()));
         let script = format!(
-            "{claim}printf '%s\\n%s\\n' \"$SANDGUARD_SESSION\" \"$SANDGUARD_LABELS\" > {0}.tmp && mv {0}.tmp {0}; exec sleep 600",
+            "{first}printf '%s\\n%s\\n' \"$SANDGUARD_SESSION\" \"$SANDGUARD_LABELS\" > {0}.tmp && mv {0}.tmp {0}; exec sleep 600",
             file.display()
         );
         let child = self
@@ -735,4 +740,147 @@ fn the_readmes_fleet_config_is_a_valid_config() {
         out.stderr
     );
     assert!(!out.stderr.contains("readme-secret"), "{}", out.stderr);
+}
+
+/// A session of a host that died, written straight into the store as its sidecar would have
+/// (its lease already gone): `sessions` dead sessions with one labelled sandbox each.
+fn dead_sessions(redis: &Redis, e2b: &crate::support::e2b::State, sessions: usize) -> Vec<String> {
+    (0..sessions)
+        .map(|i| {
+            let session = format!("dead{i:03}x{}", unique().replace('-', ""));
+            let key = format!("sandguard:session:{session}");
+            redis.cli(&[
+                "HSET",
+                &key,
+                "host",
+                "host-a",
+                "owner",
+                ELSEWHERE,
+                "pid",
+                "1",
+                "labels",
+                "{}",
+                "providers",
+                "[\"e2b\"]",
+                "started_ms",
+                "1",
+                "lease_ms",
+                "2000",
+                "state",
+                "active",
+            ]);
+            redis.cli(&["ZADD", "sandguard:sessions", "1", &session]);
+            let sb = format!("sb-{session}");
+            e2b.insert(&sb, &[(SESSION, session.as_str()), (OWNER, ELSEWHERE)]);
+            sb
+        })
+        .collect()
+}
+
+/// A fleet sweep reclaims many dead sessions at once, but every session's calls to a provider
+/// go through one pace for the whole pass: a 429's Retry-After holds back the calls of every
+/// session, not only of the one that got it. (With a pace per session, the other sessions'
+/// deletes and listings reached the throttled route within its Retry-After.)
+#[test]
+fn a_fleet_sweep_of_many_sessions_waits_out_every_retry_after() {
+    let _g = shared();
+    let redis = Redis::start();
+    let (emu, e2b) = sandguard_e2b();
+    let b = Host::new("host-b", &redis.url(), &emu.url);
+    // Four sessions at a time, so that sessions start while others wait out a pause; time
+    // enough for every session's removal to wait out the pauses of all the others.
+    let config = std::fs::read_to_string(&b.config)
+        .unwrap()
+        .replace("deadline = \"4s\"", "deadline = \"60s\"\nconcurrency = 4");
+    std::fs::write(&b.config, config).unwrap();
+    let boxes = dead_sessions(&redis, &e2b, 24);
+    emu.set_faults(crate::support::emu::Faults {
+        throttle_rate: 0.15,
+        retry_after_secs: 1,
+        ..Default::default()
+    });
+    let out = b.sweep(&["--json"]);
+    emu.set_faults(crate::support::emu::Faults::default());
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(boxes.iter().all(|sb| !e2b.exists(sb)), "{}", out.stdout);
+    let hits = emu.hits();
+    let throttled = hits.iter().filter(|h| h.status == 429).count();
+    assert!(throttled > 0, "the faults throttled nothing: {hits:?}");
+    let early: Vec<_> = hits.iter().filter(|h| h.early).collect();
+    assert!(
+        early.is_empty(),
+        "{} of {} requests before their Retry-After: {early:?}",
+        early.len(),
+        hits.len()
+    );
+}
+
+/// (a) with Docker: host A's owner runs a labelled container and claims an unlabelled one it
+/// started; the host dies whole; a fleet sweep on host B (same daemon, another state
+/// directory and host id) reclaims both after the lease, and leaves an unlabelled container
+/// nobody claimed. The labelled container names an owner on another machine, so only the
+/// fleet can judge it.
+#[test]
+fn a_dead_hosts_docker_containers_are_reclaimed_by_a_sweep_elsewhere() {
+    let _g = shared();
+    require_docker();
+    let mut res = Resources::default();
+    let redis = Redis::start();
+    let (emu, _e2b) = sandguard_e2b();
+    let docker_hosts = |id: &'static str| {
+        let h = Host::new(id, &redis.url(), &emu.url);
+        let config = format!(
+            "[reclaim]\ndeadline = \"10s\"\nsettle = \"0\"\n[fleet]\nlease = \"{LEASE}\"\n"
+        );
+        std::fs::write(&h.config, config).unwrap();
+        h
+    };
+    let (a, b) = (docker_hosts("host-a"), docker_hosts("host-b"));
+    let ids = a.scratch.path().join(format!("ids-{}", unique()));
+    let bin = env!("CARGO_BIN_EXE_sandguard");
+    let first = format!(
+        "set -e; \
+         docker run -d --network none --label {SESSION}=\"$SANDGUARD_SESSION\" --label {OWNER}={ELSEWHERE} {IMAGE} sleep 600 > {ids}.tmp; \
+         c=$(docker run -d --network none {IMAGE} sleep 600); echo \"$c\" >> {ids}.tmp; \
+         {bin} claim docker \"$c\"; mv {ids}.tmp {ids}; set +e; ",
+        ids = ids.display()
+    );
+    let mut dead = a.owner_running(&first);
+    let text = std::fs::read_to_string(&ids).expect("the owner started its containers");
+    let made: Vec<String> = text.lines().map(str::to_string).collect();
+    for c in &made {
+        res.adopt_container(c);
+    }
+    let (labelled, claimed) = (made[0].clone(), made[1].clone());
+    let stranger = res.container(&[]);
+    eventually(
+        Duration::from_secs(10),
+        "the claim is mirrored in the store",
+        || {
+            redis
+                .cli(&["SMEMBERS", &format!("sandguard:claims:{}", dead.session)])
+                .lines()
+                .any(|m| m.starts_with("docker:") && claimed.starts_with(&m["docker:".len()..]))
+        },
+    );
+    dead.kill_host();
+    assert!(container_exists(&labelled) && container_exists(&claimed));
+    lease_expired(&redis, &dead.session);
+    let out = b.sweep(&["--json"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        !container_exists(&labelled),
+        "A's labelled container: reclaimed"
+    );
+    assert!(
+        !container_exists(&claimed),
+        "A's claimed-only container: reclaimed"
+    );
+    assert!(
+        container_exists(&stranger),
+        "an unlabelled container: untouched"
+    );
+    let key = format!("sandguard:session:{}", dead.session);
+    assert_eq!(redis.cli(&["HGET", &key, "state"]).trim(), "reclaimed");
+    assert_eq!(redis.cli(&["HGET", &key, "reclaimed_by"]).trim(), "host-b");
 }

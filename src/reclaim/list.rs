@@ -48,7 +48,9 @@ pub(super) struct Attempt {
 
 /// Lists one provider once for a reclaim and says whether (and when) to try again: transient
 /// failures are retried with the removal path's backoff, `Retry-After` honoured through the
-/// provider's pace, until `deadline`.
+/// provider's pace, until `deadline`. The listing holds a place in the pace's window (it is
+/// one call, or one call per page, like a removal), so a throttled listing slows the
+/// provider's removals too.
 pub(super) async fn attempt(
     provider: &dyn Provider,
     selector: &Selector,
@@ -57,12 +59,20 @@ pub(super) async fn attempt(
     pace: &Pace,
     tries: u32,
 ) -> Attempt {
-    pace.gate().await;
+    // A place in the pace's window like a removal's: with a pace shared by several reclaims,
+    // their listings are calls to the provider like any other, under the same gate and cap.
+    let slot = pace.slot().await;
     let Listing { found, errors } = provider.list_parts(selector).await;
     let found: Vec<Sandbox> = matching(found, selector).collect();
     let Some(failure) = failure(provider.name(), &errors) else {
+        slot.succeeded();
         return Attempt { found, retry: None };
     };
+    if errors.iter().any(super::remove::is_throttled) {
+        slot.throttled();
+    } else {
+        drop(slot);
+    }
     let mut delay = backoff(options, tries);
     for e in &errors {
         match e {

@@ -22,7 +22,7 @@ mod pace;
 mod remove;
 pub mod session;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,12 +50,67 @@ pub struct Options {
     pub settle: Option<Duration>,
     /// Calls a second never to exceed, per provider (`[providers.NAME] rate`).
     pub rates: BTreeMap<String, f64>,
+    /// Where each provider's [`Pace`] comes from: a fresh one per reclaim (the default), or
+    /// one shared by every reclaim run with these options ([`Paces::shared`]).
+    pub paces: Paces,
 }
 
 impl Options {
     /// The rate cap of provider `name`, if it has one.
     pub fn rate(&self, name: &str) -> Option<f64> {
         self.rates.get(name).copied()
+    }
+
+    /// These options with one pace per provider shared by every reclaim that uses them (or a
+    /// clone of them): a sweep reclaiming several sessions at once calls each provider as
+    /// politely as one reclaim would.
+    pub fn sharing_paces(&self) -> Options {
+        Options {
+            paces: Paces::shared(),
+            ..self.clone()
+        }
+    }
+
+    /// The pace of `provider` for one reclaim: its own, or the shared one.
+    fn pace(&self, provider: &str) -> Arc<Pace> {
+        let fresh = || Arc::new(Pace::new(self.concurrency, self.rate(provider)));
+        match &self.paces.0 {
+            None => fresh(),
+            Some(shared) => shared
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .entry(provider.to_string())
+                .or_insert_with(fresh)
+                .clone(),
+        }
+    }
+}
+
+/// The paces of a reclaim's providers. Not shared (the default), every reclaim makes its own;
+/// shared, the first reclaim to call a provider makes its pace and every later one (through a
+/// clone of the same [`Options`]) waits at the same gate, in the same window, at the same
+/// rate: a `Retry-After` holds back every session's calls to that provider, and
+/// `[providers.NAME] rate` caps them all together.
+#[derive(Clone, Default)]
+pub struct Paces(Option<Arc<std::sync::Mutex<PaceMap>>>);
+
+/// The shared paces, by provider.
+type PaceMap = BTreeMap<String, Arc<Pace>>;
+
+impl Paces {
+    /// Paces shared by every holder of a clone of this value.
+    pub fn shared() -> Paces {
+        Paces(Some(Arc::default()))
+    }
+}
+
+impl std::fmt::Debug for Paces {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "shared"
+        } else {
+            "per reclaim"
+        })
     }
 }
 
@@ -68,6 +123,7 @@ impl From<&ReclaimSettings> for Options {
             retry_max: s.retry_max,
             settle: Some(s.settle).filter(|d| !d.is_zero()),
             rates: s.rates.clone(),
+            paces: Paces::default(),
         }
     }
 }
@@ -192,6 +248,9 @@ pub struct Plan {
     pub spare_detached: bool,
     /// Claims that can never name a sandbox of theirs (reported as refused, never touched).
     pub refused: Vec<(Sandbox, Refusal)>,
+    /// What a sweep already listed for every session it reclaims: a provider found there is
+    /// not listed again by this reclaim (one not found there is).
+    pub listed: Option<Arc<Listed>>,
 }
 
 impl Plan {
@@ -209,6 +268,7 @@ impl Plan {
             keep: Vec::new(),
             spare_detached: true,
             refused: Vec::new(),
+            listed: None,
         };
         for t in claims {
             match Sandbox::from_claim(providers, t) {
@@ -241,6 +301,57 @@ impl Plan {
         self.selector.matches(&s.labels)
             && !self.keeps(provider, s)
             && !(self.spare_detached && s.is_detached())
+    }
+}
+
+/// Every managed sandbox of the providers a sweep listed once for all the sessions it
+/// reclaims, by provider and session, so that reclaiming 10 000 sessions costs one listing
+/// per provider instead of 10 000 (and the sessions' listings do not run side by side). A
+/// provider whose listing failed is left out: each session's reclaim lists it itself, with
+/// its retries until its deadline, as without this.
+#[derive(Debug, Default)]
+pub struct Listed {
+    by_provider: BTreeMap<String, HashMap<String, Vec<Sandbox>>>,
+}
+
+impl Listed {
+    /// Lists every provider once (one attempt, under its pace: with shared paces, the pass's),
+    /// keeping the providers that answered in full.
+    pub async fn list(providers: &[Arc<dyn Provider>], options: &Options) -> Listed {
+        let selector = Selector::managed();
+        let deadline = Instant::now() + options.deadline;
+        let work = providers.iter().map(|p| {
+            let selector = &selector;
+            async move {
+                let pace = options.pace(p.name());
+                let attempt =
+                    list::attempt(p.as_ref(), selector, options, deadline, &pace, 1).await;
+                (p.name().to_string(), attempt)
+            }
+        });
+        let mut listed = Listed::default();
+        for (provider, attempt) in futures_util::future::join_all(work).await {
+            if attempt.retry.is_some() {
+                tracing::info!(
+                    "{provider} could not be listed for the whole sweep: each session lists it"
+                );
+                continue;
+            }
+            let sessions = listed.by_provider.entry(provider).or_default();
+            for s in attempt.found {
+                if let Some(session) = s.session().map(str::to_string) {
+                    sessions.entry(session).or_default().push(s);
+                }
+            }
+        }
+        listed
+    }
+
+    /// What `provider` holds of `session`; `None` when the provider was not listed.
+    fn of(&self, provider: &str, session: &str) -> Option<&[Sandbox]> {
+        self.by_provider
+            .get(provider)
+            .map(|s| s.get(session).map_or(&[][..], Vec::as_slice))
     }
 }
 
@@ -341,23 +452,39 @@ async fn one_provider(
     options: &Options,
     deadline: Instant,
 ) -> (Vec<Removal>, Option<ListFailure>) {
-    let pace = Pace::new(options.concurrency, options.rate(provider.name()));
+    let pace = options.pace(provider.name());
+    let pace = pace.as_ref();
     let mut seen: HashSet<SandboxKey> = claims.iter().map(key).collect();
     seen.extend(done.iter().cloned());
-    let claimed = remove::remove_from(provider, claims, options, deadline, &pace);
+    let claimed = remove::remove_from(provider, claims, options, deadline, pace);
+    let prelisted = plan.listed.as_ref().and_then(|listed| {
+        let session = plan.selector.session_id()?;
+        listed.of(provider.name(), session)
+    });
+    if let Some(found) = prelisted {
+        let targets: Vec<Sandbox> = found
+            .iter()
+            .filter(|s| plan.wants(provider, s) && seen.insert(key(s)))
+            .cloned()
+            .collect();
+        let listed = remove::remove_from(provider, targets, options, deadline, pace);
+        let (mut removals, listed) = tokio::join!(claimed, listed);
+        removals.extend(listed);
+        return (removals, None);
+    }
     let listed = async {
         let mut removals = Vec::new();
         let mut tries = 0;
         loop {
             tries += 1;
             let attempt =
-                list::attempt(provider, &plan.selector, options, deadline, &pace, tries).await;
+                list::attempt(provider, &plan.selector, options, deadline, pace, tries).await;
             let targets: Vec<Sandbox> = attempt
                 .found
                 .into_iter()
                 .filter(|s| plan.wants(provider, s) && seen.insert(key(s)))
                 .collect();
-            removals.extend(remove::remove_from(provider, targets, options, deadline, &pace).await);
+            removals.extend(remove::remove_from(provider, targets, options, deadline, pace).await);
             match attempt.retry {
                 None => return (removals, None),
                 Some(Err(failure)) => return (removals, Some(failure)),

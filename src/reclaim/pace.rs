@@ -1,7 +1,11 @@
 //! How fast one provider is called during a reclaim: politely, so that a `stop --all` of
 //! hundreds of sandboxes does not eat the rate limit the team's other programs share.
 //!
-//! One [`Pace`] per provider per reclaim, shared by its removals and its listing:
+//! One [`Pace`] per provider per reclaim, shared by its removals and its listings (each
+//! listing attempt takes a place in the window like a removal); or, with
+//! [`super::Paces::shared`], one per provider for a whole sweep that reclaims several
+//! sessions at once, so that every session's calls wait at the same gate and share the window,
+//! the learnt rate and the cap:
 //! - **A gate** (`Retry-After`): once the provider asked for a pause, no call goes to it
 //!   before the pause is over.
 //! - **A window** of calls in flight, AIMD: it starts at `[reclaim] concurrency`, halves on a
@@ -120,18 +124,6 @@ impl Pace {
             match wait {
                 Some(until) => tokio::time::sleep_until(until).await,
                 None => freed.await,
-            }
-        }
-    }
-
-    /// Waits only for the gate (a listing, which is one call at a time anyway).
-    /// Looks again after each sleep: a pause asked for meanwhile moves the gate.
-    pub(super) async fn gate(&self) {
-        loop {
-            let until = self.lock().gate;
-            match until {
-                Some(until) if until > Instant::now() => tokio::time::sleep_until(until).await,
-                _ => return,
             }
         }
     }
@@ -299,7 +291,7 @@ mod tests {
         let start = Instant::now();
         let waiter = tokio::spawn({
             let pace = pace.clone();
-            async move { pace.gate().await }
+            async move { pace.slot().await.succeeded() }
         });
         tokio::time::sleep(Duration::from_millis(500)).await;
         pace.close_for(Duration::from_secs(2));

@@ -53,7 +53,7 @@ pub(super) async fn remove_all_by(
         async move {
             match provider {
                 Some(p) => {
-                    let pace = Pace::new(options.concurrency, options.rate(p.name()));
+                    let pace = options.pace(p.name());
                     remove_from(p.as_ref(), targets, options, deadline, &pace).await
                 }
                 None => targets
@@ -217,6 +217,7 @@ mod tests {
             retry_max: Duration::from_secs(5),
             settle: None,
             rates: Default::default(),
+            paces: Default::default(),
         }
     }
 

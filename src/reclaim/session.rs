@@ -5,8 +5,11 @@
 //! reclaim runs while they are synced (one `fdatasync` on a blocking thread, not two before
 //! the first listing: they acknowledge nothing, and a sidecar that dies before they are
 //! durable leaves an active session of a dead owner, which the next sweep reclaims all the
-//! same); each outcome is journaled; the session ends `clean` (after `bye`),
-//! `reclaimed`, or `pending`; one summary line is printed.
+//! same); the outcomes and the end (`clean` after `bye`, `reclaimed`, or `pending`) are
+//! written and made durable by one sync, again on a blocking thread (they acknowledge nothing
+//! either, and an end that did not reach the disk leaves a session the next sweep finishes;
+//! a sweep ending many sessions at once does not wait for each one's disk in turn); one
+//! summary line is printed.
 //!
 //! Decisions:
 //! - **A session is final only when every provider in it is done.** The providers a session
@@ -129,7 +132,7 @@ where
     let (report, ()) = tokio::join!(reclaim(providers, plan, late, options), sync(journal));
     let uncovered = uncovered(before, &report, providers);
     for record in records(before, &report, &uncovered, providers) {
-        append(journal, &record);
+        write(journal, &record);
     }
     let state = if !report.is_clean() || !uncovered.is_empty() {
         SessionState::Pending
@@ -139,8 +142,9 @@ where
         SessionState::Reclaimed
     };
     if !(resuming && state == SessionState::Pending) {
-        append(journal, &Record::End { state });
+        write(journal, &Record::End { state });
     }
+    sync(journal).await;
     let id = journal
         .lock()
         .map(|j| j.id().to_string())

@@ -14,6 +14,7 @@ fn options() -> Options {
         retry_max: Duration::from_secs(5),
         settle: None,
         rates: Default::default(),
+        paces: Default::default(),
     }
 }
 
@@ -24,6 +25,7 @@ fn plan(session: &str) -> Plan {
         keep: vec![],
         spare_detached: true,
         refused: vec![],
+        listed: None,
     }
 }
 

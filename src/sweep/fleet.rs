@@ -20,6 +20,21 @@
 //! expires, and the next one finishes the session.
 //!
 //! Decisions:
+//! - **Several sessions at once, one pace per provider for the whole pass.** Dead sessions
+//!   are reclaimed `[reclaim] concurrency` at a time, and every reclaim of the pass calls a
+//!   provider through the same [`crate::reclaim::Paces`]: a `Retry-After` one session got
+//!   holds back every session's calls to that provider, the window of calls in flight and the
+//!   learnt rate are the pass's, and `[providers.NAME] rate` caps the pass as a whole. (A pace
+//!   per reclaim would multiply what the provider sees by the number of sessions at once.)
+//! - **One listing per provider for the whole pass** ([`Listed`]): every managed sandbox,
+//!   grouped by session, listed once before the first reclaim; each reclaim takes its
+//!   session's share (still filtered by its labels, minus what it detached). A provider that
+//!   could not be listed so is listed by each session's reclaim, as before. A sandbox created
+//!   after that listing by a session whose lease is gone would be missed; nothing lives to
+//!   create one (a partitioned host that comes back is the lease contract's known case).
+//! - **Journals are written off the runtime**: a fleet session's journal is created, written
+//!   and synced on a blocking thread, and the session ending syncs its outcomes once, there
+//!   too, so one session's `fsync` does not hold up the pass's other sessions.
 //! - **No store, no verdict**: a store that cannot be read is a failure of the pass (exit 1),
 //!   and no session is judged by the store; the local pass still runs, as without a fleet.
 //! - **A lock not taken is not an error**: another sweeper has the session; it is left to it.
@@ -28,11 +43,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::stream::{self, StreamExt};
+
 use super::{Decision, Pass, Verdict};
 use crate::fleet::{FleetSession, FleetState, Store};
 use crate::ledger::{LedgerError, Record, StateDir};
 use crate::providers::Provider;
-use crate::reclaim::{ListFailure, Options};
+use crate::reclaim::{ListFailure, Listed, Options};
 
 /// What a fleet pass needs.
 #[derive(Clone)]
@@ -64,13 +81,31 @@ pub async fn pass(
             return out;
         }
     };
+    let mut dead = Vec::new();
     for s in sessions {
         let (verdict, reason) = judge(&s);
         if verdict == Verdict::Reclaim && !dry_run {
-            reclaim(fleet, providers, options, &s, reason, &mut out).await;
+            dead.push((s, reason));
         } else if !s.state.is_final() {
             out.decisions.push(decision(&s, verdict, reason));
         }
+    }
+    if dead.is_empty() {
+        return out;
+    }
+    // Several sessions at once, every provider called at one pace for the whole pass, and
+    // listed once for all of them.
+    let shared = options.sharing_paces();
+    let listed = Arc::new(Listed::list(providers, &shared).await);
+    let done: Vec<Pass> = stream::iter(dead)
+        .map(|(s, reason)| reclaim(fleet, providers, &shared, &listed, s, reason))
+        .buffered(options.concurrency.max(1))
+        .collect()
+        .await;
+    for one in done {
+        out.decisions.extend(one.decisions);
+        out.removals.extend(one.removals);
+        out.list_failures.extend(one.list_failures);
     }
     out
 }
@@ -130,10 +165,25 @@ fn token(host: &str) -> String {
     format!("{host}:{hex}")
 }
 
+/// Reclaims one dead session under its lock; what it decided and did.
 async fn reclaim(
     fleet: &FleetSweep,
     providers: &[Arc<dyn Provider>],
     options: &Options,
+    listed: &Arc<Listed>,
+    s: FleetSession,
+    reason: String,
+) -> Pass {
+    let mut out = Pass::default();
+    reclaim_into(fleet, providers, options, listed, &s, reason, &mut out).await;
+    out
+}
+
+async fn reclaim_into(
+    fleet: &FleetSweep,
+    providers: &[Arc<dyn Provider>],
+    options: &Options,
+    listed: &Arc<Listed>,
     s: &FleetSession,
     reason: String,
     out: &mut Pass,
@@ -188,7 +238,7 @@ async fn reclaim(
         let _ = store.unlock(id, &token).await;
         return fail(out, e.to_string());
     }
-    let work = end_session(fleet, providers, options, &fresh);
+    let work = end_session(fleet, providers, options, listed, &fresh);
     let kept = keep_lock(store, id, &token, fleet.lease);
     let result = tokio::select! {
         r = work => r,
@@ -235,38 +285,65 @@ async fn end_session(
     fleet: &FleetSweep,
     providers: &[Arc<dyn Provider>],
     options: &Options,
+    listed: &Arc<Listed>,
     s: &FleetSession,
 ) -> Result<(crate::ledger::SessionState, crate::reclaim::Report), LedgerError> {
-    let r = &s.record;
-    let start = Record::Start {
-        owner: r.owner.clone(),
-        pid: r.pid,
-        grace_ms: 0,
-        labels: r.labels.clone(),
-    };
-    let journal = match fleet.ledger.create_session(&r.id, start) {
-        Ok(mut j) => {
-            // What the store mirrored, journaled once: a later pass finishing a pending
-            // session reads it back from here.
-            j.write(&Record::Providers {
-                names: r.providers.clone(),
-            })?;
-            for t in &s.holdings.claims {
-                j.write(&Record::claim(t))?;
+    let r = s.record.clone();
+    let holdings = s.holdings.clone();
+    let ledger = fleet.ledger.clone();
+    // Created, written and synced on a blocking thread: the pass's other sessions go on.
+    let created = blocking(move || {
+        let start = Record::Start {
+            owner: r.owner.clone(),
+            pid: r.pid,
+            grace_ms: 0,
+            labels: r.labels.clone(),
+        };
+        match ledger.create_session(&r.id, start) {
+            Ok(mut j) => {
+                // What the store mirrored, journaled once: a later pass finishing a pending
+                // session reads it back from here.
+                j.write(&Record::Providers {
+                    names: r.providers.clone(),
+                })?;
+                for t in &holdings.claims {
+                    j.write(&Record::claim(t))?;
+                }
+                for t in &holdings.detached {
+                    j.write(&Record::detach(t))?;
+                }
+                j.write(&Record::LeaseExpired)?;
+                // Made durable with `reclaim_start` by the session ending's first sync: they
+                // acknowledge nothing (the store holds the session until it is reclaimed).
+                Ok(Some(j))
             }
-            for t in &s.holdings.detached {
-                j.write(&Record::detach(t))?;
-            }
-            j.write(&Record::LeaseExpired)?;
-            j.sync()?;
-            j
+            Err(LedgerError::Exists { .. }) => Ok(None),
+            Err(e) => Err(e),
         }
-        Err(LedgerError::Exists { .. }) => super::adopt(&fleet.ledger, &r.id).await?,
-        Err(e) => return Err(e),
+    })
+    .await?;
+    let id = s.record.id.clone();
+    let journal = match created {
+        Some(j) => j,
+        None => super::adopt(&fleet.ledger, &id).await?,
     };
-    let mut view = fleet.ledger.read_session(&r.id)?;
+    let ledger = fleet.ledger.clone();
+    let mut view = blocking(move || ledger.read_session(&id)).await?;
     view.sidecar_alive = false;
-    Ok(super::reclaim_adopted(journal, providers, &view, options).await)
+    Ok(super::reclaim_adopted(journal, providers, &view, options, Some(listed.clone())).await)
+}
+
+/// Runs ledger work on a blocking thread.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, LedgerError> + Send + 'static,
+) -> Result<T, LedgerError> {
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| {
+        Err(LedgerError::Io {
+            op: "journal a fleet session in",
+            path: std::path::PathBuf::new(),
+            source: std::io::Error::other(e.to_string()),
+        })
+    })
 }
 
 #[cfg(test)]
@@ -299,6 +376,7 @@ mod tests {
             retry_max: Duration::from_millis(100),
             settle: None,
             rates: Default::default(),
+            paces: Default::default(),
         }
     }
 

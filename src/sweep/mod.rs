@@ -331,20 +331,25 @@ pub async fn reclaim_session(
     options: &Options,
 ) -> Result<reclaim::Report, LedgerError> {
     let journal = adopt(state, &view.id).await?;
-    Ok(reclaim_adopted(journal, providers, view, options).await.1)
+    Ok(reclaim_adopted(journal, providers, view, options, None)
+        .await
+        .1)
 }
 
 /// Reclaims a session whose journal (and lock) the caller holds: its labels, its claims and
 /// what is pending, minus what it detached.
+/// `listed`: what a sweep already listed for all the sessions it reclaims.
 pub async fn reclaim_adopted(
     journal: Journal,
     providers: &[Arc<dyn Provider>],
     view: &SessionView,
     options: &Options,
+    listed: Option<Arc<reclaim::Listed>>,
 ) -> (SessionState, reclaim::Report) {
     let journal = Arc::new(Mutex::new(journal));
     let claims: Vec<_> = view.claims.iter().chain(view.pending.keys()).collect();
-    let plan = Plan::for_session(&view.id, providers, claims, &view.detached);
+    let mut plan = Plan::for_session(&view.id, providers, claims, &view.detached);
+    plan.listed = listed;
     let once = Options {
         settle: None,
         ..options.clone()

@@ -117,7 +117,7 @@ fn adopt(plan: &Plan, pass: Pass, adopted: &mut HashSet<String>, watchers: &mut 
         let (providers, options) = (plan.providers.clone(), plan.options.clone());
         watchers.spawn(async move {
             OwnerWatch::open(&owner).wait().await;
-            super::reclaim_adopted(journal, &providers, &view, &options).await;
+            super::reclaim_adopted(journal, &providers, &view, &options, None).await;
             view.id
         });
     }

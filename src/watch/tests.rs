@@ -45,6 +45,7 @@ impl Harness {
             retry_max: Duration::from_secs(1),
             settle: Some(Duration::from_secs(2)),
             rates: Default::default(),
+            paces: Default::default(),
         };
         let providers: Vec<Arc<dyn Provider>> = vec![fake.clone()];
         let sidecar = Sidecar::new(
