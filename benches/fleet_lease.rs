@@ -21,6 +21,8 @@
 mod e2b;
 #[path = "../tests/support/emu.rs"]
 mod emu;
+#[path = "common/redis.rs"]
+mod redis_server;
 #[path = "common/report.rs"]
 mod report;
 
@@ -54,25 +56,7 @@ struct Redis {
 
 impl Redis {
     fn start() -> Redis {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args([
-                "--requirepass",
-                PASSWORD,
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .args(["--maxclients", "4096"])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server (tests/run.sh installs it)");
+        let (child, port) = redis_server::start(PASSWORD, &["--maxclients", "4096"]);
         Redis {
             child,
             url: format!("redis://:{PASSWORD}@127.0.0.1:{port}"),

@@ -14,6 +14,8 @@
 mod e2b;
 #[path = "../tests/support/emu.rs"]
 mod emu;
+#[path = "common/redis.rs"]
+mod redis_server;
 #[path = "common/report.rs"]
 mod report;
 
@@ -38,24 +40,7 @@ fn main() {
         .and_then(|c| c.parse().ok())
         .unwrap_or(0)
         .min(count);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut redis = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args([
-            "--requirepass",
-            PASSWORD,
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-server (tests/run.sh installs it)");
+    let (mut redis, port) = redis_server::start(PASSWORD, &[]);
     let url = format!("redis://:{PASSWORD}@127.0.0.1:{port}");
     let settings = FleetSettings {
         store: StoreUrl::parse(&url).unwrap(),
