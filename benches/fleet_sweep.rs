@@ -109,15 +109,16 @@ fn main() {
         .stdout(Stdio::null())
         .spawn()
         .expect("run sandguard");
-    let (code, rss_kib) = wait_with_rss(child.id());
+    let (code, rss_kib, cpu) = wait_with_rss(child.id());
     let elapsed = started.elapsed();
     let reclaimed = runtime
         .block_on(store.sessions())
         .map_or(0, |s| count - s.len());
     let line = format!(
-        "{count} sessions in Redis ({} dead, {alive} alive), one E2B sandbox each: exit {code}, {:.2} s, peak RSS {:.1} MiB, {} sandboxes left, {reclaimed} sessions out of the index",
+        "{count} sessions in Redis ({} dead, {alive} alive), one E2B sandbox each: exit {code}, {:.2} s ({:.2} s of CPU), peak RSS {:.1} MiB, {} sandboxes left, {reclaimed} sessions out of the index",
         count - alive,
         elapsed.as_secs_f64(),
+        cpu.as_secs_f64(),
         rss_kib as f64 / 1024.0,
         state.count(),
     );
@@ -128,7 +129,8 @@ fn main() {
 }
 
 /// Waits for `pid` and returns its exit code and peak RSS (KiB), from `wait4`.
-fn wait_with_rss(pid: u32) -> (i32, i64) {
+/// The exit status, the peak RSS (KiB) and the CPU time (user + system) of child `pid`.
+fn wait_with_rss(pid: u32) -> (i32, i64, Duration) {
     let mut status = 0;
     // SAFETY: an all-zero rusage is valid; wait4 writes into it and into `status`, both live
     // for the call.
@@ -136,5 +138,12 @@ fn wait_with_rss(pid: u32) -> (i32, i64) {
     // SAFETY: pid is our own child, not yet waited for.
     let r = unsafe { libc::wait4(pid as i32, &mut status, 0, &mut usage) };
     assert_eq!(r, pid as i32, "wait4");
-    (libc::WEXITSTATUS(status), usage.ru_maxrss)
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    (
+        libc::WEXITSTATUS(status),
+        usage.ru_maxrss,
+        tv(usage.ru_utime) + tv(usage.ru_stime),
+    )
 }

@@ -97,7 +97,6 @@ pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result
             ),
             host: settings.host.id(),
             lease: f.lease,
-            ledger: StateDir::open(&settings.state_dir.join("fleet"))?,
         }),
     };
     let plan = service::Plan {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Changes, FleetError, FleetSession, FleetState, Holdings, SessionRecord, Store};
+use super::{Changes, FleetError, FleetSession, FleetState, Holdings, Lock, SessionRecord, Store};
 
 #[derive(Default)]
 struct Data {
@@ -152,15 +152,17 @@ impl Store for MemoryStore {
         Ok(view(&d, id))
     }
 
-    async fn lock(&self, id: &str, token: &str, ttl: Duration) -> Result<bool, FleetError> {
-        let mut d = self.enter()?;
-        let now = Instant::now();
-        if d.locks.get(id).is_some_and(|(_, until)| *until > now) {
-            return Ok(false);
+    async fn lock(&self, id: &str, token: &str, ttl: Duration) -> Result<Lock, FleetError> {
+        {
+            let mut d = self.enter()?;
+            let now = Instant::now();
+            if d.locks.get(id).is_some_and(|(_, until)| *until > now) {
+                return Ok(Lock::Busy);
+            }
+            d.locks
+                .insert(id.to_string(), (token.to_string(), now + ttl));
         }
-        d.locks
-            .insert(id.to_string(), (token.to_string(), now + ttl));
-        Ok(true)
+        Ok(Lock::Held(self.session(id).await?))
     }
 
     async fn relock(&self, id: &str, token: &str, ttl: Duration) -> Result<bool, FleetError> {
@@ -175,7 +177,15 @@ impl Store for MemoryStore {
         }
     }
 
-    async fn unlock(&self, id: &str, token: &str) -> Result<(), FleetError> {
+    async fn unlock(
+        &self,
+        id: &str,
+        token: &str,
+        state: Option<(FleetState, &str)>,
+    ) -> Result<(), FleetError> {
+        if let Some((state, host)) = state {
+            self.set_state(id, state, host).await?;
+        }
         let mut d = self.enter()?;
         if d.locks.get(id).is_some_and(|(t, _)| t == token) {
             d.locks.remove(id);

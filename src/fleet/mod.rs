@@ -143,6 +143,15 @@ pub struct FleetSession {
     pub reclaims: u64,
 }
 
+/// What [`Store::lock`] found.
+#[derive(Debug)]
+pub enum Lock {
+    /// Another sweeper holds the session's lock.
+    Busy,
+    /// The lock is ours, and this is the session as it is now (`None`: its record is gone).
+    Held(Option<FleetSession>),
+}
+
 /// A failure to reach or use the store; its messages never carry a password.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("fleet store {store}: {message}")]
@@ -183,14 +192,21 @@ pub trait Store: Send + Sync {
     /// One session, in the index or not (a final one is kept for [`FINAL_KEEP`]).
     async fn session(&self, id: &str) -> Result<Option<FleetSession>, FleetError>;
 
-    /// Takes the sweep lock of session `id` for `ttl`, if nobody holds it.
-    async fn lock(&self, id: &str, token: &str, ttl: Duration) -> Result<bool, FleetError>;
+    /// Takes the sweep lock of session `id` for `ttl`, if nobody holds it, and reads the
+    /// session under it (in the same round trip).
+    async fn lock(&self, id: &str, token: &str, ttl: Duration) -> Result<Lock, FleetError>;
 
     /// Extends the lock if `token` still holds it.
     async fn relock(&self, id: &str, token: &str, ttl: Duration) -> Result<bool, FleetError>;
 
-    /// Releases the lock if `token` still holds it.
-    async fn unlock(&self, id: &str, token: &str) -> Result<(), FleetError>;
+    /// Releases the lock if `token` still holds it; with `state`, writes it first as
+    /// [`Store::set_state`] does (`(state, host)`), in the same round trip.
+    async fn unlock(
+        &self,
+        id: &str,
+        token: &str,
+        state: Option<(FleetState, &str)>,
+    ) -> Result<(), FleetError>;
 
     /// A sweeper's progress: `state` written (and, when `reclaiming`, one more reclaim
     /// counted, by `host`); a final state drops the session as [`Store::finish`] does.

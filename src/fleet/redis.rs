@@ -18,7 +18,7 @@ use redis::{AsyncCommands, IntoConnectionInfo};
 use tokio::sync::Mutex;
 
 use super::{
-    decode_target, encode_target, Changes, FleetError, FleetSession, FleetState, Holdings,
+    decode_target, encode_target, Changes, FleetError, FleetSession, FleetState, Holdings, Lock,
     SessionRecord, Store, FINAL_KEEP,
 };
 use crate::config::FleetSettings;
@@ -134,15 +134,28 @@ impl RedisStore {
         ids: Vec<String>,
     ) -> Result<Vec<FleetSession>, FleetError> {
         let mut pipe = redis::pipe();
-        for id in &ids {
+        self.read_into(&mut pipe, &ids);
+        let flat: Vec<redis::Value> = pipe.query_async(c).await.map_err(|e| self.error(&e))?;
+        self.parse(ids, flat.into_iter())
+    }
+
+    /// Adds to `pipe` the four reads of each session of `ids`.
+    fn read_into(&self, pipe: &mut redis::Pipeline, ids: &[String]) {
+        for id in ids {
             pipe.hgetall(self.key("session", id))
                 .pttl(self.key("lease", id))
                 .smembers(self.key("claims", id))
                 .smembers(self.key("detached", id));
         }
-        let flat: Vec<redis::Value> = pipe.query_async(c).await.map_err(|e| self.error(&e))?;
+    }
+
+    /// The sessions `ids` from the answers to [`Self::read_into`]'s reads.
+    fn parse(
+        &self,
+        ids: Vec<String>,
+        mut values: impl Iterator<Item = redis::Value>,
+    ) -> Result<Vec<FleetSession>, FleetError> {
         let mut out = Vec::with_capacity(ids.len());
-        let mut values = flat.into_iter();
         for id in ids {
             let (Some(h), Some(t), Some(cl), Some(de)) =
                 (values.next(), values.next(), values.next(), values.next())
@@ -161,6 +174,20 @@ impl RedisStore {
             out.extend(parse_session(id, &hash, pttl, &claims, &detached));
         }
         Ok(out)
+    }
+
+    /// Adds to `pipe` a sweeper's progress ([`Store::set_state`]), as one transaction.
+    fn state_into(&self, pipe: &mut redis::Pipeline, id: &str, state: FleetState, host: &str) {
+        let session = self.key("session", id);
+        pipe.cmd("MULTI").ignore();
+        if state == FleetState::Reclaiming {
+            pipe.hincr(&session, "reclaims", 1)
+                .ignore()
+                .hset(&session, "reclaimed_by", host)
+                .ignore();
+        }
+        self.end_into(pipe, id, state);
+        pipe.cmd("EXEC").ignore();
     }
 
     /// Adds to `pipe` what a final or sweeper-visible end writes.
@@ -349,7 +376,7 @@ impl Store for RedisStore {
         Ok(self.read(&mut c, vec![id.to_string()]).await?.pop())
     }
 
-    async fn lock(&self, id: &str, token: &str, ttl: Duration) -> Result<bool, FleetError> {
+    async fn lock(&self, id: &str, token: &str, ttl: Duration) -> Result<Lock, FleetError> {
         let mut pipe = redis::pipe();
         pipe.cmd("SET")
             .arg(self.key("lock", id))
@@ -357,8 +384,19 @@ impl Store for RedisStore {
             .arg("NX")
             .arg("PX")
             .arg(ms(ttl));
-        let (set,): (Option<String>,) = self.query(&pipe).await?;
-        Ok(set.is_some())
+        // Read in the same round trip; the answer counts only if the lock was taken, and the
+        // lock is taken before the reads run (a pipeline runs in order).
+        let ids = vec![id.to_string()];
+        self.read_into(&mut pipe, &ids);
+        let mut values = self.query::<Vec<redis::Value>>(&pipe).await?.into_iter();
+        let set: Option<String> = match values.next() {
+            Some(v) => redis::from_redis_value(v).map_err(|e| self.error(&e.into()))?,
+            None => None,
+        };
+        if set.is_none() {
+            return Ok(Lock::Busy);
+        }
+        Ok(Lock::Held(self.parse(ids, values)?.pop()))
     }
 
     async fn relock(&self, id: &str, token: &str, ttl: Duration) -> Result<bool, FleetError> {
@@ -373,8 +411,16 @@ impl Store for RedisStore {
         Ok(n == 1)
     }
 
-    async fn unlock(&self, id: &str, token: &str) -> Result<(), FleetError> {
+    async fn unlock(
+        &self,
+        id: &str,
+        token: &str,
+        state: Option<(FleetState, &str)>,
+    ) -> Result<(), FleetError> {
         let mut pipe = redis::pipe();
+        if let Some((state, host)) = state {
+            self.state_into(&mut pipe, id, state, host);
+        }
         pipe.cmd("EVAL")
             .arg(UNLOCK)
             .arg(1)
@@ -385,16 +431,8 @@ impl Store for RedisStore {
     }
 
     async fn set_state(&self, id: &str, state: FleetState, host: &str) -> Result<(), FleetError> {
-        let session = self.key("session", id);
         let mut pipe = redis::pipe();
-        pipe.atomic();
-        if state == FleetState::Reclaiming {
-            pipe.hincr(&session, "reclaims", 1)
-                .ignore()
-                .hset(&session, "reclaimed_by", host)
-                .ignore();
-        }
-        self.end_into(&mut pipe, id, state);
+        self.state_into(&mut pipe, id, state, host);
         self.query::<()>(&pipe).await
     }
 }

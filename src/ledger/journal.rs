@@ -11,22 +11,36 @@
 //!   line, the next append starts with a `\n`: the fragment becomes one corrupt line that
 //!   readers skip, instead of swallowing the good record glued to it.
 //! - The lock is an exclusive `flock` on the open file, released when the [`Journal`] drops.
+//! - A journal may also live in memory only ([`Journal::in_memory`]): the same records, the
+//!   same fold ([`Journal::view`]), no file, nothing to sync or lock. For a session whose
+//!   truth is kept elsewhere: the fleet sweep's sessions, which live in the fleet store.
 
 use std::fs::{self, File, OpenOptions, Permissions};
-use std::io::{self, Write};
+use std::io::{self, Read, Seek, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use super::record::{now_ms, Entry, Record};
+use super::view::{self, SessionView};
 use super::{io_err, LedgerError};
 use crate::unix;
+
+/// Where a journal's lines go.
+#[derive(Debug)]
+enum Sink {
+    /// The journal file, whose exclusive lock this process holds.
+    File(File),
+    /// This process's memory ([`Journal::in_memory`]).
+    Memory(Vec<u8>),
+}
 
 /// An open session journal whose exclusive lock this process holds.
 #[derive(Debug)]
 pub struct Journal {
     id: String,
+    /// The journal file (empty for a journal in memory).
     path: PathBuf,
-    file: File,
+    sink: Sink,
     /// The file may end without a `\n` (a torn write); mend it before the next record.
     mend: bool,
     /// Written since the last sync.
@@ -42,6 +56,41 @@ impl Journal {
     /// The journal file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// A journal of session `id` that lives in memory only, holding `start`: see the module
+    /// docs.
+    pub fn in_memory(id: &str, start: &Record) -> Result<Journal, LedgerError> {
+        let mut journal = Journal {
+            id: id.to_string(),
+            path: PathBuf::new(),
+            sink: Sink::Memory(Vec::new()),
+            mend: false,
+            dirty: false,
+        };
+        journal.write(start)?;
+        Ok(journal)
+    }
+
+    /// The session as this journal tells it, read back through the open file (whose lock
+    /// this process holds) or from memory. [`LedgerError::NoStart`] when it has no `start`.
+    pub fn view(&self) -> Result<SessionView, LedgerError> {
+        let read;
+        let text = match &self.sink {
+            Sink::Memory(text) => text,
+            Sink::File(file) => {
+                let mut text = Vec::new();
+                (&*file)
+                    .seek(io::SeekFrom::Start(0))
+                    .and_then(|_| (&*file).read_to_end(&mut text))
+                    .map_err(|e| self.io_err("read journal", e))?;
+                read = text;
+                &read
+            }
+        };
+        view::fold(&self.id, text).ok_or_else(|| LedgerError::NoStart {
+            path: self.path.clone(),
+        })
     }
 
     /// Appends `record`, stamped now, and waits until it is on disk.
@@ -61,7 +110,14 @@ impl Journal {
             line.push(b'\n');
         }
         line.extend(entry.encode().map_err(LedgerError::Encode)?);
-        if let Err(e) = self.file.write_all(&line) {
+        let written = match &mut self.sink {
+            Sink::File(file) => file.write_all(&line),
+            Sink::Memory(text) => {
+                text.extend_from_slice(&line);
+                Ok(())
+            }
+        };
+        if let Err(e) = written {
             self.mend = true;
             return Err(self.io_err("append to journal", e));
         }
@@ -75,9 +131,10 @@ impl Journal {
         if !self.dirty {
             return Ok(());
         }
-        self.file
-            .sync_data()
-            .map_err(|e| self.io_err("sync journal", e))?;
+        if let Sink::File(file) = &self.sink {
+            file.sync_data()
+                .map_err(|e| self.io_err("sync journal", e))?;
+        }
         self.dirty = false;
         Ok(())
     }
@@ -95,6 +152,7 @@ pub(super) fn create(dir: &Path, id: &str, start: &Record) -> Result<Journal, Le
     }
     let staging = dir.join(format!("{id}.new"));
     let file = OpenOptions::new()
+        .read(true)
         .append(true)
         .create_new(true)
         .mode(0o600)
@@ -108,7 +166,7 @@ pub(super) fn create(dir: &Path, id: &str, start: &Record) -> Result<Journal, Le
     let mut journal = Journal {
         id: id.to_string(),
         path: staging.clone(),
-        file,
+        sink: Sink::File(file),
         mend: false,
         dirty: false,
     };
@@ -138,12 +196,12 @@ fn publish(staging: &Path, path: &Path) -> Result<(), LedgerError> {
 
 /// Mode, lock and start record of a journal not yet published.
 fn prepare(journal: &mut Journal, start: &Record) -> Result<(), LedgerError> {
-    // The mode given to open is filtered by the umask; this one is not.
-    journal
-        .file
-        .set_permissions(Permissions::from_mode(0o600))
-        .map_err(|e| journal.io_err("set permissions on", e))?;
-    lock(&journal.file, &journal.path)?;
+    if let Sink::File(file) = &journal.sink {
+        // The mode given to open is filtered by the umask; this one is not.
+        file.set_permissions(Permissions::from_mode(0o600))
+            .map_err(|e| journal.io_err("set permissions on", e))?;
+        lock(file, &journal.path)?;
+    }
     journal.append(start)
 }
 
@@ -164,7 +222,7 @@ pub(super) fn adopt(id: &str, path: &Path) -> Result<Journal, LedgerError> {
     Ok(Journal {
         id: id.to_string(),
         path: path.to_path_buf(),
-        file,
+        sink: Sink::File(file),
         mend: last[0] != b'\n',
         dirty: false,
     })

@@ -13,9 +13,8 @@
 //! sweeper may have finished it meanwhile), counts the reclaim and marks it `reclaiming`, and
 //! then goes through the same session ending as every reclaim ([`super::reclaim_adopted`]):
 //! the session's labels on every provider, plus its mirrored claims, minus what it detached.
-//! The journal of that ending lives in this machine's state directory, under `fleet/` (a
-//! ledger of its own, so the local pass never judges these sessions a second time). The
-//! result is written back: `reclaimed`, or `pending`, which the next fleet sweep (here or on
+//! The session ending is journaled in memory only ([`Journal::in_memory`]): the store is
+//! where a fleet session lives (see the decisions). The result is written back: `reclaimed`, or `pending`, which the next fleet sweep (here or on
 //! any machine) finishes; a sweeper that dies half way leaves `reclaiming` and a lock that
 //! expires, and the next one finishes the session.
 //!
@@ -32,9 +31,15 @@
 //!   could not be listed so is listed by each session's reclaim, as before. A sandbox created
 //!   after that listing by a session whose lease is gone would be missed; nothing lives to
 //!   create one (a partitioned host that comes back is the lease contract's known case).
-//! - **Journals are written off the runtime**: a fleet session's journal is created, written
-//!   and synced on a blocking thread, and the session ending syncs its outcomes once, there
-//!   too, so one session's `fsync` does not hold up the pass's other sessions.
+//! - **No files for fleet sessions**: the store holds a fleet session's truth (its record,
+//!   claims, detaches, state, reclaim count and reclaimer, and a lock that expires when its
+//!   sweeper dies), so its ending is journaled in memory and nothing is written to this
+//!   machine's disk. A sweeper that dies half way leaves `reclaiming` and a lock that
+//!   expires; the next one reclaims again from the store (what is already removed is
+//!   "already gone"). What a pass did is its output (every removal on stdout, each session's
+//!   summary on stderr) and the store's record. A journal file per session cost the
+//!   10 000-dead-sessions pass most of its time: creating 10 000 files (ext4's inode
+//!   allocation) and their syncs, about half of its 3.3 s.
 //! - **No store, no verdict**: a store that cannot be read is a failure of the pass (exit 1),
 //!   and no session is judged by the store; the local pass still runs, as without a fleet.
 //! - **A lock not taken is not an error**: another sweeper has the session; it is left to it.
@@ -46,8 +51,8 @@ use std::time::Duration;
 use futures_util::stream::{self, StreamExt};
 
 use super::{Decision, Pass, Verdict};
-use crate::fleet::{FleetSession, FleetState, Store};
-use crate::ledger::{LedgerError, Record, StateDir};
+use crate::fleet::{FleetSession, FleetState, Holdings, Lock, SessionRecord, Store};
+use crate::ledger::{Journal, LedgerError, Record};
 use crate::providers::Provider;
 use crate::reclaim::{ListFailure, Listed, Options};
 
@@ -59,8 +64,6 @@ pub struct FleetSweep {
     pub host: String,
     /// The fleet's lease: also how long a sweeper's lock lives without renewal.
     pub lease: Duration,
-    /// The ledger the fleet reclaims journal in (`fleet/` in the state directory).
-    pub ledger: StateDir,
 }
 
 /// One fleet pass; with `dry_run` nothing is touched (not even the store).
@@ -197,9 +200,15 @@ async fn reclaim_into(
             error: format!("session {id} was not reclaimed: {error}"),
         });
     };
-    match store.lock(id, &token, fleet.lease).await {
-        Ok(true) => {}
-        Ok(false) => {
+    // Read again under the lock (in the same round trip): another sweeper may have finished
+    // it since the listing.
+    let fresh = match store.lock(id, &token, fleet.lease).await {
+        Ok(Lock::Held(Some(fresh))) => fresh,
+        Ok(Lock::Held(None)) => {
+            let _ = store.unlock(id, &token, None).await;
+            return;
+        }
+        Ok(Lock::Busy) => {
             out.decisions.push(decision(
                 s,
                 Verdict::Leave,
@@ -208,22 +217,10 @@ async fn reclaim_into(
             return;
         }
         Err(e) => return fail(out, e.to_string()),
-    }
-    // Read again under the lock: another sweeper may have finished it since the listing.
-    let fresh = match store.session(id).await {
-        Ok(Some(fresh)) => fresh,
-        Ok(None) => {
-            let _ = store.unlock(id, &token).await;
-            return;
-        }
-        Err(e) => {
-            let _ = store.unlock(id, &token).await;
-            return fail(out, e.to_string());
-        }
     };
     let (verdict, now) = judge(&fresh);
     if verdict != Verdict::Reclaim {
-        let _ = store.unlock(id, &token).await;
+        let _ = store.unlock(id, &token, None).await;
         if !fresh.state.is_final() {
             out.decisions.push(decision(&fresh, verdict, now));
         }
@@ -235,10 +232,10 @@ async fn reclaim_into(
         .set_state(id, FleetState::Reclaiming, &fleet.host)
         .await
     {
-        let _ = store.unlock(id, &token).await;
+        let _ = store.unlock(id, &token, None).await;
         return fail(out, e.to_string());
     }
-    let work = end_session(fleet, providers, options, listed, &fresh);
+    let work = end_session(providers, options, listed, &fresh);
     let kept = keep_lock(store, id, &token, fleet.lease);
     let result = tokio::select! {
         r = work => r,
@@ -257,13 +254,17 @@ async fn reclaim_into(
             } else {
                 FleetState::Pending
             };
-            if let Err(e) = store.set_state(id, state, &fleet.host).await {
+            // Written and unlocked in one round trip; if the store cannot take it, the lock
+            // expires and the next sweeper reclaims the session again.
+            if let Err(e) = store.unlock(id, &token, Some((state, &fleet.host))).await {
                 fail(out, e.to_string());
             }
         }
-        Err(e) => fail(out, e.to_string()),
+        Err(e) => {
+            fail(out, e.to_string());
+            let _ = store.unlock(id, &token, None).await;
+        }
     }
-    let _ = store.unlock(id, &token).await;
 }
 
 /// Renews the lock every third of its life; returns only when it was lost.
@@ -279,79 +280,48 @@ async fn keep_lock(store: &dyn Store, id: &str, token: &str, ttl: Duration) {
     }
 }
 
-/// The session's ending, journaled in the fleet ledger: its start, providers, claims and
-/// detaches as the store mirrored them, then the one reclaim path.
+/// The session's ending, journaled in memory: its start, providers, claims and detaches as
+/// the store holds them now, then the one reclaim path.
 async fn end_session(
-    fleet: &FleetSweep,
     providers: &[Arc<dyn Provider>],
     options: &Options,
     listed: &Arc<Listed>,
     s: &FleetSession,
 ) -> Result<(crate::ledger::SessionState, crate::reclaim::Report), LedgerError> {
-    let r = s.record.clone();
-    let holdings = s.holdings.clone();
-    let ledger = fleet.ledger.clone();
-    // Created, written and synced on a blocking thread: the pass's other sessions go on.
-    let created = blocking(move || {
-        let start = Record::Start {
-            owner: r.owner.clone(),
-            pid: r.pid,
-            grace_ms: 0,
-            labels: r.labels.clone(),
-        };
-        match ledger.create_session(&r.id, start) {
-            Ok(mut j) => {
-                // What the store mirrored, journaled once: a later pass finishing a pending
-                // session reads it back from here.
-                j.write(&Record::Providers {
-                    names: r.providers.clone(),
-                })?;
-                for t in &holdings.claims {
-                    j.write(&Record::claim(t))?;
-                }
-                for t in &holdings.detached {
-                    j.write(&Record::detach(t))?;
-                }
-                j.write(&Record::LeaseExpired)?;
-                // Made durable with `reclaim_start` by the session ending's first sync: they
-                // acknowledge nothing (the store holds the session until it is reclaimed).
-                Ok(Some(j))
-            }
-            Err(LedgerError::Exists { .. }) => Ok(None),
-            Err(e) => Err(e),
-        }
-    })
-    .await?;
-    let id = s.record.id.clone();
-    let journal = match created {
-        Some(j) => j,
-        None => super::adopt(&fleet.ledger, &id).await?,
-    };
-    let ledger = fleet.ledger.clone();
-    let mut view = blocking(move || ledger.read_session(&id)).await?;
-    view.sidecar_alive = false;
+    let mut journal = Journal::in_memory(&s.record.id, &start(&s.record))?;
+    mirror(&mut journal, &s.record, &s.holdings)?;
+    let view = journal.view()?;
     Ok(super::reclaim_adopted(journal, providers, &view, options, Some(listed.clone())).await)
 }
 
-/// Runs ledger work on a blocking thread.
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, LedgerError> + Send + 'static,
-) -> Result<T, LedgerError> {
-    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| {
-        Err(LedgerError::Io {
-            op: "journal a fleet session in",
-            path: std::path::PathBuf::new(),
-            source: std::io::Error::other(e.to_string()),
-        })
-    })
+/// A fleet session's `start` record, from its record in the store.
+fn start(r: &SessionRecord) -> Record {
+    Record::Start {
+        owner: r.owner.clone(),
+        pid: r.pid,
+        grace_ms: 0,
+        labels: r.labels.clone(),
+    }
+}
+
+/// What the store mirrored, journaled after the `start`.
+fn mirror(j: &mut Journal, r: &SessionRecord, holdings: &Holdings) -> Result<(), LedgerError> {
+    j.write(&Record::Providers {
+        names: r.providers.clone(),
+    })?;
+    for t in &holdings.claims {
+        j.write(&Record::claim(t))?;
+    }
+    for t in &holdings.detached {
+        j.write(&Record::detach(t))?;
+    }
+    j.write(&Record::LeaseExpired)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::fleet::memory::MemoryStore;
-    use crate::fleet::{Holdings, SessionRecord};
-    use crate::ledger::testutil::TempDir;
     use crate::protocol::Target;
     use crate::providers::fake::{sandbox, Fake};
     use crate::providers::Kind;
@@ -382,7 +352,6 @@ mod tests {
 
     #[tokio::test]
     async fn expired_leases_are_reclaimed_once_and_live_stopped_or_locked_ones_left() {
-        let dir = TempDir::new("fleet-sweep");
         let store = Arc::new(MemoryStore::default());
         let claimed = Target {
             provider: "fake".into(),
@@ -406,10 +375,13 @@ mod tests {
             .register(&record("busy"), &Holdings::default(), short)
             .await
             .unwrap();
-        assert!(store
-            .lock("busy", "other", Duration::from_secs(60))
-            .await
-            .unwrap());
+        assert!(matches!(
+            store
+                .lock("busy", "other", Duration::from_secs(60))
+                .await
+                .unwrap(),
+            Lock::Held(Some(_))
+        ));
         store
             .register(
                 &record("alive"),
@@ -431,7 +403,6 @@ mod tests {
             store: store.clone(),
             host: "b".into(),
             lease: Duration::from_secs(3),
-            ledger: StateDir::open(dir.path()).unwrap(),
         };
         let pass = pass(&fleet, &providers, &options(), false).await;
         assert!(pass.list_failures.is_empty(), "{:?}", pass.list_failures);
@@ -456,7 +427,6 @@ mod tests {
 
     #[tokio::test]
     async fn a_store_that_cannot_be_read_makes_no_verdict() {
-        let dir = TempDir::new("fleet-down");
         let store = Arc::new(MemoryStore::default());
         store.set_down(true);
         let fake = Fake::holding(vec![sandbox("l1", Kind::Instance, Some("dead"))]);
@@ -465,7 +435,6 @@ mod tests {
             store,
             host: "b".into(),
             lease: Duration::from_secs(3),
-            ledger: StateDir::open(dir.path()).unwrap(),
         };
         let pass = pass(&fleet, &providers, &options(), false).await;
         assert!(pass.decisions.is_empty());
