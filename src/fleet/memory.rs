@@ -162,7 +162,7 @@ impl Store for MemoryStore {
             d.locks
                 .insert(id.to_string(), (token.to_string(), now + ttl));
         }
-        Ok(Lock::Held(self.session(id).await?))
+        Ok(Lock::Held(self.session(id).await?.map(Box::new)))
     }
 
     async fn relock(&self, id: &str, token: &str, ttl: Duration) -> Result<bool, FleetError> {

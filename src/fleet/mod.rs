@@ -149,7 +149,7 @@ pub enum Lock {
     /// Another sweeper holds the session's lock.
     Busy,
     /// The lock is ours, and this is the session as it is now (`None`: its record is gone).
-    Held(Option<FleetSession>),
+    Held(Option<Box<FleetSession>>),
 }
 
 /// A failure to reach or use the store; its messages never carry a password.

@@ -396,7 +396,7 @@ impl Store for RedisStore {
         if set.is_none() {
             return Ok(Lock::Busy);
         }
-        Ok(Lock::Held(self.parse(ids, values)?.pop()))
+        Ok(Lock::Held(self.parse(ids, values)?.pop().map(Box::new)))
     }
 
     async fn relock(&self, id: &str, token: &str, ttl: Duration) -> Result<bool, FleetError> {

@@ -203,7 +203,7 @@ async fn reclaim_into(
     // Read again under the lock (in the same round trip): another sweeper may have finished
     // it since the listing.
     let fresh = match store.lock(id, &token, fleet.lease).await {
-        Ok(Lock::Held(Some(fresh))) => fresh,
+        Ok(Lock::Held(Some(fresh))) => *fresh,
         Ok(Lock::Held(None)) => {
             let _ = store.unlock(id, &token, None).await;
             return;
