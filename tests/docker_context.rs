@@ -244,3 +244,34 @@ fn a_context_that_cannot_be_followed_is_an_error_naming_it_and_its_file() {
         );
     }
 }
+
+#[test]
+fn a_context_with_tls_material_is_refused_naming_it_rather_than_spoken_to_in_plain_http() {
+    let s = Scratch::new("dctx-tls");
+    let meta = write_context(s.path(), "secure", &endpoint("tcp://127.0.0.1:2376"));
+    // `docker context create --docker "host=…,ca=…,cert=…,key=…"` keeps the files here.
+    let tls = meta
+        .parent()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .replace("/contexts/meta/", "/contexts/tls/");
+    let tls = Path::new(&tls).join("docker");
+    std::fs::create_dir_all(&tls).unwrap();
+    for f in ["ca.pem", "cert.pem", "key.pem"] {
+        std::fs::write(tls.join(f), "-----BEGIN CERTIFICATE-----\n").unwrap();
+    }
+    let out = run(bare(&s)
+        .env("DOCKER_CONTEXT", "secure")
+        .args(["providers", "--json"]));
+    assert_eq!(out.code, 1, "{} {}", out.stdout, out.stderr);
+    let docker = docker_detail(&out);
+    assert_eq!(docker["reachable"], false, "{docker}");
+    let detail = docker["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("\"secure\"")
+            && detail.contains("TLS")
+            && detail.contains(&tls.display().to_string()),
+        "{detail}"
+    );
+}

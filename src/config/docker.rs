@@ -24,8 +24,11 @@
 //!   an error naming the context and the file. It is not a configuration error of sandguard
 //!   as a whole (cloud providers still work): the Docker driver reports it on every use and
 //!   `--docker-proxy` refuses to start. Never a silent fall back to the default socket.
-//! - A context's TLS material (`contexts/tls/`) and `ssh://` endpoints are not followed: the
-//!   address is used as it is, and the driver refuses schemes it cannot speak, naming them.
+//! - A context with TLS material (`contexts/tls/<sha256 of N>/docker/`, what `docker context
+//!   create --docker "…,ca=…,cert=…,key=…"` stores) is refused, naming the context and that
+//!   directory: sandguard's Docker client speaks no TLS yet, and speaking plain HTTP to a TLS
+//!   port fails with an answer nobody can read. `ssh://` endpoints are used as they are, and the
+//!   driver refuses the scheme, naming it.
 
 use std::path::{Path, PathBuf};
 
@@ -114,8 +117,18 @@ fn follow(name: &str, by: &str, dir: Option<&Path>) -> DockerHost {
         )),
         Some(dir) => {
             let meta = meta_path(dir, name);
+            let tls = context_dir(dir, "tls", name).join("docker");
             read_endpoint(&meta)
                 .map_err(|e| format!("Docker context {name:?} ({by}): {}: {e}", meta.display()))
+                .and_then(|host| match tls.exists() {
+                    false => Ok(host),
+                    true => Err(format!(
+                        "Docker context {name:?} ({by}) connects with TLS (its certificates \
+                         are in {}), which sandguard cannot speak yet: set DOCKER_HOST to a \
+                         unix socket or a plain tcp:// address of the same daemon",
+                        tls.display()
+                    )),
+                })
         }
     };
     DockerHost { address, via }
@@ -123,12 +136,15 @@ fn follow(name: &str, by: &str, dir: Option<&Path>) -> DockerHost {
 
 /// `<dir>/contexts/meta/<sha256(name)>/meta.json`.
 pub fn meta_path(dir: &Path, name: &str) -> PathBuf {
+    context_dir(dir, "meta", name).join("meta.json")
+}
+
+/// `<dir>/contexts/<store>/<sha256(name)>`: where the Docker CLI keeps a context's `meta` and
+/// its `tls` material.
+fn context_dir(dir: &Path, store: &str, name: &str) -> PathBuf {
     let digest = ring::digest::digest(&ring::digest::SHA256, name.as_bytes());
     let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
-    dir.join("contexts")
-        .join("meta")
-        .join(hex)
-        .join("meta.json")
+    dir.join("contexts").join(store).join(hex)
 }
 
 fn read_endpoint(meta: &Path) -> Result<String, String> {
