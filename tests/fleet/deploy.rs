@@ -1,0 +1,86 @@
+//! What users deploy from: the Kubernetes manifests and README's fleet config.
+
+use super::*;
+
+/// The Kubernetes manifests parse (PyYAML; tests/run.sh installs python3-yaml), the
+/// Deployment runs the fleet sweep with the store from a Secret, and the pod's sandguard is a
+/// native sidecar registered in the same store.
+#[test]
+fn the_kubernetes_manifests_run_the_fleet_sweep_and_a_native_sidecar() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/kubernetes");
+    let load = |name: &str| {
+        let out = Command::new("python3")
+            .args([
+                "-c",
+                "import json, sys, yaml; print(json.dumps(yaml.safe_load(open(sys.argv[1]))))",
+            ])
+            .arg(dir.join(name))
+            .output()
+            .expect("python3 (tests/run.sh installs it)");
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        json(&String::from_utf8_lossy(&out.stdout))
+    };
+    let from_secret = |env: &serde_json::Value, var: &str| {
+        env.as_array().unwrap().iter().any(|e| {
+            e["name"] == var && e["valueFrom"]["secretKeyRef"]["name"] == "sandguard-fleet"
+        })
+    };
+    let d = load("sweep-deployment.yaml");
+    assert_eq!(d["kind"], "Deployment");
+    let c = &d["spec"]["template"]["spec"]["containers"][0];
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    assert_eq!(args[..3], ["sweep", "--fleet", "--every"]);
+    assert!(from_secret(&c["env"], "SANDGUARD_FLEET_STORE"), "{c}");
+    assert!(from_secret(&c["env"], "SANDGUARD_FLEET_PASSWORD"), "{c}");
+    let p = load("pod-native-sidecar.yaml");
+    let sidecar = &p["spec"]["initContainers"][0];
+    assert_eq!(sidecar["restartPolicy"], "Always", "a native sidecar");
+    assert!(sidecar["args"][0]
+        .as_str()
+        .unwrap()
+        .contains("sandguard watch --owner-pid"));
+    assert!(
+        from_secret(&sidecar["env"], "SANDGUARD_FLEET_STORE"),
+        "{sidecar}"
+    );
+    assert_eq!(p["spec"]["shareProcessNamespace"], true);
+}
+
+/// README's `[fleet]` example is a valid config: `sandguard sessions --fleet` reads it, and
+/// fails only for want of that Redis (exit 1, the password masked), not for the config.
+#[test]
+fn the_readmes_fleet_config_is_a_valid_config() {
+    let readme =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .unwrap();
+    let (_, _, text) = crate::readme::blocks(&readme)
+        .into_iter()
+        .find(|(m, _, _)| m.as_deref().is_some_and(|m| m.contains("run fleet-config")))
+        .expect("README has the fleet-config block");
+    let s = Scratch::new("fleet-readme");
+    // The README's Redis does not exist here: point its host at a closed loopback port.
+    let text = text.replace("redis.internal:6380", "127.0.0.1:1");
+    let config = s.path().join("fleet.toml");
+    std::fs::write(&config, text).unwrap();
+    let out = run(sandguard(&s)
+        .env("SANDGUARD_CONFIG", &config)
+        .env("SANDGUARD_FLEET_PASSWORD", "readme-secret")
+        .args(["sessions", "--fleet"]));
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr
+            .contains("fleet store rediss://sandguard@127.0.0.1:1/0"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("readme-secret"), "{}", out.stderr);
+}
