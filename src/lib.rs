@@ -20,7 +20,7 @@
 //!               adoption, the sweep lock); fleet.rs (`sweep --fleet`: the fleet store's
 //!               expired leases, reclaimed once each under a lock in the store)
 //! fleet/        the fleet lease store behind a small trait (mod.rs, with the key layout):
-//!               redis.rs (Redis or Valkey), memory.rs (for unit tests); the sidecar's side
+//!               redis/ (Redis or Valkey; reads.rs parses sessions), memory.rs (for unit tests); the sidecar's side
 //!               is watch/fleet.rs
 //! reclaim/      the one removal path: mod.rs (Plan, Report), list.rs (listings retried until
 //!               the deadline), remove.rs (retries, backoff), pace.rs (each

@@ -10,7 +10,6 @@
 //! - **Errors are reworded** from the client's kind and code only, with the URL redacted: no
 //!   message of ours can carry the password.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -18,10 +17,12 @@ use redis::{AsyncCommands, IntoConnectionInfo};
 use tokio::sync::Mutex;
 
 use super::{
-    decode_target, encode_target, Changes, FleetError, FleetSession, FleetState, Holdings, Lock,
-    SessionRecord, Store, FINAL_KEEP,
+    encode_target, Changes, FleetError, FleetSession, FleetState, Holdings, Lock, SessionRecord,
+    Store, FINAL_KEEP,
 };
 use crate::config::FleetSettings;
+
+mod reads;
 
 /// How long a `stopped` session stays in the store: its own host's sweep judges it (and does
 /// not write to the store), so the record only informs `sessions --fleet` for a while.
@@ -34,7 +35,6 @@ const UNLOCK: &str =
 const RELOCK: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end";
 
 /// A session's four reads: its hash, its lease's time left, its claims, its detaches.
-type Row = (BTreeMap<String, String>, i64, Vec<String>, Vec<String>);
 
 pub struct RedisStore {
     client: redis::Client,
@@ -124,56 +124,6 @@ impl RedisStore {
     ) -> Result<T, FleetError> {
         let mut c = self.conn().await?;
         pipe.query_async(&mut c).await.map_err(|e| self.error(&e))
-    }
-
-    /// The sessions `ids`, in one pipelined round trip (four reads each); an id whose record
-    /// is gone is left out.
-    async fn read(
-        &self,
-        c: &mut ConnectionManager,
-        ids: Vec<String>,
-    ) -> Result<Vec<FleetSession>, FleetError> {
-        let mut pipe = redis::pipe();
-        self.read_into(&mut pipe, &ids);
-        let flat: Vec<redis::Value> = pipe.query_async(c).await.map_err(|e| self.error(&e))?;
-        self.parse(ids, flat.into_iter())
-    }
-
-    /// Adds to `pipe` the four reads of each session of `ids`.
-    fn read_into(&self, pipe: &mut redis::Pipeline, ids: &[String]) {
-        for id in ids {
-            pipe.hgetall(self.key("session", id))
-                .pttl(self.key("lease", id))
-                .smembers(self.key("claims", id))
-                .smembers(self.key("detached", id));
-        }
-    }
-
-    /// The sessions `ids` from the answers to [`Self::read_into`]'s reads.
-    fn parse(
-        &self,
-        ids: Vec<String>,
-        mut values: impl Iterator<Item = redis::Value>,
-    ) -> Result<Vec<FleetSession>, FleetError> {
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            let (Some(h), Some(t), Some(cl), Some(de)) =
-                (values.next(), values.next(), values.next(), values.next())
-            else {
-                break;
-            };
-            let row = (|| -> redis::RedisResult<Row> {
-                Ok((
-                    redis::from_redis_value(h)?,
-                    redis::from_redis_value(t)?,
-                    redis::from_redis_value(cl)?,
-                    redis::from_redis_value(de)?,
-                ))
-            })();
-            let (hash, pttl, claims, detached) = row.map_err(|e| self.error(&e))?;
-            out.extend(parse_session(id, &hash, pttl, &claims, &detached));
-        }
-        Ok(out)
     }
 
     /// Adds to `pipe` a sweeper's progress ([`Store::set_state`]), as one transaction.
@@ -435,37 +385,4 @@ impl Store for RedisStore {
         self.state_into(&mut pipe, id, state, host);
         self.query::<()>(&pipe).await
     }
-}
-
-/// A session as the store holds it; `None` for a hash with no host (a partial write, or one
-/// that expired between the index and the read).
-fn parse_session(
-    id: String,
-    hash: &BTreeMap<String, String>,
-    pttl: i64,
-    claims: &[String],
-    detached: &[String],
-) -> Option<FleetSession> {
-    let host = hash.get("host")?.clone();
-    let get = |k: &str| hash.get(k).cloned().unwrap_or_default();
-    let num = |k: &str| hash.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    let set = |v: &[String]| v.iter().filter_map(|s| decode_target(s)).collect();
-    Some(FleetSession {
-        record: SessionRecord {
-            id,
-            host,
-            owner: get("owner"),
-            pid: num("pid") as u32,
-            labels: serde_json::from_str(&get("labels")).unwrap_or_default(),
-            providers: serde_json::from_str(&get("providers")).unwrap_or_default(),
-            started_ms: num("started_ms"),
-        },
-        state: FleetState::parse(&get("state")).unwrap_or(FleetState::Active),
-        lease_left: (pttl > 0).then(|| Duration::from_millis(pttl as u64)),
-        holdings: Holdings {
-            claims: set(claims),
-            detached: set(detached),
-        },
-        reclaims: num("reclaims"),
-    })
 }
