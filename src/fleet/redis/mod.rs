@@ -34,8 +34,6 @@ const UNLOCK: &str =
 /// Extends a key's expiry only if it holds the given value (a lock's owner renewing it).
 const RELOCK: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end";
 
-/// A session's four reads: its hash, its lease's time left, its claims, its detaches.
-
 pub struct RedisStore {
     client: redis::Client,
     shown: String,

@@ -9,6 +9,7 @@ use redis::aio::ConnectionManager;
 use super::RedisStore;
 use crate::fleet::{decode_target, FleetError, FleetSession, FleetState, Holdings, SessionRecord};
 
+/// A session's four reads: its hash, its lease's time left, its claims, its detaches.
 type Row = (BTreeMap<String, String>, i64, Vec<String>, Vec<String>);
 
 impl RedisStore {
