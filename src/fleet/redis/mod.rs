@@ -34,6 +34,7 @@ const UNLOCK: &str =
 /// Extends a key's expiry only if it holds the given value (a lock's owner renewing it).
 const RELOCK: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end";
 
+/// The fleet store on a Redis (or Valkey) server; see the module docs.
 pub struct RedisStore {
     client: redis::Client,
     shown: String,
