@@ -308,29 +308,43 @@ fn what_cannot_be_stamped_is_refused_and_upstream_errors_pass_unchanged() {
 }
 
 #[test]
-fn the_config_turns_the_proxy_on_and_a_bad_value_names_file_line_and_key() {
+fn readmes_agent_is_guarded_by_the_config_alone_and_a_bad_value_names_file_line_and_key() {
     let s = Scratch::new("cloud-proxy-config");
-    let (emu, _state) = e2b::start(E2B_KEY);
+    let (emu, state) = e2b::start(E2B_KEY);
+    state.insert("stranger", &[("app", "x")]);
     let env = [("E2B_API_KEY", E2B_KEY), ("E2B_API_URL", emu.url.as_str())];
-    let script = "import os; print(os.environ['E2B_API_URL'])";
 
+    // README's agent, as written, under `sandguard --` with the proxy on in the config only.
     let config = cloud_config(&s, "\n[watch]\ncloud_proxy = true\n");
-    let out = guarded(&s, &config, &env, &[], script).output().unwrap();
-    let url = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let agent = crate::readme::block("cloud_agent");
+    let mut child = guarded(&s, &config, &env, &[], &agent).spawn().unwrap();
+    let mut id = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut id)
+        .unwrap();
+    let id = id.trim().to_string();
+    assert!(state.exists(&id), "{id:?}");
+    let created = json(&String::from_utf8_lossy(&state.creates()[0].body));
+    assert_eq!(created["metadata"]["task"], "demo");
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        created["metadata"]["sandguard.session"].is_string(),
+        "{created}"
     );
-    assert!(
-        url.starts_with("http://127.0.0.1:") && url != emu.url,
-        "{url}"
+    kill(child);
+    eventually(
+        Duration::from_secs(10),
+        "the agent's sandbox is gone",
+        || !state.exists(&id),
     );
+    assert!(state.exists("stranger"));
 
     let config = cloud_config(&s, "\n[watch]\ncloud_proxy = \"yes\"\n");
-    let out = guarded(&s, &config, &env, &[], script).output().unwrap();
+    let out = guarded(&s, &config, &env, &[], "print('ran')")
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(out.stdout.is_empty(), "the program never ran");
     let at = format!("{}:11: key `watch.cloud_proxy`", config.display());
     assert!(stderr.contains(&at), "{stderr}");
 }
@@ -349,4 +363,54 @@ fn the_cloud_proxy_without_e2b_or_daytona_is_a_clear_error() {
         "{stderr}"
     );
     assert!(out.stdout.is_empty(), "the program never ran");
+}
+
+#[test]
+fn the_ready_line_carries_one_assignment_per_configured_provider() {
+    // The SDK-facing contract (the Python helper reads it): `ready SESSION NAME=VALUE ...`.
+    let s = Scratch::new("cloud-proxy-ready");
+    let config = cloud_config(&s, "");
+    let (emu, _state) = e2b::start(E2B_KEY);
+    let cloud = Daytona::start(DAYTONA_KEY);
+    let session = format!("cloudready{}", crate::support::unique());
+    let mut cmd = sandguard(&s);
+    for var in SDK_VARS {
+        cmd.env_remove(var);
+    }
+    let mut watch = cmd
+        .env("SANDGUARD_CONFIG", &config)
+        .env("E2B_API_KEY", E2B_KEY)
+        .env("E2B_API_URL", &emu.url)
+        .env("DAYTONA_API_KEY", DAYTONA_KEY)
+        .env("DAYTONA_API_URL", cloud.api_url())
+        .args([
+            "watch",
+            "--cloud-proxy",
+            "--owner-pid",
+            "1",
+            "--session",
+            &session,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(watch.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    crate::wrapper::unsafe_kill(watch.id() as i32, libc::SIGTERM);
+    let _ = watch.wait();
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(words.len(), 4, "{line:?}");
+    assert_eq!(&words[..2], ["ready", session.as_str()]);
+    let e2b = words[2]
+        .strip_prefix("E2B_API_URL=http://127.0.0.1:")
+        .unwrap();
+    assert!(e2b.parse::<u16>().is_ok(), "{line:?}");
+    let daytona = words[3]
+        .strip_prefix("DAYTONA_API_URL=http://127.0.0.1:")
+        .unwrap();
+    assert!(daytona.ends_with("/api"), "{line:?}");
 }

@@ -304,7 +304,9 @@ async fn create(req: Request<Incoming>, shared: &Shared) -> Response<Body> {
         Err(why) => return answer(400, &refusal(shared.api, &why)),
     };
     let mut parts = parts;
-    parts.headers.insert(hyper::header::CONTENT_LENGTH, stamped.len().into());
+    parts
+        .headers
+        .insert(hyper::header::CONTENT_LENGTH, stamped.len().into());
     let answered = match forward::send(parts, Either::Right(Full::from(stamped)), shared).await {
         Ok(resp) => resp,
         Err(resp) => return resp,
