@@ -153,6 +153,12 @@ fn an_unmodified_e2b_agent_killed_leaves_no_sandbox_and_never_leaks_its_key() {
         assert_eq!(body["metadata"]["sandguard.session"], session.as_str());
         assert!(body["metadata"]["sandguard.owner"].is_string(), "{body}");
         assert_eq!(body["templateID"], "base", "the SDK's own keys are kept");
+        // The answer is read for its id: never asked for compressed (httpx asks for gzip).
+        assert!(
+            created.headers.iter().all(|(k, _)| k != "accept-encoding"),
+            "{:?}",
+            created.headers
+        );
     }
     let first = json(&String::from_utf8_lossy(&creates[0].body));
     assert_eq!(
@@ -413,4 +419,126 @@ fn the_ready_line_carries_one_assignment_per_configured_provider() {
         .strip_prefix("DAYTONA_API_URL=http://127.0.0.1:")
         .unwrap();
     assert!(daytona.ends_with("/api"), "{line:?}");
+}
+
+/// A hand-written upstream on loopback: `GET /events` answers a chunked stream whose second
+/// chunk is sent only once the first has come back through the proxy (`gate`); `GET /ws` with
+/// `Upgrade` answers `101` and echoes raw bytes. Connections are kept alive (the proxy pools
+/// them).
+fn stream_and_upgrade_server(gate: std::sync::mpsc::Receiver<()>) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let gate = std::sync::Arc::new(std::sync::Mutex::new(gate));
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let (stream, gate) = (stream.unwrap(), gate.clone());
+            std::thread::spawn(move || serve_one(stream, &gate));
+        }
+    });
+    url
+}
+
+fn serve_one(
+    mut stream: std::net::TcpStream,
+    gate: &std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+) {
+    use std::io::Write;
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    loop {
+        let mut head = String::new();
+        while !head.ends_with("\r\n\r\n") {
+            if reader.read_line(&mut head).unwrap_or(0) == 0 {
+                return;
+            }
+        }
+        if head.starts_with("GET /events") {
+            let start = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
+                         Transfer-Encoding: chunked\r\n\r\n8\r\ndata: 1\n\r\n";
+            stream.write_all(start.as_bytes()).unwrap();
+            gate.lock().unwrap().recv().unwrap();
+            stream.write_all(b"8\r\ndata: 2\n\r\n0\r\n\r\n").unwrap();
+            continue;
+        }
+        assert!(
+            head.to_ascii_lowercase().contains("upgrade: websocket"),
+            "{head}"
+        );
+        let switch = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\
+                      Connection: Upgrade\r\n\r\n";
+        stream.write_all(switch.as_bytes()).unwrap();
+        let mut buf = [0u8; 4];
+        reader.read_exact(&mut buf).unwrap();
+        stream.write_all(&buf).unwrap();
+        return;
+    }
+}
+
+#[test]
+fn streams_flow_as_they_come_and_an_upgrade_becomes_a_raw_copy() {
+    use std::io::Write;
+    let s = Scratch::new("cloud-proxy-stream");
+    let config = cloud_config(&s, "");
+    let (gate_tx, gate) = std::sync::mpsc::channel();
+    let upstream = stream_and_upgrade_server(gate);
+    let mut cmd = sandguard(&s);
+    for var in SDK_VARS {
+        cmd.env_remove(var);
+    }
+    let mut watch = cmd
+        .env("SANDGUARD_CONFIG", &config)
+        .env("E2B_API_KEY", E2B_KEY)
+        .env("E2B_API_URL", &upstream)
+        .args(["watch", "--cloud-proxy", "--owner-pid", "1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(watch.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let proxy = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("E2B_API_URL=http://"))
+        .unwrap_or_else(|| panic!("{line:?}"))
+        .to_string();
+    let connect = || {
+        let c = std::net::TcpStream::connect(&proxy).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c
+    };
+
+    // The first event arrives while the upstream still holds the second.
+    let mut events = connect();
+    events
+        .write_all(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut reader = BufReader::new(events.try_clone().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("data: 1") {
+        assert!(reader.read_line(&mut seen).unwrap() > 0, "{seen}");
+    }
+    gate_tx.send(()).unwrap();
+    while !seen.contains("data: 2") {
+        assert!(reader.read_line(&mut seen).unwrap() > 0, "{seen}");
+    }
+
+    let mut ws = connect();
+    ws.write_all(
+        b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+    )
+    .unwrap();
+    let mut reader = BufReader::new(ws.try_clone().unwrap());
+    let mut head = String::new();
+    while !head.ends_with("\r\n\r\n") {
+        assert!(reader.read_line(&mut head).unwrap() > 0, "{head}");
+    }
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    ws.write_all(b"ping").unwrap();
+    let mut echoed = [0u8; 4];
+    reader.read_exact(&mut echoed).unwrap();
+    crate::wrapper::unsafe_kill(watch.id() as i32, libc::SIGTERM);
+    let _ = watch.wait();
+    assert_eq!(&echoed, b"ping");
 }

@@ -26,9 +26,10 @@
 //! - The create call ([`e2b`]: `POST [/vN]/sandboxes`; [`daytona`]: `POST <base>/sandbox`) is the
 //!   one request buffered (at most [`MAX_CREATE_BODY`]): the session's labels are merged into
 //!   its `metadata` / `labels`, the session's values winning, the program's other keys kept
-//!   ([`stamp`]). A create it cannot stamp is refused, never passed on unstamped: a body over
-//!   the bound (413), one that is not a JSON object (400), and a fork (E2B's and Daytona's
-//!   fork bodies carry no labels; 400). Paths are percent-decoded and dot segments resolved
+//!   ([`stamp`]); its `Accept-Encoding` is dropped, so the answer comes uncompressed and its
+//!   id can be read (the program gets it uncompressed too). A create it cannot stamp is
+//!   refused, never passed on unstamped: a body over the bound (413), one that is not a JSON
+//!   object (400), and a fork (E2B's and Daytona's fork bodies carry no labels; 400). Paths are percent-decoded and dot segments resolved
 //!   before routing (as the services route them), and the method matches in any case.
 //! - The id in a 2xx create answer is claimed through the sidecar's proxy channel
 //!   ([`Claim`], as the Docker proxy's claims) and the answer reaches the program only after
@@ -262,8 +263,13 @@ async fn handle(req: Request<Incoming>, shared: &Shared) -> Response<Body> {
 /// Routes a request as the service would: percent-decoded, dot segments resolved, under the
 /// base path.
 fn route(req: &Request<Incoming>, shared: &Shared) -> Route {
+    let post = req.method().as_str().eq_ignore_ascii_case("POST");
     let Ok(decoded) = crate::providers::docker::proxy::target::decode(req.uri().path()) else {
-        return Route::Refuse("its path has a bad % escape");
+        // The services refuse such a path too; a POST might have been a create.
+        return match post {
+            true => Route::Refuse("its path has a bad % escape"),
+            false => Route::Pass,
+        };
     };
     let Ok(path) = String::from_utf8(decoded) else {
         return Route::Pass; // no sandbox route has bytes that are not UTF-8
@@ -274,7 +280,6 @@ fn route(req: &Request<Incoming>, shared: &Shared) -> Route {
     if !under {
         return Route::Pass;
     }
-    let post = req.method().as_str().eq_ignore_ascii_case("POST");
     shared.api.route(post, &segments[shared.base.len()..])
 }
 
@@ -307,6 +312,8 @@ async fn create(req: Request<Incoming>, shared: &Shared) -> Response<Body> {
     parts
         .headers
         .insert(hyper::header::CONTENT_LENGTH, stamped.len().into());
+    // The answer must be read for its id: asked for as it is, never compressed.
+    parts.headers.remove(hyper::header::ACCEPT_ENCODING);
     let answered = match forward::send(parts, Either::Right(Full::from(stamped)), shared).await {
         Ok(resp) => resp,
         Err(resp) => return resp,
