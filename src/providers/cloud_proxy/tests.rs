@@ -96,3 +96,40 @@ fn the_upstream_keeps_its_base_path() {
     assert_eq!((u.authority.as_str(), u.base.as_str()), ("127.0.0.1:9", ""));
     assert!(Upstream::parse("unix:///x").is_err());
 }
+
+async fn bound(claims: mpsc::UnboundedSender<Claim>) -> CloudProxy {
+    CloudProxy::bind(Api::E2b, "http://127.0.0.1:9", labels(), claims)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_claim_without_an_acknowledgement_is_an_error_never_a_silent_pass() {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let proxy = bound(tx).await;
+    let err = claim(&proxy.shared, "abc").await.unwrap_err();
+    assert!(err.contains("did not journal it within 5 s"), "{err}");
+    drop(rx);
+    let err = claim(&proxy.shared, "abc").await.unwrap_err();
+    assert!(err.contains("takes no more claims"), "{err}");
+}
+
+#[tokio::test]
+async fn an_acknowledged_claim_names_the_provider_and_the_id() {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let proxy = bound(tx).await;
+    let sidecar = tokio::spawn(async move {
+        let Claim { target, ack } = rx.recv().await.unwrap();
+        let _ = ack.send(());
+        target
+    });
+    claim(&proxy.shared, "abc").await.unwrap();
+    let target = sidecar.await.unwrap();
+    assert_eq!(
+        (target.provider.as_str(), target.id.as_str()),
+        ("e2b", "abc")
+    );
+    let (name, url) = proxy.assignment();
+    assert_eq!(name, "E2B_API_URL");
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+}
