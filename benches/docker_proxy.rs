@@ -42,7 +42,7 @@ fn main() {
     let proxy = line
         .split_whitespace()
         .nth(2)
-        .and_then(|h| h.strip_prefix("unix://"))
+        .and_then(|h| h.strip_prefix("DOCKER_HOST=unix://"))
         .unwrap_or_else(|| panic!("no proxy address in {line:?}"))
         .to_string();
 

@@ -6,6 +6,7 @@
 
 mod support;
 
+mod cloud_proxy;
 mod config_errors;
 mod docker_context;
 mod docker_ps_stop;

@@ -198,7 +198,7 @@ fn proxy_survives_malformed_requests_and_clients_that_vanish() {
 
 #[test]
 fn proxy_path_is_on_the_ready_line() {
-    // The SDK-facing contract: `watch --docker-proxy` says `ready SESSION unix://…`.
+    // The SDK-facing contract: `watch --docker-proxy` says `ready SESSION DOCKER_HOST=unix://…`.
     let s = Scratch::new("proxy-ready");
     let session = format!("proxyready{}", unique());
     let mut cmd = sandguard(&s);
@@ -218,7 +218,7 @@ fn proxy_path_is_on_the_ready_line() {
     let _ = watch.wait();
     assert_eq!(words.len(), 3, "{line:?}");
     assert_eq!(&words[..2], ["ready", session.as_str()]);
-    let socket = words[2].strip_prefix("unix://").unwrap();
+    let socket = words[2].strip_prefix("DOCKER_HOST=unix://").unwrap();
     assert!(socket.ends_with("/docker.sock"), "{line:?}");
     assert!(
         !std::path::Path::new(socket).exists(),

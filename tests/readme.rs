@@ -46,7 +46,7 @@ pub(crate) fn blocks(text: &str) -> Vec<(Option<String>, String, String)> {
 }
 
 /// The body of the block marked `<!-- readme: run NAME … -->`.
-fn block(name: &str) -> String {
+pub(crate) fn block(name: &str) -> String {
     let want = format!("<!-- readme: run {name}");
     blocks(&readme())
         .into_iter()

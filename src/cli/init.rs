@@ -73,10 +73,23 @@ fn child(args: &Args, go: OwnedFd, control: OwnedFd) -> u8 {
         session: session.to_string(),
         labels: labels.to_string(),
         control,
-        docker_host: word(lines.next()),
+        env: env_words(lines.next().unwrap_or("")),
         config: word(lines.next()).map(Into::into),
     };
     exec(&args.command, &ready)
+}
+
+/// The sidecar's variables on one line of the message to CMD, as the ready line has them.
+fn env_line(env: &[(String, String)]) -> String {
+    let words: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    words.join(" ")
+}
+
+fn env_words(line: &str) -> Vec<(String, String)> {
+    line.split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 fn parent(
@@ -107,7 +120,7 @@ fn parent(
         "go\n{}\n{}\n{}\n{}\n",
         ready.session,
         ready.labels,
-        ready.docker_host.as_deref().unwrap_or(""),
+        env_line(&ready.env),
         ready
             .config
             .as_deref()

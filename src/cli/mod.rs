@@ -112,6 +112,7 @@ impl Invocation {
             (None, wrapped) if !wrapped.is_empty() => Command::Run(run::Args {
                 grace: None,
                 docker_proxy: false,
+                cloud_proxy: false,
                 command: wrapped,
             }),
             (None, _) => {

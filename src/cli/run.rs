@@ -12,7 +12,10 @@
 //!    cannot be executed (after telling the sidecar `bye`, so the session ends clean).
 //!
 //! With `--docker-proxy` (or `[watch] docker_proxy = true`) the sidecar also serves a Docker
-//! API proxy; its `ready` line carries the address as a third word, exported as `DOCKER_HOST`.
+//! API proxy, and with `--cloud-proxy` (or `[watch] cloud_proxy = true`) the cloud API proxy
+//! (E2B, Daytona: [`crate::providers::cloud_proxy`]); its `ready` line carries one
+//! `NAME=VALUE` word per variable CMD gets (`DOCKER_HOST`, `E2B_API_URL`, `DAYTONA_API_URL`),
+//! and each is exported.
 //!
 //! The wrapper does nothing else on this path: it runs before every guarded program.
 //!
@@ -53,6 +56,11 @@ pub struct Args {
     /// network and volume it creates (default: [watch] docker_proxy)
     #[arg(long)]
     pub docker_proxy: bool,
+    /// Serve CMD the cloud API proxy: E2B_API_URL / DAYTONA_API_URL point at a loopback
+    /// endpoint that labels and claims every sandbox the E2B and Daytona SDKs create, for each
+    /// of the two configured (default: [watch] cloud_proxy)
+    #[arg(long)]
+    pub cloud_proxy: bool,
     /// The program to guard, and its arguments
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -89,8 +97,8 @@ pub(super) struct Ready {
     pub session: String,
     pub labels: String,
     pub control: OwnedFd,
-    /// The Docker proxy's address, when the sidecar serves one.
-    pub docker_host: Option<String>,
+    /// What the sidecar's proxies give CMD (`DOCKER_HOST`, `E2B_API_URL`, …).
+    pub env: Vec<(String, String)>,
     /// The config file the settings came from, exported to CMD as `SANDGUARD_CONFIG`.
     pub config: Option<std::path::PathBuf>,
 }
@@ -112,6 +120,7 @@ pub(super) fn start_sidecar(
         owner: owner.clone(),
         grace: args.grace.map(|g| g.0),
         docker_proxy: args.docker_proxy || settings.watch.docker_proxy,
+        cloud_proxy: args.cloud_proxy || settings.watch.cloud_proxy,
     };
     let ready = match control {
         Some(pipe) => spawn.start_on(pipe),
@@ -123,7 +132,7 @@ pub(super) fn start_sidecar(
         labels,
         session: ready.session,
         control: ready.control,
-        docker_host: ready.docker_host,
+        env: ready.env,
         config: settings
             .source
             .as_deref()
@@ -141,9 +150,7 @@ pub(super) fn exec(command: &[OsString], ready: &Ready) -> u8 {
         return own_failure("no command given");
     };
     let mut command = Command::new(program);
-    if let Some(host) = &ready.docker_host {
-        command.env("DOCKER_HOST", host);
-    }
+    command.envs(ready.env.iter().map(|(k, v)| (k, v)));
     if let Some(config) = &ready.config {
         command.env("SANDGUARD_CONFIG", config);
     }

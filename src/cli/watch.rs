@@ -6,7 +6,12 @@
 //! stdout instead (the wrapper shows it) and exits 2 for bad configuration, 1 otherwise.
 //!
 //! With `--docker-proxy`, the Docker API proxy ([`crate::providers::docker::proxy`]) is listening before
-//! `ready`, and the ready line carries its address: `ready SESSION unix:///…/docker.sock`.
+//! `ready`, and the ready line carries its address: `ready SESSION DOCKER_HOST=unix:///…/docker.sock`.
+//! With `--cloud-proxy`, the cloud API proxy ([`crate::providers::cloud_proxy`]) listens on a
+//! loopback port for each of E2B and Daytona that is configured (their base URLs read here,
+//! before the program's variables point elsewhere), and the ready line carries
+//! `E2B_API_URL=…` / `DAYTONA_API_URL=…`; with neither configured the sidecar does not start
+//! (exit 2). Both proxies send their claims down one channel ([`Triggers::proxy`]).
 //!
 //! After `ready`, nothing more is written to stdout. Exit status: 0 when the session ended
 //! clean or reclaimed (or the sidecar was stopped by SIGTERM), 1 when work is left pending.
@@ -27,7 +32,8 @@ use crate::identity::death::OwnerWatch;
 use crate::identity::Identity;
 use crate::ledger::{Record, StateDir};
 use crate::protocol::{LineReader, ReadyLine};
-use crate::providers::docker::proxy::{Proxy, SocketDir, Upstream};
+use crate::providers::cloud_proxy::{Api, CloudProxy};
+use crate::providers::docker::proxy::{Claim, Proxy, SocketDir, Upstream};
 use crate::providers::Registry;
 use crate::reclaim::Options;
 use crate::session::{self, SessionId};
@@ -53,9 +59,14 @@ pub struct Args {
     #[arg(long, value_name = "D")]
     pub grace: Option<HumanDuration>,
     /// Serve a Docker API proxy that labels and claims what it creates; the ready line then
-    /// carries its address as a third word (`ready SESSION unix:///…/docker.sock`)
+    /// carries its address (`ready SESSION DOCKER_HOST=unix:///…/docker.sock`)
     #[arg(long)]
     pub docker_proxy: bool,
+    /// Serve the cloud API proxy for E2B and Daytona (those configured): a loopback endpoint
+    /// each that labels and claims every sandbox created through it; the ready line then
+    /// carries `E2B_API_URL=http://127.0.0.1:PORT` / `DAYTONA_API_URL=http://127.0.0.1:PORT/api`
+    #[arg(long)]
+    pub cloud_proxy: bool,
     /// Fork away from the parent and log to the state directory (used by the wrapper)
     #[arg(long, hide = true)]
     pub daemonize: bool,
@@ -138,24 +149,45 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
     let mut owner_watch = OwnerWatch::open(&owner);
     let stop = stop_signal().map_err(|e| failure(format!("cannot listen for SIGTERM: {e}")))?;
     let labels = session::labels(&session, &owner);
+    let (claims_tx, claims_rx) = tokio::sync::mpsc::unbounded_channel();
     let docker_proxy = match args.docker_proxy {
-        true => Some(start_proxy(&settings, &session, &labels, journal.path()).map_err(&failure)?),
+        true => Some(
+            start_proxy(
+                &settings,
+                &session,
+                &labels,
+                journal.path(),
+                claims_tx.clone(),
+            )
+            .map_err(&failure)?,
+        ),
         false => None,
     };
-    let address = docker_proxy
-        .as_ref()
-        .map(|p| format!("unix://{}", p.dir.socket().display()));
+    let cloud = match args.cloud_proxy {
+        true => start_cloud_proxies(&settings, &labels, &claims_tx).await?,
+        false => Vec::new(),
+    };
+    drop(claims_tx);
+    let mut env: Vec<(String, String)> = docker_proxy
+        .iter()
+        .map(|p| {
+            let host = format!("unix://{}", p.dir.socket().display());
+            ("DOCKER_HOST".to_string(), host)
+        })
+        .collect();
+    env.extend(cloud.iter().map(CloudProxy::assignment));
     announce(&ReadyLine::Ready {
         session: session.clone(),
-        docker_host: address,
+        env,
     })
     .map_err(|e| failure(format!("cannot write the ready line: {e}")))?;
     // After `ready`: building the registry (the PATH scan for plugins) is not needed to accept
     // claims, and the wrapper's program is waiting for `ready` to start.
     let registry = Registry::from_settings(&settings);
-    let (proxy, proxy_claims, _proxy_dir) = match docker_proxy {
-        Some(p) => (Some(p.proxy), Some(p.claims), Some(p.dir)),
-        None => (None, None, None),
+    let proxy_claims = (docker_proxy.is_some() || !cloud.is_empty()).then_some(claims_rx);
+    let (proxy, _proxy_dir) = match docker_proxy {
+        Some(p) => (Some(p.proxy), Some(p.dir)),
+        None => (None, None),
     };
     let providers = registry.select(None).unwrap_or_default();
     let fleet = fleet_plan(&settings, &session, &owner, labels, &providers);
@@ -167,6 +199,7 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
         renew_every: settings.watch.renew_every,
         options: Options::from(&settings.reclaim),
         proxy,
+        cloud,
         fleet,
     };
     let triggers = Triggers {
@@ -265,10 +298,9 @@ fn stop_signal() -> std::io::Result<std::pin::Pin<Box<dyn std::future::Future<Ou
     }))
 }
 
-/// A bound Docker proxy, its claims channel and its private directory.
+/// A bound Docker proxy and its private directory.
 struct DockerProxy {
     proxy: Proxy,
-    claims: tokio::sync::mpsc::UnboundedReceiver<crate::providers::docker::proxy::Claim>,
     dir: SocketDir,
 }
 
@@ -279,11 +311,11 @@ fn start_proxy(
     session: &str,
     labels: &std::collections::BTreeMap<String, String>,
     journal: &std::path::Path,
+    tx: tokio::sync::mpsc::UnboundedSender<Claim>,
 ) -> Result<DockerProxy, String> {
     let host = crate::providers::docker::address(&settings.docker)
         .map_err(|e| format!("cannot start the Docker proxy: {e}"))?;
     let upstream = Upstream::parse(&host)?;
-    let (tx, claims) = tokio::sync::mpsc::unbounded_channel();
     let dir = journal.with_extension("docker");
     // The fallback lives in a shared temp dir: a random name, so no one can squat on it.
     let mut salt = [0u8; 8];
@@ -292,7 +324,39 @@ fn start_proxy(
     let fallback = format!("sandguard-{session}-{salt}.docker");
     let (proxy, dir) = Proxy::bind(&dir, &fallback, upstream, labels.clone(), tx)
         .map_err(|e| format!("cannot listen for the Docker proxy: {e}"))?;
-    Ok(DockerProxy { proxy, claims, dir })
+    Ok(DockerProxy { proxy, dir })
+}
+
+/// One bound cloud proxy for each of E2B and Daytona that is configured (its credential set),
+/// forwarding to the base URL its driver uses. Neither configured is a usage error.
+async fn start_cloud_proxies(
+    settings: &Settings,
+    labels: &std::collections::BTreeMap<String, String>,
+    tx: &tokio::sync::mpsc::UnboundedSender<Claim>,
+) -> Result<Vec<CloudProxy>, StartError> {
+    let configured = [(Api::E2b, &settings.e2b), (Api::Daytona, &settings.daytona)];
+    let mut proxies = Vec::new();
+    for (api, cloud) in configured {
+        if cloud.token.is_none() && cloud.secret.is_none() {
+            continue;
+        }
+        let proxy = CloudProxy::bind(api, &cloud.url, labels.clone(), tx.clone())
+            .await
+            .map_err(|e| {
+                let message = format!("cannot start the {} cloud proxy: {e}", api.name());
+                StartError(Exit::Failure, message)
+            })?;
+        proxies.push(proxy);
+    }
+    if proxies.is_empty() {
+        return Err(StartError(
+            Exit::Usage,
+            "--cloud-proxy: neither E2B nor Daytona is configured (set E2B_API_KEY or \
+             DAYTONA_API_KEY, or api_key in [providers.e2b] / [providers.daytona])"
+                .into(),
+        ));
+    }
+    Ok(proxies)
 }
 
 fn announce(line: &ReadyLine) -> std::io::Result<()> {

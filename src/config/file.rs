@@ -39,6 +39,7 @@ pub(super) struct FileWatch {
     pub(super) grace: Option<Positive>,
     pub(super) renew_every: Option<HumanDuration>,
     pub(super) docker_proxy: Option<bool>,
+    pub(super) cloud_proxy: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -85,6 +85,8 @@ pub struct WatchSettings {
     pub renew_every: Duration,
     /// Serve a labelling Docker API proxy to the guarded program by default.
     pub docker_proxy: bool,
+    /// Serve the cloud API proxy (E2B, Daytona) to the guarded program by default.
+    pub cloud_proxy: bool,
 }
 
 /// The sweep's housekeeping.
@@ -276,6 +278,7 @@ impl Settings {
                     .renew_every
                     .map_or(Duration::from_secs(60), |d| d.0),
                 docker_proxy: file.watch.docker_proxy.unwrap_or(false),
+                cloud_proxy: file.watch.cloud_proxy.unwrap_or(false),
             },
             reclaim: ReclaimSettings {
                 concurrency: r.concurrency.map_or(16, |c| c.0),

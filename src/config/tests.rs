@@ -63,6 +63,7 @@ fn the_documented_example_parses_and_states_the_defaults() {
         "timeout",
         "renew_every",
         "docker_proxy",
+        "cloud_proxy",
         "[sweep]",
         "prune_after",
         "rate",

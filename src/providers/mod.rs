@@ -11,6 +11,7 @@
 //! present. Unconfigured providers are skipped silently by `ps`, `stop` and reclaim, and shown
 //! with the reason by `sandguard providers`.
 
+pub mod cloud_proxy;
 pub mod daytona;
 pub mod docker;
 pub mod e2b;

@@ -96,6 +96,7 @@ impl GuardBuilder {
             owner: me.clone(),
             grace: self.grace,
             docker_proxy: false,
+            cloud_proxy: false,
         }
         .start()?;
         let labels = crate::session::labels(&ready.session, &me);

@@ -64,14 +64,16 @@ pub struct Spawn {
     pub grace: Option<Duration>,
     /// Serve a Docker API proxy.
     pub docker_proxy: bool,
+    /// Serve the cloud API proxy (E2B, Daytona).
+    pub cloud_proxy: bool,
 }
 
 /// A sidecar that said `ready`, and the write end of its control pipe.
 #[derive(Debug)]
 pub struct Ready {
     pub session: String,
-    /// The Docker proxy's address, when the sidecar serves one.
-    pub docker_host: Option<String>,
+    /// What the program gets from the sidecar's proxies (`DOCKER_HOST`, `E2B_API_URL`, …).
+    pub env: Vec<(String, String)>,
     /// The control pipe's write end (close-on-exec; the wrapper clears that before exec).
     pub control: OwnedFd,
 }
@@ -114,6 +116,9 @@ impl Spawn {
         if self.docker_proxy {
             cmd.arg("--docker-proxy");
         }
+        if self.cloud_proxy {
+            cmd.arg("--cloud-proxy");
+        }
         if let Some(grace) = self.grace {
             cmd.args(["--grace", &format!("{}ms", grace.as_millis())]);
         }
@@ -130,12 +135,9 @@ impl Spawn {
         drop(control_r);
         let _ = child.wait();
         match ReadyLine::parse(&read_line(ready_r)?) {
-            ReadyLine::Ready {
-                session: said,
-                docker_host,
-            } if said == session => Ok(Ready {
+            ReadyLine::Ready { session: said, env } if said == session => Ok(Ready {
                 session,
-                docker_host,
+                env,
                 control: control_w,
             }),
             ReadyLine::Ready { session: said, .. } => Err(SpawnError::NotReady(format!(

@@ -2,7 +2,8 @@
 //!
 //! [`run`] starts, in one [`JoinSet`], the tasks a sidecar needs besides its loop: the
 //! provider warm-up ([`WARM_UP_DELAY`] after start), the TTL keeper ([`super::ttl`], only when
-//! a provider has a server-side lifetime) and the Docker API proxy (when asked for). It then
+//! a provider has a server-side lifetime), the Docker API proxy and the cloud API proxies (when
+//! asked for). It then
 //! runs the loop ([`Sidecar::run`]) and, whatever the outcome, shuts every task down and waits
 //! for them before returning: no task outlives the session, none is left unowned.
 //!
@@ -21,6 +22,7 @@ use super::lease::{BootClock, Lease};
 use super::ttl::Keeper;
 use super::{Outcome, Sidecar, Triggers};
 use crate::ledger::Journal;
+use crate::providers::cloud_proxy::CloudProxy;
 use crate::providers::docker::proxy::Proxy;
 use crate::providers::Provider;
 use crate::reclaim::Options;
@@ -46,6 +48,9 @@ pub struct Plan {
     /// The Docker API proxy to serve, already bound (its claims come in through
     /// [`Triggers::proxy`]).
     pub proxy: Option<Proxy>,
+    /// The cloud API proxies to serve, already bound (their claims come in through
+    /// [`Triggers::proxy`] too).
+    pub cloud: Vec<CloudProxy>,
     /// The fleet store to register in, when one is configured.
     pub fleet: Option<FleetPlan>,
 }
@@ -66,6 +71,9 @@ pub async fn run<R: AsyncRead + Unpin>(plan: Plan, triggers: Triggers<R>) -> Out
         tracing::debug!("released {} KiB of start-up pages", released / 1024);
     });
     if let Some(proxy) = plan.proxy {
+        tasks.spawn(proxy.run());
+    }
+    for proxy in plan.cloud {
         tasks.spawn(proxy.run());
     }
     let mut sidecar = Sidecar::new(

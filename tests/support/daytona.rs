@@ -199,6 +199,15 @@ struct State {
     credentials: Vec<Credential>,
     /// The throttler of the request being answered (see [`Handler::route`]).
     throttler: &'static str,
+    /// Every `POST /api/sandbox` (create) let in: its headers and body, as they came.
+    creates: Vec<Created>,
+}
+
+/// One create request as it reached the emulator.
+#[derive(Debug, Clone)]
+pub struct Created {
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
 }
 
 impl State {
@@ -307,7 +316,27 @@ impl Daytona {
     }
 
     fn seed(&self, labels: &[(&str, &str)], busy: Duration, ttl: Option<i64>) -> String {
-        let mut st = self.state.lock().unwrap();
+        let labels = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        self.state.lock().unwrap().add(labels, busy, ttl)
+    }
+
+    /// Every create request let in so far (`POST /api/sandbox`).
+    pub fn creates(&self) -> Vec<Created> {
+        self.state.lock().unwrap().creates.clone()
+    }
+}
+
+impl State {
+    fn add(
+        &mut self,
+        labels: BTreeMap<String, String>,
+        busy: Duration,
+        ttl: Option<i64>,
+    ) -> String {
+        let st = self;
         st.counter += 1;
         let n = st.counter;
         let id = format!(
@@ -331,10 +360,7 @@ impl Daytona {
             destroy_at: None,
             // Distinct creation times, one second apart, so keyset order is total.
             created_ms: 1_780_000_000_000 + n as i64 * 1000,
-            labels: labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+            labels,
             last_activity_ms: clock,
             stopped_ms: None,
             auto_stop: 15,
@@ -344,7 +370,9 @@ impl Daytona {
         st.sandboxes.push(sandbox);
         id
     }
+}
 
+impl Daytona {
     /// The ids of sandboxes neither destroying nor destroyed, sorted.
     pub fn live(&self) -> Vec<String> {
         let mut st = self.state.lock().unwrap();

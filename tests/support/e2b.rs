@@ -21,6 +21,10 @@
 //!   for another is early. A 429 carries `Retry-After` (whole seconds, the limiter's wait
 //!   rounded *down*, at least 1, as the service computes it) and `RateLimit-Limit` (the
 //!   burst), `RateLimit-Remaining`, `RateLimit-Reset`.
+//! - `POST /sandboxes` and `POST /v2/sandboxes` (the SDK's create): a running sandbox with the
+//!   body's `metadata` (strings; `templateID` required), answered 201 with E2B's `Sandbox`
+//!   (`sandboxID`, `templateID`, `clientID`, `envdVersion`); every create's headers and body
+//!   are recorded ([`State::creates`]).
 //! - 503 with E2B's error body; [`State::answer_next`] scripts answers with a `Should-Retry`
 //!   header, which the service may send on any answer.
 
@@ -52,6 +56,15 @@ pub struct State {
     clock: Mutex<i64>,
     scripted: Mutex<VecDeque<Scripted>>,
     metadata_wire: Mutex<Vec<String>>,
+    creates: Mutex<Vec<Created>>,
+    counter: Mutex<u64>,
+}
+
+/// One create request as it reached the emulator.
+#[derive(Debug, Clone)]
+pub struct Created {
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
 }
 
 impl State {
@@ -106,6 +119,16 @@ impl State {
     /// (still encoded).
     pub fn metadata_on_the_wire(&self) -> Vec<String> {
         self.metadata_wire.lock().unwrap().clone()
+    }
+
+    /// Every authenticated create request so far, in order.
+    pub fn creates(&self) -> Vec<Created> {
+        self.creates.lock().unwrap().clone()
+    }
+
+    /// The ids of every sandbox, sorted.
+    pub fn ids(&self) -> Vec<String> {
+        self.sandboxes.lock().unwrap().keys().cloned().collect()
     }
 }
 
@@ -312,6 +335,43 @@ impl E2bApi {
         response
     }
 
+    fn create(&self, req: &Request) -> Response {
+        self.state.creates.lock().unwrap().push(Created {
+            headers: req.headers.clone(),
+            body: req.body.clone(),
+        });
+        let body = req.json().unwrap_or_default();
+        if body
+            .get("templateID")
+            .and_then(serde_json::Value::as_str)
+            .is_none()
+        {
+            return error(400, "Invalid request body");
+        }
+        let mut metadata = Vec::new();
+        if let Some(map) = body.get("metadata").and_then(serde_json::Value::as_object) {
+            for (k, v) in map {
+                let Some(v) = v.as_str() else {
+                    return error(400, "Invalid request body");
+                };
+                metadata.push((k.as_str(), v));
+            }
+        }
+        let id = {
+            let mut n = self.state.counter.lock().unwrap();
+            *n += 1;
+            format!("icreated{:06}p{}", *n, std::process::id())
+        };
+        self.state.insert(&id, &metadata);
+        Response::json(
+            201,
+            json!({
+                "templateID": body["templateID"], "sandboxID": id, "clientID": "emulator",
+                "envdVersion": "0.2.0", "envdAccessToken": "envd-token", "domain": null,
+            }),
+        )
+    }
+
     fn by_id(&self, req: &Request, id: &str, action: Option<&str>) -> Response {
         let missing = || {
             error(
@@ -438,6 +498,7 @@ impl Api for E2bApi {
         let segs = req.segments();
         match (req.method.as_str(), segs.as_slice()) {
             ("GET", ["v2", "sandboxes"]) => self.list(req),
+            ("POST", ["sandboxes"] | ["v2", "sandboxes"]) => self.create(req),
             (_, ["sandboxes", id]) => self.by_id(req, id, None),
             (_, ["sandboxes", id, action]) => self.by_id(req, id, Some(action)),
             _ => error(404, "Not found"),

@@ -72,6 +72,7 @@ impl Api for Handler {
         let segs = req.segments();
         match (req.method.as_str(), segs.as_slice()) {
             ("GET", ["api", "sandbox"]) => list(&mut st, req),
+            ("POST", ["api", "sandbox"]) => create(&mut st, req),
             ("GET", ["api", "sandbox", id]) => match st.find(id) {
                 Some(s) => Response::json(200, s.json()),
                 None => not_found(req, id),
@@ -228,6 +229,36 @@ fn list(st: &mut State, req: &Request) -> Response {
         200,
         json!({"items": page.iter().map(|s| s.item()).collect::<Vec<_>>(), "nextCursor": next}),
     )
+}
+
+/// `POST /api/sandbox`: a started sandbox with the body's `labels` (strings only, as the
+/// service validates them), answered with the whole `Sandbox`; the request is recorded.
+fn create(st: &mut State, req: &Request) -> Response {
+    st.creates.push(super::Created {
+        headers: req.headers.clone(),
+        body: req.body.clone(),
+    });
+    let Some(body) = req.json().filter(Value::is_object) else {
+        return validation_error(req, "the body must be a JSON object");
+    };
+    let mut labels = BTreeMap::new();
+    match body.get("labels") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(map)) => {
+            for (k, v) in map {
+                let Some(v) = v.as_str() else {
+                    return validation_error(req, "labels must be strings");
+                };
+                labels.insert(k.clone(), v.to_string());
+            }
+        }
+        Some(_) => return validation_error(req, "labels must be an object"),
+    }
+    let id = st.add(labels, std::time::Duration::ZERO, None);
+    match st.find(&id) {
+        Some(s) => Response::json(200, s.json()),
+        None => not_found(req, &id),
+    }
 }
 
 fn delete(st: &mut State, req: &Request, id: &str) -> Response {

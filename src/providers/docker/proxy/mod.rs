@@ -63,7 +63,7 @@ pub struct Claim {
 }
 
 /// How long a create answer waits for the sidecar to journal its claim.
-const ACK_TIMEOUT: Duration = Duration::from_secs(5);
+pub const ACK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where the real daemon listens.
 #[derive(Debug, Clone)]

@@ -98,7 +98,7 @@ fn split_scheme(target: &str) -> Result<(bool, &str), &'static str> {
 }
 
 /// Percent-decoding as Go's `url.PathUnescape` does it (`+` stays `+`).
-fn decode(path: &str) -> Result<Vec<u8>, &'static str> {
+pub(crate) fn decode(path: &str) -> Result<Vec<u8>, &'static str> {
     let bytes = path.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -120,7 +120,7 @@ fn decode(path: &str) -> Result<Vec<u8>, &'static str> {
 
 /// The segments of a path after resolving `.` and `..` and dropping empty ones (Go's
 /// `path.Clean`, which mux applies before routing).
-fn clean(path: &str) -> Vec<&str> {
+pub(crate) fn clean(path: &str) -> Vec<&str> {
     let mut out = Vec::new();
     for s in path.split('/') {
         match s {

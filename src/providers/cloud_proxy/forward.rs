@@ -1,0 +1,175 @@
+//! Forwarding one request to the real API and its answer back, as HTTP/1.1 asks of an
+//! intermediary: hop-by-hop headers stay on their hop, `Host` is the upstream's, bodies stream.
+
+use http_body_util::{BodyExt, Either, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, HOST, UPGRADE};
+use hyper::http::request::Parts;
+use hyper::{Request, Response, StatusCode, Uri};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+use super::{answer, Body, Shared};
+
+pub type Client = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Body>;
+
+/// One pooled client for the proxy's upstream: `http` or `https` (rustls, webpki roots),
+/// HTTP/1.1, no Nagle delay.
+pub fn client() -> Client {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_webpki_roots()
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(https)
+}
+
+/// The headers that belong to one hop (RFC 9110 §7.6.1, and the `Proxy-*` of a proxy hop),
+/// plus `Expect`, which this hop answers itself.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Whether a request asks to switch protocols (a websocket).
+fn wants_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(UPGRADE)
+        && headers
+            .get_all(CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+}
+
+/// Removes the hop-by-hop headers (and those `Connection` names); an upgrade keeps its
+/// `Upgrade` header and `Connection: upgrade`.
+fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
+    let named: Vec<HeaderName> = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect();
+    let kept = upgrade.then(|| headers.get(UPGRADE).cloned()).flatten();
+    for name in named.iter().chain(&HOP_BY_HOP.map(HeaderName::from_static)) {
+        headers.remove(name);
+    }
+    if let Some(protocol) = kept {
+        headers.insert(UPGRADE, protocol);
+        headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
+    }
+}
+
+/// A request passed on unchanged (but for its hop's headers); an upgrade answered `101` is
+/// then copied raw both ways.
+pub async fn pass(mut req: Request<Incoming>, shared: &Shared) -> Response<Body> {
+    let upgrade = wants_upgrade(req.headers());
+    let client_side = upgrade.then(|| hyper::upgrade::on(&mut req));
+    let (parts, body) = req.into_parts();
+    let mut resp = match send_as(parts, Either::Left(body), shared, upgrade).await {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    if let (Some(client_side), StatusCode::SWITCHING_PROTOCOLS) = (client_side, resp.status()) {
+        let upstream_side = hyper::upgrade::on(&mut resp);
+        tokio::spawn(async move {
+            if let (Ok(c), Ok(u)) = tokio::join!(client_side, upstream_side) {
+                let (mut c, mut u) = (TokioIo::new(c), TokioIo::new(u));
+                let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
+            }
+        });
+        let (parts, body) = resp.into_parts();
+        return Response::from_parts(parts, Either::Left(body));
+    }
+    answer_as_is(resp.map(Either::Left))
+}
+
+/// Sends a request (not an upgrade) upstream; `Err` is the proxy's own 502 answer.
+pub async fn send(
+    parts: Parts,
+    body: Body,
+    shared: &Shared,
+) -> Result<Response<Incoming>, Response<Body>> {
+    send_as(parts, body, shared, false).await
+}
+
+async fn send_as(
+    mut parts: Parts,
+    body: Body,
+    shared: &Shared,
+    upgrade: bool,
+) -> Result<Response<Incoming>, Response<Body>> {
+    let up = &shared.upstream;
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let uri = format!("{}://{}{path}", up.scheme, up.authority);
+    parts.uri = match uri.parse::<Uri>() {
+        Ok(u) => u,
+        Err(e) => return Err(answer(400, &format!("sandguard: bad request target: {e}"))),
+    };
+    strip_hop_by_hop(&mut parts.headers, upgrade);
+    parts.headers.remove(HOST);
+    parts.headers.remove(hyper::header::EXPECT);
+    parts.version = hyper::Version::HTTP_11;
+    shared
+        .client
+        .request(Request::from_parts(parts, body))
+        .await
+        .map_err(|e| {
+            let message = format!(
+                "sandguard: cannot reach the {} API at {}://{}: {}",
+                shared.api.name(),
+                up.scheme,
+                up.authority,
+                chain(&e)
+            );
+            answer(502, &message)
+        })
+}
+
+/// An error and its sources, one after the other (hyper's top error says little).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// An upstream answer for the program: status, headers and body as they came, without the
+/// hop's headers.
+pub fn answer_as_is(resp: Response<Body>) -> Response<Body> {
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers, false);
+    Response::from_parts(parts, body)
+}
+
+/// Why a body could not be collected: `true` when it was over the bound.
+pub struct TooLarge(pub bool);
+
+/// Reads a whole body, at most `max` bytes.
+pub async fn collect(body: Incoming, max: u64) -> Result<Bytes, TooLarge> {
+    let max = usize::try_from(max).unwrap_or(usize::MAX);
+    match Limited::new(body, max).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) => Err(TooLarge(
+            e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some(),
+        )),
+    }
+}

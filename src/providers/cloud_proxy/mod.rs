@@ -1,0 +1,377 @@
+//! The cloud API proxy: an unmodified E2B or Daytona SDK creates only labelled, claimed
+//! sandboxes (`sandguard run --cloud-proxy`, `[watch] cloud_proxy = true`).
+//!
+//! Both SDKs take their API's base URL from the environment (`E2B_API_URL`,
+//! `DAYTONA_API_URL`). For each such provider configured in the session, the sidecar listens on
+//! a fresh loopback port (`127.0.0.1:0`) and the guarded program gets that variable pointing at
+//! it (the ready line carries `E2B_API_URL=http://127.0.0.1:PORT`,
+//! `DAYTONA_API_URL=http://127.0.0.1:PORT/api`: the upstream's own path after the loopback
+//! origin, so every path the SDK builds is the upstream's).
+//!
+//! Decisions:
+//!
+//! - Upstream: the provider's base URL exactly as its driver resolved it (E2B: `E2B_API_URL`,
+//!   `[providers.e2b] api_url`, `https://api.${E2B_DOMAIN}`; Daytona: `DAYTONA_API_URL`,
+//!   `DAYTONA_SERVER_URL`, `api_url`), read in the sidecar before the program's variable is
+//!   set. `https` goes over rustls with the webpki roots; `http` (an emulator, a local stack)
+//!   as it is.
+//! - Requests pass byte for byte, bodies streamed both ways without buffering (SSE, chunked
+//!   logs), with the program's own credentials: the proxy adds no authority of its own, so a
+//!   local user who connects to the port can do nothing they could not do with the key they
+//!   send. HTTP's hop-by-hop headers (`Connection` and what it names, `Keep-Alive`, `TE`,
+//!   `Trailer`, `Transfer-Encoding`, `Upgrade`, `Proxy-*`) and `Expect` stay on their hop;
+//!   `Host` becomes the upstream's. An upgrade (Daytona's Socket.IO websocket) is passed on and,
+//!   once answered `101`, copied raw both ways. Headers are never logged, so the API key reaches
+//!   no log, journal or error.
+//! - The create call ([`e2b`]: `POST [/vN]/sandboxes`; [`daytona`]: `POST <base>/sandbox`) is the
+//!   one request buffered (at most [`MAX_CREATE_BODY`]): the session's labels are merged into
+//!   its `metadata` / `labels`, the session's values winning, the program's other keys kept
+//!   ([`stamp`]); its `Accept-Encoding` is dropped, so the answer comes uncompressed and its
+//!   id can be read (the program gets it uncompressed too). A create it cannot stamp is
+//!   refused, never passed on unstamped: a body over the bound (413), one that is not a JSON
+//!   object (400), and a fork (E2B's and Daytona's fork bodies carry no labels; 400). Paths are percent-decoded and dot segments resolved
+//!   before routing (as the services route them), and the method matches in any case.
+//! - The id in a 2xx create answer is claimed through the sidecar's proxy channel
+//!   ([`Claim`], as the Docker proxy's claims) and the answer reaches the program only after
+//!   the sidecar acknowledged it (journaled, fsynced). No acknowledgement within
+//!   [`ACK_TIMEOUT`] (a sidecar that is reclaiming, a disk that hangs), or an answer whose id
+//!   cannot be read, answers 503 with the reason: the program never holds a sandbox sandguard
+//!   did not claim (the sandbox carries the session's labels, so a sweep finds it). Other
+//!   answers, errors included (4xx, 5xx, 429 with their headers), pass through unchanged.
+//!
+//! The proxy is a convenience for programs that are not hostile: a program holds its own API
+//! key and can always call the real API directly.
+
+pub mod daytona;
+pub mod e2b;
+mod forward;
+pub mod stamp;
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::{Either, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::providers::docker::proxy::http::MAX_CREATE_BODY;
+pub use crate::providers::docker::proxy::Claim;
+pub use crate::providers::docker::proxy::ACK_TIMEOUT;
+
+/// A body as the proxy passes it: streamed, or built here (a stamped create, an error).
+pub type Body = Either<Incoming, Full<Bytes>>;
+
+/// Which API a proxy speaks; only [`e2b`] and [`daytona`] know their wire formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    E2b,
+    Daytona,
+}
+
+/// What the proxy does with one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    Pass,
+    /// A sandbox create: stamped, its answer claimed.
+    Create,
+    /// A create the proxy cannot stamp, and why.
+    Refuse(&'static str),
+}
+
+impl Api {
+    /// The provider's name, as claims and `sandguard claim` name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::E2b => "e2b",
+            Api::Daytona => "daytona",
+        }
+    }
+
+    /// The variable the SDK reads its base URL from.
+    pub fn variable(self) -> &'static str {
+        match self {
+            Api::E2b => e2b::VARIABLE,
+            Api::Daytona => daytona::VARIABLE,
+        }
+    }
+
+    /// Routes by method and the path's segments after the base URL's own.
+    pub fn route(self, post: bool, rest: &[&str]) -> Route {
+        match self {
+            Api::E2b => e2b::route(post, rest),
+            Api::Daytona => daytona::route(post, rest),
+        }
+    }
+
+    /// The create body with the session's labels merged in.
+    pub fn stamp(self, body: &[u8], labels: &BTreeMap<String, String>) -> Result<Vec<u8>, String> {
+        match self {
+            Api::E2b => e2b::stamp(body, labels),
+            Api::Daytona => daytona::stamp(body, labels),
+        }
+    }
+
+    /// The new sandbox's id in a successful create answer.
+    pub fn created(self, answer: &[u8]) -> Option<String> {
+        match self {
+            Api::E2b => e2b::created(answer),
+            Api::Daytona => daytona::created(answer),
+        }
+    }
+}
+
+/// The real API: scheme, authority and base path of the provider's resolved URL.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    /// `http` or `https`.
+    scheme: String,
+    /// `host[:port]`.
+    authority: String,
+    /// The base URL's path without its trailing `/` (`""`, `/api`).
+    base: String,
+}
+
+impl Upstream {
+    pub fn parse(url: &str) -> Result<Upstream, String> {
+        let parsed = reqwest::Url::parse(url).map_err(|e| format!("base URL {url:?}: {e}"))?;
+        let scheme = parsed.scheme().to_string();
+        let host = parsed.host_str().unwrap_or_default();
+        if !matches!(scheme.as_str(), "http" | "https") || host.is_empty() {
+            return Err(format!("base URL {url:?}: not an http(s) URL with a host"));
+        }
+        let authority = match parsed.port() {
+            Some(port) => format!("{host}:{port}"),
+            None => host.to_string(),
+        };
+        Ok(Upstream {
+            scheme,
+            authority,
+            base: parsed.path().trim_end_matches('/').to_string(),
+        })
+    }
+}
+
+struct Shared {
+    api: Api,
+    upstream: Upstream,
+    /// The base path's segments, which every routed path must start with.
+    base: Vec<String>,
+    labels: BTreeMap<String, String>,
+    claims: mpsc::UnboundedSender<Claim>,
+    client: forward::Client,
+}
+
+/// A bound proxy, not yet serving.
+pub struct CloudProxy {
+    listener: TcpListener,
+    address: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+impl CloudProxy {
+    /// Listens on a fresh loopback port for `api`, forwarding to `base_url`.
+    pub async fn bind(
+        api: Api,
+        base_url: &str,
+        labels: BTreeMap<String, String>,
+        claims: mpsc::UnboundedSender<Claim>,
+    ) -> Result<CloudProxy, String> {
+        let upstream = Upstream::parse(base_url)?;
+        let listener = TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .map_err(|e| format!("cannot listen on 127.0.0.1: {e}"))?;
+        let address = listener
+            .local_addr()
+            .map_err(|e| format!("cannot read the listening address: {e}"))?;
+        let base = crate::providers::docker::proxy::target::clean(&upstream.base)
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        let shared = Arc::new(Shared {
+            api,
+            base,
+            upstream,
+            labels,
+            claims,
+            client: forward::client(),
+        });
+        Ok(CloudProxy {
+            listener,
+            address,
+            shared,
+        })
+    }
+
+    /// What the program gets: `NAME=http://127.0.0.1:PORT[/base]`.
+    pub fn assignment(&self) -> (String, String) {
+        let api = self.shared.api;
+        let url = format!("http://{}{}", self.address, self.shared.upstream.base);
+        (api.variable().to_string(), url)
+    }
+
+    /// Serves until dropped; dropping the future ends every connection with it.
+    pub async fn run(self) {
+        let mut connections = JoinSet::new();
+        loop {
+            tokio::select! {
+                accepted = self.listener.accept() => match accepted {
+                    Ok((client, _)) => {
+                        let _ = client.set_nodelay(true);
+                        connections.spawn(serve(client, self.shared.clone()));
+                    }
+                    Err(e) => {
+                        tracing::warn!("cloud proxy: accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            }
+        }
+    }
+}
+
+/// One client connection, HTTP/1.1 with keep-alive and upgrades; errors end only it.
+async fn serve(client: tokio::net::TcpStream, shared: Arc<Shared>) {
+    let service = hyper::service::service_fn(move |req| {
+        let shared = shared.clone();
+        async move { Ok::<_, Infallible>(handle(req, &shared).await) }
+    });
+    let served = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(client), service)
+        .with_upgrades()
+        .await;
+    if let Err(e) = served {
+        tracing::debug!("cloud proxy: connection ended: {e}");
+    }
+}
+
+async fn handle(req: Request<Incoming>, shared: &Shared) -> Response<Body> {
+    match route(&req, shared) {
+        Route::Pass => forward::pass(req, shared).await,
+        Route::Create => create(req, shared).await,
+        Route::Refuse(why) => answer(400, &refusal(shared.api, why)),
+    }
+}
+
+/// Routes a request as the service would: percent-decoded, dot segments resolved, under the
+/// base path.
+fn route(req: &Request<Incoming>, shared: &Shared) -> Route {
+    let post = req.method().as_str().eq_ignore_ascii_case("POST");
+    let Ok(decoded) = crate::providers::docker::proxy::target::decode(req.uri().path()) else {
+        // The services refuse such a path too; a POST might have been a create.
+        return match post {
+            true => Route::Refuse("its path has a bad % escape"),
+            false => Route::Pass,
+        };
+    };
+    let Ok(path) = String::from_utf8(decoded) else {
+        return Route::Pass; // no sandbox route has bytes that are not UTF-8
+    };
+    let segments = crate::providers::docker::proxy::target::clean(&path);
+    let under = segments.len() >= shared.base.len()
+        && segments.iter().zip(&shared.base).all(|(s, b)| s == b);
+    if !under {
+        return Route::Pass;
+    }
+    shared.api.route(post, &segments[shared.base.len()..])
+}
+
+fn refusal(api: Api, why: &str) -> String {
+    format!(
+        "sandguard: refused a {} sandbox create it cannot stamp with the session's labels ({why}); \
+         nothing was created",
+        api.name()
+    )
+}
+
+/// Stamps a create, forwards it, and claims the answer's id before handing the answer over.
+async fn create(req: Request<Incoming>, shared: &Shared) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    let body = match forward::collect(body, MAX_CREATE_BODY).await {
+        Ok(b) => b,
+        Err(forward::TooLarge(true)) => {
+            let why = format!("its body is over {MAX_CREATE_BODY} bytes");
+            return answer(413, &refusal(shared.api, &why));
+        }
+        Err(forward::TooLarge(false)) => {
+            return answer(400, &refusal(shared.api, "its body could not be read"))
+        }
+    };
+    let stamped = match shared.api.stamp(&body, &shared.labels) {
+        Ok(s) => s,
+        Err(why) => return answer(400, &refusal(shared.api, &why)),
+    };
+    let mut parts = parts;
+    parts
+        .headers
+        .insert(hyper::header::CONTENT_LENGTH, stamped.len().into());
+    // The answer must be read for its id: asked for as it is, never compressed.
+    parts.headers.remove(hyper::header::ACCEPT_ENCODING);
+    let answered = match forward::send(parts, Either::Right(Full::from(stamped)), shared).await {
+        Ok(resp) => resp,
+        Err(resp) => return resp,
+    };
+    if !answered.status().is_success() {
+        return forward::answer_as_is(answered.map(Either::Left));
+    }
+    let (parts, body) = answered.into_parts();
+    let Ok(body) = forward::collect(body, MAX_CREATE_BODY).await else {
+        return unclaimed(shared.api, "its create answer could not be read");
+    };
+    let Some(id) = shared.api.created(&body) else {
+        return unclaimed(shared.api, "its create answer names no sandbox id");
+    };
+    if let Err(why) = claim(shared, &id).await {
+        return unclaimed(shared.api, &format!("sandbox {id} was not claimed: {why}"));
+    }
+    forward::answer_as_is(Response::from_parts(parts, Either::Right(Full::from(body))))
+}
+
+/// A 503 for a create that may have made a sandbox sandguard could not claim.
+fn unclaimed(api: Api, why: &str) -> Response<Body> {
+    let message = format!(
+        "sandguard: the {} create succeeded upstream but {why}; the sandbox carries the \
+         session's labels (a `sandguard sweep` finds it), and the answer is withheld so no \
+         unclaimed sandbox is used",
+        api.name()
+    );
+    answer(503, &message)
+}
+
+/// Sends a claim to the sidecar and waits (at most [`ACK_TIMEOUT`]) until it is journaled.
+async fn claim(shared: &Shared, id: &str) -> Result<(), String> {
+    let target = crate::protocol::Target::new(shared.api.name(), id).map_err(|e| e.to_string())?;
+    let (ack, acked) = tokio::sync::oneshot::channel();
+    shared
+        .claims
+        .send(Claim { target, ack })
+        .map_err(|_| "the sidecar takes no more claims (the session is ending)".to_string())?;
+    match tokio::time::timeout(ACK_TIMEOUT, acked).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err("the sidecar dropped the claim (the session is ending)".into()),
+        Err(_) => Err(format!(
+            "the sidecar did not journal it within {} s",
+            ACK_TIMEOUT.as_secs()
+        )),
+    }
+}
+
+/// An answer of the proxy's own: `{"code": N, "message": "..."}`, which both SDKs show.
+pub fn answer(status: u16, message: &str) -> Response<Body> {
+    let body = serde_json::json!({ "code": status, "message": message }).to_string();
+    Response::builder()
+        .status(status)
+        .header(hyper::header::CONTENT_TYPE, "application/json")
+        .body(Either::Right(Full::from(body)))
+        .unwrap_or_else(|_| Response::new(Either::Right(Full::default())))
+}
+
+#[cfg(test)]
+mod tests;

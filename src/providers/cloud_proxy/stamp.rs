@@ -1,0 +1,85 @@
+//! The session's labels merged into a create body's label map, read as the service reads it.
+//!
+//! The body is kept as [`Json`] (objects as ordered pairs, duplicates included), so every key
+//! the service could take for the label map is seen. A Go service (E2B) decodes with
+//! `encoding/json`: every key equal to the field's name under case folding is applied in
+//! order, objects merging, `null` resetting ([`Keys::Go`]). A JavaScript service (Daytona's
+//! NestJS) reads with `JSON.parse`: the key as spelled, the last one replacing the others
+//! ([`Keys::Exact`]). Either way the matching keys are replaced by one key holding their
+//! merged map with the session's labels over it, so no later key can override
+//! `sandguard.session`. An empty body is stamped as `{}`; anything else that is not a JSON
+//! object (or whose label map is not an object) cannot be stamped, and the caller refuses it.
+
+use std::collections::BTreeMap;
+
+use crate::providers::docker::proxy::json::{go_field, go_map, insert, Json};
+
+/// How the service finds its label map's key.
+#[derive(Debug, Clone, Copy)]
+pub enum Keys {
+    /// Go's `encoding/json` field `name` (its JSON tag).
+    Go(&'static str),
+    /// `JSON.parse`: exactly `name`, the last one winning.
+    Exact(&'static str),
+}
+
+/// `body` with `labels` merged into its label map; `Err` says why it cannot be stamped.
+pub fn merge(
+    body: &[u8],
+    keys: Keys,
+    labels: &BTreeMap<String, String>,
+) -> Result<Vec<u8>, String> {
+    let mut pairs = object(body)?;
+    let (name, found) = match keys {
+        Keys::Go(name) => (name, go_merged(&pairs, name)?),
+        Keys::Exact(name) => (name, last(&pairs, name)?),
+    };
+    pairs.retain(|(k, _)| !matches(keys, k));
+    let mut merged = found.unwrap_or_default();
+    for (k, v) in labels {
+        insert(&mut merged, k, Json::str(v));
+    }
+    pairs.push((name.to_string(), Json::Object(merged)));
+    Ok(Json::Object(pairs).to_vec())
+}
+
+fn matches(keys: Keys, key: &str) -> bool {
+    match keys {
+        Keys::Go(name) => go_field(key, name),
+        Keys::Exact(name) => key == name,
+    }
+}
+
+/// The body's top-level object (an empty body is `{}`).
+fn object(body: &[u8]) -> Result<Vec<(String, Json)>, String> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Vec::new());
+    }
+    match Json::parse(body).map_err(|e| format!("its body is not JSON: {e}"))? {
+        Json::Object(pairs) => Ok(pairs),
+        _ => Err("its body is not a JSON object".into()),
+    }
+}
+
+fn go_merged(pairs: &[(String, Json)], name: &str) -> Result<Option<Vec<(String, Json)>>, String> {
+    let mut merged = None;
+    for (_, v) in pairs.iter().filter(|(k, _)| go_field(k, name)) {
+        go_map(&mut merged, v).map_err(|e| format!("its `{name}` is {e}"))?;
+    }
+    Ok(merged)
+}
+
+fn last(pairs: &[(String, Json)], name: &str) -> Result<Option<Vec<(String, Json)>>, String> {
+    match pairs.iter().rev().find(|(k, _)| k == name) {
+        None | Some((_, Json::Null)) => Ok(None),
+        Some((_, Json::Object(map))) => Ok(Some(map.clone())),
+        Some(_) => Err(format!("its `{name}` is not an object")),
+    }
+}
+
+/// The non-empty string at `key` of a JSON object answer.
+pub fn id_at(answer: &[u8], key: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_slice(answer).ok()?;
+    let id = value.get(key)?.as_str()?;
+    (!id.is_empty()).then(|| id.to_string())
+}
