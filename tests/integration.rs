@@ -6,6 +6,7 @@
 
 mod support;
 
+mod cli_edges;
 mod config_errors;
 mod docker_context;
 mod docker_ps_stop;
