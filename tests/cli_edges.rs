@@ -241,8 +241,9 @@ exec sleep 3600
     assert!(none.stderr.contains("no session abc123"), "{}", none.stderr);
 }
 
-/// Runs `sandguard [env] -- true` and returns the session's log once it is reclaimed.
-fn log_of_a_clean_reclaim(s: &Scratch, env: &[(&str, &str)]) -> String {
+/// Runs a guarded program that creates nothing, with `env`, and returns the session's log
+/// once the session is in `state` with its sidecar gone.
+fn log_of_a_reclaim(s: &Scratch, env: &[(&str, &str)], state: &str) -> String {
     let out = run(sandguard(s).envs(env.iter().copied()).args([
         "--",
         "sh",
@@ -252,8 +253,10 @@ fn log_of_a_clean_reclaim(s: &Scratch, env: &[(&str, &str)]) -> String {
     assert_eq!(out.code, 0, "{}", out.stderr);
     let session = out.stdout.trim().to_string();
     eventually(Duration::from_secs(15), "the session is reclaimed", || {
-        let v = json(&run(sandguard(s).args(["sessions", "show", &session, "--json"])).stdout);
-        v["state"] == "reclaimed" && v["sidecar_alive"] == false
+        let v = json(&run(sandguard(s).args(["sessions", "--json"])).stdout);
+        v["sessions"].as_array().unwrap().iter().any(|v| {
+            v["session"] == session.as_str() && v["state"] == state && v["sidecar_alive"] == false
+        })
     });
     let log = s
         .path()
@@ -263,21 +266,42 @@ fn log_of_a_clean_reclaim(s: &Scratch, env: &[(&str, &str)]) -> String {
 }
 
 #[test]
-fn a_reclaim_that_left_nothing_is_logged_at_info_not_at_the_default_warn() {
+fn a_reclaim_that_left_nothing_is_logged_at_info_and_one_that_left_some_at_warn() {
     require_docker();
     let _g = shared();
     let s = Scratch::new("quiet");
-    let quiet = log_of_a_clean_reclaim(&s, &[]);
+    let quiet = log_of_a_reclaim(&s, &[], "reclaimed");
     assert!(
         !quiet.contains("reclaimed"),
         "nothing to warn about at the default level: {quiet}"
     );
-    let info = log_of_a_clean_reclaim(&s, &[("SANDGUARD_LOG", "info")]);
+    let info = log_of_a_reclaim(&s, &[("SANDGUARD_LOG", "info")], "reclaimed");
     let line = info
         .lines()
         .find(|l| l.contains("owner exited; reclaimed"))
         .unwrap_or_else(|| panic!("the summary at info: {info}"));
     assert!(line.contains("INFO") && !line.contains("WARN"), "{line}");
+    // What is left behind is still a warning at the default level: Docker never answers.
+    let config = s.path().join("short.toml");
+    std::fs::write(
+        &config,
+        "[reclaim]\ndeadline = \"2s\"\nsettle = \"0\"\nretry_initial = \"100ms\"\nretry_max = \"500ms\"\n",
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let env = [
+        ("SANDGUARD_CONFIG", config),
+        ("DOCKER_HOST", "tcp://127.0.0.1:1"),
+    ];
+    let left = log_of_a_reclaim(&s, &env, "pending");
+    let line = left
+        .lines()
+        .find(|l| l.contains("owner exited; some sandboxes could not be removed"))
+        .unwrap_or_else(|| panic!("the pending summary at warn: {left}"));
+    assert!(
+        line.contains("WARN") && line.contains("docker: not listed"),
+        "{line}"
+    );
 }
 
 #[test]
