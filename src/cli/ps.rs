@@ -155,10 +155,16 @@ impl Narrow {
         if failed || listed.iter().any(|s| s.session() == Some(id)) {
             return None;
         }
-        let journal = crate::ledger::StateDir::open(&settings.state_dir)
-            .and_then(|state| state.journal_file(id));
+        // No state directory is no ledger: `ps` does not create one to find that out.
+        let journal = if settings.state_dir.exists() {
+            crate::ledger::StateDir::open(&settings.state_dir)
+                .and_then(|state| state.journal_file(id))
+                .map(Some)
+        } else {
+            Ok(None)
+        };
         match journal {
-            Ok(path) if path.exists() => None,
+            Ok(Some(path)) if path.exists() => None,
             Ok(_) => Some(Error::Failed(format!(
                 "no session {id}: not in the ledger ({}), and no sandbox carries it",
                 settings.state_dir.display()

@@ -19,6 +19,8 @@
 //!   exit status the journal does not hold. A claim with nothing after it is phrased with what
 //!   is known now: whether a sidecar holds the session's lock, and the owner's liveness as
 //!   judged here.
+//! - A session not yet over may have sandboxes stamped with its label only, which its journal
+//!   names once a reclaim finds them: the text says so and points to `ps --session ID`.
 //! - The kind is read from the claim's form (`network/…`, `volume/…`, as Docker claims are
 //!   written); anything else is an instance.
 //! - An id that is malformed is bad usage (exit 2); a well-formed one with no journal is exit 1.
@@ -252,6 +254,14 @@ fn text(
         out.push_str(&output::table(
             &["PROVIDER", "KIND", "ID", "WHAT HAPPENED"],
             &rows,
+        ));
+    }
+    if !view.state.is_final() {
+        // The journal learns of a sandbox stamped with the session's label only when a
+        // reclaim finds it; until then the providers know it.
+        out.push_str(&format!(
+            "Sandboxes carrying only its label are in the journal once a reclaim finds them; now: sandguard ps --session {}\n",
+            sanitize(&view.id)
         ));
     }
     for (provider, error) in &view.unlisted {
