@@ -199,6 +199,13 @@ fn still_claimed(view: &SessionView, owner: Liveness) -> String {
             view.state
         );
     }
+    if view.state == SessionState::Reclaiming {
+        return if view.sidecar_alive {
+            "claimed, being reclaimed now".into()
+        } else {
+            "left: claimed; a reclaim started and never finished, the next sweep finishes it".into()
+        };
+    }
     match (view.sidecar_alive, owner) {
         (true, Liveness::Alive) => "left: claimed, owner alive, its sidecar watches".into(),
         (true, _) => "left: claimed, its sidecar watches the owner".into(),
