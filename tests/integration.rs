@@ -6,6 +6,7 @@
 
 mod support;
 
+mod cli_edges;
 mod cloud_proxy;
 mod config_errors;
 mod docker_context;

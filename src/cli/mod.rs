@@ -17,6 +17,7 @@ mod providers;
 mod ps;
 mod run;
 mod sessions;
+mod show;
 mod stop;
 mod sweep;
 mod watch;

@@ -18,6 +18,23 @@
 //!   (`created`, `exited`, `paused`, `stopped`, `unknown`, …) is counted under its own word,
 //!   lower-cased, after `running`, most numerous first and then by name.
 //!
+//! Narrowing: `--session S` shows only the sandboxes labelled with session `S`, `--state W`
+//! only those in state `W`; the two combine with each other, with `--provider` and with
+//! `--json`, and the count line (and `counts`) counts what is shown, not what exists.
+//!
+//! Decisions (narrowing):
+//! - `--session S` is checked before anything is listed: a malformed id (not `[0-9a-z]{1,64}`)
+//!   is bad usage (exit 2). A well-formed id that names nothing (no journal in the local
+//!   ledger, and no sandbox on any provider that answered carries it) is an error, exit 1, as
+//!   an unknown `--provider` is: `ps` never answers "nothing" for a session that never was.
+//!   A session the ledger knows whose sandboxes are all gone is "No sandboxes", exit 0.
+//! - `--state W` takes the words of [`STATES`] (any case), matched as the count line counts
+//!   (`running` takes Daytona's and Fly.io's `started` too). Anything else is bad usage (exit 2)
+//!   naming the valid words: a filter that can never match is a typo, not an empty answer.
+//!   A plugin's own word outside that list is still listed and counted without `--state`.
+//! - Networks and volumes are not listed here: `sessions show ID` lists everything a session
+//!   brought into being, from its journal, with what happened to each (see `sessions.rs`).
+//!
 //! With a fleet store configured, each sandbox whose session the store knows shows its
 //! session's host (a `HOST` column; `host` in `--json`, `null` where unknown). A store that
 //! cannot be read only leaves the hosts unknown (said once on stderr): `ps` lists what the
@@ -43,6 +60,121 @@ pub struct Args {
     /// Only this provider
     #[arg(long, value_name = "P")]
     provider: Option<String>,
+    /// Only the sandboxes of this session
+    #[arg(long, value_name = "S")]
+    session: Option<String>,
+    /// Only the sandboxes in this state (running, exited, created, paused, …)
+    #[arg(long, value_name = "STATE")]
+    state: Option<String>,
+}
+
+/// The states `--state` accepts: Docker's words, then the cloud providers' (Daytona, Fly.io,
+/// E2B, Modal), and `unknown` for a sandbox whose provider did not say.
+pub const STATES: &[&str] = &[
+    "running",
+    "created",
+    "restarting",
+    "paused",
+    "exited",
+    "dead",
+    "removing",
+    "starting",
+    "stopping",
+    "stopped",
+    "suspended",
+    "archived",
+    "error",
+    "unknown",
+];
+
+/// What `--session` and `--state` narrow the listing to, checked before anything is listed.
+struct Narrow {
+    session: Option<String>,
+    state: Option<String>,
+}
+
+impl Narrow {
+    fn parse(args: &Args) -> Result<Narrow, Error> {
+        let session = match &args.session {
+            Some(s) => Some(
+                crate::session::SessionId::parse(s)
+                    .map_err(|e| Error::Usage(format!("--session: {e}")))?
+                    .to_string(),
+            ),
+            None => None,
+        };
+        let state = match &args.state {
+            Some(w) => {
+                let word = counted_as(w);
+                if !STATES.contains(&word.as_str()) {
+                    return Err(Error::Usage(format!(
+                        "--state: unknown state \"{}\"; valid states: {}",
+                        sanitize(w),
+                        STATES.join(", ")
+                    )));
+                }
+                Some(word)
+            }
+            None => None,
+        };
+        Ok(Narrow { session, state })
+    }
+
+    fn keeps(&self, s: &Sandbox) -> bool {
+        self.session
+            .as_deref()
+            .is_none_or(|id| s.session() == Some(id))
+            && self
+                .state
+                .as_deref()
+                .is_none_or(|w| counted_as(&s.status) == w)
+    }
+
+    /// What an empty narrowed listing says instead of "No running sandboxes" (`None` without
+    /// narrowing).
+    fn nothing_line(&self) -> Option<String> {
+        let mut what = Vec::new();
+        if let Some(id) = &self.session {
+            what.push(format!("of session {id}"));
+        }
+        if let Some(w) = &self.state {
+            what.push(format!("in state {w}"));
+        }
+        (!what.is_empty()).then(|| format!("No sandboxes {}", what.join(" ")))
+    }
+
+    /// An error when `--session` names a session nobody knows: not in the local ledger, and
+    /// carried by no sandbox of the providers that answered (`listed`, before `--state`).
+    fn unknown_session(
+        &self,
+        settings: &Settings,
+        listed: &[Sandbox],
+        failed: bool,
+    ) -> Option<Error> {
+        let id = self.session.as_deref()?;
+        if failed || listed.iter().any(|s| s.session() == Some(id)) {
+            return None;
+        }
+        // No state directory is no ledger: `ps` does not create one to find that out.
+        let journal = if settings.state_dir.exists() {
+            crate::ledger::StateDir::open(&settings.state_dir)
+                .and_then(|state| state.journal_file(id))
+                .map(Some)
+        } else {
+            Ok(None)
+        };
+        match journal {
+            Ok(Some(path)) if path.exists() => None,
+            Ok(_) => Some(Error::Failed(format!(
+                "no session {id}: not in the ledger ({}), and no sandbox carries it",
+                settings.state_dir.display()
+            ))),
+            Err(e) => {
+                tracing::warn!("{e}: only the providers were asked about session {id}");
+                None
+            }
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -118,9 +250,18 @@ async fn hosts(settings: &Settings) -> Option<HashMap<String, String>> {
 }
 
 pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result<Exit, Error> {
+    let narrow = Narrow::parse(&args)?;
     let providers = registry.select(args.provider.as_deref())?;
-    let (mut found, failures) = reclaim::list_all(&providers, &Selector::managed()).await;
+    let selector = match &narrow.session {
+        Some(id) => Selector::session(id),
+        None => Selector::managed(),
+    };
+    let (mut found, failures) = reclaim::list_all(&providers, &selector).await;
     found.retain(|s| s.kind == Kind::Instance);
+    if let Some(e) = narrow.unknown_session(settings, &found, !failures.is_empty()) {
+        return Err(e);
+    }
+    found.retain(|s| narrow.keeps(s));
     // Newest first, as `docker ps` does.
     found.sort_by(|a, b| {
         b.created_at
@@ -160,6 +301,9 @@ pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result
                 "No running sandboxes.",
                 "No running sandboxes on the providers that answered.",
             );
+        }
+        if let Some(line) = narrow.nothing_line().filter(|_| found.is_empty()) {
+            text = text.replacen("No running sandboxes", &line, 1);
         }
         output::emit(&text);
     }

@@ -5,6 +5,9 @@
 //! clean) more than D ago (default: `[sweep] prune_after`, 7 days), as every sweep does; a
 //! pending session, or one whose sidecar lives, is never deleted.
 //!
+//! `sandguard sessions show ID [--json]`: one session, and what happened to each of its
+//! sandboxes and why (`show.rs`).
+//!
 //! `sandguard sessions --fleet [--json]`: every session of the fleet store instead (host,
 //! owner, state, lease left, claims); a store that cannot be read is exit 1, never an empty
 //! list.
@@ -19,7 +22,10 @@ use crate::ledger::StateDir;
 use crate::timefmt;
 
 #[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Print JSON instead of a table
     #[arg(long)]
     json: bool,
@@ -32,6 +38,12 @@ pub struct Args {
     /// The sessions of the fleet store ([fleet] store), on every machine
     #[arg(long, conflicts_with = "prune")]
     fleet: bool,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// One session: what happened to each of its sandboxes, and why
+    Show(super::show::Args),
 }
 
 #[derive(Serialize)]
@@ -49,7 +61,7 @@ struct FleetJson {
 }
 
 #[derive(Serialize)]
-struct SessionJson {
+pub(super) struct SessionJson {
     session: String,
     state: String,
     owner: String,
@@ -61,12 +73,15 @@ struct SessionJson {
 }
 
 #[derive(Serialize)]
-struct ClaimJson {
+pub(super) struct ClaimJson {
     provider: String,
     id: String,
 }
 
 pub fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
+    if let Some(Command::Show(show)) = args.command {
+        return super::show::run(show, settings);
+    }
     if args.fleet {
         return fleet(args.json, settings);
     }
@@ -98,7 +113,7 @@ pub fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
     Ok(Exit::Ok)
 }
 
-fn row(v: crate::ledger::SessionView, judge: &crate::identity::Judge) -> SessionJson {
+pub(super) fn row(v: crate::ledger::SessionView, judge: &crate::identity::Judge) -> SessionJson {
     let targets = |set: &mut dyn Iterator<Item = &crate::protocol::Target>| -> Vec<ClaimJson> {
         set.map(|t| ClaimJson {
             provider: t.provider.clone(),

@@ -6,6 +6,19 @@
 //! Output and exit codes follow `stop`: 0 when everything it decided to remove is gone and
 //! every provider answered, 1 otherwise, 2 for bad usage. With `--every` it runs until SIGTERM
 //! or SIGINT; each pass prints its own report.
+//!
+//! Decisions (`--every`, text):
+//! - A verdict line (`reclaim …`, `adopt …`, `leave …`) is printed when it is news: on the
+//!   first pass every one; later, only one whose verdict or reason differs from the previous
+//!   pass's for the same session or sandbox. A sandbox (or session) missing from a pass and
+//!   back later is news again. A service every five minutes over twenty sandboxes it leaves
+//!   alone would otherwise repeat twenty lines every five minutes, and hide the one that
+//!   changed.
+//! - Removal lines and the `Sweep:` summary are printed on every pass: they say what this pass
+//!   did. The summary says how many unchanged verdicts it did not repeat.
+//! - `--json` prints every decision of every pass: a reader of JSON keeps its own state.
+
+use std::collections::HashMap;
 
 use serde::Serialize;
 
@@ -14,7 +27,7 @@ use super::Error;
 use crate::config::{HumanDuration, Settings};
 use crate::fleet::redis::RedisStore;
 use crate::ledger::StateDir;
-use crate::providers::Registry;
+use crate::providers::{Registry, SandboxKey};
 use crate::reclaim::Options;
 use crate::sweep::fleet::FleetSweep;
 use crate::sweep::{service, Decision, Pass, Verdict};
@@ -122,7 +135,16 @@ pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result
             _ = int.recv() => {}
         }
     };
-    service::serve(plan, stop, |pass| print(&args, pass)).await;
+    let mut seen = Seen::default();
+    service::serve(plan, stop, |pass| {
+        if args.json {
+            print_json(&args, pass);
+        } else {
+            let news = seen.news(pass);
+            output::emit(&text(&args, pass, &news));
+        }
+    })
+    .await;
     Ok(Exit::Ok)
 }
 
@@ -130,7 +152,43 @@ fn print(args: &Args, pass: &Pass) {
     if args.json {
         print_json(args, pass);
     } else {
-        output::emit(&text(args, pass));
+        output::emit(&text(args, pass, &vec![true; pass.decisions.len()]));
+    }
+}
+
+/// What a decision is about: a ledger session, or one sandbox (with its session).
+type Subject = (String, Option<SandboxKey>);
+
+/// The verdicts of the previous pass of `--every`, to print only what changed.
+#[derive(Default)]
+struct Seen {
+    last: HashMap<Subject, (Verdict, String)>,
+}
+
+impl Seen {
+    /// For each decision of `pass`, whether it is news (see the module docs); remembers this
+    /// pass's verdicts, and only those, for the next.
+    fn news(&mut self, pass: &Pass) -> Vec<bool> {
+        let now: HashMap<Subject, (Verdict, String)> = pass
+            .decisions
+            .iter()
+            .map(|d| {
+                (
+                    (d.session.clone(), d.sandbox.clone()),
+                    (d.verdict, d.reason.clone()),
+                )
+            })
+            .collect();
+        let news = pass
+            .decisions
+            .iter()
+            .map(|d| {
+                let subject = (d.session.clone(), d.sandbox.clone());
+                self.last.get(&subject) != Some(&(d.verdict, d.reason.clone()))
+            })
+            .collect();
+        self.last = now;
+        news
     }
 }
 
@@ -154,10 +212,11 @@ fn print_json(args: &Args, pass: &Pass) {
     });
 }
 
-/// A line per decision, a line per removal, the counts, and what could not be listed.
-fn text(args: &Args, pass: &Pass) -> String {
+/// A line per decision that is news (`news`, one flag per decision), a line per removal, the
+/// counts, and what could not be listed.
+fn text(args: &Args, pass: &Pass, news: &[bool]) -> String {
     let mut text = String::new();
-    for d in &pass.decisions {
+    for (d, _) in pass.decisions.iter().zip(news).filter(|(_, new)| **new) {
         let verb = match (&d.verdict, args.dry_run) {
             (Verdict::Reclaim, true) => "would reclaim",
             (Verdict::Reclaim, false) => "reclaim",
@@ -194,8 +253,14 @@ fn text(args: &Args, pass: &Pass) -> String {
     } else {
         ""
     };
+    let unchanged = news.iter().filter(|new| !**new).count();
+    let quiet = if unchanged > 0 {
+        format!(" ({unchanged} unchanged since the last pass, not repeated)")
+    } else {
+        String::new()
+    };
     text.push_str(&format!(
-        "Sweep{dry}: {} to reclaim, {} adopted, {} left alone; {} removed, {} could not be removed.\n",
+        "Sweep{dry}: {} to reclaim, {} adopted, {} left alone{quiet}; {} removed, {} could not be removed.\n",
         count(Verdict::Reclaim),
         count(Verdict::Adopt),
         count(Verdict::Leave),
@@ -207,4 +272,40 @@ fn text(args: &Args, pass: &Pass) -> String {
         "sandboxes there may still be running",
     ));
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pass(decisions: &[(&str, Verdict, &str)]) -> Pass {
+        Pass {
+            decisions: decisions
+                .iter()
+                .map(|(id, verdict, reason)| Decision {
+                    session: "s".into(),
+                    sandbox: Some(SandboxKey {
+                        provider: "docker".into(),
+                        id: id.to_string(),
+                    }),
+                    verdict: *verdict,
+                    reason: reason.to_string(),
+                })
+                .collect(),
+            ..Pass::default()
+        }
+    }
+
+    #[test]
+    fn a_verdict_is_news_when_new_changed_or_back_after_a_pass_without_it() {
+        let mut seen = Seen::default();
+        let (leave, lives) = (Verdict::Leave, "its owner lives");
+        assert_eq!(seen.news(&pass(&[("a", leave, lives)])), [true]);
+        assert_eq!(seen.news(&pass(&[("a", leave, lives)])), [false]);
+        let both = pass(&[("a", Verdict::Reclaim, "dead"), ("b", leave, lives)]);
+        assert_eq!(seen.news(&both), [true, true]);
+        assert_eq!(seen.news(&pass(&[("b", leave, "detached")])), [true]);
+        assert_eq!(seen.news(&pass(&[])), Vec::<bool>::new());
+        assert_eq!(seen.news(&pass(&[("b", leave, "detached")])), [true]);
+    }
 }

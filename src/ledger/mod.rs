@@ -27,10 +27,11 @@
 //!   and every sweep does; the list is only ever read to prove a death, never to prove life.
 //!
 //! The pieces: `record.rs` (what a line says), `journal.rs` (writing, locking), `view.rs`
-//! (reading).
+//! (reading), `story.rs` (what happened to each sandbox, for `sessions show`).
 
 mod journal;
 mod record;
+pub mod story;
 mod view;
 
 use std::collections::BTreeSet;
@@ -173,6 +174,11 @@ impl StateDir {
 
     /// Reads one session.
     pub fn read_session(&self, id: &str) -> Result<SessionView, LedgerError> {
+        self.read_history(id).map(|(view, _)| view)
+    }
+
+    /// Reads one session and the story of its sandboxes ([`story`]), from one read.
+    pub fn read_history(&self, id: &str) -> Result<(SessionView, story::Story), LedgerError> {
         let path = self.journal_path(id)?;
         let mut file = File::open(&path).map_err(io_err("open journal", &path))?;
         // Probe before reading: while our shared lock is held nobody can take the journal, so
@@ -182,7 +188,7 @@ impl StateDir {
         io::Read::read_to_end(&mut file, &mut text).map_err(io_err("read journal", &path))?;
         let mut view = view::fold(id, &text).ok_or(LedgerError::NoStart { path })?;
         view.sidecar_alive = !free;
-        Ok(view)
+        Ok((view, story::tell(&text)))
     }
 
     /// Every session, oldest first. A journal that cannot be read is skipped with a warning, so

@@ -9,9 +9,14 @@
 //! written and made durable by one sync, again on a blocking thread (they acknowledge nothing
 //! either, and an end that did not reach the disk leaves a session the next sweep finishes;
 //! a sweep ending many sessions at once does not wait for each one's disk in turn); one
-//! summary line is printed.
+//! summary line is logged.
 //!
 //! Decisions:
+//! - **The summary is logged at `info` when nothing is left, at `warn` when something is
+//!   pending.** A reclaim that did its job is news, not a problem: at the default level
+//!   (`warn`) the sidecar's log (`sessions/ID.log`) and a sweep's stderr stay quiet, and
+//!   `sandguard sessions show ID` tells what happened to each sandbox from the journal. What
+//!   was left behind is a warning wherever it is read.
 //! - **A session is final only when every provider in it is done.** The providers a session
 //!   used are the ones its sidecar had configured (its `providers` record). One this reclaim
 //!   did not list (a `sweep --provider P`, or a sweep on a host where it is not configured)
@@ -149,12 +154,7 @@ where
         .lock()
         .map(|j| j.id().to_string())
         .unwrap_or_default();
-    eprintln!(
-        "sandguard: session {id}: {}; {} ({})",
-        cause.label,
-        describe(state),
-        report.summary()
-    );
+    summarise(&id, cause, state, &report);
     (state, report)
 }
 
@@ -242,6 +242,17 @@ fn records(
         }
     }
     out
+}
+
+/// The one summary line, through the log: `info` when the session ended with nothing left,
+/// `warn` when something was left pending (the user must act, or a sweep will).
+fn summarise(id: &str, cause: &Cause, state: SessionState, report: &Report) {
+    let (label, how, what) = (&cause.label, describe(state), report.summary());
+    if state == SessionState::Pending {
+        tracing::warn!("session {id}: {label}; {how} ({what})");
+    } else {
+        tracing::info!("session {id}: {label}; {how} ({what})");
+    }
 }
 
 fn describe(state: SessionState) -> &'static str {

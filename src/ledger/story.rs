@@ -1,0 +1,380 @@
+//! What happened to each sandbox of a session, and why, told from its journal's records in
+//! order: the facts behind `sandguard sessions show ID`.
+//!
+//! The journal records, per sandbox, `claim`, `detach`, `release`, `removed` (with `removed`
+//! or `gone`), `failed` and `refused`; per session, the cause of an ending (`owner_dead` with
+//! its reason, `lease_expired`), `reclaim_start` and `end`. A reclaim's removals are told with
+//! the cause journaled before its `reclaim_start`:
+//!
+//! | records around the removal | told as |
+//! |---|---|
+//! | `owner_dead {reason}`, `reclaim_start` | [`Ending::OwnerDead`] (`exited`, `gone when the watch began`, …) |
+//! | `lease_expired`, `reclaim_start` | [`Ending::LeaseExpired`] |
+//! | `reclaim_start` with no cause, then `end clean` | [`Ending::Bye`]: only a `bye` ends clean |
+//! | `reclaim_start` with no cause, then `end reclaimed`/`pending` | [`Ending::Sweep`]: only a sweep reclaims without a cause record |
+//! | after an `end pending`, no new `reclaim_start` | [`Ending::FinishedPending`]: a sweep finishing it |
+//! | outside any reclaim | [`Ending::Unrecorded`]: the journal does not say |
+//!
+//! Decisions:
+//! - Nothing is guessed. The journal does not record an owner's exit status or the signal
+//!   that killed it, nor whether a sandbox still runs: the story says "owner exited" and
+//!   "claimed", never more. Liveness (owner, sidecar) is for the caller to add, from the lock
+//!   and the judge, at the time of asking.
+//! - A sandbox is [`Origin::Claimed`] when the journal holds a `claim` (or `detach`) for it
+//!   before its fate, else [`Origin::Labelled`]: a reclaim found it by the session's label.
+//! - A `failed` record that is not pending (a transient failure later retried) moves nothing.
+
+use super::record::{Entry, Record, SessionState};
+use crate::protocol::Target;
+
+/// How a session's sandboxes came to be reclaimed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// The sidecar saw the owner die; the journaled reason (`exited`, …).
+    OwnerDead(String),
+    /// The session's lease expired (a sidecar's, or a fleet sweep's verdict).
+    LeaseExpired,
+    /// The program said `bye`: a clean end.
+    Bye,
+    /// A sweep reclaimed it (the owner dead, its sidecar gone, or a reclaim never finished).
+    Sweep,
+    /// A sweep finished a reclaim left pending.
+    FinishedPending,
+    /// No reclaim is recorded around it.
+    Unrecorded,
+}
+
+impl Ending {
+    /// Plain words: "owner exited", "lease expired", …
+    pub fn words(&self) -> String {
+        match self {
+            Ending::OwnerDead(r) if r == "exited" => "owner exited".into(),
+            Ending::OwnerDead(r) if r == "gone when the watch began" => {
+                "owner was already gone when the watch began".into()
+            }
+            Ending::OwnerDead(r) => format!("owner dead ({r})"),
+            Ending::LeaseExpired => "lease expired".into(),
+            Ending::Bye => "the program ended its session (bye)".into(),
+            Ending::Sweep => "reclaimed by a sweep".into(),
+            Ending::FinishedPending => "a sweep finished the pending reclaim".into(),
+            Ending::Unrecorded => "no reclaim recorded".into(),
+        }
+    }
+
+    /// A stable word for JSON: `owner_dead`, `lease_expired`, `bye`, `sweep`,
+    /// `finished_pending`, `unrecorded`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Ending::OwnerDead(_) => "owner_dead",
+            Ending::LeaseExpired => "lease_expired",
+            Ending::Bye => "bye",
+            Ending::Sweep => "sweep",
+            Ending::FinishedPending => "finished_pending",
+            Ending::Unrecorded => "unrecorded",
+        }
+    }
+}
+
+/// How the session came to know a sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// The program (or the Docker proxy) claimed it.
+    Claimed,
+    /// Only a reclaim's listing by the session's label found it.
+    Labelled,
+}
+
+/// Where a sandbox stands, by the journal's last word on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fate {
+    /// Removed by a reclaim; `gone`: the provider no longer had it.
+    Removed { ending: Ending, gone: bool },
+    /// The program removed it and said so (`release`).
+    Released,
+    /// Meant to outlive the owner: only its TTL ends it.
+    Detached,
+    /// Never acted upon, for this reason.
+    Refused(String),
+    /// A reclaim could not remove it (last error); a sweep retries.
+    Pending(String),
+    /// Claimed, and nothing since.
+    Claimed,
+}
+
+impl Fate {
+    /// A stable word for JSON.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Fate::Removed { gone: false, .. } => "removed",
+            Fate::Removed { gone: true, .. } => "gone",
+            Fate::Released => "released",
+            Fate::Detached => "detached",
+            Fate::Refused(_) => "refused",
+            Fate::Pending(_) => "pending",
+            Fate::Claimed => "claimed",
+        }
+    }
+}
+
+/// One sandbox's story.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxStory {
+    pub target: Target,
+    pub origin: Origin,
+    pub fate: Fate,
+    /// Unix milliseconds of the record that decided the fate.
+    pub at_ms: u64,
+}
+
+/// The sandboxes of one session, in the order the journal first names them, and how the
+/// session's last reclaim came about, not counting a sweep finishing it (`None`: never
+/// reclaimed).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Story {
+    pub ending: Option<Ending>,
+    pub sandboxes: Vec<SandboxStory>,
+}
+
+/// Reads the story of a journal's text; unreadable lines are skipped (the view counts them).
+pub fn tell(text: &[u8]) -> Story {
+    let mut teller = Teller::default();
+    for line in text.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        if let Ok(entry) = Entry::decode(line) {
+            teller.apply(entry);
+        }
+    }
+    teller.finish()
+}
+
+/// A removal told once its reclaim's end is known (a `bye` is only known at `end clean`).
+struct Told {
+    run: Option<usize>,
+}
+
+#[derive(Default)]
+struct Teller {
+    /// The cause journaled since the last `reclaim_start`.
+    cause: Option<Ending>,
+    /// Each reclaim: its cause, and how it ended (`None`: no `end` yet).
+    runs: Vec<(Option<Ending>, Option<SessionState>)>,
+    /// The reclaim removals belong to now: the last one, unless it ended pending.
+    current: Option<usize>,
+    sandboxes: Vec<(SandboxStory, Option<Told>)>,
+}
+
+impl Teller {
+    fn apply(&mut self, entry: Entry) {
+        let t = entry.t;
+        let (target, fate) = match entry.record {
+            Record::OwnerDead { reason } => return self.cause = Some(Ending::OwnerDead(reason)),
+            Record::LeaseExpired => return self.cause = Some(Ending::LeaseExpired),
+            Record::ReclaimStart => {
+                self.runs.push((self.cause.take(), None));
+                self.current = Some(self.runs.len() - 1);
+                return;
+            }
+            Record::End { state } => return self.end(state),
+            Record::Removed {
+                provider,
+                id,
+                outcome,
+            } => return self.removed(Target { provider, id }, outcome == "gone", t),
+            Record::Claim { provider, id } => (Target { provider, id }, Fate::Claimed),
+            Record::Detach { provider, id } => (Target { provider, id }, Fate::Detached),
+            Record::Release { provider, id } => (Target { provider, id }, Fate::Released),
+            Record::Refused {
+                provider,
+                id,
+                reason,
+            } => (Target { provider, id }, Fate::Refused(reason)),
+            Record::Failed {
+                provider,
+                id,
+                error,
+                pending: true,
+            } if id != "*" => (Target { provider, id }, Fate::Pending(error)),
+            _ => return,
+        };
+        self.set(target, fate, t);
+    }
+
+    fn end(&mut self, state: SessionState) {
+        if let Some(run) = self.current.and_then(|i| self.runs.get_mut(i)) {
+            run.1 = Some(state);
+        }
+        if state == SessionState::Pending {
+            // Removals from now on, with no new `reclaim_start`, are a sweep finishing it.
+            self.runs.push((Some(Ending::FinishedPending), None));
+            self.current = Some(self.runs.len() - 1);
+        }
+    }
+
+    fn removed(&mut self, target: Target, gone: bool, t: u64) {
+        let fate = Fate::Removed {
+            ending: Ending::Unrecorded,
+            gone,
+        };
+        let run = self.current;
+        let i = self.set(target, fate, t);
+        self.sandboxes[i].1 = Some(Told { run });
+    }
+
+    /// Records the sandbox's latest fate; returns its index.
+    fn set(&mut self, target: Target, fate: Fate, at_ms: u64) -> usize {
+        let claims = matches!(fate, Fate::Claimed | Fate::Detached);
+        if let Some(i) = self.sandboxes.iter().position(|(s, _)| s.target == target) {
+            let (s, told) = &mut self.sandboxes[i];
+            s.fate = fate;
+            s.at_ms = at_ms;
+            *told = None;
+            return i;
+        }
+        self.sandboxes.push((
+            SandboxStory {
+                target,
+                origin: if claims {
+                    Origin::Claimed
+                } else {
+                    Origin::Labelled
+                },
+                fate,
+                at_ms,
+            },
+            None,
+        ));
+        self.sandboxes.len() - 1
+    }
+
+    /// Gives each removal its reclaim's ending, now that every `end` is known.
+    fn finish(self) -> Story {
+        let ending_of = |run: Option<usize>| match run.and_then(|i| self.runs.get(i)) {
+            Some((Some(cause), _)) => cause.clone(),
+            Some((None, Some(SessionState::Clean))) => Ending::Bye,
+            Some((None, _)) => Ending::Sweep,
+            None => Ending::Unrecorded,
+        };
+        let ending = self
+            .runs
+            .iter()
+            .rposition(|(cause, _)| cause.as_ref() != Some(&Ending::FinishedPending))
+            .map(|i| ending_of(Some(i)));
+        let sandboxes = self
+            .sandboxes
+            .iter()
+            .map(|(s, told)| {
+                let mut s = s.clone();
+                if let (Fate::Removed { ending, .. }, Some(told)) = (&mut s.fate, told) {
+                    *ending = ending_of(told.run);
+                }
+                s
+            })
+            .collect();
+        Story { ending, sandboxes }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const START: &str = r#"{"t":1,"ev":"start","owner":"o","pid":7,"grace_ms":5}"#;
+
+    fn story(lines: &[&str]) -> Story {
+        let mut text = std::iter::once(START)
+            .chain(lines.iter().copied())
+            .collect::<Vec<_>>()
+            .join("\n");
+        text.push('\n');
+        tell(text.as_bytes())
+    }
+
+    fn fates(s: &Story) -> Vec<(&str, Origin, Fate)> {
+        s.sandboxes
+            .iter()
+            .map(|s| (s.target.id.as_str(), s.origin, s.fate.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn an_owner_death_tells_each_sandbox_with_its_origin() {
+        let s = story(&[
+            r#"{"t":2,"ev":"claim","provider":"docker","id":"a"}"#,
+            r#"{"t":3,"ev":"claim","provider":"docker","id":"b"}"#,
+            r#"{"t":4,"ev":"detach","provider":"docker","id":"b"}"#,
+            r#"{"t":5,"ev":"claim","provider":"docker","id":"c"}"#,
+            r#"{"t":6,"ev":"release","provider":"docker","id":"c"}"#,
+            r#"{"t":7,"ev":"owner_dead","reason":"exited"}"#,
+            r#"{"t":8,"ev":"reclaim_start"}"#,
+            r#"{"t":9,"ev":"removed","provider":"docker","id":"a","outcome":"removed"}"#,
+            r#"{"t":10,"ev":"removed","provider":"docker","id":"d","outcome":"gone"}"#,
+            r#"{"t":11,"ev":"end","state":"reclaimed"}"#,
+        ]);
+        let dead = Ending::OwnerDead("exited".into());
+        assert_eq!(s.ending, Some(dead.clone()));
+        assert_eq!(
+            fates(&s),
+            [
+                (
+                    "a",
+                    Origin::Claimed,
+                    Fate::Removed {
+                        ending: dead.clone(),
+                        gone: false
+                    }
+                ),
+                ("b", Origin::Claimed, Fate::Detached),
+                ("c", Origin::Claimed, Fate::Released),
+                (
+                    "d",
+                    Origin::Labelled,
+                    Fate::Removed {
+                        ending: dead,
+                        gone: true
+                    }
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn bye_sweeps_leases_and_pending_work_are_told_apart() {
+        let removed = |id: &str, t: u8| {
+            format!(
+                r#"{{"t":{t},"ev":"removed","provider":"e2b","id":"{id}","outcome":"removed"}}"#
+            )
+        };
+        let bye = story(&[
+            r#"{"t":2,"ev":"reclaim_start"}"#,
+            &removed("a", 3),
+            r#"{"t":4,"ev":"end","state":"clean"}"#,
+        ]);
+        assert_eq!(bye.ending, Some(Ending::Bye));
+        let sweep = story(&[
+            r#"{"t":2,"ev":"reclaim_start"}"#,
+            r#"{"t":3,"ev":"failed","provider":"e2b","id":"a","error":"down","pending":true}"#,
+            r#"{"t":4,"ev":"end","state":"pending"}"#,
+        ]);
+        assert_eq!(sweep.ending, Some(Ending::Sweep));
+        assert_eq!(sweep.sandboxes[0].fate, Fate::Pending("down".into()));
+        let finished = story(&[
+            r#"{"t":2,"ev":"lease_expired"}"#,
+            r#"{"t":3,"ev":"reclaim_start"}"#,
+            r#"{"t":4,"ev":"failed","provider":"e2b","id":"a","error":"down","pending":true}"#,
+            r#"{"t":5,"ev":"end","state":"pending"}"#,
+            &removed("a", 6),
+            r#"{"t":7,"ev":"end","state":"reclaimed"}"#,
+        ]);
+        // The session ended because its lease expired; a sweep finished the work.
+        assert_eq!(finished.ending, Some(Ending::LeaseExpired));
+        assert_eq!(
+            finished.sandboxes[0].fate,
+            Fate::Removed {
+                ending: Ending::FinishedPending,
+                gone: false
+            }
+        );
+        let active = story(&[r#"{"t":2,"ev":"claim","provider":"e2b","id":"a"}"#]);
+        assert_eq!(active.ending, None);
+        assert_eq!(active.sandboxes[0].fate, Fate::Claimed);
+    }
+}
