@@ -19,7 +19,7 @@ use tokio::task::JoinSet;
 use super::fleet::{FleetPlan, Registrar};
 use super::lease::{BootClock, Lease};
 use super::ttl::Keeper;
-use super::{Outcome, Sidecar, Triggers};
+use super::{ByeReport, Outcome, Sidecar, Triggers};
 use crate::ledger::Journal;
 use crate::providers::docker::proxy::Proxy;
 use crate::providers::Provider;
@@ -48,6 +48,8 @@ pub struct Plan {
     pub proxy: Option<Proxy>,
     /// The fleet store to register in, when one is configured.
     pub fleet: Option<FleetPlan>,
+    /// Told how the reclaim after `bye` went, before the settle pass ([`Sidecar::on_bye`]).
+    pub bye_report: Option<ByeReport>,
 }
 
 /// Runs one session's sidecar to its end; see the module docs.
@@ -75,6 +77,9 @@ pub async fn run<R: AsyncRead + Unpin>(plan: Plan, triggers: Triggers<R>) -> Out
         Lease::new(BootClock, plan.grace),
         plan.options,
     );
+    if let Some(report) = plan.bye_report {
+        sidecar.on_bye(report);
+    }
     let keeper = Keeper::new(
         &plan.providers,
         &plan.session,
