@@ -3,7 +3,8 @@
 //! ends (a clean return, a panic, SIGKILL), both containers are reclaimed.
 //!
 //! Run: `cargo run --example guarded -- [SECONDS]` (default 30; `IMAGE` picks the image,
-//! default `busybox`). Prints the session, then the two container ids.
+//! default `busybox`). Prints the session, then the two container ids, and at the end the
+//! sidecar's word on the reclaim (`ended clean`, or what was left).
 
 use std::process::Command;
 
@@ -36,7 +37,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("{unlabelled}");
 
     std::thread::sleep(std::time::Duration::from_secs(seconds));
-    // Dropping the guard says `bye`: both containers are reclaimed now.
+    // `close` says `bye`: both containers are reclaimed now (dropping the guard would too).
+    println!("{}", guard.close()?);
     Ok(())
 }
 
