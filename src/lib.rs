@@ -72,3 +72,4 @@ pub mod unix;
 mod watch;
 
 pub use session::guard::{Guard, GuardBuilder, GuardError};
+pub use protocol::ByeOutcome;
