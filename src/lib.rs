@@ -71,5 +71,5 @@ pub mod timefmt;
 pub mod unix;
 mod watch;
 
-pub use session::guard::{Guard, GuardBuilder, GuardError};
 pub use protocol::ByeOutcome;
+pub use session::guard::{Guard, GuardBuilder, GuardError};

@@ -10,7 +10,7 @@
 //! if !outcome.is_clean() {
 //!     eprintln!("left behind: {outcome}"); // the session is pending; `sandguard sweep` retries
 //! }
-//! # Ok::<(), sandguard::guard::GuardError>(())
+//! # Ok::<(), sandguard::GuardError>(())
 //! ```
 //!
 //! [`Guard::start`] starts the sidecar for this process through the one spawn builder

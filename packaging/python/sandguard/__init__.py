@@ -591,7 +591,13 @@ class Guard:
         return ",".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
 
     def claim(self, provider: str, sandbox_id: str) -> None:
-        """Tell the sidecar this sandbox is ours (for sandboxes that carry no labels)."""
+        """Tell the sidecar this sandbox is ours (for sandboxes that carry no labels).
+
+        A child process claims through the same pipe when :mod:`subprocess` is told to keep
+        it open (it inherits the variables from ``os.environ``)::
+
+            subprocess.run(["sandguard", "claim", "docker", cid], pass_fds=sandguard.pass_fds())
+        """
         self._send(f"claim {_target(provider, sandbox_id)}\n")
 
     def release(self, provider: str, sandbox_id: str) -> None:
@@ -710,25 +716,25 @@ class Guard:
         try:
             line = _read_line(fd, timeout)
         except OSError as e:
-            return Outcome("unknown", detail=f"cannot read the sidecar's answer: {e}")
+            return self._unknown(f"cannot read the sidecar's answer: {e}")
         if line is None:
-            return Outcome("unknown", detail=f"the sidecar said nothing within {timeout:g} s")
+            return self._unknown(f"the sidecar said nothing within {timeout:g} s")
         if not line:
+            # Gone before bye (killed): the calls that met it said so already.
             return Outcome("unknown", detail="the sidecar was gone")
         parsed = Outcome.parse(line)
         if parsed is None:
-            return Outcome("unknown", detail=f"unexpected answer from the sidecar: {line!r:.200}")
+            return self._unknown(f"unexpected answer from the sidecar: {line!r:.200}")
         return parsed
+
+    def _unknown(self, why: str) -> Outcome:
+        _log.warning("session %s: %s", self.session, why)
+        return Outcome("unknown", detail=why)
 
     def _log_outcome(self, outcome: Outcome) -> None:
         if outcome.state == "left":
             _log.warning("session %s: the reclaim after bye %s (the session is pending; "
                          "`sandguard sweep` retries)", self.session, outcome)
-        elif outcome.state == "unknown" and "within" in outcome.detail:
-            _log.warning("session %s: %s", self.session, outcome.detail)
-        else:
-            # A sidecar already gone was reported to the program by the calls that met it.
-            _log.debug("session %s: bye: %s", self.session, outcome)
 
     def __enter__(self) -> "Guard":
         return self
