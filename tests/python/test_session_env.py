@@ -212,3 +212,45 @@ def test_strict_raises_reclaim_incomplete_unless_the_block_raised(tmp_path, pyen
     assert lines[1] == {"raised": "KeyError"}, "the program's own error wins"
     assert lines[2]["state"] == "left", lines
     assert "left 1: docker/*" in err, "and the outcome is logged all the same"
+
+
+# The ready and outcome lines as the module reads them, both forms of the ready line (the
+# `NAME=VALUE` words come from the sidecar's proxies) and lines it must refuse; run in the
+# wheel's interpreter, no sidecar involved.
+PARSING = r'''
+import sandguard
+from sandguard import Outcome, SandguardError, _parse_ready
+
+assert _parse_ready("ready s1", "s1") == {}
+assert _parse_ready("ready s1 unix:///run/d.sock", "s1") == {"DOCKER_HOST": "unix:///run/d.sock"}
+assert _parse_ready("ready s1 DOCKER_HOST=unix:///d.sock E2B_API_URL=http://127.0.0.1:9/x=y",
+                    "s1") == {"DOCKER_HOST": "unix:///d.sock",
+                              "E2B_API_URL": "http://127.0.0.1:9/x=y"}
+for bad in ["ready s2", "ready s1 a=b unix:///x", "ready s1 1BAD=x", "error boom", "", "hello"]:
+    try:
+        _parse_ready(bad, "s1")
+    except SandguardError:
+        pass
+    else:
+        raise AssertionError(bad)
+
+assert Outcome.parse("ended clean").clean
+o = Outcome.parse("ended left 20: docker/3f2a failed: conflict; e2b/* not listed: 503")
+assert (o.state, o.count, len(o.left)) == ("left", 20, 2), o
+assert o.left[1] == sandguard.Left("e2b", "*", "not listed: 503"), o.left
+for bad in ["ended", "ended left x: a/b c", "ended left 1: nobody", "ready s1"]:
+    assert Outcome.parse(bad) is None, bad
+try:
+    o.check()
+except sandguard.ReclaimIncomplete as e:
+    assert e.outcome is o
+else:
+    raise AssertionError("check() raises when something was left")
+print("ok")
+'''
+
+
+def test_ready_and_outcome_lines_are_read_in_both_forms_and_refused_otherwise(pyenv, env):
+    out = subprocess.run([python(pyenv), "-c", PARSING], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    assert out.stdout.strip() == "ok", out.stderr
