@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::support::*;
 
 fn example(s: &Scratch, seconds: &str) -> (Child, Vec<String>) {
-    let (child, got, _) = example_with(s, seconds, None);
+    let (child, got, _) = example_with(s, &[seconds], None);
     (child, got)
 }
 
@@ -20,10 +20,10 @@ fn rest(child: &mut Child, lines: Lines<BufReader<ChildStdout>>) -> String {
     rest.join("\n")
 }
 
-/// The example, its sidecar configured by `config` (`SANDGUARD_CONFIG`) when given.
+/// The example with `args`, its sidecar configured by `config` (`SANDGUARD_CONFIG`) when given.
 fn example_with(
     s: &Scratch,
-    seconds: &str,
+    args: &[&str],
     config: Option<&std::path::Path>,
 ) -> (Child, Vec<String>, Lines<BufReader<ChildStdout>>) {
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_sandguard"));
@@ -39,13 +39,13 @@ fn example_with(
             .env_remove("DOCKER_HOST");
     }
     let mut child = cmd
-        .arg(seconds)
+        .args(args)
         .env("SANDGUARD_BIN", bin)
         .env("IMAGE", IMAGE)
         .env("XDG_STATE_HOME", s.path().join("state"))
         .env("HOME", s.path())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
@@ -88,7 +88,7 @@ fn a_clean_exit_says_bye_and_reclaims() {
     require_docker();
     let _g = shared();
     let s = Scratch::new("guard-bye");
-    let (mut child, got, lines) = example_with(&s, "0", None);
+    let (mut child, got, lines) = example_with(&s, &["0"], None);
     let rest = rest(&mut child, lines);
     assert_eq!(
         rest, "ended clean",
@@ -117,14 +117,7 @@ fn close_reports_what_the_reclaim_left() {
     require_docker();
     let _g = shared();
     let s = Scratch::new("guard-left");
-    let config = s.path().join("sandguard.toml");
-    let dead = s.path().join("dead.sock");
-    let text = format!(
-        "[providers.docker]\nhost = \"unix://{}\"\n\n[reclaim]\ndeadline = \"1s\"\nretry_initial = \"50ms\"\nsettle = \"0\"\n",
-        dead.display()
-    );
-    std::fs::write(&config, text).unwrap();
-    let (mut child, got, lines) = example_with(&s, "0", Some(&config));
+    let (mut child, got, lines) = example_with(&s, &["0"], Some(&dead_docker_config(&s)));
     let mut left = Resources::default();
     for c in &got[1..] {
         left.adopt_container(c);
@@ -142,6 +135,42 @@ fn close_reports_what_the_reclaim_left() {
     assert!(named.contains(&("docker", "*")), "{rest}");
     assert!(named.contains(&("docker", got[2].as_str())), "{rest}");
     assert!(got[1..].iter().all(|c| container_exists(c)));
+}
+
+/// The same reclaim, the guard dropped instead of closed: its log says what was left.
+#[test]
+fn a_dropped_guard_logs_what_the_reclaim_left() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("guard-drop-left");
+    let config = dead_docker_config(&s);
+    let (mut child, got, lines) = example_with(&s, &["0", "drop"], Some(&config));
+    let mut left = Resources::default();
+    for c in &got[1..] {
+        left.adopt_container(c);
+    }
+    assert_eq!(rest(&mut child, lines), "");
+    let mut log = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut log).unwrap();
+    assert!(
+        log.contains("WARN")
+            && log.contains(&format!("session {}: after bye, ended left 2:", got[0]))
+            && log.contains("docker/*"),
+        "{log}"
+    );
+}
+
+/// A config whose Docker daemon is a dead socket (the example's own `docker` CLI still uses
+/// the real one): the sidecar can neither list nor remove.
+fn dead_docker_config(s: &Scratch) -> std::path::PathBuf {
+    let config = s.path().join("sandguard.toml");
+    let dead = s.path().join("dead.sock");
+    let text = format!(
+        "[providers.docker]\nhost = \"unix://{}\"\n\n[reclaim]\ndeadline = \"1s\"\nretry_initial = \"50ms\"\nsettle = \"0\"\n",
+        dead.display()
+    );
+    std::fs::write(&config, text).unwrap();
+    config
 }
 
 /// Issue #10, point 12: an owner whose SIGPIPE is the default (a C program, or Rust that reset

@@ -236,7 +236,7 @@ impl Drop for Guard {
         match self.bye() {
             Ok(ByeOutcome::Clean) => {}
             Ok(left) => tracing::warn!(
-                "session {}: the reclaim after bye {left} (the session is pending; `sandguard sweep` retries)",
+                "session {}: after bye, {left} (the session is pending; `sandguard sweep` retries)",
                 self.session
             ),
             Err(e) => tracing::warn!("session {}: {e}", self.session),
