@@ -67,6 +67,9 @@ Decisions:
 The binary is found in this order: ``binary=`` argument, ``$SANDGUARD_BIN``, the ``sandguard``
 installed with this module (the environment's scripts directory), ``sandguard`` on ``PATH``.
 
+``sandguard.__version__`` is the installed wheel's version, which maturin takes from
+Cargo.toml: the same as ``sandguard --version`` says.
+
 The module has no dependencies and needs Linux (``/proc``).
 """
 
@@ -119,8 +122,6 @@ RENEW_EVERY = 5.0
 #: How long ``close()`` waits for the sidecar to finish reclaiming, by default.
 WAIT_TIMEOUT = 30.0
 
-#: The variables the guard exports, besides the ready line's assignments.
-_SESSION_VARS = ("SANDGUARD_SESSION", "SANDGUARD_LABELS", "SANDGUARD_FD", "SANDGUARD_CONFIG")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 # The control protocol's limits (src/protocol.rs).
