@@ -12,7 +12,7 @@ if ! docker image inspect sandguard-test/busybox:latest >/dev/null 2>&1; then
 fi
 mkdir -p bench-results
 : > bench-results/results.md
-for bench in watchdog e2b_reclaim suite docker_proxy cloud_proxy fleet_sweep fleet_lease; do
+for bench in watchdog e2b_reclaim suite docker_proxy cloud_proxy fleet_sweep fleet_lease python_exit; do
   cargo bench --locked --bench "$bench"
 done
 echo "results: bench-results/results.md"

@@ -3,7 +3,10 @@
 //! ends (a clean return, a panic, SIGKILL), both containers are reclaimed.
 //!
 //! Run: `cargo run --example guarded -- [SECONDS]` (default 30; `IMAGE` picks the image,
-//! default `busybox`). Prints the session, then the two container ids.
+//! default `busybox`). Prints the session, then the two container ids, and at the end the
+//! sidecar's word on the reclaim (`ended clean`, or what was left). With `drop` after SECONDS
+//! it drops the guard instead of closing it, and its log (`tracing`, on stderr) says what was
+//! left, if anything.
 
 use std::process::Command;
 
@@ -36,7 +39,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("{unlabelled}");
 
     std::thread::sleep(std::time::Duration::from_secs(seconds));
-    // Dropping the guard says `bye`: both containers are reclaimed now.
+    if std::env::args().nth(2).as_deref() == Some("drop") {
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .init();
+        // Dropping the guard says `bye` too; what was left goes to the log.
+        drop(guard);
+        return Ok(());
+    }
+    // `close` says `bye`: both containers are reclaimed now, and it says how that went.
+    println!("{}", guard.close()?);
     Ok(())
 }
 

@@ -72,4 +72,5 @@ pub mod timefmt;
 pub mod unix;
 mod watch;
 
+pub use protocol::ByeOutcome;
 pub use session::guard::{Guard, GuardBuilder, GuardError};

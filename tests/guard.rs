@@ -1,13 +1,31 @@
 //! The Rust SDK helper (`sandguard::Guard`) through `examples/guarded.rs`, a real program
-//! using it against the real daemon: killed, or ending cleanly, its containers are reclaimed.
+//! using it against the real daemon: killed, or ending cleanly, its containers are reclaimed;
+//! `Guard::close` returns the sidecar's word on that reclaim (clean, or what was left).
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::io::{BufRead, BufReader, Lines};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 use crate::support::*;
 
 fn example(s: &Scratch, seconds: &str) -> (Child, Vec<String>) {
+    let (child, got, _) = example_with(s, &[seconds], None);
+    (child, got)
+}
+
+/// What the example printed after its first three lines, once it has exited.
+fn rest(child: &mut Child, lines: Lines<BufReader<ChildStdout>>) -> String {
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    assert!(child.wait().unwrap().success(), "{rest:?}");
+    rest.join("\n")
+}
+
+/// The example with `args`, its sidecar configured by `config` (`SANDGUARD_CONFIG`) when given.
+fn example_with(
+    s: &Scratch,
+    args: &[&str],
+    config: Option<&std::path::Path>,
+) -> (Child, Vec<String>, Lines<BufReader<ChildStdout>>) {
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_sandguard"));
     let example = bin.parent().unwrap().join("examples/guarded");
     assert!(
@@ -15,19 +33,24 @@ fn example(s: &Scratch, seconds: &str) -> (Child, Vec<String>) {
         "cargo test builds the examples: {} is missing",
         example.display()
     );
-    let mut child = Command::new(example)
-        .arg(seconds)
+    let mut cmd = Command::new(example);
+    if let Some(config) = config {
+        cmd.env("SANDGUARD_CONFIG", config)
+            .env_remove("DOCKER_HOST");
+    }
+    let mut child = cmd
+        .args(args)
         .env("SANDGUARD_BIN", bin)
         .env("IMAGE", IMAGE)
         .env("XDG_STATE_HOME", s.path().join("state"))
         .env("HOME", s.path())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let got: Vec<String> = (0..3).map(|_| lines.next().unwrap().unwrap()).collect();
-    (child, got)
+    (child, got, lines)
 }
 
 #[test]
@@ -65,8 +88,16 @@ fn a_clean_exit_says_bye_and_reclaims() {
     require_docker();
     let _g = shared();
     let s = Scratch::new("guard-bye");
-    let (mut child, got) = example(&s, "0");
-    assert!(child.wait().unwrap().success());
+    let (mut child, got, lines) = example_with(&s, &["0"], None);
+    let rest = rest(&mut child, lines);
+    assert_eq!(
+        rest, "ended clean",
+        "Guard::close returned the sidecar's word"
+    );
+    assert!(
+        got[1..].iter().all(|c| !container_exists(c)),
+        "gone by the time close returned"
+    );
     eventually(
         Duration::from_secs(5),
         "both containers are reclaimed",
@@ -76,6 +107,70 @@ fn a_clean_exit_says_bye_and_reclaims() {
         let v = json(&run(sandguard(&s).args(["sessions", "--json"])).stdout);
         v["sessions"][0]["state"] == "clean"
     });
+}
+
+/// Issue #15, point 5b: a reclaim after `bye` that cannot finish (the sidecar's Docker daemon is
+/// a dead socket, while the program's `docker` CLI works) is reported by `Guard::close`: the
+/// claimed container it could not remove, and the provider it could not list.
+#[test]
+fn close_reports_what_the_reclaim_left() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("guard-left");
+    let (mut child, got, lines) = example_with(&s, &["0"], Some(&dead_docker_config(&s)));
+    let mut left = Resources::default();
+    for c in &got[1..] {
+        left.adopt_container(c);
+    }
+    let rest = rest(&mut child, lines);
+    let outcome = sandguard::protocol::ByeOutcome::parse(&rest).expect(&rest);
+    let sandguard::protocol::ByeOutcome::Left { count, items } = outcome else {
+        panic!("{rest}")
+    };
+    assert_eq!(count, 2, "{rest}");
+    let named: Vec<(&str, &str)> = items
+        .iter()
+        .map(|l| (l.provider.as_str(), l.id.as_str()))
+        .collect();
+    assert!(named.contains(&("docker", "*")), "{rest}");
+    assert!(named.contains(&("docker", got[2].as_str())), "{rest}");
+    assert!(got[1..].iter().all(|c| container_exists(c)));
+}
+
+/// The same reclaim, the guard dropped instead of closed: its log says what was left.
+#[test]
+fn a_dropped_guard_logs_what_the_reclaim_left() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("guard-drop-left");
+    let config = dead_docker_config(&s);
+    let (mut child, got, lines) = example_with(&s, &["0", "drop"], Some(&config));
+    let mut left = Resources::default();
+    for c in &got[1..] {
+        left.adopt_container(c);
+    }
+    assert_eq!(rest(&mut child, lines), "");
+    let mut log = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut log).unwrap();
+    assert!(
+        log.contains("WARN")
+            && log.contains(&format!("session {}: after bye, ended left 2:", got[0]))
+            && log.contains("docker/*"),
+        "{log}"
+    );
+}
+
+/// A config whose Docker daemon is a dead socket (the example's own `docker` CLI still uses
+/// the real one): the sidecar can neither list nor remove.
+fn dead_docker_config(s: &Scratch) -> std::path::PathBuf {
+    let config = s.path().join("sandguard.toml");
+    let dead = s.path().join("dead.sock");
+    let text = format!(
+        "[providers.docker]\nhost = \"unix://{}\"\n\n[reclaim]\ndeadline = \"1s\"\nretry_initial = \"50ms\"\nsettle = \"0\"\n",
+        dead.display()
+    );
+    std::fs::write(&config, text).unwrap();
+    config
 }
 
 /// Issue #10, point 12: an owner whose SIGPIPE is the default (a C program, or Rust that reset

@@ -13,8 +13,12 @@
 //! `E2B_API_URL=…` / `DAYTONA_API_URL=…`; with neither configured the sidecar does not start
 //! (exit 2). Both proxies send their claims down one channel ([`Triggers::proxy`]).
 //!
-//! After `ready`, nothing more is written to stdout. Exit status: 0 when the session ended
-//! clean or reclaimed (or the sidecar was stopped by SIGTERM), 1 when work is left pending.
+//! After `ready`, stdout carries one more line only when the owner says `bye`: the first
+//! reclaim pass's outcome ([`ByeOutcome`]: `ended clean`, or `ended left N: …`); stdout is then
+//! closed (`/dev/null` takes its place) before the settle pass, so an owner waiting for the
+//! line or for EOF is not kept waiting by the settle delay. Exit status: 0 when the session
+//! ended clean or reclaimed (or the sidecar was stopped by SIGTERM), 1 when work is left
+//! pending.
 //!
 //! `--daemonize` (used by the wrapper) forks once more before anything else, so the sidecar is
 //! nobody's child (not the guarded program's), closes every descriptor it inherited but
@@ -31,7 +35,7 @@ use crate::config::{HumanDuration, Settings};
 use crate::identity::death::OwnerWatch;
 use crate::identity::Identity;
 use crate::ledger::{Record, StateDir};
-use crate::protocol::{LineReader, ReadyLine};
+use crate::protocol::{ByeOutcome, LineReader, ReadyLine};
 use crate::providers::cloud_proxy::{Api, CloudProxy};
 use crate::providers::docker::proxy::{Claim, Proxy, SocketDir, Upstream};
 use crate::providers::Registry;
@@ -201,6 +205,7 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
         proxy,
         cloud,
         fleet,
+        bye_report: Some(Box::new(report_bye)),
     };
     let triggers = Triggers {
         owner: Box::pin(async move { owner_watch.wait().await }),
@@ -359,10 +364,26 @@ async fn start_cloud_proxies(
     Ok(proxies)
 }
 
-fn announce(line: &ReadyLine) -> std::io::Result<()> {
+fn announce(line: &dyn std::fmt::Display) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "{line}")?;
     out.flush()
+}
+
+/// After `bye`: the outcome line for the owner, then stdout closed (see the module docs).
+fn report_bye(outcome: &ByeOutcome) {
+    match outcome {
+        ByeOutcome::Clean => tracing::info!("bye: {outcome}"),
+        ByeOutcome::Left { .. } => tracing::warn!("bye: {outcome}"),
+    }
+    if let Err(e) = announce(outcome) {
+        tracing::info!("cannot tell the owner how bye went (it has gone): {e}");
+    }
+    let closed =
+        std::fs::File::open("/dev/null").and_then(|null| unix::dup_onto(null.as_raw_fd(), 1));
+    if let Err(e) = closed {
+        tracing::warn!("cannot close stdout: {e}");
+    }
 }
 
 /// Diagnostics of a daemonized sidecar go to a private log file beside its journal.

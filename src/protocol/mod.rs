@@ -21,6 +21,7 @@
 //! - [`LineReader`] keeps at most one line in memory whatever the writer sends: an oversized
 //!   line is reported once and the rest of it is skipped as it streams past.
 
+mod outcome;
 mod reader;
 mod ready;
 
@@ -29,6 +30,7 @@ use std::io;
 
 use serde::{Deserialize, Serialize};
 
+pub use outcome::{ByeOutcome, Left};
 pub use reader::LineReader;
 pub use ready::ReadyLine;
 

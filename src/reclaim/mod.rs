@@ -1,5 +1,5 @@
 //! The one reclaim path: `stop`, owner death, lease expiry and sweep all remove sandboxes
-//! through [`reclaim`] (or its halves, [`list_all`] and [`remove_all`]).
+//! through [`reclaim_then`] (or its halves, [`list_all`] and [`remove_all`]).
 //!
 //! - Targets are explicit claims plus every sandbox whose labels match the selector, on every
 //!   configured provider. Nothing else is ever removed: a listed sandbox that does not match
@@ -355,10 +355,8 @@ impl Listed {
     }
 }
 
-/// The whole path. Claims are removed at once, while the selector is being listed (so a
-/// claimed sandbox is not kept waiting for a listing); then what the listing found goes.
-/// With a settle delay, `late` (claims that arrive while the first pass runs) is collected
-/// and the selector listed once more, and whatever is new is removed too.
+#[cfg(test)]
+/// [`reclaim_then`] without being told of the first pass.
 pub async fn reclaim<F>(
     providers: &[Arc<dyn Provider>],
     plan: &Plan,
@@ -367,6 +365,27 @@ pub async fn reclaim<F>(
 ) -> Report
 where
     F: Future<Output = Vec<Sandbox>>,
+{
+    reclaim_then(providers, plan, late, options, None::<fn(&Report)>).await
+}
+
+/// The whole path. Claims are removed at once, while the selector is being listed (so a
+/// claimed sandbox is not kept waiting for a listing); then what the listing found goes.
+/// With a settle delay, `late` (claims that arrive while the first pass runs) is collected
+/// and the selector listed once more, and whatever is new is removed too.
+///
+/// `first`, when given, is called with the first pass's report before the settle delay (the
+/// sidecar tells its owner how `bye` went without making it wait for the settle pass).
+pub async fn reclaim_then<F, G>(
+    providers: &[Arc<dyn Provider>],
+    plan: &Plan,
+    late: F,
+    options: &Options,
+    first: Option<G>,
+) -> Report
+where
+    F: Future<Output = Vec<Sandbox>>,
+    G: FnOnce(&Report),
 {
     let started = Instant::now();
     let deadline = started + options.deadline;
@@ -384,6 +403,13 @@ where
         outcome: Outcome::Refused(reason.to_string()),
         attempts: 0,
     }));
+    if let Some(first) = first {
+        first(&report_of(
+            providers,
+            removals.clone(),
+            list_failures.clone(),
+        ));
+    }
     if let Some(settle) = options.settle {
         let late = late.await;
         tokio::time::sleep_until(started + settle).await;
@@ -396,6 +422,14 @@ where
         removals.extend(again);
         list_failures = failures;
     }
+    report_of(providers, removals, list_failures)
+}
+
+fn report_of(
+    providers: &[Arc<dyn Provider>],
+    removals: Vec<Removal>,
+    list_failures: Vec<ListFailure>,
+) -> Report {
     let listed = providers
         .iter()
         .map(|p| p.name().to_string())

@@ -36,7 +36,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use super::{reclaim, Options, Outcome, Plan, Report};
+use super::{reclaim_then, Options, Outcome, Plan, Report};
 use crate::ledger::{Journal, Record, SessionState, SessionView};
 use crate::protocol::Target;
 use crate::providers::{Provider, Sandbox};
@@ -127,6 +127,36 @@ pub async fn end<F>(
 where
     F: Future<Output = Vec<Sandbox>>,
 {
+    end_then(
+        journal,
+        providers,
+        plan,
+        late,
+        options,
+        before,
+        cause,
+        None::<fn(&Report)>,
+    )
+    .await
+}
+
+/// [`end`], calling `first` with the first reclaim pass's report before the settle delay
+/// ([`super::reclaim_then`]); the records are journaled after the settle as always.
+#[allow(clippy::too_many_arguments)]
+pub async fn end_then<F, G>(
+    journal: &SharedJournal,
+    providers: &[Arc<dyn Provider>],
+    plan: &Plan,
+    late: F,
+    options: &Options,
+    before: &Before,
+    cause: &Cause,
+    first: Option<G>,
+) -> (SessionState, Report)
+where
+    F: Future<Output = Vec<Sandbox>>,
+    G: FnOnce(&Report),
+{
     let resuming = before.state == Some(SessionState::Pending);
     if !resuming {
         if let Some(r) = &cause.record {
@@ -134,7 +164,10 @@ where
         }
         write(journal, &Record::ReclaimStart);
     }
-    let (report, ()) = tokio::join!(reclaim(providers, plan, late, options), sync(journal));
+    let (report, ()) = tokio::join!(
+        reclaim_then(providers, plan, late, options, first),
+        sync(journal)
+    );
     let uncovered = uncovered(before, &report, providers);
     for record in records(before, &report, &uncovered, providers) {
         write(journal, &record);

@@ -5,8 +5,12 @@
 //! // Stamp `guard.labels()` on everything you create (Docker `--label k=v`, E2B metadata, …),
 //! // and claim what cannot carry labels:
 //! guard.claim("docker", "3f2a…")?;
-//! // Dropping the guard says `bye`: what is still owned is reclaimed now, the session ends clean.
-//! # Ok::<(), sandguard::guard::GuardError>(())
+//! // `close` (or dropping the guard) says `bye`: what is still owned is reclaimed now.
+//! let outcome = guard.close()?;
+//! if !outcome.is_clean() {
+//!     eprintln!("left behind: {outcome}"); // the session is pending; `sandguard sweep` retries
+//! }
+//! # Ok::<(), sandguard::GuardError>(())
 //! ```
 //!
 //! [`Guard::start`] starts the sidecar for this process through the one spawn builder
@@ -14,6 +18,14 @@
 //! process dies in any way, the pipe closes and the sidecar's pidfd fires: the sidecar
 //! reclaims. While the guard lives a thread sends `renew` every 5 s (the lease); dropping the
 //! guard stops it and sends `bye`.
+//!
+//! **The end.** [`Guard::close`] says `bye` and waits (at most [`GuardBuilder::wait`], 30 s by
+//! default) for the sidecar's word on the reclaim of what was still owned
+//! ([`ByeOutcome`]: clean, or what was left), which it returns. It does not wait for the
+//! sidecar's settle pass: that runs after the program has gone, and what it finds is
+//! reclaimed and journaled, not reported. Dropping the guard does the same and, having no
+//! one to return it to, logs what was left through `tracing::warn!` (decision: a drop never
+//! panics; a program that must act on the outcome calls `close`).
 //!
 //! Once the sidecar is gone (it ended the session, or was killed), every call returns
 //! [`GuardError::SidecarGone`] and the heartbeat thread stops quietly. No write to the pipe
@@ -23,7 +35,7 @@
 //! overrides both).
 
 use std::collections::BTreeMap;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -31,7 +43,7 @@ use std::time::Duration;
 
 use super::spawn::{Spawn, SpawnError};
 use crate::identity::Identity;
-use crate::protocol::{self, Target};
+use crate::protocol::{self, ByeOutcome, Target};
 
 /// Why a guard could not start or a line could not be sent.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +60,10 @@ pub enum GuardError {
     SidecarGone,
     #[error("cannot write to the sidecar: {0}")]
     Write(#[source] std::io::Error),
+    /// After `bye` the sidecar did not say how the reclaim went: it was gone, it said
+    /// something else, or the wait timed out. Its session's journal still says.
+    #[error("the sidecar did not say how bye went: {0}")]
+    NoOutcome(String),
 }
 
 /// Options for [`Guard`].
@@ -56,7 +72,11 @@ pub struct GuardBuilder {
     binary: PathBuf,
     grace: Option<Duration>,
     heartbeat: Option<Duration>,
+    wait: Duration,
 }
+
+/// How long [`Guard::close`] (or the drop) waits for the sidecar's word after `bye`, by default.
+pub const WAIT: Duration = Duration::from_secs(30);
 
 impl Default for GuardBuilder {
     fn default() -> Self {
@@ -66,6 +86,7 @@ impl Default for GuardBuilder {
             binary,
             grace: None,
             heartbeat: Some(Duration::from_secs(5)),
+            wait: WAIT,
         }
     }
 }
@@ -84,6 +105,12 @@ impl GuardBuilder {
     /// Heartbeat interval; `None` sends none (the owner is then judged by its process only).
     pub fn heartbeat(mut self, every: Option<Duration>) -> Self {
         self.heartbeat = every;
+        self
+    }
+
+    /// How long closing waits for the sidecar's word on the reclaim (default [`WAIT`]).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
         self
     }
 
@@ -109,16 +136,21 @@ impl GuardBuilder {
             labels,
             control,
             heartbeat,
+            stdout: Some(ready.stdout),
+            wait: self.wait,
         })
     }
 }
 
-/// A guarded session for the current process. Dropping it says `bye`.
+/// A guarded session for the current process. [`Guard::close`] (or dropping it) says `bye`.
 pub struct Guard {
     session: String,
     labels: BTreeMap<String, String>,
     control: Arc<Mutex<std::fs::File>>,
     heartbeat: Option<Heartbeat>,
+    /// The sidecar's stdout, for its word after `bye`; `None` once closed.
+    stdout: Option<OwnedFd>,
+    wait: Duration,
 }
 
 impl Guard {
@@ -163,6 +195,32 @@ impl Guard {
         self.send(&protocol::Command::Detach(Target::new(provider, id)?))
     }
 
+    /// Says `bye` and returns the sidecar's word on the reclaim of what was still owned:
+    /// see the module docs.
+    pub fn close(mut self) -> Result<ByeOutcome, GuardError> {
+        self.bye()
+    }
+
+    fn bye(&mut self) -> Result<ByeOutcome, GuardError> {
+        if let Some(h) = self.heartbeat.take() {
+            h.stop();
+        }
+        let stdout = self
+            .stdout
+            .take()
+            .ok_or_else(|| GuardError::NoOutcome("the guard is closed".into()))?;
+        self.send(&protocol::Command::Bye)?;
+        let line = super::spawn::read_line(&stdout, self.wait)
+            .map_err(|e| GuardError::NoOutcome(e.to_string()))?
+            .ok_or_else(|| GuardError::NoOutcome(format!("no word within {:?}", self.wait)))?;
+        ByeOutcome::parse(&line).ok_or_else(|| {
+            GuardError::NoOutcome(match line.is_empty() {
+                true => "it exited without a word".into(),
+                false => format!("it said \"{}\"", protocol::echo(line.as_bytes())),
+            })
+        })
+    }
+
     fn send(&self, command: &protocol::Command) -> Result<(), GuardError> {
         send_line(&self.control, &command.to_line()).map_err(|e| match e.kind() {
             std::io::ErrorKind::BrokenPipe => GuardError::SidecarGone,
@@ -173,10 +231,17 @@ impl Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        if let Some(h) = self.heartbeat.take() {
-            h.stop();
+        if self.stdout.is_none() {
+            return; // closed
         }
-        let _ = send_line(&self.control, &protocol::Command::Bye.to_line());
+        match self.bye() {
+            Ok(ByeOutcome::Clean) => {}
+            Ok(left) => tracing::warn!(
+                "session {}: after bye, {left} (the session is pending; `sandguard sweep` retries)",
+                self.session
+            ),
+            Err(e) => tracing::warn!("session {}: {e}", self.session),
+        }
     }
 }
 

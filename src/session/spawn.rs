@@ -76,6 +76,9 @@ pub struct Ready {
     pub env: Vec<(String, String)>,
     /// The control pipe's write end (close-on-exec; the wrapper clears that before exec).
     pub control: OwnedFd,
+    /// The read end of the sidecar's stdout, past the ready line: after `bye` it carries the
+    /// outcome line ([`crate::protocol::ByeOutcome`]), which the Rust guard reads.
+    pub stdout: OwnedFd,
 }
 
 impl Spawn {
@@ -134,11 +137,12 @@ impl Spawn {
         drop(cmd);
         drop(control_r);
         let _ = child.wait();
-        match ReadyLine::parse(&read_line(ready_r)?) {
+        match ReadyLine::parse(&read_ready(&ready_r)?) {
             ReadyLine::Ready { session: said, env } if said == session => Ok(Ready {
                 session,
                 env,
                 control: control_w,
+                stdout: ready_r,
             }),
             ReadyLine::Ready { session: said, .. } => Err(SpawnError::NotReady(format!(
                 "it answered for session {said:?}, not {session:?}"
@@ -149,23 +153,31 @@ impl Spawn {
 }
 
 /// The first line the sidecar writes, waited for at most [`READY_TIMEOUT`].
-fn read_line(ready: OwnedFd) -> Result<String, SpawnError> {
-    let deadline = Instant::now() + READY_TIMEOUT;
-    let mut file = std::fs::File::from(ready);
+fn read_ready(ready: &OwnedFd) -> Result<String, SpawnError> {
+    read_line(ready, READY_TIMEOUT)
+        .map_err(SpawnError::Read)?
+        .ok_or(SpawnError::Timeout)
+}
+
+/// One line the sidecar writes on its stdout (`""` at EOF), without its `\n`; `None` when
+/// none came within `timeout`. Also read by the Rust guard for the word after `bye`.
+pub(super) fn read_line(fd: &OwnedFd, timeout: Duration) -> std::io::Result<Option<String>> {
+    let deadline = Instant::now() + timeout;
+    let mut file = std::fs::File::from(fd.try_clone()?);
     let mut buf = Vec::new();
     let mut chunk = [0u8; 256];
     while !buf.contains(&b'\n') && buf.len() <= 4096 {
         let left = deadline.saturating_duration_since(Instant::now());
-        if !unix::wait_readable(file.as_fd(), left).map_err(SpawnError::Read)? {
-            return Err(SpawnError::Timeout);
+        if !unix::wait_readable(file.as_fd(), left)? {
+            return Ok(None);
         }
         match file.read(&mut chunk) {
             Ok(0) => break,
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(SpawnError::Read(e)),
+            Err(e) => return Err(e),
         }
     }
     let text = String::from_utf8_lossy(&buf);
-    Ok(text.lines().next().unwrap_or("").to_string())
+    Ok(Some(text.lines().next().unwrap_or("").to_string()))
 }

@@ -31,6 +31,11 @@
 //! Claims still arriving in the pipe while it runs (drained for the settle delay) are
 //! journaled as they arrive and removed by the second pass. `bye` reclaims what is still
 //! owned at once and ends the session `clean`.
+//!
+//! After `bye`, the first pass's outcome ([`ByeOutcome`]: clean, or what was left) is handed to
+//! [`Sidecar::on_bye`] (the CLI writes it on the sidecar's stdout and closes it) before the
+//! settle delay: the owner waits for that line, not for the settle pass. What the settle pass
+//! finds is reclaimed, journaled and logged, and not reported to the owner, which has gone.
 
 pub mod fleet;
 pub mod lease;
@@ -49,11 +54,11 @@ use futures_util::FutureExt;
 use tokio::io::AsyncRead;
 
 use crate::ledger::{Journal, Record, SessionState};
-use crate::protocol::{Command, LineReader, ProtocolError, Target};
+use crate::protocol::{ByeOutcome, Command, LineReader, ProtocolError, Target};
 use crate::providers::docker::proxy::Claim as ProxyClaim;
 use crate::providers::Provider;
 use crate::reclaim::session::{self, Before, Cause, SharedJournal};
-use crate::reclaim::{Options, Plan};
+use crate::reclaim::{Options, Plan, Report};
 
 use crate::identity::death::Gone;
 use lease::{Clock, Lease};
@@ -82,6 +87,9 @@ pub struct Outcome {
     pub state: SessionState,
 }
 
+/// Told the first pass's outcome after `bye` ([`Sidecar::on_bye`]).
+pub type ByeReport = Box<dyn FnOnce(&ByeOutcome) + Send>;
+
 /// One session's sidecar.
 pub struct Sidecar<C> {
     pub session: String,
@@ -96,6 +104,8 @@ pub struct Sidecar<C> {
     holdings: Option<ttl::SharedHoldings>,
     /// Poked on every change of the holdings, when a fleet registrar mirrors them.
     changed: Option<Arc<tokio::sync::Notify>>,
+    /// Told how `bye`'s reclaim went, before the settle pass.
+    bye_report: Option<ByeReport>,
 }
 
 impl<C: Clock> Sidecar<C> {
@@ -117,6 +127,7 @@ impl<C: Clock> Sidecar<C> {
             malformed: 0,
             holdings: None,
             changed: None,
+            bye_report: None,
         }
     }
 
@@ -130,6 +141,11 @@ impl<C: Clock> Sidecar<C> {
     /// A [`tokio::sync::Notify`] poked whenever the holdings change (for the fleet registrar).
     pub fn changes(&mut self) -> Arc<tokio::sync::Notify> {
         self.changed.get_or_insert_with(Default::default).clone()
+    }
+
+    /// `report` is told how the reclaim after `bye` went (its first pass), once.
+    pub fn on_bye(&mut self, report: ByeReport) {
+        self.bye_report = Some(report);
     }
 
     /// Watches until the owner is gone (or says `bye`, or the sidecar is stopped), then
@@ -376,7 +392,11 @@ impl<C: Clock> Sidecar<C> {
             bye: ending == Ending::Bye,
             label: label.to_string(),
         };
-        let (state, report) = session::end(
+        let told = self
+            .bye_report
+            .filter(|_| ending == Ending::Bye)
+            .map(|tell| move |report: &Report| tell(&bye_outcome(report)));
+        let (state, report) = session::end_then(
             &journal,
             &self.providers,
             &plan,
@@ -384,11 +404,30 @@ impl<C: Clock> Sidecar<C> {
             &self.options,
             &before,
             &cause,
+            told,
         )
         .await;
         tracing::debug!("session {} ended: {}", self.session, report.summary());
         Outcome { ending, state }
     }
+}
+
+/// What a reclaim left behind, as the owner is told after `bye`.
+fn bye_outcome(report: &Report) -> ByeOutcome {
+    let failed = report.removals.iter().filter_map(|r| {
+        let error = r.outcome.error().filter(|_| !r.outcome.is_final())?;
+        Some(crate::protocol::Left {
+            provider: r.sandbox.provider.clone(),
+            id: r.sandbox.id.clone(),
+            reason: format!("{}: {error}", r.outcome.as_str()),
+        })
+    });
+    let unlisted = report.list_failures.iter().map(|f| crate::protocol::Left {
+        provider: f.provider.clone(),
+        id: "*".into(),
+        reason: format!("not listed: {}", f.error),
+    });
+    ByeOutcome::from_left(failed.chain(unlisted).collect())
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use tokio::task::JoinSet;
 use super::fleet::{FleetPlan, Registrar};
 use super::lease::{BootClock, Lease};
 use super::ttl::Keeper;
-use super::{Outcome, Sidecar, Triggers};
+use super::{ByeReport, Outcome, Sidecar, Triggers};
 use crate::ledger::Journal;
 use crate::providers::cloud_proxy::CloudProxy;
 use crate::providers::docker::proxy::Proxy;
@@ -53,6 +53,8 @@ pub struct Plan {
     pub cloud: Vec<CloudProxy>,
     /// The fleet store to register in, when one is configured.
     pub fleet: Option<FleetPlan>,
+    /// Told how the reclaim after `bye` went, before the settle pass ([`Sidecar::on_bye`]).
+    pub bye_report: Option<ByeReport>,
 }
 
 /// Runs one session's sidecar to its end; see the module docs.
@@ -83,6 +85,9 @@ pub async fn run<R: AsyncRead + Unpin>(plan: Plan, triggers: Triggers<R>) -> Out
         Lease::new(BootClock, plan.grace),
         plan.options,
     );
+    if let Some(report) = plan.bye_report {
+        sidecar.on_bye(report);
+    }
     let keeper = Keeper::new(
         &plan.providers,
         &plan.session,

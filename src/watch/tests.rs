@@ -25,6 +25,11 @@ struct Harness {
 
 impl Harness {
     fn start(session: &str, sandboxes: Vec<Sandbox>) -> Harness {
+        Harness::start_with(session, Fake::holding(sandboxes), None)
+    }
+
+    /// A sidecar over `fake`, told how `bye` went through `report` when given.
+    fn start_with(session: &str, fake: Arc<Fake>, report: Option<ByeReport>) -> Harness {
         let dir =
             std::env::temp_dir().join(format!("sandguard-watch-{session}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -36,7 +41,6 @@ impl Harness {
             labels: Default::default(),
         };
         let journal = state.create_session(session, start).unwrap();
-        let fake = Fake::holding(sandboxes);
         let clock = ManualClock::default();
         let options = Options {
             concurrency: 4,
@@ -48,13 +52,16 @@ impl Harness {
             paces: Default::default(),
         };
         let providers: Vec<Arc<dyn Provider>> = vec![fake.clone()];
-        let sidecar = Sidecar::new(
+        let mut sidecar = Sidecar::new(
             session.into(),
             providers,
             journal,
             Lease::new(clock.clone(), Duration::from_secs(600)),
             options,
         );
+        if let Some(report) = report {
+            sidecar.on_bye(report);
+        }
         let (pipe, sidecar_end) = tokio::io::duplex(64 * 1024);
         let (kill_owner, owner_dead) = oneshot::channel::<()>();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -204,6 +211,77 @@ async fn bye_reclaims_what_is_left_and_ends_clean() {
     assert_eq!(outcome.state, SessionState::Clean);
     assert!(remaining.is_empty());
     assert_eq!(view.state, SessionState::Clean);
+}
+
+/// What the owner is told after `bye`, and when (paused time).
+fn told() -> (
+    ByeReport,
+    std::sync::mpsc::Receiver<(ByeOutcome, tokio::time::Instant)>,
+) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let report: ByeReport = Box::new(move |o: &ByeOutcome| {
+        let _ = tx.send((o.clone(), tokio::time::Instant::now()));
+    });
+    (report, rx)
+}
+
+#[tokio::test(start_paused = true)]
+async fn bye_tells_the_owner_before_the_settle_pass() {
+    let s = "byetold";
+    let (report, rx) = told();
+    let fake = Fake::holding(vec![sandbox("a", Some(s))]);
+    let mut h = Harness::start_with(s, fake, Some(report));
+    let said = tokio::time::Instant::now();
+    h.send("bye\n").await;
+    let (outcome, remaining, view) = h.finish().await;
+    let ended = tokio::time::Instant::now();
+    let (word, when) = rx.try_recv().expect("told once");
+    assert!(rx.try_recv().is_err(), "told once only");
+    assert_eq!(word, ByeOutcome::Clean);
+    assert!(when - said < Duration::from_secs(1), "{:?}", when - said);
+    assert!(
+        ended - said >= Duration::from_secs(2),
+        "the settle ran after"
+    );
+    assert_eq!(outcome.state, SessionState::Clean);
+    assert!(remaining.is_empty());
+    assert_eq!(view.state, SessionState::Clean);
+}
+
+#[tokio::test(start_paused = true)]
+async fn bye_tells_the_owner_what_was_left() {
+    let s = "byeleft";
+    let (report, rx) = told();
+    let fake = Fake::holding(vec![sandbox("a", Some(s))]);
+    fake.fail_lists
+        .store(u32::MAX, std::sync::atomic::Ordering::SeqCst);
+    let mut h = Harness::start_with(s, fake, Some(report));
+    h.send("bye\n").await;
+    let (outcome, remaining, _) = h.finish().await;
+    let (word, _) = rx.try_recv().expect("told");
+    let ByeOutcome::Left { count: 1, items } = &word else {
+        panic!("{word}")
+    };
+    assert_eq!(
+        (items[0].provider.as_str(), items[0].id.as_str()),
+        ("fake", "*")
+    );
+    assert!(items[0].reason.starts_with("not listed: "), "{word}");
+    assert_eq!(outcome.state, SessionState::Pending);
+    assert_eq!(remaining, ["a"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_bye_is_reported() {
+    let s = "deathuntold";
+    let (report, rx) = told();
+    let fake = Fake::holding(vec![sandbox("a", Some(s))]);
+    let mut h = Harness::start_with(s, fake, Some(report));
+    h.kill_owner.take().unwrap().send(()).unwrap();
+    let (outcome, remaining, _) = h.finish().await;
+    assert_eq!(outcome.state, SessionState::Reclaimed);
+    assert!(remaining.is_empty());
+    assert!(rx.try_recv().is_err(), "nobody is waiting for a dead owner");
 }
 
 #[tokio::test(start_paused = true)]

@@ -9,13 +9,16 @@
         subprocess.run(["docker", "run", "-d", *g.label_args(), "busybox", "sleep", "600"])
         # ...or claim what cannot carry labels.
         g.claim("e2b", sandbox_id)
+        # A child process claims too, given the pipe (subprocess closes it otherwise):
+        subprocess.run(["sandguard", "claim", "docker", cid], pass_fds=sandguard.pass_fds())
 
 ``guard()`` starts ``sandguard watch`` as a sidecar for the current process (in its own
 session, so a Ctrl-C to the terminal does not reach it), connected by a pipe, and waits until
 it is ready (its session is on disk, its lock held). From then on, however this process ends
 (``SIGKILL``, OOM, a crash, a plain exit), the sidecar reclaims every sandbox that carries the
 session's labels, and every sandbox claimed. Leaving the ``with`` block (or ``close()``) says
-``bye``: the sidecar reclaims what is still owned now and ends the session clean.
+``bye``: the sidecar reclaims what is still owned now, tells how it went (``ended clean``, or
+``ended left N: ...``) and ends the session.
 
 Decisions:
 
@@ -23,8 +26,19 @@ Decisions:
   program is ending in an orderly way, and whatever it still owns should go now rather than
   when the process exits. To keep a sandbox beyond the block, ``detach()`` it (its TTL, if
   any, still applies).
-- ``close()`` waits (by default at most 30 s) until the sidecar has finished reclaiming, so
-  that after the block the sandboxes are gone. ``guard(wait=None)`` does not wait.
+- ``close()`` waits (by default at most 30 s) for the sidecar's word on the reclaim of what
+  was still owned, so that after the block the sandboxes are gone, and returns it as an
+  :class:`Outcome`. It does not wait for the sidecar's settle pass (a second listing, for
+  creates that were in flight): the sidecar runs it after the program has gone, and what it
+  finds is reclaimed and journaled, not reported. With nothing in flight a clean exit costs
+  the program one listing per provider. ``guard(wait=None)`` does not wait.
+- **Something left is reported, not raised**, by default: ``close()`` returns an
+  :class:`Outcome` whose ``left`` names each sandbox that could not be removed (and each
+  provider that could not be listed), and logs a WARNING on the ``sandguard`` logger. The
+  session stays pending and ``sandguard sweep`` retries, so the program's own result (its exit
+  status, the exception leaving the block) is not replaced by a cleanup error. ``guard(strict=
+  True)`` raises :class:`ReclaimIncomplete` from ``close()`` instead (from ``__exit__`` only
+  when no exception is already leaving the block: that one wins).
 - A heartbeat (``renew``) is sent every 5 s from a daemon thread. The first one starts the
   sidecar's lease: a process that is alive but stuck (its threads frozen) for longer than the
   grace (``--grace``, default 10 minutes) loses its sandboxes too.
@@ -36,16 +50,25 @@ Decisions:
   pipe ever kills the process with ``SIGPIPE``, even after
   ``signal.signal(signal.SIGPIPE, signal.SIG_DFL)``: SIGPIPE is blocked in the writing thread
   for the write, and the one a failed write raised is taken off the pending set.
-- Child processes: :mod:`subprocess` closes every descriptor but 0, 1 and 2 in the child by
-  default (``close_fds=True``), so ``sandguard claim`` run from Python needs the control pipe
-  passed on: ``subprocess.run([...], pass_fds=sandguard.pass_fds())`` under
-  ``sandguard -- python ...`` (the variables are inherited already), and with a guard made here
-  also ``env=g.child_env()``, which adds ``SANDGUARD_FD``, ``SANDGUARD_SESSION`` and
-  ``SANDGUARD_LABELS``. The guard does not put them in ``os.environ`` itself: that would hand
-  the session to every child, even those started without the pipe.
+- **The session is exported to the process and its children**, as the wrapper
+  (``sandguard -- python ...``) does: while the guard is open, ``os.environ`` holds
+  ``SANDGUARD_SESSION``, ``SANDGUARD_LABELS``, ``SANDGUARD_FD``, ``SANDGUARD_CONFIG`` (when
+  ``config=`` was given, as an absolute path) and every ``NAME=VALUE`` of the sidecar's ready
+  line (``DOCKER_HOST`` with ``docker_proxy=True``, the cloud API URLs with
+  ``cloud_proxy=True``). ``close()`` puts back what each variable was before the guard
+  (removing the ones that were unset), except a variable the program changed meanwhile:
+  its value is the program's. The control pipe is left open across ``exec`` (as the
+  wrapper leaves it), so ``os.system`` and ``close_fds=False`` children can claim; but
+  :mod:`subprocess` closes every descriptor but 0, 1 and 2 by default, so a child started
+  with it needs ``pass_fds=sandguard.pass_fds()`` (one call, guarded or not). A child
+  without the pipe has the variables but cannot claim: ``sandguard claim`` says so (exit 2),
+  nothing is written anywhere else.
 
 The binary is found in this order: ``binary=`` argument, ``$SANDGUARD_BIN``, the ``sandguard``
 installed with this module (the environment's scripts directory), ``sandguard`` on ``PATH``.
+
+``sandguard.__version__`` is the installed wheel's version, which maturin takes from
+Cargo.toml: the same as ``sandguard --version`` says.
 
 The module has no dependencies and needs Linux (``/proc``).
 """
@@ -53,6 +76,7 @@ The module has no dependencies and needs Linux (``/proc``).
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import re
 import secrets
@@ -65,11 +89,17 @@ import sys
 import sysconfig
 import threading
 import time
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 __all__ = [
     "Guard",
+    "Outcome",
+    "Left",
     "SandguardError",
+    "ReclaimIncomplete",
+    "claim",
+    "release",
+    "detach",
     "guard",
     "start",
     "owner_label",
@@ -92,14 +122,108 @@ RENEW_EVERY = 5.0
 #: How long ``close()`` waits for the sidecar to finish reclaiming, by default.
 WAIT_TIMEOUT = 30.0
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
 # The control protocol's limits (src/protocol.rs).
 _MAX_ID = 512
 _PROVIDER = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}\Z")
 _UNKNOWN_MACHINE = "0000000000000000"
 
 
+def _version() -> str:
+    """The wheel's version, which maturin takes from Cargo.toml: the binary's own."""
+    try:
+        from importlib.metadata import version
+
+        return version("sandguard")
+    except Exception:  # not installed as a distribution (a source checkout)
+        return "0+unknown"
+
+
+#: The version of the installed wheel, the same as ``sandguard --version`` says.
+__version__ = _version()
+
+_log = logging.getLogger("sandguard")
+
+
 class SandguardError(RuntimeError):
     """The sidecar could not be started, or is gone."""
+
+
+class Left(NamedTuple):
+    """One thing the reclaim after ``bye`` left behind."""
+
+    provider: str
+    #: The sandbox's id, or ``*`` for a provider that could not be listed.
+    id: str
+    reason: str
+
+
+class Outcome:
+    """How the reclaim after ``bye`` went, as the sidecar said it (``close()`` returns it).
+
+    Attributes:
+        state: ``"clean"`` (everything still owned is gone), ``"left"`` (see ``left``), or
+            ``"unknown"``: the sidecar said nothing (it was gone already, ``wait=None``, or the
+            wait timed out).
+        left: what could not be removed, at most 16 named (``count`` counts them all).
+        count: how many things were left.
+    """
+
+    def __init__(self, state: str, left: Optional[List[Left]] = None, count: int = 0,
+                 detail: str = "") -> None:
+        self.state = state
+        self.left = list(left or [])
+        self.count = count
+        self.detail = detail
+
+    @property
+    def clean(self) -> bool:
+        return self.state == "clean"
+
+    @classmethod
+    def parse(cls, line: str) -> Optional["Outcome"]:
+        """The sidecar's line (src/protocol/outcome.rs); ``None`` when it is not one."""
+        line = line.strip()
+        if line == "ended clean":
+            return cls("clean")
+        if not line.startswith("ended left "):
+            return None
+        count, sep, items = line[len("ended left "):].partition(":")
+        if not sep or not count.isdigit():
+            return None
+        left = []
+        for item in filter(None, (i.strip() for i in items.split(";"))):
+            who, _, reason = item.partition(" ")
+            provider, slash, sid = who.partition("/")
+            if not slash:
+                return None
+            left.append(Left(provider, sid, reason))
+        return cls("left", left, int(count))
+
+    def check(self) -> "Outcome":
+        """Raise :class:`ReclaimIncomplete` when something was left; else return self."""
+        if self.state == "left":
+            raise ReclaimIncomplete(self)
+        return self
+
+    def __str__(self) -> str:
+        if self.state == "left":
+            named = "; ".join(f"{l.provider}/{l.id} {l.reason}" for l in self.left)
+            return f"left {self.count}: {named}"
+        return self.state + (f" ({self.detail})" if self.detail else "")
+
+    def __repr__(self) -> str:
+        return f"<sandguard.Outcome {self}>"
+
+
+class ReclaimIncomplete(SandguardError):
+    """The reclaim after ``bye`` left something behind (``guard(strict=True)``, or
+    :meth:`Outcome.check`). ``.outcome`` says what; ``sandguard sweep`` retries."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(f"the reclaim after bye left something behind: {outcome}")
+        self.outcome = outcome
 
 
 #: What a write into a control pipe without a reader raises (the Rust CLI says the same).
@@ -205,6 +329,25 @@ def _readable(fd: int, timeout: float) -> bool:
     return bool(p.poll(max(0, int(timeout * 1000) + 1)))
 
 
+def _read_line(fd: int, timeout: float) -> Optional[str]:
+    """One line from the sidecar's stdout (without its newline; ``""`` at EOF), or ``None``
+    when none came within `timeout` seconds. Reads one byte at a time past the first
+    ``poll``: nothing after the line may be taken from the pipe."""
+    deadline = time.monotonic() + timeout
+    buf = b""
+    while not buf.endswith(b"\n") and len(buf) <= 4096:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        if not _readable(fd, left):
+            continue
+        chunk = os.read(fd, 1)
+        if not chunk:
+            break
+        buf += chunk
+    return buf.decode("utf-8", "replace").split("\n", 1)[0].strip()
+
+
 def _write_without_sigpipe(fd: int, data: bytes) -> None:
     """One ``os.write`` that never raises ``SIGPIPE`` in this process, whatever its SIGPIPE
     disposition: a pipe without a reader is ``BrokenPipeError``, nothing else.
@@ -251,6 +394,31 @@ def _target(provider: str, sandbox_id: str) -> str:
     return f"{provider} {sandbox_id}"
 
 
+def _parse_ready(line: str, session: str) -> Dict[str, str]:
+    """The variables of a ``ready SESSION [NAME=VALUE ...]`` line for this session (a third
+    word without ``=`` is the older form of ``DOCKER_HOST``). Raises :class:`SandguardError`
+    for anything else."""
+    words = line.split()
+    if words[:1] == ["error"]:
+        raise SandguardError(f"the sidecar failed to start: {line[6:]}")
+    if not words:
+        raise SandguardError("the sidecar exited before it was ready")
+    if words[0] != "ready" or len(words) < 2:
+        raise SandguardError(f"unexpected answer from the sidecar: {line!r:.200}")
+    if words[1] != session:
+        raise SandguardError(
+            f"the sidecar answered for session {words[1]!r:.80}, not {session!r}")
+    env: Dict[str, str] = {}
+    for i, word in enumerate(words[2:]):
+        name, eq, value = word.partition("=")
+        if not eq and i == 0:
+            name, value = "DOCKER_HOST", word
+        elif not eq or not _ENV_NAME.match(name):
+            raise SandguardError(f"unexpected word in the sidecar's ready line: {word!r:.200}")
+        env[name] = value
+    return env
+
+
 class Guard:
     """A running sidecar guarding this process. Made by :func:`guard` or :func:`start`.
 
@@ -259,6 +427,8 @@ class Guard:
         labels: the labels to stamp on every sandbox created under the session
             (``sandguard.session`` and ``sandguard.owner``); a fresh dict each time.
         pid: the guarded process (the one that made the guard).
+        env: the variables the guard exported to ``os.environ`` (a fresh dict each time).
+        outcome: what ``close()`` returned (``None`` while open).
     """
 
     def __init__(
@@ -270,6 +440,9 @@ class Guard:
         renew_every: Optional[float] = RENEW_EVERY,
         wait: Optional[float] = WAIT_TIMEOUT,
         ready_timeout: float = READY_TIMEOUT,
+        docker_proxy: bool = False,
+        cloud_proxy: bool = False,
+        strict: bool = False,
     ) -> None:
         self.pid = os.getpid()
         self._owner = owner_label(self.pid)
@@ -281,7 +454,13 @@ class Guard:
         self._renewer: Optional[threading.Thread] = None
         self._control: Optional[int] = None
         self._stdout: Optional[int] = None
-        self._start(binary or find_binary(), config, grace, ready_timeout)
+        self._strict = strict
+        self.outcome: Optional[Outcome] = None
+        self._env: Dict[str, str] = {}
+        self._saved: Dict[str, Optional[str]] = {}
+        flags = ["--docker-proxy"] * bool(docker_proxy) + ["--cloud-proxy"] * bool(cloud_proxy)
+        ready = self._start(binary or find_binary(), config, grace, ready_timeout, flags)
+        self._export(ready, config)
         with _open_guards_lock:
             _open_guards.append(self)
         if renew_every:
@@ -296,8 +475,14 @@ class Guard:
     # -- start-up
 
     def _start(
-        self, binary: str, config: Optional[str], grace: Optional[str], timeout: float
-    ) -> None:
+        self,
+        binary: str,
+        config: Optional[str],
+        grace: Optional[str],
+        timeout: float,
+        flags: List[str],
+    ) -> Dict[str, str]:
+        """Starts the sidecar; returns the variables of its ready line."""
         start = self._owner.split("-")[3]
         argv = [binary]
         if config is not None:
@@ -309,6 +494,7 @@ class Guard:
         argv += ["--control-fd", str(control_r)]
         if grace is not None:
             argv += ["--grace", str(grace)]
+        argv += flags
         try:
             # Its own session: a Ctrl-C or hang-up to our process group does not reach it.
             # `--daemonize` forks once more, so the sidecar is nobody's child (no zombie, no
@@ -338,32 +524,53 @@ class Guard:
             os.close(ready_r)
             os.close(control_w)
             raise
-        if line != f"ready {self.session}":
+        try:
+            ready = _parse_ready(line, self.session)
+        except SandguardError:
             os.close(ready_r)
             os.close(control_w)
-            if line.startswith("error "):
-                raise SandguardError(f"the sidecar failed to start: {line[6:]}")
-            if not line:
-                raise SandguardError("the sidecar exited before it was ready")
-            raise SandguardError(f"unexpected answer from the sidecar: {line!r:.200}")
+            raise
         self._control = control_w
-        self._stdout = ready_r  # stays open: EOF on it means the sidecar has finished
+        self._stdout = ready_r  # stays open: the outcome of `bye` comes on it
+        return ready
+
+    def _export(self, ready: Mapping[str, str], config: Optional[str]) -> None:
+        """Puts the session into ``os.environ`` (see the module's decisions)."""
+        assert self._control is not None
+        os.set_inheritable(self._control, True)  # as the wrapper leaves it across exec
+        env = {
+            "SANDGUARD_SESSION": self.session,
+            "SANDGUARD_LABELS": self.labels_env,
+            "SANDGUARD_FD": str(self._control),
+        }
+        if config is not None:
+            env["SANDGUARD_CONFIG"] = os.path.abspath(str(config))
+        env.update(ready)
+        self._saved = {k: os.environ.get(k) for k in env}
+        self._env = env
+        os.environ.update(env)
+
+    def _restore_env(self) -> None:
+        for name, value in self._env.items():
+            if os.environ.get(name) != value:
+                continue  # the program changed it meanwhile: its value is the program's
+            old = self._saved.get(name)
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
+
+    @property
+    def env(self) -> Dict[str, str]:
+        """The variables this guard exported (``SANDGUARD_*`` and the ready line's)."""
+        return dict(self._env)
 
     @staticmethod
     def _read_ready(fd: int, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        buf = b""
-        while b"\n" not in buf and len(buf) <= 4096:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise SandguardError(f"the sidecar was not ready within {timeout:g} s")
-            if not _readable(fd, left):
-                continue
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                break
-            buf += chunk
-        return buf.decode("utf-8", "replace").split("\n", 1)[0].strip()
+        line = _read_line(fd, timeout)
+        if line is None:
+            raise SandguardError(f"the sidecar was not ready within {timeout:g} s")
+        return line
 
     # -- what the owner says
 
@@ -385,7 +592,13 @@ class Guard:
         return ",".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
 
     def claim(self, provider: str, sandbox_id: str) -> None:
-        """Tell the sidecar this sandbox is ours (for sandboxes that carry no labels)."""
+        """Tell the sidecar this sandbox is ours (for sandboxes that carry no labels).
+
+        A child process claims through the same pipe when :mod:`subprocess` is told to keep
+        it open (it inherits the variables from ``os.environ``)::
+
+            subprocess.run(["sandguard", "claim", "docker", cid], pass_fds=sandguard.pass_fds())
+        """
         self._send(f"claim {_target(provider, sandbox_id)}\n")
 
     def release(self, provider: str, sandbox_id: str) -> None:
@@ -417,16 +630,12 @@ class Guard:
             return (self._control,)
 
     def child_env(self, base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
-        """``base`` (default ``os.environ``) plus this session's ``SANDGUARD_FD``,
-        ``SANDGUARD_SESSION`` and ``SANDGUARD_LABELS``: the environment of a child that runs
-        ``sandguard claim`` (pass :meth:`pass_fds` too)."""
-        (fd,) = self.pass_fds()
+        """``base`` (default ``os.environ``) plus the variables this guard exports
+        (:attr:`env`). ``os.environ`` has them already while the guard is open: this is for
+        a child given an environment of its own (pass :meth:`pass_fds` too)."""
+        self.pass_fds()  # the same checks: open, and this very process
         env = dict(os.environ if base is None else base)
-        env.update(
-            SANDGUARD_FD=str(fd),
-            SANDGUARD_SESSION=self.session,
-            SANDGUARD_LABELS=self.labels_env,
-        )
+        env.update(self._env)
         return env
 
     def _send(self, line: str) -> None:
@@ -458,16 +667,19 @@ class Guard:
     def closed(self) -> bool:
         return self._closed
 
-    def close(self, wait: object = "default") -> None:
-        """Say ``bye``: the sidecar reclaims everything still owned now and ends the session
-        clean. Then wait (``wait`` seconds; default the guard's, 30 s; ``None``: not at all)
-        until it has finished. Idempotent; a no-op in a forked child."""
+    def close(self, wait: object = "default") -> Outcome:
+        """Say ``bye``: the sidecar reclaims everything still owned now and ends the session.
+        Then wait (``wait`` seconds; default the guard's, 30 s; ``None``: not at all) for its
+        word on that reclaim, and return it (:class:`Outcome`; also kept as ``.outcome``).
+        Something left is logged as a WARNING on the ``sandguard`` logger, and raised as
+        :class:`ReclaimIncomplete` with ``guard(strict=True)``. Puts ``os.environ`` back as
+        it was (see the module's decisions). Idempotent (a second call returns the same
+        outcome); a no-op in a forked child."""
         timeout = self._wait if wait == "default" else wait
         with self._lock:
-            if self._closed:
-                return
-            if os.getpid() != self.pid:
-                return  # a forked child: the guard is its parent's
+            if self._closed or os.getpid() != self.pid:
+                # Closed already, or a forked child: the guard is its parent's.
+                return self.outcome or Outcome("unknown", detail="not the guarded process")
             self._closed = True
             self._stop.set()
             with _open_guards_lock:
@@ -475,15 +687,17 @@ class Guard:
                     _open_guards.remove(self)
             control, self._control = self._control, None
             stdout, self._stdout = self._stdout, None
+        outcome = Outcome("unknown", detail="not waited for")
         try:
+            self._restore_env()
             if control is not None:
                 try:
                     _write_without_sigpipe(control, b"bye\n")
                 except OSError:
-                    pass  # the sidecar is already gone
+                    pass  # the sidecar is already gone: its EOF says so below
                 os.close(control)
             if stdout is not None and timeout is not None:
-                self._wait_for_exit(stdout, float(timeout))  # type: ignore[arg-type]
+                outcome = self._read_outcome(stdout, float(timeout))  # type: ignore[arg-type]
         finally:
             if stdout is not None:
                 os.close(stdout)
@@ -491,24 +705,49 @@ class Guard:
                 atexit.unregister(self.close)
             except Exception:
                 pass
+        self.outcome = outcome
+        self._log_outcome(outcome)
+        if self._strict:
+            outcome.check()
+        return outcome
 
-    @staticmethod
-    def _wait_for_exit(fd: int, timeout: float) -> None:
-        """The sidecar holds its stdout (our pipe) until it exits: wait for EOF."""
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            if _readable(fd, left) and not os.read(fd, 4096):
-                return
+    def _read_outcome(self, fd: int, timeout: float) -> Outcome:
+        """The sidecar's line after ``bye`` (it writes nothing else on this pipe after
+        ``ready``); EOF without it means the sidecar was gone."""
+        try:
+            line = _read_line(fd, timeout)
+        except OSError as e:
+            return self._unknown(f"cannot read the sidecar's answer: {e}")
+        if line is None:
+            return self._unknown(f"the sidecar said nothing within {timeout:g} s")
+        if not line:
+            # Gone before bye (killed): the calls that met it said so already.
+            return Outcome("unknown", detail="the sidecar was gone")
+        parsed = Outcome.parse(line)
+        if parsed is None:
+            return self._unknown(f"unexpected answer from the sidecar: {line!r:.200}")
+        return parsed
+
+    def _unknown(self, why: str) -> Outcome:
+        _log.warning("session %s: %s", self.session, why)
+        return Outcome("unknown", detail=why)
+
+    def _log_outcome(self, outcome: Outcome) -> None:
+        if outcome.state == "left":
+            _log.warning("session %s: the reclaim after bye %s (the session is pending; "
+                         "`sandguard sweep` retries)", self.session, outcome)
 
     def __enter__(self) -> "Guard":
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        # An exception leaving the block still says bye: see the module's decisions.
-        self.close()
+        # An exception leaving the block still says bye: see the module's decisions. It wins
+        # over ReclaimIncomplete (the outcome is logged all the same).
+        try:
+            self.close()
+        except ReclaimIncomplete:
+            if exc_type is None:
+                raise
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -523,6 +762,9 @@ def guard(
     renew_every: Optional[float] = RENEW_EVERY,
     wait: Optional[float] = WAIT_TIMEOUT,
     ready_timeout: float = READY_TIMEOUT,
+    docker_proxy: bool = False,
+    cloud_proxy: bool = False,
+    strict: bool = False,
 ) -> Guard:
     """Start a sidecar guarding this process; use as ``with sandguard.guard() as g:``.
 
@@ -531,8 +773,15 @@ def guard(
         config: a config file (``--config``); default: sandguard's own lookup.
         grace: the lease grace, e.g. ``"10m"`` (``--grace``).
         renew_every: seconds between heartbeats; ``None`` sends none (no lease).
-        wait: how long ``close()`` waits for the reclaim to finish; ``None``: no wait.
+        wait: how long ``close()`` waits for the sidecar's word on the reclaim; ``None``: no
+            wait.
         ready_timeout: how long to wait for the sidecar to be ready.
+        docker_proxy: serve a Docker API proxy that labels and claims what it creates
+            (``--docker-proxy``); its address is exported as ``DOCKER_HOST``.
+        cloud_proxy: serve the cloud providers' API proxies (``--cloud-proxy``); their
+            addresses are exported as the ready line names them (``E2B_API_URL``, ...).
+        strict: ``close()`` (and the end of the ``with`` block) raises
+            :class:`ReclaimIncomplete` when the reclaim left something.
 
     Raises:
         SandguardError: the sidecar could not be started or did not become ready.
@@ -544,6 +793,9 @@ def guard(
         renew_every=renew_every,
         wait=wait,
         ready_timeout=ready_timeout,
+        docker_proxy=docker_proxy,
+        cloud_proxy=cloud_proxy,
+        strict=strict,
     )
 
 
@@ -566,21 +818,57 @@ def _inherited_fd() -> Optional[int]:
 
 
 def pass_fds() -> Tuple[int, ...]:
-    """The descriptors a child process needs for ``sandguard claim`` (and ``release``,
-    ``detach``): :mod:`subprocess` closes all others (``close_fds=True`` is its default)::
+    """The descriptors a child process needs to claim (``sandguard claim``, or
+    :func:`sandguard.claim` in a Python child): :mod:`subprocess` closes all others
+    (``close_fds=True`` is its default)::
 
         subprocess.run(["sandguard", "claim", "docker", cid], pass_fds=sandguard.pass_fds())
 
-    The session's control pipe comes from the guard this process opened last (then pass
-    ``env=sandguard.child_env()`` too, so the child finds it), else from ``$SANDGUARD_FD`` when
-    the program runs under ``sandguard -- python ...`` (the child inherits the variables).
-    Outside any session it is empty, so the same call works guarded or not.
+    The session's control pipe comes from the guard this process opened last, else from
+    ``$SANDGUARD_FD`` (``sandguard -- python ...``, or a parent's guard). The child inherits
+    the variables from ``os.environ`` in both cases. Outside any session it is empty, so the
+    same call works guarded or not.
     """
     g = _current_guard()
     if g is not None:
         return g.pass_fds()
     fd = _inherited_fd()
     return () if fd is None else (fd,)
+
+
+def _send(verb: str, provider: str, sandbox_id: str) -> None:
+    g = _current_guard()
+    if g is not None:
+        g._send(f"{verb} {_target(provider, sandbox_id)}\n")
+        return
+    fd = _inherited_fd()
+    if fd is None:
+        raise SandguardError(
+            "not in a sandguard session: no guard is open in this process and $SANDGUARD_FD "
+            "names no open pipe (a child started by subprocess needs "
+            "pass_fds=sandguard.pass_fds())"
+        )
+    try:
+        _write_without_sigpipe(fd, f"{verb} {_target(provider, sandbox_id)}\n".encode("ascii"))
+    except BrokenPipeError as e:
+        raise SandguardError(_GONE) from e
+
+
+def claim(provider: str, sandbox_id: str) -> None:
+    """Claim a sandbox for the current session: the guard this process opened last, else the
+    session in ``$SANDGUARD_FD`` (a child given ``pass_fds=sandguard.pass_fds()``, or a program
+    under ``sandguard -- python ...``). Raises :class:`SandguardError` outside a session."""
+    _send("claim", provider, sandbox_id)
+
+
+def release(provider: str, sandbox_id: str) -> None:
+    """:func:`claim`'s counterpart for a sandbox removed by the program itself."""
+    _send("release", provider, sandbox_id)
+
+
+def detach(provider: str, sandbox_id: str) -> None:
+    """Keep a sandbox beyond the session (its TTL still applies); see :func:`claim`."""
+    _send("detach", provider, sandbox_id)
 
 
 def child_env(base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
