@@ -15,13 +15,16 @@
 mod e2b;
 #[path = "../tests/support/emu.rs"]
 mod emu;
+#[path = "common/http.rs"]
+mod http;
 #[path = "common/report.rs"]
 mod report;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use http::{ms, pct, Client};
 
 const KEY: &str = "e2b_00000000000000000000000000000000";
 
@@ -64,8 +67,8 @@ fn main() {
         .to_string();
     let upstream = emu.url.trim_start_matches("http://").to_string();
 
-    let mut direct = Client::connect(&upstream);
-    let mut proxied = Client::connect(&proxy);
+    let mut direct = Client::tcp(&upstream);
+    let mut proxied = Client::tcp(&proxy);
     let get = b"GET /sandboxes/bench HTTP/1.1\r\nHost: api\r\nX-API-Key: ".to_vec();
     let get = [get, format!("{KEY}\r\n\r\n").into_bytes()].concat();
     let body = r#"{"templateID":"base","metadata":{"app":"bench"}}"#;
@@ -124,65 +127,4 @@ fn report(what: &str, n: usize, mut d: Vec<Duration>, mut p: Vec<Duration>) {
             ms(pm.saturating_sub(dm))
         ),
     );
-}
-
-struct Client(BufReader<TcpStream>);
-
-impl Client {
-    fn connect(addr: &str) -> Client {
-        let s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-        s.set_nodelay(true).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        Client(BufReader::new(s))
-    }
-
-    /// One request and its whole answer (framed by `Content-Length` or chunked); the time.
-    fn call(&mut self, request: &[u8], expect: u16) -> Duration {
-        let started = Instant::now();
-        self.0.get_mut().write_all(request).expect("write");
-        let (mut length, mut chunked) = (None, false);
-        let mut status = String::new();
-        self.0.read_line(&mut status).expect("status");
-        assert!(
-            status.starts_with(&format!("HTTP/1.1 {expect}")),
-            "{status:?}"
-        );
-        loop {
-            let mut h = String::new();
-            self.0.read_line(&mut h).expect("header");
-            let lower = h.to_ascii_lowercase();
-            if let Some(v) = lower.strip_prefix("content-length:") {
-                length = v.trim().parse::<usize>().ok();
-            }
-            chunked |= lower.starts_with("transfer-encoding:") && lower.contains("chunked");
-            if h == "\r\n" {
-                break;
-            }
-        }
-        if chunked {
-            loop {
-                let mut size = String::new();
-                self.0.read_line(&mut size).expect("chunk size");
-                let n = usize::from_str_radix(size.trim(), 16).expect("chunk size");
-                let mut data = vec![0; n + 2];
-                self.0.read_exact(&mut data).expect("chunk");
-                if n == 0 {
-                    break;
-                }
-            }
-        } else {
-            let mut body = vec![0; length.expect("a framed answer")];
-            self.0.read_exact(&mut body).expect("body");
-        }
-        started.elapsed()
-    }
-}
-
-fn pct(samples: &mut [Duration], p: usize) -> Duration {
-    samples.sort();
-    samples[((samples.len() - 1) * p) / 100]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }

@@ -8,10 +8,16 @@
 //! `DOCKER_HOST` if it is a `unix://` address, else `/var/run/docker.sock`).
 //! `REQUESTS=5000 cargo bench --bench docker_proxy` for more.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::net::UnixStream;
+#[path = "common/http.rs"]
+mod http;
+
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+
+use http::{ms, pct, Client};
+
+/// One request: the container listing.
+const LIST: &[u8] = b"GET /containers/json HTTP/1.1\r\nHost: docker\r\n\r\n";
 
 fn main() {
     let requests: usize = std::env::var("REQUESTS")
@@ -46,16 +52,16 @@ fn main() {
         .unwrap_or_else(|| panic!("no proxy address in {line:?}"))
         .to_string();
 
-    let mut direct = Client::connect(&daemon);
-    let mut proxied = Client::connect(&proxy);
+    let mut direct = Client::unix(&daemon);
+    let mut proxied = Client::unix(&proxy);
     for _ in 0..50 {
-        direct.list();
-        proxied.list();
+        direct.call(LIST, 200);
+        proxied.call(LIST, 200);
     }
     let (mut d, mut p) = (Vec::with_capacity(requests), Vec::with_capacity(requests));
     for _ in 0..requests {
-        d.push(direct.list());
-        p.push(proxied.list());
+        d.push(direct.call(LIST, 200));
+        p.push(proxied.call(LIST, 200));
     }
     let _ = Command::new("kill").arg(sidecar.id().to_string()).status();
     let _ = sidecar.wait();
@@ -77,64 +83,4 @@ fn main() {
         "  added by the proxy (median): {:.3} ms",
         ms(pm.saturating_sub(dm))
     );
-}
-
-struct Client(BufReader<UnixStream>);
-
-impl Client {
-    fn connect(path: &str) -> Client {
-        let s = UnixStream::connect(path).unwrap_or_else(|e| panic!("connect {path}: {e}"));
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        Client(BufReader::new(s))
-    }
-
-    /// One request and its whole answer; returns the time it took.
-    fn list(&mut self) -> Duration {
-        let started = Instant::now();
-        self.0
-            .get_mut()
-            .write_all(b"GET /containers/json HTTP/1.1\r\nHost: docker\r\n\r\n")
-            .expect("write");
-        let (mut length, mut chunked) = (None, false);
-        let mut status = String::new();
-        self.0.read_line(&mut status).expect("status");
-        assert!(status.starts_with("HTTP/1.1 200"), "{status:?}");
-        loop {
-            let mut h = String::new();
-            self.0.read_line(&mut h).expect("header");
-            let lower = h.to_ascii_lowercase();
-            if let Some(v) = lower.strip_prefix("content-length:") {
-                length = v.trim().parse::<usize>().ok();
-            }
-            chunked |= lower.starts_with("transfer-encoding:") && lower.contains("chunked");
-            if h == "\r\n" {
-                break;
-            }
-        }
-        if chunked {
-            loop {
-                let mut size = String::new();
-                self.0.read_line(&mut size).expect("chunk size");
-                let n = usize::from_str_radix(size.trim(), 16).expect("chunk size");
-                let mut data = vec![0; n + 2];
-                self.0.read_exact(&mut data).expect("chunk");
-                if n == 0 {
-                    break;
-                }
-            }
-        } else {
-            let mut body = vec![0; length.expect("a framed answer")];
-            self.0.read_exact(&mut body).expect("body");
-        }
-        started.elapsed()
-    }
-}
-
-fn pct(samples: &mut [Duration], p: usize) -> Duration {
-    samples.sort();
-    samples[((samples.len() - 1) * p) / 100]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
