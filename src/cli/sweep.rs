@@ -26,6 +26,7 @@ use super::output::{self, sanitize, ErrorJson, Exit, SandboxJson};
 use super::Error;
 use crate::config::{HumanDuration, Settings};
 use crate::fleet::redis::RedisStore;
+use crate::fleet::Store;
 use crate::ledger::StateDir;
 use crate::providers::{Registry, SandboxKey};
 use crate::reclaim::Options;
@@ -98,22 +99,35 @@ pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result
         return Err(Error::Usage("--every must be longer than 0".into()));
     }
     let state = StateDir::open(&settings.state_dir)?;
-    let fleet = match (args.fleet, &settings.fleet) {
-        (false, _) => None,
-        (true, None) => return Err(Error::Usage(
+    // With a store configured, the local pass tells it of the sessions it ends, `--fleet` or
+    // not; a store that cannot be built only stops `--fleet` (the local pass goes on).
+    let store = settings
+        .fleet
+        .as_ref()
+        .map(|f| RedisStore::new(f).map(|s| std::sync::Arc::new(s) as std::sync::Arc<dyn Store>));
+    let fleet = match (args.fleet, &settings.fleet, &store) {
+        (false, _, _) => None,
+        (true, None, _) | (true, _, None) => return Err(Error::Usage(
             "--fleet needs a fleet store: [fleet] store in the config, or SANDGUARD_FLEET_STORE"
                 .into(),
         )),
-        (true, Some(f)) => Some(FleetSweep {
-            store: std::sync::Arc::new(
-                RedisStore::new(f).map_err(|e| Error::Usage(e.to_string()))?,
-            ),
+        (true, Some(f), Some(store)) => Some(FleetSweep {
+            store: store.clone().map_err(|e| Error::Usage(e.to_string()))?,
             host: settings.host.id(),
             lease: f.lease,
         }),
     };
+    let store = match store {
+        Some(Ok(store)) => Some(store),
+        Some(Err(e)) => {
+            tracing::warn!("the fleet store will not be told of the sessions this sweep ends: {e}");
+            None
+        }
+        None => None,
+    };
     let plan = service::Plan {
         fleet,
+        store,
         state,
         providers: registry.select(args.provider.as_deref())?,
         options: Options::from(&settings.reclaim),

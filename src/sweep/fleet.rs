@@ -52,7 +52,7 @@ use futures_util::stream::{self, StreamExt};
 
 use super::{Decision, Pass, Verdict};
 use crate::fleet::{FleetSession, FleetState, Holdings, Lock, SessionRecord, Store};
-use crate::ledger::{Journal, LedgerError, Record};
+use crate::ledger::{Journal, LedgerError, Record, SessionState};
 use crate::providers::Provider;
 use crate::reclaim::{ListFailure, Listed, Options};
 
@@ -264,6 +264,29 @@ async fn reclaim_into(
             fail(out, e.to_string());
             let _ = store.unlock(id, &token, None).await;
         }
+    }
+}
+
+/// Tells the store that this machine's sweep ended session `id` in `state` (a session whose
+/// sidecar died on this machine, reclaimed by the local pass or an adopting watcher), so that
+/// `sessions --fleet` shows it ended and no fleet sweep reclaims it a second time. Only a
+/// final end is told, and only of a session the store holds and has not seen end (a session
+/// from before the store was configured gets no record). Best effort: a store that cannot be
+/// reached is logged, and the fleet sweep later finds the session's lease expired and
+/// reclaims it again, which finds it already gone.
+pub async fn tell_ended(store: &dyn Store, id: &str, state: SessionState) {
+    let fleet_state = match state {
+        SessionState::Clean => FleetState::Clean,
+        SessionState::Reclaimed => FleetState::Reclaimed,
+        _ => return,
+    };
+    let told = match store.session(id).await {
+        Ok(Some(s)) if !s.state.is_final() => store.finish(id, fleet_state).await,
+        Ok(_) => Ok(()),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = told {
+        tracing::warn!("cannot tell the fleet store that session {id} ended: {e}");
     }
 }
 

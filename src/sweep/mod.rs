@@ -84,6 +84,9 @@ pub struct Pass {
     pub list_failures: Vec<ListFailure>,
     /// Ledger sessions whose owner lives: the caller may watch them.
     pub adopt: Vec<SessionView>,
+    /// Ledger sessions this pass reclaimed, and the state each ended in (for the fleet store,
+    /// [`fleet::tell_ended`]).
+    pub ended: Vec<(String, SessionState)>,
 }
 
 impl Pass {
@@ -130,7 +133,8 @@ pub async fn pass(
     }
     for view in &to_reclaim {
         match reclaim_session(state, providers, view, options).await {
-            Ok(report) => {
+            Ok((ended, report)) => {
+                out.ended.push((view.id.clone(), ended));
                 out.removals.extend(report.removals);
                 out.list_failures.extend(report.list_failures);
             }
@@ -323,17 +327,16 @@ pub async fn adopt(state: &StateDir, id: &str) -> Result<Journal, LedgerError> {
     }
 }
 
-/// Reclaims one ledger session under its own lock, journaling as a sidecar would.
+/// Reclaims one ledger session under its own lock, journaling as a sidecar would; the state
+/// it ended in, and what was done.
 pub async fn reclaim_session(
     state: &StateDir,
     providers: &[Arc<dyn Provider>],
     view: &SessionView,
     options: &Options,
-) -> Result<reclaim::Report, LedgerError> {
+) -> Result<(SessionState, reclaim::Report), LedgerError> {
     let journal = adopt(state, &view.id).await?;
-    Ok(reclaim_adopted(journal, providers, view, options, None)
-        .await
-        .1)
+    Ok(reclaim_adopted(journal, providers, view, options, None).await)
 }
 
 /// Reclaims a session whose journal (and lock) the caller holds: its labels, its claims and

@@ -16,6 +16,7 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 
 use super::Pass;
+use crate::fleet::Store;
 use crate::identity::death::OwnerWatch;
 use crate::identity::Identity;
 use crate::ledger::{LedgerError, StateDir, SweepLock};
@@ -33,6 +34,9 @@ pub struct Plan {
     pub prune_after: Option<Duration>,
     /// `--fleet`: the fleet pass to run before the local one.
     pub fleet: Option<super::fleet::FleetSweep>,
+    /// The fleet store (`[fleet] store`, with or without `--fleet`): told of the sessions the
+    /// local pass and the adopting watchers end ([`super::fleet::tell_ended`]).
+    pub store: Option<Arc<dyn Store>>,
 }
 
 /// Waits for the sweep lock without blocking the runtime's thread.
@@ -58,6 +62,11 @@ pub async fn one_pass(plan: &Plan) -> Result<Pass, LedgerError> {
         None => Pass::default(),
     };
     let local = super::pass(&plan.state, &plan.providers, &plan.options, plan.dry_run).await;
+    if let Some(store) = &plan.store {
+        for (id, state) in &local.ended {
+            super::fleet::tell_ended(store.as_ref(), id, *state).await;
+        }
+    }
     pass.decisions.extend(local.decisions);
     pass.removals.extend(local.removals);
     pass.list_failures.extend(local.list_failures);
@@ -115,9 +124,14 @@ fn adopt(plan: &Plan, pass: Pass, adopted: &mut HashSet<String>, watchers: &mut 
         };
         adopted.insert(view.id.clone());
         let (providers, options) = (plan.providers.clone(), plan.options.clone());
+        let store = plan.store.clone();
         watchers.spawn(async move {
             OwnerWatch::open(&owner).wait().await;
-            super::reclaim_adopted(journal, &providers, &view, &options, None).await;
+            let (ended, _) =
+                super::reclaim_adopted(journal, &providers, &view, &options, None).await;
+            if let Some(store) = store {
+                super::fleet::tell_ended(store.as_ref(), &view.id, ended).await;
+            }
             view.id
         });
     }

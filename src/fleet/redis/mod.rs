@@ -24,8 +24,9 @@ use crate::config::FleetSettings;
 
 mod reads;
 
-/// How long a `stopped` session stays in the store: its own host's sweep judges it (and does
-/// not write to the store), so the record only informs `sessions --fleet` for a while.
+/// How long a `stopped` session stays in the store: its own host's sweep judges it, and tells
+/// the store when it ends it ([`crate::sweep::fleet::tell_ended`]); a host that never sweeps
+/// again leaves only this record, which informs `sessions --fleet` for a while.
 const STOPPED_KEEP: Duration = Duration::from_secs(7 * 86_400);
 
 /// Deletes a key only if it holds the given value (a lock's owner releasing it).
