@@ -20,11 +20,10 @@ mod http;
 #[path = "common/report.rs"]
 mod report;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use http::{ms, pct, Client};
+use http::{ms, pct, proxy_sidecar, stop, Client};
 
 const KEY: &str = "e2b_00000000000000000000000000000000";
 
@@ -43,28 +42,13 @@ fn main() {
     std::fs::create_dir_all(&dir).expect("scratch dir");
     let config = dir.join("sandguard.toml");
     std::fs::write(&config, "[providers.docker]\nenabled = false\n").expect("config");
-    let mut sidecar = Command::new(env!("CARGO_BIN_EXE_sandguard"))
-        .args(["watch", "--cloud-proxy", "--owner-pid"])
-        .arg(std::process::id().to_string())
-        .env("XDG_STATE_HOME", &dir)
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sandguard"));
+    cmd.env("XDG_STATE_HOME", &dir)
         .env("SANDGUARD_CONFIG", &config)
         .env("E2B_API_KEY", KEY)
         .env("E2B_API_URL", &emu.url)
-        .env_remove("DAYTONA_API_KEY")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the sidecar");
-    let mut line = String::new();
-    BufReader::new(sidecar.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("ready line");
-    let proxy = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("E2B_API_URL=http://"))
-        .unwrap_or_else(|| panic!("no E2B_API_URL in {line:?}"))
-        .to_string();
+        .env_remove("DAYTONA_API_KEY");
+    let (sidecar, proxy) = proxy_sidecar(cmd, "--cloud-proxy", "E2B_API_URL");
     let upstream = emu.url.trim_start_matches("http://").to_string();
 
     let mut direct = Client::tcp(&upstream);
@@ -95,8 +79,7 @@ fn main() {
     );
     report("POST /v2/sandboxes (claim journaled)", creates, d, p);
 
-    let _ = Command::new("kill").arg(sidecar.id().to_string()).status();
-    let _ = sidecar.wait();
+    stop(sidecar);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -11,10 +11,9 @@
 #[path = "common/http.rs"]
 mod http;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use http::{ms, pct, Client};
+use http::{ms, pct, proxy_sidecar, stop, Client};
 
 /// One request: the container listing.
 const LIST: &[u8] = b"GET /containers/json HTTP/1.1\r\nHost: docker\r\n\r\n";
@@ -30,27 +29,11 @@ fn main() {
         .unwrap_or_else(|| "/var/run/docker.sock".into());
     let state = std::env::temp_dir().join(format!("sandguard-bench-proxy-{}", std::process::id()));
     std::fs::create_dir_all(&state).expect("state dir");
-    let mut sidecar = Command::new(env!("CARGO_BIN_EXE_sandguard"))
-        .args(["watch", "--docker-proxy", "--owner-pid"])
-        .arg(std::process::id().to_string())
-        .env("XDG_STATE_HOME", &state)
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sandguard"));
+    cmd.env("XDG_STATE_HOME", &state)
         .env("DOCKER_HOST", format!("unix://{daemon}"))
-        .env_remove("SANDGUARD_CONFIG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the sidecar");
-    let mut line = String::new();
-    BufReader::new(sidecar.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("ready line");
-    let proxy = line
-        .split_whitespace()
-        .nth(2)
-        .and_then(|h| h.strip_prefix("DOCKER_HOST=unix://"))
-        .unwrap_or_else(|| panic!("no proxy address in {line:?}"))
-        .to_string();
+        .env_remove("SANDGUARD_CONFIG");
+    let (sidecar, proxy) = proxy_sidecar(cmd, "--docker-proxy", "DOCKER_HOST");
 
     let mut direct = Client::unix(&daemon);
     let mut proxied = Client::unix(&proxy);
@@ -63,8 +46,7 @@ fn main() {
         d.push(direct.call(LIST, 200));
         p.push(proxied.call(LIST, 200));
     }
-    let _ = Command::new("kill").arg(sidecar.id().to_string()).status();
-    let _ = sidecar.wait();
+    stop(sidecar);
     let _ = std::fs::remove_dir_all(&state);
 
     let (dm, pm) = (pct(&mut d, 50), pct(&mut p, 50));

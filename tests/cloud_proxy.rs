@@ -379,33 +379,12 @@ fn the_ready_line_carries_one_assignment_per_configured_provider() {
     let (emu, _state) = e2b::start(E2B_KEY);
     let cloud = Daytona::start(DAYTONA_KEY);
     let session = format!("cloudready{}", crate::support::unique());
-    let mut cmd = sandguard(&s);
-    for var in SDK_VARS {
-        cmd.env_remove(var);
-    }
-    let mut watch = cmd
-        .env("SANDGUARD_CONFIG", &config)
-        .env("E2B_API_KEY", E2B_KEY)
-        .env("E2B_API_URL", &emu.url)
-        .env("DAYTONA_API_KEY", DAYTONA_KEY)
-        .env("DAYTONA_API_URL", cloud.api_url())
-        .args([
-            "watch",
-            "--cloud-proxy",
-            "--owner-pid",
-            "1",
-            "--session",
-            &session,
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(watch.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let daytona = [
+        ("DAYTONA_API_KEY", DAYTONA_KEY),
+        ("DAYTONA_API_URL", &cloud.api_url()),
+    ];
+    let (mut watch, line) =
+        cloud_sidecar(&s, &config, &emu.url, &daytona, &["--session", &session]);
     crate::wrapper::unsafe_kill(watch.id() as i32, libc::SIGTERM);
     let _ = watch.wait();
     let words: Vec<&str> = line.split_whitespace().collect();
@@ -419,6 +398,39 @@ fn the_ready_line_carries_one_assignment_per_configured_provider() {
         .strip_prefix("DAYTONA_API_URL=http://127.0.0.1:")
         .unwrap();
     assert!(daytona.ends_with("/api"), "{line:?}");
+}
+
+/// `sandguard watch --cloud-proxy` (plus `args`) for an owner that never dies (pid 1), with
+/// E2B at `e2b` and `env` besides, and no other SDK variable from the harness; the sidecar
+/// and its ready line.
+fn cloud_sidecar(
+    s: &Scratch,
+    config: &Path,
+    e2b: &str,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> (Child, String) {
+    let mut cmd = sandguard(s);
+    for var in SDK_VARS {
+        cmd.env_remove(var);
+    }
+    let mut watch = cmd
+        .env("SANDGUARD_CONFIG", config)
+        .env("E2B_API_KEY", E2B_KEY)
+        .env("E2B_API_URL", e2b)
+        .envs(env.iter().copied())
+        .args(["watch", "--cloud-proxy", "--owner-pid", "1"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(watch.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    (watch, line)
 }
 
 /// A hand-written upstream on loopback: `GET /events` answers a chunked stream whose second
@@ -480,24 +492,7 @@ fn streams_flow_as_they_come_and_an_upgrade_becomes_a_raw_copy() {
     let config = cloud_config(&s, "");
     let (gate_tx, gate) = std::sync::mpsc::channel();
     let upstream = stream_and_upgrade_server(gate);
-    let mut cmd = sandguard(&s);
-    for var in SDK_VARS {
-        cmd.env_remove(var);
-    }
-    let mut watch = cmd
-        .env("SANDGUARD_CONFIG", &config)
-        .env("E2B_API_KEY", E2B_KEY)
-        .env("E2B_API_URL", &upstream)
-        .args(["watch", "--cloud-proxy", "--owner-pid", "1"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(watch.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (mut watch, line) = cloud_sidecar(&s, &config, &upstream, &[], &[]);
     let proxy = line
         .split_whitespace()
         .find_map(|w| w.strip_prefix("E2B_API_URL=http://"))

@@ -1,7 +1,7 @@
 //! A minimal HTTP/1.1 client for the proxy benches: one kept-alive connection (a unix socket
 //! or TCP), one request at a time, its whole answer read (framed by `Content-Length` or
 //! chunked); each call returns the time it took. Plus the percentile and millisecond helpers
-//! the benches print with.
+//! the benches print with, and the sidecar whose proxy they measure.
 
 // Each bench connects one way only.
 #![allow(dead_code)]
@@ -9,6 +9,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// One connection: to a unix socket's path, or to a TCP address.
@@ -84,4 +85,37 @@ pub fn pct(samples: &mut [Duration], p: usize) -> Duration {
 /// `d` in milliseconds.
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
+}
+
+/// Starts `sandguard watch` with `proxy_flag` (`--docker-proxy`, `--cloud-proxy`) for this
+/// process as its owner, `cmd` carrying the environment; returns it and the value of `var` in
+/// its ready line, without its scheme (`unix://`, `http://`).
+pub fn proxy_sidecar(mut cmd: Command, proxy_flag: &str, var: &str) -> (Child, String) {
+    let mut sidecar = cmd
+        .args(["watch", proxy_flag, "--owner-pid"])
+        .arg(std::process::id().to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the sidecar");
+    let mut line = String::new();
+    BufReader::new(sidecar.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("ready line");
+    let address = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(var)?.strip_prefix('='))
+        .and_then(|v| v.split_once("://"))
+        .map_or_else(
+            || panic!("no {var} in {line:?}"),
+            |(_, rest)| rest.to_string(),
+        );
+    (sidecar, address)
+}
+
+/// Stops a sidecar started by [`proxy_sidecar`] (SIGTERM: it leaves without reclaiming).
+pub fn stop(mut sidecar: Child) {
+    let _ = Command::new("kill").arg(sidecar.id().to_string()).status();
+    let _ = sidecar.wait();
 }
