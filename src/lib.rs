@@ -29,7 +29,8 @@
 //! providers/    the trait, the registry, retry.rs (reads, paging, error chains), http/ and
 //!               redact.rs (the REST layer); one module per driver: docker/ (with its API
 //!               proxy, proxy/), e2b, daytona/, flyio/, tenki/, modal/, plugin/; cloud_proxy/
-//!               (the E2B and Daytona API proxy: stamps creates, claims their ids)
+//!               (the E2B and Daytona API proxy: stamps creates, claims their ids);
+//!               proxy_claim.rs (how both proxies hand the sidecar a claim)
 //! ledger/       the state directory: journals, locks, the boots this machine ran, pruning
 //! protocol/     control lines (and their bounded reader), the sidecar's ready line
 //! config/       file + environment + flags → one Settings

@@ -21,6 +21,7 @@ pub mod flyio;
 pub mod http;
 pub mod modal;
 pub mod plugin;
+pub mod proxy_claim;
 pub(crate) mod redact;
 mod registry;
 pub mod retry;

@@ -55,7 +55,7 @@ use tokio::io::AsyncRead;
 
 use crate::ledger::{Journal, Record, SessionState};
 use crate::protocol::{ByeOutcome, Command, LineReader, ProtocolError, Target};
-use crate::providers::docker::proxy::Claim as ProxyClaim;
+use crate::providers::proxy_claim::Claim as ProxyClaim;
 use crate::providers::Provider;
 use crate::reclaim::session::{self, Before, Cause, SharedJournal};
 use crate::reclaim::{Options, Plan, Report};

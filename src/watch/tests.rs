@@ -18,7 +18,7 @@ struct Harness {
     pipe: tokio::io::DuplexStream,
     kill_owner: Option<oneshot::Sender<()>>,
     stop: Option<oneshot::Sender<()>>,
-    proxy: tokio::sync::mpsc::UnboundedSender<crate::providers::docker::proxy::Claim>,
+    proxy: tokio::sync::mpsc::UnboundedSender<crate::providers::proxy_claim::Claim>,
     run: tokio::task::JoinHandle<Outcome>,
     dir: std::path::PathBuf,
 }
@@ -147,7 +147,7 @@ async fn a_proxy_claim_is_acknowledged_and_reclaimed() {
     let (ack, acked) = oneshot::channel();
     let target = crate::protocol::Target::new("fake", "made").unwrap();
     h.proxy
-        .send(crate::providers::docker::proxy::Claim { target, ack })
+        .send(crate::providers::proxy_claim::Claim { target, ack })
         .unwrap();
     acked.await.expect("the sidecar acknowledges a proxy claim");
     let mut h = h;

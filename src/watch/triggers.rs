@@ -12,7 +12,7 @@ use tokio::io::AsyncRead;
 use crate::identity::death::Gone;
 use crate::ledger::Record;
 use crate::protocol::{Command, LineReader, ProtocolError, Target};
-use crate::providers::docker::proxy::Claim as ProxyClaim;
+use crate::providers::proxy_claim::Claim as ProxyClaim;
 use crate::providers::{Provider, Sandbox};
 use crate::reclaim::session::{self, SharedJournal};
 

@@ -62,8 +62,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::providers::docker::proxy::http::MAX_CREATE_BODY;
-pub use crate::providers::docker::proxy::Claim;
-pub use crate::providers::docker::proxy::ACK_TIMEOUT;
+pub use crate::providers::proxy_claim::{Claim, ACK_TIMEOUT};
 
 /// A body as the proxy passes it: streamed, or built here (a stamped create, an error).
 pub type Body = Either<Incoming, Full<Bytes>>;
@@ -348,19 +347,9 @@ fn unclaimed(api: Api, why: &str) -> Response<Body> {
 /// Sends a claim to the sidecar and waits (at most [`ACK_TIMEOUT`]) until it is journaled.
 async fn claim(shared: &Shared, id: &str) -> Result<(), String> {
     let target = crate::protocol::Target::new(shared.api.name(), id).map_err(|e| e.to_string())?;
-    let (ack, acked) = tokio::sync::oneshot::channel();
-    shared
-        .claims
-        .send(Claim { target, ack })
-        .map_err(|_| "the sidecar takes no more claims (the session is ending)".to_string())?;
-    match tokio::time::timeout(ACK_TIMEOUT, acked).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(_)) => Err("the sidecar dropped the claim (the session is ending)".into()),
-        Err(_) => Err(format!(
-            "the sidecar did not journal it within {} s",
-            ACK_TIMEOUT.as_secs()
-        )),
-    }
+    crate::providers::proxy_claim::claim(&shared.claims, target)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// An answer of the proxy's own: `{"code": N, "message": "..."}`, which both SDKs show.

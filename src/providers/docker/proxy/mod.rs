@@ -49,21 +49,13 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::protocol::Target;
+use crate::providers::proxy_claim::claim as claim_target;
+pub use crate::providers::proxy_claim::Claim;
 use target::Create;
-
-/// A claim from the proxy; the sidecar answers on `ack` once it is journaled.
-#[derive(Debug)]
-pub struct Claim {
-    pub target: Target,
-    pub ack: oneshot::Sender<()>,
-}
-
-/// How long a create answer waits for the sidecar to journal its claim.
-pub const ACK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where the real daemon listens.
 #[derive(Debug, Clone)]
@@ -262,9 +254,9 @@ async fn claim(shared: &Shared, kind: Create, id: &str) {
             return;
         }
     };
-    let (ack, acked) = oneshot::channel();
-    if shared.claims.send(Claim { target, ack }).is_ok() {
-        let _ = tokio::time::timeout(ACK_TIMEOUT, acked).await;
+    // Not acknowledged: the daemon's answer goes on all the same; the labels mark the object.
+    if let Err(e) = claim_target(&shared.claims, target).await {
+        tracing::debug!("docker proxy: {id} not claimed ({e}); its labels still mark it");
     }
 }
 
