@@ -241,6 +241,80 @@ exec sleep 3600
     assert!(none.stderr.contains("no session abc123"), "{}", none.stderr);
 }
 
+#[test]
+fn sessions_show_tells_what_sandguard_stop_removed_by_hand() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("showstop");
+    let out = s.path().join("ids");
+    let script = format!(
+        r#"set -e
+a=$(docker run -d --network none {IMAGE} sleep 3600)
+b=$(docker run -d --network none {IMAGE} sleep 3600)
+printf '%s\n' "$SANDGUARD_SESSION" "$a" "$b" > {f}.tmp
+mv {f}.tmp {f}
+exec sleep 3600
+"#,
+        f = out.display()
+    );
+    let mut child = guarded_with(&s, &["run", "--docker-proxy"], &script);
+    let ids = wait_for_file(&out, &mut child);
+    let [session, a, b] = <[String; 3]>::try_from(ids).unwrap();
+    let find = |f: &[(String, String, String, String, String)], id: &str| {
+        f.iter()
+            .find(|x| x.0 == id)
+            .unwrap_or_else(|| panic!("{id} in {f:?}"))
+            .clone()
+    };
+
+    // Stopped by hand while the owner lives, by the prefix `ps` shows.
+    let stop = run(sandguard(&s).args(["stop", &a[..12]]));
+    assert_eq!(stop.code, 0, "{}", stop.stderr);
+    assert!(!container_exists(&a) && container_exists(&b));
+    let alive = fates(&s, &session);
+    assert_eq!(alive.len(), 2, "one line per container: {alive:?}");
+    let (_, _, fate, cause, words) = find(&alive, &a);
+    assert_eq!((fate.as_str(), cause.as_str()), ("stopped", "-"));
+    assert_eq!(words, "removed by hand (sandguard stop) (claimed)");
+    assert_eq!(find(&alive, &b).2, "claimed");
+
+    // The owner dies: the reclaim finds `a` gone, and it is still told as stopped by hand.
+    unsafe_kill(child.id() as i32, libc::SIGKILL);
+    child.wait().unwrap();
+    eventually(Duration::from_secs(15), "the session is reclaimed", || {
+        let v = json(&run(sandguard(&s).args(["sessions", "--json"])).stdout);
+        v["sessions"][0]["state"] == "reclaimed"
+    });
+    assert!(!container_exists(&b));
+    let after = fates(&s, &session);
+    assert_eq!(
+        find(&after, &a).4,
+        "removed by hand (sandguard stop) (claimed)"
+    );
+    assert_eq!(find(&after, &b).4, "removed: owner exited (claimed)");
+
+    // The record lives beside the journal, private like it; a stop of nothing adds nothing.
+    let journal = s
+        .path()
+        .join("state/sandguard/sessions")
+        .join(format!("{session}.journal"));
+    let side = journal.with_extension("stopped");
+    let meta = std::fs::metadata(&side).unwrap_or_else(|e| panic!("{}: {e}", side.display()));
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777,
+        0o600
+    );
+    let before = std::fs::read(&side).unwrap();
+    let none = run(sandguard(&s).args(["stop", &a]));
+    assert_eq!(none.code, 1, "{}", none.stderr);
+    assert_eq!(std::fs::read(&side).unwrap(), before);
+    let journal_text = std::fs::read_to_string(&journal).unwrap();
+    assert!(
+        !journal_text.contains("\"stopped\""),
+        "stops never go to the journal: {journal_text}"
+    );
+}
+
 /// Runs a guarded program that creates nothing, with `env`, and returns the session's log
 /// once the session is in `state` with its sidecar gone.
 fn log_of_a_reclaim(s: &Scratch, env: &[(&str, &str)], state: &str) -> String {

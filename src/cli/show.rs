@@ -23,6 +23,9 @@
 //!   names once a reclaim finds them: the text says so and points to `ps --session ID`.
 //! - The kind is read from the claim's form (`network/…`, `volume/…`, as Docker claims are
 //!   written); anything else is an instance.
+//! - What `sandguard stop` removed by hand is told as such ("removed by hand"), from the
+//!   session's side file of stops ([`crate::ledger::StateDir::note_stopped`]); a stop made
+//!   against another machine's state directory is not known here.
 //! - An id that is malformed is bad usage (exit 2); a well-formed one with no journal is exit 1.
 //! - `--json` is the `sessions --json` row of the session plus `ending` and `sandboxes`
 //!   (`provider`, `id`, `kind`, `origin`, `fate`, `cause`, `detail`, `words`).
@@ -71,7 +74,7 @@ struct SandboxJson {
     kind: &'static str,
     /// `claimed`, or `labelled` (found by a reclaim's listing of the session's label).
     origin: &'static str,
-    /// `removed`, `gone`, `released`, `detached`, `refused`, `pending`, `claimed`.
+    /// `removed`, `gone`, `released`, `detached`, `refused`, `pending`, `stopped`, `claimed`.
     fate: &'static str,
     /// For `removed` and `gone`: the reclaim's cause (as `ending.cause`).
     cause: Option<&'static str>,
@@ -181,6 +184,10 @@ fn words(s: &SandboxStory, view: &SessionView, owner: Liveness) -> String {
             ending.words()
         ),
         Fate::Released => "removed by the program itself (released)".into(),
+        Fate::Stopped { gone: false } => format!("removed by hand (sandguard stop) ({origin})"),
+        Fate::Stopped { gone: true } => {
+            format!("gone: already gone when sandguard stop came for it ({origin})")
+        }
         Fate::Detached => "left: detached by the program; only its TTL ends it".into(),
         Fate::Refused(reason) => format!("refused, never acted upon: {}", sanitize(reason)),
         Fate::Pending(error) => format!(

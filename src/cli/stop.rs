@@ -8,6 +8,17 @@
 //!   `--provider` and `--session`; `--dry-run` lists what would go and touches nothing.
 //! - Exit 1 when the id is not found or ambiguous, when a removal failed, or when a provider
 //!   could not be queried; in that last case the output says sandboxes may still be running.
+//! - What was removed is told to the ledger of its session (by its `sandguard.session` label),
+//!   when that session's journal is in this state directory: `sessions show` then says "removed
+//!   by hand" instead of "claimed". It goes to the session's side file of stops, never its
+//!   journal, so a live sidecar is neither waited for nor disturbed
+//!   ([`crate::ledger::StateDir::note_stopped`]). A sandbox is named as its claim named it (a
+//!   Docker id prefix, `network/…`), so the story has one line for it. This is best effort:
+//!   the removal is done either way, and a ledger that cannot be written is a warning that
+//!   changes neither the output nor the exit status. A dry run writes nothing.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -15,8 +26,11 @@ use super::output::{self, sanitize, ErrorJson, Exit, SandboxJson};
 use super::Error;
 use crate::config::Settings;
 use crate::labels::Selector;
-use crate::providers::{Registry, Sandbox};
+use crate::ledger::{Record, SessionView, StateDir};
+use crate::protocol::Target;
+use crate::providers::{Provider, Registry, Sandbox};
 use crate::reclaim::{self, ListFailure, Options, Removal};
+use crate::session::SessionId;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -91,6 +105,7 @@ pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result
         )
         .await
     };
+    note_stops(settings, &providers, &removals);
     let clean = failures.is_empty() && removals.iter().all(|r| r.outcome.is_final());
     if args.json {
         print_json(&args, &targets, &removals, &failures, clean);
@@ -98,6 +113,61 @@ pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result
         print_text(&args, &targets, &removals, &failures);
     }
     Ok(Exit::clean_if(clean))
+}
+
+/// Tells each session's ledger what was removed from it; see the module docs.
+fn note_stops(settings: &Settings, providers: &[Arc<dyn Provider>], removals: &[Removal]) {
+    let mut by_session: BTreeMap<&str, Vec<&Removal>> = BTreeMap::new();
+    for r in removals.iter().filter(|r| r.outcome.is_success()) {
+        if let Some(session) = r.sandbox.session() {
+            by_session.entry(session).or_default().push(r);
+        }
+    }
+    // No state directory: no session of ours to tell (and none is created for this).
+    if by_session.is_empty() || !settings.state_dir.exists() {
+        return;
+    }
+    let state = match StateDir::open(&settings.state_dir) {
+        Ok(state) => state,
+        Err(e) => return tracing::warn!("cannot record the stops in the ledger: {e}"),
+    };
+    for (session, removed) in by_session {
+        // A label that is not a session id names no journal; a session whose journal is not
+        // here is another machine's (or was pruned).
+        if SessionId::parse(session).is_err() {
+            continue;
+        }
+        let Ok(view) = state.read_session(session) else {
+            continue;
+        };
+        let records: Vec<Record> = removed
+            .iter()
+            .map(|r| Record::Stopped {
+                provider: r.sandbox.provider.clone(),
+                id: claimed_as(&view, providers, &r.sandbox),
+                outcome: r.outcome.as_str().to_string(),
+            })
+            .collect();
+        if let Err(e) = state.note_stopped(session, &records) {
+            tracing::warn!("cannot record the stops of session {session} in the ledger: {e}");
+        }
+    }
+}
+
+/// The id a session's claim (or detach) gave `sandbox`, else its provider's claim form.
+fn claimed_as(view: &SessionView, providers: &[Arc<dyn Provider>], sandbox: &Sandbox) -> String {
+    let Some(provider) = providers.iter().find(|p| p.name() == sandbox.provider) else {
+        return sandbox.id.clone();
+    };
+    let names = |t: &&Target| {
+        t.provider == sandbox.provider
+            && Sandbox::from_claim(providers, t).is_ok_and(|c| provider.names(&c, sandbox))
+    };
+    view.claims
+        .iter()
+        .chain(&view.detached)
+        .find(names)
+        .map_or_else(|| provider.claim_id(sandbox), |t| t.id.clone())
 }
 
 /// The one sandbox `id` names: an exact id, else a unique prefix.

@@ -5,6 +5,7 @@
 //!   boots                      0600, the boot ids this machine has run, one per line
 //!   sessions/                  0700, same checks
 //!     <session id>.journal     0600, JSON Lines, append-only, one per session
+//!     <session id>.stopped     0600, what `sandguard stop` removed by hand (`stops.rs`)
 //!     <session id>.new         a journal being created (ignored by readers)
 //! ```
 //!
@@ -27,10 +28,12 @@
 //!   and every sweep does; the list is only ever read to prove a death, never to prove life.
 //!
 //! The pieces: `record.rs` (what a line says), `journal.rs` (writing, locking), `view.rs`
-//! (reading), `story.rs` (what happened to each sandbox, for `sessions show`).
+//! (reading), `story.rs` (what happened to each sandbox, for `sessions show`), `stops.rs` (the
+//! side file of stops).
 
 mod journal;
 mod record;
+mod stops;
 pub mod story;
 mod view;
 
@@ -186,9 +189,23 @@ impl StateDir {
         let free = unix::try_lock_shared(&file).map_err(io_err("probe the lock of", &path))?;
         let mut text = Vec::new();
         io::Read::read_to_end(&mut file, &mut text).map_err(io_err("read journal", &path))?;
+        let stops = stops::read(&path.with_extension("stopped"))?;
         let mut view = view::fold(id, &text).ok_or(LedgerError::NoStart { path })?;
         view.sidecar_alive = !free;
-        Ok((view, story::tell(&text)))
+        Ok((view, story::tell(&text, &stops)))
+    }
+
+    /// Records that `sandguard stop` removed these sandboxes of session `id` (each a
+    /// [`Record::Stopped`]), in the session's side file of stops, never its journal
+    /// ([`stops`] says why). `Ok(false)`: no session `id` in this state directory, so nothing
+    /// was written.
+    pub fn note_stopped(&self, id: &str, records: &[Record]) -> Result<bool, LedgerError> {
+        let journal = self.journal_path(id)?;
+        if !journal.exists() {
+            return Ok(false);
+        }
+        stops::append(&journal.with_extension("stopped"), records)?;
+        Ok(true)
     }
 
     /// Every session, oldest first. A journal that cannot be read is skipped with a warning, so
@@ -233,7 +250,8 @@ impl StateDir {
     }
 
     /// Deletes the sessions that ended (reclaimed or clean) and whose journal has not changed
-    /// since `before_ms` (unix milliseconds): their journal, log and proxy directory. A
+    /// since `before_ms` (unix milliseconds): their journal, log, side file of stops and proxy
+    /// directory. A
     /// session whose sidecar (or an adopting sweep) holds its lock is never touched, nor a
     /// pending one. Returns the ids deleted.
     pub fn prune(&self, before_ms: u64) -> Result<Vec<String>, LedgerError> {
@@ -248,6 +266,7 @@ impl StateDir {
             };
             let path = journal.path().to_path_buf();
             let _ = fs::remove_file(path.with_extension("log"));
+            let _ = fs::remove_file(path.with_extension("stopped"));
             let _ = fs::remove_dir_all(path.with_extension("docker"));
             fs::remove_file(&path).map_err(io_err("delete journal", &path))?;
             drop(journal);

@@ -82,6 +82,15 @@ pub enum Record {
     Listed {
         provider: String,
     },
+    /// `sandguard stop` removed this sandbox by hand; `outcome` is `removed`, or `gone` when the
+    /// provider no longer had it. Written only to a session's side file of stops
+    /// (`<id>.stopped`, see [`super::StateDir::note_stopped`]), never to its journal: it is
+    /// history for `sessions show`, not a fact a reclaim acts on.
+    Stopped {
+        provider: String,
+        id: String,
+        outcome: String,
+    },
     /// A record written by a newer sandguard. Only ever read; writing one is an error.
     #[serde(other, skip_serializing)]
     Unknown,

@@ -15,6 +15,11 @@
 //! | after an `end pending`, no new `reclaim_start` | [`Ending::FinishedPending`]: a sweep finishing it |
 //! | outside any reclaim | [`Ending::Unrecorded`]: the journal does not say |
 //!
+//! What `sandguard stop` removed by hand comes from the session's side file of stops
+//! ([`super::stops`]): its `stopped` records are merged in by time (each file keeps its own
+//! order) and told as [`Fate::Stopped`]. A reclaim that later finds such a sandbox gone leaves
+//! it told as stopped: the stop is why it was gone.
+//!
 //! Decisions:
 //! - Nothing is guessed. The journal does not record an owner's exit status or the signal
 //!   that killed it, nor whether a sandbox still runs: the story says "owner exited" and
@@ -97,6 +102,8 @@ pub enum Fate {
     Refused(String),
     /// A reclaim could not remove it (last error); a sweep retries.
     Pending(String),
+    /// Removed by hand with `sandguard stop`; `gone`: the provider no longer had it.
+    Stopped { gone: bool },
     /// Claimed, and nothing since.
     Claimed,
 }
@@ -111,6 +118,7 @@ impl Fate {
             Fate::Detached => "detached",
             Fate::Refused(_) => "refused",
             Fate::Pending(_) => "pending",
+            Fate::Stopped { .. } => "stopped",
             Fate::Claimed => "claimed",
         }
     }
@@ -135,14 +143,29 @@ pub struct Story {
     pub sandboxes: Vec<SandboxStory>,
 }
 
-/// Reads the story of a journal's text; unreadable lines are skipped (the view counts them).
-pub fn tell(text: &[u8]) -> Story {
+/// Reads the story of a journal's text and its side file of stops (empty when none);
+/// unreadable lines are skipped (the view counts the journal's).
+pub fn tell(journal: &[u8], stops: &[u8]) -> Story {
+    let entries = |text: &[u8]| -> Vec<Entry> {
+        text.split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .filter_map(|l| Entry::decode(l).ok())
+            .collect()
+    };
+    let stops: Vec<Entry> = entries(stops)
+        .into_iter()
+        .filter(|e| matches!(e.record, Record::Stopped { .. }))
+        .collect();
     let mut teller = Teller::default();
-    for line in text.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-        if let Ok(entry) = Entry::decode(line) {
-            teller.apply(entry);
+    // A merge, not a sort: a clock stepped back never reorders the journal's own records.
+    let mut stops = stops.into_iter().peekable();
+    for entry in entries(journal) {
+        while let Some(stop) = stops.next_if(|s| s.t < entry.t) {
+            teller.apply(stop);
         }
+        teller.apply(entry);
     }
+    stops.for_each(|stop| teller.apply(stop));
     teller.finish()
 }
 
@@ -179,6 +202,16 @@ impl Teller {
                 id,
                 outcome,
             } => return self.removed(Target { provider, id }, outcome == "gone", t),
+            Record::Stopped {
+                provider,
+                id,
+                outcome,
+            } => (
+                Target { provider, id },
+                Fate::Stopped {
+                    gone: outcome == "gone",
+                },
+            ),
             Record::Claim { provider, id } => (Target { provider, id }, Fate::Claimed),
             Record::Detach { provider, id } => (Target { provider, id }, Fate::Detached),
             Record::Release { provider, id } => (Target { provider, id }, Fate::Released),
@@ -210,6 +243,12 @@ impl Teller {
     }
 
     fn removed(&mut self, target: Target, gone: bool, t: u64) {
+        let stopped = |(s, _): &(SandboxStory, Option<Told>)| {
+            s.target == target && matches!(s.fate, Fate::Stopped { .. })
+        };
+        if gone && self.sandboxes.iter().any(stopped) {
+            return;
+        }
         let fate = Fate::Removed {
             ending: Ending::Unrecorded,
             gone,
@@ -285,7 +324,7 @@ mod tests {
             .collect::<Vec<_>>()
             .join("\n");
         text.push('\n');
-        tell(text.as_bytes())
+        tell(text.as_bytes(), b"")
     }
 
     fn fates(s: &Story) -> Vec<(&str, Origin, Fate)> {
@@ -376,5 +415,53 @@ mod tests {
         let active = story(&[r#"{"t":2,"ev":"claim","provider":"e2b","id":"a"}"#]);
         assert_eq!(active.ending, None);
         assert_eq!(active.sandboxes[0].fate, Fate::Claimed);
+    }
+
+    #[test]
+    fn stops_by_hand_are_merged_in_by_time_and_a_later_reclaim_keeps_them() {
+        let journal = [
+            START,
+            r#"{"t":2,"ev":"claim","provider":"docker","id":"a"}"#,
+            r#"{"t":3,"ev":"claim","provider":"docker","id":"b"}"#,
+            r#"{"t":6,"ev":"owner_dead","reason":"exited"}"#,
+            r#"{"t":7,"ev":"reclaim_start"}"#,
+            r#"{"t":8,"ev":"removed","provider":"docker","id":"a","outcome":"gone"}"#,
+            r#"{"t":8,"ev":"removed","provider":"docker","id":"b","outcome":"removed"}"#,
+            r#"{"t":9,"ev":"end","state":"reclaimed"}"#,
+            "",
+        ]
+        .join("\n");
+        let stops = [
+            r#"{"t":4,"ev":"stopped","provider":"docker","id":"a","outcome":"removed"}"#,
+            r#"{"t":5,"ev":"stopped","provider":"e2b","id":"x","outcome":"gone"}"#,
+            // Any other kind in the side file is ignored: it holds stops only.
+            r#"{"t":5,"ev":"claim","provider":"docker","id":"z"}"#,
+            "",
+        ]
+        .join("\n");
+        let s = tell(journal.as_bytes(), stops.as_bytes());
+        let dead = Ending::OwnerDead("exited".into());
+        assert_eq!(s.ending, Some(dead.clone()));
+        assert_eq!(
+            fates(&s),
+            [
+                ("a", Origin::Claimed, Fate::Stopped { gone: false }),
+                (
+                    "b",
+                    Origin::Claimed,
+                    Fate::Removed {
+                        ending: dead,
+                        gone: false
+                    }
+                ),
+                ("x", Origin::Labelled, Fate::Stopped { gone: true }),
+            ]
+        );
+        // Without its side file the same journal tells `a` as gone at the reclaim.
+        let bare = tell(journal.as_bytes(), b"");
+        assert!(matches!(
+            bare.sandboxes[0].fate,
+            Fate::Removed { gone: true, .. }
+        ));
     }
 }
