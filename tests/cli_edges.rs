@@ -132,6 +132,25 @@ fn fates(s: &Scratch, session: &str) -> Vec<(String, String, String, String, Str
         .collect()
 }
 
+/// Whether the kernel tells a pidfd's holder how its process ended (`PIDFD_INFO_EXIT`, Linux
+/// 6.15), judged by its release, apart from sandguard's code: where it does not, `sessions
+/// show` can only say that the owner exited.
+fn kernel_tells_exit_status() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut numbers = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>().unwrap_or(0));
+    (numbers.next().unwrap(), numbers.next().unwrap()) >= (6, 15)
+}
+
+/// How `sessions show` tells an owner killed by SIGKILL.
+fn killed_owner() -> &'static str {
+    match kernel_tells_exit_status() {
+        true => "owner killed by SIGKILL",
+        false => "owner exited",
+    }
+}
+
 #[test]
 fn sessions_show_tells_what_became_of_each_container_network_and_volume() {
     require_docker();
@@ -183,15 +202,16 @@ exec sleep 3600
 
     unsafe_kill(child.id() as i32, libc::SIGKILL);
     child.wait().unwrap();
+    // Its sidecar gone too: it learns how the owner ended beside the reclaim.
     eventually(Duration::from_secs(15), "the session is reclaimed", || {
         let v = json(&run(sandguard(&s).args(["sessions", "--json"])).stdout);
-        v["sessions"][0]["state"] == "reclaimed"
+        v["sessions"][0]["state"] == "reclaimed" && v["sessions"][0]["sidecar_alive"] == false
     });
     let after = fates(&s, &session);
     for id in [&c, &net_claim, &vol_claim] {
         let (_, _, fate, cause, words) = find(&after, id);
         assert_eq!((fate.as_str(), cause.as_str()), ("removed", "owner_dead"));
-        assert_eq!(words, "removed: owner exited (claimed)");
+        assert_eq!(words, format!("removed: {} (claimed)", killed_owner()));
     }
     assert_eq!(find(&after, &kept).2, "detached");
     assert!(container_exists(&kept) && !network_exists(&net) && !volume_exists(&vol));
@@ -200,7 +220,8 @@ exec sleep 3600
     assert_eq!(text.code, 0, "{}", text.stderr);
     assert!(
         text.stdout.starts_with(&format!(
-            "Session {session}: reclaimed: owner exited. Owner dead"
+            "Session {session}: reclaimed: {}. Owner dead",
+            killed_owner()
         )),
         "{}",
         text.stdout
@@ -217,19 +238,24 @@ exec sleep 3600
     assert_eq!(
         line(&format!("network/{}", &net[..12])),
         format!(
-            "docker network network/{} removed: owner exited (claimed)",
-            &net[..12]
+            "docker network network/{} removed: {} (claimed)",
+            &net[..12],
+            killed_owner()
         )
     );
     assert_eq!(
         line(&vol_claim),
-        format!("docker volume {vol_claim} removed: owner exited (claimed)")
+        format!(
+            "docker volume {vol_claim} removed: {} (claimed)",
+            killed_owner()
+        )
     );
     assert_eq!(
         line(&c[..12]),
         format!(
-            "docker instance {} removed: owner exited (claimed)",
-            &c[..12]
+            "docker instance {} removed: {} (claimed)",
+            &c[..12],
+            killed_owner()
         )
     );
 
@@ -281,9 +307,10 @@ exec sleep 3600
     // The owner dies: the reclaim finds `a` gone, and it is still told as stopped by hand.
     unsafe_kill(child.id() as i32, libc::SIGKILL);
     child.wait().unwrap();
+    // Its sidecar gone too: it learns how the owner ended beside the reclaim.
     eventually(Duration::from_secs(15), "the session is reclaimed", || {
         let v = json(&run(sandguard(&s).args(["sessions", "--json"])).stdout);
-        v["sessions"][0]["state"] == "reclaimed"
+        v["sessions"][0]["state"] == "reclaimed" && v["sessions"][0]["sidecar_alive"] == false
     });
     assert!(!container_exists(&b));
     let after = fates(&s, &session);
@@ -291,7 +318,10 @@ exec sleep 3600
         find(&after, &a).4,
         "removed by hand (sandguard stop) (claimed)"
     );
-    assert_eq!(find(&after, &b).4, "removed: owner exited (claimed)");
+    assert_eq!(
+        find(&after, &b).4,
+        format!("removed: {} (claimed)", killed_owner())
+    );
 
     // The record lives beside the journal, private like it; a stop of nothing adds nothing.
     let journal = s
@@ -312,6 +342,29 @@ exec sleep 3600
     assert!(
         !journal_text.contains("\"stopped\""),
         "stops never go to the journal: {journal_text}"
+    );
+}
+
+#[test]
+fn sessions_show_tells_the_status_the_owner_exited_with() {
+    let s = Scratch::new("showexit");
+    let out = run(sandguard(&s).args(["--", "sh", "-c", "echo $SANDGUARD_SESSION; exit 3"]));
+    assert_eq!(out.code, 3, "{}", out.stderr);
+    let session = out.stdout.trim().to_string();
+    eventually(Duration::from_secs(15), "the session is over", || {
+        let v = json(&run(sandguard(&s).args(["sessions", "--json"])).stdout);
+        v["sessions"][0]["state"] == "reclaimed" && v["sessions"][0]["sidecar_alive"] == false
+    });
+    let show = run(sandguard(&s).args(["sessions", "show", &session, "--json"]));
+    assert_eq!(show.code, 0, "{}", show.stderr);
+    let v = json(&show.stdout);
+    let words = match kernel_tells_exit_status() {
+        true => "owner exited with status 3",
+        false => "owner exited",
+    };
+    assert_eq!(
+        v["ending"],
+        serde_json::json!({"cause": "owner_dead", "words": words})
     );
 }
 

@@ -3,11 +3,11 @@
 //! what happened to it and why, from the journal ([`crate::ledger::story`]).
 //!
 //! ```text
-//! Session 5d1c…: reclaimed: owner exited. Owner dead (pid 4242); no sidecar.
+//! Session 5d1c…: reclaimed: owner killed by SIGKILL. Owner dead (pid 4242); no sidecar.
 //! PROVIDER   KIND      ID                  WHAT HAPPENED
-//! docker     instance  3f2a9c0e11b2         removed: owner exited (claimed)
-//! docker     network   network/8c1e07aa5b3d removed: owner exited (claimed)
-//! docker     volume    volume/sg-cache      removed: owner exited (claimed)
+//! docker     instance  3f2a9c0e11b2         removed: owner killed by SIGKILL (claimed)
+//! docker     network   network/8c1e07aa5b3d removed: owner killed by SIGKILL (claimed)
+//! docker     volume    volume/sg-cache      removed: owner killed by SIGKILL (claimed)
 //! ```
 //!
 //! Decisions:

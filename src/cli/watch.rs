@@ -208,6 +208,7 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
         bye_report: Some(Box::new(report_bye)),
     };
     let triggers = Triggers {
+        exit: owner_watch.exit_probe(),
         owner: Box::pin(async move { owner_watch.wait().await }),
         control,
         proxy: proxy_claims,

@@ -10,7 +10,17 @@
 //!   every [`POLL_EVERY`] as the fallback, with a warning.
 //! - Only a proven death counts ([`Liveness::Dead`]): an owner whose identity cannot be
 //!   checked (its `/proc` entry hidden) is watched on, never taken for gone.
+//! - How the owner ended ([`Exit`]: its status, or the signal that killed it) is read from the
+//!   pidfd by an [`ExitProbe`] (`PIDFD_INFO_EXIT`, Linux ≥ 6.15), which needs no parent: the
+//!   sidecar is not the owner's parent. The kernel tells it only once the owner's parent has
+//!   reaped it, which a shell or a supervisor does at once but which comes after the pidfd
+//!   woke the sidecar. So the death is acted on at once and the status is learned beside the
+//!   reclaim, never before it: the probe asks every [`PROBE_EVERY`] for at most
+//!   [`PROBE_FOR`]. On an older kernel, by polling, for an owner gone before the watch began,
+//!   or for a zombie nobody reaps in time, it is not known, and nothing is guessed: the owner
+//!   "exited".
 
+use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
 use tokio::io::unix::AsyncFd;
@@ -19,6 +29,99 @@ use crate::identity::{Identity, Liveness};
 
 /// The fallback's polling interval.
 pub const POLL_EVERY: Duration = Duration::from_millis(250);
+/// How often an [`ExitProbe`] asks, and for how long at most.
+pub const PROBE_EVERY: Duration = Duration::from_millis(5);
+pub const PROBE_FOR: Duration = Duration::from_secs(1);
+
+/// How a process ended, as `waitpid(2)` would have told its parent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// It exited with this status.
+    Code(i32),
+    /// A signal killed it.
+    Signal(i32),
+}
+
+impl Exit {
+    /// Decodes a wait status; `None` for one that is neither an exit nor a kill.
+    pub fn from_wait_status(status: i32) -> Option<Exit> {
+        if libc::WIFEXITED(status) {
+            Some(Exit::Code(libc::WEXITSTATUS(status)))
+        } else if libc::WIFSIGNALED(status) {
+            Some(Exit::Signal(libc::WTERMSIG(status)))
+        } else {
+            None
+        }
+    }
+
+    /// As the journal holds it: `(code, signal)`, one of them set.
+    pub fn parts(exit: Option<Exit>) -> (Option<i32>, Option<i32>) {
+        match exit {
+            None => (None, None),
+            Some(Exit::Code(code)) => (Some(code), None),
+            Some(Exit::Signal(signal)) => (None, Some(signal)),
+        }
+    }
+
+    /// From the journal's `(code, signal)`; a signal wins, as only one is ever written.
+    pub fn from_parts(code: Option<i32>, signal: Option<i32>) -> Option<Exit> {
+        signal.map(Exit::Signal).or(code.map(Exit::Code))
+    }
+
+    /// What an owner that ended this way did, in plain words: `owner exited with status 3`,
+    /// `owner killed by SIGKILL`; `owner exited` when it is not known.
+    pub fn owner_words(exit: Option<Exit>) -> String {
+        match exit {
+            None => "owner exited".into(),
+            Some(Exit::Code(code)) => format!("owner exited with status {code}"),
+            Some(Exit::Signal(signal)) => match signal_name(signal) {
+                Some(name) => format!("owner killed by {name}"),
+                None => format!("owner killed by signal {signal}"),
+            },
+        }
+    }
+}
+
+/// The name of a standard Linux signal (`SIGKILL`); `None` for a real-time or unknown one.
+fn signal_name(signal: i32) -> Option<&'static str> {
+    const NAMES: [&str; 31] = [
+        "SIGHUP",
+        "SIGINT",
+        "SIGQUIT",
+        "SIGILL",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGKILL",
+        "SIGUSR1",
+        "SIGSEGV",
+        "SIGUSR2",
+        "SIGPIPE",
+        "SIGALRM",
+        "SIGTERM",
+        "SIGSTKFLT",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGSTOP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGWINCH",
+        "SIGIO",
+        "SIGPWR",
+        "SIGSYS",
+    ];
+    usize::try_from(signal)
+        .ok()
+        .and_then(|n| n.checked_sub(1))
+        .and_then(|i| NAMES.get(i).copied())
+}
 
 /// Why the owner is considered gone.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,6 +130,26 @@ pub enum Gone {
     Exited,
     /// It was already gone, or the pid belongs to another process, when the watch began.
     GoneAtStart,
+}
+
+/// Learns how the owner ended, from a pidfd of its own (see the module docs).
+#[derive(Debug)]
+pub struct ExitProbe(OwnedFd);
+
+impl ExitProbe {
+    /// How the owner ended, once its parent has reaped it; `None` when the kernel cannot
+    /// tell, or has not within `within`.
+    pub async fn wait(self, within: Duration) -> Option<Exit> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            match crate::unix::pidfd_exit_status(self.0.as_fd()) {
+                Ok(Some(status)) => return Exit::from_wait_status(status),
+                Err(_) => return None,
+                Ok(None) if tokio::time::Instant::now() >= deadline => return None,
+                Ok(None) => tokio::time::sleep(PROBE_EVERY).await,
+            }
+        }
+    }
 }
 
 /// Prepared death source: call [`OwnerWatch::wait`] to wait for the owner's end.
@@ -66,6 +189,15 @@ impl OwnerWatch {
                     OwnerWatch::Poll(owner.clone())
                 }
             }
+        }
+    }
+
+    /// A probe of how the owner ends, where a pidfd watches it (a second descriptor of the
+    /// same pidfd, so the watch can be moved into its own future).
+    pub fn exit_probe(&self) -> Option<ExitProbe> {
+        match self {
+            OwnerWatch::Pidfd(afd, _) => afd.get_ref().try_clone().ok().map(ExitProbe),
+            _ => None,
         }
     }
 
@@ -118,6 +250,75 @@ mod tests {
             .unwrap();
         assert_eq!(gone, Gone::Exited);
         child.wait().unwrap();
+    }
+
+    /// Whether this kernel tells a pidfd's holder the exit status (`PIDFD_INFO_EXIT`, Linux
+    /// 6.15), judged by its release, apart from the code under test.
+    fn exit_status_supported() -> bool {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        let mut numbers = release
+            .split(|c: char| !c.is_ascii_digit())
+            .map(|n| n.parse::<u32>().unwrap_or(0));
+        let (major, minor) = (numbers.next().unwrap(), numbers.next().unwrap());
+        (major, minor) >= (6, 15)
+    }
+
+    /// Runs `script` as a child watched as an owner, lets it end, reaps it `reap_after` later
+    /// (never, for `None`), and returns what the probe learned within `within`.
+    async fn probed(
+        script: &str,
+        kill: bool,
+        reap_after: Option<u64>,
+        within: u64,
+    ) -> Option<Exit> {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", script])
+            .spawn()
+            .unwrap();
+        let owner = Identity::of_pid(child.id()).unwrap();
+        let mut watch = OwnerWatch::open(&owner);
+        let probe = watch.exit_probe().expect("a pidfd watch has a probe");
+        if kill {
+            child.kill().unwrap();
+        }
+        assert_eq!(watch.wait().await, Gone::Exited);
+        let reaper = std::thread::spawn(move || {
+            let ms = reap_after.unwrap_or(within + 100);
+            std::thread::sleep(Duration::from_millis(ms));
+            child.wait().unwrap();
+        });
+        let exit = probe.wait(Duration::from_millis(within)).await;
+        reaper.join().unwrap();
+        exit
+    }
+
+    #[tokio::test]
+    async fn the_probe_learns_the_status_or_the_signal_once_the_parent_reaps() {
+        let supported = exit_status_supported();
+        let exited = probed("exit 3", false, Some(50), 1000).await;
+        let killed = probed("sleep 60", true, Some(0), 1000).await;
+        // A zombie nobody reaps within the bound: not known, and the probe gives up.
+        let zombie = probed("exit 4", false, None, 100).await;
+        if supported {
+            assert_eq!(exited, Some(Exit::Code(3)));
+            assert_eq!(killed, Some(Exit::Signal(libc::SIGKILL)));
+        } else {
+            assert_eq!((exited, killed), (None, None));
+        }
+        assert_eq!(zombie, None);
+    }
+
+    #[test]
+    fn wait_statuses_are_told_in_plain_words() {
+        let words = |s| Exit::owner_words(Exit::from_wait_status(s));
+        assert_eq!(words(3 << 8), "owner exited with status 3");
+        assert_eq!(words(0), "owner exited with status 0");
+        assert_eq!(words(9), "owner killed by SIGKILL");
+        assert_eq!(words(15 | 0x80), "owner killed by SIGTERM", "core dumped");
+        assert_eq!(words(34), "owner killed by signal 34");
+        assert_eq!(Exit::owner_words(None), "owner exited");
+        // Stopped (0x7f) is neither an exit nor a kill.
+        assert_eq!(Exit::from_wait_status((19 << 8) | 0x7f), None);
     }
 
     #[tokio::test]

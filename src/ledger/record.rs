@@ -38,8 +38,19 @@ pub enum Record {
         id: String,
     },
     LeaseExpired,
+    /// `reason`: `exited`, or `gone when the watch began`.
     OwnerDead {
         reason: String,
+    },
+    /// How the owner that died ended, learned after its `owner_dead` (the kernel tells once
+    /// its parent has reaped it; see [`crate::identity::death::ExitProbe`]), so it may come
+    /// after the reclaim's `end`: `code`, its exit status, or `signal`, the signal that
+    /// killed it. History only: it moves nothing.
+    OwnerExit {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        code: Option<i32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signal: Option<i32>,
     },
     ReclaimStart,
     /// `outcome` is `removed`, or `gone` when the provider no longer had it.
@@ -216,7 +227,15 @@ mod tests {
             },
             Record::LeaseExpired,
             Record::OwnerDead {
-                reason: "pidfd".into(),
+                reason: "exited".into(),
+            },
+            Record::OwnerExit {
+                code: None,
+                signal: Some(9),
+            },
+            Record::OwnerExit {
+                code: Some(3),
+                signal: None,
             },
             Record::ReclaimStart,
             Record::Failed {

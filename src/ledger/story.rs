@@ -8,7 +8,7 @@
 //!
 //! | records around the removal | told as |
 //! |---|---|
-//! | `owner_dead {reason}`, `reclaim_start` | [`Ending::OwnerDead`] (`exited`, `gone when the watch began`, …) |
+//! | `owner_dead {reason}`, `reclaim_start` | [`Ending::OwnerDead`] (`exited`, `gone when the watch began`, …), with the status or signal of an `owner_exit` that follows |
 //! | `lease_expired`, `reclaim_start` | [`Ending::LeaseExpired`] |
 //! | `reclaim_start` with no cause, then `end clean` | [`Ending::Bye`]: only a `bye` ends clean |
 //! | `reclaim_start` with no cause, then `end reclaimed`/`pending` | [`Ending::Sweep`]: only a sweep reclaims without a cause record |
@@ -21,22 +21,25 @@
 //! it told as stopped: the stop is why it was gone.
 //!
 //! Decisions:
-//! - Nothing is guessed. The journal does not record an owner's exit status or the signal
-//!   that killed it, nor whether a sandbox still runs: the story says "owner exited" and
-//!   "claimed", never more. Liveness (owner, sidecar) is for the caller to add, from the lock
+//! - Nothing is guessed. The journal records an owner's exit status or the signal that
+//!   killed it only where the kernel told the sidecar (see [`crate::identity::death`]);
+//!   otherwise the story says "owner exited". It never says whether a sandbox still runs: a
+//!   claim with nothing after it is "claimed". Liveness (owner, sidecar) is for the caller to add, from the lock
 //!   and the judge, at the time of asking.
 //! - A sandbox is [`Origin::Claimed`] when the journal holds a `claim` (or `detach`) for it
 //!   before its fate, else [`Origin::Labelled`]: a reclaim found it by the session's label.
 //! - A `failed` record that is not pending (a transient failure later retried) moves nothing.
 
 use super::record::{Entry, Record, SessionState};
+use crate::identity::death::Exit;
 use crate::protocol::Target;
 
 /// How a session's sandboxes came to be reclaimed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ending {
-    /// The sidecar saw the owner die; the journaled reason (`exited`, …).
-    OwnerDead(String),
+    /// The sidecar saw the owner die; the journaled reason (`exited`, …) and how it ended,
+    /// where the journal says.
+    OwnerDead { reason: String, exit: Option<Exit> },
     /// The session's lease expired (a sidecar's, or a fleet sweep's verdict).
     LeaseExpired,
     /// The program said `bye`: a clean end.
@@ -53,11 +56,11 @@ impl Ending {
     /// Plain words: "owner exited", "lease expired", …
     pub fn words(&self) -> String {
         match self {
-            Ending::OwnerDead(r) if r == "exited" => "owner exited".into(),
-            Ending::OwnerDead(r) if r == "gone when the watch began" => {
+            Ending::OwnerDead { reason, exit } if reason == "exited" => Exit::owner_words(*exit),
+            Ending::OwnerDead { reason, .. } if reason == "gone when the watch began" => {
                 "owner was already gone when the watch began".into()
             }
-            Ending::OwnerDead(r) => format!("owner dead ({r})"),
+            Ending::OwnerDead { reason, .. } => format!("owner dead ({reason})"),
             Ending::LeaseExpired => "lease expired".into(),
             Ending::Bye => "the program ended its session (bye)".into(),
             Ending::Sweep => "reclaimed by a sweep".into(),
@@ -70,7 +73,7 @@ impl Ending {
     /// `finished_pending`, `unrecorded`.
     pub fn as_str(&self) -> &'static str {
         match self {
-            Ending::OwnerDead(_) => "owner_dead",
+            Ending::OwnerDead { .. } => "owner_dead",
             Ending::LeaseExpired => "lease_expired",
             Ending::Bye => "bye",
             Ending::Sweep => "sweep",
@@ -189,7 +192,12 @@ impl Teller {
     fn apply(&mut self, entry: Entry) {
         let t = entry.t;
         let (target, fate) = match entry.record {
-            Record::OwnerDead { reason } => return self.cause = Some(Ending::OwnerDead(reason)),
+            Record::OwnerDead { reason } => {
+                return self.cause = Some(Ending::OwnerDead { reason, exit: None })
+            }
+            Record::OwnerExit { code, signal } => {
+                return self.owner_exit(Exit::from_parts(code, signal));
+            }
             Record::LeaseExpired => return self.cause = Some(Ending::LeaseExpired),
             Record::ReclaimStart => {
                 self.runs.push((self.cause.take(), None));
@@ -229,6 +237,27 @@ impl Teller {
             _ => return,
         };
         self.set(target, fate, t);
+    }
+
+    /// How the owner ended, learned after its death: told with the death it explains, the
+    /// cause not yet started or the latest reclaim's.
+    fn owner_exit(&mut self, exit: Option<Exit>) {
+        let latest = self
+            .runs
+            .iter_mut()
+            .rev()
+            .find_map(|(cause, _)| match cause {
+                Some(Ending::FinishedPending) => None,
+                other => Some(other),
+            });
+        let cause = match (&mut self.cause, latest) {
+            (Some(cause), _) => Some(cause),
+            (None, Some(Some(cause))) => Some(cause),
+            _ => None,
+        };
+        if let Some(Ending::OwnerDead { exit: known, .. }) = cause {
+            *known = exit;
+        }
     }
 
     fn end(&mut self, state: SessionState) {
@@ -347,8 +376,14 @@ mod tests {
             r#"{"t":9,"ev":"removed","provider":"docker","id":"a","outcome":"removed"}"#,
             r#"{"t":10,"ev":"removed","provider":"docker","id":"d","outcome":"gone"}"#,
             r#"{"t":11,"ev":"end","state":"reclaimed"}"#,
+            // Learned once the owner's parent reaped it, after the reclaim ended.
+            r#"{"t":12,"ev":"owner_exit","signal":9}"#,
         ]);
-        let dead = Ending::OwnerDead("exited".into());
+        let dead = Ending::OwnerDead {
+            reason: "exited".into(),
+            exit: Some(Exit::Signal(9)),
+        };
+        assert_eq!(dead.words(), "owner killed by SIGKILL");
         assert_eq!(s.ending, Some(dead.clone()));
         assert_eq!(
             fates(&s),
@@ -440,7 +475,12 @@ mod tests {
         ]
         .join("\n");
         let s = tell(journal.as_bytes(), stops.as_bytes());
-        let dead = Ending::OwnerDead("exited".into());
+        let dead = Ending::OwnerDead {
+            reason: "exited".into(),
+            exit: None,
+        };
+        // A journal from before sandguard read the status: nothing is made up.
+        assert_eq!(dead.words(), "owner exited");
         assert_eq!(s.ending, Some(dead.clone()));
         assert_eq!(
             fates(&s),

@@ -60,7 +60,7 @@ use crate::providers::Provider;
 use crate::reclaim::session::{self, Before, Cause, SharedJournal};
 use crate::reclaim::{Options, Plan, Report};
 
-use crate::identity::death::Gone;
+use crate::identity::death::{Exit, ExitProbe, Gone, PROBE_FOR};
 use lease::{Clock, Lease};
 
 /// How long a SIGTERMed sidecar waits for its owner to die before it stops without
@@ -162,7 +162,11 @@ impl<C: Clock> Sidecar<C> {
         // A proxy still serving during the reclaim gets no acknowledgement, not a hang; what
         // it creates now carries the labels, and the settle pass finds it.
         drop(triggers.proxy.take());
-        self.finish(ending, triggers.control).await
+        let exit = triggers
+            .exit
+            .take()
+            .filter(|_| ending == Ending::OwnerGone(Gone::Exited));
+        self.finish(ending, triggers.control, exit).await
     }
 
     async fn watch<R: AsyncRead + Unpin>(&mut self, t: &mut Triggers<R>) -> Ending {
@@ -343,10 +347,13 @@ impl<C: Clock> Sidecar<C> {
         }
     }
 
+    /// Ends the session as `ending` requires; `exit`, for an owner that exited, learns how
+    /// beside the reclaim and journals it (`owner_exit`) without delaying any removal.
     async fn finish<R: AsyncRead + Unpin>(
         self,
         ending: Ending,
         control: Option<LineReader<R>>,
+        exit: Option<ExitProbe>,
     ) -> Outcome {
         let (record, label) = match &ending {
             Ending::Stopped => {
@@ -359,19 +366,19 @@ impl<C: Clock> Sidecar<C> {
                     state: SessionState::Active,
                 };
             }
-            Ending::Bye => (None, "owner said bye"),
-            Ending::LeaseExpired => (Some(Record::LeaseExpired), "lease expired"),
+            Ending::Bye => (None, "owner said bye".to_string()),
+            Ending::LeaseExpired => (Some(Record::LeaseExpired), "lease expired".to_string()),
             Ending::OwnerGone(Gone::Exited) => (
                 Some(Record::OwnerDead {
                     reason: "exited".into(),
                 }),
-                "owner exited",
+                "owner exited".to_string(),
             ),
             Ending::OwnerGone(Gone::GoneAtStart) => (
                 Some(Record::OwnerDead {
                     reason: "gone when the watch began".into(),
                 }),
-                "owner was already gone",
+                "owner was already gone".to_string(),
             ),
         };
         let plan = Plan::for_session(&self.session, &self.providers, &self.claims, &self.detached);
@@ -390,13 +397,20 @@ impl<C: Clock> Sidecar<C> {
         let cause = Cause {
             record,
             bye: ending == Ending::Bye,
-            label: label.to_string(),
+            label,
         };
         let told = self
             .bye_report
             .filter(|_| ending == Ending::Bye)
             .map(|tell| move |report: &Report| tell(&bye_outcome(report)));
-        let (state, report) = session::end_then(
+        let learn_exit = async {
+            let Some(probe) = exit else { return };
+            if let Some(exit) = probe.wait(PROBE_FOR).await {
+                let (code, signal) = Exit::parts(Some(exit));
+                session::append(&journal, &Record::OwnerExit { code, signal });
+            }
+        };
+        let ending_run = session::end_then(
             &journal,
             &self.providers,
             &plan,
@@ -405,8 +419,8 @@ impl<C: Clock> Sidecar<C> {
             &before,
             &cause,
             told,
-        )
-        .await;
+        );
+        let ((state, report), ()) = tokio::join!(ending_run, learn_exit);
         tracing::debug!("session {} ended: {}", self.session, report.summary());
         Outcome { ending, state }
     }

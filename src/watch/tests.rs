@@ -67,6 +67,7 @@ impl Harness {
         let (stop, stopped) = oneshot::channel::<()>();
         let (proxy, proxy_claims) = tokio::sync::mpsc::unbounded_channel();
         let triggers = Triggers {
+            exit: None,
             proxy: Some(proxy_claims),
             owner: Box::pin(async move {
                 let _ = owner_dead.await;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::io::AsyncRead;
 
-use crate::identity::death::Gone;
+use crate::identity::death::{ExitProbe, Gone};
 use crate::ledger::Record;
 use crate::protocol::{Command, LineReader, ProtocolError, Target};
 use crate::providers::proxy_claim::Claim as ProxyClaim;
@@ -20,6 +20,9 @@ use crate::reclaim::session::{self, SharedJournal};
 pub struct Triggers<R> {
     /// Resolves when the owner is gone ([`crate::identity::death::OwnerWatch::wait`] in production).
     pub owner: Pin<Box<dyn Future<Output = Gone> + Send>>,
+    /// Learns how the owner ended, once it has ([`crate::identity::death::ExitProbe`]); `None`
+    /// where nothing can tell.
+    pub exit: Option<ExitProbe>,
     pub control: Option<LineReader<R>>,
     /// Claims from the Docker API proxy ([`crate::providers::docker::proxy`]), when it runs.
     pub proxy: Option<tokio::sync::mpsc::UnboundedReceiver<ProxyClaim>>,
