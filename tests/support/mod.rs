@@ -70,9 +70,24 @@ pub fn unique() -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// The real binary, with an environment that cannot see the developer's own config or state.
+/// The real binary, with an environment that cannot see the developer's own config or state,
+/// and with the default disposition of the signals the tests send to process groups. A suite
+/// started under `nohup`, or as a background job of a script, ignores SIGHUP (and SIGINT,
+/// SIGQUIT), and an ignored signal stays ignored across exec: the guarded programs would
+/// shrug off the deaths the tests deal them and live out their `sleep`.
 pub fn sandguard(scratch: &Scratch) -> Command {
+    use std::os::unix::process::CommandExt;
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_sandguard"));
+    // SAFETY: between fork and exec this only calls signal(2), which is async-signal-safe,
+    // and touches no memory of the parent's.
+    unsafe {
+        cmd.pre_exec(|| {
+            for signal in [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT] {
+                libc::signal(signal, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
     cmd.env_remove("SANDGUARD_CONFIG")
         .env_remove("SANDGUARD_LOG")
         .env_remove("SANDGUARD_GRACE")
