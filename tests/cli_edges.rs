@@ -106,8 +106,19 @@ fn ps_narrows_to_a_session_and_a_state_and_counts_what_it_shows() {
     );
 }
 
-/// The `sessions show ID --json` sandboxes as id → (kind, fate, cause, words).
-fn fates(s: &Scratch, session: &str) -> Vec<(String, String, String, String, String)> {
+/// One `sessions show --json` sandbox: (id, kind, fate, cause, words).
+type Row = (String, String, String, String, String);
+
+/// The row of sandbox `id`.
+fn find(rows: &[Row], id: &str) -> Row {
+    rows.iter()
+        .find(|x| x.0 == id)
+        .unwrap_or_else(|| panic!("{id} in {rows:?}"))
+        .clone()
+}
+
+/// The `sessions show ID --json` sandboxes, as [`Row`]s.
+fn fates(s: &Scratch, session: &str) -> Vec<Row> {
     let out = run(sandguard(s).args(["sessions", "show", session, "--json"]));
     assert_eq!(out.code, 0, "{}", out.stderr);
     let v = json(&out.stdout);
@@ -180,12 +191,6 @@ exec sleep 3600
 
     // While the owner lives: everything claimed, watched by the sidecar, the detached one left.
     let alive = fates(&s, &session);
-    let find = |f: &[(String, String, String, String, String)], id: &str| {
-        f.iter()
-            .find(|x| x.0 == id)
-            .unwrap_or_else(|| panic!("{id} in {f:?}"))
-            .clone()
-    };
     for (id, kind) in [
         (&c, "instance"),
         (&net_claim, "network"),
@@ -286,12 +291,6 @@ exec sleep 3600
     let mut child = guarded_with(&s, &["run", "--docker-proxy"], &script);
     let ids = wait_for_file(&out, &mut child);
     let [session, a, b] = <[String; 3]>::try_from(ids).unwrap();
-    let find = |f: &[(String, String, String, String, String)], id: &str| {
-        f.iter()
-            .find(|x| x.0 == id)
-            .unwrap_or_else(|| panic!("{id} in {f:?}"))
-            .clone()
-    };
 
     // Stopped by hand while the owner lives, by the prefix `ps` shows.
     let stop = run(sandguard(&s).args(["stop", &a[..12]]));

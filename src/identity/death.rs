@@ -55,11 +55,10 @@ impl Exit {
     }
 
     /// As the journal holds it: `(code, signal)`, one of them set.
-    pub fn parts(exit: Option<Exit>) -> (Option<i32>, Option<i32>) {
-        match exit {
-            None => (None, None),
-            Some(Exit::Code(code)) => (Some(code), None),
-            Some(Exit::Signal(signal)) => (None, Some(signal)),
+    pub fn parts(self) -> (Option<i32>, Option<i32>) {
+        match self {
+            Exit::Code(code) => (Some(code), None),
+            Exit::Signal(signal) => (None, Some(signal)),
         }
     }
 

@@ -242,18 +242,15 @@ impl Teller {
     /// How the owner ended, learned after its death: told with the death it explains, the
     /// cause not yet started or the latest reclaim's.
     fn owner_exit(&mut self, exit: Option<Exit>) {
-        let latest = self
-            .runs
-            .iter_mut()
-            .rev()
-            .find_map(|(cause, _)| match cause {
-                Some(Ending::FinishedPending) => None,
-                other => Some(other),
-            });
-        let cause = match (&mut self.cause, latest) {
-            (Some(cause), _) => Some(cause),
-            (None, Some(Some(cause))) => Some(cause),
-            _ => None,
+        let cause = match self.cause.as_mut() {
+            Some(cause) => Some(cause),
+            None => self
+                .runs
+                .iter_mut()
+                .rev()
+                .map(|(cause, _)| cause)
+                .find(|cause| !matches!(cause, Some(Ending::FinishedPending)))
+                .and_then(Option::as_mut),
         };
         if let Some(Ending::OwnerDead { exit: known, .. }) = cause {
             *known = exit;

@@ -60,7 +60,7 @@ use crate::providers::Provider;
 use crate::reclaim::session::{self, Before, Cause, SharedJournal};
 use crate::reclaim::{Options, Plan, Report};
 
-use crate::identity::death::{Exit, ExitProbe, Gone, PROBE_FOR};
+use crate::identity::death::{ExitProbe, Gone, PROBE_FOR};
 use lease::{Clock, Lease};
 
 /// How long a SIGTERMed sidecar waits for its owner to die before it stops without
@@ -366,19 +366,19 @@ impl<C: Clock> Sidecar<C> {
                     state: SessionState::Active,
                 };
             }
-            Ending::Bye => (None, "owner said bye".to_string()),
-            Ending::LeaseExpired => (Some(Record::LeaseExpired), "lease expired".to_string()),
+            Ending::Bye => (None, "owner said bye"),
+            Ending::LeaseExpired => (Some(Record::LeaseExpired), "lease expired"),
             Ending::OwnerGone(Gone::Exited) => (
                 Some(Record::OwnerDead {
                     reason: "exited".into(),
                 }),
-                "owner exited".to_string(),
+                "owner exited",
             ),
             Ending::OwnerGone(Gone::GoneAtStart) => (
                 Some(Record::OwnerDead {
                     reason: "gone when the watch began".into(),
                 }),
-                "owner was already gone".to_string(),
+                "owner was already gone",
             ),
         };
         let plan = Plan::for_session(&self.session, &self.providers, &self.claims, &self.detached);
@@ -397,7 +397,7 @@ impl<C: Clock> Sidecar<C> {
         let cause = Cause {
             record,
             bye: ending == Ending::Bye,
-            label,
+            label: label.to_string(),
         };
         let told = self
             .bye_report
@@ -406,7 +406,7 @@ impl<C: Clock> Sidecar<C> {
         let learn_exit = async {
             let Some(probe) = exit else { return };
             if let Some(exit) = probe.wait(PROBE_FOR).await {
-                let (code, signal) = Exit::parts(Some(exit));
+                let (code, signal) = exit.parts();
                 session::append(&journal, &Record::OwnerExit { code, signal });
             }
         };
