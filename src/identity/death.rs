@@ -262,21 +262,25 @@ mod tests {
         (major, minor) >= (6, 15)
     }
 
-    /// Runs `script` as a child watched as an owner, lets it end, reaps it `reap_after` later
-    /// (never, for `None`), and returns what the probe learned within `within`.
+    /// Runs `script` as a child watched as an owner (killed, with `kill`), reaps it
+    /// `reap_after` ms after its death (past the bound, for `None`), and returns what the probe
+    /// learned within `within` ms.
     async fn probed(
         script: &str,
         kill: bool,
         reap_after: Option<u64>,
         within: u64,
     ) -> Option<Exit> {
+        // The script waits for its stdin to close, so it is alive while the watch opens.
         let mut child = std::process::Command::new("sh")
-            .args(["-c", script])
+            .args(["-c", &format!("read _ ; {script}")])
+            .stdin(std::process::Stdio::piped())
             .spawn()
             .unwrap();
         let owner = Identity::of_pid(child.id()).unwrap();
         let mut watch = OwnerWatch::open(&owner);
         let probe = watch.exit_probe().expect("a pidfd watch has a probe");
+        drop(child.stdin.take());
         if kill {
             child.kill().unwrap();
         }
