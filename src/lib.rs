@@ -22,6 +22,8 @@
 //! fleet/        the fleet lease store behind a small trait (mod.rs, with the key layout):
 //!               redis/ (Redis or Valkey; reads.rs parses sessions), memory.rs (for unit tests); the sidecar's side
 //!               is watch/fleet.rs
+//! ownership/    the one ownership judgement: whether a sandbox may be removed or renewed,
+//!               and why; every path that removes or renews asks it (DESIGN's trust rules)
 //! reclaim/      the one removal path: mod.rs (Plan, Report), list.rs (listings retried until
 //!               the deadline), remove.rs (retries, backoff), pace.rs (each
 //!               provider's window, rate and Retry-After gate),
@@ -64,6 +66,7 @@ pub mod fleet;
 pub mod identity;
 pub mod labels;
 pub mod ledger;
+mod ownership;
 pub mod protocol;
 pub mod providers;
 mod reclaim;

@@ -1,0 +1,356 @@
+//! The one ownership judgement: whether a sandbox may be removed, or renewed, and why.
+//!
+//! Every path that removes or renews asks [`judge`] (one sandbox) or [`judge_session`] (a
+//! whole session a sweep found): the sidecar's reclaim and a sweep's reclaim of a session
+//! ([`Asker::Reclaim`]), `sandguard stop` ([`Asker::StopNamed`], [`Asker::StopAll`]), a
+//! sweep's look at every managed sandbox ([`Asker::Sweep`]), the fleet sweep
+//! ([`judge_session`] with the fleet lease) and the TTL keeper ([`Asker::Renew`]). None of them
+//! decides on its own; each gathers [`Facts`] (labels, claims, detaches, how the sessions
+//! involved stand) and prints the [`Reason`] it is given. The judgement does no I/O: what it
+//! is told is all it knows, so a fact the caller could not establish is passed as unknown,
+//! never guessed.
+//!
+//! The rules, in the order they apply (DESIGN's trust rules; README's "Trust rules" states
+//! them for users):
+//!
+//! 1. **An absolute TTL ends everything**: `sandguard.expires` in the past may be removed by
+//!    anyone, detached or not; it is never renewed.
+//! 2. **Detach wins everywhere** (the `sandguard.detached=true` label as much as a `detach` in
+//!    any session's ledger, over any claim): kept by every path but `stop ID`, where the user
+//!    named that one sandbox. A detach lasts as long as the sandbox: pruning never forgets it.
+//! 3. **A session owns its label**, during and after its life: a sandbox labelled with session
+//!    S is S's. A label the sandbox only inherited (a Docker image committed with S's labels)
+//!    counts only when the sandbox was created while S lived; after S ended, only labels its
+//!    creator set count.
+//! 4. **A claim adopts, it never steals**: a sandbox claimed by S is S's when it carries no
+//!    other session's label, or when that other session is over and its owner proven dead;
+//!    never while another session that claimed it, or whose label it carries, may still live.
+//! 5. **Unknown is not dead, and proof of life beats a lease**: a session is reclaimed for a
+//!    dead owner only when the death is proven ([`Liveness::Dead`]); an owner this machine sees
+//!    alive is never reclaimed, whatever its lease says; an owner that cannot be judged from
+//!    here is reclaimed only when its fleet lease expired.
+//! 6. **Nothing is renewed after its owner's death**, nor anything the session does not own.
+
+use std::fmt;
+
+use crate::identity::Liveness;
+use crate::providers::Sandbox;
+
+#[cfg(test)]
+mod tests;
+
+/// Whether a session's sidecar (or an adopting sweep) holds its journal's lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sidecar {
+    Alive,
+    Gone,
+    /// The session is not in this machine's ledger.
+    NotHere,
+}
+
+/// A session's fleet lease, where there is a fleet store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lease {
+    /// No fleet store knows the session (or none is configured).
+    None,
+    Live,
+    Expired,
+}
+
+/// How one session stands, as far as the caller could tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Session {
+    pub owner: Liveness,
+    pub sidecar: Sidecar,
+    /// When it ended (unix seconds), if its ledger says it is over.
+    pub ended_at: Option<i64>,
+    pub lease: Lease,
+}
+
+impl Session {
+    /// A session nothing is known of: its owner cannot be judged, no ledger, no lease.
+    pub const UNKNOWN: Session = Session {
+        owner: Liveness::Unknown,
+        sidecar: Sidecar::NotHere,
+        ended_at: None,
+        lease: Lease::None,
+    };
+
+    /// Whether the session may still act for itself: its sidecar lives, or its owner is not
+    /// proven dead (alive, or unknown and not over). Such a session's sandboxes are never
+    /// taken by another's claim.
+    pub fn may_live(&self) -> bool {
+        self.sidecar == Sidecar::Alive
+            || self.owner == Liveness::Alive
+            || (self.owner == Liveness::Unknown && self.ended_at.is_none())
+    }
+
+    /// Over, with its owner proven dead (or its fleet lease expired where it cannot be
+    /// judged): what it owned may be adopted by a claim, or reclaimed by a sweep.
+    pub fn orphaned(&self) -> bool {
+        self.sidecar != Sidecar::Alive
+            && match self.owner {
+                Liveness::Dead => true,
+                Liveness::Alive => false,
+                Liveness::Unknown => self.lease == Lease::Expired,
+            }
+    }
+}
+
+/// Who asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asker<'a> {
+    /// The reclaim of session `session`: its sidecar at the owner's death, `bye` or lease
+    /// expiry, or a sweep finishing it.
+    Reclaim { session: &'a str },
+    /// `sandguard stop ID`: the user named this one sandbox.
+    StopNamed,
+    /// `sandguard stop --all [--session S]`.
+    StopAll,
+    /// A sweep looking at a managed sandbox that no session it reclaims covers.
+    Sweep,
+    /// Session `session`'s TTL keeper, whose owner stands as `owner`.
+    Renew {
+        session: &'a str,
+        owner: Liveness,
+    },
+}
+
+/// Everything the caller knows of one sandbox.
+#[derive(Debug, Clone)]
+pub struct Facts<'a> {
+    pub sandbox: &'a Sandbox,
+    /// The session its `sandguard.session` label names, and how it stands.
+    pub labelled: Option<(&'a str, Session)>,
+    /// Whether that label was only inherited (from a Docker image), not set by its creator.
+    pub inherited: bool,
+    /// Sessions whose claims name it, and how each stands.
+    pub claimed_by: Vec<(&'a str, Session)>,
+    /// Some session's ledger (or holdings) detached it.
+    pub detached: bool,
+    /// Unix seconds now.
+    pub now: i64,
+}
+
+impl<'a> Facts<'a> {
+    /// The facts of a sandbox of which nothing but its own labels is known yet.
+    pub fn of(sandbox: &'a Sandbox) -> Facts<'a> {
+        Facts {
+            sandbox,
+            labelled: sandbox
+                .session()
+                .filter(|s| !s.is_empty())
+                .map(|s| (s, Session::UNKNOWN)),
+            inherited: false,
+            claimed_by: Vec::new(),
+            detached: false,
+            now: crate::timefmt::now_unix(),
+        }
+    }
+
+    fn expired(&self) -> bool {
+        self.sandbox
+            .labels
+            .get(crate::labels::EXPIRES)
+            .and_then(|v| v.parse::<i64>().ok())
+            .is_some_and(|t| t <= self.now)
+    }
+
+    /// The session whose label counts (rule 3): an inherited label counts only for a sandbox
+    /// created before its session ended (or while it is not known to have ended).
+    fn owner_by_label(&self) -> Option<(&'a str, Session)> {
+        let (id, session) = self.labelled?;
+        if !self.inherited {
+            return Some((id, session));
+        }
+        match (session.sidecar, session.ended_at, self.sandbox.created_at) {
+            (Sidecar::NotHere, _, _) => None,
+            (_, None, _) => Some((id, session)),
+            (_, Some(ended), Some(created)) if created <= ended => Some((id, session)),
+            _ => None,
+        }
+    }
+}
+
+/// What the judgement allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Remove,
+    Renew,
+    Keep,
+}
+
+/// Why: each variant is one rule as it applied, printed as the verdict's reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reason {
+    Expired,
+    Detached,
+    Named,
+    Labelled,
+    Claimed,
+    Adopted { from: String },
+    Steal { from: String },
+    ClaimedElsewhere { by: String },
+    NotOurs,
+    OwnerDead,
+    OwnerLives,
+    OwnerUnknown,
+    NoOwner,
+    LeaseExpired,
+    SidecarAlive,
+    AfterDeath,
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::Expired => f.write_str("its sandguard.expires has passed"),
+            Reason::Detached => f.write_str("detached: only its TTL ends it"),
+            Reason::Named => f.write_str("named by hand"),
+            Reason::Labelled => f.write_str("it carries the session's label"),
+            Reason::Claimed => f.write_str("the session claimed it"),
+            Reason::Adopted { from } => write!(
+                f,
+                "the session claimed it, and session {from} whose label it carries is over with its owner dead"
+            ),
+            Reason::Steal { from } => write!(
+                f,
+                "claimed, but it carries session {from}'s label and that session may still live: a claim adopts, it never steals"
+            ),
+            Reason::ClaimedElsewhere { by } => write!(
+                f,
+                "session {by}, which may still live, claimed it too: a claim adopts, it never steals"
+            ),
+            Reason::NotOurs => f.write_str("it is not the session's"),
+            Reason::OwnerDead => f.write_str("its owner is dead"),
+            Reason::OwnerLives => f.write_str("its owner lives"),
+            Reason::OwnerUnknown => f.write_str(
+                "its owner cannot be judged from here (another machine, boot or pid namespace): TTL only",
+            ),
+            Reason::NoOwner => f.write_str("it names no owner and no session of this ledger: TTL only"),
+            Reason::LeaseExpired => f.write_str("its fleet lease expired and its owner cannot be judged from here"),
+            Reason::SidecarAlive => f.write_str("its session's sidecar lives"),
+            Reason::AfterDeath => f.write_str("its owner is dead: nothing is renewed after a death"),
+        }
+    }
+}
+
+/// The judgement and its reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Judgement {
+    pub verdict: Verdict,
+    pub reason: Reason,
+}
+
+impl Judgement {
+    fn remove(reason: Reason) -> Judgement {
+        Judgement {
+            verdict: Verdict::Remove,
+            reason,
+        }
+    }
+    fn keep(reason: Reason) -> Judgement {
+        Judgement {
+            verdict: Verdict::Keep,
+            reason,
+        }
+    }
+    pub fn removes(&self) -> bool {
+        self.verdict == Verdict::Remove
+    }
+}
+
+/// Whether `asker` may remove (or, for [`Asker::Renew`], renew) the sandbox `facts` describe.
+pub fn judge(asker: Asker<'_>, facts: &Facts<'_>) -> Judgement {
+    if facts.expired() {
+        return match asker {
+            Asker::Renew { .. } => Judgement::keep(Reason::Expired),
+            _ => Judgement::remove(Reason::Expired),
+        };
+    }
+    let detached = facts.detached || facts.sandbox.is_detached();
+    match asker {
+        Asker::StopNamed => Judgement::remove(Reason::Named),
+        _ if detached => Judgement::keep(Reason::Detached),
+        Asker::StopAll => Judgement::remove(Reason::Named),
+        Asker::Reclaim { session } => {
+            owned_by(session, facts).map_or_else(Judgement::keep, Judgement::remove)
+        }
+        Asker::Renew { session, owner } => match owned_by(session, facts) {
+            Err(why) => Judgement::keep(why),
+            Ok(_) if owner != Liveness::Alive => Judgement::keep(Reason::AfterDeath),
+            Ok(why) => Judgement {
+                verdict: Verdict::Renew,
+                reason: why,
+            },
+        },
+        Asker::Sweep => orphan(facts),
+    }
+}
+
+/// Whether session `session` owns the sandbox (rules 3 and 4), and why not when it does not.
+fn owned_by(session: &str, facts: &Facts<'_>) -> Result<Reason, Reason> {
+    let label = facts.owner_by_label();
+    if label.is_some_and(|(id, _)| id == session) {
+        return Ok(Reason::Labelled);
+    }
+    if !facts.claimed_by.iter().any(|(id, _)| *id == session) {
+        return Err(Reason::NotOurs);
+    }
+    if let Some((by, _)) = facts
+        .claimed_by
+        .iter()
+        .find(|(id, s)| *id != session && s.may_live())
+    {
+        return Err(Reason::ClaimedElsewhere { by: by.to_string() });
+    }
+    match label {
+        None => Ok(Reason::Claimed),
+        // Orphaned and not able to act for itself: over, its owner proven dead.
+        Some((from, other)) if other.orphaned() && !other.may_live() => Ok(Reason::Adopted {
+            from: from.to_string(),
+        }),
+        Some((from, _)) => Err(Reason::Steal {
+            from: from.to_string(),
+        }),
+    }
+}
+
+/// A sweep's look at a managed sandbox no session it reclaims covers: its session decides,
+/// else the owner its label names.
+fn orphan(facts: &Facts<'_>) -> Judgement {
+    if let Some((by, _)) = facts.claimed_by.iter().find(|(_, s)| s.may_live()) {
+        return Judgement::keep(Reason::ClaimedElsewhere { by: by.to_string() });
+    }
+    let Some((_, session)) = facts.owner_by_label() else {
+        return Judgement::keep(Reason::NoOwner);
+    };
+    match judge_session(&session) {
+        (SessionVerdict::Reclaim, why) => Judgement::remove(why),
+        (_, why) => Judgement::keep(why),
+    }
+}
+
+/// What a sweep does with a whole session whose state is not final.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionVerdict {
+    /// Its owner is gone: reclaim it.
+    Reclaim,
+    /// Its owner lives and nothing guards it: watch it (a local sweep with `--every`).
+    Adopt,
+    Leave,
+}
+
+/// Whether a session nobody guards may be reclaimed (rule 5): proof of life beats a lease,
+/// unknown is not dead.
+pub fn judge_session(session: &Session) -> (SessionVerdict, Reason) {
+    if session.sidecar == Sidecar::Alive {
+        return (SessionVerdict::Leave, Reason::SidecarAlive);
+    }
+    match (session.owner, session.lease) {
+        (Liveness::Dead, _) => (SessionVerdict::Reclaim, Reason::OwnerDead),
+        (Liveness::Alive, _) => (SessionVerdict::Adopt, Reason::OwnerLives),
+        (Liveness::Unknown, Lease::Expired) => (SessionVerdict::Reclaim, Reason::LeaseExpired),
+        (Liveness::Unknown, _) => (SessionVerdict::Leave, Reason::OwnerUnknown),
+    }
+}

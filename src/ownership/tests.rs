@@ -1,0 +1,143 @@
+//! The judgement's rules, one branch at a time. (The model test, `crate::model`, checks them
+//! across random histories of the real paths.)
+
+use super::*;
+use crate::providers::fake;
+use crate::providers::Kind;
+
+const DEAD_OVER: Session = Session {
+    owner: Liveness::Dead,
+    sidecar: Sidecar::Gone,
+    ended_at: Some(1_000),
+    lease: Lease::None,
+};
+const LIVE: Session = Session {
+    owner: Liveness::Alive,
+    sidecar: Sidecar::Alive,
+    ended_at: None,
+    lease: Lease::None,
+};
+
+fn labelled(session: &str) -> Sandbox {
+    fake::sandbox("x", Kind::Instance, Some(session))
+}
+
+fn facts<'a>(s: &'a Sandbox, label: Option<(&'a str, Session)>) -> Facts<'a> {
+    Facts {
+        sandbox: s,
+        labelled: label,
+        inherited: false,
+        claimed_by: Vec::new(),
+        detached: false,
+        now: 2_000,
+    }
+}
+
+#[test]
+fn a_session_removes_what_carries_its_label_and_nothing_else() {
+    let s = labelled("a");
+    let f = facts(&s, Some(("a", LIVE)));
+    assert!(judge(Asker::Reclaim { session: "a" }, &f).removes());
+    assert_eq!(
+        judge(Asker::Reclaim { session: "b" }, &f).reason,
+        Reason::NotOurs
+    );
+}
+
+#[test]
+fn a_claim_adopts_an_unlabelled_or_orphaned_sandbox_and_never_steals() {
+    let bare = fake::sandbox("x", Kind::Instance, None);
+    let mut f = facts(&bare, None);
+    f.claimed_by = vec![("a", LIVE)];
+    assert_eq!(judge(Asker::Reclaim { session: "a" }, &f).reason, Reason::Claimed);
+
+    let theirs = labelled("b");
+    for (b, removes) in [
+        (LIVE, false),
+        (Session { sidecar: Sidecar::Gone, ..LIVE }, false),
+        (Session { owner: Liveness::Unknown, sidecar: Sidecar::NotHere, ..LIVE }, false),
+        (DEAD_OVER, true),
+    ] {
+        let mut f = facts(&theirs, Some(("b", b)));
+        f.claimed_by = vec![("a", LIVE)];
+        assert_eq!(judge(Asker::Reclaim { session: "a" }, &f).removes(), removes, "{b:?}");
+    }
+
+    // Claimed by another session that may live: not adopted either.
+    let mut f = facts(&bare, None);
+    f.claimed_by = vec![("a", LIVE), ("c", LIVE)];
+    assert!(matches!(
+        judge(Asker::Reclaim { session: "a" }, &f).reason,
+        Reason::ClaimedElsewhere { .. }
+    ));
+}
+
+#[test]
+fn detach_wins_over_labels_claims_and_stop_all_but_not_over_a_ttl_or_a_named_stop() {
+    let mut s = labelled("a");
+    s.labels.insert(crate::labels::DETACHED.into(), "true".into());
+    let mut f = facts(&s, Some(("a", DEAD_OVER)));
+    f.claimed_by = vec![("a", DEAD_OVER)];
+    for asker in [Asker::Reclaim { session: "a" }, Asker::StopAll, Asker::Sweep] {
+        assert_eq!(judge(asker, &f).reason, Reason::Detached, "{asker:?}");
+    }
+    assert!(judge(Asker::StopNamed, &f).removes());
+    s.labels.insert(crate::labels::EXPIRES.into(), "1999".into());
+    let f = facts(&s, Some(("a", LIVE)));
+    assert_eq!(judge(Asker::Sweep, &f).reason, Reason::Expired);
+    assert_eq!(
+        judge(Asker::Renew { session: "a", owner: Liveness::Alive }, &f).verdict,
+        Verdict::Keep
+    );
+}
+
+#[test]
+fn an_inherited_label_counts_only_for_a_sandbox_created_while_its_session_lived() {
+    let created = |at| Sandbox {
+        created_at: Some(at),
+        ..labelled("a")
+    };
+    let (before, later) = (created(999), created(1_001));
+    let inherited = |s, session| Facts {
+        inherited: true,
+        ..facts(s, Some(("a", session)))
+    };
+    let reclaim = Asker::Reclaim { session: "a" };
+    assert!(judge(reclaim, &inherited(&before, DEAD_OVER)).removes());
+    assert_eq!(judge(reclaim, &inherited(&later, DEAD_OVER)).reason, Reason::NotOurs);
+    assert_eq!(judge(Asker::Sweep, &inherited(&later, DEAD_OVER)).reason, Reason::NoOwner);
+    assert!(judge(reclaim, &inherited(&later, LIVE)).removes());
+}
+
+#[test]
+fn proof_of_life_beats_an_expired_lease_and_unknown_is_not_dead() {
+    let alive_expired = Session {
+        owner: Liveness::Alive,
+        sidecar: Sidecar::Gone,
+        ended_at: None,
+        lease: Lease::Expired,
+    };
+    assert_eq!(judge_session(&alive_expired).0, SessionVerdict::Adopt);
+    let unknown = Session { owner: Liveness::Unknown, ..alive_expired };
+    assert_eq!(judge_session(&unknown).0, SessionVerdict::Reclaim);
+    let unknown_live = Session { lease: Lease::Live, ..unknown };
+    assert_eq!(judge_session(&unknown_live).0, SessionVerdict::Leave);
+    let no_lease = Session { lease: Lease::None, ..unknown };
+    assert_eq!(judge_session(&no_lease).0, SessionVerdict::Leave);
+    assert_eq!(judge_session(&DEAD_OVER).0, SessionVerdict::Reclaim);
+    assert_eq!(judge_session(&LIVE).0, SessionVerdict::Leave);
+}
+
+#[test]
+fn nothing_is_renewed_after_a_death_or_for_another_session() {
+    let s = labelled("a");
+    let f = facts(&s, Some(("a", LIVE)));
+    let renew = |owner| judge(Asker::Renew { session: "a", owner }, &f);
+    assert_eq!(renew(Liveness::Alive).verdict, Verdict::Renew);
+    assert_eq!(renew(Liveness::Dead).reason, Reason::AfterDeath);
+    assert_eq!(renew(Liveness::Unknown).reason, Reason::AfterDeath);
+    assert_eq!(
+        judge(Asker::Renew { session: "b", owner: Liveness::Alive }, &f).reason,
+        Reason::NotOurs
+    );
+}
