@@ -6,6 +6,11 @@
 //!   stranger's container is "not found", never removed.
 //! - `--all` removes every managed sandbox (instances, then networks, then volumes), narrowed by
 //!   `--provider` and `--session`; `--dry-run` lists what would go and touches nothing.
+//! - What may go is the one ownership judgement's to say ([`crate::ownership`]): `stop ID`
+//!   removes the sandbox the user named, detached or not (that is how a detached sandbox is
+//!   ended by hand); `stop --all` keeps every detached sandbox, by its label or by a `detach`
+//!   in any session's ledger, and says so on stderr (`kept … : detached: …`; `--json`: outcome
+//!   `kept`). Detach wins everywhere.
 //! - Exit 1 when the id is not found or ambiguous, when a removal failed, or when a provider
 //!   could not be queried; in that last case the output says sandboxes may still be running.
 //! - What was removed is told to the ledger of its session (by its `sandguard.session` label),
@@ -27,6 +32,8 @@ use super::Error;
 use crate::config::Settings;
 use crate::labels::Selector;
 use crate::ledger::{Record, SessionView, StateDir};
+use crate::ownership::known::Known;
+use crate::ownership::{self, Asker};
 use crate::protocol::Target;
 use crate::providers::{Provider, Registry, Sandbox};
 use crate::reclaim::{self, ListFailure, Options, Removal};
@@ -71,7 +78,8 @@ struct StopJson<'a> {
 struct ResultJson<'a> {
     #[serde(flatten)]
     sandbox: SandboxJson<'a>,
-    /// `removed`, `gone`, `failed`, `unfinished`, or `would_remove` in a dry run.
+    /// `removed`, `gone`, `failed`, `unfinished`, `would_remove` in a dry run, or `kept`
+    /// (`stop --all` leaves what was detached; `error` then says why).
     outcome: &'static str,
     error: Option<&'a str>,
     /// Removal calls made (0 in a dry run, or for a refusal).
@@ -95,6 +103,7 @@ pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result
         },
         None => found,
     };
+    let (targets, kept) = judged(&args, settings, &providers, targets);
     let removals = if args.dry_run {
         Vec::new()
     } else {
@@ -108,11 +117,53 @@ pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result
     note_stops(settings, &providers, &removals);
     let clean = failures.is_empty() && removals.iter().all(|r| r.outcome.is_final());
     if args.json {
-        print_json(&args, &targets, &removals, &failures, clean);
+        print_json(&args, &targets, &kept, &removals, &failures, clean);
     } else {
+        print_kept(&kept);
         print_text(&args, &targets, &removals, &failures);
     }
     Ok(Exit::clean_if(clean))
+}
+
+/// The targets the one judgement lets `stop` remove, and those it keeps with the reason:
+/// `stop ID` removes what the user named; `stop --all` keeps what was detached (by its label
+/// or by a `detach` in any session's ledger), whatever session it is narrowed to.
+fn judged(
+    args: &Args,
+    settings: &Settings,
+    providers: &[Arc<dyn Provider>],
+    targets: Vec<Sandbox>,
+) -> (Vec<Sandbox>, Vec<(Sandbox, String)>) {
+    let asker = if args.id.is_some() {
+        Asker::StopNamed
+    } else {
+        Asker::StopAll
+    };
+    let root = settings.state_dir.exists().then(|| settings.state_dir.clone());
+    let known = Known::lazy(root, providers);
+    let mut keep = Vec::new();
+    let mut go = Vec::new();
+    for s in targets {
+        let judgement = ownership::judge(asker, &known.facts(&s));
+        if judgement.removes() {
+            go.push(s);
+        } else {
+            keep.push((s, judgement.reason.to_string()));
+        }
+    }
+    (go, keep)
+}
+
+/// One line on stderr for each sandbox `stop --all` left, with why.
+fn print_kept(kept: &[(Sandbox, String)]) {
+    for (s, why) in kept {
+        eprintln!(
+            "kept {} {} {}: {why}",
+            s.provider,
+            s.kind.as_str(),
+            output::display_id(s)
+        );
+    }
 }
 
 /// Tells each session's ledger what was removed from it; see the module docs.
@@ -212,11 +263,18 @@ fn report_not_found(args: &Args, message: &str, failures: &[ListFailure]) {
 fn print_json(
     args: &Args,
     targets: &[Sandbox],
+    kept: &[(Sandbox, String)],
     removals: &[Removal],
     failures: &[ListFailure],
     clean: bool,
 ) {
-    let results = if args.dry_run {
+    let kept = kept.iter().map(|(s, why)| ResultJson {
+        sandbox: SandboxJson::new(s),
+        outcome: "kept",
+        error: Some(why.as_str()),
+        attempts: 0,
+    });
+    let results: Vec<ResultJson> = if args.dry_run {
         targets
             .iter()
             .map(|s| ResultJson {
@@ -237,6 +295,7 @@ fn print_json(
             })
             .collect()
     };
+    let results = results.into_iter().chain(kept).collect();
     output::emit_json(&StopJson {
         dry_run: args.dry_run,
         results,

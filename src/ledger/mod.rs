@@ -253,11 +253,18 @@ impl StateDir {
     /// since `before_ms` (unix milliseconds): their journal, log, side file of stops and proxy
     /// directory. A
     /// session whose sidecar (or an adopting sweep) holds its lock is never touched, nor a
-    /// pending one. Returns the ids deleted.
+    /// pending one, nor one that detached a sandbox: a detach lasts as long as its sandbox
+    /// (only its TTL ends it), and the journal is where it is written; were it deleted, the
+    /// next sweep would judge the sandbox by its dead owner and remove it. Returns the ids
+    /// deleted.
     pub fn prune(&self, before_ms: u64) -> Result<Vec<String>, LedgerError> {
         let mut gone = Vec::new();
         for view in self.sessions()? {
-            if !view.state.is_final() || view.sidecar_alive || view.updated_ms >= before_ms {
+            if !view.state.is_final()
+                || view.sidecar_alive
+                || view.updated_ms >= before_ms
+                || !view.detached.is_empty()
+            {
                 continue;
             }
             // Hold the lock while deleting, so no sweep adopts it half way.

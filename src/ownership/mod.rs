@@ -36,6 +36,7 @@ use std::fmt;
 use crate::identity::Liveness;
 use crate::providers::Sandbox;
 
+pub mod known;
 #[cfg(test)]
 mod tests;
 
@@ -51,9 +52,9 @@ pub enum Sidecar {
 /// A session's fleet lease, where there is a fleet store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lease {
-    /// No fleet store knows the session (or none is configured).
+    /// No fleet store knows the session (or none is configured), or its lease lives (then
+    /// its sidecar renews it, and the caller says so by [`Sidecar::Alive`]).
     None,
-    Live,
     Expired,
 }
 

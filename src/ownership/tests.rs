@@ -120,8 +120,8 @@ fn proof_of_life_beats_an_expired_lease_and_unknown_is_not_dead() {
     assert_eq!(judge_session(&alive_expired).0, SessionVerdict::Adopt);
     let unknown = Session { owner: Liveness::Unknown, ..alive_expired };
     assert_eq!(judge_session(&unknown).0, SessionVerdict::Reclaim);
-    let unknown_live = Session { lease: Lease::Live, ..unknown };
-    assert_eq!(judge_session(&unknown_live).0, SessionVerdict::Leave);
+    let unknown_renewed = Session { sidecar: Sidecar::Alive, ..unknown };
+    assert_eq!(judge_session(&unknown_renewed).0, SessionVerdict::Leave);
     let no_lease = Session { lease: Lease::None, ..unknown };
     assert_eq!(judge_session(&no_lease).0, SessionVerdict::Leave);
     assert_eq!(judge_session(&DEAD_OVER).0, SessionVerdict::Reclaim);

@@ -31,6 +31,7 @@ use tokio::time::Instant;
 
 use crate::config::ReclaimSettings;
 use crate::labels::Selector;
+use crate::ownership::{self, known::Known, Facts, Judgement};
 use crate::protocol::Target;
 use crate::providers::{Kind, Provider, Refusal, Sandbox, SandboxKey};
 
@@ -243,14 +244,15 @@ pub struct Plan {
     pub claims: Vec<Sandbox>,
     /// Sandboxes never to remove: those the owner detached, as it named them.
     pub keep: Vec<Sandbox>,
-    /// Also spare sandboxes labelled `sandguard.detached=true` (a session's own reclaim does;
-    /// `stop`, which the user asked for by name or by session, does not).
-    pub spare_detached: bool,
     /// Claims that can never name a sandbox of theirs (reported as refused, never touched).
     pub refused: Vec<(Sandbox, Refusal)>,
     /// What a sweep already listed for every session it reclaims: a provider found there is
     /// not listed again by this reclaim (one not found there is).
     pub listed: Option<Arc<Listed>>,
+    /// How other sessions stand, for claims of sandboxes that do not carry this session's
+    /// label (a claim adopts, it never steals). `None`: nothing is known of them, so none is
+    /// taken from another session.
+    pub known: Option<Arc<Known>>,
 }
 
 impl Plan {
@@ -266,9 +268,9 @@ impl Plan {
             selector: Selector::session(session),
             claims: Vec::new(),
             keep: Vec::new(),
-            spare_detached: true,
             refused: Vec::new(),
             listed: None,
+            known: None,
         };
         for t in claims {
             match Sandbox::from_claim(providers, t) {
@@ -297,10 +299,32 @@ impl Plan {
         })
     }
 
-    fn wants(&self, provider: &dyn Provider, s: &Sandbox) -> bool {
-        self.selector.matches(&s.labels)
-            && !self.keeps(provider, s)
-            && !(self.spare_detached && s.is_detached())
+    /// Whether the owner claimed `s`.
+    fn claimed(&self, provider: &dyn Provider, s: &Sandbox) -> bool {
+        self.claims
+            .iter()
+            .any(|c| c.provider == s.provider && (c.id == s.id || provider.names(c, s)))
+    }
+
+    /// The one judgement ([`crate::ownership`]) on `s` for this session's reclaim; `claimed`:
+    /// the owner claimed it (in the plan, or late, during the settle delay).
+    fn judge(&self, provider: &dyn Provider, s: &Sandbox, claimed: bool) -> Judgement {
+        let session = self.selector.session_id().unwrap_or_default();
+        let mut facts = Facts::of(s);
+        facts.detached = self.keeps(provider, s);
+        let ours = facts.labelled.is_some_and(|(id, _)| id == session);
+        if claimed {
+            facts.claimed_by.push((session, ownership::Session::UNKNOWN));
+            if !ours {
+                if let Some(known) = &self.known {
+                    facts.labelled = facts
+                        .labelled
+                        .map(|(id, _)| (id, known.session(id, s.owner())));
+                    facts.claimed_by.extend(known.claimers(s, session));
+                }
+            }
+        }
+        ownership::judge(ownership::Asker::Reclaim { session }, &facts)
     }
 }
 
@@ -348,10 +372,17 @@ impl Listed {
     }
 
     /// What `provider` holds of `session`; `None` when the provider was not listed.
-    fn of(&self, provider: &str, session: &str) -> Option<&[Sandbox]> {
+    fn of(&self, provider: &str, session: &str) -> Option<Vec<Sandbox>> {
         self.by_provider
             .get(provider)
-            .map(|s| s.get(session).map_or(&[][..], Vec::as_slice))
+            .map(|s| s.get(session).cloned().unwrap_or_default())
+    }
+
+    /// Every managed sandbox `provider` holds; `None` when it was not listed.
+    fn all(&self, provider: &str) -> Option<Vec<Sandbox>> {
+        self.by_provider
+            .get(provider)
+            .map(|s| s.values().flatten().cloned().collect())
     }
 }
 
@@ -478,6 +509,13 @@ async fn pass(
     (removals, failures)
 }
 
+/// One provider's share of a pass. Every sandbox listed, and every claim, goes through the
+/// judgement ([`Plan::judge`]). A provider that holds claims is listed by every managed label,
+/// not only this session's, so that a claim is judged by the labels its sandbox carries (a
+/// claim of another live session's sandbox, or of one labelled detached, is refused); a claim
+/// that names nothing listed carries no sandguard label and is the session's by its claim.
+/// Claims are judged only once a listing answered in full: until then nobody can tell whose
+/// they are, and at the deadline they are left unfinished (a sweep finishes them).
 async fn one_provider(
     provider: &dyn Provider,
     plan: &Plan,
@@ -488,47 +526,130 @@ async fn one_provider(
 ) -> (Vec<Removal>, Option<ListFailure>) {
     let pace = options.pace(provider.name());
     let pace = pace.as_ref();
-    let mut seen: HashSet<SandboxKey> = claims.iter().map(key).collect();
-    seen.extend(done.iter().cloned());
-    let claimed = remove::remove_from(provider, claims, options, deadline, pace);
+    let mut judged = Judged {
+        provider,
+        plan,
+        seen: done.clone(),
+        claims,
+        matched: HashSet::new(),
+    };
+    let wide = !judged.claims.is_empty();
     let prelisted = plan.listed.as_ref().and_then(|listed| {
-        let session = plan.selector.session_id()?;
-        listed.of(provider.name(), session)
+        if wide {
+            listed.all(provider.name())
+        } else {
+            listed.of(provider.name(), plan.selector.session_id()?)
+        }
     });
     if let Some(found) = prelisted {
-        let targets: Vec<Sandbox> = found
-            .iter()
-            .filter(|s| plan.wants(provider, s) && seen.insert(key(s)))
-            .cloned()
-            .collect();
-        let listed = remove::remove_from(provider, targets, options, deadline, pace);
-        let (mut removals, listed) = tokio::join!(claimed, listed);
-        removals.extend(listed);
+        let (targets, mut removals) = judged.sort(found, true);
+        removals.extend(remove::remove_from(provider, targets, options, deadline, pace).await);
         return (removals, None);
     }
-    let listed = async {
-        let mut removals = Vec::new();
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            let attempt =
-                list::attempt(provider, &plan.selector, options, deadline, pace, tries).await;
-            let targets: Vec<Sandbox> = attempt
-                .found
-                .into_iter()
-                .filter(|s| plan.wants(provider, s) && seen.insert(key(s)))
+    let selector = if wide {
+        Selector::managed()
+    } else {
+        plan.selector.clone()
+    };
+    let mut removals = Vec::new();
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let attempt = list::attempt(provider, &selector, options, deadline, pace, tries).await;
+        let (targets, refused) = judged.sort(attempt.found, attempt.retry.is_none());
+        removals.extend(refused);
+        removals.extend(remove::remove_from(provider, targets, options, deadline, pace).await);
+        match attempt.retry {
+            None => return (removals, None),
+            Some(Err(failure)) => {
+                removals.extend(judged.unjudged(&failure));
+                return (removals, Some(failure));
+            }
+            Some(Ok(delay)) => tokio::time::sleep(delay).await,
+        }
+    }
+}
+
+/// The judging state of one provider's share of a pass.
+struct Judged<'a> {
+    provider: &'a dyn Provider,
+    plan: &'a Plan,
+    /// Judged already (this pass or a finished earlier one).
+    seen: HashSet<SandboxKey>,
+    claims: Vec<Sandbox>,
+    /// The claims a listed sandbox answered for.
+    matched: HashSet<usize>,
+}
+
+impl Judged<'_> {
+    /// What of `found` the judgement removes, and the claims it refuses (reported, final);
+    /// with `complete`, the claims nothing listed answered for are judged too, bare.
+    fn sort(&mut self, found: Vec<Sandbox>, complete: bool) -> (Vec<Sandbox>, Vec<Removal>) {
+        let mut targets = Vec::new();
+        let mut refused = Vec::new();
+        for s in found {
+            for (n, c) in self.claims.iter().enumerate() {
+                if c.id == s.id || self.provider.names(c, &s) {
+                    self.matched.insert(n);
+                }
+            }
+            self.decide(s, &mut targets, &mut refused);
+        }
+        if complete {
+            let bare: Vec<Sandbox> = (0..self.claims.len())
+                .filter(|n| self.matched.insert(*n))
+                .map(|n| self.claims[n].clone())
                 .collect();
-            removals.extend(remove::remove_from(provider, targets, options, deadline, pace).await);
-            match attempt.retry {
-                None => return (removals, None),
-                Some(Err(failure)) => return (removals, Some(failure)),
-                Some(Ok(delay)) => tokio::time::sleep(delay).await,
+            for c in bare {
+                self.decide(c, &mut targets, &mut refused);
             }
         }
-    };
-    let (mut removals, (listed, failure)) = tokio::join!(claimed, listed);
-    removals.extend(listed);
-    (removals, failure)
+        (targets, refused)
+    }
+
+    fn decide(&mut self, s: Sandbox, targets: &mut Vec<Sandbox>, refused: &mut Vec<Removal>) {
+        if self.seen.contains(&key(&s)) {
+            return;
+        }
+        let claimed = self.plan.claimed(self.provider, &s)
+            || self
+                .claims
+                .iter()
+                .any(|c| c.id == s.id || self.provider.names(c, &s));
+        let judgement = self.plan.judge(self.provider, &s, claimed);
+        if judgement.removes() {
+            self.seen.insert(key(&s));
+            targets.push(s);
+        } else if judgement.reason == ownership::Reason::Detached {
+            self.seen.insert(key(&s));
+        } else if claimed {
+            // A claim the judgement will not honour: said once, final. (A detached one is
+            // kept above without a word: that is what its owner asked.)
+            self.seen.insert(key(&s));
+            refused.push(Removal {
+                sandbox: s,
+                outcome: Outcome::Refused(judgement.reason.to_string()),
+                attempts: 0,
+            });
+        }
+    }
+
+    /// The claims no listing answered for by the deadline: nobody can tell whose they are.
+    fn unjudged(&self, failure: &ListFailure) -> Vec<Removal> {
+        (0..self.claims.len())
+            .filter(|n| !self.matched.contains(n))
+            .map(|n| &self.claims[n])
+            .filter(|c| !self.seen.contains(&key(c)))
+            .map(|c| Removal {
+                sandbox: c.clone(),
+                outcome: Outcome::Unfinished(format!(
+                    "not judged: {} could not be listed ({})",
+                    failure.provider, failure.error
+                )),
+                attempts: 0,
+            })
+            .collect()
+    }
 }
 
 fn key(s: &Sandbox) -> SandboxKey {

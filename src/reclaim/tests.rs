@@ -23,7 +23,7 @@ fn plan(session: &str) -> Plan {
         selector: Selector::session(session),
         claims: vec![],
         keep: vec![],
-        spare_detached: true,
+        known: None,
         refused: vec![],
         listed: None,
     }

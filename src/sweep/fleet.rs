@@ -52,6 +52,8 @@ use futures_util::stream::{self, StreamExt};
 
 use super::{Decision, Pass, Verdict};
 use crate::fleet::{FleetSession, FleetState, Holdings, Lock, SessionRecord, Store};
+use crate::identity::Judge;
+use crate::ownership::{self, SessionVerdict};
 use crate::ledger::{Journal, LedgerError, Record, SessionState};
 use crate::providers::Provider;
 use crate::reclaim::{ListFailure, Listed, Options};
@@ -84,9 +86,10 @@ pub async fn pass(
             return out;
         }
     };
+    let judge_owner = Judge::new(Default::default());
     let mut dead = Vec::new();
     for s in sessions {
-        let (verdict, reason) = judge(&s);
+        let (verdict, reason) = judge(&s, &judge_owner);
         if verdict == Verdict::Reclaim && !dry_run {
             dead.push((s, reason));
         } else if !s.state.is_final() {
@@ -122,7 +125,7 @@ fn decision(s: &FleetSession, verdict: Verdict, reason: String) -> Decision {
     }
 }
 
-fn judge(s: &FleetSession) -> (Verdict, String) {
+fn judge(s: &FleetSession, judge: &Judge) -> (Verdict, String) {
     // Whatever can write to the store wrote this name: only printable ASCII reaches a reason.
     let host: String = s
         .record
@@ -149,13 +152,31 @@ fn judge(s: &FleetSession) -> (Verdict, String) {
             format!("its sidecar on host {host} was stopped while its owner lived: its host's sweep judges it"),
         );
     }
-    (
-        Verdict::Reclaim,
-        format!(
-            "its fleet lease expired (host {host}, {})",
-            s.state.as_str()
+    // The lease expired: the judgement decides, and proof of life beats it (an owner this
+    // machine sees alive is its own sweep's to adopt, never the fleet's to reclaim).
+    let session = ownership::Session {
+        owner: judge.label(&s.record.owner),
+        sidecar: ownership::Sidecar::Gone,
+        ended_at: None,
+        lease: ownership::Lease::Expired,
+    };
+    match ownership::judge_session(&session) {
+        (SessionVerdict::Reclaim, _) => (
+            Verdict::Reclaim,
+            format!(
+                "its fleet lease expired (host {host}, {})",
+                s.state.as_str()
+            ),
         ),
-    )
+        (SessionVerdict::Adopt, _) => (
+            Verdict::Leave,
+            format!(
+                "its fleet lease expired, but its owner (pid {}) lives on this machine: this machine's sweep adopts it",
+                s.record.pid
+            ),
+        ),
+        (SessionVerdict::Leave, why) => (Verdict::Leave, why.to_string()),
+    }
 }
 
 /// A lock token: 64 random bits, or the pid and time when the kernel gives none.
@@ -218,7 +239,7 @@ async fn reclaim_into(
         }
         Err(e) => return fail(out, e.to_string()),
     };
-    let (verdict, now) = judge(&fresh);
+    let (verdict, now) = judge(&fresh, &Judge::new(Default::default()));
     if verdict != Verdict::Reclaim {
         let _ = store.unlock(id, &token, None).await;
         if !fresh.state.is_final() {
@@ -314,7 +335,8 @@ async fn end_session(
     let mut journal = Journal::in_memory(&s.record.id, &start(&s.record))?;
     mirror(&mut journal, &s.record, &s.holdings)?;
     let view = journal.view()?;
-    Ok(super::reclaim_adopted(journal, providers, &view, options, Some(listed.clone())).await)
+    // Nothing is known here of other sessions' standing: no claim takes another's sandbox.
+    Ok(super::reclaim_adopted(journal, providers, &view, options, Some(listed.clone()), None).await)
 }
 
 /// A fleet session's `start` record, from its record in the store.

@@ -37,14 +37,15 @@
 pub mod fleet;
 pub mod service;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::identity::{Judge, Liveness};
-use crate::labels::{self, Selector};
+use crate::labels::Selector;
+use crate::ownership::known::Known;
+use crate::ownership::{self, Asker, Reason, SessionVerdict};
 use crate::ledger::{Journal, LedgerError, SessionState, SessionView, StateDir};
 use crate::providers::{Provider, Sandbox, SandboxKey};
 use crate::reclaim::session::{self, Before, Cause};
@@ -122,17 +123,16 @@ pub async fn pass(
             Vec::new()
         }
     };
-    let judge = state.judge();
-    let (to_reclaim, covered) = judge_ledger(&sessions, &judge, &mut out);
+    let known = Arc::new(Known::of(sessions, state.judge(), providers));
+    let (to_reclaim, covered) = judge_ledger(&known, &mut out);
     let (found, failures) = reclaim::list_all(providers, &Selector::managed()).await;
     out.list_failures.extend(failures);
-    let ledger: HashMap<&str, &SessionView> = sessions.iter().map(|v| (v.id.as_str(), v)).collect();
-    let orphans = judge_found(found, &covered, &ledger, providers, &judge, &mut out);
+    let orphans = judge_found(found, &covered, &known, &mut out);
     if dry_run {
         return out;
     }
     for view in &to_reclaim {
-        match reclaim_session(state, providers, view, options).await {
+        match reclaim_session(state, providers, view, options, &known).await {
             Ok((ended, report)) => {
                 out.ended.push((view.id.clone(), ended));
                 out.removals.extend(report.removals);
@@ -152,11 +152,8 @@ pub async fn pass(
 /// (a) The ledger's sessions whose sidecar is gone and that are not over: decided, and the
 /// live owners put up for adoption. Returns the sessions to reclaim, and every session a live
 /// sidecar or this pass looks after (not to be judged again by their sandboxes).
-fn judge_ledger(
-    sessions: &[SessionView],
-    judge: &Judge,
-    out: &mut Pass,
-) -> (Vec<SessionView>, HashSet<String>) {
+fn judge_ledger(known: &Known, out: &mut Pass) -> (Vec<SessionView>, HashSet<String>) {
+    let sessions = known.views();
     let mut covered: HashSet<String> = sessions
         .iter()
         .filter(|s| s.sidecar_alive)
@@ -167,7 +164,7 @@ fn judge_ledger(
         .iter()
         .filter(|s| !s.sidecar_alive && !s.state.is_final())
     {
-        let (verdict, reason) = judge_session(view, judge);
+        let (verdict, reason) = judge_session(view, known);
         out.decisions.push(Decision {
             session: view.id.clone(),
             sandbox: None,
@@ -184,37 +181,31 @@ fn judge_ledger(
     (to_reclaim, covered)
 }
 
-/// (b) Every managed sandbox no covered session looks after: decided one by one. Returns
-/// those to remove.
+/// (b) Every managed sandbox no covered session looks after, judged one by one
+/// ([`ownership::judge`] as [`Asker::Sweep`]). Returns those to remove.
 fn judge_found(
     found: Vec<Sandbox>,
     covered: &HashSet<String>,
-    ledger: &HashMap<&str, &SessionView>,
-    providers: &[Arc<dyn Provider>],
-    judge: &Judge,
+    known: &Known,
     out: &mut Pass,
 ) -> Vec<Sandbox> {
     let mut orphans = Vec::new();
     for sandbox in found {
         let session = sandbox.session().unwrap_or_default().to_string();
-        let expired = expired(&sandbox);
-        if covered.contains(&session) && !expired {
+        let judgement = ownership::judge(Asker::Sweep, &known.facts(&sandbox));
+        if covered.contains(&session) && judgement.reason != Reason::Expired {
             continue;
         }
-        let (verdict, reason) = if expired {
-            (
-                Verdict::Reclaim,
-                "its sandguard.expires has passed".to_string(),
-            )
+        let verdict = if judgement.removes() {
+            Verdict::Reclaim
         } else {
-            let view = ledger.get(session.as_str()).copied();
-            judge_sandbox(&sandbox, view, providers, judge)
+            Verdict::Leave
         };
         out.decisions.push(Decision {
             session,
             sandbox: Some(sandbox.key()),
             verdict,
-            reason,
+            reason: judgement.reason.to_string(),
         });
         if verdict == Verdict::Reclaim {
             orphans.push(sandbox);
@@ -223,7 +214,9 @@ fn judge_found(
     orphans
 }
 
-fn judge_session(view: &SessionView, judge: &Judge) -> (Verdict, String) {
+/// A ledger session nobody guards: a reclaim that was begun is finished; otherwise the
+/// judgement decides by its owner ([`ownership::judge_session`]).
+fn judge_session(view: &SessionView, known: &Known) -> (Verdict, String) {
     match view.state {
         SessionState::Pending => return (Verdict::Reclaim, "a reclaim is pending".into()),
         SessionState::Reclaiming => {
@@ -234,83 +227,17 @@ fn judge_session(view: &SessionView, judge: &Judge) -> (Verdict, String) {
         }
         _ => {}
     }
-    match judge.label(&view.owner) {
-        Liveness::Dead => (
+    match ownership::judge_session(&known.standing(view)) {
+        (SessionVerdict::Reclaim, why) => (
             Verdict::Reclaim,
-            "its owner is dead and its sidecar is gone".into(),
+            format!("{why} and its sidecar is gone"),
         ),
-        Liveness::Alive => (
+        (SessionVerdict::Adopt, _) => (
             Verdict::Adopt,
             format!("its owner (pid {}) lives but its sidecar is gone", view.pid),
         ),
-        Liveness::Unknown => (
-            Verdict::Leave,
-            "its owner cannot be judged from here (another machine, boot or pid namespace): TTL only".into(),
-        ),
+        (SessionVerdict::Leave, why) => (Verdict::Leave, why.to_string()),
     }
-}
-
-fn judge_sandbox(
-    sandbox: &Sandbox,
-    session: Option<&SessionView>,
-    providers: &[Arc<dyn Provider>],
-    judge: &Judge,
-) -> (Verdict, String) {
-    if sandbox.is_detached() {
-        return (Verdict::Leave, "detached: only its TTL ends it".into());
-    }
-    if let Some(view) = session {
-        if detached_in(view, sandbox, providers) {
-            return (
-                Verdict::Leave,
-                "detached by its owner: only its TTL ends it".into(),
-            );
-        }
-        // The session is over (or judged in the ledger pass): its owner decides.
-        return match judge.label(&view.owner) {
-            Liveness::Dead => (
-                Verdict::Reclaim,
-                format!("its session ended {} and its owner is dead", view.state),
-            ),
-            Liveness::Alive => (Verdict::Leave, "its session's owner lives".into()),
-            Liveness::Unknown => (
-                Verdict::Leave,
-                "its session's owner cannot be judged from here: TTL only".into(),
-            ),
-        };
-    }
-    match sandbox.owner().map(|o| judge.label(o)) {
-        Some(Liveness::Dead) => (Verdict::Reclaim, "its owner is dead".into()),
-        Some(Liveness::Alive) => (Verdict::Leave, "its owner lives".into()),
-        Some(Liveness::Unknown) => (
-            Verdict::Leave,
-            "its owner cannot be judged from here (another machine, boot or pid namespace): TTL only".into(),
-        ),
-        None => (
-            Verdict::Leave,
-            "it names no owner and no session of this ledger: TTL only".into(),
-        ),
-    }
-}
-
-/// Whether the ledger says the owner detached `sandbox`.
-fn detached_in(view: &SessionView, sandbox: &Sandbox, providers: &[Arc<dyn Provider>]) -> bool {
-    let provider = providers.iter().find(|p| p.name() == sandbox.provider);
-    view.detached
-        .iter()
-        .filter(|t| t.provider == sandbox.provider)
-        .any(|t| match (provider, Sandbox::from_claim(providers, t)) {
-            (Some(p), Ok(kept)) => p.names(&kept, sandbox),
-            _ => t.id == sandbox.id,
-        })
-}
-
-fn expired(sandbox: &Sandbox) -> bool {
-    sandbox
-        .labels
-        .get(labels::EXPIRES)
-        .and_then(|v| v.parse::<i64>().ok())
-        .is_some_and(|t| t <= crate::timefmt::now_unix())
 }
 
 /// Takes a session's journal (and lock), waiting up to [`ADOPT_PATIENCE`] for a reader that
@@ -334,25 +261,29 @@ pub async fn reclaim_session(
     providers: &[Arc<dyn Provider>],
     view: &SessionView,
     options: &Options,
+    known: &Arc<Known>,
 ) -> Result<(SessionState, reclaim::Report), LedgerError> {
     let journal = adopt(state, &view.id).await?;
-    Ok(reclaim_adopted(journal, providers, view, options, None).await)
+    Ok(reclaim_adopted(journal, providers, view, options, None, Some(known.clone())).await)
 }
 
 /// Reclaims a session whose journal (and lock) the caller holds: its labels, its claims and
 /// what is pending, minus what it detached.
-/// `listed`: what a sweep already listed for all the sessions it reclaims.
+/// `listed`: what a sweep already listed for all the sessions it reclaims; `known`: how the
+/// other sessions stand (for its claims; `None`: none is taken from another session).
 pub async fn reclaim_adopted(
     journal: Journal,
     providers: &[Arc<dyn Provider>],
     view: &SessionView,
     options: &Options,
     listed: Option<Arc<reclaim::Listed>>,
+    known: Option<Arc<Known>>,
 ) -> (SessionState, reclaim::Report) {
     let journal = Arc::new(Mutex::new(journal));
     let claims: Vec<_> = view.claims.iter().chain(view.pending.keys()).collect();
     let mut plan = Plan::for_session(&view.id, providers, claims, &view.detached);
     plan.listed = listed;
+    plan.known = known;
     let once = Options {
         settle: None,
         ..options.clone()

@@ -19,6 +19,7 @@ use super::Pass;
 use crate::fleet::Store;
 use crate::identity::death::OwnerWatch;
 use crate::identity::Identity;
+use crate::ownership::known::Known;
 use crate::ledger::{LedgerError, StateDir, SweepLock};
 use crate::providers::Provider;
 use crate::reclaim::Options;
@@ -125,10 +126,13 @@ fn adopt(plan: &Plan, pass: Pass, adopted: &mut HashSet<String>, watchers: &mut 
         adopted.insert(view.id.clone());
         let (providers, options) = (plan.providers.clone(), plan.options.clone());
         let store = plan.store.clone();
+        let root = plan.state.path().to_path_buf();
         watchers.spawn(async move {
             OwnerWatch::open(&owner).wait().await;
+            let known = Arc::new(Known::lazy(Some(root), &providers));
             let (ended, _) =
-                super::reclaim_adopted(journal, &providers, &view, &options, None).await;
+                super::reclaim_adopted(journal, &providers, &view, &options, None, Some(known))
+                    .await;
             if let Some(store) = store {
                 super::fleet::tell_ended(store.as_ref(), &view.id, ended).await;
             }

@@ -58,6 +58,7 @@ use crate::protocol::{ByeOutcome, Command, LineReader, ProtocolError, Target};
 use crate::providers::proxy_claim::Claim as ProxyClaim;
 use crate::providers::Provider;
 use crate::reclaim::session::{self, Before, Cause, SharedJournal};
+use crate::ownership::known::Known;
 use crate::reclaim::{Options, Plan, Report};
 
 use crate::identity::death::{ExitProbe, Gone, PROBE_FOR};
@@ -106,6 +107,8 @@ pub struct Sidecar<C> {
     changed: Option<Arc<tokio::sync::Notify>>,
     /// Told how `bye`'s reclaim went, before the settle pass.
     bye_report: Option<ByeReport>,
+    /// Set to `true` the moment the watch ends, before the reclaim (the TTL keeper stops).
+    ending: tokio::sync::watch::Sender<bool>,
 }
 
 impl<C: Clock> Sidecar<C> {
@@ -128,7 +131,13 @@ impl<C: Clock> Sidecar<C> {
             holdings: None,
             changed: None,
             bye_report: None,
+            ending: tokio::sync::watch::channel(false).0,
         }
+    }
+
+    /// Turns `true` the moment the watch ends, before anything is reclaimed.
+    pub fn ending(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.ending.subscribe()
     }
 
     /// The owner's claims and detached sandboxes, shared with a TTL keeper from now on.
@@ -159,6 +168,8 @@ impl<C: Clock> Sidecar<C> {
         self.write(&Record::Providers { names });
         self.sync();
         let ending = self.watch(&mut triggers).await;
+        // Nothing is renewed after this point: the TTL keeper stops before the reclaim starts.
+        self.ending.send_replace(true);
         // A proxy still serving during the reclaim gets no acknowledgement, not a hang; what
         // it creates now carries the labels, and the settle pass finds it.
         drop(triggers.proxy.take());
@@ -381,7 +392,15 @@ impl<C: Clock> Sidecar<C> {
                 "owner was already gone",
             ),
         };
-        let plan = Plan::for_session(&self.session, &self.providers, &self.claims, &self.detached);
+        let mut plan =
+            Plan::for_session(&self.session, &self.providers, &self.claims, &self.detached);
+        // Other sessions are read from the ledger only if a claim names a sandbox that does
+        // not carry this session's label.
+        let root = self.journal.path().parent().and_then(|p| p.parent());
+        plan.known = Some(Arc::new(Known::lazy(
+            root.map(Into::into),
+            &self.providers,
+        )));
         let journal: SharedJournal = Arc::new(Mutex::new(self.journal));
         let settle = self.options.settle.unwrap_or(Duration::ZERO);
         let late = drain_claims(control, settle, &journal, &self.providers);

@@ -94,6 +94,7 @@ pub async fn run<R: AsyncRead + Unpin>(plan: Plan, triggers: Triggers<R>) -> Out
         plan.grace,
         plan.renew_every,
         sidecar.holdings(),
+        sidecar.ending(),
     );
     if let Some(keeper) = keeper {
         tasks.spawn(keeper.run());

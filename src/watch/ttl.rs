@@ -7,8 +7,13 @@
 //! `ttl = grace + 2 × renew_every`. If the whole machine sleeps, dies or loses its network,
 //! nothing renews, and the provider itself ends the sandboxes a little after the grace.
 //!
-//! - Detached sandboxes (by the `detach` command or the `sandguard.detached=true` label) are
-//!   not renewed: their own TTL is what should end them.
+//! - What is renewed is the one ownership judgement's to say ([`crate::ownership`], as
+//!   [`Asker::Renew`]): the session's own sandboxes and claims, never a detached one (by the
+//!   `detach` command or the `sandguard.detached=true` label: their own TTL is what should end
+//!   them), never one whose `sandguard.expires` passed, and nothing after the owner's death.
+//! - The keeper stops the moment the watch ends (the sidecar flips `ending` before its reclaim
+//!   starts), and checks again before each call of a round: a reclaim whose removals fail
+//!   does not keep a dead owner's sandboxes alive.
 //! - A provider's renew never shortens a longer lifetime (the drivers check first).
 //! - No TTL-capable provider configured: no keeper, no timer, no wake-ups.
 //! - Failures are logged and retried on the next round; they never touch the watch loop,
@@ -22,7 +27,9 @@ use std::time::Duration;
 
 use futures_util::stream::{self, StreamExt};
 
+use crate::identity::Liveness;
 use crate::labels::Selector;
+use crate::ownership::{self, Asker, Facts, Verdict};
 use crate::providers::{Provider, ProviderError, Sandbox};
 
 /// What the owner holds, as the sidecar last saw it (the same type the fleet store mirrors).
@@ -44,6 +51,9 @@ pub struct Keeper {
     ttl: Duration,
     every: Duration,
     holdings: SharedHoldings,
+    /// Becomes `true` the moment the watch ends (the owner's death, `bye`, an expired lease),
+    /// before the reclaim starts: the keeper stops then, and renews nothing after it.
+    ending: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Keeper {
@@ -54,6 +64,7 @@ impl Keeper {
         grace: Duration,
         every: Duration,
         holdings: SharedHoldings,
+        ending: tokio::sync::watch::Receiver<bool>,
     ) -> Option<Keeper> {
         let providers: Vec<Arc<dyn Provider>> = providers
             .iter()
@@ -69,17 +80,26 @@ impl Keeper {
             ttl: grace + every * 2,
             every,
             holdings,
+            ending,
         })
     }
 
     /// Renews [`FIRST_ROUND`] after start (not at once: the guarded program is starting on the
-    /// same cores, and has created nothing yet), then every `renew_every`, until aborted.
-    pub async fn run(self) {
+    /// same cores, and has created nothing yet), then every `renew_every`, until the watch
+    /// ends (or it is aborted).
+    pub async fn run(mut self) {
         let first = tokio::time::Instant::now() + FIRST_ROUND.min(self.every);
         let mut tick = tokio::time::interval_at(first, self.every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            tick.tick().await;
+            if *self.ending.borrow() {
+                return;
+            }
+            tokio::select! {
+                _ = tick.tick() => {}
+                // A closed channel means the sidecar is gone: stop too.
+                _ = self.ending.changed() => continue,
+            }
             let holdings = self
                 .holdings
                 .lock()
@@ -101,14 +121,6 @@ impl Keeper {
             tracing::warn!("cannot list {} to renew TTLs: {}", f.provider, f.error);
         }
         let provider = provider.as_ref();
-        let is_detached = |s: &Sandbox| {
-            s.is_detached()
-                || holdings
-                    .detached
-                    .iter()
-                    .any(|t| t.provider == s.provider && t.id == s.id)
-        };
-        targets.retain(|s| !is_detached(s));
         for claim in holdings
             .claims
             .iter()
@@ -121,9 +133,39 @@ impl Keeper {
                 }
             }
         }
+        // The one judgement decides each renewal, with the owner as the watch last saw it.
+        let owner = if *self.ending.borrow() {
+            Liveness::Dead
+        } else {
+            Liveness::Alive
+        };
+        let names = |t: &crate::protocol::Target, s: &Sandbox| {
+            t.provider == s.provider
+                && (t.id == s.id
+                    || provider
+                        .parse_claim(&t.id)
+                        .is_ok_and(|named| provider.names(&named, s)))
+        };
+        targets.retain(|s| {
+            let mut facts = Facts::of(s);
+            facts.detached = holdings.detached.iter().any(|t| names(t, s));
+            if holdings.claims.iter().any(|t| names(t, s)) {
+                facts.claimed_by.push((&self.session, ownership::Session::UNKNOWN));
+            }
+            let asker = Asker::Renew {
+                session: &self.session,
+                owner,
+            };
+            ownership::judge(asker, &facts).verdict == Verdict::Renew
+        });
         let ttl = self.ttl;
+        let ending = &self.ending;
         stream::iter(targets)
             .for_each_concurrent(CONCURRENCY, |s| async move {
+                // Asked again at each call: the owner may have died during the round.
+                if *ending.borrow() {
+                    return;
+                }
                 match provider.renew(&s, ttl).await {
                     Ok(()) | Err(ProviderError::Gone(_)) => {}
                     Err(e) => {
@@ -210,12 +252,14 @@ mod tests {
         };
         let rx = Arc::new(std::sync::Mutex::new(holdings));
         let providers: Vec<Arc<dyn Provider>> = vec![p.clone()];
+        let (_ending, not_ending) = tokio::sync::watch::channel(false);
         let keeper = Keeper::new(
             &providers,
             "s",
             Duration::from_secs(600),
             Duration::from_secs(60),
             rx,
+            not_ending,
         )
         .unwrap();
         let task = tokio::spawn(keeper.run());
@@ -240,12 +284,14 @@ mod tests {
     fn no_ttl_provider_means_no_keeper() {
         let providers: Vec<Arc<dyn Provider>> = vec![crate::providers::fake::Fake::holding(vec![])];
         let rx = SharedHoldings::default();
+        let (_ending, not_ending) = tokio::sync::watch::channel(false);
         assert!(Keeper::new(
             &providers,
             "s",
             Duration::from_secs(600),
             Duration::from_secs(60),
-            rx
+            rx,
+            not_ending,
         )
         .is_none());
     }

@@ -1,0 +1,169 @@
+//! What the judgement is told: how the sessions a sandbox names stand, gathered from this
+//! machine's ledger and its judge of owners. This is the ownership module's only I/O, and it
+//! is done once per reclaim or sweep pass, and only when needed: a sidecar whose sandboxes all
+//! carry its own label never reads another journal.
+//!
+//! Decisions:
+//! - A session in the ledger stands as its journal says: its owner judged from its `start`
+//!   record, its sidecar alive while the journal's lock is held, ended when its state is not
+//!   `active` (at its last record's time, rounded up: a sandbox created in the same second as
+//!   the end counts as created while it lived, which the settle pass covers anyway).
+//! - A session not in the ledger is judged by the owner label its sandbox carries; with no
+//!   readable label it is unknown. No fleet lease is known here: the fleet pass adds its own.
+//! - Detaches count from every session of the ledger, not only the sandbox's own: whoever
+//!   detached it, it stays.
+
+use std::sync::{Arc, OnceLock};
+
+use super::{Facts, Session, Sidecar};
+use crate::identity::{Judge, Liveness};
+use crate::ledger::{SessionState, SessionView, StateDir};
+use crate::protocol::Target;
+use crate::providers::{Provider, Sandbox};
+
+/// The ledger's sessions and the judge, read at most once.
+pub struct Known {
+    /// The state directory, opened when first needed.
+    root: Option<std::path::PathBuf>,
+    state: OnceLock<Option<StateDir>>,
+    judge: OnceLock<Judge>,
+    views: OnceLock<Vec<SessionView>>,
+    providers: Vec<Arc<dyn Provider>>,
+}
+
+impl std::fmt::Debug for Known {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Known")
+            .field("sessions", &self.views.get().map(Vec::len))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Known {
+    /// Knowledge read from the state directory at `root` when first needed (`None`: no
+    /// ledger; every session is judged by its owner label alone).
+    pub fn lazy(root: Option<std::path::PathBuf>, providers: &[Arc<dyn Provider>]) -> Known {
+        Known {
+            root,
+            state: OnceLock::new(),
+            judge: OnceLock::new(),
+            views: OnceLock::new(),
+            providers: providers.to_vec(),
+        }
+    }
+
+    /// Knowledge of sessions already read (a sweep has them).
+    pub fn of(
+        views: Vec<SessionView>,
+        judge: Judge,
+        providers: &[Arc<dyn Provider>],
+    ) -> Known {
+        let known = Known::lazy(None, providers);
+        let _ = known.views.set(views);
+        let _ = known.judge.set(judge);
+        known
+    }
+
+    fn state(&self) -> Option<&StateDir> {
+        self.state
+            .get_or_init(|| {
+                let root = self.root.as_deref()?;
+                StateDir::open(root)
+                    .map_err(|e| tracing::warn!("cannot open the ledger to judge claims: {e}"))
+                    .ok()
+            })
+            .as_ref()
+    }
+
+    fn judge(&self) -> &Judge {
+        self.judge.get_or_init(|| match self.state() {
+            Some(state) => state.judge(),
+            None => Judge::new(Default::default()),
+        })
+    }
+
+    /// The ledger's sessions.
+    pub fn views(&self) -> &[SessionView] {
+        self.views.get_or_init(|| {
+            let Some(state) = self.state() else {
+                return Vec::new();
+            };
+            state.sessions().unwrap_or_else(|e| {
+                tracing::warn!("cannot read the ledger to judge claims: {e}");
+                Vec::new()
+            })
+        })
+    }
+
+    /// The ledger's view of session `id`, if it is there.
+    pub fn view(&self, id: &str) -> Option<&SessionView> {
+        self.views().iter().find(|v| v.id == id)
+    }
+
+    /// How session `id` stands; `owner_label` is what a sandbox says of its owner, used when
+    /// the ledger does not have the session.
+    pub fn session(&self, id: &str, owner_label: Option<&str>) -> Session {
+        match self.view(id) {
+            Some(view) => self.standing(view),
+            None => Session {
+                owner: owner_label.map_or(Liveness::Unknown, |o| self.judge().label(o)),
+                ..Session::UNKNOWN
+            },
+        }
+    }
+
+    /// How a ledger session stands.
+    pub fn standing(&self, view: &SessionView) -> Session {
+        Session {
+            owner: self.judge().label(&view.owner),
+            sidecar: if view.sidecar_alive {
+                Sidecar::Alive
+            } else {
+                Sidecar::Gone
+            },
+            ended_at: (view.state != SessionState::Active)
+                .then(|| i64::try_from(view.updated_ms.div_ceil(1000)).unwrap_or(i64::MAX)),
+            lease: super::Lease::None,
+        }
+    }
+
+    /// Whether `target` (a claim or detach) names `sandbox`, as its provider reads ids.
+    pub fn names(&self, target: &Target, sandbox: &Sandbox) -> bool {
+        if target.provider != sandbox.provider {
+            return false;
+        }
+        let provider = self.providers.iter().find(|p| p.name() == sandbox.provider);
+        match (provider, Sandbox::from_claim(&self.providers, target)) {
+            (Some(p), Ok(named)) => p.names(&named, sandbox),
+            _ => target.id == sandbox.id,
+        }
+    }
+
+    /// The ledger sessions other than `but` whose claims name `sandbox`, and how each stands.
+    pub fn claimers<'a>(&'a self, sandbox: &Sandbox, but: &str) -> Vec<(&'a str, Session)> {
+        self.views()
+            .iter()
+            .filter(|v| v.id != but && v.claims.iter().any(|t| self.names(t, sandbox)))
+            .map(|v| (v.id.as_str(), self.standing(v)))
+            .collect()
+    }
+
+    /// Whether any ledger session detached `sandbox`.
+    pub fn detached(&self, sandbox: &Sandbox) -> bool {
+        self.views()
+            .iter()
+            .any(|v| v.detached.iter().any(|t| self.names(t, sandbox)))
+    }
+
+    /// Everything the ledger says of `sandbox`, for a path that is no session's own (a sweep,
+    /// `stop`).
+    pub fn facts<'a>(&'a self, sandbox: &'a Sandbox) -> Facts<'a> {
+        let mut facts = Facts::of(sandbox);
+        facts.labelled = facts
+            .labelled
+            .map(|(id, _)| (id, self.session(id, sandbox.owner())));
+        facts.claimed_by = self.claimers(sandbox, "");
+        facts.detached = self.detached(sandbox);
+        facts
+    }
+}
