@@ -470,6 +470,35 @@ mod tests {
         assert_eq!(store.session("dead").await.unwrap().unwrap().reclaims, 1);
     }
 
+    /// Issue 22 point 7: on the owner's own machine, an expired fleet lease (a dead sidecar,
+    /// or a lease key deleted by hand) never outweighs an owner this machine sees alive.
+    #[tokio::test]
+    async fn an_owner_seen_alive_here_is_never_reclaimed_for_an_expired_lease() {
+        let store = Arc::new(MemoryStore::default());
+        let me = crate::identity::Identity::current().unwrap();
+        let alive = SessionRecord {
+            owner: me.to_label(),
+            ..record("alive")
+        };
+        let short = Duration::from_millis(1);
+        store.register(&alive, &Holdings::default(), short).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let fake = Fake::holding(vec![sandbox("a1", Kind::Instance, Some("alive"))]);
+        let providers: Vec<Arc<dyn Provider>> = vec![fake.clone()];
+        let fleet = FleetSweep {
+            store: store.clone(),
+            host: "a".into(),
+            lease: Duration::from_secs(3),
+        };
+        let pass = pass(&fleet, &providers, &options(), false).await;
+        assert_eq!(fake.remaining(), ["a1"]);
+        let decision = pass.decisions.iter().find(|d| d.session == "alive").unwrap();
+        assert_eq!(decision.verdict, Verdict::Leave);
+        assert!(decision.reason.contains("lives on this machine"), "{}", decision.reason);
+        let s = store.session("alive").await.unwrap().unwrap();
+        assert_eq!(s.reclaims, 0);
+    }
+
     #[tokio::test]
     async fn a_store_that_cannot_be_read_makes_no_verdict() {
         let store = Arc::new(MemoryStore::default());

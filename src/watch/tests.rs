@@ -21,6 +21,8 @@ struct Harness {
     proxy: tokio::sync::mpsc::UnboundedSender<crate::providers::proxy_claim::Claim>,
     run: tokio::task::JoinHandle<Outcome>,
     dir: std::path::PathBuf,
+    /// What the TTL keeper is told: `true` once the watch ended.
+    ending: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Harness {
@@ -78,8 +80,10 @@ impl Harness {
                 let _ = stopped.await;
             }),
         };
+        let ending = sidecar.ending();
         let run = tokio::spawn(sidecar.run(triggers));
         Harness {
+            ending,
             fake,
             clock,
             pipe,
@@ -129,6 +133,25 @@ async fn owner_death_reclaims_labels_and_claims_but_not_detached_or_strangers() 
     assert_eq!(outcome.state, SessionState::Reclaimed);
     assert_eq!(remaining, vec!["kept", "other", "stranger"]);
     assert_eq!(view.state, SessionState::Reclaimed);
+}
+
+/// Issue 22 point 8: the TTL keeper is told the owner is gone before the reclaim starts, so
+/// a reclaim whose removals keep failing renews nothing meanwhile.
+#[tokio::test(start_paused = true)]
+async fn the_keeper_is_told_of_the_death_before_the_reclaim_starts() {
+    let s = "ending1";
+    let fake = Fake::flaky(vec![sandbox("a", Some(s))], u32::MAX, None);
+    let mut h = Harness::start_with(s, fake, None);
+    assert!(!*h.ending.borrow());
+    h.kill_owner.take().unwrap().send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(1), h.ending.wait_for(|e| *e))
+        .await
+        .expect("told within a second")
+        .unwrap();
+    assert!(!h.run.is_finished(), "told while the reclaim still runs");
+    let (outcome, remaining, _) = h.finish().await;
+    assert_eq!(outcome.state, SessionState::Pending);
+    assert_eq!(remaining, vec!["a"]);
 }
 
 #[tokio::test(start_paused = true)]

@@ -280,6 +280,37 @@ mod tests {
         );
     }
 
+    /// Issue 22 point 8: once the watch ends the keeper renews nothing and returns.
+    #[tokio::test(start_paused = true)]
+    async fn nothing_is_renewed_once_the_watch_ended() {
+        use crate::providers::fake::sandbox;
+        let p = Arc::new(Ttl {
+            listed: vec![sandbox("l1", Kind::Instance, Some("s"))],
+            renewed: Mutex::new(vec![]),
+        });
+        let providers: Vec<Arc<dyn Provider>> = vec![p.clone()];
+        let (ending, watched) = tokio::sync::watch::channel(false);
+        let keeper = Keeper::new(
+            &providers,
+            "s",
+            Duration::from_secs(600),
+            Duration::from_secs(60),
+            SharedHoldings::default(),
+            watched,
+        )
+        .unwrap();
+        let task = tokio::spawn(keeper.run());
+        tokio::time::sleep(FIRST_ROUND + Duration::from_secs(1)).await;
+        assert_eq!(p.renewed.lock().unwrap().len(), 1);
+        ending.send_replace(true);
+        tokio::time::timeout(Duration::from_secs(1), task)
+            .await
+            .expect("the keeper returns once the watch ended")
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        assert_eq!(p.renewed.lock().unwrap().len(), 1, "renewed after the death");
+    }
+
     #[test]
     fn no_ttl_provider_means_no_keeper() {
         let providers: Vec<Arc<dyn Provider>> = vec![crate::providers::fake::Fake::holding(vec![])];

@@ -1,0 +1,140 @@
+//! Issue 22's points decided by the one ownership judgement, through the real binary and the
+//! real daemon: a claim adopts and never steals (3), `stop --all --session` keeps what is
+//! detached (4), pruning never forgets a detach (5), the detached label wins over a claim (6).
+//! (Points 7 and 8, the fleet's proof of life and the TTL keeper's stop, are checked where
+//! their paths can be driven without a store or a cloud: `sweep::fleet` and `watch` tests.)
+
+use std::time::Duration;
+
+use crate::promises::session_row;
+use crate::support::*;
+use crate::wrapper::{guarded, wait_for_file};
+
+/// Waits until `session`'s sidecar is gone and the session is over.
+fn ended(s: &Scratch, session: &str) {
+    eventually(Duration::from_secs(30), "the session ends", || {
+        let row = session_row(&mut sandguard(s), session);
+        row["sidecar_alive"] == false
+            && matches!(row["state"].as_str(), Some("reclaimed" | "clean" | "pending"))
+    });
+}
+
+/// A script that runs `body` in a session, writes `$SANDGUARD_SESSION` and then whatever
+/// `body` echoed into `file`, and exits.
+fn in_session(s: &Scratch, name: &str, body: &str) -> (Vec<String>, std::path::PathBuf) {
+    let file = s.path().join(name);
+    let script = format!(
+        "{{ echo \"$SANDGUARD_SESSION\"; {body}; }} > {0}.tmp && mv {0}.tmp {0}",
+        file.display()
+    );
+    let mut job = guarded(s, &script);
+    let lines = wait_for_file(&file, &mut job.0);
+    let _ = job.0.wait();
+    (lines, file)
+}
+
+const RUN: &str = "docker run -d --network none";
+
+#[test]
+fn a_claim_adopts_an_orphan_but_never_takes_a_live_sessions_sandbox() {
+    require_docker();
+    let s = Scratch::new("claim-steal");
+    let mut res = Resources::default();
+    let b = Owner::start(sandguard(&s), &s);
+    let theirs = res.container(&pairs(&b.label_pairs()));
+    let dead = dead_owner_label();
+    let orphan_session = format!("{}{}", unique(), unique());
+    let orphan = res.container(&[
+        ("sandguard.session", orphan_session.as_str()),
+        ("sandguard.owner", dead.as_str()),
+    ]);
+    let unlabelled = res.container(&[]);
+    let (lines, _) = in_session(
+        &s,
+        "a",
+        &format!(
+            "sandguard claim docker {theirs} >&2; sandguard claim docker {orphan} >&2; \
+             sandguard claim docker {unlabelled} >&2"
+        ),
+    );
+    ended(&s, &lines[0]);
+    assert!(
+        container_exists(&theirs),
+        "session A's claim took live session B's container"
+    );
+    assert!(!container_exists(&orphan), "an orphan claimed is adopted");
+    assert!(!container_exists(&unlabelled), "an unlabelled claim is ours");
+}
+
+#[test]
+fn stop_all_of_a_session_keeps_what_it_detached_by_label_or_by_ledger() {
+    require_docker();
+    let s = Scratch::new("stop-all-detached");
+    let file = s.path().join("ids");
+    let labels = "$(echo \"$SANDGUARD_LABELS\" | tr ',' ' ' | sed 's/\\([^ ]*\\)/--label \\1/g')";
+    let script = format!(
+        "L={labels}; a=$({RUN} $L {IMAGE} sleep 600); \
+         b=$({RUN} $L --label sandguard.detached=true {IMAGE} sleep 600); \
+         c=$({RUN} $L {IMAGE} sleep 600); sandguard detach docker $c; \
+         printf '%s\\n%s\\n%s\\n%s\\n' \"$SANDGUARD_SESSION\" $a $b $c > {0}.tmp && mv {0}.tmp {0}; \
+         exec sleep 600",
+        file.display()
+    );
+    let mut job = guarded(&s, &script);
+    let ids = wait_for_file(&file, &mut job.0);
+    let mut res = Resources::default();
+    for id in &ids[1..] {
+        res.adopt_container(id);
+    }
+    let out = run(sandguard(&s).args(["stop", "--all", "--session", &ids[0]]));
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(!container_exists(&ids[1]), "the plain one is stopped");
+    assert!(container_exists(&ids[2]), "detached by label: kept");
+    assert!(container_exists(&ids[3]), "detached in the ledger: kept");
+    assert!(out.stderr.contains("kept docker"), "{}", out.stderr);
+}
+
+#[test]
+fn a_detach_outlives_the_pruning_of_its_session() {
+    require_docker();
+    let s = Scratch::new("prune-detach");
+    let mut res = Resources::default();
+    let labels = "$(echo \"$SANDGUARD_LABELS\" | tr ',' ' ' | sed 's/\\([^ ]*\\)/--label \\1/g')";
+    let (lines, _) = in_session(
+        &s,
+        "d",
+        &format!(
+            "id=$({RUN} {labels} {IMAGE} sleep 600); sandguard detach docker $id >&2; echo $id"
+        ),
+    );
+    let (session, kept) = (&lines[0], &lines[1]);
+    res.adopt_container(kept);
+    ended(&s, session);
+    let out = run(sandguard(&s).args(["sessions", "--prune", "--older-than", "0s"]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let out = run(sandguard(&s).args(["sweep", "--json"]));
+    assert!(container_exists(kept), "a sweep after pruning removed a detached container: {}", out.stdout);
+}
+
+#[test]
+fn the_detached_label_wins_over_a_claim() {
+    require_docker();
+    let s = Scratch::new("claim-detached");
+    let mut res = Resources::default();
+    let labels = "$(echo \"$SANDGUARD_LABELS\" | tr ',' ' ' | sed 's/\\([^ ]*\\)/--label \\1/g')";
+    let (lines, _) = in_session(
+        &s,
+        "c",
+        &format!(
+            "id=$({RUN} {labels} --label sandguard.detached=true {IMAGE} sleep 600); \
+             sandguard claim docker $id >&2; echo $id"
+        ),
+    );
+    res.adopt_container(&lines[1]);
+    ended(&s, &lines[0]);
+    assert!(container_exists(&lines[1]), "a claimed detached container was removed");
+}
+
+fn pairs(labels: &[(String, String)]) -> Vec<(&str, &str)> {
+    crate::promises::pairs(labels)
+}
