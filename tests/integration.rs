@@ -25,5 +25,6 @@ mod sweep;
 mod trust;
 mod trust_docker;
 mod trust_proxy;
+mod trust_proxy_routes;
 mod trust_sweep;
 mod wrapper;
