@@ -11,8 +11,8 @@ use std::time::Duration;
 use crate::support::daytona::Daytona;
 use crate::support::{cloud_config, e2b, eventually, json, sandguard, sdk, Scratch};
 
-const E2B_KEY: &str = "e2b_c10dc10dc10dc10dc10dc10dc10dc10d";
-const DAYTONA_KEY: &str = "dtn_c10dc10dc10dc10dc10dc10dc10dc10d";
+pub(crate) const E2B_KEY: &str = "e2b_c10dc10dc10dc10dc10dc10dc10dc10d";
+pub(crate) const DAYTONA_KEY: &str = "dtn_c10dc10dc10dc10dc10dc10dc10dc10d";
 
 /// The SDKs' own variables, none of which may leak in from the test's environment.
 const SDK_VARS: [&str; 8] = [
@@ -27,7 +27,7 @@ const SDK_VARS: [&str; 8] = [
 ];
 
 /// `sandguard ARGS -- python -c SCRIPT` with `config` and `env` (the emulators' URLs and keys).
-fn guarded(
+pub(crate) fn guarded(
     s: &Scratch,
     config: &Path,
     env: &[(&str, &str)],
@@ -52,7 +52,7 @@ fn guarded(
 }
 
 /// The first line the guarded script prints (JSON), leaving it running.
-fn first_line(child: &mut Child) -> serde_json::Value {
+pub(crate) fn first_line(child: &mut Child) -> serde_json::Value {
     let mut line = String::new();
     BufReader::new(child.stdout.as_mut().unwrap())
         .read_line(&mut line)
@@ -67,7 +67,7 @@ fn first_line(child: &mut Child) -> serde_json::Value {
 }
 
 /// SIGKILL to the guarded program (the wrapper exec'd into it: same pid); its stderr.
-fn kill(mut child: Child) -> String {
+pub(crate) fn kill(mut child: Child) -> String {
     crate::wrapper::unsafe_kill(child.id() as i32, libc::SIGKILL);
     let _ = child.wait();
     let mut err = String::new();

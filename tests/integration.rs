@@ -26,5 +26,6 @@ mod trust;
 mod trust_docker;
 mod trust_judgement;
 mod trust_proxy;
+mod trust_proxy_routes;
 mod trust_sweep;
 mod wrapper;

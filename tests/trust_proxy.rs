@@ -318,3 +318,49 @@ echo \"$c\" > $OUT/ids.tmp; mv $OUT/ids.tmp $OUT/ids"
     );
     f.none();
 }
+
+#[test]
+fn a_create_asking_to_be_detached_survives_its_owner_and_a_plain_one_does_not() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("tp-detached");
+    let mut made = Made::default();
+    let mut f = Faults::default();
+    let marker = format!("detached-{}", unique());
+    made.markers.push(marker.clone());
+    let mut o = owner(
+        &s,
+        &format!(
+            "a=$(docker run -d --network none --label sg-tp={marker} --label sandguard.detached=true {IMAGE} sleep 3600)
+b=$(docker run -d --network none --label sg-tp={marker} {IMAGE} sleep 3600)
+printf '%s\\n%s\\n' \"$a\" \"$b\" > $OUT/ids.tmp; mv $OUT/ids.tmp $OUT/ids"
+        ),
+    );
+    let (kept, gone) = (o.lines[0].clone(), o.lines[1].clone());
+    made.containers.extend([kept.clone(), gone.clone()]);
+    f.eq(
+        session_of("container", &kept),
+        o.session.clone(),
+        "the detached create is stamped",
+    );
+    f.eq(
+        labels("container", &kept)["sandguard.detached"].clone(),
+        "true".into(),
+        "its own detached label is kept",
+    );
+    let journal = o.journal();
+    f.check(
+        journal
+            .lines()
+            .any(|l| l.contains(r#""ev":"detach""#) && l.contains(&kept)),
+        format!("the detached create is journaled as a detach:\n{journal}"),
+    );
+
+    o.kill_and_wait();
+    f.check(
+        container_exists(&kept),
+        "the container created detached survives its owner",
+    );
+    f.check(!container_exists(&gone), "the plain one is reclaimed");
+    f.none();
+}

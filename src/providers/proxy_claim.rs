@@ -3,19 +3,52 @@
 //! Both proxies send through [`claim`]; what each does when no acknowledgement comes is its
 //! own decision (the Docker proxy passes the daemon's answer on, its labels marking the
 //! object; the cloud proxy withholds the answer).
+//!
+//! A claim says what the sidecar journals for the new id ([`Hold`]): a create whose own labels
+//! (after the session's were merged in, as the service reads them) carry
+//! `sandguard.detached=true` asked to outlive its owner, and detach wins over any claim, so it
+//! is journaled as a `detach`, never as a `claim`. It still carries the session's labels: the
+//! session knows it made it, and only its TTL ends it. Any other value (`"false"`, `true` as a
+//! JSON boolean, a key in another case) is no detach, exactly as [`crate::providers::Sandbox`]
+//! reads the label at reclaim time.
 
 use std::fmt;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+use crate::labels;
 use crate::protocol::Target;
+use crate::providers::docker::proxy::json::Json;
 
 /// A claim from a proxy; the sidecar answers on `ack` once it is journaled.
 #[derive(Debug)]
 pub struct Claim {
     pub target: Target,
+    /// What the sidecar journals for `target`.
+    pub hold: Hold,
     pub ack: oneshot::Sender<()>,
+}
+
+/// What a create asked the session to do with the object it made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// Owned: reclaimed when the owner dies.
+    Claim,
+    /// Created with `sandguard.detached=true`: it outlives its owner; only its TTL ends it.
+    Detach,
+}
+
+impl Hold {
+    /// From the label map a create was stamped with (its last value per key, as Go's and
+    /// JavaScript's decoders keep it).
+    pub fn of(labels: &[(String, Json)]) -> Hold {
+        let value = labels.iter().rev().find(|(k, _)| k == labels::DETACHED);
+        match value {
+            Some((_, Json::String(v))) if v == "true" => Hold::Detach,
+            _ => Hold::Claim,
+        }
+    }
 }
 
 /// How long a create answer waits for the sidecar to journal its claim.
@@ -50,18 +83,58 @@ impl fmt::Display for NotClaimed {
     }
 }
 
-/// Sends `target` to the sidecar and waits (at most [`ACK_TIMEOUT`]) until it is journaled.
+/// Sends `target` to the sidecar, to be journaled as `hold` says, and waits (at most
+/// [`ACK_TIMEOUT`]) until it is journaled.
 pub async fn claim(
     claims: &mpsc::UnboundedSender<Claim>,
     target: Target,
+    hold: Hold,
 ) -> Result<(), NotClaimed> {
     let (ack, acked) = oneshot::channel();
     claims
-        .send(Claim { target, ack })
+        .send(Claim { target, hold, ack })
         .map_err(|_| NotClaimed::Closed)?;
     match tokio::time::timeout(ACK_TIMEOUT, acked).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(_)) => Err(NotClaimed::Dropped),
         Err(_) => Err(NotClaimed::TimedOut),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_string_true_under_the_exact_key_detaches() {
+        let hold = |pairs: &[(&str, Json)]| {
+            let pairs: Vec<(String, Json)> = pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect();
+            Hold::of(&pairs)
+        };
+        assert_eq!(
+            hold(&[("sandguard.detached", Json::str("true"))]),
+            Hold::Detach
+        );
+        let last_wins = [
+            ("sandguard.detached", Json::str("false")),
+            ("sandguard.detached", Json::str("true")),
+        ];
+        assert_eq!(hold(&last_wins), Hold::Detach);
+        for no in [
+            vec![],
+            vec![("sandguard.detached", Json::str("false"))],
+            vec![("sandguard.detached", Json::str("TRUE"))],
+            vec![("sandguard.detached", Json::Bool(true))],
+            vec![("Sandguard.Detached", Json::str("true"))],
+            vec![
+                ("sandguard.detached", Json::str("true")),
+                ("sandguard.detached", Json::Null),
+            ],
+        ] {
+            assert_eq!(hold(&no), Hold::Claim, "{no:?}");
+        }
     }
 }

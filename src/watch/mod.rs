@@ -260,12 +260,17 @@ impl<C: Clock> Sidecar<C> {
         ending
     }
 
-    /// A create seen by the Docker proxy: claimed as if the owner had written the line, then
-    /// acknowledged (once on disk) so the proxy hands the daemon's answer to the client.
+    /// A create seen by a proxy (Docker's or the cloud one): claimed as if the owner had written
+    /// the line (or detached, when the create asked for `sandguard.detached=true`: detach wins
+    /// over any claim, so such a create is never journaled as a claim), then acknowledged
+    /// (once on disk) so the proxy hands the service's answer to the client.
     fn on_proxy_claim<R>(&mut self, claim: Option<ProxyClaim>, t: &mut Triggers<R>) {
         match claim {
             Some(c) => {
-                self.apply(Command::Claim(c.target));
+                self.apply(match c.hold {
+                    crate::providers::proxy_claim::Hold::Claim => Command::Claim(c.target),
+                    crate::providers::proxy_claim::Hold::Detach => Command::Detach(c.target),
+                });
                 self.sync();
                 let _ = c.ack.send(());
             }

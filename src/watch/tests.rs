@@ -171,7 +171,11 @@ async fn a_proxy_claim_is_acknowledged_and_reclaimed() {
     let (ack, acked) = oneshot::channel();
     let target = crate::protocol::Target::new("fake", "made").unwrap();
     h.proxy
-        .send(crate::providers::proxy_claim::Claim { target, ack })
+        .send(crate::providers::proxy_claim::Claim {
+            target,
+            hold: crate::providers::proxy_claim::Hold::Claim,
+            ack,
+        })
         .unwrap();
     acked.await.expect("the sidecar acknowledges a proxy claim");
     let mut h = h;

@@ -1,7 +1,10 @@
 //! An in-memory Daytona API on the emulator framework, after `providers.md` §2 and its
 //! 2026-12 corrections:
 //!
-//! - Routes under `/api`: `GET /api/sandbox` (the cursor-paged `{"items","nextCursor"}` shape
+//! - Routes under `/api`, matched as Express matches them (ASCII case ignored, ids aside;
+//!   `POST /api/sandbox` and the deprecated `POST /api/workspace` both create, answering
+//!   200, and `workspace/{id}/...` reaches the same handlers as `sandbox/{id}/...`):
+//!   `GET /api/sandbox` (the cursor-paged `{"items","nextCursor"}` shape
 //!   by default, or the legacy bare array after [`Daytona::set_legacy`]), `GET` and `DELETE
 //!   /api/sandbox/{id}`, `POST /api/sandbox/{id}/stop` (200), `POST
 //!   /api/sandbox/{id}/ttl/{minutes}` (200, as the spec says; absent after
@@ -389,6 +392,12 @@ impl Daytona {
 
     pub fn is_live(&self, id: &str) -> bool {
         self.live().iter().any(|l| l == id)
+    }
+
+    /// The labels of a sandbox not yet destroyed.
+    pub fn labels(&self, id: &str) -> Option<BTreeMap<String, String>> {
+        let mut st = self.state.lock().unwrap();
+        st.find(id).map(|s| s.labels.clone())
     }
 
     /// The state of a sandbox not yet destroyed.

@@ -1,28 +1,57 @@
 //! Daytona's side of the cloud proxy: which requests create a sandbox, where their labels go,
 //! and where the answer names the new sandbox.
 //!
-//! - `POST <base>/sandbox` creates (the base URL's path is `/api`); the body's `labels`
-//!   (NestJS reads it with `JSON.parse`: that spelling exactly, the last one winning) gets the
-//!   session's labels. The answer's `id` is the new id.
-//! - `POST <base>/sandbox/{id}/fork` creates a sandbox whose body has no `labels`: refused.
+//! Routes are matched as the service (NestJS on Express) matches them: without regard to ASCII
+//! case (Express's `caseSensitive` is off by default, so `/api/Sandbox` is `/api/sandbox`; the
+//! base path `/api` is part of the route too, see [`super::route`]) and with a trailing `/`
+//! ignored (the segments are cleaned before this sees them). Only ASCII folds: Express matches
+//! its regular expressions (no `u` flag) against the raw request line, where a non-ASCII
+//! character never equals an ASCII one.
+//!
+//! - `POST <base>/sandbox` and the deprecated `POST <base>/workspace` (the same create,
+//!   still served, answering 200) create; the body's `labels` (NestJS reads it with
+//!   `JSON.parse`: that spelling exactly, the last one winning) gets the session's labels. The
+//!   answer's `id` is the new id.
+//! - `POST <base>/{sandbox,workspace}/{id}/fork` creates a sandbox whose body has no `labels`:
+//!   refused.
+//! - Any other POST to a sandbox collection path (one or two segments whose first names
+//!   sandboxes or workspaces: `/api/sandboxes`, `/api/sandbox/new`, `/api/workspace-v2`) is
+//!   refused: the service has no route there today, so nothing real is lost, and a create
+//!   added there later is refused rather than passed on unstamped. POSTs to one sandbox's
+//!   operations (`/api/sandbox/{id}/stop`, ...) and to other collections (volumes, snapshots)
+//!   pass.
 
 use std::collections::BTreeMap;
 
 use super::stamp::{id_at, merge, Keys};
-use super::Route;
+use super::{Hold, Route, UNKNOWN_CREATE};
 
 /// The variable the `daytona` SDKs read their API's base URL from.
 pub const VARIABLE: &str = "DAYTONA_API_URL";
 
+/// The collections the service creates sandboxes at (`workspace` is the deprecated name).
+const COLLECTIONS: [&str; 2] = ["sandbox", "workspace"];
+
 pub fn route(post: bool, rest: &[&str]) -> Route {
+    if !post {
+        return Route::Pass;
+    }
+    let collection = |s: &str| COLLECTIONS.iter().any(|c| s.eq_ignore_ascii_case(c));
+    let sandboxes = |s: &str| {
+        let s = s.to_ascii_lowercase();
+        COLLECTIONS.iter().any(|c| s.contains(c))
+    };
     match rest {
-        ["sandbox"] if post => Route::Create,
-        ["sandbox", _, "fork"] if post => Route::Refuse("a fork's body carries no labels"),
+        [c] if collection(c) => Route::Create,
+        [c, _, op] if collection(c) && op.eq_ignore_ascii_case("fork") => {
+            Route::Refuse("a fork's body carries no labels")
+        }
+        [c] | [c, _] if sandboxes(c) => Route::Refuse(UNKNOWN_CREATE),
         _ => Route::Pass,
     }
 }
 
-pub fn stamp(body: &[u8], labels: &BTreeMap<String, String>) -> Result<Vec<u8>, String> {
+pub fn stamp(body: &[u8], labels: &BTreeMap<String, String>) -> Result<(Vec<u8>, Hold), String> {
     merge(body, Keys::Exact("labels"), labels)
 }
 

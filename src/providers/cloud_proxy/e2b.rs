@@ -1,28 +1,44 @@
 //! E2B's side of the cloud proxy: which requests create a sandbox, where their labels go, and
 //! where the answer names the new sandbox.
 //!
-//! - `POST /sandboxes` and `POST /vN/sandboxes` (the `e2b` SDK 2.x posts to `/v2/sandboxes`)
-//!   create; the body's `metadata` (decoded by Go's `encoding/json`, so any case-folded
-//!   spelling counts) gets the session's labels. The answer's `sandboxID` is the new id.
+//! - `POST /sandboxes` creates (the only create route in the API's OpenAPI spec); `POST
+//!   /vN/sandboxes` is stamped too (no such route is served today; a superset costs nothing).
+//!   The body's `metadata` (decoded by Go's `encoding/json`, so any case-folded spelling
+//!   counts) gets the session's labels. The answer's `sandboxID` is the new id.
 //! - `POST [/vN]/sandboxes/{id}/fork` creates sandboxes from a running one, but its body has no
 //!   `metadata` to stamp: refused.
+//! - Any other POST to a sandbox collection path (one or two segments after the version whose
+//!   first names sandboxes: `/sandbox`, `/sandboxes/new`, `/v3/sandboxes-beta`) is refused:
+//!   no such route is served, and a create added there later is refused rather than passed on
+//!   unstamped. `resume` and `connect` bring back a sandbox that exists already (created, and
+//!   stamped, through its own create), so they pass, as do snapshots and templates.
+//! - gin routes case-sensitively; these routes match in any ASCII case all the same (a
+//!   superset: stamping or refusing a path the service would answer 404 costs nothing).
 
 use std::collections::BTreeMap;
 
 use super::stamp::{id_at, merge, Keys};
-use super::Route;
+use super::{Hold, Route, UNKNOWN_CREATE};
 
 /// The variable the `e2b` SDKs read their API's base URL from.
 pub const VARIABLE: &str = "E2B_API_URL";
 
 pub fn route(post: bool, rest: &[&str]) -> Route {
+    if !post {
+        return Route::Pass;
+    }
     let rest = match rest {
         [v, tail @ ..] if is_version(v) => tail,
         _ => rest,
     };
+    let collection = |s: &str| s.eq_ignore_ascii_case("sandboxes");
+    let sandboxes = |s: &str| s.to_ascii_lowercase().contains("sandbox");
     match rest {
-        ["sandboxes"] if post => Route::Create,
-        ["sandboxes", _, "fork"] if post => Route::Refuse("a fork's body carries no metadata"),
+        [c] if collection(c) => Route::Create,
+        [c, _, op] if collection(c) && op.eq_ignore_ascii_case("fork") => {
+            Route::Refuse("a fork's body carries no metadata")
+        }
+        [c] | [c, _] if sandboxes(c) => Route::Refuse(UNKNOWN_CREATE),
         _ => Route::Pass,
     }
 }
@@ -30,11 +46,11 @@ pub fn route(post: bool, rest: &[&str]) -> Route {
 /// `v` and digits: the API's version prefix.
 fn is_version(segment: &str) -> bool {
     segment
-        .strip_prefix('v')
+        .strip_prefix(['v', 'V'])
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
-pub fn stamp(body: &[u8], labels: &BTreeMap<String, String>) -> Result<Vec<u8>, String> {
+pub fn stamp(body: &[u8], labels: &BTreeMap<String, String>) -> Result<(Vec<u8>, Hold), String> {
     merge(body, Keys::Go("metadata"), labels)
 }
 

@@ -23,8 +23,12 @@
 //!   `Host` becomes the upstream's. An upgrade (Daytona's Socket.IO websocket) is passed on and,
 //!   once answered `101`, copied raw both ways. Headers are never logged, so the API key reaches
 //!   no log, journal or error.
-//! - The create call ([`e2b`]: `POST [/vN]/sandboxes`; [`daytona`]: `POST <base>/sandbox`) is the
-//!   one request buffered (at most [`MAX_CREATE_BODY`]): the session's labels are merged into
+//! - Every create route the service accepts is stamped ([`e2b`]: `POST [/vN]/sandboxes`;
+//!   [`daytona`]: `POST <base>/sandbox` and the deprecated `POST <base>/workspace`, in any
+//!   ASCII case, as Express routes them; the base path is matched in any ASCII case too), and
+//!   any other POST to a sandbox collection path is refused ([`UNKNOWN_CREATE`]): a create the
+//!   proxy does not know is never passed on unstamped. The create call is the one request
+//!   buffered (at most [`MAX_CREATE_BODY`]): the session's labels are merged into
 //!   its `metadata` / `labels`, the session's values winning, the program's other keys kept
 //!   ([`stamp`]); its `Accept-Encoding` is dropped, so the answer comes uncompressed and its
 //!   id can be read (the program gets it uncompressed too). A create it cannot stamp is
@@ -32,7 +36,9 @@
 //!   object (400), and a fork (E2B's and Daytona's fork bodies carry no labels; 400). Paths are percent-decoded and dot segments resolved
 //!   before routing (as the services route them), and the method matches in any case.
 //! - The id in a 2xx create answer is claimed through the sidecar's proxy channel
-//!   ([`Claim`], as the Docker proxy's claims) and the answer reaches the program only after
+//!   ([`Claim`], as the Docker proxy's claims; a create whose stamped `metadata` / `labels`
+//!   carry `sandguard.detached=true` is handed over as a detach, [`Hold::Detach`], so it
+//!   outlives its owner) and the answer reaches the program only after
 //!   the sidecar acknowledged it (journaled, fsynced). No acknowledgement within
 //!   [`ACK_TIMEOUT`] (a sidecar that is reclaiming, a disk that hangs), or an answer whose id
 //!   cannot be read, answers 503 with the reason: the program never holds a sandbox sandguard
@@ -62,7 +68,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::providers::docker::proxy::http::MAX_CREATE_BODY;
-pub use crate::providers::proxy_claim::{Claim, ACK_TIMEOUT};
+pub use crate::providers::proxy_claim::{Claim, Hold, ACK_TIMEOUT};
 
 /// A body as the proxy passes it: streamed, or built here (a stamped create, an error).
 pub type Body = Either<Incoming, Full<Bytes>>;
@@ -73,6 +79,10 @@ pub enum Api {
     E2b,
     Daytona,
 }
+
+/// Why a POST to a sandbox collection path the proxy has no create route for is refused.
+pub const UNKNOWN_CREATE: &str =
+    "a POST to a sandbox collection path that is not a create route sandguard knows how to stamp";
 
 /// What the proxy does with one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,8 +119,13 @@ impl Api {
         }
     }
 
-    /// The create body with the session's labels merged in.
-    pub fn stamp(self, body: &[u8], labels: &BTreeMap<String, String>) -> Result<Vec<u8>, String> {
+    /// The create body with the session's labels merged in, and what the sidecar journals for
+    /// the sandbox it creates.
+    pub fn stamp(
+        self,
+        body: &[u8],
+        labels: &BTreeMap<String, String>,
+    ) -> Result<(Vec<u8>, Hold), String> {
         match self {
             Api::E2b => e2b::stamp(body, labels),
             Api::Daytona => daytona::stamp(body, labels),
@@ -274,8 +289,12 @@ fn route(req: &Request<Incoming>, shared: &Shared) -> Route {
         return Route::Pass; // no sandbox route has bytes that are not UTF-8
     };
     let segments = crate::providers::docker::proxy::target::clean(&path);
+    // The base path is part of the service's routes, matched in any ASCII case like them.
     let under = segments.len() >= shared.base.len()
-        && segments.iter().zip(&shared.base).all(|(s, b)| s == b);
+        && segments
+            .iter()
+            .zip(&shared.base)
+            .all(|(s, b)| s.eq_ignore_ascii_case(b));
     if !under {
         return Route::Pass;
     }
@@ -303,7 +322,7 @@ async fn create(req: Request<Incoming>, shared: &Shared) -> Response<Body> {
             return answer(400, &refusal(shared.api, "its body could not be read"))
         }
     };
-    let stamped = match shared.api.stamp(&body, &shared.labels) {
+    let (stamped, hold) = match shared.api.stamp(&body, &shared.labels) {
         Ok(s) => s,
         Err(why) => return answer(400, &refusal(shared.api, &why)),
     };
@@ -327,7 +346,7 @@ async fn create(req: Request<Incoming>, shared: &Shared) -> Response<Body> {
     let Some(id) = shared.api.created(&body) else {
         return unclaimed(shared.api, "its create answer names no sandbox id");
     };
-    if let Err(why) = claim(shared, &id).await {
+    if let Err(why) = claim(shared, &id, hold).await {
         return unclaimed(shared.api, &format!("sandbox {id} was not claimed: {why}"));
     }
     forward::answer_as_is(Response::from_parts(parts, Either::Right(Full::from(body))))
@@ -344,10 +363,11 @@ fn unclaimed(api: Api, why: &str) -> Response<Body> {
     answer(503, &message)
 }
 
-/// Sends a claim to the sidecar and waits (at most [`ACK_TIMEOUT`]) until it is journaled.
-async fn claim(shared: &Shared, id: &str) -> Result<(), String> {
+/// Sends a claim (or a detach, as `hold` says) to the sidecar and waits (at most
+/// [`ACK_TIMEOUT`]) until it is journaled.
+async fn claim(shared: &Shared, id: &str, hold: Hold) -> Result<(), String> {
     let target = crate::protocol::Target::new(shared.api.name(), id).map_err(|e| e.to_string())?;
-    crate::providers::proxy_claim::claim(&shared.claims, target)
+    crate::providers::proxy_claim::claim(&shared.claims, target, hold)
         .await
         .map_err(|e| e.to_string())
 }

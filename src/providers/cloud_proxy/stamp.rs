@@ -9,10 +9,12 @@
 //! merged map with the session's labels over it, so no later key can override
 //! `sandguard.session`. An empty body is stamped as `{}`; anything else that is not a JSON
 //! object (or whose label map is not an object) cannot be stamped, and the caller refuses it.
+//! The merged map also says whether the create asked to be detached ([`Hold`]).
 
 use std::collections::BTreeMap;
 
 use crate::providers::docker::proxy::json::{go_field, go_map, insert, Json};
+use crate::providers::proxy_claim::Hold;
 
 /// How the service finds its label map's key.
 #[derive(Debug, Clone, Copy)]
@@ -23,12 +25,13 @@ pub enum Keys {
     Exact(&'static str),
 }
 
-/// `body` with `labels` merged into its label map; `Err` says why it cannot be stamped.
+/// `body` with `labels` merged into its label map, and what the sidecar journals for the
+/// sandbox it creates ([`Hold::of`] the merged map); `Err` says why it cannot be stamped.
 pub fn merge(
     body: &[u8],
     keys: Keys,
     labels: &BTreeMap<String, String>,
-) -> Result<Vec<u8>, String> {
+) -> Result<(Vec<u8>, Hold), String> {
     let mut pairs = object(body)?;
     let (name, found) = match keys {
         Keys::Go(name) => (name, go_merged(&pairs, name)?),
@@ -39,8 +42,9 @@ pub fn merge(
     for (k, v) in labels {
         insert(&mut merged, k, Json::str(v));
     }
+    let hold = Hold::of(&merged);
     pairs.push((name.to_string(), Json::Object(merged)));
-    Ok(Json::Object(pairs).to_vec())
+    Ok((Json::Object(pairs).to_vec(), hold))
 }
 
 fn matches(keys: Keys, key: &str) -> bool {

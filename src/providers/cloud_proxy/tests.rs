@@ -10,7 +10,7 @@ fn labels() -> BTreeMap<String, String> {
 }
 
 fn stamped(api: Api, body: &str) -> serde_json::Value {
-    serde_json::from_slice(&api.stamp(body.as_bytes(), &labels()).unwrap()).unwrap()
+    serde_json::from_slice(&api.stamp(body.as_bytes(), &labels()).unwrap().0).unwrap()
 }
 
 #[test]
@@ -35,6 +35,28 @@ fn daytona_labels_are_read_as_json_parse_reads_them() {
         serde_json::json!({"app":"y","sandguard.session":"s1","sandguard.owner":"o"})
     );
     assert_eq!(v["Labels"], serde_json::json!({"kept":"as is"}));
+}
+
+#[test]
+fn a_create_asking_to_be_detached_is_held_as_a_detach_as_each_service_reads_it() {
+    let hold = |api: Api, body: &str| api.stamp(body.as_bytes(), &labels()).unwrap().1;
+    let e2b =
+        r#"{"metadata":{"sandguard.detached":"false"},"Metadata":{"sandguard.detached":"true"}}"#;
+    assert_eq!(hold(Api::E2b, e2b), Hold::Detach, "Go merges both keys");
+    assert_eq!(
+        hold(Api::Daytona, e2b),
+        Hold::Claim,
+        "JSON.parse reads `labels` only"
+    );
+    let daytona = r#"{"labels":{"sandguard.detached":"true"},"labels":{"app":"x"}}"#;
+    assert_eq!(
+        hold(Api::Daytona, daytona),
+        Hold::Claim,
+        "the last `labels` wins"
+    );
+    let daytona = r#"{"labels":{"app":"x"},"labels":{"sandguard.detached":"true"}}"#;
+    assert_eq!(hold(Api::Daytona, daytona), Hold::Detach);
+    assert_eq!(hold(Api::E2b, r#"{"metadata":{"app":"x"}}"#), Hold::Claim);
 }
 
 #[test]
@@ -74,6 +96,46 @@ fn creates_and_forks_are_routed_and_the_rest_passes() {
     ));
 }
 
+/// Every spelling of every collection, under each API's own rules, as the segments after the
+/// base path: what creates, what is refused as an unknown create, what passes.
+#[test]
+fn every_create_route_in_any_case_is_stamped_and_other_collection_posts_are_refused() {
+    fn cases(word: &str) -> Vec<String> {
+        let mut capital = word.to_string();
+        capital[..1].make_ascii_uppercase();
+        vec![word.into(), word.to_ascii_uppercase(), capital]
+    }
+    let unknown = Route::Refuse(UNKNOWN_CREATE);
+    for (api, creates, versions) in [
+        (Api::Daytona, &["sandbox", "workspace"][..], &[""][..]),
+        (Api::E2b, &["sandboxes"][..], &["", "v2", "V3"][..]),
+    ] {
+        for version in versions {
+            let at = |rest: &[&str]| {
+                let mut path: Vec<&str> =
+                    [*version].into_iter().filter(|v| !v.is_empty()).collect();
+                path.extend(rest);
+                api.route(true, &path)
+            };
+            for collection in creates.iter().flat_map(|c| cases(c)) {
+                let c = collection.as_str();
+                assert_eq!(at(&[c]), Route::Create, "{api:?} {version} {c}");
+                assert_eq!(api.route(false, &[c]), Route::Pass, "{api:?} GET {c}");
+                assert!(matches!(at(&[c, "i", "FORK"]), Route::Refuse(w) if w != UNKNOWN_CREATE));
+                assert_eq!(at(&[c, "new"]), unknown, "{api:?} {version} {c}/new");
+                assert_eq!(at(&[c, "i", "stop"]), Route::Pass, "{api:?} {c}/i/stop");
+                let plural = format!("{c}s");
+                assert_eq!(at(&[plural.as_str()]), unknown, "{api:?} {plural}");
+                let beta = format!("{c}-beta");
+                assert_eq!(at(&[beta.as_str(), "x"]), unknown, "{api:?} {beta}");
+            }
+            for other in ["volumes", "snapshots", "templates", "api-keys"] {
+                assert_eq!(at(&[other]), Route::Pass, "{api:?} {other}");
+            }
+        }
+    }
+}
+
 #[test]
 fn answers_name_the_new_sandbox() {
     assert_eq!(
@@ -107,10 +169,10 @@ async fn bound(claims: mpsc::UnboundedSender<Claim>) -> CloudProxy {
 async fn a_claim_without_an_acknowledgement_is_an_error_never_a_silent_pass() {
     let (tx, rx) = mpsc::unbounded_channel();
     let proxy = bound(tx).await;
-    let err = claim(&proxy.shared, "abc").await.unwrap_err();
+    let err = claim(&proxy.shared, "abc", Hold::Claim).await.unwrap_err();
     assert!(err.contains("did not journal it within 5 s"), "{err}");
     drop(rx);
-    let err = claim(&proxy.shared, "abc").await.unwrap_err();
+    let err = claim(&proxy.shared, "abc", Hold::Claim).await.unwrap_err();
     assert!(err.contains("takes no more claims"), "{err}");
 }
 
@@ -119,12 +181,13 @@ async fn an_acknowledged_claim_names_the_provider_and_the_id() {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let proxy = bound(tx).await;
     let sidecar = tokio::spawn(async move {
-        let Claim { target, ack } = rx.recv().await.unwrap();
+        let Claim { target, hold, ack } = rx.recv().await.unwrap();
         let _ = ack.send(());
-        target
+        (target, hold)
     });
-    claim(&proxy.shared, "abc").await.unwrap();
-    let target = sidecar.await.unwrap();
+    claim(&proxy.shared, "abc", Hold::Detach).await.unwrap();
+    let (target, hold) = sidecar.await.unwrap();
+    assert_eq!(hold, Hold::Detach);
     assert_eq!(
         (target.provider.as_str(), target.id.as_str()),
         ("e2b", "abc")

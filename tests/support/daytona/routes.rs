@@ -69,9 +69,12 @@ impl Api for Handler {
             Ok(credential) => st.credentials.push(credential),
             Err(refusal) => return refusal,
         }
-        let segs = req.segments();
+        let routed = routed(&req.segments());
+        let segs: Vec<&str> = routed.iter().map(String::as_str).collect();
         match (req.method.as_str(), segs.as_slice()) {
-            ("GET", ["api", "sandbox"]) => list(&mut st, req),
+            ("GET", ["api", "sandbox"]) if !req.segments()[1].eq_ignore_ascii_case("workspace") => {
+                list(&mut st, req)
+            }
             ("POST", ["api", "sandbox"]) => create(&mut st, req),
             ("GET", ["api", "sandbox", id]) => match st.find(id) {
                 Some(s) => Response::json(200, s.json()),
@@ -142,6 +145,21 @@ impl Api for Handler {
         self.state.lock().unwrap().throttler = name;
         name.to_string()
     }
+}
+
+/// The path as Express routes it: every segment but the id (the third) matched without regard
+/// to ASCII case (`caseSensitive` is off by default), and the deprecated `workspace` controller
+/// served by the same handlers as `sandbox` (its create takes the same body; the list, whose
+/// old paged shape is not modelled, is not aliased).
+fn routed(segs: &[&str]) -> Vec<String> {
+    segs.iter()
+        .enumerate()
+        .map(|(i, s)| match i {
+            2 => s.to_string(),
+            1 if s.eq_ignore_ascii_case("workspace") => "sandbox".to_string(),
+            _ => s.to_ascii_lowercase(),
+        })
+        .collect()
 }
 
 /// An ISO date-time query parameter, in Unix milliseconds.
@@ -231,7 +249,7 @@ fn list(st: &mut State, req: &Request) -> Response {
     )
 }
 
-/// `POST /api/sandbox`: a started sandbox with the body's `labels` (strings only, as the
+/// `POST /api/sandbox` (or `/api/workspace`): a started sandbox with the body's `labels` (strings only, as the
 /// service validates them), answered with the whole `Sandbox`; the request is recorded.
 fn create(st: &mut State, req: &Request) -> Response {
     st.creates.push(super::Created {

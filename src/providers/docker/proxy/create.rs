@@ -13,6 +13,9 @@
 //!   them first (`super::volumes`) with the labels, Docker's driver and options for that
 //!   mount: a bind uses `HostConfig.VolumeDriver`; a mount uses its
 //!   `VolumeOptions.DriverConfig` and never `VolumeDriver` (Docker's mount parser ignores it).
+//! - What the sidecar journals for the object ([`Hold`]) is read from the merged labels: a
+//!   create asking `sandguard.detached=true` is detached, not claimed. A named volume made for
+//!   a detached container is detached with it ([`Volume::hold`]).
 //! - A commit body is a container config: its `Labels` lose every `sandguard.*` key, and the
 //!   target gains one more `changes` instruction ([`COMMIT_CHANGE`]) that blanks the four
 //!   keys in the image, over whatever the committed container carried. An image committed
@@ -27,20 +30,23 @@ use std::collections::BTreeMap;
 use super::json::{go_field, go_map, insert, Json};
 use super::target::Create;
 use crate::labels;
+use crate::providers::proxy_claim::Hold;
 
 /// The `changes` instruction added to every commit.
 pub const COMMIT_CHANGE: &str =
     r#"LABEL sandguard.session="" sandguard.owner="" sandguard.expires="" sandguard.detached="""#;
 
-/// A create body with the session's labels merged into its one `Labels` key.
-pub fn stamp(body: &[u8], stamp: &BTreeMap<String, String>) -> Result<Json, String> {
+/// A create body with the session's labels merged into its one `Labels` key, and what the
+/// sidecar journals for what it creates ([`Hold::of`] the merged labels).
+pub fn stamp(body: &[u8], stamp: &BTreeMap<String, String>) -> Result<(Json, Hold), String> {
     let mut pairs = object(body)?.unwrap_or_default();
     let mut merged = take_labels(&mut pairs)?.unwrap_or_default();
     for (k, v) in stamp {
         insert(&mut merged, k, Json::str(v));
     }
+    let hold = Hold::of(&merged);
     pairs.push(("Labels".into(), Json::Object(merged)));
-    Ok(Json::Object(pairs))
+    Ok((Json::Object(pairs), hold))
 }
 
 /// A commit body without sandguard's labels (an empty or `null` body stays as it is).
@@ -129,6 +135,15 @@ pub struct Volume {
 }
 
 impl Volume {
+    /// A detach when the container it is made for is detached, or its own labels ask for it.
+    pub fn hold(&self, container: Hold) -> Hold {
+        match (container, &self.labels) {
+            (Hold::Detach, _) => Hold::Detach,
+            (Hold::Claim, Some(labels)) => Hold::of(labels),
+            (Hold::Claim, None) => Hold::Claim,
+        }
+    }
+
     /// The body of `POST /volumes/create` for it, with the session's labels winning.
     pub fn create_body(&self, stamp: &BTreeMap<String, String>) -> Vec<u8> {
         let mut labels = self.labels.clone().unwrap_or_default();

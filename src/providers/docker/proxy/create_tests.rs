@@ -15,21 +15,25 @@ fn value(j: &Json) -> serde_json::Value {
 
 #[test]
 fn stamping_merges_every_labels_key_into_one() {
-    let s = stamp(br#"{"Image":"x","Labels":{"a":"b"}}"#, &session()).unwrap();
+    let s = stamp(br#"{"Image":"x","Labels":{"a":"b"}}"#, &session())
+        .unwrap()
+        .0;
     let v = value(&s);
     assert_eq!(v["Labels"]["a"], "b");
     assert_eq!(v["Labels"]["sandguard.session"], "s1");
     assert_eq!(v["Image"], "x");
     let body = r#"{"Labels":{"a":"1","sandguard.session":"x"},"labels":{"a":"2","b":"3"},
         "LABELſ":{"sandguard.session":"evil","sandguard.owner":"evil"},"Image":"i"}"#;
-    let s = stamp(body.as_bytes(), &session()).unwrap();
+    let s = stamp(body.as_bytes(), &session()).unwrap().0;
     let text = String::from_utf8(s.to_vec()).unwrap();
     assert_eq!(
         text,
         r#"{"Image":"i","Labels":{"a":"2","sandguard.session":"s1","b":"3","sandguard.owner":"o1"}}"#
     );
     // A later null resets the map, as in Go; the session's labels are still there.
-    let s = stamp(br#"{"Labels":{"a":"1"},"labels":null}"#, &session()).unwrap();
+    let s = stamp(br#"{"Labels":{"a":"1"},"labels":null}"#, &session())
+        .unwrap()
+        .0;
     assert_eq!(
         value(&s)["Labels"],
         serde_json::json!({"sandguard.owner":"o1","sandguard.session":"s1"})
@@ -39,7 +43,7 @@ fn stamping_merges_every_labels_key_into_one() {
 #[test]
 fn stamping_what_go_reads_as_an_empty_config() {
     for body in [&b""[..], b"  \n", b"null", b" null\n"] {
-        let s = stamp(body, &session()).unwrap();
+        let s = stamp(body, &session()).unwrap().0;
         assert_eq!(value(&s)["Labels"]["sandguard.session"], "s1", "{body:?}");
     }
 }
@@ -63,7 +67,7 @@ fn bodies_that_cannot_be_stamped() {
 #[test]
 fn the_rest_of_the_body_is_kept_as_it_was() {
     let body = r#"{"Image":"x","Memory":9007199254740993,"NanoCpus":-1,"Env":["A=é\u0000"],"Cmd":null,"Image":"y","HostConfig":{"Binds":[]}}"#;
-    let s = stamp(body.as_bytes(), &session()).unwrap();
+    let s = stamp(body.as_bytes(), &session()).unwrap().0;
     let text = String::from_utf8(s.to_vec()).unwrap();
     assert!(text.starts_with(
         r#"{"Image":"x","Memory":9007199254740993,"NanoCpus":-1,"Env":["A=é\u0000"],"Cmd":null,"Image":"y","HostConfig":{"Binds":[]},"Labels":{"#
@@ -210,4 +214,33 @@ fn claims_only_what_this_session_made() {
         None
     );
     assert_eq!(c(Create::Network, "{}"), None);
+}
+
+#[test]
+fn a_create_asking_to_be_detached_is_held_as_a_detach() {
+    let hold = |body: &str| stamp(body.as_bytes(), &session()).unwrap().1;
+    for detached in [
+        r#"{"Labels":{"sandguard.detached":"true"}}"#,
+        r#"{"labels":{"sandguard.detached":"true"}}"#,
+        r#"{"Labels":{"sandguard.detached":"false"},"LABELS":{"sandguard.detached":"true"}}"#,
+    ] {
+        assert_eq!(hold(detached), Hold::Detach, "{detached}");
+    }
+    for claimed in [
+        "",
+        r#"{"Labels":{"a":"b"}}"#,
+        r#"{"Labels":{"sandguard.detached":"true"},"labels":null}"#,
+        r#"{"Labels":{"sandguard.detached":"yes"}}"#,
+        r#"{"Labels":{"Sandguard.Detached":"true"}}"#,
+    ] {
+        assert_eq!(hold(claimed), Hold::Claim, "{claimed}");
+    }
+    let plain = Volume::default();
+    assert_eq!(plain.hold(Hold::Detach), Hold::Detach);
+    assert_eq!(plain.hold(Hold::Claim), Hold::Claim);
+    let own = Volume {
+        labels: Some(vec![("sandguard.detached".into(), Json::str("true"))]),
+        ..Volume::default()
+    };
+    assert_eq!(own.hold(Hold::Claim), Hold::Detach);
 }

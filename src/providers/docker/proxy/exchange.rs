@@ -8,7 +8,8 @@
 //!   be rewritten is `400`), and sent with a new head; a container create's named volumes are
 //!   made first ([`volumes`]). Every other request goes on as it came.
 //! - The answer comes back as it arrives. A create's answer is read whole and claimed (when
-//!   [`create::claimable`]) before it reaches the client.
+//!   [`create::claimable`]; as a detach when its stamped labels asked for it) before it
+//!   reaches the client.
 //! - A raw bidirectional copy follows only a `101 Switching Protocols`, or an answer without
 //!   a length to a request that asked for an upgrade or is an attach or exec start (Docker's
 //!   older hijack). Any other answer delimited by the end of the connection is copied to the
@@ -22,7 +23,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 
 use super::create;
 use super::target::{self, Create, Route};
-use super::{body, claim, http, volumes, After, Shared, Side};
+use super::{body, claim, http, volumes, After, Hold, Shared, Side};
 use http::{Framing, Head, Message};
 
 /// A request the proxy answers itself instead of forwarding it.
@@ -62,16 +63,16 @@ where
         Ok(None) => return Ok(After::Close),
         Err(refusal) => return refuse(c, refusal).await,
     };
-    let framing = match &route {
+    let (framing, hold) = match &route {
         Route::Create { .. } | Route::Commit => {
             match rewrite(c, u, &req, &route, framing, shared).await? {
-                Ok(()) => Framing::None,
+                Ok(hold) => (Framing::None, hold),
                 Err(refusal) => return refuse(c, refusal).await,
             }
         }
         _ => {
             u.w.write_all(&req.head).await?;
-            framing
+            (framing, Hold::Claim)
         }
     };
     u.w.flush().await?;
@@ -84,7 +85,7 @@ where
         sent = true;
         std::future::pending::<io::Result<After>>().await
     };
-    let answer = respond(&mut u.r, &mut c.w, &req.message, &route, shared);
+    let answer = respond(&mut u.r, &mut c.w, &req.message, (&route, hold), shared);
     let after = tokio::select! {
         after = answer => after?,
         failed = body => return failed,
@@ -136,8 +137,8 @@ async fn read_request<R: AsyncRead + Unpin>(
     Ok(Ok(Some((Request { head, message }, framing, route))))
 }
 
-/// Reads a create or commit body, rewrites it and sends the request on; `Err` is a refusal
-/// (nothing of this request went upstream).
+/// Reads a create or commit body, rewrites it and sends the request on; what the sidecar is
+/// to journal for what it creates, or a refusal (nothing of this request went upstream).
 async fn rewrite<CR, CW, UR, UW>(
     c: &mut Side<CR, CW>,
     u: &mut Side<UR, UW>,
@@ -145,7 +146,7 @@ async fn rewrite<CR, CW, UR, UW>(
     route: &Route,
     framing: Framing,
     shared: &Shared,
-) -> io::Result<Result<(), Refusal>>
+) -> io::Result<Result<Hold, Refusal>>
 where
     CR: AsyncRead + Unpin,
     CW: AsyncWrite + Unpin,
@@ -170,43 +171,43 @@ where
         Err(e) if body::is_too_large(&e) => return Ok(Err(too_large())),
         Err(e) => return Err(e),
     };
-    let (target, body) = match rewritten(req, route, &body, shared).await {
+    let (target, body, hold) = match rewritten(req, route, &body, shared).await {
         Ok(rewritten) => rewritten,
         Err(refusal) => return Ok(Err(refusal)),
     };
     u.w.write_all(&req.rewritten(target.as_deref(), body.len()))
         .await?;
     u.w.write_all(&body).await?;
-    Ok(Ok(()))
+    Ok(Ok(hold))
 }
 
-/// The new target (commits only) and body of a create or commit; a container's named
-/// volumes are made first.
+/// The new target (commits only) and body of a create or commit, and what the sidecar is to
+/// journal for what it creates; a container's named volumes are made first.
 async fn rewritten(
     req: &Message,
     route: &Route,
     body: &[u8],
     shared: &Shared,
-) -> Result<(Option<String>, Vec<u8>), Refusal> {
+) -> Result<(Option<String>, Vec<u8>, Hold), Refusal> {
     fn cannot(what: &'static str) -> impl Fn(String) -> Refusal {
         move |e| Refusal::new(400, format!("sandguard: cannot {what}: {e}"))
     }
     match route {
         Route::Create { kind, version } => {
-            let stamped =
+            let (stamped, hold) =
                 create::stamp(body, &shared.labels).map_err(cannot("stamp this create"))?;
             if *kind == Create::Container {
                 let named = create::named_volumes(&stamped)
                     .map_err(cannot("read this container's volumes"))?;
                 for v in &named {
-                    volumes::precreate(shared, version, v).await?;
+                    volumes::precreate(shared, version, v, hold).await?;
                 }
             }
-            Ok((None, stamped.to_vec()))
+            Ok((None, stamped.to_vec(), hold))
         }
         _ => {
             let body = create::scrub_commit(body).map_err(cannot("rewrite this commit"))?;
-            Ok((Some(create::commit_target(req.target())), body))
+            Ok((Some(create::commit_target(req.target())), body, Hold::Claim))
         }
     }
 }
@@ -236,7 +237,7 @@ async fn respond<UR, CW>(
     ur: &mut BufReader<UR>,
     cw: &mut CW,
     req: &Message,
-    route: &Route,
+    (route, hold): (&Route, Hold),
     shared: &Shared,
 ) -> io::Result<After>
 where
@@ -278,7 +279,7 @@ where
             }
             return to_the_end(ur, cw, &head).await;
         }
-        deliver(ur, cw, &head, framing, status, route, shared).await?;
+        deliver(ur, cw, &head, framing, status, (route, hold), shared).await?;
         cw.flush().await?;
         return Ok(if resp.wants_close() {
             After::Close
@@ -295,7 +296,7 @@ async fn deliver<UR, CW>(
     head: &[u8],
     framing: Framing,
     status: u16,
-    route: &Route,
+    (route, hold): (&Route, Hold),
     shared: &Shared,
 ) -> io::Result<()>
 where
@@ -306,7 +307,7 @@ where
         Route::Create { kind, .. } if (200..300).contains(&status) => {
             let (raw, data) = body::read_buffered(ur, framing, http::MAX_CREATE_BODY).await?;
             if let Some(id) = create::claimable(*kind, &data, &shared.session) {
-                claim(shared, *kind, &id).await;
+                claim(shared, *kind, &id, hold).await;
             }
             cw.write_all(head).await?;
             cw.write_all(&raw).await

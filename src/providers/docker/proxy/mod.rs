@@ -17,6 +17,10 @@
 //!   type=volume`) are made first, labelled (`volumes`). The id in a 2xx answer (`Id`;
 //!   volumes: `Name`) is sent to the sidecar loop as a claim, which journals it like a
 //!   control-line claim and acknowledges it before the answer reaches the client.
+//! - A create whose labels, as stamped, carry `sandguard.detached=true` is handed to the
+//!   sidecar as a detach ([`Hold::Detach`]), never a claim: it outlives its owner. The named
+//!   volumes made for such a container are detached with it (they carry the label too), so
+//!   the reclaim does not try to take a volume from a container it keeps.
 //! - A claim names only what this session brought into being: an answer that carries labels
 //!   (a volume's) is claimed only when they carry this session's id, so a volume that existed
 //!   before (Docker's volume create is idempotent) is never claimed, and never removed.
@@ -54,7 +58,7 @@ use tokio::task::JoinSet;
 
 use crate::protocol::Target;
 use crate::providers::proxy_claim::claim as claim_target;
-pub use crate::providers::proxy_claim::Claim;
+pub use crate::providers::proxy_claim::{Claim, Hold};
 use target::Create;
 
 /// Where the real daemon listens.
@@ -240,8 +244,9 @@ enum After {
     Raw,
 }
 
-/// Tells the sidecar about a created object and waits until it is journaled.
-async fn claim(shared: &Shared, kind: Create, id: &str) {
+/// Tells the sidecar about a created object (a claim, or a detach as `hold` says) and waits
+/// until it is journaled.
+async fn claim(shared: &Shared, kind: Create, id: &str, hold: Hold) {
     let id = match kind {
         Create::Container => id.to_string(),
         Create::Network => format!("network/{id}"),
@@ -255,7 +260,7 @@ async fn claim(shared: &Shared, kind: Create, id: &str) {
         }
     };
     // Not acknowledged: the daemon's answer goes on all the same; the labels mark the object.
-    if let Err(e) = claim_target(&shared.claims, target).await {
+    if let Err(e) = claim_target(&shared.claims, target, hold).await {
         tracing::debug!("docker proxy: {id} not claimed ({e}); its labels still mark it");
     }
 }

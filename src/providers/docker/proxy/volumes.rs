@@ -21,15 +21,26 @@ use super::create::Volume;
 use super::exchange::Refusal;
 use super::http::{self, Head, Message};
 use super::target::Create;
-use super::{body, claim, create, Shared};
+use super::{body, claim, create, Hold, Shared};
 
 /// The largest answer read for a volume create.
 const MAX_ANSWER: u64 = 1024 * 1024;
 
 /// Makes `volume` (if it does not exist yet) with the session's labels, and claims it if this
-/// call made it.
-pub async fn precreate(shared: &Shared, version: &str, volume: &Volume) -> Result<(), Refusal> {
-    let body = volume.create_body(&shared.labels);
+/// call made it: as a detach, with `sandguard.detached=true` among its labels, when the
+/// container it is made for (`container`) or the mount's own labels ask to be detached.
+pub async fn precreate(
+    shared: &Shared,
+    version: &str,
+    volume: &Volume,
+    container: Hold,
+) -> Result<(), Refusal> {
+    let hold = volume.hold(container);
+    let mut stamp = shared.labels.clone();
+    if hold == Hold::Detach {
+        stamp.insert(crate::labels::DETACHED.into(), "true".into());
+    }
+    let body = volume.create_body(&stamp);
     let head = format!(
         "POST {version}/volumes/create HTTP/1.1\r\nHost: docker\r\nUser-Agent: sandguard\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
@@ -53,7 +64,7 @@ pub async fn precreate(shared: &Shared, version: &str, volume: &Volume) -> Resul
         return Err(Refusal::new(status, message));
     }
     match create::claimable(Create::Volume, &answer, &shared.session) {
-        Some(id) => claim(shared, Create::Volume, &id).await,
+        Some(id) => claim(shared, Create::Volume, &id, hold).await,
         None => tracing::debug!("docker proxy: volume {name:?} existed already; not claimed"),
     }
     Ok(())
