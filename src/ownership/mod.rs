@@ -13,8 +13,9 @@
 //! The rules, in the order they apply (DESIGN's trust rules; README's "Trust rules" states
 //! them for users):
 //!
-//! 1. **An absolute TTL ends everything**: `sandguard.expires` in the past may be removed by
-//!    anyone, detached or not; it is never renewed.
+//! 1. **An absolute TTL ends everything**: `sandguard.expires` in the past is removed by a
+//!    sweep (and `stop --all`), detached or not; it is never renewed. A session's own reclaim
+//!    leaves that to the sweep: it judges by ownership alone.
 //! 2. **Detach wins everywhere** (the `sandguard.detached=true` label as much as a `detach` in
 //!    any session's ledger, over any claim): kept by every path but `stop ID`, where the user
 //!    named that one sandbox. A detach lasts as long as the sandbox: pruning never forgets it.
@@ -185,7 +186,10 @@ pub enum Verdict {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reason {
     Expired,
+    /// Labelled `sandguard.detached=true`.
     Detached,
+    /// Detached by a `detach` in a session's ledger.
+    DetachedByOwner,
     Named,
     Labelled,
     Claimed,
@@ -202,11 +206,19 @@ pub enum Reason {
     AfterDeath,
 }
 
+impl Reason {
+    /// Kept because it was detached (by its label or by its owner).
+    pub fn is_detached(&self) -> bool {
+        matches!(self, Reason::Detached | Reason::DetachedByOwner)
+    }
+}
+
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Reason::Expired => f.write_str("its sandguard.expires has passed"),
             Reason::Detached => f.write_str("detached: only its TTL ends it"),
+            Reason::DetachedByOwner => f.write_str("detached by its owner: only its TTL ends it"),
             Reason::Named => f.write_str("named by hand"),
             Reason::Labelled => f.write_str("it carries the session's label"),
             Reason::Claimed => f.write_str("the session claimed it"),
@@ -264,20 +276,27 @@ impl Judgement {
 /// Whether `asker` may remove (or, for [`Asker::Renew`], renew) the sandbox `facts` describe.
 pub fn judge(asker: Asker<'_>, facts: &Facts<'_>) -> Judgement {
     if facts.expired() {
-        return match asker {
-            Asker::Renew { .. } => Judgement::keep(Reason::Expired),
-            _ => Judgement::remove(Reason::Expired),
-        };
+        match asker {
+            Asker::Renew { .. } => return Judgement::keep(Reason::Expired),
+            Asker::Sweep | Asker::StopAll => return Judgement::remove(Reason::Expired),
+            // A session's own reclaim judges by ownership alone: what its owner detached
+            // stays, and the next sweep ends it for its TTL.
+            Asker::Reclaim { .. } | Asker::StopNamed => {}
+        }
     }
-    let detached = facts.detached || facts.sandbox.is_detached();
-    match asker {
-        Asker::StopNamed => Judgement::remove(Reason::Named),
-        _ if detached => Judgement::keep(Reason::Detached),
-        Asker::StopAll => Judgement::remove(Reason::Named),
-        Asker::Reclaim { session } => {
+    let detached = if facts.sandbox.is_detached() {
+        Some(Reason::Detached)
+    } else {
+        facts.detached.then_some(Reason::DetachedByOwner)
+    };
+    match (asker, detached) {
+        (Asker::StopNamed, _) => Judgement::remove(Reason::Named),
+        (_, Some(why)) => Judgement::keep(why),
+        (Asker::StopAll, None) => Judgement::remove(Reason::Named),
+        (Asker::Reclaim { session }, None) => {
             owned_by(session, facts).map_or_else(Judgement::keep, Judgement::remove)
         }
-        Asker::Renew { session, owner } => match owned_by(session, facts) {
+        (Asker::Renew { session, owner }, None) => match owned_by(session, facts) {
             Err(why) => Judgement::keep(why),
             Ok(_) if owner != Liveness::Alive => Judgement::keep(Reason::AfterDeath),
             Ok(why) => Judgement {
@@ -285,7 +304,7 @@ pub fn judge(asker: Asker<'_>, facts: &Facts<'_>) -> Judgement {
                 reason: why,
             },
         },
-        Asker::Sweep => orphan(facts),
+        (Asker::Sweep, None) => orphan(facts),
     }
 }
 

@@ -80,6 +80,10 @@ fn detach_wins_over_labels_claims_and_stop_all_but_not_over_a_ttl_or_a_named_sto
     f.claimed_by = vec![("a", DEAD_OVER)];
     for asker in [Asker::Reclaim { session: "a" }, Asker::StopAll, Asker::Sweep] {
         assert_eq!(judge(asker, &f).reason, Reason::Detached, "{asker:?}");
+        let bare = labelled("a");
+        let mut by_owner = facts(&bare, Some(("a", DEAD_OVER)));
+        by_owner.detached = true;
+        assert_eq!(judge(asker, &by_owner).reason, Reason::DetachedByOwner, "{asker:?}");
     }
     assert!(judge(Asker::StopNamed, &f).removes());
     s.labels.insert(crate::labels::EXPIRES.into(), "1999".into());

@@ -620,7 +620,7 @@ impl Judged<'_> {
         if judgement.removes() {
             self.seen.insert(key(&s));
             targets.push(s);
-        } else if judgement.reason == ownership::Reason::Detached {
+        } else if judgement.reason.is_detached() {
             self.seen.insert(key(&s));
         } else if claimed {
             // A claim the judgement will not honour: said once, final. (A detached one is
