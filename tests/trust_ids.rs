@@ -44,15 +44,16 @@ struct Clouds {
 }
 
 /// A guarded session with every cloud provider pointed at its emulator (Docker off), whose
-/// script runs `sandguard claim` once per case, writing each exit status and message.
-fn session_claiming(s: &Scratch, clouds: &Clouds, cases: &[(&str, &str)]) -> (Job, String) {
+/// script runs `sandguard VERB PROVIDER -- ID` once per case, writing each exit status and
+/// message.
+fn session_claiming(s: &Scratch, clouds: &Clouds, cases: &[(&str, &str, &str)]) -> (Job, String) {
     let out = s.path().join("out");
     std::fs::create_dir_all(&out).unwrap();
     let quote = |w: &str| format!("'{}'", w.replace('\'', r"'\''"));
     let mut script = String::new();
-    for (n, (provider, id)) in cases.iter().enumerate() {
+    for (n, (verb, provider, id)) in cases.iter().enumerate() {
         script.push_str(&format!(
-            "sandguard claim {provider} {id} 2> {o}/err-{n}; echo $? > {o}/code-{n}\n",
+            "sandguard {verb} {provider} -- {id} 2> {o}/err-{n}; echo $? > {o}/code-{n}\n",
             id = quote(id),
             o = out.display()
         ));
@@ -93,8 +94,8 @@ fn session_claiming(s: &Scratch, clouds: &Clouds, cases: &[(&str, &str)]) -> (Jo
     (job, session)
 }
 
-/// Points 1 and part B: `sandguard claim P ID` for every provider and every bad shape is
-/// refused (exit 1 with the sidecar's reason, or 2 where the protocol refuses the word),
+/// Points 1 and part B: `sandguard claim|release|detach P ID` for every provider and every
+/// bad shape is refused (exit 1 with the sidecar's reason, or 2 where the protocol refuses the word),
 /// nothing is journaled as claimed, and after the owner dies no provider received a removal,
 /// a stop, or any request on a collection or app path; every stranger is still there.
 #[test]
@@ -117,14 +118,15 @@ fn claims_of_ids_no_parser_accepts_are_refused_and_reach_no_provider() {
         clouds.tenki.insert(&[], &[("app", "x")]),
         clouds.modal.insert(&[("app", "x")]),
     );
-    let cases: Vec<(&str, &str)> = PROVIDERS
+    let cases: Vec<(&str, &str, &str)> = ["claim", "release", "detach"]
         .iter()
-        .flat_map(|p| BAD_IDS.iter().map(move |id| (*p, *id)))
+        .flat_map(|v| PROVIDERS.iter().map(move |p| (*v, *p)))
+        .flat_map(|(v, p)| BAD_IDS.iter().map(move |id| (v, p, *id)))
         .collect();
     let (mut owner, session) = session_claiming(&s, &clouds, &cases);
 
     let out = s.path().join("out");
-    for (n, (provider, id)) in cases.iter().enumerate() {
+    for (n, (verb, provider, id)) in cases.iter().enumerate() {
         let code = wait_for_file(&out.join(format!("code-{n}")), &mut owner).remove(0);
         let err = std::fs::read_to_string(out.join(format!("err-{n}"))).unwrap();
         let (want, says) = if Target::new(provider, id).is_ok() {
@@ -132,17 +134,19 @@ fn claims_of_ids_no_parser_accepts_are_refused_and_reach_no_provider() {
         } else {
             ("2", "")
         };
-        assert_eq!(code, want, "sandguard claim {provider} {id:?}: {err}");
+        assert_eq!(code, want, "sandguard {verb} {provider} {id:?}: {err}");
         assert!(
             err.contains(says),
-            "sandguard claim {provider} {id:?}: {err}"
+            "sandguard {verb} {provider} {id:?}: {err}"
         );
     }
     let journaled = std::fs::read_to_string(journal(&s, &session)).unwrap();
-    assert!(
-        !journaled.contains(r#""ev":"claim""#),
-        "a bad id was journaled as claimed:\n{journaled}"
-    );
+    for ev in ["claim", "release", "detach"] {
+        assert!(
+            !journaled.contains(&format!(r#""ev":"{ev}""#)),
+            "a bad id was journaled as {ev}:\n{journaled}"
+        );
+    }
 
     drop(owner);
     wait_state(&s, &session, &["clean", "reclaimed", "pending"]);

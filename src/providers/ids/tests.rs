@@ -123,3 +123,43 @@ fn a_claim_for_a_provider_without_a_driver_is_refused_only_when_no_provider_coul
         assert!(unknown_provider_refusal(id).is_some(), "{id:?}");
     }
 }
+
+/// Journal reads: a journaled claim (written by an older binary, or by hand) is read back
+/// through its provider's parser by [`crate::reclaim::Plan::for_session`]; one no parser
+/// accepts is refused there, never planned for removal.
+#[test]
+fn journaled_claims_are_parsed_again_when_a_reclaim_is_planned() {
+    use crate::protocol::Target;
+    use std::sync::Arc;
+    let plugin = crate::providers::plugin::Plugin::new(
+        "acme",
+        vec!["/bin/false".into()],
+        std::time::Duration::from_secs(1),
+    );
+    let providers: Vec<Arc<dyn crate::providers::Provider>> = vec![Arc::new(plugin)];
+    let t = |provider: &str, id: &str| Target {
+        provider: provider.into(),
+        id: id.into(),
+    };
+    let claims = [
+        t("acme", "box-1"),
+        t("acme", ".."),
+        t("acme", "a/b"),
+        t("acme", ""),
+        t("gone", "network/0123456789ab"),
+        t("gone", ".."),
+        t("gone", "x/../y"),
+    ];
+    let plan = crate::reclaim::Plan::for_session("s", &providers, &claims, &[]);
+    let planned: Vec<(&str, &str)> = plan
+        .claims
+        .iter()
+        .map(|s| (s.provider.as_str(), s.id.as_str()))
+        .collect();
+    assert_eq!(
+        planned,
+        [("acme", "box-1"), ("gone", "network/0123456789ab")]
+    );
+    let refused: Vec<&str> = plan.refused.iter().map(|(s, _)| s.id.as_str()).collect();
+    assert_eq!(refused, ["..", "a/b", "", "..", "x/../y"]);
+}
