@@ -24,6 +24,7 @@ mod security;
 mod sweep;
 mod trust;
 mod trust_docker;
+mod trust_ids;
 mod trust_judgement;
 mod trust_proxy;
 mod trust_proxy_routes;

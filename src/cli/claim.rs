@@ -9,9 +9,10 @@
 //! after that point, and `fdatasync`s the journal itself before it returns, so a sidecar
 //! SIGKILLed the moment `claim` returned cannot lose the claim.
 //!
-//! - The sidecar is the judge of a claim: one for a provider it has not configured, or with an
-//!   id that can never name a sandbox of that provider (a Docker container *name*), comes back
-//!   `refused`, and the command prints the reason and exits 1 at once.
+//! - The sidecar is the judge of a claim (and of a release or detach): one for a provider it
+//!   has not configured, or with an id that can never name a sandbox of that provider (a
+//!   Docker container *name*, `..`: [`crate::providers::ids`]), comes back `refused`, and the
+//!   command prints the reason and exits 1 at once.
 //! - Outside a session (`SANDGUARD_FD` unset, or not an open pipe) the commands exit 2 with a
 //!   message saying how to get one; a sidecar that is gone exits 1. Bad words exit 2.
 //! - The wrapper exports `SANDGUARD_CONFIG` when it read a config file, so the command finds
@@ -171,7 +172,7 @@ fn answers(line: &[u8], verb: Verb, target: &Target) -> Option<Confirmed> {
             Some(Confirmed::Done)
         }
         (
-            Verb::Claim | Verb::Detach,
+            Verb::Claim | Verb::Release | Verb::Detach,
             Record::Refused {
                 provider,
                 id,

@@ -2,7 +2,8 @@
 //! reclaim path.
 //!
 //! - `ID` matches a managed sandbox's full id or a unique prefix of it (the table shows Docker
-//!   ids cut to 12 characters). Only sandboxes carrying `sandguard.session` can be found: a
+//!   ids cut to 12 characters). An `ID` no id can start with (empty, `.`, `..`, with a `/`
+//!   or whitespace) is bad usage, exit 2, before anything is listed. Only sandboxes carrying `sandguard.session` can be found: a
 //!   stranger's container is "not found", never removed.
 //! - `--all` removes every managed sandbox (instances, then networks, then volumes), narrowed by
 //!   `--provider` and `--session`; `--dry-run` lists what would go and touches nothing.
@@ -45,7 +46,8 @@ pub struct Args {
     #[arg(
         value_name = "INSTANCE_ID",
         required_unless_present = "all",
-        conflicts_with = "all"
+        conflicts_with = "all",
+        value_parser = instance_id
     )]
     id: Option<String>,
     /// Remove every managed sandbox (narrowed by --provider and --session)
@@ -63,6 +65,16 @@ pub struct Args {
     /// Print JSON instead of text
     #[arg(long)]
     json: bool,
+}
+
+/// `ID` as typed: an id or a prefix of one, so never what no id can start with (empty, `.`,
+/// `..`, a `/`, whitespace: [`crate::providers::ids::structural_refusal`]). Bad usage (exit
+/// 2), checked before anything is listed: the empty string is a prefix of every id.
+fn instance_id(id: &str) -> Result<String, String> {
+    match crate::providers::ids::structural_refusal(id) {
+        Some(why) => Err(why.to_string()),
+        None => Ok(id.to_string()),
+    }
 }
 
 #[derive(Serialize)]

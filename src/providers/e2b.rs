@@ -45,7 +45,7 @@ use reqwest::Method;
 use serde::Deserialize;
 
 use super::http::{decode_json, encode_segment, listing_error, walk, Http};
-use super::{Capabilities, Entry, EntryState, Kind, Provider, ProviderError, Sandbox};
+use super::{Capabilities, Entry, EntryState, Kind, Provider, ProviderError, Refusal, Sandbox};
 use crate::config::CloudSettings;
 use crate::labels::Selector;
 use crate::timefmt;
@@ -186,6 +186,10 @@ impl Provider for E2b {
         "e2b"
     }
 
+    fn parse_claim(&self, id: &str) -> Result<Sandbox, Refusal> {
+        super::ids::parse("e2b", super::ids::E2B, id)
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             labels: true,
@@ -200,7 +204,7 @@ impl Provider for E2b {
     }
 
     async fn remove(&self, sandbox: &Sandbox) -> Result<(), ProviderError> {
-        let path = format!("/sandboxes/{}", encode_segment(&sandbox.id));
+        let path = format!("/sandboxes/{}", encode_segment(&sandbox.id)?);
         let what = format!("failed to remove sandbox {}", sandbox.id);
         self.http.delete(&path, &what).await
     }
@@ -214,7 +218,7 @@ impl Provider for E2b {
     }
 
     async fn renew(&self, sandbox: &Sandbox, ttl: Duration) -> Result<(), ProviderError> {
-        let path = format!("/sandboxes/{}", encode_segment(&sandbox.id));
+        let path = format!("/sandboxes/{}", encode_segment(&sandbox.id)?);
         let what = format!("failed to read sandbox {}", sandbox.id);
         let reply = self
             .http

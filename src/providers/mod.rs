@@ -19,6 +19,7 @@ pub mod e2b;
 pub mod fake;
 pub mod flyio;
 pub mod http;
+pub mod ids;
 pub mod modal;
 pub mod plugin;
 pub mod proxy_claim;
@@ -106,7 +107,8 @@ impl Sandbox {
     /// `network/ID` is a network), or why it can never name one ([`Provider::parse_claim`]).
     /// A provider that is not among `providers` cannot say: the claim is kept as it is, an
     /// instance, and its removal fails with that reason (the session stays pending for a
-    /// sweep that has the provider).
+    /// sweep that has the provider), unless no provider could ever read it (empty, `..`:
+    /// [`ids::unknown_provider_refusal`]).
     pub fn from_claim(
         providers: &[Arc<dyn Provider>],
         target: &crate::protocol::Target,
@@ -116,11 +118,14 @@ impl Sandbox {
                 s.provider = target.provider.clone();
                 s
             }),
-            None => Ok(Sandbox::claimed(
-                &target.provider,
-                Kind::Instance,
-                &target.id,
-            )),
+            None => match ids::unknown_provider_refusal(&target.id) {
+                Some(why) => Err(Refusal(why)),
+                None => Ok(Sandbox::claimed(
+                    &target.provider,
+                    Kind::Instance,
+                    &target.id,
+                )),
+            },
         }
     }
 
@@ -322,9 +327,11 @@ pub trait Provider: Send + Sync {
     }
     /// What a claimed id names on this provider, or why it can never name one of its
     /// sandboxes (a Docker container *name*, say: Docker would resolve it to whatever carries
-    /// that name). A refusal is final: the claim is reported once and never retried.
+    /// that name). A refusal is final: the claim is reported once and never retried. Every id
+    /// that reaches a provider was read here first; the default is the conservative generic
+    /// shape ([`ids::GENERIC`]), each driver narrows it to its provider's ids ([`ids`]).
     fn parse_claim(&self, id: &str) -> Result<Sandbox, Refusal> {
-        Ok(Sandbox::claimed(self.name(), Kind::Instance, id))
+        ids::parse(self.name(), ids::GENERIC, id)
     }
     /// How the ledger names `sandbox`: the inverse of [`Provider::parse_claim`], so that a
     /// removal journaled for it clears the claim that named it, and a pending one is read back

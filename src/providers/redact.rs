@@ -1,8 +1,8 @@
 //! The one redaction of credentials from text that may reach an error, a log line, the ledger
 //! or output. The HTTP layer, Modal's gRPC errors and plugins all go through [`redact`].
 //!
-//! Two passes: the values sandguard knows (each provider's configured credentials) become
-//! `[redacted]` wherever they appear; then anything *shaped* like a credential does, because
+//! Two kinds of match: the values sandguard knows (each provider's configured credentials)
+//! become `[redacted]` wherever they appear, and so does anything *shaped* like a credential, because
 //! text sandguard did not write (an API's error body, a plugin's stderr or error reply) can
 //! carry credentials sandguard never saw:
 //!
@@ -14,6 +14,12 @@
 //!   `Negotiate` after such a key (`Authorization: Basic …`); the scheme word is kept;
 //! - the password in a URL's user info: `https://user:…@host`.
 //!
+//! Decision: every match is found in the text as it came, and the union of them is hidden,
+//! each run of overlapping or touching matches as one `[redacted]`: the longest secret and
+//! the whole credential-shaped value go first, whatever the order of the secrets. Replacing
+//! one match after another let a very short key cut a longer token (or a longer secret that
+//! contains it) in two and leave the rest readable, since the marker ends an unquoted value.
+//!
 //! Decision: erring on the side of hiding. A word that only looks like a credential (the
 //! `100` of `max_tokens=100`) is hidden too; an error message loses a detail, never a secret.
 
@@ -24,11 +30,43 @@ pub(crate) const MARK: &str = "[redacted]";
 
 /// `text` with every known secret and every credential-shaped value replaced by [`MARK`].
 pub(crate) fn redact<'a>(text: &str, secrets: impl IntoIterator<Item = &'a Secret>) -> String {
-    let known = secrets
+    let mut spans: Vec<(usize, usize)> = secrets
         .into_iter()
-        .filter(|s| !s.expose().is_empty())
-        .fold(text.to_string(), |t, s| t.replace(s.expose(), MARK));
-    redact_shapes(&url_passwords(&known))
+        .map(Secret::expose)
+        .filter(|s| !s.is_empty())
+        .flat_map(|s| text.match_indices(s).map(|(at, m)| (at, at + m.len())))
+        .collect();
+    spans.extend(url_passwords(text));
+    spans.extend(shapes(text));
+    hide(text, spans)
+}
+
+/// `text` with each of `spans` (byte ranges on character boundaries), overlapping or touching
+/// ones merged, replaced by one [`MARK`].
+fn hide(text: &str, mut spans: Vec<(usize, usize)>) -> String {
+    spans.sort_unstable();
+    let mut out = String::with_capacity(text.len());
+    let mut copied = 0;
+    let mut current: Option<(usize, usize)> = None;
+    for (from, to) in spans {
+        current = match current {
+            Some((start, end)) if from <= end => Some((start, end.max(to))),
+            Some((start, end)) => {
+                out.push_str(&text[copied..start]);
+                out.push_str(MARK);
+                copied = end;
+                Some((from, to))
+            }
+            None => Some((from, to)),
+        };
+    }
+    if let Some((start, end)) = current {
+        out.push_str(&text[copied..start]);
+        out.push_str(MARK);
+        copied = end;
+    }
+    out.push_str(&text[copied..]);
+    out
 }
 
 /// Characters of a key or a scheme word.
@@ -148,11 +186,11 @@ fn key_value(b: &[u8], end: usize) -> Option<((usize, usize), usize)> {
     Some((span, span.1))
 }
 
-/// Hides the values of credential keys and whatever follows `Bearer`.
-fn redact_shapes(text: &str) -> String {
+/// Where the values of credential keys are, and whatever follows `Bearer`.
+fn shapes(text: &str) -> Vec<(usize, usize)> {
     let b = text.as_bytes();
-    let mut out = String::with_capacity(text.len());
-    let (mut copied, mut i) = (0, 0);
+    let mut spans = Vec::new();
+    let mut i = 0;
     while i < b.len() {
         if !is_word(b[i]) || (i > 0 && is_word(b[i - 1])) {
             i += 1;
@@ -172,42 +210,35 @@ fn redact_shapes(text: &str) -> String {
             None
         };
         match hide {
-            Some(((from, to), next)) => {
-                out.push_str(&text[copied..from]);
-                out.push_str(MARK);
-                copied = to;
+            Some((span, next)) => {
+                spans.push(span);
                 i = next;
             }
             None => i = end,
         }
     }
-    out.push_str(&text[copied..]);
-    out
+    spans
 }
 
-/// `scheme://user:password@host` → `scheme://user:[redacted]@host`.
-fn url_passwords(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find("://") {
-        let (head, tail) = rest.split_at(at + 3);
-        out.push_str(head);
+/// Where the password of `scheme://user:password@host` is.
+fn url_passwords(text: &str) -> Vec<(usize, usize)> {
+    let mut spans = Vec::new();
+    let mut from = 0;
+    while let Some(at) = text[from..].find("://") {
+        let start = from + at + 3;
+        let tail = &text[start..];
         let authority_end = tail
             .find(|c: char| matches!(c, '/' | '?' | '#') || c.is_whitespace())
             .unwrap_or(tail.len());
         let authority = &tail[..authority_end];
-        match (authority.rfind('@'), authority.find(':')) {
-            (Some(user_end), Some(colon)) if colon < user_end => {
-                out.push_str(&authority[..=colon]);
-                out.push_str(MARK);
-                out.push_str(&authority[user_end..]);
+        if let (Some(user_end), Some(colon)) = (authority.rfind('@'), authority.find(':')) {
+            if colon < user_end {
+                spans.push((start + colon + 1, start + user_end));
             }
-            _ => out.push_str(authority),
         }
-        rest = &tail[authority_end..];
+        from = start + authority_end;
     }
-    out.push_str(rest);
-    out
+    spans
 }
 
 #[cfg(test)]
@@ -228,6 +259,31 @@ mod tests {
         assert_eq!(
             redact("key e2b_deadbeef refused", &secrets),
             "key [redacted] refused"
+        );
+    }
+
+    /// Issue 22: a very short key replaced first, inside a longer secret or a credential-shaped
+    /// token, cut it in two and left the rest readable. The longest match hides first: a token
+    /// that holds a secret is hidden whole, once.
+    #[test]
+    fn the_longest_secret_and_credential_shaped_text_are_hidden_first() {
+        let secrets = [Secret::new("k9"), Secret::new("tok_k9_long_secret")];
+        for (text, want) in [
+            ("refused tok_k9_long_secret", "refused [redacted]"),
+            ("token=abck9defghij next", "token=[redacted] next"),
+            ("sent Bearer eyJk9xyz.more ok", "sent Bearer [redacted] ok"),
+            ("https://me:pwk9pw@host/x", "https://me:[redacted]@host/x"),
+            ("id k9 and k9k9", "id [redacted] and [redacted]"),
+        ] {
+            let once = redact(text, &secrets);
+            assert_eq!(once, want, "{text}");
+            assert_eq!(redact(&once, &secrets), once, "redacting twice: {text}");
+        }
+        // Whatever order the secrets come in.
+        let reversed = [Secret::new("tok_k9_long_secret"), Secret::new("k9")];
+        assert_eq!(
+            redact("a tok_k9_long_secret b", &reversed),
+            "a [redacted] b"
         );
     }
 

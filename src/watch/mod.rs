@@ -293,11 +293,13 @@ impl<C: Clock> Sidecar<C> {
                 }
             }
             Command::Release(t) => {
-                self.write(&Record::release(&t));
-                self.claims.remove(&t);
-                self.share(|h| {
-                    h.claims.remove(&t);
-                });
+                if self.accept(&t) {
+                    self.write(&Record::release(&t));
+                    self.claims.remove(&t);
+                    self.share(|h| {
+                        h.claims.remove(&t);
+                    });
+                }
             }
             Command::Detach(t) => {
                 if self.accept(&t) {
@@ -323,7 +325,7 @@ impl<C: Clock> Sidecar<C> {
         None
     }
 
-    /// Whether a claim or detach names something a provider of this session can act on;
+    /// Whether a claim, release or detach names something a provider of this session can act on;
     /// otherwise it is journaled `refused`, once, with the reason.
     fn accept(&mut self, t: &Target) -> bool {
         match refusal(&self.providers, t) {

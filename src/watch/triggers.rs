@@ -29,7 +29,10 @@ pub struct Triggers<R> {
     pub stop: Pin<Box<dyn Future<Output = ()> + Send>>,
 }
 
-/// Why a claim or detach of `t` can never be acted on by this session, if it cannot.
+/// Why a claim, release or detach of `t` can never be acted on by this session, if it cannot:
+/// its provider is not configured, or that provider's parser refuses the id
+/// ([`Provider::parse_claim`], [`crate::providers::ids`]). The loop asks it of every line from
+/// the control pipe, and [`drain_claims`] of every late claim.
 pub(super) fn refusal(providers: &[Arc<dyn Provider>], t: &Target) -> Option<String> {
     match providers.iter().find(|p| p.name() == t.provider) {
         None => Some(format!(

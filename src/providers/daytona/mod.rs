@@ -71,7 +71,7 @@ use std::time::Duration;
 use reqwest::Method;
 
 use super::http::{encode_segment, walk, Http};
-use super::{Capabilities, Detail, Entry, EntryState, Provider, ProviderError, Sandbox};
+use super::{Capabilities, Detail, Entry, EntryState, Provider, ProviderError, Refusal, Sandbox};
 use crate::config::{CloudSettings, Secret};
 use crate::labels::Selector;
 
@@ -179,7 +179,7 @@ impl DaytonaProvider {
 
     /// `GET /sandbox/{id}`: the sandbox as Daytona has it now.
     async fn inspect(&self, id: &str) -> Result<Item, ProviderError> {
-        let path = format!("/sandbox/{}", encode_segment(id));
+        let path = format!("/sandbox/{}", encode_segment(id)?);
         let what = format!("failed to read sandbox {id}");
         let reply = self
             .http
@@ -193,6 +193,10 @@ impl DaytonaProvider {
 impl Provider for DaytonaProvider {
     fn name(&self) -> &str {
         NAME
+    }
+
+    fn parse_claim(&self, id: &str) -> Result<Sandbox, Refusal> {
+        super::ids::parse(NAME, super::ids::DAYTONA, id)
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -209,7 +213,7 @@ impl Provider for DaytonaProvider {
     }
 
     async fn remove(&self, sandbox: &Sandbox) -> Result<(), ProviderError> {
-        let path = format!("/sandbox/{}", encode_segment(&sandbox.id));
+        let path = format!("/sandbox/{}", encode_segment(&sandbox.id)?);
         let what = format!("failed to remove sandbox {}", sandbox.id);
         self.http.delete(&path, &what).await
     }
@@ -237,7 +241,7 @@ impl Provider for DaytonaProvider {
         if current.destroy_at().is_some_and(|at| at >= wanted) {
             return Ok(());
         }
-        let path = format!("/sandbox/{}/ttl/{}", encode_segment(id), ttl_minutes(ttl));
+        let path = format!("/sandbox/{}/ttl/{}", encode_segment(id)?, ttl_minutes(ttl));
         let what = format!("failed to renew the TTL of sandbox {id}");
         match self
             .http

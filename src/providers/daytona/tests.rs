@@ -108,8 +108,12 @@ fn the_bare_key_is_scrubbed() {
 
 #[test]
 fn path_segments_are_encoded() {
-    assert_eq!(encode_segment("3f2a-b_c.d~"), "3f2a-b_c.d~");
-    assert_eq!(encode_segment("a/b c"), "a%2Fb%20c");
+    assert_eq!(encode_segment("3f2a-b_c.d~").unwrap(), "3f2a-b_c.d~");
+    assert_eq!(encode_segment("a b?#%").unwrap(), "a%20b%3F%23%25");
+    assert!(
+        encode_segment("a/b").is_err(),
+        "a '/' is refused, never encoded"
+    );
 }
 
 #[test]

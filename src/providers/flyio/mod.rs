@@ -71,7 +71,7 @@ use std::time::{Duration, SystemTime};
 use reqwest::Method;
 
 use super::http::{encode_segment, Http};
-use super::{Capabilities, Detail, Entry, EntryState, Provider, ProviderError, Sandbox};
+use super::{Capabilities, Detail, Entry, EntryState, Provider, ProviderError, Refusal, Sandbox};
 use crate::config::{CloudSettings, Secret};
 use crate::labels::Selector;
 pub use lease::lease_wait;
@@ -138,17 +138,17 @@ impl FlyProvider {
         })
     }
 
-    fn machines_path(&self) -> String {
-        format!("/v1/apps/{}/machines", encode_segment(&self.app))
+    fn machines_path(&self) -> Result<String, ProviderError> {
+        Ok(format!("/v1/apps/{}/machines", encode_segment(&self.app)?))
     }
 
-    fn machine_path(&self, id: &str) -> String {
-        format!("{}/{}", self.machines_path(), encode_segment(id))
+    fn machine_path(&self, id: &str) -> Result<String, ProviderError> {
+        Ok(format!("{}/{}", self.machines_path()?, encode_segment(id)?))
     }
 
     /// `POST …/{id}/stop`, its failure mapped for reclaim.
     async fn stop(&self, id: &str) -> Result<(), ProviderError> {
-        let path = format!("{}/stop", self.machine_path(id));
+        let path = format!("{}/stop", self.machine_path(id)?);
         let what = format!("failed to stop machine {id} of app {}", self.app);
         match self
             .http
@@ -163,7 +163,7 @@ impl FlyProvider {
     /// `DELETE …/{id}?kill=true&force=true`, sent again while the machine is still stopping
     /// (412), up to [`STILL_STOPPING_WAITS`].
     async fn destroy(&self, id: &str) -> Result<(), ProviderError> {
-        let path = self.machine_path(id);
+        let path = self.machine_path(id)?;
         let what = format!("failed to delete machine {id} of app {}", self.app);
         let mut waits = STILL_STOPPING_WAITS.iter();
         loop {
@@ -219,7 +219,7 @@ impl FlyProvider {
     /// When the lease on `id` ends, from `GET …/lease`; `None` when there is none (anymore) or
     /// the call failed, which makes the next attempt come after the usual backoff.
     async fn lease_expiry(&self, id: &str) -> Option<i64> {
-        let path = format!("{}/lease", self.machine_path(id));
+        let path = format!("{}/lease", self.machine_path(id).ok()?);
         let what = format!("failed to read the lease of machine {id}");
         let reply = self
             .http
@@ -236,6 +236,10 @@ impl Provider for FlyProvider {
         NAME
     }
 
+    fn parse_claim(&self, id: &str) -> Result<Sandbox, Refusal> {
+        super::ids::parse(NAME, super::ids::FLYIO, id)
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             labels: true,
@@ -246,7 +250,7 @@ impl Provider for FlyProvider {
 
     async fn list(&self, selector: &Selector) -> Result<Vec<Sandbox>, ProviderError> {
         let query = metadata_filter(selector);
-        let path = self.machines_path();
+        let path = self.machines_path()?;
         let what = format!("failed to list machines of app {}", self.app);
         let reply = self
             .http
@@ -283,7 +287,7 @@ impl Provider for FlyProvider {
         let what = format!("failed to reach app {}", self.app);
         let request = self
             .http
-            .request(Method::GET, &self.machines_path())?
+            .request(Method::GET, &self.machines_path()?)?
             .query(&[("summary", "true")]);
         match self.http.send(request, &what).await {
             Ok(_) => Ok(format!("{NAME} API at {} (app {})", self.base, self.app)),

@@ -183,6 +183,10 @@ fn lease_waits_end_after_the_expiry() {
 
 #[test]
 fn path_segments_are_encoded() {
-    assert_eq!(encode_segment("my-app_1"), "my-app_1");
-    assert_eq!(encode_segment("a/../b c"), "a%2F..%2Fb%20c");
+    assert_eq!(encode_segment("my-app_1").unwrap(), "my-app_1");
+    assert_eq!(encode_segment("a..b c").unwrap(), "a..b%20c");
+    assert!(
+        encode_segment("a/../b").is_err(),
+        "a '/' is refused, never encoded"
+    );
 }

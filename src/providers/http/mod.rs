@@ -118,8 +118,12 @@ impl Http {
         super::redact::redact(text, &self.secrets)
     }
 
-    /// A request to `path` (starting with `/`) under the base URL.
+    /// A request to `path` (starting with `/`) under the base URL; a path with an empty or
+    /// dot segment is refused before anything is sent ([`path_refusal`]).
     pub fn request(&self, method: Method, path: &str) -> Result<RequestBuilder, ProviderError> {
+        if let Some(why) = path_refusal(path) {
+            return Err(ProviderError::Refused(format!("{}: {why}", self.provider)));
+        }
         Ok(self
             .client()?
             .request(method, format!("{}{}", self.base, path)))
@@ -230,16 +234,50 @@ pub fn decode_json<T: serde::de::DeserializeOwned>(
 }
 
 /// Percent-encodes one path segment (everything but RFC 3986's unreserved characters), so a
-/// provider id can never change the path it is put in.
-pub fn encode_segment(s: &str) -> String {
-    s.bytes()
+/// provider id can never change the path it is put in; a segment that is empty, `.` or `..`
+/// or contains `/` is refused ([`ProviderError::Refused`]) whatever the caller parsed before:
+/// a URL client resolves dot segments, so `machines/..` would name the app and `sandbox/` the
+/// collection.
+pub fn encode_segment(s: &str) -> Result<String, ProviderError> {
+    if s.is_empty() || s == "." || s == ".." || s.contains('/') {
+        return Err(ProviderError::Refused(format!(
+            "refusing to put {:?} in a URL path: a path segment is never empty, '.' or '..' \
+             and never contains '/'",
+            crate::protocol::echo(s.as_bytes())
+        )));
+    }
+    Ok(s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
                 (b as char).to_string()
             }
             _ => format!("%{b:02X}"),
         })
-        .collect()
+        .collect())
+}
+
+/// Why the path of a request (`/a/b?query`) cannot be sent, if it cannot: it must start with
+/// `/`, and none of its segments may be empty or a dot segment, plain or percent-encoded
+/// (`.`, `..`, `%2e`, `.%2E`, …), which a URL client would resolve to another path.
+pub fn path_refusal(path: &str) -> Option<String> {
+    let bare = path.split(['?', '#']).next().unwrap_or_default();
+    let Some(rest) = bare.strip_prefix('/') else {
+        return Some(format!(
+            "refusing request path {path:?}: it must start with '/'"
+        ));
+    };
+    let dot = |seg: &str| {
+        let lower = seg.to_ascii_lowercase().replace("%2e", ".");
+        lower == "." || lower == ".."
+    };
+    rest.split('/')
+        .any(|seg| seg.is_empty() || dot(seg))
+        .then(|| {
+            format!(
+                "refusing request path {:?}: an empty or dot segment would change what it names",
+                crate::protocol::echo(path.as_bytes())
+            )
+        })
 }
 
 /// For a listing, "not found" means a wrong URL or account, not a removed sandbox: fatal.

@@ -135,3 +135,53 @@ fn should_retry_decides_alone_when_present() {
         }
     }
 }
+
+/// Issue 22, defence in depth: whatever a caller passed, no request leaves with a path
+/// segment that is empty or a dot segment (plain or percent-encoded), and no segment put in a
+/// path is empty, `.` or `..` or carries a `/`.
+#[test]
+fn a_path_with_an_empty_or_dot_segment_is_refused_before_anything_is_sent() {
+    for seg in ["", ".", "..", "a/b", "/", "../x"] {
+        assert!(
+            matches!(encode_segment(seg), Err(ProviderError::Refused(_))),
+            "{seg:?}"
+        );
+    }
+    assert_eq!(encode_segment("..a").unwrap(), "..a");
+    assert_eq!(encode_segment("%2e%2e").unwrap(), "%252e%252e");
+
+    let http = Http::new(
+        "t",
+        "http://127.0.0.1:1/api",
+        Duration::from_secs(1),
+        vec![],
+    )
+    .unwrap();
+    for path in [
+        "/sandbox/",
+        "/sandbox/.",
+        "/sandbox/..",
+        "/v1/apps/app/machines/../stop",
+        "/v1/apps/app/machines/./x",
+        "/sandbox//x",
+        "/",
+        "/sandbox/%2e%2e",
+        "/sandbox/.%2E",
+        "/sandbox/%2E?x=1",
+        "/a/../?kill=true",
+        "sandbox/x",
+    ] {
+        match http.request(Method::DELETE, path) {
+            Err(ProviderError::Refused(m)) => assert!(m.starts_with("t: refusing"), "{m}"),
+            other => panic!("{path:?} was not refused: {other:?}"),
+        }
+    }
+    for path in [
+        "/sandbox/x",
+        "/v2/sandboxes?metadata=a%3D.",
+        "/a/..b/c.d",
+        "/sandbox/x?a=/../",
+    ] {
+        assert!(http.request(Method::GET, path).is_ok(), "{path}");
+    }
+}

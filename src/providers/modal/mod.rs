@@ -65,7 +65,9 @@ use std::time::Duration;
 use tokio::sync::OnceCell;
 use tonic::transport::Channel;
 
-use super::{Capabilities, Entry, EntryState, Kind, Listing, Provider, ProviderError, Sandbox};
+use super::{
+    Capabilities, Entry, EntryState, Kind, Listing, Provider, ProviderError, Refusal, Sandbox,
+};
 use crate::config::{CloudSettings, Secret};
 use crate::labels::Selector;
 use wire::{Api, SandboxInfo, SandboxListResponse};
@@ -127,6 +129,10 @@ impl ModalProvider {
 impl Provider for ModalProvider {
     fn name(&self) -> &str {
         NAME
+    }
+
+    fn parse_claim(&self, id: &str) -> Result<Sandbox, Refusal> {
+        super::ids::parse(NAME, super::ids::MODAL, id)
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -16,6 +16,12 @@
 //! credentials sandguard knows, which the plugin inherits in its environment, and anything
 //! shaped like a credential. Decision: a sandbox's id and labels are not redacted; they are
 //! how sandguard matches and removes it, and must come back to the plugin as it sent them.
+//!
+//! A listed id is read by the plugin's id parser (the generic shape, [`super::ids::GENERIC`])
+//! like any claimed one: one it refuses (empty, `..`, with a `/` or a space, starting with
+//! `-`, …) is dropped from the listing with a warning and never removed, while the rest of
+//! the listing stands. Decision: dropped, not a failed listing, so one odd entry cannot hide a
+//! session's other sandboxes from its reclaim.
 
 mod wire;
 
@@ -325,15 +331,19 @@ impl Provider for Plugin {
             .call("list", serde_json::json!({ "selector": selector.terms() }))
             .await?;
         let reply: ListReply = self.interpret(&answer, what)?;
-        if reply.sandboxes.iter().any(|s| s.id.is_empty()) {
-            return Err(ProviderError::fatal(format!(
-                "{what}: plugin {} listed a sandbox with an empty id",
-                self.program()
-            )));
-        }
         Ok(reply
             .sandboxes
             .into_iter()
+            .filter(|l| match self.parse_claim(&l.id) {
+                Ok(_) => true,
+                Err(why) => {
+                    tracing::warn!(
+                        "plugin {} listed a sandbox sandguard will never remove: {why}",
+                        self.program()
+                    );
+                    false
+                }
+            })
             .map(|l| {
                 let mut sandbox = l.into_sandbox(&self.name);
                 sandbox.status = self.redact(&sandbox.status);

@@ -122,3 +122,23 @@ esac"#;
         .await
         .unwrap();
 }
+
+/// Issue 22: an id a plugin lists that its parser refuses is dropped (never removed); the
+/// rest of the listing stands, and a claim of such an id is refused.
+#[tokio::test]
+async fn a_listed_id_no_parser_accepts_is_dropped_and_never_claimable() {
+    let dir = TempDir::new("plugin-ids");
+    let body = r#"case "$1" in
+list) echo '{"sandboxes":[{"id":"ok-1"},{"id":""},{"id":"."},{"id":".."},{"id":"a/b"},{"id":"%2e%2e"},{"id":"a b"},{"id":"-rf"},{"id":"ok:2"}]}' ;;
+*) exit 2 ;;
+esac"#;
+    let path = script(dir.path(), "odd", body);
+    let plugin = Plugin::new("odd", vec![path.into()], Duration::from_secs(10));
+    let listed = plugin.list(&Selector::managed()).await.unwrap();
+    let ids: Vec<&str> = listed.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(ids, ["ok-1", "ok:2"]);
+    for id in ["", ".", "..", "a/b", "%2e%2e", "a b", "-rf"] {
+        assert!(plugin.parse_claim(id).is_err(), "{id:?}");
+    }
+    assert_eq!(plugin.parse_claim("ok-1").unwrap().id, "ok-1");
+}

@@ -49,7 +49,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::http::{decode_json, walk, Http};
-use super::{Capabilities, Entry, EntryState, Kind, Provider, ProviderError, Sandbox};
+use super::{Capabilities, Entry, EntryState, Kind, Provider, ProviderError, Refusal, Sandbox};
 use crate::config::{CloudSettings, Secret};
 use crate::labels::{self, Selector};
 
@@ -176,6 +176,10 @@ impl TenkiProvider {
 impl Provider for TenkiProvider {
     fn name(&self) -> &str {
         NAME
+    }
+
+    fn parse_claim(&self, id: &str) -> Result<Sandbox, Refusal> {
+        super::ids::parse(NAME, super::ids::TENKI, id)
     }
 
     fn capabilities(&self) -> Capabilities {
