@@ -1,6 +1,7 @@
 //! Issue 22's points decided by the one ownership judgement, through the real binary and the
 //! real daemon: a claim adopts and never steals (3), `stop --all --session` keeps what is
-//! detached (4), pruning never forgets a detach (5), the detached label wins over a claim (6).
+//! detached (4), pruning never forgets a detach (5), the detached label wins over a claim (6),
+//! a container from the session's own commit is its own, a later stranger's is not (10).
 //! (Points 7 and 8, the fleet's proof of life and the TTL keeper's stop, are checked where
 //! their paths can be driven without a store or a cloud: `sweep::fleet` and `watch` tests.)
 
@@ -15,7 +16,10 @@ fn ended(s: &Scratch, session: &str) {
     eventually(Duration::from_secs(30), "the session ends", || {
         let row = session_row(&mut sandguard(s), session);
         row["sidecar_alive"] == false
-            && matches!(row["state"].as_str(), Some("reclaimed" | "clean" | "pending"))
+            && matches!(
+                row["state"].as_str(),
+                Some("reclaimed" | "clean" | "pending")
+            )
     });
 }
 
@@ -63,7 +67,10 @@ fn a_claim_adopts_an_orphan_but_never_takes_a_live_sessions_sandbox() {
         "session A's claim took live session B's container"
     );
     assert!(!container_exists(&orphan), "an orphan claimed is adopted");
-    assert!(!container_exists(&unlabelled), "an unlabelled claim is ours");
+    assert!(
+        !container_exists(&unlabelled),
+        "an unlabelled claim is ours"
+    );
 }
 
 #[test]
@@ -113,7 +120,11 @@ fn a_detach_outlives_the_pruning_of_its_session() {
     let out = run(sandguard(&s).args(["sessions", "--prune", "--older-than", "0s"]));
     assert_eq!(out.code, 0, "{}", out.stderr);
     let out = run(sandguard(&s).args(["sweep", "--json"]));
-    assert!(container_exists(kept), "a sweep after pruning removed a detached container: {}", out.stdout);
+    assert!(
+        container_exists(kept),
+        "a sweep after pruning removed a detached container: {}",
+        out.stdout
+    );
 }
 
 #[test]
@@ -132,9 +143,80 @@ fn the_detached_label_wins_over_a_claim() {
     );
     res.adopt_container(&lines[1]);
     ended(&s, &lines[0]);
-    assert!(container_exists(&lines[1]), "a claimed detached container was removed");
+    assert!(
+        container_exists(&lines[1]),
+        "a claimed detached container was removed"
+    );
 }
 
 fn pairs(labels: &[(String, String)]) -> Vec<(&str, &str)> {
     crate::promises::pairs(labels)
+}
+
+/// Point 10: a container started from the session's own `docker commit`, labelled with
+/// `$SANDGUARD_LABELS` (equal to its image's), is the session's and is reclaimed; one started
+/// from that image after the session ended, by someone else, is left by every path.
+#[test]
+fn a_container_from_the_sessions_own_commit_is_its_own_and_a_later_strangers_is_not() {
+    require_docker();
+    let s = Scratch::new("own-commit");
+    let mut res = Resources::default();
+    let image = format!("sandguard-test/own-commit-{}:latest", unique());
+    let labels = "$(echo \"$SANDGUARD_LABELS\" | tr ',' ' ' | sed 's/\\([^ ]*\\)/--label \\1/g')";
+    let (lines, _) = in_session(
+        &s,
+        "commit",
+        &format!(
+            "L={labels}; a=$({RUN} $L {IMAGE} sleep 600); docker commit $a {image} >/dev/null; \
+             b=$({RUN} $L {image} sleep 600); echo $a; echo $b"
+        ),
+    );
+    let (session, from_commit) = (&lines[0], &lines[2]);
+    res.adopt_container(&lines[1]);
+    res.adopt_container(from_commit);
+    ended(&s, session);
+    eventually(Duration::from_secs(15), "the sidecar removes both", || {
+        !container_exists(&lines[1]) && !container_exists(from_commit)
+    });
+    // A stranger starts the committed image after the session ended: its inherited label is
+    // no ownership for `ps`, `stop --all --session` or a sweep.
+    // Not a wait for anything: Docker dates a container to the second, so the stranger must
+    // be created in a later second than the session's end to be told apart from a late create.
+    std::thread::sleep(Duration::from_millis(1100));
+    let later = {
+        let out = std::process::Command::new("docker")
+            .args(["run", "-d", "--network", "none", &image, "sleep", "600"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    res.adopt_container(&later);
+    let out = run(sandguard(&s).args(["ps", "--json", "--session", session]));
+    let journal = std::fs::read_to_string(
+        s.path()
+            .join("state/sandguard/sessions")
+            .join(format!("{session}.journal")),
+    )
+    .unwrap_or_default();
+    assert!(
+        !out.stdout.contains(&later),
+        "ps shows the stranger: {}\n{journal}",
+        out.stdout
+    );
+    let out = run(sandguard(&s).args(["stop", "--all", "--session", session]));
+    assert!(
+        container_exists(&later),
+        "stop --all took the stranger: {}{}",
+        out.stdout,
+        out.stderr
+    );
+    let out = run(sandguard(&s).args(["sweep", "--json"]));
+    assert!(
+        container_exists(&later),
+        "a sweep took the stranger: {}",
+        out.stdout
+    );
+    let _ = std::process::Command::new("docker")
+        .args(["rmi", "-f", &image])
+        .output();
 }

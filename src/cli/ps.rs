@@ -258,6 +258,13 @@ pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result
     };
     let (mut found, failures) = reclaim::list_all(&providers, &selector).await;
     found.retain(|s| s.kind == Kind::Instance);
+    // A label only inherited from an image, after its session ended, is no ownership.
+    let root = settings
+        .state_dir
+        .exists()
+        .then(|| settings.state_dir.clone());
+    let known = crate::ownership::known::Known::lazy(root, &providers);
+    found.retain(|s| known.label_counts(s));
     if let Some(e) = narrow.unknown_session(settings, &found, !failures.is_empty()) {
         return Err(e);
     }

@@ -104,7 +104,15 @@ pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result
         Some(s) => Selector::session(s),
         None => Selector::managed(),
     };
-    let (found, failures) = reclaim::list_all(&providers, &selector).await;
+    let (mut found, failures) = reclaim::list_all(&providers, &selector).await;
+    let root = settings
+        .state_dir
+        .exists()
+        .then(|| settings.state_dir.clone());
+    let known = Known::lazy(root, &providers);
+    // A label only inherited from an image, after its session ended, is no ownership: such a
+    // container is "not found", as a stranger's is.
+    found.retain(|s| known.label_counts(s));
     let targets = match &args.id {
         Some(id) => match pick(found, id) {
             Ok(target) => vec![target],
@@ -115,7 +123,7 @@ pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result
         },
         None => found,
     };
-    let (targets, kept) = judged(&args, settings, &providers, targets);
+    let (targets, kept) = judged(&args, &known, targets);
     let removals = if args.dry_run {
         Vec::new()
     } else {
@@ -142,8 +150,7 @@ pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result
 /// or by a `detach` in any session's ledger), whatever session it is narrowed to.
 fn judged(
     args: &Args,
-    settings: &Settings,
-    providers: &[Arc<dyn Provider>],
+    known: &Known,
     targets: Vec<Sandbox>,
 ) -> (Vec<Sandbox>, Vec<(Sandbox, String)>) {
     let asker = if args.id.is_some() {
@@ -151,8 +158,6 @@ fn judged(
     } else {
         Asker::StopAll
     };
-    let root = settings.state_dir.exists().then(|| settings.state_dir.clone());
-    let known = Known::lazy(root, providers);
     let mut keep = Vec::new();
     let mut go = Vec::new();
     for s in targets {

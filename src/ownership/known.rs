@@ -6,8 +6,9 @@
 //! Decisions:
 //! - A session in the ledger stands as its journal says: its owner judged from its `start`
 //!   record, its sidecar alive while the journal's lock is held, ended when its state is not
-//!   `active` (at its last record's time, rounded up: a sandbox created in the same second as
-//!   the end counts as created while it lived, which the settle pass covers anyway).
+//!   `active` (at its last record's time, in whole seconds as Docker dates a container: a
+//!   sandbox created in the same second as the end counts as created while it lived; the
+//!   settle pass covers such late creates anyway).
 //! - A session not in the ledger is judged by the owner label its sandbox carries; with no
 //!   readable label it is unknown. No fleet lease is known here: the fleet pass adds its own.
 //! - Detaches count from every session of the ledger, not only the sandbox's own: whoever
@@ -20,6 +21,13 @@ use crate::identity::{Judge, Liveness};
 use crate::ledger::{SessionState, SessionView, StateDir};
 use crate::protocol::Target;
 use crate::providers::{Provider, Sandbox};
+
+/// When a ledger session ended (unix seconds, its last record's, rounded down as Docker
+/// rounds a container's creation time), if it is no longer active.
+pub fn ended_at(view: &SessionView) -> Option<i64> {
+    (view.state != SessionState::Active)
+        .then(|| i64::try_from(view.updated_ms / 1000).unwrap_or(i64::MAX))
+}
 
 /// The ledger's sessions and the judge, read at most once.
 pub struct Known {
@@ -53,11 +61,7 @@ impl Known {
     }
 
     /// Knowledge of sessions already read (a sweep has them).
-    pub fn of(
-        views: Vec<SessionView>,
-        judge: Judge,
-        providers: &[Arc<dyn Provider>],
-    ) -> Known {
+    pub fn of(views: Vec<SessionView>, judge: Judge, providers: &[Arc<dyn Provider>]) -> Known {
         let known = Known::lazy(None, providers);
         let _ = known.views.set(views);
         let _ = known.judge.set(judge);
@@ -121,8 +125,7 @@ impl Known {
             } else {
                 Sidecar::Gone
             },
-            ended_at: (view.state != SessionState::Active)
-                .then(|| i64::try_from(view.updated_ms.div_ceil(1000)).unwrap_or(i64::MAX)),
+            ended_at: ended_at(view),
             lease: super::Lease::None,
         }
     }
@@ -153,6 +156,19 @@ impl Known {
         self.views()
             .iter()
             .any(|v| v.detached.iter().any(|t| self.names(t, sandbox)))
+    }
+
+    /// Whether `sandbox`'s label counts as ownership ([`Facts::label_counts`]): what `ps` and
+    /// `stop` show and take. Only an inherited label needs the ledger.
+    pub fn label_counts(&self, sandbox: &Sandbox) -> bool {
+        if !sandbox.inherited {
+            return true;
+        }
+        let mut facts = Facts::of(sandbox);
+        facts.labelled = facts
+            .labelled
+            .map(|(id, _)| (id, self.session(id, sandbox.owner())));
+        facts.label_counts()
     }
 
     /// Everything the ledger says of `sandbox`, for a path that is no session's own (a sweep,

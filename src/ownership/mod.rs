@@ -112,10 +112,7 @@ pub enum Asker<'a> {
     /// A sweep looking at a managed sandbox that no session it reclaims covers.
     Sweep,
     /// Session `session`'s TTL keeper, whose owner stands as `owner`.
-    Renew {
-        session: &'a str,
-        owner: Liveness,
-    },
+    Renew { session: &'a str, owner: Liveness },
 }
 
 /// Everything the caller knows of one sandbox.
@@ -143,11 +140,18 @@ impl<'a> Facts<'a> {
                 .session()
                 .filter(|s| !s.is_empty())
                 .map(|s| (s, Session::UNKNOWN)),
-            inherited: false,
+            inherited: sandbox.inherited,
             claimed_by: Vec::new(),
             detached: false,
             now: crate::timefmt::now_unix(),
         }
+    }
+
+    /// Whether the label it carries counts as ownership (rule 3): false only for a label it
+    /// inherited and that its session cannot claim. `ps` and `stop` show and take only those
+    /// whose label counts: the others are strangers that look like a session's.
+    pub fn label_counts(&self) -> bool {
+        self.labelled.is_none() || self.owner_by_label().is_some()
     }
 
     fn expired(&self) -> bool {
@@ -193,9 +197,15 @@ pub enum Reason {
     Named,
     Labelled,
     Claimed,
-    Adopted { from: String },
-    Steal { from: String },
-    ClaimedElsewhere { by: String },
+    Adopted {
+        from: String,
+    },
+    Steal {
+        from: String,
+    },
+    ClaimedElsewhere {
+        by: String,
+    },
     NotOurs,
     OwnerDead,
     OwnerLives,

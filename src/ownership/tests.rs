@@ -49,18 +49,38 @@ fn a_claim_adopts_an_unlabelled_or_orphaned_sandbox_and_never_steals() {
     let bare = fake::sandbox("x", Kind::Instance, None);
     let mut f = facts(&bare, None);
     f.claimed_by = vec![("a", LIVE)];
-    assert_eq!(judge(Asker::Reclaim { session: "a" }, &f).reason, Reason::Claimed);
+    assert_eq!(
+        judge(Asker::Reclaim { session: "a" }, &f).reason,
+        Reason::Claimed
+    );
 
     let theirs = labelled("b");
     for (b, removes) in [
         (LIVE, false),
-        (Session { sidecar: Sidecar::Gone, ..LIVE }, false),
-        (Session { owner: Liveness::Unknown, sidecar: Sidecar::NotHere, ..LIVE }, false),
+        (
+            Session {
+                sidecar: Sidecar::Gone,
+                ..LIVE
+            },
+            false,
+        ),
+        (
+            Session {
+                owner: Liveness::Unknown,
+                sidecar: Sidecar::NotHere,
+                ..LIVE
+            },
+            false,
+        ),
         (DEAD_OVER, true),
     ] {
         let mut f = facts(&theirs, Some(("b", b)));
         f.claimed_by = vec![("a", LIVE)];
-        assert_eq!(judge(Asker::Reclaim { session: "a" }, &f).removes(), removes, "{b:?}");
+        assert_eq!(
+            judge(Asker::Reclaim { session: "a" }, &f).removes(),
+            removes,
+            "{b:?}"
+        );
     }
 
     // Claimed by another session that may live: not adopted either.
@@ -75,22 +95,39 @@ fn a_claim_adopts_an_unlabelled_or_orphaned_sandbox_and_never_steals() {
 #[test]
 fn detach_wins_over_labels_claims_and_stop_all_but_not_over_a_ttl_or_a_named_stop() {
     let mut s = labelled("a");
-    s.labels.insert(crate::labels::DETACHED.into(), "true".into());
+    s.labels
+        .insert(crate::labels::DETACHED.into(), "true".into());
     let mut f = facts(&s, Some(("a", DEAD_OVER)));
     f.claimed_by = vec![("a", DEAD_OVER)];
-    for asker in [Asker::Reclaim { session: "a" }, Asker::StopAll, Asker::Sweep] {
+    for asker in [
+        Asker::Reclaim { session: "a" },
+        Asker::StopAll,
+        Asker::Sweep,
+    ] {
         assert_eq!(judge(asker, &f).reason, Reason::Detached, "{asker:?}");
         let bare = labelled("a");
         let mut by_owner = facts(&bare, Some(("a", DEAD_OVER)));
         by_owner.detached = true;
-        assert_eq!(judge(asker, &by_owner).reason, Reason::DetachedByOwner, "{asker:?}");
+        assert_eq!(
+            judge(asker, &by_owner).reason,
+            Reason::DetachedByOwner,
+            "{asker:?}"
+        );
     }
     assert!(judge(Asker::StopNamed, &f).removes());
-    s.labels.insert(crate::labels::EXPIRES.into(), "1999".into());
+    s.labels
+        .insert(crate::labels::EXPIRES.into(), "1999".into());
     let f = facts(&s, Some(("a", LIVE)));
     assert_eq!(judge(Asker::Sweep, &f).reason, Reason::Expired);
     assert_eq!(
-        judge(Asker::Renew { session: "a", owner: Liveness::Alive }, &f).verdict,
+        judge(
+            Asker::Renew {
+                session: "a",
+                owner: Liveness::Alive
+            },
+            &f
+        )
+        .verdict,
         Verdict::Keep
     );
 }
@@ -108,8 +145,14 @@ fn an_inherited_label_counts_only_for_a_sandbox_created_while_its_session_lived(
     };
     let reclaim = Asker::Reclaim { session: "a" };
     assert!(judge(reclaim, &inherited(&before, DEAD_OVER)).removes());
-    assert_eq!(judge(reclaim, &inherited(&later, DEAD_OVER)).reason, Reason::NotOurs);
-    assert_eq!(judge(Asker::Sweep, &inherited(&later, DEAD_OVER)).reason, Reason::NoOwner);
+    assert_eq!(
+        judge(reclaim, &inherited(&later, DEAD_OVER)).reason,
+        Reason::NotOurs
+    );
+    assert_eq!(
+        judge(Asker::Sweep, &inherited(&later, DEAD_OVER)).reason,
+        Reason::NoOwner
+    );
     assert!(judge(reclaim, &inherited(&later, LIVE)).removes());
 }
 
@@ -122,11 +165,20 @@ fn proof_of_life_beats_an_expired_lease_and_unknown_is_not_dead() {
         lease: Lease::Expired,
     };
     assert_eq!(judge_session(&alive_expired).0, SessionVerdict::Adopt);
-    let unknown = Session { owner: Liveness::Unknown, ..alive_expired };
+    let unknown = Session {
+        owner: Liveness::Unknown,
+        ..alive_expired
+    };
     assert_eq!(judge_session(&unknown).0, SessionVerdict::Reclaim);
-    let unknown_renewed = Session { sidecar: Sidecar::Alive, ..unknown };
+    let unknown_renewed = Session {
+        sidecar: Sidecar::Alive,
+        ..unknown
+    };
     assert_eq!(judge_session(&unknown_renewed).0, SessionVerdict::Leave);
-    let no_lease = Session { lease: Lease::None, ..unknown };
+    let no_lease = Session {
+        lease: Lease::None,
+        ..unknown
+    };
     assert_eq!(judge_session(&no_lease).0, SessionVerdict::Leave);
     assert_eq!(judge_session(&DEAD_OVER).0, SessionVerdict::Reclaim);
     assert_eq!(judge_session(&LIVE).0, SessionVerdict::Leave);
@@ -136,12 +188,27 @@ fn proof_of_life_beats_an_expired_lease_and_unknown_is_not_dead() {
 fn nothing_is_renewed_after_a_death_or_for_another_session() {
     let s = labelled("a");
     let f = facts(&s, Some(("a", LIVE)));
-    let renew = |owner| judge(Asker::Renew { session: "a", owner }, &f);
+    let renew = |owner| {
+        judge(
+            Asker::Renew {
+                session: "a",
+                owner,
+            },
+            &f,
+        )
+    };
     assert_eq!(renew(Liveness::Alive).verdict, Verdict::Renew);
     assert_eq!(renew(Liveness::Dead).reason, Reason::AfterDeath);
     assert_eq!(renew(Liveness::Unknown).reason, Reason::AfterDeath);
     assert_eq!(
-        judge(Asker::Renew { session: "b", owner: Liveness::Alive }, &f).reason,
+        judge(
+            Asker::Renew {
+                session: "b",
+                owner: Liveness::Alive
+            },
+            &f
+        )
+        .reason,
         Reason::NotOurs
     );
 }

@@ -101,6 +101,7 @@ struct Listed {
 impl Listed {
     fn into_sandbox(self) -> Sandbox {
         Sandbox {
+            inherited: false,
             provider: "e2b".into(),
             kind: Kind::Instance,
             id: self.sandbox_id,

@@ -128,6 +128,7 @@ pub fn sandbox(id: &str, kind: Kind, session: Option<&str>) -> Sandbox {
         .map(|s| [(SESSION.to_string(), s.to_string())].into())
         .unwrap_or_default();
     Sandbox {
+        inherited: false,
         provider: "fake".into(),
         kind,
         id: id.into(),

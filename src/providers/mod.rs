@@ -74,12 +74,17 @@ pub struct Sandbox {
     pub expires_at: Option<i64>,
     pub image: Option<String>,
     pub labels: BTreeMap<String, String>,
+    /// Its `sandguard.session` label was not set by its creator but inherited (a Docker
+    /// container started from an image committed with a session's labels): it counts only
+    /// for a sandbox created while that session lived ([`crate::ownership`], rule 3).
+    pub inherited: bool,
 }
 
 impl Sandbox {
     /// A sandbox known only from a claim: provider, kind and id, no labels.
     pub fn claimed(provider: &str, kind: Kind, id: &str) -> Sandbox {
         Sandbox {
+            inherited: false,
             provider: provider.to_string(),
             kind,
             id: id.to_string(),

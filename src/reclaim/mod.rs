@@ -253,6 +253,10 @@ pub struct Plan {
     /// label (a claim adopts, it never steals). `None`: nothing is known of them, so none is
     /// taken from another session.
     pub known: Option<Arc<Known>>,
+    /// How this session stands, for a label its sandboxes only inherited (a Docker image
+    /// committed with its labels): alive by default (its sidecar reclaims); a sweep that
+    /// finishes an ended session says when it ended.
+    pub own: ownership::Session,
 }
 
 impl Plan {
@@ -271,6 +275,12 @@ impl Plan {
             refused: Vec::new(),
             listed: None,
             known: None,
+            own: ownership::Session {
+                owner: crate::identity::Liveness::Alive,
+                sidecar: ownership::Sidecar::Alive,
+                ended_at: None,
+                lease: ownership::Lease::None,
+            },
         };
         for t in claims {
             match Sandbox::from_claim(providers, t) {
@@ -313,8 +323,13 @@ impl Plan {
         let mut facts = Facts::of(s);
         facts.detached = self.keeps(provider, s);
         let ours = facts.labelled.is_some_and(|(id, _)| id == session);
+        if ours {
+            facts.labelled = Some((session, self.own));
+        }
         if claimed {
-            facts.claimed_by.push((session, ownership::Session::UNKNOWN));
+            facts
+                .claimed_by
+                .push((session, ownership::Session::UNKNOWN));
             if !ours {
                 if let Some(known) = &self.known {
                     facts.labelled = facts

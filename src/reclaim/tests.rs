@@ -24,6 +24,12 @@ fn plan(session: &str) -> Plan {
         claims: vec![],
         keep: vec![],
         known: None,
+        own: crate::ownership::Session {
+            owner: crate::identity::Liveness::Alive,
+            sidecar: crate::ownership::Sidecar::Alive,
+            ended_at: None,
+            lease: crate::ownership::Lease::None,
+        },
         refused: vec![],
         listed: None,
     }

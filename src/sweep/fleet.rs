@@ -53,8 +53,8 @@ use futures_util::stream::{self, StreamExt};
 use super::{Decision, Pass, Verdict};
 use crate::fleet::{FleetSession, FleetState, Holdings, Lock, SessionRecord, Store};
 use crate::identity::Judge;
-use crate::ownership::{self, SessionVerdict};
 use crate::ledger::{Journal, LedgerError, Record, SessionState};
+use crate::ownership::{self, SessionVerdict};
 use crate::providers::Provider;
 use crate::reclaim::{ListFailure, Listed, Options};
 
@@ -336,7 +336,15 @@ async fn end_session(
     mirror(&mut journal, &s.record, &s.holdings)?;
     let view = journal.view()?;
     // Nothing is known here of other sessions' standing: no claim takes another's sandbox.
-    Ok(super::reclaim_adopted(journal, providers, &view, options, Some(listed.clone()), None).await)
+    Ok(super::reclaim_adopted(
+        journal,
+        providers,
+        &view,
+        options,
+        Some(listed.clone()),
+        None,
+    )
+    .await)
 }
 
 /// A fleet session's `start` record, from its record in the store.
@@ -481,7 +489,10 @@ mod tests {
             ..record("alive")
         };
         let short = Duration::from_millis(1);
-        store.register(&alive, &Holdings::default(), short).await.unwrap();
+        store
+            .register(&alive, &Holdings::default(), short)
+            .await
+            .unwrap();
         tokio::time::sleep(Duration::from_millis(5)).await;
         let fake = Fake::holding(vec![sandbox("a1", Kind::Instance, Some("alive"))]);
         let providers: Vec<Arc<dyn Provider>> = vec![fake.clone()];
@@ -492,9 +503,17 @@ mod tests {
         };
         let pass = pass(&fleet, &providers, &options(), false).await;
         assert_eq!(fake.remaining(), ["a1"]);
-        let decision = pass.decisions.iter().find(|d| d.session == "alive").unwrap();
+        let decision = pass
+            .decisions
+            .iter()
+            .find(|d| d.session == "alive")
+            .unwrap();
         assert_eq!(decision.verdict, Verdict::Leave);
-        assert!(decision.reason.contains("lives on this machine"), "{}", decision.reason);
+        assert!(
+            decision.reason.contains("lives on this machine"),
+            "{}",
+            decision.reason
+        );
         let s = store.session("alive").await.unwrap().unwrap();
         assert_eq!(s.reclaims, 0);
     }

@@ -44,9 +44,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::labels::Selector;
+use crate::ledger::{Journal, LedgerError, SessionState, SessionView, StateDir};
 use crate::ownership::known::Known;
 use crate::ownership::{self, Asker, Reason, SessionVerdict};
-use crate::ledger::{Journal, LedgerError, SessionState, SessionView, StateDir};
 use crate::providers::{Provider, Sandbox, SandboxKey};
 use crate::reclaim::session::{self, Before, Cause};
 use crate::reclaim::{self, ListFailure, Options, Plan, Removal};
@@ -228,10 +228,9 @@ fn judge_session(view: &SessionView, known: &Known) -> (Verdict, String) {
         _ => {}
     }
     match ownership::judge_session(&known.standing(view)) {
-        (SessionVerdict::Reclaim, why) => (
-            Verdict::Reclaim,
-            format!("{why} and its sidecar is gone"),
-        ),
+        (SessionVerdict::Reclaim, why) => {
+            (Verdict::Reclaim, format!("{why} and its sidecar is gone"))
+        }
         (SessionVerdict::Adopt, _) => (
             Verdict::Adopt,
             format!("its owner (pid {}) lives but its sidecar is gone", view.pid),
@@ -284,6 +283,7 @@ pub async fn reclaim_adopted(
     let mut plan = Plan::for_session(&view.id, providers, claims, &view.detached);
     plan.listed = listed;
     plan.known = known;
+    plan.own.ended_at = crate::ownership::known::ended_at(view);
     let once = Options {
         settle: None,
         ..options.clone()

@@ -19,8 +19,8 @@ use super::Pass;
 use crate::fleet::Store;
 use crate::identity::death::OwnerWatch;
 use crate::identity::Identity;
-use crate::ownership::known::Known;
 use crate::ledger::{LedgerError, StateDir, SweepLock};
+use crate::ownership::known::Known;
 use crate::providers::Provider;
 use crate::reclaim::Options;
 

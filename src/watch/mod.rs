@@ -54,11 +54,11 @@ use futures_util::FutureExt;
 use tokio::io::AsyncRead;
 
 use crate::ledger::{Journal, Record, SessionState};
+use crate::ownership::known::Known;
 use crate::protocol::{ByeOutcome, Command, LineReader, ProtocolError, Target};
 use crate::providers::proxy_claim::Claim as ProxyClaim;
 use crate::providers::Provider;
 use crate::reclaim::session::{self, Before, Cause, SharedJournal};
-use crate::ownership::known::Known;
 use crate::reclaim::{Options, Plan, Report};
 
 use crate::identity::death::{ExitProbe, Gone, PROBE_FOR};
@@ -404,10 +404,7 @@ impl<C: Clock> Sidecar<C> {
         // Other sessions are read from the ledger only if a claim names a sandbox that does
         // not carry this session's label.
         let root = self.journal.path().parent().and_then(|p| p.parent());
-        plan.known = Some(Arc::new(Known::lazy(
-            root.map(Into::into),
-            &self.providers,
-        )));
+        plan.known = Some(Arc::new(Known::lazy(root.map(Into::into), &self.providers)));
         let journal: SharedJournal = Arc::new(Mutex::new(self.journal));
         let settle = self.options.settle.unwrap_or(Duration::ZERO);
         let late = drain_claims(control, settle, &journal, &self.providers);

@@ -150,7 +150,9 @@ impl Keeper {
             let mut facts = Facts::of(s);
             facts.detached = holdings.detached.iter().any(|t| names(t, s));
             if holdings.claims.iter().any(|t| names(t, s)) {
-                facts.claimed_by.push((&self.session, ownership::Session::UNKNOWN));
+                facts
+                    .claimed_by
+                    .push((&self.session, ownership::Session::UNKNOWN));
             }
             let asker = Asker::Renew {
                 session: &self.session,
@@ -308,7 +310,11 @@ mod tests {
             .expect("the keeper returns once the watch ended")
             .unwrap();
         tokio::time::sleep(Duration::from_secs(600)).await;
-        assert_eq!(p.renewed.lock().unwrap().len(), 1, "renewed after the death");
+        assert_eq!(
+            p.renewed.lock().unwrap().len(),
+            1,
+            "renewed after the death"
+        );
     }
 
     #[test]

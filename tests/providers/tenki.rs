@@ -172,6 +172,7 @@ fn renew_keeps_the_timeout_a_ttl_from_now() {
         let again = p.remove(&found[0]).await;
         assert!(matches!(again, Err(ProviderError::Gone(_))), "{again:?}");
         let unknown = Sandbox {
+            inherited: false,
             id: "00000000-0000-4000-8000-000000000000".into(),
             ..found[0].clone()
         };

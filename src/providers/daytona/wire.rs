@@ -67,6 +67,7 @@ impl Item {
 
     pub(super) fn into_sandbox(self) -> Sandbox {
         Sandbox {
+            inherited: false,
             provider: NAME.into(),
             kind: Kind::Instance,
             expires_at: self.destroy_at(),

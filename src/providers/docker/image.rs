@@ -14,7 +14,12 @@
 //! - An image that is gone (404) leaves the container's labels as they are: there is nothing
 //!   to compare with, and Docker keeps an image while a container uses it, so this is rare.
 //! - A label the container was given with the same value as its image's cannot be told from
-//!   an inherited one; it is dropped too (a claim still covers such a container).
+//!   an inherited one. For `sandguard.session` that is the case of a container started from a
+//!   session's own `docker commit` with `$SANDGUARD_LABELS`: the container keeps its labels,
+//!   marked [`crate::providers::Sandbox::inherited`], and the one judgement
+//!   ([`crate::ownership`]) counts them only when the container was created while that
+//!   session lived (after it ended, only labels its creator set count). Any other sandguard
+//!   label equal to its image's is dropped (a claim still covers such a container).
 //! - When the image cannot be inspected (a timeout, a 5xx, no `ImageID`), nothing is guessed:
 //!   the container is neither listed as owned nor silently dropped; the listing reports an
 //!   error naming it, so `ps`/`stop` exit 1 and a reclaim stays pending for the next sweep.
@@ -114,12 +119,23 @@ pub(super) fn bare(id: &str) -> &str {
     short(id.strip_prefix("sha256:").unwrap_or(id))
 }
 
-/// `labels` without the `sandguard.*` labels that `image` gave them.
-pub(super) fn own_labels(labels: Labels, image: &Labels) -> Labels {
-    labels
+/// `labels` as ownership reads them, and whether the session label was inherited: a
+/// container whose `sandguard.session` equals its image's keeps its sandguard labels, marked
+/// inherited (the judgement counts them only for a container created while that session
+/// lived); otherwise the `sandguard.*` labels its image gave it are dropped.
+pub(super) fn own_labels(labels: Labels, image: &Labels) -> (Labels, bool) {
+    let session = crate::labels::SESSION;
+    if labels
+        .get(session)
+        .is_some_and(|v| image.get(session) == Some(v))
+    {
+        return (labels, true);
+    }
+    let own = labels
         .into_iter()
         .filter(|(k, v)| !(is_sandguard(k) && image.get(k) == Some(v)))
-        .collect()
+        .collect();
+    (own, false)
 }
 
 #[cfg(test)]
@@ -134,28 +150,36 @@ mod tests {
     }
 
     #[test]
-    fn only_sandguard_labels_equal_to_the_images_are_dropped() {
+    fn an_inherited_session_is_kept_marked_other_inherited_labels_are_dropped() {
         let image = labels(&[
             ("sandguard.session", "S"),
             ("sandguard.owner", "O"),
             ("maintainer", "m"),
         ]);
         let container = labels(&[
-            ("sandguard.session", "S"),  // inherited: dropped
-            ("sandguard.owner", "mine"), // overridden by the container: its own
-            ("maintainer", "m"),         // not sandguard's: kept
-            ("sandguard.expires", "9"),  // the image has none: its own
+            ("sandguard.session", "T"), // its own session
+            ("sandguard.owner", "O"),   // inherited: dropped
+            ("maintainer", "m"),        // not sandguard's: kept
+            ("sandguard.expires", "9"), // the image has none: its own
         ]);
         assert_eq!(
             own_labels(container, &image),
-            labels(&[
-                ("maintainer", "m"),
-                ("sandguard.expires", "9"),
-                ("sandguard.owner", "mine"),
-            ])
+            (
+                labels(&[
+                    ("maintainer", "m"),
+                    ("sandguard.expires", "9"),
+                    ("sandguard.session", "T"),
+                ]),
+                false
+            )
         );
+        let same = labels(&[("sandguard.session", "S"), ("sandguard.owner", "O")]);
+        assert_eq!(own_labels(same.clone(), &image), (same, true));
         let untouched = labels(&[("sandguard.session", "S")]);
-        assert_eq!(own_labels(untouched.clone(), &Labels::new()), untouched);
+        assert_eq!(
+            own_labels(untouched.clone(), &Labels::new()),
+            (untouched, false)
+        );
     }
 
     #[test]

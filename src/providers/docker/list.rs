@@ -3,7 +3,8 @@
 //! or a proxy, that ignored the filter).
 //!
 //! Containers lose the `sandguard.*` labels they inherited from their image (`image`): those
-//! are not ownership.
+//! are not ownership; an inherited `sandguard.session` is kept but marked, for the judgement
+//! to count only while its session lived.
 //!
 //! The three kinds are listed independently: one that fails (a broken volume plugin fails
 //! every volume listing) is reported in [`Listing::errors`] beside what the others found, so
@@ -98,6 +99,7 @@ impl DockerProvider {
             .into_iter()
             .filter_map(|n| {
                 Some(Sandbox {
+                    inherited: false,
                     provider: "docker".into(),
                     kind: Kind::Network,
                     id: n.id?,
@@ -128,6 +130,7 @@ impl DockerProvider {
             .unwrap_or_default()
             .into_iter()
             .map(|v| Sandbox {
+                inherited: false,
                 provider: "docker".into(),
                 kind: Kind::Volume,
                 id: v.name,
@@ -159,9 +162,9 @@ fn container(
         )
     };
     let image = c.image_id.as_deref().filter(|i| !i.is_empty());
-    let labels = match image.map(|i| (i, images.get(i))) {
-        Some((_, Some(Ok(Image::Exists(inherited))))) => own_labels(labels, inherited),
-        Some((_, Some(Ok(Image::Gone)))) => labels,
+    let (labels, inherited) = match image.map(|i| (i, images.get(i))) {
+        Some((_, Some(Ok(Image::Exists(from_image))))) => own_labels(labels, from_image),
+        Some((_, Some(Ok(Image::Gone)))) => (labels, false),
         Some((_, Some(Err(e)))) => {
             return Err(match e {
                 ProviderError::Transient {
@@ -187,6 +190,7 @@ fn container(
         }
     };
     Ok(Some(Sandbox {
+        inherited,
         provider: "docker".into(),
         kind: Kind::Instance,
         id,
@@ -272,12 +276,13 @@ mod tests {
         ]);
         let labels = |image| {
             container(summary(Some(image)), &images)
-                .map(|s| s.map(|s| s.labels))
+                .map(|s| s.map(|s| (s.labels, s.inherited)))
                 .map_err(|e| e.to_string())
         };
-        assert_eq!(labels("sha256:inherits"), Ok(Some(BTreeMap::new())));
-        assert_eq!(labels("sha256:plain"), Ok(Some(session.clone())));
-        assert_eq!(labels("sha256:deleted"), Ok(Some(session.clone())));
+        // Inherited: kept, marked (the judgement counts it only while its session lived).
+        assert_eq!(labels("sha256:inherits"), Ok(Some((session.clone(), true))));
+        assert_eq!(labels("sha256:plain"), Ok(Some((session.clone(), false))));
+        assert_eq!(labels("sha256:deleted"), Ok(Some((session.clone(), false))));
         let Err(ProviderError::Transient { message, .. }) =
             container(summary(Some("sha256:flaky")), &images)
         else {

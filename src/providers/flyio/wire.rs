@@ -73,6 +73,7 @@ impl Machine {
             })
         });
         Some(Sandbox {
+            inherited: false,
             provider: NAME.into(),
             kind: Kind::Instance,
             id: self.id,

@@ -224,6 +224,7 @@ fn to_sandbox(info: SandboxInfo) -> Sandbox {
         .map(|t| (t.tag_name, t.tag_value))
         .collect();
     Sandbox {
+        inherited: false,
         provider: NAME.into(),
         kind: Kind::Instance,
         status: status_word(info.task_info.as_ref()).into(),

@@ -107,6 +107,7 @@ esac"#;
     assert_eq!(listed[0].provider, "echo");
     plugin.remove(&listed[0]).await.unwrap();
     let other = Sandbox {
+        inherited: false,
         id: "x9".into(),
         ..listed[0].clone()
     };

@@ -56,6 +56,7 @@ pub struct Listed {
 impl Listed {
     pub fn into_sandbox(self, provider: &str) -> Sandbox {
         Sandbox {
+            inherited: false,
             provider: provider.to_string(),
             kind: Kind::Instance,
             id: self.id,

@@ -90,6 +90,7 @@ impl Session {
         .find(|s| !s.is_empty())
         .cloned();
         Sandbox {
+            inherited: false,
             provider: NAME.into(),
             kind: Kind::Instance,
             created_at: self
