@@ -45,3 +45,57 @@ fn a_local_sweep_tells_the_store_of_the_session_it_ended() {
         out.stdout
     );
 }
+
+/// Issue 22 point 7: proof of life beats an expired lease. The sidecar dies while its owner
+/// lives, the lease expires (and, the other way there, the lease key is deleted by hand while
+/// a sidecar lives): a fleet sweep on the owner's own machine leaves the session, and its
+/// sandboxes, to that machine's sweep, which adopts it.
+#[test]
+fn a_fleet_sweep_never_reclaims_an_owner_it_sees_alive() {
+    let _g = shared();
+    let redis = Redis::start();
+    let (emu, e2b) = sandguard_e2b();
+    let a = Host::new("host-a", &redis.url(), &emu.url);
+    let owner = a.owner(&[]);
+    registered(&redis, &owner.session, &[]);
+    let labels: Vec<(&str, &str)> = owner
+        .labels
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let sandbox = format!("sb-alive-{}", unique());
+    e2b.insert(&sandbox, &labels);
+    // The sidecar dies; the owner lives on.
+    let sidecar = owner.sidecar();
+    unsafe_kill(sidecar as i32, libc::SIGKILL);
+    eventually(Duration::from_secs(5), "the sidecar is gone", || {
+        !std::path::Path::new(&format!("/proc/{sidecar}")).exists()
+    });
+    lease_expired(&redis, &owner.session);
+
+    let out = a.sweep(&["--json"]);
+    let v = json(&out.stdout);
+    assert!(
+        e2b.exists(&sandbox),
+        "a live owner's sandbox was reclaimed: {v}"
+    );
+    let fleet = v["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["session"] == owner.session.as_str())
+        .map(|d| (d["verdict"].clone(), d["reason"].clone()))
+        .collect::<Vec<_>>();
+    assert!(
+        fleet.iter().all(|(verdict, _)| verdict != "reclaim"),
+        "{fleet:?}"
+    );
+    assert!(
+        fleet
+            .iter()
+            .any(|(_, reason)| reason.as_str().is_some_and(|r| r.contains("lives"))),
+        "{fleet:?}"
+    );
+    let key = format!("sandguard:session:{}", owner.session);
+    assert_ne!(redis.cli(&["HGET", &key, "state"]).trim(), "reclaimed");
+}
