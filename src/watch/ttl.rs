@@ -114,19 +114,28 @@ impl Keeper {
     }
 
     async fn renew_on(&self, provider: &Arc<dyn Provider>, holdings: &Holdings) {
-        let selector = Selector::session(&self.session);
-        let (mut targets, failures) =
-            crate::reclaim::list_all(std::slice::from_ref(provider), &selector).await;
-        for f in failures {
-            tracing::warn!("cannot list {} to renew TTLs: {}", f.provider, f.error);
-        }
-        let provider = provider.as_ref();
-        for claim in holdings
+        let claims: Vec<_> = holdings
             .claims
             .iter()
             .filter(|t| t.provider == provider.name())
-        {
-            if !targets.iter().any(|s| s.id == claim.id) {
+            .collect();
+        // With claims, every managed label is listed, so that a claim is judged by the labels
+        // its sandbox carries (another session's sandbox is not this one's to renew).
+        let selector = if claims.is_empty() {
+            Selector::session(&self.session)
+        } else {
+            Selector::managed()
+        };
+        let (mut targets, failures) =
+            crate::reclaim::list_all(std::slice::from_ref(provider), &selector).await;
+        for f in &failures {
+            tracing::warn!("cannot list {} to renew TTLs: {}", f.provider, f.error);
+        }
+        let provider = provider.as_ref();
+        for claim in claims {
+            // A claim that names nothing listed carries no sandguard label; unjudged while
+            // the listing failed.
+            if failures.is_empty() && !targets.iter().any(|s| s.id == claim.id) {
                 if let Ok(mut s) = provider.parse_claim(&claim.id) {
                     s.provider = claim.provider.clone();
                     targets.push(s);
