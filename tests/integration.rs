@@ -20,6 +20,7 @@ mod providers;
 mod proxy;
 mod readme;
 mod reliability;
+mod resume;
 mod security;
 mod sweep;
 mod trust;

@@ -5,6 +5,14 @@
 //! print `ready SESSION` on stdout. Anything that fails before that prints `error MESSAGE` on
 //! stdout instead (the wrapper shows it) and exits 2 for bad configuration, 1 otherwise.
 //!
+//! **Resume.** `--session S` whose journal exists and whose lock nobody holds is a restarted
+//! sidecar (a Kubernetes native sidecar, S the pod's uid): it takes the session over, ended or
+//! not, journals `resume` with its owner, guards what the session held as if it had been told
+//! of it, registers again in the fleet store, and says `ready S` (decisions:
+//! [`crate::ledger`]'s `resume.rs`). While S's lock is held (a live sidecar, a sweep that
+//! adopted it) it says `error …` and exits 1, once a reader had
+//! [`begin::RESUME_PATIENCE`] to let go.
+//!
 //! With `--docker-proxy`, the Docker API proxy ([`crate::providers::docker::proxy`]) is listening before
 //! `ready`, and the ready line carries its address: `ready SESSION DOCKER_HOST=unix:///…/docker.sock`.
 //! With `--cloud-proxy`, the cloud API proxy ([`crate::providers::cloud_proxy`]) listens on a
@@ -34,7 +42,6 @@ use super::output::Exit;
 use crate::config::{HumanDuration, Settings};
 use crate::identity::death::OwnerWatch;
 use crate::identity::Identity;
-use crate::ledger::{Record, StateDir};
 use crate::protocol::{ByeOutcome, LineReader, ReadyLine};
 use crate::providers::cloud_proxy::{Api, CloudProxy};
 use crate::providers::docker::proxy::{Claim, Proxy, SocketDir, Upstream};
@@ -43,6 +50,9 @@ use crate::reclaim::Options;
 use crate::session::{self, SessionId};
 use crate::unix::{self, Forked};
 use crate::watch::{service, Triggers};
+
+mod begin;
+use begin::{fleet_plan, start_session};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -142,7 +152,7 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
     }
     .to_string();
     let grace = args.grace.map_or(settings.watch.grace, |g| g.0);
-    let journal = start_session(&settings, &session, &owner, grace)?;
+    let (journal, resumed) = start_session(&settings, &session, &owner, grace)?;
     if args.daemonize {
         redirect_stderr(&journal.path().with_extension("log"));
     }
@@ -194,7 +204,12 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
         None => (None, None),
     };
     let providers = registry.select(None).unwrap_or_default();
-    let fleet = fleet_plan(&settings, &session, &owner, labels, &providers);
+    let started_ms = resumed.as_ref().map(|v| v.started_ms);
+    let fleet = fleet_plan(&settings, &session, &owner, labels, &providers, started_ms);
+    let held = resumed.map_or_else(Default::default, |v| crate::fleet::Holdings {
+        claims: v.claims,
+        detached: v.detached,
+    });
     let plan = service::Plan {
         session,
         journal,
@@ -205,6 +220,7 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
         proxy,
         cloud,
         fleet,
+        held,
         bye_report: Some(Box::new(report_bye)),
     };
     let triggers = Triggers {
@@ -219,58 +235,6 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
     Ok(Exit::clean_if(
         outcome.state != crate::ledger::SessionState::Pending,
     ))
-}
-
-/// What the fleet registrar registers, when a store is configured (nothing connects yet).
-fn fleet_plan(
-    settings: &Settings,
-    session: &str,
-    owner: &Identity,
-    labels: std::collections::BTreeMap<String, String>,
-    providers: &[std::sync::Arc<dyn crate::providers::Provider>],
-) -> Option<crate::watch::fleet::FleetPlan> {
-    let fleet = settings.fleet.as_ref()?;
-    let store = match crate::fleet::redis::RedisStore::new(fleet) {
-        Ok(store) => std::sync::Arc::new(store),
-        Err(e) => {
-            tracing::warn!("{e}; guarding locally only");
-            return None;
-        }
-    };
-    Some(crate::watch::fleet::FleetPlan {
-        store,
-        record: crate::fleet::SessionRecord {
-            id: session.to_string(),
-            host: settings.host.id(),
-            owner: owner.to_label(),
-            pid: owner.pid,
-            labels,
-            providers: providers.iter().map(|p| p.name().to_string()).collect(),
-            started_ms: crate::ledger::now_ms(),
-        },
-        lease: fleet.lease,
-    })
-}
-
-/// The session's journal, created with its `start` record (durable, locked) in the state
-/// directory.
-fn start_session(
-    settings: &Settings,
-    session: &str,
-    owner: &Identity,
-    grace: std::time::Duration,
-) -> Result<crate::ledger::Journal, StartError> {
-    let failure = |m: String| StartError(Exit::Failure, m);
-    let state = StateDir::open(&settings.state_dir).map_err(|e| failure(e.to_string()))?;
-    let start = Record::Start {
-        owner: owner.to_label(),
-        pid: owner.pid,
-        grace_ms: grace.as_millis() as u64,
-        labels: session::labels(session, owner),
-    };
-    state
-        .create_session(session, start)
-        .map_err(|e| failure(e.to_string()))
 }
 
 /// The owner as it is now; a pid that is gone or whose start time differs from the one given

@@ -22,6 +22,11 @@
 //!   whatever pids were reused since. Readers probe it with a shared lock, so two probes never
 //!   mistake each other for a sidecar.
 //!
+//! - A session's journal outlives its sidecar, so a sidecar restarted with the same session
+//!   (`watch --session S`: a Kubernetes native sidecar restarted by the kubelet) takes the
+//!   session over when nobody holds the lock, and journals a `resume` with its owner; the
+//!   lock is what tells a dead sidecar from a live one, here as for a sweep (`resume.rs`).
+//!
 //! - The boots file is how a sweep tells "this machine, an earlier boot" (its owners are dead)
 //!   from "a machine that merely shares our machine id" (a cloned VM image: unknown). The
 //!   current boot is appended whenever the state directory is opened, which every sidecar
@@ -29,10 +34,11 @@
 //!
 //! The pieces: `record.rs` (what a line says), `journal.rs` (writing, locking), `view.rs`
 //! (reading), `story.rs` (what happened to each sandbox, for `sessions show`), `stops.rs` (the
-//! side file of stops).
+//! side file of stops), `resume.rs` (a session created, or taken over by a new sidecar).
 
 mod journal;
 mod record;
+mod resume;
 mod stops;
 pub mod story;
 mod view;
@@ -76,6 +82,8 @@ pub enum LedgerError {
     BadSessionId(String),
     #[error("a session must begin with a start record")]
     NotStart,
+    #[error("a session is taken over with a resume record")]
+    NotResume,
     #[error("failed to encode a ledger record: {0}")]
     Encode(#[source] serde_json::Error),
 }

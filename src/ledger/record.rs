@@ -25,6 +25,18 @@ pub enum Record {
         #[serde(default)]
         labels: BTreeMap<String, String>,
     },
+    /// A new sidecar took the session over, its last one gone (`watch --session S` while
+    /// nobody held S's lock): the owner it guards from now on (`owner`, `pid`, `grace_ms` and
+    /// `labels` as in `start`). The session is active again from here, whatever it was
+    /// before; what it held (claims, detaches, pending work) is kept. A sandguard older
+    /// than this record skips it as [`Record::Unknown`] (and so still reads the first owner).
+    Resume {
+        owner: String,
+        pid: u32,
+        grace_ms: u64,
+        #[serde(default)]
+        labels: BTreeMap<String, String>,
+    },
     Claim {
         provider: String,
         id: String,
@@ -224,6 +236,12 @@ mod tests {
             Record::Claim {
                 provider: provider.clone(),
                 id: id.clone(),
+            },
+            Record::Resume {
+                owner: "o2".into(),
+                pid: 8,
+                grace_ms: 5_000,
+                labels: BTreeMap::new(),
             },
             Record::LeaseExpired,
             Record::OwnerDead {

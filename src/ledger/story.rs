@@ -29,6 +29,16 @@
 //! - A sandbox is [`Origin::Claimed`] when the journal holds a `claim` (or `detach`) for it
 //!   before its fate, else [`Origin::Labelled`]: a reclaim found it by the session's label.
 //! - A `failed` record that is not pending (a transient failure later retried) moves nothing.
+//! - A `resume` (a new sidecar took the session over, its last one gone) starts a new life of
+//!   the session, told in [`Story::resumes`] (when, the new owner's pid, and the state the
+//!   session was in: `active` when only the sidecar had died, `reclaimed`/`clean`/`pending`
+//!   when a new owner took an ended session over). [`Story::ending`] is the current life's:
+//!   `None` until the resumed session is reclaimed again, since the state it explained no
+//!   longer holds. Each earlier removal keeps the ending of its own reclaim. A sandbox left
+//!   pending is held by the new sidecar from the resume on, and told as claimed again (its
+//!   next fate is the new life's); claims and detaches carry over as they were. So
+//!   `sessions show` of a resumed session tells it active under its new owner, with what the
+//!   new sidecar watches as claimed; the earlier life is in the removals' own words.
 
 use super::record::{Entry, Record, SessionState};
 use crate::identity::death::Exit;
@@ -139,11 +149,24 @@ pub struct SandboxStory {
 
 /// The sandboxes of one session, in the order the journal first names them, and how the
 /// session's last reclaim came about, not counting a sweep finishing it (`None`: never
-/// reclaimed).
+/// reclaimed since it started or was last resumed).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Story {
     pub ending: Option<Ending>,
     pub sandboxes: Vec<SandboxStory>,
+    /// Each time a new sidecar took the session over, oldest first.
+    pub resumes: Vec<Resumed>,
+}
+
+/// One `resume`: a new sidecar took the session over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resumed {
+    /// Unix milliseconds of the `resume` record.
+    pub at_ms: u64,
+    /// The pid of the owner the new sidecar guards.
+    pub pid: u32,
+    /// Where the session stood when it was resumed (`active`: only its sidecar had gone).
+    pub after: SessionState,
 }
 
 /// Reads the story of a journal's text and its side file of stops (empty when none);
@@ -186,6 +209,13 @@ struct Teller {
     /// The reclaim removals belong to now: the last one, unless it ended pending.
     current: Option<usize>,
     sandboxes: Vec<(SandboxStory, Option<Told>)>,
+    /// The session's state as the view folds it (`None`: active), for [`Resumed::after`].
+    state: Option<SessionState>,
+    /// An `end` was seen in this life: a `reclaim_start` no longer changes the state.
+    ended: bool,
+    /// The first run of the current life (after the last `resume`).
+    life: usize,
+    resumes: Vec<Resumed>,
 }
 
 impl Teller {
@@ -199,7 +229,11 @@ impl Teller {
                 return self.owner_exit(Exit::from_parts(code, signal));
             }
             Record::LeaseExpired => return self.cause = Some(Ending::LeaseExpired),
+            Record::Resume { pid, .. } => return self.resume(pid, t),
             Record::ReclaimStart => {
+                if !self.ended {
+                    self.state = Some(SessionState::Reclaiming);
+                }
                 self.runs.push((self.cause.take(), None));
                 self.current = Some(self.runs.len() - 1);
                 return;
@@ -257,7 +291,25 @@ impl Teller {
         }
     }
 
+    /// A new life: the session active again, pending sandboxes held as claims.
+    fn resume(&mut self, pid: u32, t: u64) {
+        let after = self.state.take().unwrap_or(SessionState::Active);
+        self.resumes.push(Resumed {
+            at_ms: t,
+            pid,
+            after,
+        });
+        (self.ended, self.cause, self.current) = (false, None, None);
+        self.life = self.runs.len();
+        for (s, told) in &mut self.sandboxes {
+            if matches!(s.fate, Fate::Pending(_)) {
+                (s.fate, s.at_ms, *told) = (Fate::Claimed, t, None);
+            }
+        }
+    }
+
     fn end(&mut self, state: SessionState) {
+        (self.state, self.ended) = (Some(state), true);
         if let Some(run) = self.current.and_then(|i| self.runs.get_mut(i)) {
             run.1 = Some(state);
         }
@@ -321,8 +373,10 @@ impl Teller {
         let ending = self
             .runs
             .iter()
-            .rposition(|(cause, _)| cause.as_ref() != Some(&Ending::FinishedPending))
-            .map(|i| ending_of(Some(i)));
+            .enumerate()
+            .skip(self.life)
+            .rfind(|(_, (cause, _))| cause.as_ref() != Some(&Ending::FinishedPending))
+            .map(|(i, _)| ending_of(Some(i)));
         let sandboxes = self
             .sandboxes
             .iter()
@@ -334,171 +388,14 @@ impl Teller {
                 s
             })
             .collect();
-        Story { ending, sandboxes }
+        Story {
+            ending,
+            sandboxes,
+            resumes: self.resumes,
+        }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const START: &str = r#"{"t":1,"ev":"start","owner":"o","pid":7,"grace_ms":5}"#;
-
-    fn story(lines: &[&str]) -> Story {
-        let mut text = std::iter::once(START)
-            .chain(lines.iter().copied())
-            .collect::<Vec<_>>()
-            .join("\n");
-        text.push('\n');
-        tell(text.as_bytes(), b"")
-    }
-
-    fn fates(s: &Story) -> Vec<(&str, Origin, Fate)> {
-        s.sandboxes
-            .iter()
-            .map(|s| (s.target.id.as_str(), s.origin, s.fate.clone()))
-            .collect()
-    }
-
-    #[test]
-    fn an_owner_death_tells_each_sandbox_with_its_origin() {
-        let s = story(&[
-            r#"{"t":2,"ev":"claim","provider":"docker","id":"a"}"#,
-            r#"{"t":3,"ev":"claim","provider":"docker","id":"b"}"#,
-            r#"{"t":4,"ev":"detach","provider":"docker","id":"b"}"#,
-            r#"{"t":5,"ev":"claim","provider":"docker","id":"c"}"#,
-            r#"{"t":6,"ev":"release","provider":"docker","id":"c"}"#,
-            r#"{"t":7,"ev":"owner_dead","reason":"exited"}"#,
-            r#"{"t":8,"ev":"reclaim_start"}"#,
-            r#"{"t":9,"ev":"removed","provider":"docker","id":"a","outcome":"removed"}"#,
-            r#"{"t":10,"ev":"removed","provider":"docker","id":"d","outcome":"gone"}"#,
-            r#"{"t":11,"ev":"end","state":"reclaimed"}"#,
-            // Learned once the owner's parent reaped it, after the reclaim ended.
-            r#"{"t":12,"ev":"owner_exit","signal":9}"#,
-        ]);
-        let dead = Ending::OwnerDead {
-            reason: "exited".into(),
-            exit: Some(Exit::Signal(9)),
-        };
-        assert_eq!(dead.words(), "owner killed by SIGKILL");
-        assert_eq!(s.ending, Some(dead.clone()));
-        assert_eq!(
-            fates(&s),
-            [
-                (
-                    "a",
-                    Origin::Claimed,
-                    Fate::Removed {
-                        ending: dead.clone(),
-                        gone: false
-                    }
-                ),
-                ("b", Origin::Claimed, Fate::Detached),
-                ("c", Origin::Claimed, Fate::Released),
-                (
-                    "d",
-                    Origin::Labelled,
-                    Fate::Removed {
-                        ending: dead,
-                        gone: true
-                    }
-                ),
-            ]
-        );
-    }
-
-    #[test]
-    fn bye_sweeps_leases_and_pending_work_are_told_apart() {
-        let removed = |id: &str, t: u8| {
-            format!(
-                r#"{{"t":{t},"ev":"removed","provider":"e2b","id":"{id}","outcome":"removed"}}"#
-            )
-        };
-        let bye = story(&[
-            r#"{"t":2,"ev":"reclaim_start"}"#,
-            &removed("a", 3),
-            r#"{"t":4,"ev":"end","state":"clean"}"#,
-        ]);
-        assert_eq!(bye.ending, Some(Ending::Bye));
-        let sweep = story(&[
-            r#"{"t":2,"ev":"reclaim_start"}"#,
-            r#"{"t":3,"ev":"failed","provider":"e2b","id":"a","error":"down","pending":true}"#,
-            r#"{"t":4,"ev":"end","state":"pending"}"#,
-        ]);
-        assert_eq!(sweep.ending, Some(Ending::Sweep));
-        assert_eq!(sweep.sandboxes[0].fate, Fate::Pending("down".into()));
-        let finished = story(&[
-            r#"{"t":2,"ev":"lease_expired"}"#,
-            r#"{"t":3,"ev":"reclaim_start"}"#,
-            r#"{"t":4,"ev":"failed","provider":"e2b","id":"a","error":"down","pending":true}"#,
-            r#"{"t":5,"ev":"end","state":"pending"}"#,
-            &removed("a", 6),
-            r#"{"t":7,"ev":"end","state":"reclaimed"}"#,
-        ]);
-        // The session ended because its lease expired; a sweep finished the work.
-        assert_eq!(finished.ending, Some(Ending::LeaseExpired));
-        assert_eq!(
-            finished.sandboxes[0].fate,
-            Fate::Removed {
-                ending: Ending::FinishedPending,
-                gone: false
-            }
-        );
-        let active = story(&[r#"{"t":2,"ev":"claim","provider":"e2b","id":"a"}"#]);
-        assert_eq!(active.ending, None);
-        assert_eq!(active.sandboxes[0].fate, Fate::Claimed);
-    }
-
-    #[test]
-    fn stops_by_hand_are_merged_in_by_time_and_a_later_reclaim_keeps_them() {
-        let journal = [
-            START,
-            r#"{"t":2,"ev":"claim","provider":"docker","id":"a"}"#,
-            r#"{"t":3,"ev":"claim","provider":"docker","id":"b"}"#,
-            r#"{"t":6,"ev":"owner_dead","reason":"exited"}"#,
-            r#"{"t":7,"ev":"reclaim_start"}"#,
-            r#"{"t":8,"ev":"removed","provider":"docker","id":"a","outcome":"gone"}"#,
-            r#"{"t":8,"ev":"removed","provider":"docker","id":"b","outcome":"removed"}"#,
-            r#"{"t":9,"ev":"end","state":"reclaimed"}"#,
-            "",
-        ]
-        .join("\n");
-        let stops = [
-            r#"{"t":4,"ev":"stopped","provider":"docker","id":"a","outcome":"removed"}"#,
-            r#"{"t":5,"ev":"stopped","provider":"e2b","id":"x","outcome":"gone"}"#,
-            // Any other kind in the side file is ignored: it holds stops only.
-            r#"{"t":5,"ev":"claim","provider":"docker","id":"z"}"#,
-            "",
-        ]
-        .join("\n");
-        let s = tell(journal.as_bytes(), stops.as_bytes());
-        let dead = Ending::OwnerDead {
-            reason: "exited".into(),
-            exit: None,
-        };
-        // A journal from before sandguard read the status: nothing is made up.
-        assert_eq!(dead.words(), "owner exited");
-        assert_eq!(s.ending, Some(dead.clone()));
-        assert_eq!(
-            fates(&s),
-            [
-                ("a", Origin::Claimed, Fate::Stopped { gone: false }),
-                (
-                    "b",
-                    Origin::Claimed,
-                    Fate::Removed {
-                        ending: dead,
-                        gone: false
-                    }
-                ),
-                ("x", Origin::Labelled, Fate::Stopped { gone: true }),
-            ]
-        );
-        // Without its side file the same journal tells `a` as gone at the reclaim.
-        let bare = tell(journal.as_bytes(), b"");
-        assert!(matches!(
-            bare.sandboxes[0].fate,
-            Fate::Removed { gone: true, .. }
-        ));
-    }
-}
+#[path = "story_tests.rs"]
+mod tests;

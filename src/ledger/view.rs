@@ -6,6 +6,15 @@
 //! with a warning. The state is the last `end` record's; without one, `reclaim_start` means
 //! [`SessionState::Reclaiming`]; otherwise the session is [`SessionState::Active`].
 //!
+//! A `resume` record (a new sidecar took the session over) starts the session's life again:
+//! the owner, pid, grace and labels become the resume's, the state is
+//! [`SessionState::Active`] whatever it was (an earlier `end` no longer holds it), and what the
+//! session held stays: claims and detaches as they were, and pending sandboxes become claims,
+//! since the new sidecar reclaims them with the rest when its owner is gone. Providers a
+//! reclaim could not list (`unlisted`) are left as they were: only a reclaim that lists them
+//! says they are done. A sandguard that predates `resume` skips it as a record of an unknown
+//! kind, and reads the session as its first owner's.
+//!
 //! A `failed` record with the id `*` (written by earlier versions for a provider that could
 //! not be listed) reads as an `unlisted` record for that provider.
 
@@ -112,6 +121,15 @@ impl Fold<'_> {
             Record::Unknown => {
                 tracing::warn!("session {id}: line {line}: record of an unknown kind, skipped");
             }
+            Record::Resume {
+                owner,
+                pid,
+                grace_ms,
+                labels,
+            } => {
+                resumed(v, owner, pid, grace_ms, labels);
+                self.ended = false;
+            }
             Record::ReclaimStart if !self.ended => v.state = SessionState::Reclaiming,
             Record::End { state } => {
                 v.state = state;
@@ -177,6 +195,23 @@ fn track(v: &mut SessionView, record: Record) {
         }
         // Lease and owner events and transient failures are history; they move nothing.
         _ => {}
+    }
+}
+
+/// A new sidecar's owner takes over the session and what it holds (see the module docs).
+fn resumed(
+    v: &mut SessionView,
+    owner: String,
+    pid: u32,
+    grace_ms: u64,
+    labels: BTreeMap<String, String>,
+) {
+    (v.owner, v.pid, v.grace_ms, v.labels) = (owner, pid, grace_ms, labels);
+    v.state = SessionState::Active;
+    for (t, _) in std::mem::take(&mut v.pending) {
+        if !v.detached.contains(&t) {
+            v.claims.insert(t);
+        }
     }
 }
 
@@ -303,6 +338,49 @@ mod tests {
         let v = view(&[START, reclaim, &pending, reclaim, &done]);
         assert_eq!(v.state, SessionState::Reclaimed);
         assert_eq!(view(&[START, &end("clean")]).state, SessionState::Clean);
+    }
+
+    #[test]
+    fn a_resume_makes_the_session_active_again_under_its_new_owner_keeping_its_holdings() {
+        let resume =
+            r#"{"t":30,"ev":"resume","owner":"o2","pid":8,"grace_ms":6,"labels":{"k":"w"}}"#;
+        let held = [
+            START,
+            r#"{"t":11,"ev":"claim","provider":"docker","id":"a"}"#,
+            r#"{"t":12,"ev":"claim","provider":"docker","id":"b"}"#,
+            r#"{"t":13,"ev":"detach","provider":"docker","id":"b"}"#,
+            r#"{"t":14,"ev":"claim","provider":"docker","id":"c"}"#,
+        ];
+        // The sidecar died while its owner lived: nothing ended, everything is still held.
+        let v = view(&[&held[..], &[resume]].concat());
+        assert_eq!(v.state, SessionState::Active);
+        assert_eq!((v.owner.as_str(), v.pid, v.grace_ms), ("o2", 8, 6));
+        assert_eq!(v.labels.get("k").map(String::as_str), Some("w"));
+        assert_eq!(v.claims, set(&[t("docker", "a"), t("docker", "c")]));
+        assert_eq!(v.detached, set(&[t("docker", "b")]));
+        assert_eq!((v.started_ms, v.updated_ms), (10, 30));
+
+        // An ended session (the k8s case: a new owner in the same pod) is active again; what
+        // a reclaim left pending becomes the new sidecar's to reclaim; the detach stays.
+        let ended = [
+            r#"{"t":15,"ev":"owner_dead","reason":"exited"}"#,
+            r#"{"t":16,"ev":"reclaim_start"}"#,
+            r#"{"t":17,"ev":"removed","provider":"docker","id":"a","outcome":"removed"}"#,
+            r#"{"t":18,"ev":"failed","provider":"docker","id":"c","error":"x","pending":true}"#,
+            r#"{"t":19,"ev":"end","state":"pending"}"#,
+        ];
+        let v = view(&[&held[..], &ended[..], &[resume]].concat());
+        assert_eq!(v.state, SessionState::Active);
+        assert_eq!(v.claims, set(&[t("docker", "c")]));
+        assert!(v.pending.is_empty(), "{:?}", v.pending);
+        assert_eq!(v.detached, set(&[t("docker", "b")]));
+        // The new life's reclaim moves the state again, and its end holds.
+        let reclaim = r#"{"t":31,"ev":"reclaim_start"}"#;
+        let again = [&held[..], &ended[..], &[resume, reclaim]].concat();
+        assert_eq!(view(&again).state, SessionState::Reclaiming);
+        let end = r#"{"t":32,"ev":"end","state":"reclaimed"}"#;
+        let after = [&held[..], &ended[..], &[resume, reclaim, end]].concat();
+        assert_eq!(view(&after).state, SessionState::Reclaimed);
     }
 
     #[test]

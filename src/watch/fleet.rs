@@ -18,6 +18,12 @@
 //! - **Lease lost**: when the store was unreachable for longer than the lease, a fleet sweep
 //!   may have reclaimed this session's sandboxes: the sidecar says so (`warn`, "lease lost"),
 //!   registers again, and keeps guarding what is left.
+//! - **A resumed session registers again** under the same id (a sidecar restarted with
+//!   `watch --session S`): registration replaces the record
+//!   whatever the store held (the owner, pid and lease are the new sidecar's, the state
+//!   `active`, the session back in the index even after an end had dropped it, its expiry
+//!   cleared), and mirrors the holdings the new sidecar was seeded with from its journal.
+//!   A fleet sweep's counters (`reclaims`, `reclaimed_by`) are history and stay.
 //! - **The end**: written with one round trip, bounded by [`END_TIMEOUT`]; when it cannot be
 //!   written, the lease runs out and the next fleet sweep finds nothing left to remove.
 
@@ -241,6 +247,47 @@ mod tests {
         let (_, alive, mirrored) = store.peek("s1").expect("registered again within a renewal");
         assert!(alive && mirrored.claims.contains(&claim("c1")));
         task.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_resumed_session_registers_again_under_its_id_with_its_new_owner() {
+        let store = Arc::new(MemoryStore::default());
+        let holdings = SharedHoldings::default();
+        holdings.lock().unwrap().claims.insert(claim("c1"));
+        let first = tokio::spawn(
+            Registrar::new(plan(store.clone()), holdings, Arc::new(Notify::new())).run(),
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // The first sidecar dies (no end written); then the ended case: its end written.
+        first.abort();
+        for ended in [None, Some(FleetState::Reclaimed)] {
+            if let Some(state) = ended {
+                finish(store.as_ref(), "s1", state).await;
+            }
+            let mut resumed = plan(store.clone());
+            resumed.record.owner = "o2".into();
+            resumed.record.pid = 2;
+            let seeded = SharedHoldings::default();
+            seeded
+                .lock()
+                .unwrap()
+                .claims
+                .extend([claim("c1"), claim("c2")]);
+            let second =
+                tokio::spawn(Registrar::new(resumed, seeded, Arc::new(Notify::new())).run());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let (state, alive, mirrored) = store.peek("s1").expect("registered again");
+            assert!(state == FleetState::Active && alive, "{ended:?}: {state:?}");
+            assert_eq!(mirrored.claims.len(), 2, "{ended:?}");
+            let listed = store.sessions().await.unwrap();
+            assert!(
+                listed
+                    .iter()
+                    .any(|s| s.record.id == "s1" && s.record.owner == "o2"),
+                "{ended:?}"
+            );
+            second.abort();
+        }
     }
 
     #[test]

@@ -140,6 +140,24 @@ impl<C: Clock> Sidecar<C> {
         self.ending.subscribe()
     }
 
+    /// What a resumed session already holds (its journal's claims, pending work and detaches,
+    /// [`crate::ledger::StateDir::resume_session`]): guarded from now on exactly as if this
+    /// sidecar had been told of them, its reclaim included. Call it before [`Sidecar::run`].
+    pub fn seed(&mut self, held: ttl::Holdings) {
+        if held.claims.is_empty() && held.detached.is_empty() {
+            return;
+        }
+        self.claims.extend(held.claims.iter().cloned());
+        self.detached.extend(held.detached.iter().cloned());
+        // Shared at once: the TTL keeper renews them and the fleet registrar registers them.
+        let shared = self.holdings();
+        let mut h = shared
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        h.claims.extend(held.claims);
+        h.detached.extend(held.detached);
+    }
+
     /// The owner's claims and detached sandboxes, shared with a TTL keeper from now on.
     pub fn holdings(&mut self) -> ttl::SharedHoldings {
         self.holdings

@@ -7,6 +7,10 @@
 //! runs the loop ([`Sidecar::run`]) and, whatever the outcome, shuts every task down and waits
 //! for them before returning: no task outlives the session, none is left unowned.
 //!
+//! A resumed session's sidecar starts holding what its journal says the session held
+//! ([`Plan::held`], [`Sidecar::seed`]) before any task runs, so the TTL keeper renews it, the
+//! fleet registrar registers it, and the reclaim includes it.
+//!
 //! With a fleet store, the fleet registrar ([`super::fleet`]) is one more task of the set: it
 //! registers at once, renews through the reclaim (it is shut down only after the loop has
 //! reclaimed), and the session's end is written to the store last.
@@ -53,6 +57,9 @@ pub struct Plan {
     pub cloud: Vec<CloudProxy>,
     /// The fleet store to register in, when one is configured.
     pub fleet: Option<FleetPlan>,
+    /// What the session already holds: empty for a new session, its journal's holdings for
+    /// a resumed one ([`Sidecar::seed`]).
+    pub held: super::ttl::Holdings,
     /// Told how the reclaim after `bye` went, before the settle pass ([`Sidecar::on_bye`]).
     pub bye_report: Option<ByeReport>,
 }
@@ -88,6 +95,7 @@ pub async fn run<R: AsyncRead + Unpin>(plan: Plan, triggers: Triggers<R>) -> Out
     if let Some(report) = plan.bye_report {
         sidecar.on_bye(report);
     }
+    sidecar.seed(plan.held);
     let keeper = Keeper::new(
         &plan.providers,
         &plan.session,

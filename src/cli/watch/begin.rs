@@ -1,0 +1,91 @@
+//! How `sandguard watch` begins its session: the journal created, or resumed from a sidecar
+//! that is gone (the decisions are [`crate::ledger`]'s, in `resume.rs`), and the fleet
+//! registration that follows from it.
+
+use super::{Exit, StartError};
+use crate::config::Settings;
+use crate::identity::Identity;
+use crate::ledger::{LedgerError, Record, SessionView, StateDir};
+use crate::session;
+
+/// How long a resume waits for the journal's lock to be let go before it takes the holder to
+/// be a live sidecar: a reader (`sandguard sessions`, a sweep's look) holds it for a moment.
+pub const RESUME_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What the fleet registrar registers, when a store is configured (nothing connects yet). A
+/// resumed session registers again under its id with its new owner and its first start
+/// (`started_ms`), replacing the record its last sidecar left.
+pub(super) fn fleet_plan(
+    settings: &Settings,
+    session: &str,
+    owner: &Identity,
+    labels: std::collections::BTreeMap<String, String>,
+    providers: &[std::sync::Arc<dyn crate::providers::Provider>],
+    started_ms: Option<u64>,
+) -> Option<crate::watch::fleet::FleetPlan> {
+    let fleet = settings.fleet.as_ref()?;
+    let store = match crate::fleet::redis::RedisStore::new(fleet) {
+        Ok(store) => std::sync::Arc::new(store),
+        Err(e) => {
+            tracing::warn!("{e}; guarding locally only");
+            return None;
+        }
+    };
+    Some(crate::watch::fleet::FleetPlan {
+        store,
+        record: crate::fleet::SessionRecord {
+            id: session.to_string(),
+            host: settings.host.id(),
+            owner: owner.to_label(),
+            pid: owner.pid,
+            labels,
+            providers: providers.iter().map(|p| p.name().to_string()).collect(),
+            started_ms: started_ms.unwrap_or_else(crate::ledger::now_ms),
+        },
+        lease: fleet.lease,
+    })
+}
+
+/// The session's journal in the state directory (durable, locked): created with its `start`
+/// record, or resumed with a `resume` record, with the session as it then stands (see the
+/// module docs).
+pub(super) fn start_session(
+    settings: &Settings,
+    session: &str,
+    owner: &Identity,
+    grace: std::time::Duration,
+) -> Result<(crate::ledger::Journal, Option<SessionView>), StartError> {
+    let failure = |m: String| StartError(Exit::Failure, m);
+    let state = StateDir::open(&settings.state_dir).map_err(|e| failure(e.to_string()))?;
+    let labels = session::labels(session, owner);
+    let (owner, pid, grace_ms) = (owner.to_label(), owner.pid, grace.as_millis() as u64);
+    let start = Record::Start {
+        owner: owner.clone(),
+        pid,
+        grace_ms,
+        labels: labels.clone(),
+    };
+    let resume = Record::Resume {
+        owner,
+        pid,
+        grace_ms,
+        labels,
+    };
+    match state.begin_session(session, start, &resume, RESUME_PATIENCE) {
+        Ok((journal, Some(view))) => {
+            tracing::info!(
+                "resumed session {session}, its last sidecar gone: {} claimed, {} detached",
+                view.claims.len(),
+                view.detached.len()
+            );
+            Ok((journal, Some(view)))
+        }
+        Ok(new) => Ok(new),
+        Err(LedgerError::Locked { path }) => Err(failure(format!(
+            "session {session} is guarded by a live sidecar (or a sweep adopted it): its \
+             journal {} is locked; a second sidecar is refused",
+            path.display()
+        ))),
+        Err(e) => Err(failure(e.to_string())),
+    }
+}

@@ -1,0 +1,232 @@
+//! Unit tests of `story`.
+
+use super::*;
+
+const START: &str = r#"{"t":1,"ev":"start","owner":"o","pid":7,"grace_ms":5}"#;
+
+fn story(lines: &[&str]) -> Story {
+    let mut text = std::iter::once(START)
+        .chain(lines.iter().copied())
+        .collect::<Vec<_>>()
+        .join("\n");
+    text.push('\n');
+    tell(text.as_bytes(), b"")
+}
+
+fn fates(s: &Story) -> Vec<(&str, Origin, Fate)> {
+    s.sandboxes
+        .iter()
+        .map(|s| (s.target.id.as_str(), s.origin, s.fate.clone()))
+        .collect()
+}
+
+#[test]
+fn an_owner_death_tells_each_sandbox_with_its_origin() {
+    let s = story(&[
+        r#"{"t":2,"ev":"claim","provider":"docker","id":"a"}"#,
+        r#"{"t":3,"ev":"claim","provider":"docker","id":"b"}"#,
+        r#"{"t":4,"ev":"detach","provider":"docker","id":"b"}"#,
+        r#"{"t":5,"ev":"claim","provider":"docker","id":"c"}"#,
+        r#"{"t":6,"ev":"release","provider":"docker","id":"c"}"#,
+        r#"{"t":7,"ev":"owner_dead","reason":"exited"}"#,
+        r#"{"t":8,"ev":"reclaim_start"}"#,
+        r#"{"t":9,"ev":"removed","provider":"docker","id":"a","outcome":"removed"}"#,
+        r#"{"t":10,"ev":"removed","provider":"docker","id":"d","outcome":"gone"}"#,
+        r#"{"t":11,"ev":"end","state":"reclaimed"}"#,
+        // Learned once the owner's parent reaped it, after the reclaim ended.
+        r#"{"t":12,"ev":"owner_exit","signal":9}"#,
+    ]);
+    let dead = Ending::OwnerDead {
+        reason: "exited".into(),
+        exit: Some(Exit::Signal(9)),
+    };
+    assert_eq!(dead.words(), "owner killed by SIGKILL");
+    assert_eq!(s.ending, Some(dead.clone()));
+    assert_eq!(
+        fates(&s),
+        [
+            (
+                "a",
+                Origin::Claimed,
+                Fate::Removed {
+                    ending: dead.clone(),
+                    gone: false
+                }
+            ),
+            ("b", Origin::Claimed, Fate::Detached),
+            ("c", Origin::Claimed, Fate::Released),
+            (
+                "d",
+                Origin::Labelled,
+                Fate::Removed {
+                    ending: dead,
+                    gone: true
+                }
+            ),
+        ]
+    );
+}
+
+#[test]
+fn bye_sweeps_leases_and_pending_work_are_told_apart() {
+    let removed = |id: &str, t: u8| {
+        format!(r#"{{"t":{t},"ev":"removed","provider":"e2b","id":"{id}","outcome":"removed"}}"#)
+    };
+    let bye = story(&[
+        r#"{"t":2,"ev":"reclaim_start"}"#,
+        &removed("a", 3),
+        r#"{"t":4,"ev":"end","state":"clean"}"#,
+    ]);
+    assert_eq!(bye.ending, Some(Ending::Bye));
+    let sweep = story(&[
+        r#"{"t":2,"ev":"reclaim_start"}"#,
+        r#"{"t":3,"ev":"failed","provider":"e2b","id":"a","error":"down","pending":true}"#,
+        r#"{"t":4,"ev":"end","state":"pending"}"#,
+    ]);
+    assert_eq!(sweep.ending, Some(Ending::Sweep));
+    assert_eq!(sweep.sandboxes[0].fate, Fate::Pending("down".into()));
+    let finished = story(&[
+        r#"{"t":2,"ev":"lease_expired"}"#,
+        r#"{"t":3,"ev":"reclaim_start"}"#,
+        r#"{"t":4,"ev":"failed","provider":"e2b","id":"a","error":"down","pending":true}"#,
+        r#"{"t":5,"ev":"end","state":"pending"}"#,
+        &removed("a", 6),
+        r#"{"t":7,"ev":"end","state":"reclaimed"}"#,
+    ]);
+    // The session ended because its lease expired; a sweep finished the work.
+    assert_eq!(finished.ending, Some(Ending::LeaseExpired));
+    assert_eq!(
+        finished.sandboxes[0].fate,
+        Fate::Removed {
+            ending: Ending::FinishedPending,
+            gone: false
+        }
+    );
+    let active = story(&[r#"{"t":2,"ev":"claim","provider":"e2b","id":"a"}"#]);
+    assert_eq!(active.ending, None);
+    assert_eq!(active.sandboxes[0].fate, Fate::Claimed);
+}
+
+#[test]
+fn a_resume_starts_a_new_life_that_keeps_what_the_session_held() {
+    let resume = |t: u8, pid: u8| {
+        format!(r#"{{"t":{t},"ev":"resume","owner":"o{pid}","pid":{pid},"grace_ms":5}}"#)
+    };
+    let first_life = [
+        r#"{"t":2,"ev":"claim","provider":"docker","id":"a"}"#,
+        r#"{"t":3,"ev":"claim","provider":"docker","id":"b"}"#,
+        r#"{"t":4,"ev":"claim","provider":"docker","id":"c"}"#,
+        r#"{"t":5,"ev":"owner_dead","reason":"exited"}"#,
+        r#"{"t":6,"ev":"reclaim_start"}"#,
+        r#"{"t":7,"ev":"removed","provider":"docker","id":"a","outcome":"removed"}"#,
+        r#"{"t":8,"ev":"failed","provider":"docker","id":"c","error":"busy","pending":true}"#,
+        r#"{"t":9,"ev":"end","state":"pending"}"#,
+    ];
+    let dead = Ending::OwnerDead {
+        reason: "exited".into(),
+        exit: None,
+    };
+    let resume_8 = resume(10, 8);
+    let resumed = [&first_life[..], &[resume_8.as_str()]].concat();
+    let s = story(&resumed);
+    // Active again: no reclaim of this life yet, so no ending to tell.
+    assert_eq!(s.ending, None);
+    assert_eq!(
+        s.resumes,
+        [Resumed {
+            at_ms: 10,
+            pid: 8,
+            after: SessionState::Pending
+        }]
+    );
+    let removed = |ending: &Ending| Fate::Removed {
+        ending: ending.clone(),
+        gone: false,
+    };
+    assert_eq!(
+        fates(&s),
+        [
+            ("a", Origin::Claimed, removed(&dead)),
+            ("b", Origin::Claimed, Fate::Claimed),
+            // Pending work is held by the new sidecar, as a claim.
+            ("c", Origin::Claimed, Fate::Claimed),
+        ]
+    );
+    let second_life = [
+        r#"{"t":11,"ev":"lease_expired"}"#,
+        r#"{"t":12,"ev":"reclaim_start"}"#,
+        r#"{"t":13,"ev":"removed","provider":"docker","id":"b","outcome":"removed"}"#,
+        r#"{"t":13,"ev":"removed","provider":"docker","id":"c","outcome":"removed"}"#,
+        r#"{"t":14,"ev":"end","state":"reclaimed"}"#,
+    ];
+    let s = story(&[&resumed[..], &second_life[..]].concat());
+    assert_eq!(s.ending, Some(Ending::LeaseExpired));
+    assert_eq!(
+        fates(&s),
+        [
+            ("a", Origin::Claimed, removed(&dead)),
+            ("b", Origin::Claimed, removed(&Ending::LeaseExpired)),
+            ("c", Origin::Claimed, removed(&Ending::LeaseExpired)),
+        ]
+    );
+    // A sidecar that died while its owner lived: resumed from an active session.
+    let s = story(&[
+        r#"{"t":2,"ev":"claim","provider":"docker","id":"a"}"#,
+        &resume(3, 9),
+    ]);
+    assert_eq!(s.resumes[0].after, SessionState::Active);
+    assert_eq!(fates(&s), [("a", Origin::Claimed, Fate::Claimed)]);
+}
+
+#[test]
+fn stops_by_hand_are_merged_in_by_time_and_a_later_reclaim_keeps_them() {
+    let journal = [
+        START,
+        r#"{"t":2,"ev":"claim","provider":"docker","id":"a"}"#,
+        r#"{"t":3,"ev":"claim","provider":"docker","id":"b"}"#,
+        r#"{"t":6,"ev":"owner_dead","reason":"exited"}"#,
+        r#"{"t":7,"ev":"reclaim_start"}"#,
+        r#"{"t":8,"ev":"removed","provider":"docker","id":"a","outcome":"gone"}"#,
+        r#"{"t":8,"ev":"removed","provider":"docker","id":"b","outcome":"removed"}"#,
+        r#"{"t":9,"ev":"end","state":"reclaimed"}"#,
+        "",
+    ]
+    .join("\n");
+    let stops = [
+        r#"{"t":4,"ev":"stopped","provider":"docker","id":"a","outcome":"removed"}"#,
+        r#"{"t":5,"ev":"stopped","provider":"e2b","id":"x","outcome":"gone"}"#,
+        // Any other kind in the side file is ignored: it holds stops only.
+        r#"{"t":5,"ev":"claim","provider":"docker","id":"z"}"#,
+        "",
+    ]
+    .join("\n");
+    let s = tell(journal.as_bytes(), stops.as_bytes());
+    let dead = Ending::OwnerDead {
+        reason: "exited".into(),
+        exit: None,
+    };
+    // A journal from before sandguard read the status: nothing is made up.
+    assert_eq!(dead.words(), "owner exited");
+    assert_eq!(s.ending, Some(dead.clone()));
+    assert_eq!(
+        fates(&s),
+        [
+            ("a", Origin::Claimed, Fate::Stopped { gone: false }),
+            (
+                "b",
+                Origin::Claimed,
+                Fate::Removed {
+                    ending: dead,
+                    gone: false
+                }
+            ),
+            ("x", Origin::Labelled, Fate::Stopped { gone: true }),
+        ]
+    );
+    // Without its side file the same journal tells `a` as gone at the reclaim.
+    let bare = tell(journal.as_bytes(), b"");
+    assert!(matches!(
+        bare.sandboxes[0].fate,
+        Fate::Removed { gone: true, .. }
+    ));
+}
