@@ -42,6 +42,7 @@ const RUN: &str = "docker run -d --network none";
 #[test]
 fn a_claim_adopts_an_orphan_but_never_takes_a_live_sessions_sandbox() {
     require_docker();
+    let _g = shared();
     let s = Scratch::new("claim-steal");
     let mut res = Resources::default();
     let b = Owner::start(sandguard(&s), &s);
@@ -76,6 +77,7 @@ fn a_claim_adopts_an_orphan_but_never_takes_a_live_sessions_sandbox() {
 #[test]
 fn stop_all_of_a_session_keeps_what_it_detached_by_label_or_by_ledger() {
     require_docker();
+    let _g = shared();
     let s = Scratch::new("stop-all-detached");
     let file = s.path().join("ids");
     let labels = "$(echo \"$SANDGUARD_LABELS\" | tr ',' ' ' | sed 's/\\([^ ]*\\)/--label \\1/g')";
@@ -104,6 +106,7 @@ fn stop_all_of_a_session_keeps_what_it_detached_by_label_or_by_ledger() {
 #[test]
 fn a_detach_outlives_the_pruning_of_its_session() {
     require_docker();
+    let _g = exclusive();
     let s = Scratch::new("prune-detach");
     let mut res = Resources::default();
     let labels = "$(echo \"$SANDGUARD_LABELS\" | tr ',' ' ' | sed 's/\\([^ ]*\\)/--label \\1/g')";
@@ -130,6 +133,7 @@ fn a_detach_outlives_the_pruning_of_its_session() {
 #[test]
 fn the_detached_label_wins_over_a_claim() {
     require_docker();
+    let _g = shared();
     let s = Scratch::new("claim-detached");
     let mut res = Resources::default();
     let labels = "$(echo \"$SANDGUARD_LABELS\" | tr ',' ' ' | sed 's/\\([^ ]*\\)/--label \\1/g')";
@@ -159,6 +163,7 @@ fn pairs(labels: &[(String, String)]) -> Vec<(&str, &str)> {
 #[test]
 fn a_container_from_the_sessions_own_commit_is_its_own_and_a_later_strangers_is_not() {
     require_docker();
+    let _g = exclusive();
     let s = Scratch::new("own-commit");
     let mut res = Resources::default();
     let image = format!("sandguard-test/own-commit-{}:latest", unique());

@@ -1,0 +1,396 @@
+//! Random histories through the real binary and the real Docker daemon, checked after every
+//! step against a small model of the trust rules: the few dozen beside the thousands that
+//! `sandguard::model` runs in process against the fake provider (issue 22, part E).
+//!
+//! A history is made of sessions (guarded owners that take `claim`/`detach` commands from a
+//! fifo and run them with the real `sandguard claim`), containers created by them (labelled,
+//! labelled detached, unlabelled then claimed), by strangers (unlabelled, forged with a
+//! session's labels), claims of another session's container, detaches, owner deaths (SIGKILL,
+//! a plain exit), `stop --all --session` and sweeps. The oracle knows, for each container,
+//! who owns it by the rules (a label owns; a claim adopts only what no session owns; detach
+//! wins) and checks after every step that nothing it protects is gone, and, once an owner's
+//! session has ended, that nothing it owned is left.
+//!
+//! `SANDGUARD_MODEL_DOCKER_SEED` replays one history; `SANDGUARD_MODEL_DOCKER_CASES` sets how
+//! many (default 30). A failure prints the seed and the history up to the failing step.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::support::*;
+use crate::wrapper::{path_with_sandguard, Job};
+
+/// A small deterministic generator (xorshift64*), so a seed replays its history exactly.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// Who a container belongs to by the rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    Session(usize),
+    Stranger,
+}
+
+#[derive(Debug)]
+struct Made {
+    id: String,
+    owner: Owner,
+    /// Carries the owning session's label (what `stop --all --session` lists).
+    labelled: bool,
+    detached: bool,
+}
+
+struct Session {
+    job: Job,
+    id: String,
+    labels: Vec<(String, String)>,
+    fifo: PathBuf,
+    acks: PathBuf,
+    sent: usize,
+    /// The owner is dead (or exited) and its reclaim was waited for.
+    over: bool,
+}
+
+struct World {
+    s: Scratch,
+    config: PathBuf,
+    sessions: Vec<Session>,
+    made: Vec<Made>,
+    res: Resources,
+    log: Vec<String>,
+}
+
+impl World {
+    fn new(seed: u64) -> World {
+        let s = Scratch::new(&format!("model-docker-{seed}"));
+        let config = s.path().join("sandguard.toml");
+        std::fs::write(
+            &config,
+            "[reclaim]\ndeadline = \"10s\"\nretry_initial = \"50ms\"\nretry_max = \"500ms\"\nsettle = \"0\"\n",
+        )
+        .unwrap();
+        World {
+            s,
+            config,
+            sessions: Vec::new(),
+            made: Vec::new(),
+            res: Resources::default(),
+            log: Vec::new(),
+        }
+    }
+
+    fn cmd(&self) -> std::process::Command {
+        let mut cmd = sandguard(&self.s);
+        cmd.env("SANDGUARD_CONFIG", &self.config);
+        cmd
+    }
+
+    fn live(&self) -> Vec<usize> {
+        (0..self.sessions.len())
+            .filter(|n| !self.sessions[*n].over)
+            .collect()
+    }
+
+    /// A guarded owner that runs each line written to its fifo as `sandguard LINE`, and
+    /// appends the status to its acks file.
+    fn start(&mut self) {
+        use std::os::unix::process::CommandExt;
+        let n = self.sessions.len();
+        let fifo = self.s.path().join(format!("fifo{n}"));
+        let acks = self.s.path().join(format!("acks{n}"));
+        let info = self.s.path().join(format!("info{n}"));
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+        let script = format!(
+            "printf '%s\\n%s\\n' \"$SANDGUARD_SESSION\" \"$SANDGUARD_LABELS\" > {info}.tmp && mv {info}.tmp {info}; \
+             while true; do read -r line < {fifo} || continue; [ \"$line\" = exit ] && exit 0; \
+             sandguard $line >/dev/null 2>&1; echo $? >> {acks}; done",
+            info = info.display(),
+            fifo = fifo.display(),
+            acks = acks.display(),
+        );
+        let child = self
+            .cmd()
+            .env("PATH", path_with_sandguard())
+            .args(["--", "sh", "-c", &script])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("spawn an owner");
+        let mut job = Job(child);
+        let lines = crate::wrapper::wait_for_file(&info, &mut job.0);
+        let labels = lines[1]
+            .split(',')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        self.sessions.push(Session {
+            job,
+            id: lines[0].clone(),
+            labels,
+            fifo,
+            acks,
+            sent: 0,
+            over: false,
+        });
+    }
+
+    /// Has session `n` run `sandguard LINE` and waits for its status.
+    fn tell(&mut self, n: usize, line: &str) {
+        use std::os::unix::fs::OpenOptionsExt;
+        let session = &mut self.sessions[n];
+        eventually(Duration::from_secs(20), "the owner reads its fifo", || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&session.fifo)
+                .and_then(|mut f| std::io::Write::write_all(&mut f, format!("{line}\n").as_bytes()))
+                .is_ok()
+        });
+        if line == "exit" {
+            return;
+        }
+        session.sent += 1;
+        let (acks, want) = (session.acks.clone(), session.sent);
+        eventually(Duration::from_secs(20), "the command is done", || {
+            std::fs::read_to_string(&acks).is_ok_and(|t| t.lines().count() >= want)
+        });
+    }
+
+    fn labels_of(&self, n: usize) -> Vec<(String, String)> {
+        self.sessions[n].labels.clone()
+    }
+
+    fn create(&mut self, labels: &[(String, String)], owner: Owner, detached: bool) -> usize {
+        let mut pairs: Vec<(&str, &str)> = labels
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        if detached {
+            pairs.push(("sandguard.detached", "true"));
+        }
+        let id = self.res.container(&pairs);
+        self.made.push(Made {
+            id,
+            owner,
+            labelled: !labels.is_empty(),
+            detached,
+        });
+        self.made.len() - 1
+    }
+
+    /// Waits until session `n`'s sidecar is gone and its state is final.
+    fn ended(&mut self, n: usize) {
+        let id = self.sessions[n].id.clone();
+        eventually(Duration::from_secs(30), "the session ends", || {
+            let row = crate::promises::session_row(&mut self.cmd(), &id);
+            row["sidecar_alive"] == false
+                && matches!(row["state"].as_str(), Some("reclaimed" | "clean"))
+        });
+        self.sessions[n].over = true;
+    }
+
+    /// The invariants: nothing protected is gone; nothing an ended session owned is left.
+    fn check(&self, seed: u64) {
+        let fail = |what: String| {
+            panic!(
+                "seed {seed} (SANDGUARD_MODEL_DOCKER_SEED={seed}): {what}\nhistory:\n  {}",
+                self.log.join("\n  ")
+            )
+        };
+        for m in &self.made {
+            let exists = container_exists(&m.id);
+            let removable = match m.owner {
+                Owner::Stranger => false,
+                Owner::Session(_) => !m.detached,
+            };
+            if !exists && !removable {
+                fail(format!("{m:?} was removed"));
+            }
+            if let Owner::Session(n) = m.owner {
+                if self.sessions[n].over && !m.detached && exists {
+                    fail(format!("{m:?} is left after its session ended"));
+                }
+            }
+        }
+    }
+
+    /// One random step.
+    fn step(&mut self, rng: &mut Rng) {
+        let live = self.live();
+        if live.is_empty() || (self.sessions.len() < 3 && rng.below(5) == 0) {
+            self.log.push("start a session".into());
+            return self.start();
+        }
+        let n = live[rng.below(live.len())];
+        match rng.below(10) {
+            0 | 1 => {
+                self.log
+                    .push(format!("session {n} creates a labelled container"));
+                let labels = self.labels_of(n);
+                self.create(&labels, Owner::Session(n), false);
+            }
+            2 => {
+                self.log
+                    .push(format!("session {n} creates a container labelled detached"));
+                let labels = self.labels_of(n);
+                self.create(&labels, Owner::Session(n), true);
+            }
+            3 => {
+                self.log.push(format!(
+                    "session {n} creates an unlabelled container and claims it"
+                ));
+                let c = self.create(&[], Owner::Session(n), false);
+                let id = self.made[c].id.clone();
+                self.tell(n, &format!("claim docker {id}"));
+            }
+            4 => {
+                self.log
+                    .push("a stranger creates an unlabelled container".into());
+                self.create(&[], Owner::Stranger, false);
+            }
+            5 => {
+                // Another live session's container (never stolen) or a stranger's unlabelled
+                // one (adopted: it becomes the claimer's).
+                let candidates: Vec<usize> = (0..self.made.len())
+                    .filter(|c| {
+                        let m = &self.made[*c];
+                        container_exists(&m.id)
+                            && match m.owner {
+                                Owner::Session(o) => o != n && !self.sessions[o].over,
+                                Owner::Stranger => !m.labelled,
+                            }
+                    })
+                    .collect();
+                if let Some(&c) = candidates.get(rng.below(candidates.len().max(1))) {
+                    self.log.push(format!(
+                        "session {n} claims container {c} ({:?})",
+                        self.made[c].owner
+                    ));
+                    let id = self.made[c].id.clone();
+                    self.tell(n, &format!("claim docker {id}"));
+                    if self.made[c].owner == Owner::Stranger {
+                        self.made[c].owner = Owner::Session(n);
+                    }
+                }
+            }
+            6 => {
+                let ours: Vec<usize> = (0..self.made.len())
+                    .filter(|c| self.made[*c].owner == Owner::Session(n) && !self.made[*c].detached)
+                    .collect();
+                if let Some(&c) = ours.get(rng.below(ours.len().max(1))) {
+                    self.log.push(format!("session {n} detaches container {c}"));
+                    let id = self.made[c].id[..12].to_string();
+                    self.tell(n, &format!("detach docker {id}"));
+                    self.made[c].detached = true;
+                }
+            }
+            7 => {
+                self.log
+                    .push(format!("the owner of session {n} is SIGKILLed"));
+                let pid = self.sessions[n].job.0.id();
+                let _ = std::process::Command::new("kill")
+                    .args(["-KILL", "--", &format!("-{pid}")])
+                    .status();
+                let _ = self.sessions[n].job.0.wait();
+                self.ended(n);
+            }
+            8 => {
+                self.log.push(format!("the owner of session {n} exits"));
+                self.tell(n, "exit");
+                let _ = self.sessions[n].job.0.wait();
+                self.ended(n);
+            }
+            _ => {
+                if rng.below(2) == 0 {
+                    self.log.push("sweep".into());
+                    let _ = run(self.cmd().args(["sweep", "--provider", "docker"]));
+                } else {
+                    self.log
+                        .push(format!("stop --all --session of session {n}"));
+                    let id = self.sessions[n].id.clone();
+                    let _ = run(self.cmd().args([
+                        "stop",
+                        "--all",
+                        "--provider",
+                        "docker",
+                        "--session",
+                        &id,
+                    ]));
+                }
+            }
+        }
+    }
+}
+
+/// A forged container: a stranger stamps a live session's labels; by the rules it is that
+/// session's (a label owns), so the oracle counts it as such.
+fn forge(world: &mut World, rng: &mut Rng) {
+    let live = world.live();
+    if let Some(&n) = live.get(rng.below(live.len().max(1))) {
+        world
+            .log
+            .push(format!("a stranger forges session {n}'s labels"));
+        let labels = world.labels_of(n);
+        world.create(&labels, Owner::Session(n), false);
+    }
+}
+
+#[test]
+fn random_histories_against_the_real_daemon_keep_the_trust_rules() {
+    require_docker();
+    // Its sweeps judge every container on the daemon: no other Docker test runs meanwhile.
+    let _g = exclusive();
+    let seeds: Vec<u64> = match std::env::var("SANDGUARD_MODEL_DOCKER_SEED") {
+        Ok(seed) => vec![seed.parse().expect("a seed is a number")],
+        Err(_) => {
+            let cases = std::env::var("SANDGUARD_MODEL_DOCKER_CASES")
+                .ok()
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(30);
+            let base = u64::from_str_radix(&unique(), 16).unwrap_or(1);
+            (0..cases)
+                .map(|n| base.wrapping_add(n * 7919) | 1)
+                .collect()
+        }
+    };
+    for seed in seeds {
+        let mut rng = Rng(seed);
+        let mut world = World::new(seed);
+        let steps = 4 + rng.below(6);
+        for _ in 0..steps {
+            if rng.below(8) == 0 {
+                forge(&mut world, &mut rng);
+            } else {
+                world.step(&mut rng);
+            }
+            world.check(seed);
+        }
+        // The end of every history: every owner dies; nothing it owned is left.
+        for n in world.live() {
+            world
+                .log
+                .push(format!("the owner of session {n} is SIGKILLed (end)"));
+            let pid = world.sessions[n].job.0.id();
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .status();
+            let _ = world.sessions[n].job.0.wait();
+            world.ended(n);
+        }
+        world.check(seed);
+    }
+}
