@@ -49,6 +49,8 @@ struct Made {
     /// Carries the owning session's label (what `stop --all --session` lists).
     labelled: bool,
     detached: bool,
+    /// `stop ID` named it: the user may remove what they name, detached or not.
+    named: bool,
 }
 
 struct Session {
@@ -69,6 +71,18 @@ struct World {
     made: Vec<Made>,
     res: Resources,
     log: Vec<String>,
+    /// Images committed by the history, removed at its end.
+    images: Vec<String>,
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        for image in &self.images {
+            let _ = std::process::Command::new("docker")
+                .args(["rmi", "-f", image])
+                .output();
+        }
+    }
 }
 
 impl World {
@@ -87,6 +101,7 @@ impl World {
             made: Vec::new(),
             res: Resources::default(),
             log: Vec::new(),
+            images: Vec::new(),
         }
     }
 
@@ -188,6 +203,7 @@ impl World {
             owner,
             labelled: !labels.is_empty(),
             detached,
+            named: false,
         });
         self.made.len() - 1
     }
@@ -213,15 +229,16 @@ impl World {
         };
         for m in &self.made {
             let exists = container_exists(&m.id);
-            let removable = match m.owner {
-                Owner::Stranger => false,
-                Owner::Session(_) => !m.detached,
-            };
+            let removable = m.named
+                || match m.owner {
+                    Owner::Stranger => false,
+                    Owner::Session(_) => !m.detached,
+                };
             if !exists && !removable {
                 fail(format!("{m:?} was removed"));
             }
             if let Owner::Session(n) = m.owner {
-                if self.sessions[n].over && !m.detached && exists {
+                if self.sessions[n].over && !m.detached && !m.named && exists {
                     fail(format!("{m:?} is left after its session ended"));
                 }
             }
@@ -244,10 +261,19 @@ impl World {
                 self.create(&labels, Owner::Session(n), false);
             }
             2 => {
-                self.log
-                    .push(format!("session {n} creates a container labelled detached"));
                 let labels = self.labels_of(n);
-                self.create(&labels, Owner::Session(n), true);
+                let c = self.create(&labels, Owner::Session(n), true);
+                if rng.below(2) == 0 {
+                    // A program that claims everything it makes, detached or not: detach wins.
+                    self.log.push(format!(
+                        "session {n} creates a container labelled detached and claims it"
+                    ));
+                    let id = self.made[c].id.clone();
+                    self.tell(n, &format!("claim docker {id}"));
+                } else {
+                    self.log
+                        .push(format!("session {n} creates a container labelled detached"));
+                }
             }
             3 => {
                 self.log.push(format!(
@@ -314,6 +340,7 @@ impl World {
                 let _ = self.sessions[n].job.0.wait();
                 self.ended(n);
             }
+            9 if rng.below(2) == 0 => self.commit_or_stop(n, rng),
             _ => {
                 if rng.below(2) == 0 {
                     self.log.push("sweep".into());
@@ -333,6 +360,66 @@ impl World {
                 }
             }
         }
+    }
+}
+
+impl World {
+    /// Either the session commits one of its containers and starts another from that image
+    /// with its labels (equal to the image's: the session's own all the same), or the user
+    /// runs `stop ID` with an id that is empty, a dot segment, or a container's 12-digit prefix.
+    fn commit_or_stop(&mut self, n: usize, rng: &mut Rng) {
+        let ours: Vec<usize> = (0..self.made.len())
+            .filter(|c| self.made[*c].owner == Owner::Session(n) && self.made[*c].labelled)
+            .filter(|c| container_exists(&self.made[*c].id))
+            .collect();
+        if rng.below(2) == 0 && !ours.is_empty() {
+            let c = ours[rng.below(ours.len())];
+            let image = format!("sandguard-test/model-{}:latest", unique());
+            self.log.push(format!(
+                "session {n} commits container {c} and starts its image with its labels"
+            ));
+            let id = self.made[c].id.clone();
+            let _ = std::process::Command::new("docker")
+                .args(["commit", &id, &image])
+                .output();
+            self.images.push(image.clone());
+            let mut args = vec!["run", "-d", "--network", "none"]
+                .into_iter()
+                .map(String::from)
+                .collect::<Vec<_>>();
+            for (k, v) in &self.labels_of(n) {
+                args.extend(["--label".into(), format!("{k}={v}")]);
+            }
+            args.extend([image, "sleep".into(), "600".into()]);
+            let out = std::process::Command::new("docker")
+                .args(&args)
+                .output()
+                .unwrap();
+            let new = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            self.res.adopt_container(&new);
+            self.made.push(Made {
+                id: new,
+                owner: Owner::Session(n),
+                labelled: true,
+                detached: false,
+                named: false,
+            });
+            return;
+        }
+        let id = match rng.below(self.made.len() + 2) {
+            0 => String::new(),
+            1 => ".".to_string(),
+            c => {
+                let c = c - 2;
+                // The user names a managed sandbox: theirs to remove, detached or not.
+                if self.made[c].labelled {
+                    self.made[c].named = true;
+                }
+                self.made[c].id[..12].to_string()
+            }
+        };
+        self.log.push(format!("stop {id:?}"));
+        let _ = run(self.cmd().args(["stop", "--provider", "docker", &id]));
     }
 }
 
