@@ -64,6 +64,8 @@ pub mod fleet;
 pub mod identity;
 pub mod labels;
 pub mod ledger;
+#[cfg(test)]
+mod model;
 pub mod protocol;
 pub mod providers;
 mod reclaim;
