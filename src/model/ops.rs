@@ -261,6 +261,9 @@ pub fn generate(seed: u64, len: usize) -> Vec<Op> {
     // Each sandbox's maker, when a session's program made it (detaches and releases mostly
     // name the session's own).
     let mut makers: Vec<Option<usize>> = Vec::new();
+    // What each session detached: it never claims nor releases those again (DESIGN leaves
+    // open whether that undoes the detach).
+    let mut detached: Vec<(usize, usize)> = Vec::new();
     let mut ops = vec![Op::Start { s: 0 }];
     sessions.push(Sketch {
         owner: true,
@@ -310,10 +313,13 @@ pub fn generate(seed: u64, len: usize) -> Vec<Op> {
                     forge,
                 }
             }
-            9 | 10 if !guarded.is_empty() && boxes > 0 => Op::Claim {
-                s: rng.pick(&guarded),
-                x: rng.below(boxes),
-            },
+            9 | 10 if !guarded.is_empty() && boxes > 0 => {
+                let (s, x) = (rng.pick(&guarded), rng.below(boxes));
+                if detached.contains(&(s, x)) {
+                    continue;
+                }
+                Op::Claim { s, x }
+            }
             11 | 12 if !guarded.is_empty() && boxes > 0 => {
                 let s = rng.pick(&guarded);
                 let own: Vec<usize> = (0..boxes).filter(|&x| makers[x] == Some(s)).collect();
@@ -322,7 +328,11 @@ pub fn generate(seed: u64, len: usize) -> Vec<Op> {
                 } else {
                     rng.below(boxes)
                 };
+                if detached.contains(&(s, x)) {
+                    continue;
+                }
                 if rng.chance(65) {
+                    detached.push((s, x));
                     Op::Detach { s, x }
                 } else {
                     Op::Release { s, x }

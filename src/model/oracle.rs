@@ -23,7 +23,8 @@
 //!   confirmed `detach`, makes it removable by nothing but an explicit `stop ID` (a user
 //!   naming one sandbox) or its TTL (not modelled). A detach by a session that does not own
 //!   the sandbox changes nothing. Detaching is final: the generator never has the owner
-//!   claim what it detached, which DESIGN leaves open.
+//!   claim or release what it detached, which DESIGN leaves open (today a later claim
+//!   undoes the detach in the sidecar, and a release undoes it in the ledger).
 //! - **Unknown is not dead**; **proof of life beats a lease**: a sweep on this host sees
 //!   every owner of the model (real processes here), so a live owner's sandboxes are never
 //!   removable here, whatever its lease. A fleet sweep on *another* host cannot see the
@@ -179,8 +180,11 @@ impl Oracle {
         let Some(b) = self.boxes.get(&x) else {
             return Err("the model never made it".into());
         };
-        if b.is_detached() {
-            return Err("it is detached (only its TTL ends it)".into());
+        if b.detached_label {
+            return Err("it carries sandguard.detached=true (only its TTL ends it)".into());
+        }
+        if b.detached {
+            return Err("its owner detached it (only its TTL ends it)".into());
         }
         let owners = self.owners(x);
         if owners.is_empty() {
