@@ -21,7 +21,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::ops::{box_id, Cut, Fault};
-use super::world::{options, World, LEASE, PATIENCE};
+use super::world::{options, World, FORKS, LEASE, PATIENCE};
 use crate::fleet::Store;
 use crate::labels::Selector;
 use crate::providers::Sandbox;
@@ -79,6 +79,7 @@ impl World {
             }),
             store: Some(store),
         };
+        let _no_fork = FORKS.read().await;
         crate::sweep::service::one_pass(&plan)
             .await
             .map(drop)
@@ -103,7 +104,8 @@ impl World {
         Ok(())
     }
 
-    pub fn prune(&self) {
+    pub async fn prune(&self) {
+        let _no_fork = FORKS.read().await;
         let _ = self.state.prune(crate::ledger::now_ms() + 1);
     }
 

@@ -50,7 +50,7 @@ use oracle::Oracle;
 use world::World;
 
 /// Histories a default run makes.
-pub const DEFAULT_CASES: usize = 400;
+pub const DEFAULT_CASES: usize = 300;
 /// Histories run at once.
 pub const DEFAULT_JOBS: usize = 4;
 /// The most operations a history has (and the fewest, [`MIN_LEN`]).
@@ -257,7 +257,7 @@ async fn apply(world: &mut World, op: Op, o: &mut Oracle) -> Result<(), String> 
         Op::FleetSweep { here, after_lease } => {
             world.sweep(Some((here, after_lease)), false).await?;
         }
-        Op::Prune => world.prune(),
+        Op::Prune => world.prune().await,
         Op::Fault { provider, fault } => world.fault(provider, fault),
         Op::Heal => world.heal(),
     }

@@ -12,6 +12,14 @@
 //! - **The ledger lives on a tmpfs** (`/dev/shm` where there is one): every claim and every
 //!   session ending is fsynced, which on a disk costs more than the rest of a step; the model
 //!   checks the rules, not durability.
+//! - **No fork while a sweep reads the ledger** ([`FORKS`]): histories run side by side in
+//!   one process, and a child being spawned holds a copy of every descriptor until it execs,
+//!   a journal's too, so a sidecar that just ended would look alive (its lock held) to a
+//!   sweep of another history. A process would not see that; the model must not either.
+//! - **A sidecar is gone when its lock is free**: after its task ends (the owner died, or it
+//!   was aborted), the step waits until the journal's lock reads free. In-process the lock
+//!   can outlive the task for a moment (seen under load, four histories at a time), which a
+//!   sweep then takes for a live sidecar; a sidecar process frees it when it exits.
 //! - **Real time, tiny delays** (retries of milliseconds, a 5 ms settle, an 80 ms reclaim
 //!   deadline, a 90 ms fleet lease): the death source is a real pidfd, which tokio's paused
 //!   clock would race past. Every wait for the code is a poll with a deadline.
@@ -45,6 +53,10 @@ use crate::watch::{service, Outcome, Triggers};
 pub const LEASE: Duration = Duration::from_millis(90);
 /// How long the model waits for the code to do something before it calls it stuck.
 pub(super) const PATIENCE: Duration = Duration::from_secs(10);
+
+/// Taken for writing while an owner is spawned, for reading while a sweep or a prune runs
+/// (see the module docs).
+pub(super) static FORKS: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 pub fn options(settle: Option<Duration>) -> Options {
     Options {
@@ -160,13 +172,16 @@ impl World {
         if self.sessions.contains_key(&s) {
             return Ok(());
         }
-        let child = Command::new("sh")
-            .args(["-c", "read _"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("cannot start an owner: {e}"))?;
+        let child = {
+            let _forking = FORKS.write().await;
+            Command::new("sh")
+                .args(["-c", "read _"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| format!("cannot start an owner: {e}"))?
+        };
         let owner = Identity::of_pid(child.id()).ok_or("the owner vanished at start")?;
         let id = World::session_id(s);
         let labels = crate::session::labels(&id, &owner);
@@ -337,6 +352,7 @@ impl World {
                 .min();
             self.reclaim_began
                 .insert(s, first.unwrap_or_else(Instant::now));
+            self.lock_freed(s).await?;
         }
         let deadline = Instant::now() + PATIENCE;
         while owner.liveness() != Liveness::Dead {
@@ -360,6 +376,25 @@ impl World {
             session.stop = None;
             o.sidecar_dies(s);
         }
+        let _ = self.lock_freed(s).await;
+    }
+
+    /// Until session `s`'s journal lock is free, as it is once a sidecar process is gone (its
+    /// task's end drops the journal; the lock may outlive it for a moment).
+    async fn lock_freed(&self, s: usize) -> Result<(), String> {
+        let Some(id) = self.sessions.get(&s).map(|v| v.id.clone()) else {
+            return Ok(());
+        };
+        let deadline = Instant::now() + PATIENCE;
+        while self.state.read_session(&id).is_ok_and(|v| v.sidecar_alive) {
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "s{s}'s journal is still locked after its sidecar ended"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        Ok(())
     }
 
     /// Every session's ledger state, by model name.
