@@ -8,13 +8,14 @@
 //!   loop, the TTL keeper, the fleet registrar) with injected triggers: an in-memory control
 //!   pipe, the proxy's claim channel, the stop request. Its death is an abort of its task,
 //!   which drops its journal (freeing the lock) and its tasks, as a SIGKILL would.
-//! - `stop`, sweeps, pruning and provider faults are in [`super::calls`].
+//! - Deaths are in [`super::deaths`], control lines in [`super::control`], and `stop`,
+//!   sweeps, pruning and provider faults in [`super::calls`].
 //! - **The ledger lives on a tmpfs** (`/dev/shm` where there is one): every claim and every
 //!   session ending is fsynced, which on a disk costs more than the rest of a step; the model
 //!   checks the rules, not durability.
 //! - **No fork while a sweep reads the ledger** ([`FORKS`]): histories run side by side in
 //!   one process, and a child being spawned holds a copy of every descriptor until it execs,
-//!   a journal's too, so a sidecar that just ended would look alive (its lock held) to a
+//!   a journal's too, so a sidecar that just ended could look alive (its lock held) to a
 //!   sweep of another history. A process would not see that; the model must not either.
 //! - **A sidecar is gone when its lock is free**: after its task ends (the owner died, or it
 //!   was aborted), the step waits until the journal's lock reads free. In-process the lock
@@ -33,12 +34,12 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::ops::{box_id, Death, Forge, Make, PROVIDERS};
+use super::ops::{box_id, Forge, Make, PROVIDERS};
 use super::oracle::Oracle;
 use crate::fleet::memory::MemoryStore;
 use crate::fleet::SessionRecord;
 use crate::identity::death::OwnerWatch;
-use crate::identity::{Identity, Liveness};
+use crate::identity::Identity;
 use crate::labels;
 use crate::ledger::{Record, StateDir};
 use crate::protocol::{LineReader, Target};
@@ -72,12 +73,12 @@ pub fn options(settle: Option<Duration>) -> Options {
 
 pub(super) struct Session {
     pub(super) id: String,
-    owner: Identity,
-    child: Child,
-    labels: BTreeMap<String, String>,
+    pub(super) owner: Identity,
+    pub(super) child: Child,
+    pub(super) labels: BTreeMap<String, String>,
     pub(super) pipe: Option<tokio::io::DuplexStream>,
     pub(super) proxy: Option<tokio::sync::mpsc::UnboundedSender<ProxyClaim>>,
-    stop: Option<oneshot::Sender<()>>,
+    pub(super) stop: Option<oneshot::Sender<()>>,
     pub(super) run: Option<JoinHandle<Outcome>>,
 }
 
@@ -314,87 +315,6 @@ impl World {
     pub(super) fn target(&self, x: usize) -> Option<Target> {
         let p = *self.made.get(&x)?;
         Target::new(PROVIDERS[p], &box_id(x)).ok()
-    }
-
-    pub async fn kill(&mut self, s: usize, how: Death, o: &mut Oracle) -> Result<(), String> {
-        let Some(session) = self.sessions.get_mut(&s).filter(|_| o.alive(s)) else {
-            return Ok(());
-        };
-        let died = Instant::now();
-        match how {
-            Death::Exit => drop(session.child.stdin.take()),
-            Death::Sigkill => {
-                let _ = session.child.kill();
-            }
-            Death::GroupTerm => {
-                crate::unix::send_signal(session.owner.pid, libc::SIGTERM);
-                if let Some(stop) = session.stop.take() {
-                    let _ = stop.send(());
-                }
-            }
-        }
-        o.owner_dies(s);
-        let owner = session.owner.clone();
-        if let Some(run) = session.run.take() {
-            session.pipe = None;
-            session.proxy = None;
-            match tokio::time::timeout(PATIENCE, run).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => return Err(format!("s{s}'s sidecar panicked: {e}")),
-                Err(_) => return Err(format!("s{s}'s sidecar did not finish within {PATIENCE:?}")),
-            }
-            let first = self
-                .fakes
-                .iter()
-                .flat_map(|f| f.calls_log.lock().unwrap().clone())
-                .map(|(_, _, t)| t)
-                .filter(|t| *t >= died)
-                .min();
-            self.reclaim_began
-                .insert(s, first.unwrap_or_else(Instant::now));
-            self.lock_freed(s).await?;
-        }
-        let deadline = Instant::now() + PATIENCE;
-        while owner.liveness() != Liveness::Dead {
-            if Instant::now() >= deadline {
-                return Err(format!("s{s}'s owner is not seen dead"));
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        Ok(())
-    }
-
-    pub async fn sidecar_dies(&mut self, s: usize, o: &mut Oracle) {
-        let Some(session) = self.sessions.get_mut(&s) else {
-            return;
-        };
-        if let Some(run) = session.run.take() {
-            run.abort();
-            let _ = run.await;
-            session.pipe = None;
-            session.proxy = None;
-            session.stop = None;
-            o.sidecar_dies(s);
-        }
-        let _ = self.lock_freed(s).await;
-    }
-
-    /// Until session `s`'s journal lock is free, as it is once a sidecar process is gone (its
-    /// task's end drops the journal; the lock may outlive it for a moment).
-    async fn lock_freed(&self, s: usize) -> Result<(), String> {
-        let Some(id) = self.sessions.get(&s).map(|v| v.id.clone()) else {
-            return Ok(());
-        };
-        let deadline = Instant::now() + PATIENCE;
-        while self.state.read_session(&id).is_ok_and(|v| v.sidecar_alive) {
-            if Instant::now() >= deadline {
-                return Err(format!(
-                    "s{s}'s journal is still locked after its sidecar ended"
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        Ok(())
     }
 
     /// Every session's ledger state, by model name.
