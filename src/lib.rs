@@ -66,6 +66,8 @@ pub mod fleet;
 pub mod identity;
 pub mod labels;
 pub mod ledger;
+#[cfg(test)]
+mod model;
 mod ownership;
 pub mod protocol;
 pub mod providers;

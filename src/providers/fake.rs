@@ -1,6 +1,11 @@
 //! An in-memory provider for unit and loop tests: it lists what it holds (filtered by the
 //! selector, as a real provider would), removes by id, can fail its first removals
 //! transiently (optionally with a retry-after), and records every removal call.
+//!
+//! For the model-based test ([`crate::model`]) it can also be switched into faults at any time
+//! (the next N removals answer 503, or 429 with a `Retry-After`; the next N listings fail;
+//! every list and remove call is slowed by a latency), carry another name (so one history has
+//! two providers), and have a server-side TTL whose renewals it records with their time.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -8,7 +13,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Capabilities, Kind, Provider, ProviderError, Sandbox};
+use super::{Capabilities, Detail, Kind, Provider, ProviderError, Sandbox};
 use crate::labels::{Selector, SESSION};
 
 #[derive(Default)]
@@ -24,6 +29,18 @@ pub struct Fake {
     pub prefix_ids: bool,
     /// Every removal call: id, kind, when.
     pub calls_log: Mutex<Vec<(String, Kind, Instant)>>,
+    /// The provider's name; `fake` when unset.
+    pub name: Option<String>,
+    /// Whether it has a server-side TTL ([`Capabilities::ttl`]); renewals go to `renewals`.
+    pub ttl: bool,
+    /// Every renewal call: id, when.
+    pub renewals: Mutex<Vec<(String, Instant)>>,
+    /// This many further removal calls fail transiently (503, or 429 with
+    /// `fault_retry_after`), whenever they come: a fault switched on during a test.
+    pub fail_removes: AtomicU32,
+    pub fault_retry_after: Mutex<Option<Duration>>,
+    /// Every list and remove call takes this long first.
+    pub latency: Mutex<Duration>,
 }
 
 impl Fake {
@@ -59,21 +76,43 @@ impl Fake {
         ids.sort();
         ids
     }
+
+    /// Whether a fault is switched on (failing removals or listings, or a latency).
+    pub fn faulty(&self) -> bool {
+        self.fail_removes.load(Ordering::SeqCst) > 0
+            || self.fail_lists.load(Ordering::SeqCst) > 0
+            || !self.latency.lock().unwrap().is_zero()
+    }
+
+    /// Switches every fault off.
+    pub fn heal(&self) {
+        self.fail_removes.store(0, Ordering::SeqCst);
+        self.fail_lists.store(0, Ordering::SeqCst);
+        *self.latency.lock().unwrap() = Duration::ZERO;
+    }
+
+    async fn slow(&self) {
+        let latency = *self.latency.lock().unwrap();
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+    }
 }
 
 #[async_trait::async_trait]
 impl Provider for Fake {
     fn name(&self) -> &str {
-        "fake"
+        self.name.as_deref().unwrap_or("fake")
     }
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             labels: true,
-            ttl: false,
+            ttl: self.ttl,
             pagination: false,
         }
     }
     async fn list(&self, selector: &Selector) -> Result<Vec<Sandbox>, ProviderError> {
+        self.slow().await;
         if self
             .fail_lists
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
@@ -95,10 +134,26 @@ impl Provider for Fake {
             .lock()
             .unwrap()
             .push((s.id.clone(), s.kind, Instant::now()));
+        self.slow().await;
         if self.calls.fetch_add(1, Ordering::SeqCst) < self.fail_first {
             return Err(ProviderError::Transient {
                 message: "503 Service Unavailable".into(),
                 retry_after: self.retry_after,
+            });
+        }
+        if self
+            .fail_removes
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            let retry_after = *self.fault_retry_after.lock().unwrap();
+            let message = match retry_after {
+                Some(_) => Detail::http("429 Too Many Requests", 429),
+                None => Detail::http("503 Service Unavailable", 503),
+            };
+            return Err(ProviderError::Transient {
+                message,
+                retry_after,
             });
         }
         let mut all = self.sandboxes.lock().unwrap();
@@ -111,6 +166,20 @@ impl Provider for Fake {
     }
     async fn check(&self) -> Result<String, ProviderError> {
         Ok("fake".into())
+    }
+    async fn renew(&self, s: &Sandbox, _ttl: Duration) -> Result<(), ProviderError> {
+        if !self.ttl {
+            return Err(ProviderError::fatal("fake has no server-side TTL"));
+        }
+        self.renewals
+            .lock()
+            .unwrap()
+            .push((s.id.clone(), Instant::now()));
+        if self.sandboxes.lock().unwrap().iter().any(|x| x.id == s.id) {
+            Ok(())
+        } else {
+            Err(ProviderError::gone(format!("{} not found", s.id)))
+        }
     }
     fn names(&self, claimed: &Sandbox, listed: &Sandbox) -> bool {
         claimed.kind == listed.kind

@@ -1,0 +1,144 @@
+//! The world's calls of the paths that act on many sessions at once: `stop` (the same calls
+//! `src/cli/stop.rs` makes, which has no library entry), one pass of the sweep service (with
+//! the fleet pass for `--fleet`), the sweep service's pruning, and provider faults.
+//!
+//! Decisions:
+//! - **`stop` is mirrored, not called**: `cli::stop::run` is private to the CLI and needs a
+//!   registry of configured providers. [`World::stop`] lists once, picks as `stop` picks
+//!   (its `pick`, copied), and removes through [`reclaim::remove_all`]. When a library entry
+//!   for `stop` exists (one judgement for every path), call it here instead.
+//! - **A sweep is [`crate::sweep::service::one_pass`]** with the fleet store told of what the
+//!   local pass ends (as `sweep` with `[fleet] store` does), pruning after it or not (the
+//!   service prunes after each pass; every ended session counts as old). Pruning is also a
+//!   step of its own ([`World::prune`]), so a history decides when it happens.
+//! - **A fleet sweep "after the lease"** first waits (polling, with a deadline) until every
+//!   dead sidecar's fleet lease has run out: the model's time passing, not a synchronisation.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::ops::{box_id, Cut, Fault};
+use super::world::{options, World, FORKS, LEASE, PATIENCE};
+use crate::fleet::Store;
+use crate::labels::Selector;
+use crate::providers::Sandbox;
+use crate::reclaim;
+
+impl World {
+    /// What `sandguard stop ID` does (see the module docs): one listing of every managed
+    /// sandbox, the exact id or a unique prefix, removed through the one removal path.
+    pub async fn stop(&mut self, x: usize, cut: Cut) {
+        let given = match cut {
+            Cut::Full => box_id(x),
+            Cut::Prefix(n) => super::ops::prefix(x, n),
+            Cut::Empty => String::new(),
+        };
+        let (found, _) = reclaim::list_all(&self.providers, &Selector::managed()).await;
+        if let Ok(target) = pick(found, &given) {
+            reclaim::remove_all(&self.providers, vec![target], &options(None)).await;
+        }
+    }
+
+    /// What `sandguard stop --all --session S` does: its listing, all of it removed.
+    pub async fn stop_all(&mut self, s: usize) {
+        let selector = Selector::session(&World::session_id(s));
+        let (found, _) = reclaim::list_all(&self.providers, &selector).await;
+        reclaim::remove_all(&self.providers, found, &options(None)).await;
+    }
+
+    /// The sessions whose fleet lease has run out (or was never written).
+    pub fn lapsed(&self) -> BTreeSet<usize> {
+        self.sessions
+            .iter()
+            .filter(|(_, v)| !self.store.peek(&v.id).is_some_and(|(_, alive, _)| alive))
+            .map(|(&s, _)| s)
+            .collect()
+    }
+
+    /// One pass of the sweep service; `fleet`: with the fleet pass, as this host or another.
+    /// `prune`: with the service's pruning after the pass (every ended session counts as old).
+    pub async fn sweep(&mut self, fleet: Option<(bool, bool)>, prune: bool) -> Result<(), String> {
+        if let Some((_, true)) = fleet {
+            self.wait_for_leases().await?;
+        }
+        let store: Arc<dyn Store> = self.store.clone();
+        let plan = crate::sweep::service::Plan {
+            state: self.state.clone(),
+            providers: self.providers.clone(),
+            options: options(None),
+            every: Duration::from_secs(60),
+            dry_run: false,
+            prune_after: prune.then_some(Duration::ZERO),
+            fleet: fleet.map(|(here, _)| crate::sweep::fleet::FleetSweep {
+                store: store.clone(),
+                host: if here { "here" } else { "there" }.into(),
+                lease: LEASE,
+            }),
+            store: Some(store),
+        };
+        let _no_fork = FORKS.read().await;
+        crate::sweep::service::one_pass(&plan)
+            .await
+            .map(drop)
+            .map_err(|e| format!("the sweep pass failed: {e}"))
+    }
+
+    /// Until every session whose sidecar died has lost its fleet lease.
+    async fn wait_for_leases(&self) -> Result<(), String> {
+        let deadline = Instant::now() + PATIENCE;
+        for session in self.sessions.values().filter(|v| v.run.is_none()) {
+            while self
+                .store
+                .peek(&session.id)
+                .is_some_and(|(_, alive, _)| alive)
+            {
+                if Instant::now() >= deadline {
+                    return Err(format!("{}'s fleet lease never ran out", session.id));
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn prune(&self) {
+        let _no_fork = FORKS.read().await;
+        let _ = self.state.prune(crate::ledger::now_ms() + 1);
+    }
+
+    pub fn fault(&self, provider: usize, fault: Fault) {
+        let f = &self.fakes[provider % self.fakes.len()];
+        use std::sync::atomic::Ordering::SeqCst;
+        match fault {
+            Fault::Remove5xx(n) => {
+                *f.fault_retry_after.lock().unwrap() = None;
+                f.fail_removes.store(n, SeqCst);
+            }
+            Fault::Remove429(n) => {
+                *f.fault_retry_after.lock().unwrap() = Some(Duration::from_millis(5));
+                f.fail_removes.store(n, SeqCst);
+            }
+            Fault::ListFails(n) => f.fail_lists.store(n, SeqCst),
+            Fault::Slow(ms) => *f.latency.lock().unwrap() = Duration::from_millis(ms),
+        }
+    }
+
+    pub fn heal(&self) {
+        self.fakes.iter().for_each(|f| f.heal());
+    }
+}
+
+/// `src/cli/stop.rs`'s `pick`, as it is: an exact id, else a unique prefix.
+fn pick(found: Vec<Sandbox>, id: &str) -> Result<Sandbox, String> {
+    if let Some(exact) = found.iter().find(|s| s.id == id) {
+        return Ok(exact.clone());
+    }
+    let mut matches: Vec<Sandbox> = found.into_iter().filter(|s| s.id.starts_with(id)).collect();
+    match matches.len() {
+        1 => Ok(matches.remove(0)),
+        n => Err(format!("{n} sandboxes match {id:?}")),
+    }
+}

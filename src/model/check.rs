@@ -1,0 +1,200 @@
+//! The checks after every step ([`super`] lists the four promises), each against the oracle
+//! as it was before the step and as it is after.
+//!
+//! Decisions:
+//! - **Removals are judged by what disappeared** from the providers during the step, whoever
+//!   removed it: a removal is allowed when the oracle allowed it before the step or after it
+//!   (a death in the step makes removal allowed; a claim may make it forbidden), or when it is
+//!   what the step's `stop` named.
+//! - **"Left behind" only after a sweep that ran against healthy providers** (no fault on at
+//!   the start or at the end of the step): a faulty provider may leave work pending.
+//! - **Renewals are judged against the start of the dead owner's reclaim** (its first removal
+//!   call after the death), not the death: a keeper round already under way when the owner
+//!   dies may finish; none may start once the reclaim has begun.
+//! - **"Final" is checked when a session first reads final**, against what it owned then.
+
+use std::collections::BTreeSet;
+
+use super::ops::{self, box_id, Op};
+use super::oracle::Oracle;
+use super::world::World;
+use super::Invariant;
+
+/// What the providers held before a step.
+pub struct Before {
+    ids: BTreeSet<String>,
+    healthy: bool,
+    lapsed: BTreeSet<usize>,
+}
+
+impl Before {
+    pub fn of(world: &World) -> Before {
+        Before {
+            ids: world.ids(),
+            healthy: world.healthy(),
+            lapsed: world.lapsed(),
+        }
+    }
+}
+
+/// What the checks remember from step to step.
+#[derive(Default)]
+pub struct Checks {
+    /// Sessions already seen final.
+    finals: BTreeSet<usize>,
+    /// Renewals already judged.
+    renewals_seen: usize,
+}
+
+type Found = Option<(Invariant, String)>;
+
+impl Checks {
+    /// Every check after step `op`; the first broken promise, if any.
+    pub fn after(
+        &mut self,
+        world: &World,
+        op: Op,
+        before: &Oracle,
+        o: &mut Oracle,
+        seen: &Before,
+    ) -> Found {
+        removals(world, op, before, o, seen)
+            .or_else(|| left_behind(world, op, o, seen))
+            .or_else(|| self.renewals(world, before, o))
+            .or_else(|| self.finals(world, o))
+    }
+
+    fn renewals(&mut self, world: &World, before: &Oracle, o: &Oracle) -> Found {
+        let renewals = world.fakes[0]
+            .renewals
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let new = renewals.iter().skip(self.renewals_seen);
+        self.renewals_seen = renewals.len();
+        for (id, at) in new {
+            let Some(x) = number(id) else { continue };
+            let began = o
+                .owners(x)
+                .iter()
+                .filter_map(|s| world.reclaim_began.get(s))
+                .min()
+                .copied();
+            // A thief's keeper renews what it holds until the step that ended its claim.
+            let renewable = o.renewable(x) || before.thief_lives(x);
+            if let Some(began) = began.filter(|b| !renewable && at > b) {
+                return Some((
+                    Invariant::RenewedAfterDeath,
+                    format!(
+                        "{id} was renewed {:?} after its dead owner's reclaim began",
+                        at.duration_since(began)
+                    ),
+                ));
+            }
+        }
+        None
+    }
+
+    fn finals(&mut self, world: &World, o: &Oracle) -> Found {
+        for (s, state) in world.ledger_states() {
+            if !state.is_final() || !self.finals.insert(s) {
+                continue;
+            }
+            let left = o.boxes.iter().find(|(&x, b)| {
+                !b.gone
+                    && !b.is_detached()
+                    && (b.label == Some(s) || b.confirmed.contains(&s))
+                    && o.owners(x).contains(&s)
+            });
+            if let Some((&x, _)) = left {
+                return Some((
+                    Invariant::FinalTooSoon,
+                    format!(
+                        "s{s} reads {} while its {} is still there",
+                        state.as_str(),
+                        box_id(x)
+                    ),
+                ));
+            }
+        }
+        None
+    }
+}
+
+/// Sandbox number `x` from its id `x{n}`.
+fn number(id: &str) -> Option<usize> {
+    id.strip_prefix('x').and_then(|n| n.parse().ok())
+}
+
+/// Every sandbox that disappeared in the step was the oracle's to remove; marks it gone.
+fn removals(world: &World, op: Op, before: &Oracle, o: &mut Oracle, seen: &Before) -> Found {
+    let now = world.ids();
+    let mut lapsed = seen.lapsed.clone();
+    lapsed.extend(world.lapsed());
+    for id in seen.ids.difference(&now) {
+        let Some(x) = number(id) else { continue };
+        if let Err(why) = removable(before, o, op, x, &lapsed) {
+            return Some((
+                Invariant::RemovedNotItsOwn,
+                format!("{id} was removed, but {why}"),
+            ));
+        }
+        if let Some(b) = o.boxes.get_mut(&x) {
+            b.gone = true;
+        }
+    }
+    None
+}
+
+/// After a sweep against healthy providers, nothing whose every owner is dead is left.
+fn left_behind(world: &World, op: Op, o: &Oracle, seen: &Before) -> Found {
+    let swept = matches!(op, Op::Sweep { .. } | Op::FleetSweep { .. });
+    if !(swept && seen.healthy && world.healthy()) {
+        return None;
+    }
+    let (x, why) = o
+        .boxes
+        .keys()
+        .find_map(|&x| Some((x, o.must_be_gone(x)?)))?;
+    Some((
+        Invariant::LeftBehind,
+        format!(
+            "{} is still there after a sweep against healthy providers, and {why}",
+            box_id(x)
+        ),
+    ))
+}
+
+/// Whether `x`'s disappearance in step `op` is allowed; why not, if not.
+/// `lapsed`: the sessions whose fleet lease had run out before or after the step.
+pub(super) fn removable(
+    before: &Oracle,
+    after: &Oracle,
+    op: Op,
+    x: usize,
+    lapsed: &BTreeSet<usize>,
+) -> Result<(), String> {
+    let named = match op {
+        Op::Stop { x: named, cut } => {
+            let given = match cut {
+                ops::Cut::Full => box_id(named),
+                ops::Cut::Prefix(n) => ops::prefix(named, n),
+                ops::Cut::Empty => String::new(),
+            };
+            before.stop_may_take(&given, x)
+        }
+        Op::StopAll { s } => before.stop_all_takes(s, x),
+        Op::FleetSweep { here: false, .. } => before.fleet_elsewhere_takes(x, lapsed),
+        _ => false,
+    };
+    if named {
+        return Ok(());
+    }
+    before
+        .may_remove(x)
+        .or_else(|_| after.may_remove(x))
+        .map_err(|why| match op {
+            Op::Stop { .. } | Op::StopAll { .. } => format!("{why}, and `stop` did not name it"),
+            _ => why,
+        })
+}

@@ -1,0 +1,96 @@
+//! What an owner tells its sidecar: `claim`, `release` and `detach` lines on the control
+//! pipe, and the proxy's claims of what it created.
+//!
+//! Each line is written and then confirmed the way `sandguard claim` confirms it: by the
+//! session's journal (polled with a deadline) showing the claim, the release, the detach, or
+//! a refusal. The oracle is told whether the sidecar took it, since a claim a sweep must act
+//! on is one the ledger holds.
+
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::oracle::Oracle;
+use super::world::{World, PATIENCE};
+use crate::ledger::SessionView;
+use crate::protocol::Target;
+use crate::providers::proxy_claim::Claim as ProxyClaim;
+
+impl World {
+    pub(super) async fn proxy_claim(&mut self, s: usize, x: usize) -> bool {
+        let Some(target) = self.target(x) else {
+            return false;
+        };
+        let Some(tx) = self.sessions.get(&s).and_then(|v| v.proxy.as_ref()) else {
+            return false;
+        };
+        let (ack, acked) = oneshot::channel();
+        if tx.send(ProxyClaim { target, ack }).is_err() {
+            return false;
+        }
+        matches!(tokio::time::timeout(PATIENCE, acked).await, Ok(Ok(())))
+    }
+
+    /// Writes one control line of session `s` about sandbox `x`, then waits until the
+    /// journal answers it (`done` says when); `true` when it did.
+    async fn line(
+        &mut self,
+        s: usize,
+        verb: &str,
+        x: usize,
+        done: impl Fn(&SessionView, &Target) -> bool,
+    ) -> Option<bool> {
+        if !self.guarded(s) {
+            return None;
+        }
+        let target = self.target(x)?;
+        let session = self.sessions.get_mut(&s)?;
+        let pipe = session.pipe.as_mut()?;
+        let line = format!("{verb} {} {}\n", target.provider, target.id);
+        pipe.write_all(line.as_bytes()).await.ok()?;
+        let deadline = Instant::now() + PATIENCE;
+        let id = session.id.clone();
+        loop {
+            if let Ok(view) = self.state.read_session(&id) {
+                if view.refused.contains_key(&target) {
+                    return Some(false);
+                }
+                if done(&view, &target) {
+                    return Some(true);
+                }
+            }
+            if Instant::now() >= deadline {
+                return Some(false);
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    pub async fn claim(&mut self, s: usize, x: usize, o: &mut Oracle) -> Result<(), String> {
+        if let Some(confirmed) = self.line(s, "claim", x, |v, t| v.claims.contains(t)).await {
+            o.claim(s, x, confirmed);
+        }
+        Ok(())
+    }
+
+    pub async fn release(&mut self, s: usize, x: usize, o: &mut Oracle) -> Result<(), String> {
+        if self
+            .line(s, "release", x, |v, t| !v.claims.contains(t))
+            .await
+            .is_some()
+        {
+            o.release(s, x);
+        }
+        Ok(())
+    }
+
+    pub async fn detach(&mut self, s: usize, x: usize, o: &mut Oracle) -> Result<(), String> {
+        let done = |v: &SessionView, t: &Target| v.detached.contains(t);
+        if self.line(s, "detach", x, done).await == Some(true) {
+            o.detach(s, x);
+        }
+        Ok(())
+    }
+}

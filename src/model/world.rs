@@ -1,0 +1,347 @@
+//! The world a history runs in: the real code paths, against in-memory providers.
+//!
+//! - **Owners are real processes** (`sh -c 'read _'`, a child of the test), so the real judge
+//!   ([`crate::identity::Judge`], reading `/proc`) and the real death source (a pidfd,
+//!   [`OwnerWatch`]) see them live and die. Death: stdin closed (it exits), SIGKILL, or
+//!   SIGTERM together with a stop request to the sidecar (a group SIGTERM).
+//! - **Each session runs the real sidecar service** ([`crate::watch::service::run`]: the watch
+//!   loop, the TTL keeper, the fleet registrar) with injected triggers: an in-memory control
+//!   pipe, the proxy's claim channel, the stop request. Its death is an abort of its task,
+//!   which drops its journal (freeing the lock) and its tasks, as a SIGKILL would.
+//! - Deaths are in [`super::deaths`], control lines in [`super::control`], and `stop`,
+//!   sweeps, pruning and provider faults in [`super::calls`].
+//! - **The ledger lives on a tmpfs** (`/dev/shm` where there is one): every claim and every
+//!   session ending is fsynced, which on a disk costs more than the rest of a step; the model
+//!   checks the rules, not durability.
+//! - **No fork while a sweep reads the ledger** ([`FORKS`]): histories run side by side in
+//!   one process, and a child being spawned holds a copy of every descriptor until it execs,
+//!   a journal's too, so a sidecar that just ended could look alive (its lock held) to a
+//!   sweep of another history. A process would not see that; the model must not either.
+//! - **A sidecar is gone when its lock is free**: after its task ends (the owner died, or it
+//!   was aborted), the step waits until the journal's lock reads free. In-process the lock
+//!   can outlive the task for a moment (seen under load, four histories at a time), which a
+//!   sweep then takes for a live sidecar; a sidecar process frees it when it exits.
+//! - **Real time, tiny delays** (retries of milliseconds, a 5 ms settle, an 80 ms reclaim
+//!   deadline, a 90 ms fleet lease): the death source is a real pidfd, which tokio's paused
+//!   clock would race past. Every wait for the code is a poll with a deadline.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::ops::{box_id, Forge, Make, PROVIDERS};
+use super::oracle::Oracle;
+use crate::fleet::memory::MemoryStore;
+use crate::fleet::SessionRecord;
+use crate::identity::death::OwnerWatch;
+use crate::identity::Identity;
+use crate::labels;
+use crate::ledger::{Record, StateDir};
+use crate::protocol::{LineReader, Target};
+use crate::providers::fake::{self, Fake};
+use crate::providers::proxy_claim::Claim as ProxyClaim;
+use crate::providers::{Kind, Provider};
+use crate::reclaim::Options;
+use crate::watch::fleet::FleetPlan;
+use crate::watch::{service, Outcome, Triggers};
+
+/// The fleet lease of every sidecar (renewed every third of it).
+pub const LEASE: Duration = Duration::from_millis(90);
+/// How long the model waits for the code to do something before it calls it stuck.
+pub(super) const PATIENCE: Duration = Duration::from_secs(10);
+
+/// Taken for writing while an owner is spawned, for reading while a sweep or a prune runs
+/// (see the module docs).
+pub(super) static FORKS: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+pub fn options(settle: Option<Duration>) -> Options {
+    Options {
+        concurrency: 4,
+        deadline: Duration::from_millis(80),
+        retry_initial: Duration::from_millis(2),
+        retry_max: Duration::from_millis(10),
+        settle,
+        rates: Default::default(),
+        paces: Default::default(),
+    }
+}
+
+pub(super) struct Session {
+    pub(super) id: String,
+    pub(super) owner: Identity,
+    pub(super) child: Child,
+    pub(super) labels: BTreeMap<String, String>,
+    pub(super) pipe: Option<tokio::io::DuplexStream>,
+    pub(super) proxy: Option<tokio::sync::mpsc::UnboundedSender<ProxyClaim>>,
+    pub(super) stop: Option<oneshot::Sender<()>>,
+    pub(super) run: Option<JoinHandle<Outcome>>,
+}
+
+/// A fresh directory for one history's ledger, removed on drop.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new() -> Scratch {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let shm = std::path::Path::new("/dev/shm");
+        let root = if shm.is_dir() {
+            shm.to_path_buf()
+        } else {
+            std::env::temp_dir()
+        };
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let dir = root.join(format!("sandguard-model-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub struct World {
+    _dir: Scratch,
+    pub state: StateDir,
+    pub fakes: Vec<Arc<Fake>>,
+    pub(super) providers: Vec<Arc<dyn Provider>>,
+    pub(super) store: Arc<MemoryStore>,
+    pub(super) sessions: BTreeMap<usize, Session>,
+    /// Where each sandbox was made (provider index).
+    made: BTreeMap<usize, usize>,
+    /// When each dead owner's reclaim began (its first removal call, else its sidecar's end).
+    pub reclaim_began: BTreeMap<usize, Instant>,
+}
+
+impl World {
+    pub fn new() -> World {
+        let dir = Scratch::new();
+        let state = StateDir::open(&dir.0).expect("a state directory for the model");
+        let fakes: Vec<Arc<Fake>> = PROVIDERS
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                Arc::new(Fake {
+                    name: Some((*name).to_string()),
+                    ttl: i == 0,
+                    ..Default::default()
+                })
+            })
+            .collect();
+        let providers = fakes
+            .iter()
+            .map(|f| f.clone() as Arc<dyn Provider>)
+            .collect();
+        World {
+            _dir: dir,
+            state,
+            fakes,
+            providers,
+            store: Arc::new(MemoryStore::default()),
+            sessions: BTreeMap::new(),
+            made: BTreeMap::new(),
+            reclaim_began: BTreeMap::new(),
+        }
+    }
+
+    /// Every sandbox id the providers hold.
+    pub fn ids(&self) -> BTreeSet<String> {
+        self.fakes.iter().flat_map(|f| f.remaining()).collect()
+    }
+
+    pub fn healthy(&self) -> bool {
+        self.fakes.iter().all(|f| !f.faulty())
+    }
+
+    pub fn session_id(s: usize) -> String {
+        format!("s{s}")
+    }
+
+    pub(super) fn guarded(&self, s: usize) -> bool {
+        self.sessions.get(&s).is_some_and(|x| x.run.is_some())
+    }
+
+    pub async fn start(&mut self, s: usize, o: &mut Oracle) -> Result<(), String> {
+        if self.sessions.contains_key(&s) {
+            return Ok(());
+        }
+        let child = {
+            let _forking = FORKS.write().await;
+            Command::new("sh")
+                .args(["-c", "read _"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| format!("cannot start an owner: {e}"))?
+        };
+        let owner = Identity::of_pid(child.id()).ok_or("the owner vanished at start")?;
+        let id = World::session_id(s);
+        let labels = crate::session::labels(&id, &owner);
+        let start = Record::Start {
+            owner: owner.to_label(),
+            pid: owner.pid,
+            grace_ms: 600_000,
+            labels: labels.clone(),
+        };
+        let journal = self
+            .state
+            .create_session(&id, start)
+            .map_err(|e| e.to_string())?;
+        let record = SessionRecord {
+            id: id.clone(),
+            host: "here".into(),
+            owner: owner.to_label(),
+            pid: owner.pid,
+            labels: labels.clone(),
+            providers: PROVIDERS.iter().map(|p| (*p).to_string()).collect(),
+            started_ms: crate::ledger::now_ms(),
+        };
+        let plan = service::Plan {
+            session: id.clone(),
+            journal,
+            providers: self.providers.clone(),
+            grace: Duration::from_secs(600),
+            renew_every: Duration::from_millis(10),
+            options: options(Some(Duration::from_millis(5))),
+            proxy: None,
+            cloud: Vec::new(),
+            fleet: Some(FleetPlan {
+                store: self.store.clone(),
+                record,
+                lease: LEASE,
+            }),
+            bye_report: None,
+        };
+        let (pipe, end) = tokio::io::duplex(64 * 1024);
+        let (proxy, claims) = tokio::sync::mpsc::unbounded_channel();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let mut watch = OwnerWatch::open(&owner);
+        let triggers = Triggers {
+            owner: Box::pin(async move { watch.wait().await }),
+            exit: None,
+            control: Some(LineReader::new(end)),
+            proxy: Some(claims),
+            stop: Box::pin(async move {
+                let _ = stopped.await;
+            }),
+        };
+        let run = tokio::spawn(service::run(plan, triggers));
+        self.sessions.insert(
+            s,
+            Session {
+                id,
+                owner,
+                child,
+                labels,
+                pipe: Some(pipe),
+                proxy: Some(proxy),
+                stop: Some(stop),
+                run: Some(run),
+            },
+        );
+        o.start(s);
+        Ok(())
+    }
+
+    fn put(&mut self, x: usize, provider: usize, labels: BTreeMap<String, String>) {
+        let p = provider % self.fakes.len();
+        let mut sandbox = fake::sandbox(&box_id(x), Kind::Instance, None);
+        sandbox.provider = PROVIDERS[p].to_string();
+        sandbox.labels = labels;
+        self.fakes[p].sandboxes.lock().unwrap().push(sandbox);
+        self.made.insert(x, p);
+    }
+
+    pub async fn create(
+        &mut self,
+        s: usize,
+        x: usize,
+        provider: usize,
+        how: Make,
+        o: &mut Oracle,
+    ) -> Result<(), String> {
+        let Some(session) = self.sessions.get(&s).filter(|_| o.alive(s)) else {
+            return Ok(());
+        };
+        let mut labels = session.labels.clone();
+        match how {
+            Make::Labelled { detached } | Make::Proxy { detached } => {
+                if detached {
+                    labels.insert(labels::DETACHED.into(), "true".into());
+                }
+                if matches!(how, Make::Proxy { .. }) && !self.guarded(s) {
+                    return Ok(());
+                }
+                self.put(x, provider, labels);
+                o.create(x, Some(s), detached);
+                if let Make::Proxy { .. } = how {
+                    let acked = self.proxy_claim(s, x).await;
+                    o.claim(s, x, acked);
+                }
+                Ok(())
+            }
+            Make::ThenClaimed => {
+                if !self.guarded(s) {
+                    return Ok(());
+                }
+                self.put(x, provider, BTreeMap::new());
+                o.create(x, None, false);
+                self.claim(s, x, o).await
+            }
+        }
+    }
+
+    pub fn stranger(&mut self, x: usize, provider: usize, forge: Forge, o: &mut Oracle) {
+        let (labels, label) = match forge {
+            Forge::Of(s) => match self.sessions.get(&s) {
+                Some(v) => (v.labels.clone(), Some(s)),
+                None => (BTreeMap::new(), None),
+            },
+            Forge::None => (BTreeMap::new(), None),
+        };
+        self.put(x, provider, labels);
+        o.create(x, label, false);
+    }
+
+    pub(super) fn target(&self, x: usize) -> Option<Target> {
+        let p = *self.made.get(&x)?;
+        Target::new(PROVIDERS[p], &box_id(x)).ok()
+    }
+
+    /// Every session's ledger state, by model name.
+    pub fn ledger_states(&self) -> BTreeMap<usize, crate::ledger::SessionState> {
+        let views = self.state.sessions().unwrap_or_default();
+        self.sessions
+            .iter()
+            .filter_map(|(&s, v)| Some((s, views.iter().find(|w| w.id == v.id)?.state)))
+            .collect()
+    }
+
+    /// Stops every sidecar and owner, and reaps the owners.
+    pub async fn shutdown(mut self) {
+        for session in self.sessions.values_mut() {
+            if let Some(run) = session.run.take() {
+                run.abort();
+                let _ = run.await;
+            }
+        }
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        for session in self.sessions.values_mut() {
+            let _ = session.child.kill();
+            let _ = session.child.wait();
+        }
+    }
+}
