@@ -31,12 +31,10 @@ use serde::Serialize;
 use super::output::{self, sanitize, ErrorJson, Exit, SandboxJson};
 use super::Error;
 use crate::config::Settings;
-use crate::labels::Selector;
 use crate::ledger::{Record, SessionView, StateDir};
-use crate::ownership::known::Known;
-use crate::ownership::{self, Asker};
 use crate::protocol::Target;
 use crate::providers::{Provider, Registry, Sandbox};
+use crate::reclaim::stop::{self, Asked, Chosen, NotFound};
 use crate::reclaim::{self, ListFailure, Options, Removal};
 use crate::session::SessionId;
 
@@ -100,30 +98,25 @@ struct ResultJson<'a> {
 
 pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result<Exit, Error> {
     let providers = registry.select(args.provider.as_deref())?;
-    let selector = match &args.session {
-        Some(s) => Selector::session(s),
-        None => Selector::managed(),
-    };
-    let (mut found, failures) = reclaim::list_all(&providers, &selector).await;
     let root = settings
         .state_dir
         .exists()
         .then(|| settings.state_dir.clone());
-    let known = Known::lazy(root, &providers);
-    // A label only inherited from an image, after its session ended, is no ownership: such a
-    // container is "not found", as a stranger's is.
-    found.retain(|s| known.label_counts(s));
-    let targets = match &args.id {
-        Some(id) => match pick(found, id) {
-            Ok(target) => vec![target],
-            Err(message) => {
-                report_not_found(&args, &message, &failures);
-                return Ok(Exit::Failure);
-            }
-        },
-        None => found,
+    let asked = match &args.id {
+        Some(id) => Asked::Id(id),
+        None => Asked::All,
     };
-    let (targets, kept) = judged(&args, &known, targets);
+    let Chosen {
+        targets,
+        kept,
+        failures,
+    } = match stop::choose(&providers, root, args.session.as_deref(), asked).await {
+        Ok(chosen) => chosen,
+        Err(NotFound { message, failures }) => {
+            report_not_found(&args, &message, &failures);
+            return Ok(Exit::Failure);
+        }
+    };
     let removals = if args.dry_run {
         Vec::new()
     } else {
@@ -143,32 +136,6 @@ pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result
         print_text(&args, &targets, &removals, &failures);
     }
     Ok(Exit::clean_if(clean))
-}
-
-/// The targets the one judgement lets `stop` remove, and those it keeps with the reason:
-/// `stop ID` removes what the user named; `stop --all` keeps what was detached (by its label
-/// or by a `detach` in any session's ledger), whatever session it is narrowed to.
-fn judged(
-    args: &Args,
-    known: &Known,
-    targets: Vec<Sandbox>,
-) -> (Vec<Sandbox>, Vec<(Sandbox, String)>) {
-    let asker = if args.id.is_some() {
-        Asker::StopNamed
-    } else {
-        Asker::StopAll
-    };
-    let mut keep = Vec::new();
-    let mut go = Vec::new();
-    for s in targets {
-        let judgement = ownership::judge(asker, &known.facts(&s));
-        if judgement.removes() {
-            go.push(s);
-        } else {
-            keep.push((s, judgement.reason.to_string()));
-        }
-    }
-    (go, keep)
 }
 
 /// One line on stderr for each sandbox `stop --all` left, with why.
@@ -236,27 +203,6 @@ fn claimed_as(view: &SessionView, providers: &[Arc<dyn Provider>], sandbox: &San
         .chain(&view.detached)
         .find(names)
         .map_or_else(|| provider.claim_id(sandbox), |t| t.id.clone())
-}
-
-/// The one sandbox `id` names: an exact id, else a unique prefix.
-fn pick(found: Vec<Sandbox>, id: &str) -> Result<Sandbox, String> {
-    if let Some(exact) = found.iter().find(|s| s.id == id) {
-        return Ok(exact.clone());
-    }
-    let mut matches: Vec<Sandbox> = found.into_iter().filter(|s| s.id.starts_with(id)).collect();
-    match matches.len() {
-        0 => Err(format!("no managed sandbox {:?} found", sanitize(id))),
-        1 => Ok(matches.remove(0)),
-        _ => Err(format!(
-            "{:?} is ambiguous: it matches {}",
-            sanitize(id),
-            matches
-                .iter()
-                .map(|s| format!("{} {}", s.provider, sanitize(&s.id)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
-    }
 }
 
 fn report_not_found(args: &Args, message: &str, failures: &[ListFailure]) {

@@ -115,6 +115,7 @@ pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result
             store: store.clone().map_err(|e| Error::Usage(e.to_string()))?,
             host: settings.host.id(),
             lease: f.lease,
+            ledger: Some(settings.state_dir.clone()),
         }),
     };
     let store = match store {

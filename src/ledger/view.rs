@@ -42,6 +42,11 @@ pub struct SessionView {
     pub claims: BTreeSet<Target>,
     /// Meant to outlive the owner; only a TTL ends them.
     pub detached: BTreeSet<Target>,
+    /// Those of `detached` the session had claimed when it detached them: it owned them by
+    /// its claim (the judgement counts such a detach whatever label the sandbox carries; a
+    /// detach of something the session never claimed counts only for its own label).
+    #[serde(skip)]
+    pub detached_claims: BTreeSet<Target>,
     /// Left over by a reclaim and not removed since, with the last error; the next sweep must
     /// finish them.
     pub pending: BTreeMap<Target, String>,
@@ -146,11 +151,14 @@ fn track(v: &mut SessionView, record: Record) {
         Record::Claim { provider, id } => {
             let t = Target { provider, id };
             v.detached.remove(&t);
+            v.detached_claims.remove(&t);
             v.claims.insert(t);
         }
         Record::Detach { provider, id } => {
             let t = Target { provider, id };
-            v.claims.remove(&t);
+            if v.claims.remove(&t) {
+                v.detached_claims.insert(t.clone());
+            }
             v.detached.insert(t);
         }
         // Gone, whoever removed it.
@@ -158,6 +166,7 @@ fn track(v: &mut SessionView, record: Record) {
             let t = Target { provider, id };
             v.claims.remove(&t);
             v.detached.remove(&t);
+            v.detached_claims.remove(&t);
             v.pending.remove(&t);
         }
         Record::Failed {
@@ -233,6 +242,7 @@ fn started(
         updated_ms: t,
         claims: BTreeSet::new(),
         detached: BTreeSet::new(),
+        detached_claims: BTreeSet::new(),
         pending: BTreeMap::new(),
         unlisted: BTreeMap::new(),
         refused: BTreeMap::new(),

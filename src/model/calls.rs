@@ -3,10 +3,8 @@
 //! the fleet pass for `--fleet`), the sweep service's pruning, and provider faults.
 //!
 //! Decisions:
-//! - **`stop` is mirrored, not called**: `cli::stop::run` is private to the CLI and needs a
-//!   registry of configured providers. [`World::stop`] lists once, picks as `stop` picks
-//!   (its `pick`, copied), and removes through [`reclaim::remove_all`]. When a library entry
-//!   for `stop` exists (one judgement for every path), call it here instead.
+//! - **`stop` is the command's own library half** ([`reclaim::stop::choose`]: listing, pick,
+//!   the judgement), then [`reclaim::remove_all`], as `src/cli/stop.rs` does.
 //! - **A sweep is [`crate::sweep::service::one_pass`]** with the fleet store told of what the
 //!   local pass ends (as `sweep` with `[fleet] store` does), pruning after it or not (the
 //!   service prunes after each pass; every ended session counts as old). Pruning is also a
@@ -23,30 +21,31 @@ use tokio::time::Instant;
 use super::ops::{box_id, Cut, Fault};
 use super::world::{options, World, FORKS, LEASE, PATIENCE};
 use crate::fleet::Store;
-use crate::labels::Selector;
-use crate::providers::Sandbox;
 use crate::reclaim;
+use crate::reclaim::stop::Asked;
 
 impl World {
-    /// What `sandguard stop ID` does (see the module docs): one listing of every managed
-    /// sandbox, the exact id or a unique prefix, removed through the one removal path.
+    /// `sandguard stop ID`: the same library call the command makes
+    /// ([`reclaim::stop::choose`]), then the one removal path.
     pub async fn stop(&mut self, x: usize, cut: Cut) {
         let given = match cut {
             Cut::Full => box_id(x),
             Cut::Prefix(n) => super::ops::prefix(x, n),
             Cut::Empty => String::new(),
         };
-        let (found, _) = reclaim::list_all(&self.providers, &Selector::managed()).await;
-        if let Ok(target) = pick(found, &given) {
-            reclaim::remove_all(&self.providers, vec![target], &options(None)).await;
-        }
+        self.stop_as(None, Asked::Id(&given)).await;
     }
 
-    /// What `sandguard stop --all --session S` does: its listing, all of it removed.
+    /// `sandguard stop --all --session S`, as the command does it.
     pub async fn stop_all(&mut self, s: usize) {
-        let selector = Selector::session(&World::session_id(s));
-        let (found, _) = reclaim::list_all(&self.providers, &selector).await;
-        reclaim::remove_all(&self.providers, found, &options(None)).await;
+        self.stop_as(Some(&World::session_id(s)), Asked::All).await;
+    }
+
+    async fn stop_as(&self, session: Option<&str>, asked: Asked<'_>) {
+        let root = Some(self.state.path().to_path_buf());
+        if let Ok(chosen) = reclaim::stop::choose(&self.providers, root, session, asked).await {
+            reclaim::remove_all(&self.providers, chosen.targets, &options(None)).await;
+        }
     }
 
     /// The sessions whose fleet lease has run out (or was never written).
@@ -76,6 +75,8 @@ impl World {
                 store: store.clone(),
                 host: if here { "here" } else { "there" }.into(),
                 lease: LEASE,
+                // Another host has a ledger of its own, not this one's.
+                ledger: here.then(|| self.state.path().to_path_buf()),
             }),
             store: Some(store),
         };
@@ -128,17 +129,5 @@ impl World {
 
     pub fn heal(&self) {
         self.fakes.iter().for_each(|f| f.heal());
-    }
-}
-
-/// `src/cli/stop.rs`'s `pick`, as it is: an exact id, else a unique prefix.
-fn pick(found: Vec<Sandbox>, id: &str) -> Result<Sandbox, String> {
-    if let Some(exact) = found.iter().find(|s| s.id == id) {
-        return Ok(exact.clone());
-    }
-    let mut matches: Vec<Sandbox> = found.into_iter().filter(|s| s.id.starts_with(id)).collect();
-    match matches.len() {
-        1 => Ok(matches.remove(0)),
-        n => Err(format!("{n} sandboxes match {id:?}")),
     }
 }

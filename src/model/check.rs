@@ -74,12 +74,14 @@ impl Checks {
         self.renewals_seen = renewals.len();
         for (id, at) in new {
             let Some(x) = number(id) else { continue };
-            let began = o
-                .owners(x)
+            // The renewal is after the death only if it came after the last of its owners'
+            // reclaims began (an owner that died in this step may have renewed it before).
+            let owners = o.owners(x);
+            let began = owners
                 .iter()
-                .filter_map(|s| world.reclaim_began.get(s))
-                .min()
-                .copied();
+                .map(|s| world.reclaim_began.get(s).copied())
+                .collect::<Option<Vec<_>>>()
+                .and_then(|b| b.into_iter().max());
             // A thief's keeper renews what it holds until the step that ended its claim.
             let renewable = o.renewable(x) || before.thief_lives(x);
             if let Some(began) = began.filter(|b| !renewable && at > b) {

@@ -16,10 +16,12 @@ use super::oracle::Oracle;
 use super::world::{World, PATIENCE};
 use crate::ledger::SessionView;
 use crate::protocol::Target;
-use crate::providers::proxy_claim::Claim as ProxyClaim;
+use crate::providers::proxy_claim::{Claim as ProxyClaim, Hold};
 
 impl World {
-    pub(super) async fn proxy_claim(&mut self, s: usize, x: usize) -> bool {
+    /// What a proxy hands the sidecar for a create it stamped: a claim, or (a create that
+    /// asked to be detached) a detach, as the real proxies decide ([`Hold::of`]).
+    pub(super) async fn proxy_claim(&mut self, s: usize, x: usize, detached: bool) -> bool {
         let Some(target) = self.target(x) else {
             return false;
         };
@@ -27,7 +29,8 @@ impl World {
             return false;
         };
         let (ack, acked) = oneshot::channel();
-        if tx.send(ProxyClaim { target, ack }).is_err() {
+        let hold = if detached { Hold::Detach } else { Hold::Claim };
+        if tx.send(ProxyClaim { target, ack, hold }).is_err() {
             return false;
         }
         matches!(tokio::time::timeout(PATIENCE, acked).await, Ok(Ok(())))

@@ -3,8 +3,8 @@
 //!
 //! A death step ends when the code has done what the death sets off: the sidecar's reclaim
 //! has returned, the owner reads dead to the judge, and the journal's lock reads free (see
-//! [`super::world`]). It notes when the owner's reclaim began (its first removal call), which
-//! the renewal check measures against.
+//! [`super::world`]). It notes when the owner's reclaim began (its first removal call of a
+//! sandbox it owns), which the renewal check measures against.
 
 use std::time::Duration;
 
@@ -43,12 +43,22 @@ impl World {
                 Ok(Err(e)) => return Err(format!("s{s}'s sidecar panicked: {e}")),
                 Err(_) => return Err(format!("s{s}'s sidecar did not finish within {PATIENCE:?}")),
             }
+            // Its own reclaim's first removal: a call for a sandbox it owns (by its label or
+            // a claim), not another session's reclaim that happened to run meanwhile.
+            let its: std::collections::BTreeSet<String> = o
+                .boxes
+                .iter()
+                .filter(|(_, b)| {
+                    b.label == Some(s) || b.claimed.contains(&s) || b.stolen.contains(&s)
+                })
+                .map(|(&x, _)| super::ops::box_id(x))
+                .collect();
             let first = self
                 .fakes
                 .iter()
                 .flat_map(|f| f.calls_log.lock().unwrap().clone())
+                .filter(|(id, _, t)| *t >= died && its.contains(id))
                 .map(|(_, _, t)| t)
-                .filter(|t| *t >= died)
                 .min();
             self.reclaim_began
                 .insert(s, first.unwrap_or_else(Instant::now));

@@ -114,7 +114,24 @@ impl Oracle {
     /// A claim of `x` by `s`; `confirmed`: the sidecar journaled it (not refused).
     pub fn claim(&mut self, s: usize, x: usize, confirmed: bool) {
         let stands = self.claim_stands(s, x);
+        let dead: BTreeSet<usize> = self
+            .boxes
+            .get(&x)
+            .map(|b| {
+                b.claimed
+                    .iter()
+                    .copied()
+                    .filter(|&c| !self.alive(c))
+                    .collect()
+            })
+            .unwrap_or_default();
         if let Some(b) = self.boxes.get_mut(&x) {
+            if stands && confirmed {
+                // Adopting takes it over: the dead sessions that had claimed it give it up
+                // (their reclaim leaves it to the adopter).
+                b.claimed.retain(|c| !dead.contains(c));
+                b.confirmed.retain(|c| !dead.contains(c));
+            }
             match (stands, confirmed) {
                 (true, true) => {
                     b.claimed.insert(s);

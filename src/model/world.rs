@@ -220,6 +220,7 @@ impl World {
                 lease: LEASE,
             }),
             bye_report: None,
+            held: Default::default(),
         };
         let (pipe, end) = tokio::io::duplex(64 * 1024);
         let (proxy, claims) = tokio::sync::mpsc::unbounded_channel();
@@ -284,7 +285,7 @@ impl World {
                 self.put(x, provider, labels);
                 o.create(x, Some(s), detached);
                 if let Make::Proxy { .. } = how {
-                    let acked = self.proxy_claim(s, x).await;
+                    let acked = self.proxy_claim(s, x, detached).await;
                     o.claim(s, x, acked);
                 }
                 Ok(())

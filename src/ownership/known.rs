@@ -11,8 +11,8 @@
 //!   settle pass covers such late creates anyway).
 //! - A session not in the ledger is judged by the owner label its sandbox carries; with no
 //!   readable label it is unknown. No fleet lease is known here: the fleet pass adds its own.
-//! - Detaches count from every session of the ledger, not only the sandbox's own: whoever
-//!   detached it, it stays.
+//! - A detach counts when its session owns the sandbox: the session whose label it carries,
+//!   or a session that had claimed it (see [`Known::detached`]).
 
 use std::sync::{Arc, OnceLock};
 
@@ -151,11 +151,20 @@ impl Known {
             .collect()
     }
 
-    /// Whether any ledger session detached `sandbox`.
+    /// Whether a session that owns `sandbox` detached it in its ledger: the session whose
+    /// label it carries, or a session that had claimed it (adopted it) when it detached it. A
+    /// detach is its owner's word: one by a session that neither carries it in its label nor
+    /// claimed it does not count.
     pub fn detached(&self, sandbox: &Sandbox) -> bool {
-        self.views()
-            .iter()
-            .any(|v| v.detached.iter().any(|t| self.names(t, sandbox)))
+        let label = sandbox.session().filter(|s| !s.is_empty());
+        self.views().iter().any(|v| {
+            let mine = if label == Some(v.id.as_str()) {
+                &v.detached
+            } else {
+                &v.detached_claims
+            };
+            mine.iter().any(|t| self.names(t, sandbox))
+        })
     }
 
     /// Whether `sandbox`'s label counts as ownership ([`Facts::label_counts`]): what `ps` and

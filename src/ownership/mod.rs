@@ -318,6 +318,25 @@ pub fn judge(asker: Asker<'_>, facts: &Facts<'_>) -> Judgement {
     }
 }
 
+/// Whether a claim (or a detach) may be taken when it arrives (rule 4): not while the sandbox
+/// carries the label of another session that may still live (`labelled`: that session), nor
+/// while another session that may still live claimed it (`claimed_by`: the other sessions whose
+/// claims name it). The first to hold it keeps it; a later claim would steal.
+pub fn may_claim(
+    labelled: Option<(&str, Session)>,
+    claimed_by: &[(&str, Session)],
+) -> Result<(), Reason> {
+    if let Some((from, _)) = labelled.filter(|(_, s)| s.may_live()) {
+        return Err(Reason::Steal {
+            from: from.to_string(),
+        });
+    }
+    match claimed_by.iter().find(|(_, s)| s.may_live()) {
+        Some((by, _)) => Err(Reason::ClaimedElsewhere { by: by.to_string() }),
+        None => Ok(()),
+    }
+}
+
 /// Whether session `session` owns the sandbox (rules 3 and 4), and why not when it does not.
 fn owned_by(session: &str, facts: &Facts<'_>) -> Result<Reason, Reason> {
     let label = facts.owner_by_label();

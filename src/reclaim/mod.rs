@@ -21,6 +21,7 @@ mod list;
 mod pace;
 mod remove;
 pub mod session;
+pub mod stop;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
@@ -325,6 +326,13 @@ impl Plan {
         let ours = facts.labelled.is_some_and(|(id, _)| id == session);
         if ours {
             facts.labelled = Some((session, self.own));
+            // A session that is over may have had its sandboxes adopted (and detached) by
+            // another: a sweep finishing it asks the ledger. A live sidecar's cannot have.
+            if self.own.sidecar != ownership::Sidecar::Alive {
+                if let Some(known) = &self.known {
+                    facts.detached |= known.detached(s);
+                }
+            }
         }
         if claimed {
             facts
@@ -336,6 +344,8 @@ impl Plan {
                         .labelled
                         .map(|(id, _)| (id, known.session(id, s.owner())));
                     facts.claimed_by.extend(known.claimers(s, session));
+                    // Detach wins over any claim: whoever detached it, it stays.
+                    facts.detached |= known.detached(s);
                 }
             }
         }

@@ -54,7 +54,7 @@ use super::{Decision, Pass, Verdict};
 use crate::fleet::{FleetSession, FleetState, Holdings, Lock, SessionRecord, Store};
 use crate::identity::Judge;
 use crate::ledger::{Journal, LedgerError, Record, SessionState};
-use crate::ownership::{self, SessionVerdict};
+use crate::ownership::{self, known::Known, SessionVerdict};
 use crate::providers::Provider;
 use crate::reclaim::{ListFailure, Listed, Options};
 
@@ -66,6 +66,9 @@ pub struct FleetSweep {
     pub host: String,
     /// The fleet's lease: also how long a sweeper's lock lives without renewal.
     pub lease: Duration,
+    /// This machine's state directory, when it has one: how its own sessions stand, so that
+    /// a session reclaimed here never takes what a live session of this machine adopted.
+    pub ledger: Option<std::path::PathBuf>,
 }
 
 /// One fleet pass; with `dry_run` nothing is touched (not even the store).
@@ -103,8 +106,9 @@ pub async fn pass(
     // listed once for all of them.
     let shared = options.sharing_paces();
     let listed = Arc::new(Listed::list(providers, &shared).await);
+    let known = Arc::new(Known::lazy(fleet.ledger.clone(), providers));
     let done: Vec<Pass> = stream::iter(dead)
-        .map(|(s, reason)| reclaim(fleet, providers, &shared, &listed, s, reason))
+        .map(|(s, reason)| reclaim(fleet, providers, &shared, (&listed, &known), s, reason))
         .buffered(options.concurrency.max(1))
         .collect()
         .await;
@@ -194,12 +198,12 @@ async fn reclaim(
     fleet: &FleetSweep,
     providers: &[Arc<dyn Provider>],
     options: &Options,
-    listed: &Arc<Listed>,
+    seen: (&Arc<Listed>, &Arc<Known>),
     s: FleetSession,
     reason: String,
 ) -> Pass {
     let mut out = Pass::default();
-    reclaim_into(fleet, providers, options, listed, &s, reason, &mut out).await;
+    reclaim_into(fleet, providers, options, seen, &s, reason, &mut out).await;
     out
 }
 
@@ -207,7 +211,7 @@ async fn reclaim_into(
     fleet: &FleetSweep,
     providers: &[Arc<dyn Provider>],
     options: &Options,
-    listed: &Arc<Listed>,
+    seen: (&Arc<Listed>, &Arc<Known>),
     s: &FleetSession,
     reason: String,
     out: &mut Pass,
@@ -256,7 +260,7 @@ async fn reclaim_into(
         let _ = store.unlock(id, &token, None).await;
         return fail(out, e.to_string());
     }
-    let work = end_session(providers, options, listed, &fresh);
+    let work = end_session(providers, options, seen, &fresh);
     let kept = keep_lock(store, id, &token, fleet.lease);
     let result = tokio::select! {
         r = work => r,
@@ -329,20 +333,19 @@ async fn keep_lock(store: &dyn Store, id: &str, token: &str, ttl: Duration) {
 async fn end_session(
     providers: &[Arc<dyn Provider>],
     options: &Options,
-    listed: &Arc<Listed>,
+    (listed, known): (&Arc<Listed>, &Arc<Known>),
     s: &FleetSession,
 ) -> Result<(crate::ledger::SessionState, crate::reclaim::Report), LedgerError> {
     let mut journal = Journal::in_memory(&s.record.id, &start(&s.record))?;
     mirror(&mut journal, &s.record, &s.holdings)?;
     let view = journal.view()?;
-    // Nothing is known here of other sessions' standing: no claim takes another's sandbox.
     Ok(super::reclaim_adopted(
         journal,
         providers,
         &view,
         options,
         Some(listed.clone()),
-        None,
+        Some(known.clone()),
     )
     .await)
 }
@@ -456,6 +459,7 @@ mod tests {
             store: store.clone(),
             host: "b".into(),
             lease: Duration::from_secs(3),
+            ledger: None,
         };
         let pass = pass(&fleet, &providers, &options(), false).await;
         assert!(pass.list_failures.is_empty(), "{:?}", pass.list_failures);
@@ -500,6 +504,7 @@ mod tests {
             store: store.clone(),
             host: "a".into(),
             lease: Duration::from_secs(3),
+            ledger: None,
         };
         let pass = pass(&fleet, &providers, &options(), false).await;
         assert_eq!(fake.remaining(), ["a1"]);
@@ -528,6 +533,7 @@ mod tests {
             store,
             host: "b".into(),
             lease: Duration::from_secs(3),
+            ledger: None,
         };
         let pass = pass(&fleet, &providers, &options(), false).await;
         assert!(pass.decisions.is_empty());

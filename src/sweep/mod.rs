@@ -284,6 +284,7 @@ pub async fn reclaim_adopted(
     plan.listed = listed;
     plan.known = known;
     plan.own.ended_at = crate::ownership::known::ended_at(view);
+    plan.own.sidecar = crate::ownership::Sidecar::Gone;
     let once = Options {
         settle: None,
         ..options.clone()

@@ -54,7 +54,7 @@ use futures_util::FutureExt;
 use tokio::io::AsyncRead;
 
 use crate::ledger::{Journal, Record, SessionState};
-use crate::ownership::known::Known;
+use crate::ownership::{self, known::Known};
 use crate::protocol::{ByeOutcome, Command, LineReader, ProtocolError, Target};
 use crate::providers::proxy_claim::Claim as ProxyClaim;
 use crate::providers::Provider;
@@ -70,6 +70,31 @@ pub const STOP_WINDOW: Duration = Duration::from_secs(2);
 
 /// The most control lines applied under one `fdatasync`.
 const BATCH: usize = 1024;
+
+/// How long a claim waits for its provider's listing (the labels it is judged by) before the
+/// sidecar takes it on the claim rule alone and leaves the labels to the reclaim's judgement.
+pub const CLAIM_LOOKUP: Duration = Duration::from_secs(2);
+
+/// The providers' managed sandboxes, listed at most once per batch of control lines.
+#[derive(Default)]
+struct Listings(std::collections::HashMap<String, Vec<crate::providers::Sandbox>>);
+
+impl Listings {
+    async fn of(&mut self, provider: &dyn Provider) -> &[crate::providers::Sandbox] {
+        if !self.0.contains_key(provider.name()) {
+            let selector = crate::labels::Selector::managed();
+            let found = match tokio::time::timeout(CLAIM_LOOKUP, provider.list(&selector)).await {
+                Ok(Ok(found)) => found
+                    .into_iter()
+                    .filter(|s| selector.matches(&s.labels))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            self.0.insert(provider.name().to_string(), found);
+        }
+        self.0.get(provider.name()).map_or(&[], Vec::as_slice)
+    }
+}
 
 /// Why the watch ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,8 +132,8 @@ pub struct Sidecar<C> {
     changed: Option<Arc<tokio::sync::Notify>>,
     /// Told how `bye`'s reclaim went, before the settle pass.
     bye_report: Option<ByeReport>,
-    /// Set to `true` the moment the watch ends, before the reclaim (the TTL keeper stops).
-    ending: tokio::sync::watch::Sender<bool>,
+    /// Stops the TTL keeper the moment the watch ends, before the reclaim.
+    halting: ttl::Halting,
 }
 
 impl<C: Clock> Sidecar<C> {
@@ -131,13 +156,13 @@ impl<C: Clock> Sidecar<C> {
             holdings: None,
             changed: None,
             bye_report: None,
-            ending: tokio::sync::watch::channel(false).0,
+            halting: ttl::Halting::default(),
         }
     }
 
-    /// Turns `true` the moment the watch ends, before anything is reclaimed.
-    pub fn ending(&self) -> tokio::sync::watch::Receiver<bool> {
-        self.ending.subscribe()
+    /// What stops a TTL keeper the moment the watch ends, before anything is reclaimed.
+    pub fn halt(&self) -> ttl::Halt {
+        self.halting.halt()
     }
 
     /// What a resumed session already holds (its journal's claims, pending work and detaches,
@@ -187,7 +212,7 @@ impl<C: Clock> Sidecar<C> {
         self.sync();
         let ending = self.watch(&mut triggers).await;
         // Nothing is renewed after this point: the TTL keeper stops before the reclaim starts.
-        self.ending.send_replace(true);
+        self.halting.stop().await;
         // A proxy still serving during the reclaim gets no acknowledgement, not a hang; what
         // it creates now carries the labels, and the settle pass finds it.
         drop(triggers.proxy.take());
@@ -213,7 +238,7 @@ impl<C: Clock> Sidecar<C> {
                 // Control lines before the death event: a claim written just before the owner
                 // died is in the pipe already and must be known before reclaiming.
                 line = next_line(&mut t.control), if t.control.is_some() => {
-                    if let Some(ending) = self.on_lines(line, t) {
+                    if let Some(ending) = self.on_lines(line, t).await {
                         return ending;
                     }
                 }
@@ -239,15 +264,31 @@ impl<C: Clock> Sidecar<C> {
     }
 
     /// One line, and every further line already in the pipe, applied under one sync.
-    fn on_lines<R: AsyncRead + Unpin>(
+    async fn on_lines<R: AsyncRead + Unpin>(
         &mut self,
         first: Option<Result<Command, ProtocolError>>,
         t: &mut Triggers<R>,
     ) -> Option<Ending> {
         let mut ending = None;
         let mut line = first;
+        // Other sessions' claims and the providers' labels, read (once for the batch) only if
+        // a claim comes.
+        let known = Known::lazy(self.state_root(), &self.providers);
+        let mut listed = Listings::default();
         for _ in 0..BATCH {
             match line {
+                // A claim, or a detach (the owner's "mine, keep it"), of what another session
+                // that may live holds would take it from that session: refused.
+                Some(Ok(Command::Claim(c))) => {
+                    if self.may_claim(&c, &known, &mut listed).await {
+                        self.apply(Command::Claim(c));
+                    }
+                }
+                Some(Ok(Command::Detach(c))) => {
+                    if self.may_claim(&c, &known, &mut listed).await {
+                        self.apply(Command::Detach(c));
+                    }
+                }
                 Some(Ok(command)) => {
                     if let Some(e) = self.apply(command) {
                         ending.get_or_insert(e);
@@ -343,6 +384,63 @@ impl<C: Clock> Sidecar<C> {
         None
     }
 
+    /// Whether an owner's `claim` (or `detach`) may be taken (the one judgement's rule,
+    /// [`ownership::may_claim`]): not while another session that may still live claimed the
+    /// same sandbox, or while the sandbox carries the label of another session that may still
+    /// live; refused (and journaled so) otherwise. The labels are read from one listing of the
+    /// provider per batch of lines, bounded by [`CLAIM_LOOKUP`]: a provider that cannot say in
+    /// time leaves the label rule to the reclaim's judgement. The proxies' claims skip this:
+    /// what a create just brought into being nobody else holds.
+    async fn may_claim(&mut self, t: &Target, known: &Known, listed: &mut Listings) -> bool {
+        if self.claims.contains(t) || self.detached.contains(t) {
+            return true;
+        }
+        let Some(provider) = self
+            .providers
+            .iter()
+            .find(|p| p.name() == t.provider)
+            .cloned()
+        else {
+            return true; // refused by `accept`, with the reason
+        };
+        let Ok(named) = provider.parse_claim(&t.id) else {
+            return true; // refused by `accept`, with the parser's reason
+        };
+        let found = listed.of(provider.as_ref()).await;
+        let sandbox = found
+            .iter()
+            .find(|s| s.id == named.id || provider.names(&named, s))
+            .cloned()
+            .unwrap_or_else(|| crate::providers::Sandbox {
+                provider: t.provider.clone(),
+                ..named
+            });
+        let label = sandbox
+            .session()
+            .filter(|l| !l.is_empty() && *l != self.session)
+            .map(|l| (l, known.session(l, sandbox.owner())));
+        let claimers = known.claimers(&sandbox, &self.session);
+        match ownership::may_claim(label, &claimers) {
+            Ok(()) => true,
+            Err(why) => {
+                let reason = why.to_string();
+                tracing::warn!("refused {} {}: {reason}", t.provider, t.id);
+                self.write(&Record::Refused {
+                    provider: t.provider.clone(),
+                    id: t.id.clone(),
+                    reason,
+                });
+                false
+            }
+        }
+    }
+
+    /// The state directory this sidecar's journal is in.
+    fn state_root(&self) -> Option<std::path::PathBuf> {
+        let root = self.journal.path().parent().and_then(|p| p.parent())?;
+        Some(root.to_path_buf())
+    }
+
     /// Whether a claim, release or detach names something a provider of this session can act on;
     /// otherwise it is journaled `refused`, once, with the reason.
     fn accept(&mut self, t: &Target) -> bool {
@@ -421,8 +519,7 @@ impl<C: Clock> Sidecar<C> {
             Plan::for_session(&self.session, &self.providers, &self.claims, &self.detached);
         // Other sessions are read from the ledger only if a claim names a sandbox that does
         // not carry this session's label.
-        let root = self.journal.path().parent().and_then(|p| p.parent());
-        plan.known = Some(Arc::new(Known::lazy(root.map(Into::into), &self.providers)));
+        plan.known = Some(Arc::new(Known::lazy(self.state_root(), &self.providers)));
         let journal: SharedJournal = Arc::new(Mutex::new(self.journal));
         let settle = self.options.settle.unwrap_or(Duration::ZERO);
         let late = drain_claims(control, settle, &journal, &self.providers);

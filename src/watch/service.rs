@@ -102,7 +102,7 @@ pub async fn run<R: AsyncRead + Unpin>(plan: Plan, triggers: Triggers<R>) -> Out
         plan.grace,
         plan.renew_every,
         sidecar.holdings(),
-        sidecar.ending(),
+        sidecar.halt(),
     );
     if let Some(keeper) = keeper {
         tasks.spawn(keeper.run());

@@ -22,7 +22,7 @@ struct Harness {
     run: tokio::task::JoinHandle<Outcome>,
     dir: std::path::PathBuf,
     /// What the TTL keeper is told: `true` once the watch ended.
-    ending: tokio::sync::watch::Receiver<bool>,
+    ending: ttl::Halt,
 }
 
 impl Harness {
@@ -80,7 +80,7 @@ impl Harness {
                 let _ = stopped.await;
             }),
         };
-        let ending = sidecar.ending();
+        let ending = sidecar.halt();
         let run = tokio::spawn(sidecar.run(triggers));
         Harness {
             ending,
@@ -142,12 +142,11 @@ async fn the_keeper_is_told_of_the_death_before_the_reclaim_starts() {
     let s = "ending1";
     let fake = Fake::flaky(vec![sandbox("a", Some(s))], u32::MAX, None);
     let mut h = Harness::start_with(s, fake, None);
-    assert!(!*h.ending.borrow());
+    assert!(!h.ending.is_ending());
     h.kill_owner.take().unwrap().send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(1), h.ending.wait_for(|e| *e))
+    tokio::time::timeout(Duration::from_secs(1), h.ending.ended())
         .await
-        .expect("told within a second")
-        .unwrap();
+        .expect("told within a second");
     assert!(!h.run.is_finished(), "told while the reclaim still runs");
     let (outcome, remaining, _) = h.finish().await;
     assert_eq!(outcome.state, SessionState::Pending);

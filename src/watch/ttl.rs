@@ -11,9 +11,11 @@
 //!   [`Asker::Renew`]): the session's own sandboxes and claims, never a detached one (by the
 //!   `detach` command or the `sandguard.detached=true` label: their own TTL is what should end
 //!   them), never one whose `sandguard.expires` passed, and nothing after the owner's death.
-//! - The keeper stops the moment the watch ends (the sidecar flips `ending` before its reclaim
-//!   starts), and checks again before each call of a round: a reclaim whose removals fail
-//!   does not keep a dead owner's sandboxes alive.
+//! - The keeper stops the moment the watch ends: the sidecar turns `ending` and then waits
+//!   for a batch of renewal calls already in flight (at most [`HALT_WAIT`]) before its reclaim
+//!   starts ([`Halting`]); the keeper checks again before each call. A reclaim whose removals
+//!   fail does not keep a dead owner's sandboxes alive, and no renewal lands after the first
+//!   removal.
 //! - A provider's renew never shortens a longer lifetime (the drivers check first).
 //! - No TTL-capable provider configured: no keeper, no timer, no wake-ups.
 //! - Failures are logged and retried on the next round; they never touch the watch loop,
@@ -51,9 +53,68 @@ pub struct Keeper {
     ttl: Duration,
     every: Duration,
     holdings: SharedHoldings,
-    /// Becomes `true` the moment the watch ends (the owner's death, `bye`, an expired lease),
-    /// before the reclaim starts: the keeper stops then, and renews nothing after it.
+    /// How the watch stops it (the owner's death, `bye`, an expired lease), before the
+    /// reclaim starts: it renews nothing after that.
+    halt: Halt,
+}
+
+/// How long a sidecar whose watch ended waits for a batch of renewals already in flight
+/// before its reclaim starts anyway (a renewal call is bounded by its client's timeouts).
+pub const HALT_WAIT: Duration = Duration::from_secs(1);
+
+/// The keeper's half of its stop: `ending` turns `true` when the watch ends; the keeper holds
+/// `calls` around each batch of renewal calls, checking `ending` once it has it.
+#[derive(Clone)]
+pub struct Halt {
     ending: tokio::sync::watch::Receiver<bool>,
+    calls: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Halt {
+    /// Whether the watch has ended.
+    pub fn is_ending(&self) -> bool {
+        *self.ending.borrow()
+    }
+
+    /// Until the watch has ended.
+    #[cfg(test)]
+    pub async fn ended(&mut self) {
+        let _ = self.ending.wait_for(|e| *e).await;
+    }
+}
+
+/// The sidecar's half: [`Halting::stop`] turns `ending` and then takes `calls`, so that no
+/// renewal call is made once the reclaim has begun (a check-then-call on another thread could
+/// otherwise land after the first removal).
+pub struct Halting {
+    ending: tokio::sync::watch::Sender<bool>,
+    calls: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Default for Halting {
+    fn default() -> Halting {
+        Halting {
+            ending: tokio::sync::watch::channel(false).0,
+            calls: Arc::default(),
+        }
+    }
+}
+
+impl Halting {
+    /// What a keeper is handed.
+    pub fn halt(&self) -> Halt {
+        Halt {
+            ending: self.ending.subscribe(),
+            calls: self.calls.clone(),
+        }
+    }
+
+    /// Stops the keeper: from now on it calls nothing; a batch in flight is waited for (at
+    /// most [`HALT_WAIT`]).
+    pub async fn stop(&self) {
+        self.ending.send_replace(true);
+        let _ = tokio::time::timeout(HALT_WAIT, self.calls.lock()).await;
+    }
 }
 
 impl Keeper {
@@ -64,7 +125,7 @@ impl Keeper {
         grace: Duration,
         every: Duration,
         holdings: SharedHoldings,
-        ending: tokio::sync::watch::Receiver<bool>,
+        halt: Halt,
     ) -> Option<Keeper> {
         let providers: Vec<Arc<dyn Provider>> = providers
             .iter()
@@ -80,7 +141,7 @@ impl Keeper {
             ttl: grace + every * 2,
             every,
             holdings,
-            ending,
+            halt,
         })
     }
 
@@ -92,13 +153,18 @@ impl Keeper {
         let mut tick = tokio::time::interval_at(first, self.every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            if *self.ending.borrow() {
+            if self.halt.is_ending() {
                 return;
             }
             tokio::select! {
                 _ = tick.tick() => {}
                 // A closed channel means the sidecar is gone: stop too.
-                _ = self.ending.changed() => continue,
+                r = self.halt.ending.changed() => {
+                    if r.is_err() {
+                        return;
+                    }
+                    continue;
+                }
             }
             let holdings = self
                 .holdings
@@ -143,7 +209,7 @@ impl Keeper {
             }
         }
         // The one judgement decides each renewal, with the owner as the watch last saw it.
-        let owner = if *self.ending.borrow() {
+        let owner = if self.halt.is_ending() {
             Liveness::Dead
         } else {
             Liveness::Alive
@@ -170,11 +236,16 @@ impl Keeper {
             ownership::judge(asker, &facts).verdict == Verdict::Renew
         });
         let ttl = self.ttl;
-        let ending = &self.ending;
+        let halt = &self.halt;
+        let shared = &self.holdings;
+        // Held while the calls are made: a sidecar whose watch ends waits for them before its
+        // reclaim (see [`Halting`]).
+        let _calls = halt.calls.lock().await;
         stream::iter(targets)
             .for_each_concurrent(CONCURRENCY, |s| async move {
-                // Asked again at each call: the owner may have died during the round.
-                if *ending.borrow() {
+                // Asked again at each call: the owner may have died during the round, or
+                // released or detached what this round listed.
+                if halt.is_ending() || !still_held(shared, &self.session, &s, &names) {
                     return;
                 }
                 match provider.renew(&s, ttl).await {
@@ -186,6 +257,22 @@ impl Keeper {
             })
             .await;
     }
+}
+
+/// Whether `s` is still the session's to renew by what the owner holds now: not detached
+/// since, and, unless it carries the session's own label, still claimed.
+fn still_held(
+    holdings: &SharedHoldings,
+    session: &str,
+    s: &Sandbox,
+    names: &impl Fn(&crate::protocol::Target, &Sandbox) -> bool,
+) -> bool {
+    let now = holdings
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let labelled = s.session() == Some(session);
+    !now.detached.iter().any(|t| names(t, s))
+        && (labelled || now.claims.iter().any(|t| names(t, s)))
 }
 
 #[cfg(test)]
@@ -263,14 +350,14 @@ mod tests {
         };
         let rx = Arc::new(std::sync::Mutex::new(holdings));
         let providers: Vec<Arc<dyn Provider>> = vec![p.clone()];
-        let (_ending, not_ending) = tokio::sync::watch::channel(false);
+        let halting = Halting::default();
         let keeper = Keeper::new(
             &providers,
             "s",
             Duration::from_secs(600),
             Duration::from_secs(60),
             rx,
-            not_ending,
+            halting.halt(),
         )
         .unwrap();
         let task = tokio::spawn(keeper.run());
@@ -300,20 +387,20 @@ mod tests {
             renewed: Mutex::new(vec![]),
         });
         let providers: Vec<Arc<dyn Provider>> = vec![p.clone()];
-        let (ending, watched) = tokio::sync::watch::channel(false);
+        let halting = Halting::default();
         let keeper = Keeper::new(
             &providers,
             "s",
             Duration::from_secs(600),
             Duration::from_secs(60),
             SharedHoldings::default(),
-            watched,
+            halting.halt(),
         )
         .unwrap();
         let task = tokio::spawn(keeper.run());
         tokio::time::sleep(FIRST_ROUND + Duration::from_secs(1)).await;
         assert_eq!(p.renewed.lock().unwrap().len(), 1);
-        ending.send_replace(true);
+        halting.stop().await;
         tokio::time::timeout(Duration::from_secs(1), task)
             .await
             .expect("the keeper returns once the watch ended")
@@ -330,14 +417,13 @@ mod tests {
     fn no_ttl_provider_means_no_keeper() {
         let providers: Vec<Arc<dyn Provider>> = vec![crate::providers::fake::Fake::holding(vec![])];
         let rx = SharedHoldings::default();
-        let (_ending, not_ending) = tokio::sync::watch::channel(false);
         assert!(Keeper::new(
             &providers,
             "s",
             Duration::from_secs(600),
             Duration::from_secs(60),
             rx,
-            not_ending,
+            Halting::default().halt(),
         )
         .is_none());
     }

@@ -1,0 +1,104 @@
+//! What `sandguard stop` takes, decided by the one judgement: the library half of the
+//! command (the CLI prints; the model test of the trust rules calls the same function).
+//!
+//! - Every configured provider is listed once (by the session's label with `--session`, else
+//!   by every sandguard label). A container whose label was only inherited from an image, and
+//!   does not count ([`crate::ownership::Facts::label_counts`]), is left out, as a stranger's
+//!   is: "not found".
+//! - `stop ID` takes the one managed sandbox whose id is `ID` or starts with it. An id that
+//!   names nothing by itself (empty, `.`, `..`, with a `/`) is never a prefix: not found (the
+//!   CLI refuses it before, as bad usage).
+//! - Then the judgement: `stop ID` removes what the user named, detached or not; `stop --all`
+//!   keeps every detached sandbox (by its label or by a `detach` in any session's ledger),
+//!   with the reason.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::{list_all, ListFailure};
+use crate::labels::Selector;
+use crate::ownership::known::Known;
+use crate::ownership::{self, Asker};
+use crate::providers::{Provider, Sandbox};
+
+/// What the user asked `stop` for.
+#[derive(Debug, Clone, Copy)]
+pub enum Asked<'a> {
+    /// One sandbox, by its id or a unique prefix.
+    Id(&'a str),
+    /// Every managed sandbox (of the session, with one).
+    All,
+}
+
+/// What `stop` removes, what it keeps and why, and the providers it could not list.
+#[derive(Debug, Default)]
+pub struct Chosen {
+    pub targets: Vec<Sandbox>,
+    pub kept: Vec<(Sandbox, String)>,
+    pub failures: Vec<ListFailure>,
+}
+
+/// `stop ID` found nothing, or several.
+#[derive(Debug)]
+pub struct NotFound {
+    pub message: String,
+    pub failures: Vec<ListFailure>,
+}
+
+/// Lists, picks and judges; see the module docs. `state`: the state directory, when there is
+/// one (its ledger says what was detached, and when sessions ended).
+pub async fn choose(
+    providers: &[Arc<dyn Provider>],
+    state: Option<PathBuf>,
+    session: Option<&str>,
+    asked: Asked<'_>,
+) -> Result<Chosen, NotFound> {
+    let selector = session.map_or_else(Selector::managed, Selector::session);
+    let (mut found, failures) = list_all(providers, &selector).await;
+    let known = Known::lazy(state, providers);
+    found.retain(|s| known.label_counts(s));
+    let (candidates, asker) = match asked {
+        Asked::Id(id) => match pick(found, id) {
+            Ok(one) => (vec![one], Asker::StopNamed),
+            Err(message) => return Err(NotFound { message, failures }),
+        },
+        Asked::All => (found, Asker::StopAll),
+    };
+    let mut chosen = Chosen {
+        failures,
+        ..Chosen::default()
+    };
+    for s in candidates {
+        let judgement = ownership::judge(asker, &known.facts(&s));
+        if judgement.removes() {
+            chosen.targets.push(s);
+        } else {
+            chosen.kept.push((s, judgement.reason.to_string()));
+        }
+    }
+    Ok(chosen)
+}
+
+/// The one sandbox `id` names: an exact id, else a unique prefix; never an id that names
+/// nothing by itself.
+fn pick(found: Vec<Sandbox>, id: &str) -> Result<Sandbox, String> {
+    if id.is_empty() || id == "." || id == ".." || id.contains('/') {
+        return Err(format!("{id:?} names no sandbox"));
+    }
+    if let Some(exact) = found.iter().find(|s| s.id == id) {
+        return Ok(exact.clone());
+    }
+    let mut matches: Vec<Sandbox> = found.into_iter().filter(|s| s.id.starts_with(id)).collect();
+    match matches.len() {
+        0 => Err(format!("no managed sandbox {id:?} found")),
+        1 => Ok(matches.remove(0)),
+        _ => Err(format!(
+            "{id:?} is ambiguous: it matches {}",
+            matches
+                .iter()
+                .map(|s| format!("{} {}", s.provider, s.id.escape_debug()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
