@@ -214,6 +214,13 @@ fn the_kill_matrix_twenty_times_with_a_bystander_that_survives() {
     );
 }
 
+/// The `k`th container id claimed in round `round`: each round claims ids of its own, since
+/// a claim of what an earlier round's session (whose owner, this process, lives) claimed is
+/// refused as a steal.
+fn id(round: usize, k: usize) -> String {
+    format!("{round:04x}{k:08x}")
+}
+
 #[test]
 fn the_journal_survives_a_thousand_random_sidecar_kills() {
     let s = Scratch::new("ledger-kills");
@@ -267,7 +274,7 @@ fn the_journal_survives_a_thousand_random_sidecar_kills() {
         while start.elapsed() < kill_after {
             if sent < 500
                 && pipe
-                    .write_all(format!("claim docker {sent:012x}\n").as_bytes())
+                    .write_all(format!("claim docker {}\n", id(round, sent)).as_bytes())
                     .is_ok()
             {
                 sent += 1;
@@ -304,7 +311,7 @@ fn the_journal_survives_a_thousand_random_sidecar_kills() {
             n <= sent,
             "round {round}: {n} claims journaled, {sent} sent"
         );
-        let first_n: Vec<String> = (0..n).map(|k| format!("{k:012x}")).collect();
+        let first_n: Vec<String> = (0..n).map(|k| id(round, k)).collect();
         assert_eq!(
             claimed, first_n,
             "round {round}: the journal holds the first {n} claims sent, in order"
@@ -323,7 +330,7 @@ fn the_journal_survives_a_thousand_random_sidecar_kills() {
         if !torn.is_empty() {
             torn_lines += 1;
             assert!(
-                n < sent && is_torn_claim(torn, &format!("{n:012x}")),
+                n < sent && is_torn_claim(torn, &id(round, n)),
                 "round {round}: the torn last line is not the next claim cut short: {:?}",
                 String::from_utf8_lossy(torn)
             );
