@@ -225,3 +225,60 @@ fn a_container_from_the_sessions_own_commit_is_its_own_and_a_later_strangers_is_
         .args(["rmi", "-f", &image])
         .output();
 }
+
+/// Point 8: nothing is renewed after the owner's death. An E2B sandbox of the session is
+/// renewed while its owner lives (`renew_every = 1s`); the owner is SIGKILLed while every
+/// delete fails (503), so the reclaim keeps retrying: in the seconds after the death the
+/// emulator sees deletes and no `POST /sandboxes/{id}/timeout`.
+#[test]
+fn the_ttl_keeper_renews_nothing_after_the_owners_death() {
+    const KEY: &str = "e2b_0123456789abcdef0123456789abcdef";
+    let s = Scratch::new("keeper-death");
+    let (emu, e2b) = crate::support::e2b::start(KEY);
+    let config = cloud_config(&s, "\n[watch]\nrenew_every = \"1s\"\n");
+    let mut cmd = sandguard(&s);
+    cmd.env("SANDGUARD_CONFIG", &config)
+        .env("E2B_API_KEY", KEY)
+        .env("E2B_API_URL", &emu.url);
+    let mut owner = Owner::start(cmd, &s);
+    let id = format!("i{}", unique());
+    let labels = owner.label_pairs();
+    e2b.insert(
+        &id,
+        &labels
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect::<Vec<_>>(),
+    );
+    let renewal = |h: &crate::support::emu::Hit| {
+        h.method == "POST" && h.path == format!("/sandboxes/{id}/timeout")
+    };
+    eventually(
+        Duration::from_secs(15),
+        "the keeper renews while the owner lives",
+        || emu.hits().iter().any(renewal),
+    );
+    // Every delete fails from now on (listings and renewals would still be answered).
+    for _ in 0..200 {
+        e2b.answer_next("DELETE", 503, None);
+    }
+    owner.kill();
+    let died = std::time::Instant::now();
+    eventually(
+        Duration::from_secs(10),
+        "the reclaim tries its delete",
+        || {
+            emu.hits()
+                .iter()
+                .any(|h| h.method == "DELETE" && h.at > died)
+        },
+    );
+    // Several renewal periods with the delete still failing.
+    std::thread::sleep(Duration::from_secs(3));
+    let late: Vec<_> = emu
+        .hits()
+        .into_iter()
+        .filter(|h| renewal(h) && h.at > died + Duration::from_millis(50))
+        .collect();
+    assert!(late.is_empty(), "renewed after the owner's death: {late:?}");
+}
