@@ -208,6 +208,16 @@ impl World {
         self.made.len() - 1
     }
 
+    /// SIGKILLs session `n`'s owner (its process group) and waits for its reclaim.
+    fn kill(&mut self, n: usize) {
+        let pid = self.sessions[n].job.0.id();
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", "--", &format!("-{pid}")])
+            .status();
+        let _ = self.sessions[n].job.0.wait();
+        self.ended(n);
+    }
+
     /// Waits until session `n`'s sidecar is gone and its state is final.
     fn ended(&mut self, n: usize) {
         let id = self.sessions[n].id.clone();
@@ -327,12 +337,7 @@ impl World {
             7 => {
                 self.log
                     .push(format!("the owner of session {n} is SIGKILLed"));
-                let pid = self.sessions[n].job.0.id();
-                let _ = std::process::Command::new("kill")
-                    .args(["-KILL", "--", &format!("-{pid}")])
-                    .status();
-                let _ = self.sessions[n].job.0.wait();
-                self.ended(n);
+                self.kill(n);
             }
             8 => {
                 self.log.push(format!("the owner of session {n} exits"));
@@ -471,12 +476,7 @@ fn random_histories_against_the_real_daemon_keep_the_trust_rules() {
             world
                 .log
                 .push(format!("the owner of session {n} is SIGKILLed (end)"));
-            let pid = world.sessions[n].job.0.id();
-            let _ = std::process::Command::new("kill")
-                .args(["-KILL", "--", &format!("-{pid}")])
-                .status();
-            let _ = world.sessions[n].job.0.wait();
-            world.ended(n);
+            world.kill(n);
         }
         world.check(seed);
     }

@@ -39,6 +39,10 @@ fn in_session(s: &Scratch, name: &str, body: &str) -> (Vec<String>, std::path::P
 
 const RUN: &str = "docker run -d --network none";
 
+/// `$SANDGUARD_LABELS` as `docker run` options, in a script.
+const LABELS: &str =
+    "$(echo \"$SANDGUARD_LABELS\" | tr ',' ' ' | sed 's/\\([^ ]*\\)/--label \\1/g')";
+
 #[test]
 fn a_claim_adopts_an_orphan_but_never_takes_a_live_sessions_sandbox() {
     require_docker();
@@ -80,9 +84,8 @@ fn stop_all_of_a_session_keeps_what_it_detached_by_label_or_by_ledger() {
     let _g = shared();
     let s = Scratch::new("stop-all-detached");
     let file = s.path().join("ids");
-    let labels = "$(echo \"$SANDGUARD_LABELS\" | tr ',' ' ' | sed 's/\\([^ ]*\\)/--label \\1/g')";
     let script = format!(
-        "L={labels}; a=$({RUN} $L {IMAGE} sleep 600); \
+        "L={LABELS}; a=$({RUN} $L {IMAGE} sleep 600); \
          b=$({RUN} $L --label sandguard.detached=true {IMAGE} sleep 600); \
          c=$({RUN} $L {IMAGE} sleep 600); sandguard detach docker $c; \
          printf '%s\\n%s\\n%s\\n%s\\n' \"$SANDGUARD_SESSION\" $a $b $c > {0}.tmp && mv {0}.tmp {0}; \
@@ -109,12 +112,11 @@ fn a_detach_outlives_the_pruning_of_its_session() {
     let _g = exclusive();
     let s = Scratch::new("prune-detach");
     let mut res = Resources::default();
-    let labels = "$(echo \"$SANDGUARD_LABELS\" | tr ',' ' ' | sed 's/\\([^ ]*\\)/--label \\1/g')";
     let (lines, _) = in_session(
         &s,
         "d",
         &format!(
-            "id=$({RUN} {labels} {IMAGE} sleep 600); sandguard detach docker $id >&2; echo $id"
+            "id=$({RUN} {LABELS} {IMAGE} sleep 600); sandguard detach docker $id >&2; echo $id"
         ),
     );
     let (session, kept) = (&lines[0], &lines[1]);
@@ -136,12 +138,11 @@ fn the_detached_label_wins_over_a_claim() {
     let _g = shared();
     let s = Scratch::new("claim-detached");
     let mut res = Resources::default();
-    let labels = "$(echo \"$SANDGUARD_LABELS\" | tr ',' ' ' | sed 's/\\([^ ]*\\)/--label \\1/g')";
     let (lines, _) = in_session(
         &s,
         "c",
         &format!(
-            "id=$({RUN} {labels} --label sandguard.detached=true {IMAGE} sleep 600); \
+            "id=$({RUN} {LABELS} --label sandguard.detached=true {IMAGE} sleep 600); \
              sandguard claim docker $id >&2; echo $id"
         ),
     );
@@ -167,12 +168,11 @@ fn a_container_from_the_sessions_own_commit_is_its_own_and_a_later_strangers_is_
     let s = Scratch::new("own-commit");
     let mut res = Resources::default();
     let image = format!("sandguard-test/own-commit-{}:latest", unique());
-    let labels = "$(echo \"$SANDGUARD_LABELS\" | tr ',' ' ' | sed 's/\\([^ ]*\\)/--label \\1/g')";
     let (lines, _) = in_session(
         &s,
         "commit",
         &format!(
-            "L={labels}; a=$({RUN} $L {IMAGE} sleep 600); docker commit $a {image} >/dev/null; \
+            "L={LABELS}; a=$({RUN} $L {IMAGE} sleep 600); docker commit $a {image} >/dev/null; \
              b=$({RUN} $L {image} sleep 600); echo $a; echo $b"
         ),
     );

@@ -422,16 +422,7 @@ impl<C: Clock> Sidecar<C> {
         let claimers = known.claimers(&sandbox, &self.session);
         match ownership::may_claim(label, &claimers) {
             Ok(()) => true,
-            Err(why) => {
-                let reason = why.to_string();
-                tracing::warn!("refused {} {}: {reason}", t.provider, t.id);
-                self.write(&Record::Refused {
-                    provider: t.provider.clone(),
-                    id: t.id.clone(),
-                    reason,
-                });
-                false
-            }
+            Err(why) => self.refuse(t, why.to_string()),
         }
     }
 
@@ -446,16 +437,19 @@ impl<C: Clock> Sidecar<C> {
     fn accept(&mut self, t: &Target) -> bool {
         match refusal(&self.providers, t) {
             None => true,
-            Some(reason) => {
-                tracing::warn!("refused {} {}: {reason}", t.provider, t.id);
-                self.write(&Record::Refused {
-                    provider: t.provider.clone(),
-                    id: t.id.clone(),
-                    reason,
-                });
-                false
-            }
+            Some(reason) => self.refuse(t, reason),
         }
+    }
+
+    /// Journals `t` as refused for `reason` (final, reported once); always `false`.
+    fn refuse(&mut self, t: &Target, reason: String) -> bool {
+        tracing::warn!("refused {} {}: {reason}", t.provider, t.id);
+        self.write(&Record::Refused {
+            provider: t.provider.clone(),
+            id: t.id.clone(),
+            reason,
+        });
+        false
     }
 
     fn share(&self, change: impl FnOnce(&mut ttl::Holdings)) {
