@@ -2,10 +2,11 @@
 //! through [`reclaim_then`] (or its halves, [`list_all`] and [`remove_all`]).
 //!
 //! - Targets are explicit claims plus every sandbox whose labels match the selector, on every
-//!   configured provider. Nothing else is ever removed: a listed sandbox that does not match
-//!   the selector is dropped before removal, whatever the provider returned.
+//!   configured provider, as the one ownership judgement ([`crate::ownership`]) gives them to
+//!   the session: nothing else is ever removed, whatever the provider returned.
 //! - What the owner detached is never removed, whether it was named by its full id or by a
-//!   prefix the provider accepts ([`Provider::names`]).
+//!   prefix the provider accepts ([`Provider::names`]), nor anything labelled detached, nor a
+//!   claimed sandbox that carries another session's label while that session may live.
 //! - Providers are worked on concurrently; within one provider removals run with bounded
 //!   concurrency, kind by kind (instances, then networks, then volumes): see [`remove`].
 //! - A listing that fails transiently is tried again, with the same backoff as removals and
@@ -425,8 +426,9 @@ where
     reclaim_then(providers, plan, late, options, None::<fn(&Report)>).await
 }
 
-/// The whole path. Claims are removed at once, while the selector is being listed (so a
-/// claimed sandbox is not kept waiting for a listing); then what the listing found goes.
+/// The whole path. Each provider is listed (by every managed label where the session holds
+/// claims, so that each claim is judged by the labels its sandbox carries), and what the
+/// judgement gives the session goes, claims included.
 /// With a settle delay, `late` (claims that arrive while the first pass runs) is collected
 /// and the selector listed once more, and whatever is new is removed too.
 ///
