@@ -1,15 +1,17 @@
-//! Random histories through the real binary and the real Docker daemon, checked after every
-//! step against a small model of the trust rules: the few dozen beside the thousands that
-//! `sandguard::model` runs in process against the fake provider (issue 22, part E).
+//! Random histories through the real binary, the real Docker daemon and the E2B emulator,
+//! checked after every step against a small model of the trust rules: the few dozen beside
+//! the thousands that `sandguard::model` runs in process against the fake provider (issue 22,
+//! part E).
 //!
 //! A history is made of sessions (guarded owners that take `claim`/`detach` commands from a
-//! fifo and run them with the real `sandguard claim`), containers created by them (labelled,
-//! labelled detached, unlabelled then claimed), by strangers (unlabelled, forged with a
-//! session's labels), claims of another session's container, detaches, owner deaths (SIGKILL,
-//! a plain exit), `stop --all --session` and sweeps. The oracle knows, for each container,
-//! who owns it by the rules (a label owns; a claim adopts only what no session owns; detach
-//! wins) and checks after every step that nothing it protects is gone, and, once an owner's
-//! session has ended, that nothing it owned is left.
+//! fifo and run them with the real `sandguard claim`), containers and E2B sandboxes created by
+//! them (labelled, labelled detached, unlabelled then claimed), by strangers (unlabelled,
+//! forged with a session's labels), claims of another session's sandbox, detaches, a session's
+//! own `docker commit`, `stop ID` (empty, `.`, a prefix), `stop --all --session`, sweeps,
+//! owner deaths (SIGKILL, a plain exit) and E2B deletes failing with 503. The oracle knows,
+//! for each sandbox, who owns it by the rules (a label owns; a claim adopts only what no
+//! session owns; detach wins) and checks after every step that nothing it protects is gone,
+//! and, once an owner's session has ended, that nothing it owned is left.
 //!
 //! `SANDGUARD_MODEL_DOCKER_SEED` replays one history; `SANDGUARD_MODEL_DOCKER_CASES` sets how
 //! many (default 30). A failure prints the seed and the history up to the failing step.
@@ -51,6 +53,27 @@ struct Made {
     detached: bool,
     /// `stop ID` named it: the user may remove what they name, detached or not.
     named: bool,
+    /// An E2B sandbox (in the emulator), not a Docker container.
+    cloud: bool,
+}
+
+impl Made {
+    fn provider(&self) -> &'static str {
+        if self.cloud {
+            "e2b"
+        } else {
+            "docker"
+        }
+    }
+
+    /// How a command names it: a Docker container by the 12-digit prefix `docker ps` shows.
+    fn short(&self) -> &str {
+        if self.cloud {
+            &self.id
+        } else {
+            &self.id[..12]
+        }
+    }
 }
 
 struct Session {
@@ -73,7 +96,12 @@ struct World {
     log: Vec<String>,
     /// Images committed by the history, removed at its end.
     images: Vec<String>,
+    emu: crate::support::emu::Emulator,
+    e2b: std::sync::Arc<crate::support::e2b::State>,
 }
+
+/// The E2B emulator's key.
+const E2B_KEY: &str = "e2b_5eed5eed5eed5eed5eed5eed5eed5eed";
 
 impl Drop for World {
     fn drop(&mut self) {
@@ -94,6 +122,7 @@ impl World {
             "[reclaim]\ndeadline = \"10s\"\nretry_initial = \"50ms\"\nretry_max = \"500ms\"\nsettle = \"0\"\n",
         )
         .unwrap();
+        let (emu, e2b) = crate::support::e2b::start(E2B_KEY);
         World {
             s,
             config,
@@ -102,12 +131,16 @@ impl World {
             res: Resources::default(),
             log: Vec::new(),
             images: Vec::new(),
+            emu,
+            e2b,
         }
     }
 
     fn cmd(&self) -> std::process::Command {
         let mut cmd = sandguard(&self.s);
-        cmd.env("SANDGUARD_CONFIG", &self.config);
+        cmd.env("SANDGUARD_CONFIG", &self.config)
+            .env("E2B_API_KEY", E2B_KEY)
+            .env("E2B_API_URL", &self.emu.url);
         cmd
     }
 
@@ -189,7 +222,14 @@ impl World {
         self.sessions[n].labels.clone()
     }
 
-    fn create(&mut self, labels: &[(String, String)], owner: Owner, detached: bool) -> usize {
+    /// A container, or (`cloud`) an E2B sandbox in the emulator, with these labels.
+    fn create(
+        &mut self,
+        labels: &[(String, String)],
+        owner: Owner,
+        detached: bool,
+        cloud: bool,
+    ) -> usize {
         let mut pairs: Vec<(&str, &str)> = labels
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
@@ -197,15 +237,30 @@ impl World {
         if detached {
             pairs.push(("sandguard.detached", "true"));
         }
-        let id = self.res.container(&pairs);
+        let id = if cloud {
+            let id = format!("i{}", unique());
+            self.e2b.insert(&id, &pairs);
+            id
+        } else {
+            self.res.container(&pairs)
+        };
         self.made.push(Made {
             id,
             owner,
             labelled: !labels.is_empty(),
             detached,
             named: false,
+            cloud,
         });
         self.made.len() - 1
+    }
+
+    fn exists(&self, m: &Made) -> bool {
+        if m.cloud {
+            self.e2b.exists(&m.id)
+        } else {
+            container_exists(&m.id)
+        }
     }
 
     /// SIGKILLs session `n`'s owner (its process group) and waits for its reclaim.
@@ -238,7 +293,7 @@ impl World {
             )
         };
         for m in &self.made {
-            let exists = container_exists(&m.id);
+            let exists = self.exists(m);
             let removable = m.named
                 || match m.owner {
                     Owner::Stranger => false,
@@ -263,40 +318,51 @@ impl World {
             return self.start();
         }
         let n = live[rng.below(live.len())];
+        // One sandbox in three is an E2B sandbox in the emulator, the rest Docker containers.
+        let cloud = rng.below(3) == 0;
+        let what = if cloud { "E2B sandbox" } else { "container" };
         match rng.below(10) {
             0 | 1 => {
                 self.log
-                    .push(format!("session {n} creates a labelled container"));
+                    .push(format!("session {n} creates a labelled {what}"));
                 let labels = self.labels_of(n);
-                self.create(&labels, Owner::Session(n), false);
+                self.create(&labels, Owner::Session(n), false, cloud);
             }
             2 => {
                 let labels = self.labels_of(n);
-                let c = self.create(&labels, Owner::Session(n), true);
+                let c = self.create(&labels, Owner::Session(n), true, cloud);
                 if rng.below(2) == 0 {
                     // A program that claims everything it makes, detached or not: detach wins.
                     self.log.push(format!(
-                        "session {n} creates a container labelled detached and claims it"
+                        "session {n} creates a {what} labelled detached and claims it"
                     ));
-                    let id = self.made[c].id.clone();
-                    self.tell(n, &format!("claim docker {id}"));
+                    let line = format!("claim {} {}", self.made[c].provider(), self.made[c].id);
+                    self.tell(n, &line);
                 } else {
                     self.log
-                        .push(format!("session {n} creates a container labelled detached"));
+                        .push(format!("session {n} creates a {what} labelled detached"));
                 }
             }
             3 => {
                 self.log.push(format!(
-                    "session {n} creates an unlabelled container and claims it"
+                    "session {n} creates an unlabelled {what} and claims it"
                 ));
-                let c = self.create(&[], Owner::Session(n), false);
-                let id = self.made[c].id.clone();
-                self.tell(n, &format!("claim docker {id}"));
+                let c = self.create(&[], Owner::Session(n), false, cloud);
+                let line = format!("claim {} {}", self.made[c].provider(), self.made[c].id);
+                self.tell(n, &line);
+            }
+            4 if rng.below(3) == 0 => {
+                // A provider fault: E2B answers its next deletes 503 (the reclaim retries).
+                self.log
+                    .push("E2B fails its next three deletes (503)".into());
+                for _ in 0..3 {
+                    self.e2b.answer_next("DELETE", 503, None);
+                }
             }
             4 => {
                 self.log
-                    .push("a stranger creates an unlabelled container".into());
-                self.create(&[], Owner::Stranger, false);
+                    .push(format!("a stranger creates an unlabelled {what}"));
+                self.create(&[], Owner::Stranger, false, cloud);
             }
             5 => {
                 // Another live session's container (never stolen) or a stranger's unlabelled
@@ -304,7 +370,7 @@ impl World {
                 let candidates: Vec<usize> = (0..self.made.len())
                     .filter(|c| {
                         let m = &self.made[*c];
-                        container_exists(&m.id)
+                        self.exists(m)
                             && match m.owner {
                                 Owner::Session(o) => o != n && !self.sessions[o].over,
                                 Owner::Stranger => !m.labelled,
@@ -316,8 +382,8 @@ impl World {
                         "session {n} claims container {c} ({:?})",
                         self.made[c].owner
                     ));
-                    let id = self.made[c].id.clone();
-                    self.tell(n, &format!("claim docker {id}"));
+                    let line = format!("claim {} {}", self.made[c].provider(), self.made[c].id);
+                    self.tell(n, &line);
                     if self.made[c].owner == Owner::Stranger {
                         self.made[c].owner = Owner::Session(n);
                     }
@@ -329,8 +395,12 @@ impl World {
                     .collect();
                 if let Some(&c) = ours.get(rng.below(ours.len().max(1))) {
                     self.log.push(format!("session {n} detaches container {c}"));
-                    let id = self.made[c].id[..12].to_string();
-                    self.tell(n, &format!("detach docker {id}"));
+                    let line = format!(
+                        "detach {} {}",
+                        self.made[c].provider(),
+                        self.made[c].short()
+                    );
+                    self.tell(n, &line);
                     self.made[c].detached = true;
                 }
             }
@@ -349,19 +419,12 @@ impl World {
             _ => {
                 if rng.below(2) == 0 {
                     self.log.push("sweep".into());
-                    let _ = run(self.cmd().args(["sweep", "--provider", "docker"]));
+                    let _ = run(self.cmd().arg("sweep"));
                 } else {
                     self.log
                         .push(format!("stop --all --session of session {n}"));
                     let id = self.sessions[n].id.clone();
-                    let _ = run(self.cmd().args([
-                        "stop",
-                        "--all",
-                        "--provider",
-                        "docker",
-                        "--session",
-                        &id,
-                    ]));
+                    let _ = run(self.cmd().args(["stop", "--all", "--session", &id]));
                 }
             }
         }
@@ -375,7 +438,7 @@ impl World {
     fn commit_or_stop(&mut self, n: usize, rng: &mut Rng) {
         let ours: Vec<usize> = (0..self.made.len())
             .filter(|c| self.made[*c].owner == Owner::Session(n) && self.made[*c].labelled)
-            .filter(|c| container_exists(&self.made[*c].id))
+            .filter(|c| !self.made[*c].cloud && self.exists(&self.made[*c]))
             .collect();
         if rng.below(2) == 0 && !ours.is_empty() {
             let c = ours[rng.below(ours.len())];
@@ -408,6 +471,7 @@ impl World {
                 labelled: true,
                 detached: false,
                 named: false,
+                cloud: false,
             });
             return;
         }
@@ -424,7 +488,7 @@ impl World {
             }
         };
         self.log.push(format!("stop {id:?}"));
-        let _ = run(self.cmd().args(["stop", "--provider", "docker", &id]));
+        let _ = run(self.cmd().args(["stop", &id]));
     }
 }
 
@@ -437,7 +501,7 @@ fn forge(world: &mut World, rng: &mut Rng) {
             .log
             .push(format!("a stranger forges session {n}'s labels"));
         let labels = world.labels_of(n);
-        world.create(&labels, Owner::Session(n), false);
+        world.create(&labels, Owner::Session(n), false, rng.below(3) == 0);
     }
 }
 
