@@ -438,7 +438,10 @@ impl World {
     fn commit_or_stop(&mut self, n: usize, rng: &mut Rng) {
         let ours: Vec<usize> = (0..self.made.len())
             .filter(|c| self.made[*c].owner == Owner::Session(n) && self.made[*c].labelled)
-            .filter(|c| !self.made[*c].cloud && self.exists(&self.made[*c]))
+            // Not a detached one: its image would carry `sandguard.detached=true`, and so would
+            // every container started from it (while the session lives, all it inherits counts).
+            .filter(|c| !self.made[*c].cloud && !self.made[*c].detached)
+            .filter(|c| self.exists(&self.made[*c]))
             .collect();
         if rng.below(2) == 0 && !ours.is_empty() {
             let c = ours[rng.below(ours.len())];
