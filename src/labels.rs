@@ -17,6 +17,13 @@ pub const EXPIRES: &str = "sandguard.expires";
 /// `true`: the sandbox survives its owner; only its TTL ends it.
 pub const DETACHED: &str = "sandguard.detached";
 
+/// Whether a value of [`DETACHED`] detaches: exactly `true`, the one reading every path uses
+/// (the judgement through [`crate::providers::Sandbox::is_detached`], and the proxies when
+/// they decide whether a create is claimed or detached).
+pub fn detaches(value: &str) -> bool {
+    value == "true"
+}
+
 /// Which sandboxes a listing asks for: every pair must match (AND). A `None` value asks that
 /// the key is present with a non-empty value: an empty `sandguard.session` is no session (it
 /// is how the Docker proxy blanks the labels a committed image would otherwise carry).

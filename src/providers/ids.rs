@@ -43,10 +43,13 @@ pub const E2B: Shape = Shape {
     accepts: |id| word(id, 64, b"-_"),
 };
 
-pub const DAYTONA: Shape = Shape {
+/// A UUID: Daytona's and Tenki's ids alike.
+const UUID: Shape = Shape {
     what: "a UUID",
     accepts: is_uuid,
 };
+
+pub const DAYTONA: Shape = UUID;
 
 pub const FLYIO: Shape = Shape {
     what: "1 to 32 lowercase hex digits",
@@ -55,10 +58,7 @@ pub const FLYIO: Shape = Shape {
     },
 };
 
-pub const TENKI: Shape = Shape {
-    what: "a UUID",
-    accepts: is_uuid,
-};
+pub const TENKI: Shape = UUID;
 
 pub const MODAL: Shape = Shape {
     what: "'sb-' and 1 to 64 letters or digits",

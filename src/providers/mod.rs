@@ -105,7 +105,9 @@ impl Sandbox {
 
     /// Labelled `sandguard.detached=true`: it outlives its owner; only its TTL ends it.
     pub fn is_detached(&self) -> bool {
-        self.labels.get(labels::DETACHED).map(String::as_str) == Some("true")
+        self.labels
+            .get(labels::DETACHED)
+            .is_some_and(|v| labels::detaches(v))
     }
 
     /// The sandbox a claimed target names, as its provider reads the id (a Docker

@@ -45,7 +45,7 @@ impl Hold {
     pub fn of(labels: &[(String, Json)]) -> Hold {
         let value = labels.iter().rev().find(|(k, _)| k == labels::DETACHED);
         match value {
-            Some((_, Json::String(v))) if v == "true" => Hold::Detach,
+            Some((_, Json::String(v))) if labels::detaches(v) => Hold::Detach,
             _ => Hold::Claim,
         }
     }

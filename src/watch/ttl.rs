@@ -320,6 +320,20 @@ mod tests {
         }
     }
 
+    /// A keeper of session `s` over `p` (grace 10 min, every minute), stopped by `halting`.
+    fn keeper(p: &Arc<Ttl>, holdings: Holdings, halting: &Halting) -> Keeper {
+        let providers: Vec<Arc<dyn Provider>> = vec![p.clone()];
+        Keeper::new(
+            &providers,
+            "s",
+            Duration::from_secs(600),
+            Duration::from_secs(60),
+            Arc::new(std::sync::Mutex::new(holdings)),
+            halting.halt(),
+        )
+        .unwrap()
+    }
+
     #[tokio::test(start_paused = true)]
     async fn labelled_and_claimed_sandboxes_are_renewed_detached_ones_are_not() {
         use crate::providers::fake::sandbox;
@@ -348,18 +362,8 @@ mod tests {
             }]
             .into(),
         };
-        let rx = Arc::new(std::sync::Mutex::new(holdings));
-        let providers: Vec<Arc<dyn Provider>> = vec![p.clone()];
         let halting = Halting::default();
-        let keeper = Keeper::new(
-            &providers,
-            "s",
-            Duration::from_secs(600),
-            Duration::from_secs(60),
-            rx,
-            halting.halt(),
-        )
-        .unwrap();
+        let keeper = keeper(&p, holdings, &halting);
         let task = tokio::spawn(keeper.run());
         tokio::time::sleep(FIRST_ROUND + Duration::from_secs(61)).await;
         task.abort();
@@ -386,17 +390,8 @@ mod tests {
             listed: vec![sandbox("l1", Kind::Instance, Some("s"))],
             renewed: Mutex::new(vec![]),
         });
-        let providers: Vec<Arc<dyn Provider>> = vec![p.clone()];
         let halting = Halting::default();
-        let keeper = Keeper::new(
-            &providers,
-            "s",
-            Duration::from_secs(600),
-            Duration::from_secs(60),
-            SharedHoldings::default(),
-            halting.halt(),
-        )
-        .unwrap();
+        let keeper = keeper(&p, Holdings::default(), &halting);
         let task = tokio::spawn(keeper.run());
         tokio::time::sleep(FIRST_ROUND + Duration::from_secs(1)).await;
         assert_eq!(p.renewed.lock().unwrap().len(), 1);
