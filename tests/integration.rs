@@ -32,3 +32,4 @@ mod trust_proxy;
 mod trust_proxy_routes;
 mod trust_sweep;
 mod wrapper;
+mod zero_code;

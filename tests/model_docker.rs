@@ -284,12 +284,30 @@ impl World {
         self.sessions[n].over = true;
     }
 
+    /// Every journal and log of the ledger, for a failure's report.
+    fn ledger_text(&self) -> String {
+        let dir = self.s.path().join("state/sandguard/sessions");
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        files.sort();
+        files
+            .iter()
+            .filter(|p| p.is_file())
+            .map(|p| {
+                let text = std::fs::read_to_string(p).unwrap_or_default();
+                format!("--- {}\n{text}", p.display())
+            })
+            .collect()
+    }
+
     /// The invariants: nothing protected is gone; nothing an ended session owned is left.
     fn check(&self, seed: u64) {
         let fail = |what: String| {
             panic!(
-                "seed {seed} (SANDGUARD_MODEL_DOCKER_SEED={seed}): {what}\nhistory:\n  {}",
-                self.log.join("\n  ")
+                "seed {seed} (SANDGUARD_MODEL_DOCKER_SEED={seed}): {what}\nhistory:\n  {}\n{}",
+                self.log.join("\n  "),
+                self.ledger_text()
             )
         };
         for m in &self.made {
@@ -391,7 +409,12 @@ impl World {
             }
             6 => {
                 let ours: Vec<usize> = (0..self.made.len())
-                    .filter(|c| self.made[*c].owner == Owner::Session(n) && !self.made[*c].detached)
+                    // What still exists: detaching what a `stop` already removed protects
+                    // nothing, and would make its removal look like a broken promise.
+                    .filter(|c| {
+                        let m = &self.made[*c];
+                        m.owner == Owner::Session(n) && !m.detached && self.exists(m)
+                    })
                     .collect();
                 if let Some(&c) = ours.get(rng.below(ours.len().max(1))) {
                     self.log.push(format!("session {n} detaches container {c}"));

@@ -7,7 +7,7 @@
 
 use crate::config::ConfigError;
 use crate::ledger::LedgerError;
-use crate::providers::UnknownProvider;
+use crate::providers::SelectError;
 
 use super::output::Exit;
 
@@ -20,9 +20,10 @@ pub enum Error {
     /// What the user typed makes no sense.
     #[error("{0}")]
     Usage(String),
-    /// `--provider` named no provider.
+    /// `--provider` named no provider (exit 1), or one that is not configured (exit 2: the
+    /// command line asks for something the configuration does not give).
     #[error(transparent)]
-    UnknownProvider(#[from] UnknownProvider),
+    Provider(#[from] SelectError),
     /// The ledger could not be used.
     #[error(transparent)]
     Ledger(#[from] LedgerError),
@@ -36,7 +37,10 @@ impl Error {
     pub fn exit(&self) -> Exit {
         match self {
             Error::Config(_) | Error::Usage(_) => Exit::Usage,
-            Error::UnknownProvider(_) | Error::Ledger(_) | Error::Failed(_) => Exit::Failure,
+            Error::Provider(SelectError::Unconfigured(_)) => Exit::Usage,
+            Error::Provider(SelectError::Unknown(_)) | Error::Ledger(_) | Error::Failed(_) => {
+                Exit::Failure
+            }
         }
     }
 }

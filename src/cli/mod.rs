@@ -27,6 +27,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+use crate::config::dotenv::WithDotenv;
 use crate::config::{Overrides, ProcessEnv, Settings};
 use crate::providers::Registry;
 
@@ -51,6 +52,10 @@ struct Cli {
 
     #[command(subcommand)]
     command: Option<Command>,
+
+    /// `sandguard [OPTIONS] -- CMD…` takes `run`'s options
+    #[command(flatten)]
+    run: run::Options,
 
     /// `sandguard -- CMD…`: run CMD under a new session (same as `sandguard run -- CMD…`)
     #[arg(last = true, value_name = "CMD")]
@@ -99,21 +104,26 @@ impl Invocation {
         let cli = match Cli::try_parse_from(args) {
             Ok(cli) => cli,
             Err(e) => {
-                let code = if e.use_stderr() {
-                    Exit::Usage
-                } else {
-                    Exit::Ok
-                };
-                let _ = e.print();
-                return Err(code.code());
+                if !e.use_stderr() {
+                    let _ = e.print();
+                    return Err(Exit::Ok.code());
+                }
+                eprint!("{}", without_dash_dash_tip(&e.render().to_string()));
+                return Err(Exit::Usage.code());
             }
         };
         let command = match (cli.command, cli.wrapped) {
+            (Some(_), _) if cli.run.is_given() => {
+                eprintln!(
+                    "sandguard: the run options (--grace, --docker-proxy, --quiet, …) go \
+                     before `--` in the short form `sandguard [OPTIONS] -- CMD…`, or after \
+                     `run`; not before another subcommand"
+                );
+                return Err(Exit::Usage.code());
+            }
             (Some(c), _) => c,
             (None, wrapped) if !wrapped.is_empty() => Command::Run(run::Args {
-                grace: None,
-                docker_proxy: false,
-                cloud_proxy: false,
+                options: cli.run,
                 command: wrapped,
             }),
             (None, _) => {
@@ -124,7 +134,7 @@ impl Invocation {
             }
         };
         let grace = match &command {
-            Command::Run(a) => a.grace.map(|g| g.0),
+            Command::Run(a) => a.options.grace.map(|g| g.0),
             Command::Watch(a) => a.grace.map(|g| g.0),
             _ => None,
         };
@@ -133,7 +143,7 @@ impl Invocation {
             grace,
             ..Default::default()
         };
-        let settings = Settings::resolve(&overrides, &ProcessEnv);
+        let settings = Settings::resolve(&overrides, &WithDotenv::here(&ProcessEnv));
         Ok(Invocation { command, settings })
     }
 
@@ -177,6 +187,25 @@ impl Invocation {
             }
         }
     }
+}
+
+/// clap's error without its tip "to pass '--x' as a value, use '-- --x'": with `CMD` as the
+/// trailing argument, that advice would run `--x` as the program. An option sandguard does
+/// not know is only that.
+fn without_dash_dash_tip(rendered: &str) -> String {
+    let mut out = String::with_capacity(rendered.len());
+    let mut lines = rendered.split_inclusive('\n').peekable();
+    while let Some(line) = lines.next() {
+        let next_is_tip = lines
+            .peek()
+            .is_some_and(|l| l.trim_start().starts_with("tip: to pass"));
+        if line.trim_start().starts_with("tip: to pass") || (line.trim().is_empty() && next_is_tip)
+        {
+            continue;
+        }
+        out.push_str(line);
+    }
+    out
 }
 
 /// Runs a command that reports through [`Error`].

@@ -35,9 +35,12 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
-use crate::config::{HumanDuration, Settings};
+use crate::config::{HumanDuration, ProxyMode, Settings};
 use crate::identity::Identity;
-use crate::session::{self, spawn::Spawn};
+use crate::session::{
+    self,
+    spawn::{Report, Spawn},
+};
 use crate::unix;
 
 /// sandguard itself failed before CMD ran.
@@ -47,20 +50,76 @@ pub const EXIT_NOT_EXECUTABLE: u8 = 126;
 /// CMD was not found.
 pub const EXIT_NOT_FOUND: u8 = 127;
 
-#[derive(Debug, clap::Args)]
-pub struct Args {
+/// What `run` and the short form `sandguard [OPTIONS] -- CMD` take.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct Options {
     /// Lease grace once heartbeats start (default 10m)
     #[arg(long, value_name = "D")]
     pub grace: Option<HumanDuration>,
     /// Serve CMD a Docker API proxy (DOCKER_HOST) that labels and claims every container,
-    /// network and volume it creates (default: [watch] docker_proxy)
-    #[arg(long)]
+    /// network and volume it creates, and fail if that cannot be done (default: on when a
+    /// Docker daemon is reachable; [watch] docker_proxy)
+    #[arg(long, overrides_with = "no_docker_proxy")]
     pub docker_proxy: bool,
-    /// Serve CMD the cloud API proxy: E2B_API_URL / DAYTONA_API_URL point at a loopback
-    /// endpoint that labels and claims every sandbox the E2B and Daytona SDKs create, for each
-    /// of the two configured (default: [watch] cloud_proxy)
-    #[arg(long)]
+    /// Do not serve the Docker API proxy
+    #[arg(long, overrides_with = "docker_proxy")]
+    pub no_docker_proxy: bool,
+    /// Serve CMD the cloud API proxy (E2B_API_URL / DAYTONA_API_URL) that labels and claims
+    /// every sandbox the E2B and Daytona SDKs create, and fail if neither is configured
+    /// (default: on for each whose credentials are found; [watch] cloud_proxy)
+    #[arg(long, overrides_with = "no_cloud_proxy")]
     pub cloud_proxy: bool,
+    /// Do not serve the cloud API proxy
+    #[arg(long, overrides_with = "cloud_proxy")]
+    pub no_cloud_proxy: bool,
+    /// Say nothing on the terminal when CMD ends (warnings at start are still printed)
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
+impl Options {
+    /// Whether any option was given (the short form's options before a subcommand are a
+    /// usage error, not silently dropped).
+    pub fn is_given(&self) -> bool {
+        self.grace.is_some()
+            || self.docker_proxy
+            || self.no_docker_proxy
+            || self.cloud_proxy
+            || self.no_cloud_proxy
+            || self.quiet
+    }
+
+    /// The Docker proxy's mode: the flag, else the config's (auto by default).
+    pub fn docker_proxy(&self, settings: &Settings) -> ProxyMode {
+        mode(
+            self.docker_proxy,
+            self.no_docker_proxy,
+            settings.watch.docker_proxy,
+        )
+    }
+
+    /// The cloud proxy's mode: the flag, else the config's (auto by default).
+    pub fn cloud_proxy(&self, settings: &Settings) -> ProxyMode {
+        mode(
+            self.cloud_proxy,
+            self.no_cloud_proxy,
+            settings.watch.cloud_proxy,
+        )
+    }
+}
+
+fn mode(on: bool, off: bool, config: ProxyMode) -> ProxyMode {
+    match (on, off) {
+        (true, _) => ProxyMode::On,
+        (_, true) => ProxyMode::Off,
+        _ => config,
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub options: Options,
     /// The program to guard, and its arguments
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -118,9 +177,12 @@ pub(super) fn start_sidecar(
         config: settings.source.clone(),
         session: None,
         owner: owner.clone(),
-        grace: args.grace.map(|g| g.0),
-        docker_proxy: args.docker_proxy || settings.watch.docker_proxy,
-        cloud_proxy: args.cloud_proxy || settings.watch.cloud_proxy,
+        grace: args.options.grace.map(|g| g.0),
+        docker_proxy: args.options.docker_proxy(settings),
+        cloud_proxy: args.options.cloud_proxy(settings),
+        report: Some(Report {
+            quiet: args.options.quiet,
+        }),
     };
     let ready = match control {
         Some(pipe) => spawn.start_on(pipe),

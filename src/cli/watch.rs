@@ -39,12 +39,11 @@ use std::io::Write;
 use std::os::fd::AsRawFd;
 
 use super::output::Exit;
-use crate::config::{HumanDuration, Settings};
+use crate::config::{HumanDuration, ProxyMode, Settings};
 use crate::identity::death::OwnerWatch;
 use crate::identity::Identity;
 use crate::protocol::{ByeOutcome, LineReader, ReadyLine};
-use crate::providers::cloud_proxy::{Api, CloudProxy};
-use crate::providers::docker::proxy::{Claim, Proxy, SocketDir, Upstream};
+use crate::providers::docker::proxy::Claim;
 use crate::providers::Registry;
 use crate::reclaim::Options;
 use crate::session::{self, SessionId};
@@ -52,7 +51,10 @@ use crate::unix::{self, Forked};
 use crate::watch::{service, Triggers};
 
 mod begin;
+mod proxies;
+mod terminal;
 use begin::{fleet_plan, start_session};
+use terminal::Terminal;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -73,14 +75,35 @@ pub struct Args {
     #[arg(long, value_name = "D")]
     pub grace: Option<HumanDuration>,
     /// Serve a Docker API proxy that labels and claims what it creates; the ready line then
-    /// carries its address (`ready SESSION DOCKER_HOST=unix:///…/docker.sock`)
-    #[arg(long)]
-    pub docker_proxy: bool,
+    /// carries its address (`ready SESSION DOCKER_HOST=unix:///…/docker.sock`). `=auto`: only
+    /// when a Docker daemon answers (else a warning, and no proxy)
+    #[arg(
+        long,
+        value_name = "WHEN",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "on"
+    )]
+    pub docker_proxy: Option<ProxyMode>,
     /// Serve the cloud API proxy for E2B and Daytona (those configured): a loopback endpoint
     /// each that labels and claims every sandbox created through it; the ready line then
-    /// carries `E2B_API_URL=http://127.0.0.1:PORT` / `DAYTONA_API_URL=http://127.0.0.1:PORT/api`
-    #[arg(long)]
-    pub cloud_proxy: bool,
+    /// carries `E2B_API_URL=http://127.0.0.1:PORT` / `DAYTONA_API_URL=http://127.0.0.1:PORT/api`.
+    /// `=auto`: for those configured, and none is no error
+    #[arg(
+        long,
+        value_name = "WHEN",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "on"
+    )]
+    pub cloud_proxy: Option<ProxyMode>,
+    /// stderr is the wrapper's: warnings at start, and a line at the end when it is a
+    /// terminal (see `session::spawn::Report`)
+    #[arg(long, hide = true)]
+    pub report: bool,
+    /// With --report: no line at the end
+    #[arg(long, hide = true)]
+    pub quiet: bool,
     /// Fork away from the parent and log to the state directory (used by the wrapper)
     #[arg(long, hide = true)]
     pub daemonize: bool,
@@ -90,13 +113,18 @@ pub struct Args {
 struct StartError(Exit, String);
 
 pub fn run(args: Args, settings: Result<Settings, String>) -> Exit {
+    let terminal = match args.report {
+        true => Terminal::take_stderr(),
+        false => Terminal::none(),
+    };
     if args.daemonize {
         match unix::fork_single_threaded() {
             Ok(Forked::Parent(_)) => return Exit::Ok,
             Ok(Forked::Child) => {}
             Err(e) => return fail(StartError(Exit::Failure, format!("cannot fork: {e}"))),
         }
-        unix::close_descriptors_except(args.control_fd);
+        let keep: Vec<i32> = args.control_fd.into_iter().chain(terminal.fd()).collect();
+        unix::close_descriptors_except(&keep);
         if let Err(e) = std::env::set_current_dir("/") {
             return fail(StartError(
                 Exit::Failure,
@@ -128,7 +156,7 @@ pub fn run(args: Args, settings: Result<Settings, String>) -> Exit {
             ))
         }
     };
-    match runtime.block_on(serve(args, settings)) {
+    match runtime.block_on(serve(args, settings, terminal)) {
         Ok(exit) => exit,
         Err(e) => fail(e),
     }
@@ -140,7 +168,7 @@ fn fail(StartError(exit, message): StartError) -> Exit {
     exit
 }
 
-async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
+async fn serve(args: Args, settings: Settings, terminal: Terminal) -> Result<Exit, StartError> {
     let failure = |m: String| StartError(Exit::Failure, m);
     let owner = judge_owner(args.owner_pid, args.owner_start);
     let session = match args.session.as_deref().map(SessionId::parse) {
@@ -156,50 +184,33 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
     if args.daemonize {
         redirect_stderr(&journal.path().with_extension("log"));
     }
-    let control = match args.control_fd {
-        Some(fd) => Some(open_control(fd).map_err(failure)?),
-        None => None,
-    };
-    let mut owner_watch = OwnerWatch::open(&owner);
-    let stop = stop_signal().map_err(|e| failure(format!("cannot listen for SIGTERM: {e}")))?;
-    let labels = session::labels(&session, &owner);
-    let (claims_tx, claims_rx) = tokio::sync::mpsc::unbounded_channel();
-    let docker_proxy = match args.docker_proxy {
-        true => Some(
-            start_proxy(
-                &settings,
-                &session,
-                &labels,
-                journal.path(),
-                claims_tx.clone(),
-            )
-            .map_err(&failure)?,
-        ),
-        false => None,
-    };
-    let cloud = match args.cloud_proxy {
-        true => start_cloud_proxies(&settings, &labels, &claims_tx).await?,
-        false => Vec::new(),
-    };
-    drop(claims_tx);
-    let mut env: Vec<(String, String)> = docker_proxy
-        .iter()
-        .map(|p| {
-            let host = format!("unix://{}", p.dir.socket().display());
-            ("DOCKER_HOST".to_string(), host)
-        })
-        .collect();
-    env.extend(cloud.iter().map(CloudProxy::assignment));
-    announce(&ReadyLine::Ready {
-        session: session.clone(),
-        env,
-    })
-    .map_err(|e| failure(format!("cannot write the ready line: {e}")))?;
+    // Until `ready`, a failure leaves no new session behind (see `begin::Undo`).
+    let undo = begin::Undo::new(&journal, resumed.is_some());
+    let started = begin_watch(&args, &settings, &session, &owner, &journal, terminal)
+        .await
+        .and_then(|begun| {
+            announce(&ReadyLine::Ready {
+                session: session.clone(),
+                env: begun.served.env(),
+            })
+            .map_err(|e| failure(format!("cannot write the ready line: {e}")))?;
+            Ok(begun)
+        });
+    let Begun {
+        control,
+        mut owner_watch,
+        stop,
+        labels,
+        served,
+        claims_rx,
+        terminal,
+    } = undo.unless_ok(started)?;
+    let terminal = terminal.at_ready(args.quiet);
     // After `ready`: building the registry (the PATH scan for plugins) is not needed to accept
     // claims, and the wrapper's program is waiting for `ready` to start.
     let registry = Registry::from_settings(&settings);
-    let proxy_claims = (docker_proxy.is_some() || !cloud.is_empty()).then_some(claims_rx);
-    let (proxy, _proxy_dir) = match docker_proxy {
+    let proxy_claims = (served.docker.is_some() || !served.cloud.is_empty()).then_some(claims_rx);
+    let (proxy, _proxy_dir) = match served.docker {
         Some(p) => (Some(p.proxy), Some(p.dir)),
         None => (None, None),
     };
@@ -210,6 +221,8 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
         claims: v.claims,
         detached: v.detached,
     });
+    let end_report: Option<crate::watch::EndReport> =
+        terminal.map(|t| Box::new(move |report: &crate::reclaim::Report| t.tell_end(report)) as _);
     let plan = service::Plan {
         session,
         journal,
@@ -218,10 +231,11 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
         renew_every: settings.watch.renew_every,
         options: Options::from(&settings.reclaim),
         proxy,
-        cloud,
+        cloud: served.cloud,
         fleet,
         held,
         bye_report: Some(Box::new(report_bye)),
+        end_report,
     };
     let triggers = Triggers {
         exit: owner_watch.exit_probe(),
@@ -235,6 +249,57 @@ async fn serve(args: Args, settings: Settings) -> Result<Exit, StartError> {
     Ok(Exit::clean_if(
         outcome.state != crate::ledger::SessionState::Pending,
     ))
+}
+
+type Control = LineReader<tokio::net::unix::pipe::Receiver>;
+type Stop = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Everything between the journal and `ready`: the control pipe, the owner's death source,
+/// SIGTERM, the proxies (and their warnings).
+struct Begun {
+    control: Option<Control>,
+    owner_watch: OwnerWatch,
+    stop: Stop,
+    labels: std::collections::BTreeMap<String, String>,
+    served: proxies::Served,
+    claims_rx: tokio::sync::mpsc::UnboundedReceiver<Claim>,
+    terminal: Terminal,
+}
+
+async fn begin_watch(
+    args: &Args,
+    settings: &Settings,
+    session: &str,
+    owner: &Identity,
+    journal: &crate::ledger::Journal,
+    mut terminal: Terminal,
+) -> Result<Begun, StartError> {
+    let failure = |m: String| StartError(Exit::Failure, m);
+    let control = match args.control_fd {
+        Some(fd) => Some(open_control(fd).map_err(failure)?),
+        None => None,
+    };
+    let owner_watch = OwnerWatch::open(owner);
+    let stop = stop_signal().map_err(|e| failure(format!("cannot listen for SIGTERM: {e}")))?;
+    let labels = session::labels(session, owner);
+    let (claims_tx, claims_rx) = tokio::sync::mpsc::unbounded_channel();
+    let at = proxies::Session {
+        id: session,
+        labels: &labels,
+        journal: journal.path(),
+    };
+    let docker = args.docker_proxy.unwrap_or(ProxyMode::Off);
+    let cloud = args.cloud_proxy.unwrap_or(ProxyMode::Off);
+    let served = proxies::start(settings, docker, cloud, &at, &claims_tx, &mut terminal).await?;
+    Ok(Begun {
+        control,
+        owner_watch,
+        stop,
+        labels,
+        served,
+        claims_rx,
+        terminal,
+    })
 }
 
 /// The owner as it is now; a pid that is gone or whose start time differs from the one given
@@ -266,67 +331,6 @@ fn stop_signal() -> std::io::Result<std::pin::Pin<Box<dyn std::future::Future<Ou
     Ok(Box::pin(async move {
         term.recv().await;
     }))
-}
-
-/// A bound Docker proxy and its private directory.
-struct DockerProxy {
-    proxy: Proxy,
-    dir: SocketDir,
-}
-
-/// Binds the proxy beside the journal (`<session>.docker/docker.sock`), forwarding to the
-/// daemon the Docker driver would use.
-fn start_proxy(
-    settings: &Settings,
-    session: &str,
-    labels: &std::collections::BTreeMap<String, String>,
-    journal: &std::path::Path,
-    tx: tokio::sync::mpsc::UnboundedSender<Claim>,
-) -> Result<DockerProxy, String> {
-    let host = crate::providers::docker::address(&settings.docker)
-        .map_err(|e| format!("cannot start the Docker proxy: {e}"))?;
-    let upstream = Upstream::parse(&host)?;
-    let dir = journal.with_extension("docker");
-    // The fallback lives in a shared temp dir: a random name, so no one can squat on it.
-    let mut salt = [0u8; 8];
-    unix::random_bytes(&mut salt).map_err(|e| format!("cannot make a random name: {e}"))?;
-    let salt: String = salt.iter().map(|b| format!("{b:02x}")).collect();
-    let fallback = format!("sandguard-{session}-{salt}.docker");
-    let (proxy, dir) = Proxy::bind(&dir, &fallback, upstream, labels.clone(), tx)
-        .map_err(|e| format!("cannot listen for the Docker proxy: {e}"))?;
-    Ok(DockerProxy { proxy, dir })
-}
-
-/// One bound cloud proxy for each of E2B and Daytona that is configured (its credential set),
-/// forwarding to the base URL its driver uses. Neither configured is a usage error.
-async fn start_cloud_proxies(
-    settings: &Settings,
-    labels: &std::collections::BTreeMap<String, String>,
-    tx: &tokio::sync::mpsc::UnboundedSender<Claim>,
-) -> Result<Vec<CloudProxy>, StartError> {
-    let configured = [(Api::E2b, &settings.e2b), (Api::Daytona, &settings.daytona)];
-    let mut proxies = Vec::new();
-    for (api, cloud) in configured {
-        if cloud.token.is_none() && cloud.secret.is_none() {
-            continue;
-        }
-        let proxy = CloudProxy::bind(api, &cloud.url, labels.clone(), tx.clone())
-            .await
-            .map_err(|e| {
-                let message = format!("cannot start the {} cloud proxy: {e}", api.name());
-                StartError(Exit::Failure, message)
-            })?;
-        proxies.push(proxy);
-    }
-    if proxies.is_empty() {
-        return Err(StartError(
-            Exit::Usage,
-            "--cloud-proxy: neither E2B nor Daytona is configured (set E2B_API_KEY or \
-             DAYTONA_API_KEY, or api_key in [providers.e2b] / [providers.daytona])"
-                .into(),
-        ));
-    }
-    Ok(proxies)
 }
 
 fn announce(line: &dyn std::fmt::Display) -> std::io::Result<()> {

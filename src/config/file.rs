@@ -38,8 +38,8 @@ pub(super) struct FileConfig {
 pub(super) struct FileWatch {
     pub(super) grace: Option<Positive>,
     pub(super) renew_every: Option<HumanDuration>,
-    pub(super) docker_proxy: Option<bool>,
-    pub(super) cloud_proxy: Option<bool>,
+    pub(super) docker_proxy: Option<super::ProxyMode>,
+    pub(super) cloud_proxy: Option<super::ProxyMode>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 pub mod cloud;
 pub mod docker;
+pub mod dotenv;
 mod file;
 pub mod fleet;
 mod values;
@@ -83,10 +84,63 @@ pub struct WatchSettings {
     pub grace: Duration,
     /// How often the sidecar renews its sandboxes' server-side TTLs (`0` never does).
     pub renew_every: Duration,
-    /// Serve a labelling Docker API proxy to the guarded program by default.
-    pub docker_proxy: bool,
-    /// Serve the cloud API proxy (E2B, Daytona) to the guarded program by default.
-    pub cloud_proxy: bool,
+    /// Serve a labelling Docker API proxy to the program `sandguard -- CMD` runs
+    /// (`docker_proxy`): [`ProxyMode::Auto`] unless the file says `true` or `false`.
+    pub docker_proxy: ProxyMode,
+    /// Serve the cloud API proxy (E2B, Daytona) to that program (`cloud_proxy`), likewise.
+    pub cloud_proxy: ProxyMode,
+}
+
+/// Whether the wrapper serves a proxy to the program it runs.
+///
+/// Decisions (zero code by default):
+/// - **Auto is the default** for `sandguard -- CMD` and `sandguard run`: the Docker proxy is
+///   served when a Docker daemon is configured and accepts a connection, the cloud proxy for
+///   each of E2B and Daytona whose credentials are found where their SDKs look. When that is
+///   impossible the program still runs, guarded by labels and claims, and one warning line on
+///   the wrapper's stderr says why.
+/// - **On** (`--docker-proxy`, `docker_proxy = true`) was asked for: impossible is an error
+///   (the wrapper exits 125 and CMD does not run).
+/// - **Off** (`--no-docker-proxy`, `docker_proxy = false`) serves nothing.
+/// - `sandguard watch` (the SDKs' sidecar) serves a proxy only when asked
+///   (`--docker-proxy[=auto]`): a helper that starts it knows what it wants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ProxyMode {
+    Off,
+    #[default]
+    Auto,
+    On,
+}
+
+impl ProxyMode {
+    /// The config file's `true`, `false` or `"auto"`, or the default (auto).
+    fn from_file(value: Option<ProxyMode>) -> ProxyMode {
+        value.unwrap_or_default()
+    }
+}
+
+/// In the config file: `true` (on), `false` (off) or `"auto"`; anything else is an error that
+/// names the file, line and key, as every bad value is.
+impl<'de> serde::Deserialize<'de> for ProxyMode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ProxyMode, D::Error> {
+        struct Mode;
+        impl serde::de::Visitor<'_> for Mode {
+            type Value = ProxyMode;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("true, false or \"auto\"")
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<ProxyMode, E> {
+                Ok(if v { ProxyMode::On } else { ProxyMode::Off })
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ProxyMode, E> {
+                match v {
+                    "auto" => Ok(ProxyMode::Auto),
+                    other => Err(E::invalid_value(serde::de::Unexpected::Str(other), &self)),
+                }
+            }
+        }
+        d.deserialize_any(Mode)
+    }
 }
 
 /// The sweep's housekeeping.
@@ -277,8 +331,8 @@ impl Settings {
                     .watch
                     .renew_every
                     .map_or(Duration::from_secs(60), |d| d.0),
-                docker_proxy: file.watch.docker_proxy.unwrap_or(false),
-                cloud_proxy: file.watch.cloud_proxy.unwrap_or(false),
+                docker_proxy: ProxyMode::from_file(file.watch.docker_proxy),
+                cloud_proxy: ProxyMode::from_file(file.watch.cloud_proxy),
             },
             reclaim: ReclaimSettings {
                 concurrency: r.concurrency.map_or(16, |c| c.0),

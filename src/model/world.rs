@@ -220,6 +220,7 @@ impl World {
                 lease: LEASE,
             }),
             bye_report: None,
+            end_report: None,
             held: Default::default(),
         };
         let (pipe, end) = tokio::io::duplex(64 * 1024);

@@ -374,4 +374,6 @@ pub trait Provider: Send + Sync {
     }
 }
 
-pub use registry::{Entry, EntryState, Registry, UnknownProvider};
+pub use registry::{
+    Entry, EntryState, Registry, SelectError, UnconfiguredProvider, UnknownProvider,
+};

@@ -26,6 +26,28 @@ pub struct Registry {
     entries: Vec<Entry>,
 }
 
+/// Why `--provider NAME` cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SelectError {
+    #[error(transparent)]
+    Unknown(#[from] UnknownProvider),
+    #[error(transparent)]
+    Unconfigured(#[from] UnconfiguredProvider),
+}
+
+/// `--provider NAME` named a provider sandguard knows but that is not configured: asked for by
+/// name, it is an error (exit 2), never an empty answer that reads as "nothing there".
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "provider {name:?} is not configured: {why}; `sandguard providers` shows what each provider \
+     needs"
+)]
+pub struct UnconfiguredProvider {
+    pub name: String,
+    /// Which variable or key would configure it.
+    pub why: String,
+}
+
 /// `--provider NAME` named no registered provider.
 #[derive(Debug, thiserror::Error)]
 #[error("unknown provider {name:?}; known providers: {}", known.join(", "))]
@@ -78,15 +100,30 @@ impl Registry {
         &self.entries
     }
 
-    /// The configured providers, all of them or the one named. An unknown name is an error; a
-    /// known but unconfigured one yields an empty list (skipped silently).
-    pub fn select(&self, only: Option<&str>) -> Result<Vec<Arc<dyn Provider>>, UnknownProvider> {
+    /// The configured providers, all of them or the one named. Without a name the
+    /// unconfigured ones are skipped; a name that is unknown, or known but not configured, is
+    /// an error.
+    pub fn select(&self, only: Option<&str>) -> Result<Vec<Arc<dyn Provider>>, SelectError> {
         if let Some(name) = only {
-            if !self.entries.iter().any(|e| e.name == name) {
-                return Err(UnknownProvider {
-                    name: name.to_string(),
-                    known: self.entries.iter().map(|e| e.name.to_string()).collect(),
-                });
+            match self.entries.iter().find(|e| e.name == name) {
+                None => {
+                    return Err(UnknownProvider {
+                        name: name.to_string(),
+                        known: self.entries.iter().map(|e| e.name.to_string()).collect(),
+                    }
+                    .into())
+                }
+                Some(Entry {
+                    state: EntryState::Unconfigured(why),
+                    ..
+                }) => {
+                    return Err(UnconfiguredProvider {
+                        name: name.to_string(),
+                        why: why.clone(),
+                    }
+                    .into())
+                }
+                Some(_) => {}
             }
         }
         Ok(self
@@ -117,8 +154,11 @@ mod tests {
             state: EntryState::Unconfigured("no socket".into()),
         }]);
         assert!(reg.select(None).unwrap().is_empty());
-        assert!(reg.select(Some("docker")).unwrap().is_empty());
-        let Err(err) = reg.select(Some("dokker")) else {
+        let Err(SelectError::Unconfigured(err)) = reg.select(Some("docker")) else {
+            panic!("docker is known but not configured")
+        };
+        assert!(err.to_string().contains("no socket"), "{err}");
+        let Err(SelectError::Unknown(err)) = reg.select(Some("dokker")) else {
             panic!("dokker should be unknown")
         };
         assert_eq!(

@@ -122,8 +122,9 @@ impl GuardBuilder {
             session: None,
             owner: me.clone(),
             grace: self.grace,
-            docker_proxy: false,
-            cloud_proxy: false,
+            docker_proxy: crate::config::ProxyMode::Off,
+            cloud_proxy: crate::config::ProxyMode::Off,
+            report: None,
         }
         .start()?;
         let labels = crate::session::labels(&ready.session, &me);

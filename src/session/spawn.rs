@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::config::ProxyMode;
 use crate::identity::Identity;
 use crate::protocol::ReadyLine;
 use crate::unix;
@@ -62,10 +63,28 @@ pub struct Spawn {
     pub owner: Identity,
     /// `--grace`, when the caller overrides the config's.
     pub grace: Option<Duration>,
-    /// Serve a Docker API proxy.
-    pub docker_proxy: bool,
-    /// Serve the cloud API proxy (E2B, Daytona).
-    pub cloud_proxy: bool,
+    /// Serve a Docker API proxy: `--docker-proxy` (on) or `--docker-proxy=auto`.
+    pub docker_proxy: ProxyMode,
+    /// Serve the cloud API proxy (E2B, Daytona), likewise.
+    pub cloud_proxy: ProxyMode,
+    /// The sidecar's stderr is the caller's (the wrapper's), for its warnings at start and
+    /// its word at the end ([`Report`]); `None`: `/dev/null`, as for the SDKs' sidecars,
+    /// whose helpers report through the ready and outcome lines.
+    pub report: Option<Report>,
+}
+
+/// How the sidecar talks to the terminal the wrapper was started from (`watch --report`).
+///
+/// Its warnings at start (a proxy on by default that cannot be served, a Docker daemon that
+/// does not answer) go to that stderr before `ready`, so they are printed before CMD's first
+/// word. After `ready` it keeps that stderr only when it is a terminal and the wrapper was not
+/// `--quiet`: one line then says what the reclaim at CMD's end removed or left. A stderr that
+/// is a pipe or a file is closed at `ready`, so whoever reads it to its end (a CI job, `$(…)`)
+/// sees the end when CMD's own last descriptor closes, not after the reclaim.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Report {
+    /// `--quiet`: no line at the end.
+    pub quiet: bool,
 }
 
 /// A sidecar that said `ready`, and the write end of its control pipe.
@@ -116,18 +135,35 @@ impl Spawn {
             None => super::new_id().map_err(SpawnError::SessionId)?,
         };
         cmd.args(["--session", &session]);
-        if self.docker_proxy {
-            cmd.arg("--docker-proxy");
+        for (flag, mode) in [
+            ("--docker-proxy", self.docker_proxy),
+            ("--cloud-proxy", self.cloud_proxy),
+        ] {
+            match mode {
+                ProxyMode::On => cmd.arg(flag),
+                ProxyMode::Auto => cmd.arg(format!("{flag}=auto")),
+                ProxyMode::Off => &mut cmd,
+            };
         }
-        if self.cloud_proxy {
-            cmd.arg("--cloud-proxy");
-        }
+        let stderr = match self.report {
+            Some(report) => {
+                cmd.arg("--report");
+                if report.quiet {
+                    cmd.arg("--quiet");
+                }
+                std::io::stderr()
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .map_or_else(|_| Stdio::null(), Stdio::from)
+            }
+            None => Stdio::null(),
+        };
         if let Some(grace) = self.grace {
             cmd.args(["--grace", &format!("{}ms", grace.as_millis())]);
         }
         cmd.stdin(Stdio::null())
             .stdout(Stdio::from(ready_w))
-            .stderr(Stdio::null());
+            .stderr(stderr);
         let mut child = unix::spawn_in_new_session(&mut cmd, control_r.as_raw_fd(), CONTROL_FD)
             .map_err(|source| SpawnError::Start {
                 binary: self.binary.display().to_string(),

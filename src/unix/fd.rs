@@ -114,7 +114,7 @@ pub fn pipe_has_no_reader(fd: BorrowedFd<'_>) -> bool {
 /// Closes every descriptor from 3 up except `keep`: a daemonized sidecar must not hold the
 /// wrapper's other pipes open (a parent waiting for their EOF would hang until the reclaim
 /// ends) nor anything else it inherited.
-pub fn close_descriptors_except(keep: Option<RawFd>) {
+pub fn close_descriptors_except(keep: &[RawFd]) {
     let mut open: Vec<RawFd> = match std::fs::read_dir("/proc/self/fd") {
         Ok(dir) => dir
             .flatten()
@@ -122,7 +122,7 @@ pub fn close_descriptors_except(keep: Option<RawFd>) {
             .collect(),
         Err(_) => (3..1024).collect(),
     };
-    open.retain(|&fd| fd > 2 && Some(fd) != keep);
+    open.retain(|fd| *fd > 2 && !keep.contains(fd));
     for fd in open {
         // SAFETY: closing a descriptor number this process does not use anywhere (the
         // sidecar calls this before it opens anything of its own); EBADF for the directory

@@ -116,6 +116,10 @@ pub struct Outcome {
 /// Told the first pass's outcome after `bye` ([`Sidecar::on_bye`]).
 pub type ByeReport = Box<dyn FnOnce(&ByeOutcome) + Send>;
 
+/// Told the first reclaim pass's report at the session's end, whatever ended it (never when
+/// the sidecar was stopped: nothing is reclaimed then); [`Sidecar::on_end`].
+pub type EndReport = Box<dyn FnOnce(&Report) + Send>;
+
 /// One session's sidecar.
 pub struct Sidecar<C> {
     pub session: String,
@@ -132,6 +136,8 @@ pub struct Sidecar<C> {
     changed: Option<Arc<tokio::sync::Notify>>,
     /// Told how `bye`'s reclaim went, before the settle pass.
     bye_report: Option<ByeReport>,
+    /// Told how the end's first reclaim pass went, before the settle pass.
+    end_report: Option<EndReport>,
     /// Stops the TTL keeper the moment the watch ends, before the reclaim.
     halting: ttl::Halting,
 }
@@ -156,6 +162,7 @@ impl<C: Clock> Sidecar<C> {
             holdings: None,
             changed: None,
             bye_report: None,
+            end_report: None,
             halting: ttl::Halting::default(),
         }
     }
@@ -198,6 +205,12 @@ impl<C: Clock> Sidecar<C> {
     /// `report` is told how the reclaim after `bye` went (its first pass), once.
     pub fn on_bye(&mut self, report: ByeReport) {
         self.bye_report = Some(report);
+    }
+
+    /// `report` is told how the first reclaim pass at the end went, whatever ended the
+    /// session, once (the wrapper's line on the terminal).
+    pub fn on_end(&mut self, report: EndReport) {
+        self.end_report = Some(report);
     }
 
     /// Watches until the owner is gone (or says `bye`, or the sidecar is stopped), then
@@ -531,10 +544,16 @@ impl<C: Clock> Sidecar<C> {
             bye: ending == Ending::Bye,
             label: label.to_string(),
         };
-        let told = self
-            .bye_report
-            .filter(|_| ending == Ending::Bye)
-            .map(|tell| move |report: &Report| tell(&bye_outcome(report)));
+        let bye = self.bye_report.filter(|_| ending == Ending::Bye);
+        let end = self.end_report;
+        let told = (bye.is_some() || end.is_some()).then_some(move |report: &Report| {
+            if let Some(tell) = bye {
+                tell(&bye_outcome(report));
+            }
+            if let Some(tell) = end {
+                tell(report);
+            }
+        });
         let learn_exit = async {
             let Some(probe) = exit else { return };
             if let Some(exit) = probe.wait(PROBE_FOR).await {

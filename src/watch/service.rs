@@ -24,7 +24,7 @@ use tokio::task::JoinSet;
 use super::fleet::{FleetPlan, Registrar};
 use super::lease::{BootClock, Lease};
 use super::ttl::Keeper;
-use super::{ByeReport, Outcome, Sidecar, Triggers};
+use super::{ByeReport, EndReport, Outcome, Sidecar, Triggers};
 use crate::ledger::Journal;
 use crate::providers::cloud_proxy::CloudProxy;
 use crate::providers::docker::proxy::Proxy;
@@ -62,6 +62,8 @@ pub struct Plan {
     pub held: super::ttl::Holdings,
     /// Told how the reclaim after `bye` went, before the settle pass ([`Sidecar::on_bye`]).
     pub bye_report: Option<ByeReport>,
+    /// Told how the first reclaim pass at the end went ([`Sidecar::on_end`]).
+    pub end_report: Option<EndReport>,
 }
 
 /// Runs one session's sidecar to its end; see the module docs.
@@ -94,6 +96,9 @@ pub async fn run<R: AsyncRead + Unpin>(plan: Plan, triggers: Triggers<R>) -> Out
     );
     if let Some(report) = plan.bye_report {
         sidecar.on_bye(report);
+    }
+    if let Some(report) = plan.end_report {
+        sidecar.on_end(report);
     }
     sidecar.seed(plan.held);
     let keeper = Keeper::new(

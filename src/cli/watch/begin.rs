@@ -89,3 +89,36 @@ pub(super) fn start_session(
         Err(e) => Err(failure(e.to_string())),
     }
 }
+
+/// A new session's journal, taken back when the sidecar fails before `ready`: nobody was told
+/// the session's labels, so nothing can carry them, and a journal left behind would show as
+/// an `active` session whose sidecar never ran. The journal, its log and its proxy directory
+/// are removed (the failure itself reaches the user through the wrapper's or the helper's
+/// error). A resumed session keeps its journal: what it held before is still to be guarded,
+/// and a sweep adopts it.
+pub(super) struct Undo {
+    journal: Option<std::path::PathBuf>,
+}
+
+impl Undo {
+    pub(super) fn new(journal: &crate::ledger::Journal, resumed: bool) -> Undo {
+        Undo {
+            journal: (!resumed).then(|| journal.path().to_path_buf()),
+        }
+    }
+
+    /// `result`, after taking the journal back if it is an error.
+    pub(super) fn unless_ok<T>(self, result: Result<T, StartError>) -> Result<T, StartError> {
+        if let (Err(e), Some(path)) = (&result, self.journal) {
+            tracing::warn!(
+                "the sidecar failed before ready ({}); removing its session",
+                e.1
+            );
+            for leftover in [path.with_extension("log"), path.clone()] {
+                let _ = std::fs::remove_file(leftover);
+            }
+            let _ = std::fs::remove_dir_all(path.with_extension("docker"));
+        }
+        result
+    }
+}

@@ -51,6 +51,18 @@ const NEWEST_API: ClientVersion = ClientVersion {
     minor_version: 53,
 };
 
+/// Whether Docker is configured: enabled in the config, or a daemon named (`DOCKER_HOST`, a
+/// context, the file's `host`), or the default socket present; never when disabled.
+pub fn configured(settings: &DockerSettings) -> bool {
+    match settings.enabled {
+        Some(enabled) => enabled,
+        None => {
+            settings.host.is_some()
+                || std::path::Path::new(DEFAULT_HOST.trim_start_matches("unix://")).exists()
+        }
+    }
+}
+
 /// Builds the registry entry from settings: configured or not, and why.
 pub fn entry(settings: &DockerSettings) -> Entry {
     let named = settings.host.is_some();
