@@ -16,6 +16,12 @@
 //!   changed.
 //! - Removal lines and the `Sweep:` summary are printed on every pass: they say what this pass
 //!   did. The summary says how many unchanged verdicts it did not repeat.
+//! - What the watcher of an adopted session does when its owner dies is printed when it is
+//!   done, as a pass of its own would be: its `reclaim session …` line, a `removed …` line per
+//!   removal, and a summary that names it (`Sweep (watcher of session S): …`), since it may
+//!   end long after the pass that adopted the session. It is no pass: it does not count as
+//!   "the last pass" for what is news. With `--json` it is one more report object of the
+//!   same shape.
 //! - `--json` prints every decision of every pass: a reader of JSON keeps its own state.
 
 use std::collections::HashMap;
@@ -31,7 +37,8 @@ use crate::ledger::StateDir;
 use crate::providers::{Registry, SandboxKey};
 use crate::reclaim::Options;
 use crate::sweep::fleet::FleetSweep;
-use crate::sweep::{service, Decision, Pass, Verdict};
+use crate::sweep::service::{self, Report};
+use crate::sweep::{Decision, Pass, Verdict};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -151,12 +158,16 @@ pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result
         }
     };
     let mut seen = Seen::default();
-    service::serve(plan, stop, |pass| {
-        if args.json {
-            print_json(&args, pass);
-        } else {
+    service::serve(plan, stop, |report| match report {
+        Report::Pass(pass) | Report::Watched(pass) if args.json => print_json(&args, pass),
+        Report::Pass(pass) => {
             let news = seen.news(pass);
-            output::emit(&text(&args, pass, &news));
+            output::emit(&text(&args, pass, &news, None));
+        }
+        Report::Watched(pass) => {
+            let watched = pass.decisions.first().map(|d| d.session.as_str());
+            let news = vec![true; pass.decisions.len()];
+            output::emit(&text(&args, pass, &news, watched));
         }
     })
     .await;
@@ -167,7 +178,7 @@ fn print(args: &Args, pass: &Pass) {
     if args.json {
         print_json(args, pass);
     } else {
-        output::emit(&text(args, pass, &vec![true; pass.decisions.len()]));
+        output::emit(&text(args, pass, &vec![true; pass.decisions.len()], None));
     }
 }
 
@@ -228,8 +239,9 @@ fn print_json(args: &Args, pass: &Pass) {
 }
 
 /// A line per decision that is news (`news`, one flag per decision), a line per removal, the
-/// counts, and what could not be listed.
-fn text(args: &Args, pass: &Pass, news: &[bool]) -> String {
+/// counts, and what could not be listed. `watcher`: the session whose watcher's reclaim this
+/// is, named in the summary.
+fn text(args: &Args, pass: &Pass, news: &[bool], watcher: Option<&str>) -> String {
     let mut text = String::new();
     for (d, _) in pass.decisions.iter().zip(news).filter(|(_, new)| **new) {
         let verb = match (&d.verdict, args.dry_run) {
@@ -263,10 +275,10 @@ fn text(args: &Args, pass: &Pass, news: &[bool]) -> String {
         .iter()
         .filter(|r| !r.outcome.is_final())
         .count();
-    let dry = if args.dry_run {
-        " (dry run: nothing was touched)"
-    } else {
-        ""
+    let dry = match watcher {
+        Some(session) => format!(" (watcher of session {})", sanitize(session)),
+        None if args.dry_run => " (dry run: nothing was touched)".into(),
+        None => String::new(),
     };
     let unchanged = news.iter().filter(|new| !**new).count();
     let quiet = if unchanged > 0 {
@@ -309,6 +321,38 @@ mod tests {
                 .collect(),
             ..Pass::default()
         }
+    }
+
+    #[test]
+    fn a_watchers_report_says_whose_it_is_and_every_removal() {
+        use crate::reclaim::{Outcome, Removal};
+        use crate::providers::fake::sandbox;
+        let mut watched = pass(&[]);
+        watched.decisions.push(Decision {
+            session: "s".into(),
+            sandbox: None,
+            verdict: Verdict::Reclaim,
+            reason: "its owner (pid 7) died while this sweep watched it".into(),
+        });
+        watched.removals.push(Removal {
+            sandbox: sandbox("c1", crate::providers::Kind::Instance, Some("s")),
+            outcome: Outcome::Removed,
+            attempts: 1,
+        });
+        let args = Args {
+            every: None,
+            dry_run: false,
+            json: false,
+            provider: None,
+            fleet: false,
+        };
+        let out = text(&args, &watched, &[true], Some("s"));
+        assert_eq!(
+            out,
+            "reclaim session s: its owner (pid 7) died while this sweep watched it\n\
+             removed fake c1\n\
+             Sweep (watcher of session s): 1 to reclaim, 0 adopted, 0 left alone; 1 removed, 0 could not be removed.\n"
+        );
     }
 
     #[test]
