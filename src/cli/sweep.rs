@@ -22,6 +22,11 @@
 //!   end long after the pass that adopted the session. It is no pass: it does not count as
 //!   "the last pass" for what is news. With `--json` it is one more report object of the
 //!   same shape.
+//! - A verdict's reason never counts down: a fleet session left because another host holds
+//!   its lease is said once, with how long the lease had left at that pass (`… (the lease
+//!   runs out in 29.7 s unless renewed)`), and not again while it is held; it is said again
+//!   when its verdict or reason changes (the lease expired: `reclaim session …`). `--json`
+//!   gives the time left as `lease_left_ms` (`null` for every other decision).
 //! - `--json` prints every decision of every pass: a reader of JSON keeps its own state.
 
 use std::collections::HashMap;
@@ -69,7 +74,8 @@ struct SweepJson<'a> {
     clean: bool,
 }
 
-/// A decision as `--json` shows it: `provider` and `instance_id` are `null` for a session.
+/// A decision as `--json` shows it: `provider` and `instance_id` are `null` for a session;
+/// `lease_left_ms` is `null` but for a fleet session whose lease another host holds.
 #[derive(Serialize)]
 struct DecisionJson<'a> {
     session: &'a str,
@@ -77,6 +83,7 @@ struct DecisionJson<'a> {
     instance_id: Option<&'a str>,
     verdict: Verdict,
     reason: &'a str,
+    lease_left_ms: Option<u64>,
 }
 
 impl<'a> From<&'a Decision> for DecisionJson<'a> {
@@ -87,6 +94,7 @@ impl<'a> From<&'a Decision> for DecisionJson<'a> {
             instance_id: d.sandbox.as_ref().map(|k| k.id.as_str()),
             verdict: d.verdict,
             reason: &d.reason,
+            lease_left_ms: d.lease_left.map(|l| l.as_millis() as u64),
         }
     }
 }
@@ -259,7 +267,14 @@ fn text(args: &Args, pass: &Pass, news: &[bool], watcher: Option<&str>) -> Strin
             ),
             None => format!("session {}", sanitize(&d.session)),
         };
-        text.push_str(&format!("{verb} {what}: {}\n", d.reason));
+        let lease = match d.lease_left {
+            Some(left) => format!(
+                " (the lease runs out in {:.1} s unless renewed)",
+                left.as_secs_f64()
+            ),
+            None => String::new(),
+        };
+        text.push_str(&format!("{verb} {what}: {}{lease}\n", d.reason));
     }
     for r in &pass.removals {
         let (outcome, provider, id) = (r.outcome.as_str(), &r.sandbox.provider, &r.sandbox.id);
@@ -317,6 +332,7 @@ mod tests {
                     }),
                     verdict: *verdict,
                     reason: reason.to_string(),
+                    lease_left: None,
                 })
                 .collect(),
             ..Pass::default()
@@ -325,14 +341,15 @@ mod tests {
 
     #[test]
     fn a_watchers_report_says_whose_it_is_and_every_removal() {
-        use crate::reclaim::{Outcome, Removal};
         use crate::providers::fake::sandbox;
+        use crate::reclaim::{Outcome, Removal};
         let mut watched = pass(&[]);
         watched.decisions.push(Decision {
             session: "s".into(),
             sandbox: None,
             verdict: Verdict::Reclaim,
             reason: "its owner (pid 7) died while this sweep watched it".into(),
+            lease_left: None,
         });
         watched.removals.push(Removal {
             sandbox: sandbox("c1", crate::providers::Kind::Instance, Some("s")),
@@ -353,6 +370,43 @@ mod tests {
              removed fake c1\n\
              Sweep (watcher of session s): 1 to reclaim, 0 adopted, 0 left alone; 1 removed, 0 could not be removed.\n"
         );
+    }
+
+    #[test]
+    fn a_held_lease_is_said_once_with_its_time_left_and_not_again_as_it_counts_down() {
+        let held = |ms| Pass {
+            decisions: vec![Decision {
+                session: "f".into(),
+                sandbox: None,
+                verdict: Verdict::Leave,
+                reason: "its fleet lease is held by host a".into(),
+                lease_left: Some(std::time::Duration::from_millis(ms)),
+            }],
+            ..Pass::default()
+        };
+        let mut seen = Seen::default();
+        let first = held(29_712);
+        let news = seen.news(&first);
+        assert_eq!(news, [true]);
+        let args = Args {
+            every: None,
+            dry_run: false,
+            json: false,
+            provider: None,
+            fleet: true,
+        };
+        assert!(
+            text(&args, &first, &news, None).starts_with(
+                "leave session f: its fleet lease is held by host a (the lease runs out in 29.7 s unless renewed)\n"
+            ),
+            "{}",
+            text(&args, &first, &news, None)
+        );
+        let later = held(19_002);
+        let news = seen.news(&later);
+        assert_eq!(news, [false]);
+        assert!(text(&args, &later, &news, None)
+            .starts_with("Sweep: 0 to reclaim, 0 adopted, 1 left alone (1 unchanged"));
     }
 
     #[test]

@@ -42,6 +42,12 @@
 //!   allocation) and their syncs, about half of its 3.3 s.
 //! - **No store, no verdict**: a store that cannot be read is a failure of the pass (exit 1),
 //!   and no session is judged by the store; the local pass still runs, as without a fleet.
+//! - **A verdict's reason does not count down**: a session whose lease another host holds
+//!   is left because "its fleet lease is held by host H", and how long the lease had left
+//!   travels beside the reason ([`Decision::lease_left`]), not in it. The reason used to end
+//!   in "(2747 ms left)", so the same verdict was new on every pass and `sweep --every`
+//!   repeated it each time; now it is printed once, with when the lease runs out at that
+//!   moment (`sessions --fleet` shows the lease left whenever asked).
 //! - **A lock not taken is not an error**: another sweeper has the session; it is left to it.
 //! - A sandbox of a session the store never heard of is judged by the local pass as before.
 
@@ -126,6 +132,7 @@ fn decision(s: &FleetSession, verdict: Verdict, reason: String) -> Decision {
         sandbox: None,
         verdict,
         reason,
+        lease_left: s.lease_left,
     }
 }
 
@@ -141,13 +148,12 @@ fn judge(s: &FleetSession, judge: &Judge) -> (Verdict, String) {
     if s.state.is_final() {
         return (Verdict::Leave, format!("it ended {}", s.state.as_str()));
     }
-    if let Some(left) = s.lease_left {
+    // The time left is no part of the reason: it moves on every pass, and would make the
+    // same verdict news every time. The decision carries it apart ([`decision`]).
+    if s.lease_left.is_some() {
         return (
             Verdict::Leave,
-            format!(
-                "its fleet lease is held by host {host} ({} ms left)",
-                left.as_millis()
-            ),
+            format!("its fleet lease is held by host {host}"),
         );
     }
     if s.state == FleetState::Stopped {

@@ -176,6 +176,7 @@ fn adopt(
                         "its owner (pid {}) died while this sweep watched it",
                         view.pid
                     ),
+                    lease_left: None,
                 }],
                 removals: report.removals,
                 list_failures: report.list_failures,

@@ -165,3 +165,25 @@ async fn a_store_that_cannot_be_read_makes_no_verdict() {
     assert!(!pass.is_clean());
     assert_eq!(fake.remaining(), ["l1"]);
 }
+
+/// Issue 23: the time a held lease has left moves on every pass; the verdict's reason must
+/// not, or `sweep --every` says the same thing again on every pass.
+#[test]
+fn a_held_lease_gives_one_reason_whatever_its_time_left() {
+    let owner = Judge::new(Default::default());
+    let held = |ms| FleetSession {
+        record: record("s"),
+        state: FleetState::Active,
+        lease_left: Some(Duration::from_millis(ms)),
+        holdings: Holdings::default(),
+        reclaims: 0,
+    };
+    let (first, later) = (judge(&held(2747), &owner), judge(&held(1000), &owner));
+    assert_eq!(first, later);
+    assert_eq!(
+        first,
+        (Verdict::Leave, "its fleet lease is held by host a".into())
+    );
+    let d = decision(&held(2747), first.0, first.1);
+    assert_eq!(d.lease_left, Some(Duration::from_millis(2747)));
+}
