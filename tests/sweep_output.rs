@@ -1,6 +1,6 @@
 //! What `sandguard sweep --every` says, through the real binary (issue 23, "It says what it
-//! did"): the removals of a watcher it adopted, and a fleet verdict said once while it holds
-//! (and again when it changes).
+//! did"): the removals of a watcher it adopted, a fleet verdict said once while it holds (and
+//! again when it changes), and a fleet store whose host cannot be resolved named as such.
 
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
@@ -313,4 +313,28 @@ fn a_held_fleet_lease_is_said_once_and_a_changed_verdict_again() {
     );
     assert!(!e2b.exists(&sb));
     service.stop();
+}
+
+/// A store whose host no resolver finds is named as such, not as a connection lost: by a
+/// fleet sweep (exit 1, no verdict) and by `sessions --fleet`.
+#[test]
+fn a_store_host_that_cannot_be_resolved_is_said_so() {
+    let s = Scratch::new("sweepout-dns");
+    let config = cloud_config(&s, "");
+    let store = "redis://no-such-host.invalid:6379";
+    for args in [&["sweep", "--fleet"][..], &["sessions", "--fleet"]] {
+        let out = run(sandguard(&s)
+            .env("SANDGUARD_CONFIG", &config)
+            .env("SANDGUARD_FLEET_STORE", store)
+            .args(args));
+        // `sweep` reports what it could not query with its report (stdout); `sessions`
+        // fails on stderr.
+        let all = format!("{}{}", out.stdout, out.stderr);
+        assert_eq!(out.code, 1, "{args:?}: {all}");
+        assert!(
+            all.contains("cannot resolve the fleet store host no-such-host.invalid"),
+            "{args:?}: {all}"
+        );
+        assert!(!all.contains("connection lost"), "{args:?}: {all}");
+    }
 }
