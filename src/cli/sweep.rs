@@ -167,15 +167,14 @@ pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result
     };
     let mut seen = Seen::default();
     service::serve(plan, stop, |report| match report {
-        Report::Pass(pass) | Report::Watched(pass) if args.json => print_json(&args, pass),
+        Report::Pass(pass) | Report::Watched { pass, .. } if args.json => print_json(&args, pass),
         Report::Pass(pass) => {
             let news = seen.news(pass);
             output::emit(&text(&args, pass, &news, None));
         }
-        Report::Watched(pass) => {
-            let watched = pass.decisions.first().map(|d| d.session.as_str());
+        Report::Watched { session, pass } => {
             let news = vec![true; pass.decisions.len()];
-            output::emit(&text(&args, pass, &news, watched));
+            output::emit(&text(&args, pass, &news, Some(session)));
         }
     })
     .await;

@@ -56,8 +56,9 @@ pub struct Plan {
 pub enum Report<'a> {
     /// One pass: every decision it made, and what it removed.
     Pass(&'a Pass),
-    /// An adopted session's watcher reclaimed it: one decision (the session), its removals.
-    Watched(&'a Pass),
+    /// The watcher of adopted session `session` reclaimed it: one decision (the session), its
+    /// removals.
+    Watched { session: &'a str, pass: &'a Pass },
 }
 
 /// Waits for the sweep lock without blocking the runtime's thread.
@@ -102,7 +103,7 @@ pub async fn one_pass(plan: &Plan) -> Result<Pass, LedgerError> {
 /// watcher's reclaim as it ends.
 pub async fn serve(plan: Plan, stop: impl Future<Output = ()>, mut report: impl FnMut(Report<'_>)) {
     tokio::pin!(stop);
-    let mut watchers = JoinSet::new();
+    let mut watchers: JoinSet<(String, Pass)> = JoinSet::new();
     let mut adopted: HashSet<String> = HashSet::new();
     let mut tick = tokio::time::interval(plan.every);
     loop {
@@ -111,8 +112,8 @@ pub async fn serve(plan: Plan, stop: impl Future<Output = ()>, mut report: impl 
             Some(done) = watchers.join_next(), if !watchers.is_empty() => {
                 match done {
                     Ok((id, watched)) => {
+                        report(Report::Watched { session: &id, pass: &watched });
                         adopted.remove(&id);
-                        report(Report::Watched(&watched));
                     }
                     Err(e) => tracing::warn!("a watcher of an adopted session failed: {e}"),
                 }
