@@ -24,6 +24,7 @@ mod reliability;
 mod resume;
 mod security;
 mod sweep;
+mod sweep_output;
 mod trust;
 mod trust_docker;
 mod trust_ids;

@@ -16,6 +16,17 @@
 //!   changed.
 //! - Removal lines and the `Sweep:` summary are printed on every pass: they say what this pass
 //!   did. The summary says how many unchanged verdicts it did not repeat.
+//! - What the watcher of an adopted session does when its owner dies is printed when it is
+//!   done, as a pass of its own would be: its `reclaim session …` line, a `removed …` line per
+//!   removal, and a summary that names it (`Sweep (watcher of session S): …`), since it may
+//!   end long after the pass that adopted the session. It is no pass: it does not count as
+//!   "the last pass" for what is news. With `--json` it is one more report object of the
+//!   same shape.
+//! - A verdict's reason never counts down: a fleet session left because another host holds
+//!   its lease is said once, with how long the lease had left at that pass (`… (the lease
+//!   runs out in 29.7 s unless renewed)`), and not again while it is held; it is said again
+//!   when its verdict or reason changes (the lease expired: `reclaim session …`). `--json`
+//!   gives the time left as `lease_left_ms` (`null` for every other decision).
 //! - `--json` prints every decision of every pass: a reader of JSON keeps its own state.
 
 use std::collections::HashMap;
@@ -31,7 +42,8 @@ use crate::ledger::StateDir;
 use crate::providers::{Registry, SandboxKey};
 use crate::reclaim::Options;
 use crate::sweep::fleet::FleetSweep;
-use crate::sweep::{service, Decision, Pass, Verdict};
+use crate::sweep::service::{self, Report};
+use crate::sweep::{Decision, Pass, Verdict};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -62,7 +74,8 @@ struct SweepJson<'a> {
     clean: bool,
 }
 
-/// A decision as `--json` shows it: `provider` and `instance_id` are `null` for a session.
+/// A decision as `--json` shows it: `provider` and `instance_id` are `null` for a session;
+/// `lease_left_ms` is `null` but for a fleet session whose lease another host holds.
 #[derive(Serialize)]
 struct DecisionJson<'a> {
     session: &'a str,
@@ -70,6 +83,7 @@ struct DecisionJson<'a> {
     instance_id: Option<&'a str>,
     verdict: Verdict,
     reason: &'a str,
+    lease_left_ms: Option<u64>,
 }
 
 impl<'a> From<&'a Decision> for DecisionJson<'a> {
@@ -80,6 +94,7 @@ impl<'a> From<&'a Decision> for DecisionJson<'a> {
             instance_id: d.sandbox.as_ref().map(|k| k.id.as_str()),
             verdict: d.verdict,
             reason: &d.reason,
+            lease_left_ms: d.lease_left.map(|l| l.as_millis() as u64),
         }
     }
 }
@@ -151,12 +166,15 @@ pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result
         }
     };
     let mut seen = Seen::default();
-    service::serve(plan, stop, |pass| {
-        if args.json {
-            print_json(&args, pass);
-        } else {
+    service::serve(plan, stop, |report| match report {
+        Report::Pass(pass) | Report::Watched { pass, .. } if args.json => print_json(&args, pass),
+        Report::Pass(pass) => {
             let news = seen.news(pass);
-            output::emit(&text(&args, pass, &news));
+            output::emit(&text(&args, pass, &news, None));
+        }
+        Report::Watched { session, pass } => {
+            let news = vec![true; pass.decisions.len()];
+            output::emit(&text(&args, pass, &news, Some(session)));
         }
     })
     .await;
@@ -167,7 +185,7 @@ fn print(args: &Args, pass: &Pass) {
     if args.json {
         print_json(args, pass);
     } else {
-        output::emit(&text(args, pass, &vec![true; pass.decisions.len()]));
+        output::emit(&text(args, pass, &vec![true; pass.decisions.len()], None));
     }
 }
 
@@ -228,8 +246,9 @@ fn print_json(args: &Args, pass: &Pass) {
 }
 
 /// A line per decision that is news (`news`, one flag per decision), a line per removal, the
-/// counts, and what could not be listed.
-fn text(args: &Args, pass: &Pass, news: &[bool]) -> String {
+/// counts, and what could not be listed. `watcher`: the session whose watcher's reclaim this
+/// is, named in the summary.
+fn text(args: &Args, pass: &Pass, news: &[bool], watcher: Option<&str>) -> String {
     let mut text = String::new();
     for (d, _) in pass.decisions.iter().zip(news).filter(|(_, new)| **new) {
         let verb = match (&d.verdict, args.dry_run) {
@@ -247,7 +266,14 @@ fn text(args: &Args, pass: &Pass, news: &[bool]) -> String {
             ),
             None => format!("session {}", sanitize(&d.session)),
         };
-        text.push_str(&format!("{verb} {what}: {}\n", d.reason));
+        let lease = match d.lease_left {
+            Some(left) => format!(
+                " (the lease runs out in {:.1} s unless renewed)",
+                left.as_secs_f64()
+            ),
+            None => String::new(),
+        };
+        text.push_str(&format!("{verb} {what}: {}{lease}\n", d.reason));
     }
     for r in &pass.removals {
         let (outcome, provider, id) = (r.outcome.as_str(), &r.sandbox.provider, &r.sandbox.id);
@@ -263,10 +289,10 @@ fn text(args: &Args, pass: &Pass, news: &[bool]) -> String {
         .iter()
         .filter(|r| !r.outcome.is_final())
         .count();
-    let dry = if args.dry_run {
-        " (dry run: nothing was touched)"
-    } else {
-        ""
+    let dry = match watcher {
+        Some(session) => format!(" (watcher of session {})", sanitize(session)),
+        None if args.dry_run => " (dry run: nothing was touched)".into(),
+        None => String::new(),
     };
     let unchanged = news.iter().filter(|new| !**new).count();
     let quiet = if unchanged > 0 {
@@ -290,37 +316,4 @@ fn text(args: &Args, pass: &Pass, news: &[bool]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn pass(decisions: &[(&str, Verdict, &str)]) -> Pass {
-        Pass {
-            decisions: decisions
-                .iter()
-                .map(|(id, verdict, reason)| Decision {
-                    session: "s".into(),
-                    sandbox: Some(SandboxKey {
-                        provider: "docker".into(),
-                        id: id.to_string(),
-                    }),
-                    verdict: *verdict,
-                    reason: reason.to_string(),
-                })
-                .collect(),
-            ..Pass::default()
-        }
-    }
-
-    #[test]
-    fn a_verdict_is_news_when_new_changed_or_back_after_a_pass_without_it() {
-        let mut seen = Seen::default();
-        let (leave, lives) = (Verdict::Leave, "its owner lives");
-        assert_eq!(seen.news(&pass(&[("a", leave, lives)])), [true]);
-        assert_eq!(seen.news(&pass(&[("a", leave, lives)])), [false]);
-        let both = pass(&[("a", Verdict::Reclaim, "dead"), ("b", leave, lives)]);
-        assert_eq!(seen.news(&both), [true, true]);
-        assert_eq!(seen.news(&pass(&[("b", leave, "detached")])), [true]);
-        assert_eq!(seen.news(&pass(&[])), Vec::<bool>::new());
-        assert_eq!(seen.news(&pass(&[("b", leave, "detached")])), [true]);
-    }
-}
+mod tests;

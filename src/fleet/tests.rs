@@ -1,5 +1,6 @@
-//! Unit tests of the store's pieces that need no server: targets in sets, and that a
-//! `rediss://` client can be built and tries a TLS handshake on the crate's rustls stack.
+//! Unit tests of the store's pieces that need no server: targets in sets, that a
+//! `rediss://` client can be built and tries a TLS handshake on the crate's rustls stack, and
+//! how a store that cannot be reached is named.
 
 use super::*;
 use crate::config::fleet::StoreUrl;
@@ -46,4 +47,30 @@ async fn a_rediss_client_builds_on_the_crates_rustls_stack() {
     assert!(!err.contains("hunter2"), "{err}");
     assert!(err.contains("u:***@127.0.0.1"), "{err}");
     assert!(!err.to_lowercase().contains("crypto provider"), "{err}");
+}
+
+/// Issue 23: a host no resolver finds is named, not called a lost connection. (`.invalid`
+/// never resolves, RFC 6761, with or without a network.)
+#[tokio::test]
+async fn a_store_host_that_cannot_be_resolved_is_named() {
+    let store = redis::RedisStore::new(&settings("redis://no-such-host.invalid:6379")).unwrap();
+    let err = store.sessions().await.unwrap_err().to_string();
+    assert!(
+        err.contains("cannot resolve the fleet store host no-such-host.invalid ("),
+        "{err}"
+    );
+    assert!(!err.contains("connection lost"), "{err}");
+}
+
+/// And a host that resolves but refuses is not taken for one that does not.
+#[tokio::test]
+async fn a_refused_connection_is_not_taken_for_a_failed_lookup() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let store = redis::RedisStore::new(&settings(&format!("redis://localhost:{port}"))).unwrap();
+    let err = store.sessions().await.unwrap_err().to_string();
+    assert!(err.ends_with(": connection refused"), "{err}");
 }

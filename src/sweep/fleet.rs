@@ -42,6 +42,12 @@
 //!   allocation) and their syncs, about half of its 3.3 s.
 //! - **No store, no verdict**: a store that cannot be read is a failure of the pass (exit 1),
 //!   and no session is judged by the store; the local pass still runs, as without a fleet.
+//! - **A verdict's reason does not count down**: a session whose lease another host holds
+//!   is left because "its fleet lease is held by host H", and how long the lease had left
+//!   travels beside the reason ([`Decision::lease_left`]), not in it. The reason used to end
+//!   in "(2747 ms left)", so the same verdict was new on every pass and `sweep --every`
+//!   repeated it each time; now it is printed once, with when the lease runs out at that
+//!   moment (`sessions --fleet` shows the lease left whenever asked).
 //! - **A lock not taken is not an error**: another sweeper has the session; it is left to it.
 //! - A sandbox of a session the store never heard of is judged by the local pass as before.
 
@@ -126,6 +132,7 @@ fn decision(s: &FleetSession, verdict: Verdict, reason: String) -> Decision {
         sandbox: None,
         verdict,
         reason,
+        lease_left: s.lease_left,
     }
 }
 
@@ -141,13 +148,12 @@ fn judge(s: &FleetSession, judge: &Judge) -> (Verdict, String) {
     if s.state.is_final() {
         return (Verdict::Leave, format!("it ended {}", s.state.as_str()));
     }
-    if let Some(left) = s.lease_left {
+    // The time left is no part of the reason: it moves on every pass, and would make the
+    // same verdict news every time. The decision carries it apart ([`decision`]).
+    if s.lease_left.is_some() {
         return (
             Verdict::Leave,
-            format!(
-                "its fleet lease is held by host {host} ({} ms left)",
-                left.as_millis()
-            ),
+            format!("its fleet lease is held by host {host}"),
         );
     }
     if s.state == FleetState::Stopped {
@@ -375,170 +381,4 @@ fn mirror(j: &mut Journal, r: &SessionRecord, holdings: &Holdings) -> Result<(),
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::fleet::memory::MemoryStore;
-    use crate::protocol::Target;
-    use crate::providers::fake::{sandbox, Fake};
-    use crate::providers::Kind;
-
-    fn record(id: &str) -> SessionRecord {
-        SessionRecord {
-            id: id.into(),
-            host: "a".into(),
-            owner: "o".into(),
-            pid: 1,
-            labels: Default::default(),
-            providers: vec!["fake".into()],
-            started_ms: 1,
-        }
-    }
-
-    fn options() -> Options {
-        Options {
-            concurrency: 4,
-            deadline: Duration::from_secs(5),
-            retry_initial: Duration::from_millis(10),
-            retry_max: Duration::from_millis(100),
-            settle: None,
-            rates: Default::default(),
-            paces: Default::default(),
-        }
-    }
-
-    #[tokio::test]
-    async fn expired_leases_are_reclaimed_once_and_live_stopped_or_locked_ones_left() {
-        let store = Arc::new(MemoryStore::default());
-        let claimed = Target {
-            provider: "fake".into(),
-            id: "c1".into(),
-        };
-        let short = Duration::from_millis(1);
-        let holdings = Holdings {
-            claims: [claimed].into(),
-            ..Default::default()
-        };
-        store
-            .register(&record("dead"), &holdings, short)
-            .await
-            .unwrap();
-        store
-            .register(&record("stopped"), &Holdings::default(), short)
-            .await
-            .unwrap();
-        store.finish("stopped", FleetState::Stopped).await.unwrap();
-        store
-            .register(&record("busy"), &Holdings::default(), short)
-            .await
-            .unwrap();
-        assert!(matches!(
-            store
-                .lock("busy", "other", Duration::from_secs(60))
-                .await
-                .unwrap(),
-            Lock::Held(Some(_))
-        ));
-        store
-            .register(
-                &record("alive"),
-                &Holdings::default(),
-                Duration::from_secs(60),
-            )
-            .await
-            .unwrap();
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        let fake = Fake::holding(vec![
-            sandbox("l1", Kind::Instance, Some("dead")),
-            sandbox("c1", Kind::Instance, None),
-            sandbox("s1", Kind::Instance, Some("stopped")),
-            sandbox("b1", Kind::Instance, Some("busy")),
-            sandbox("a1", Kind::Instance, Some("alive")),
-        ]);
-        let providers: Vec<Arc<dyn Provider>> = vec![fake.clone()];
-        let fleet = FleetSweep {
-            store: store.clone(),
-            host: "b".into(),
-            lease: Duration::from_secs(3),
-            ledger: None,
-        };
-        let pass = pass(&fleet, &providers, &options(), false).await;
-        assert!(pass.list_failures.is_empty(), "{:?}", pass.list_failures);
-        assert_eq!(fake.remaining(), ["a1", "b1", "s1"]);
-        let verdict = |id: &str| {
-            pass.decisions
-                .iter()
-                .find(|d| d.session == id)
-                .map(|d| d.verdict)
-        };
-        assert_eq!(verdict("dead"), Some(Verdict::Reclaim));
-        assert_eq!(verdict("alive"), Some(Verdict::Leave));
-        assert_eq!(verdict("stopped"), Some(Verdict::Leave));
-        assert_eq!(verdict("busy"), Some(Verdict::Leave));
-        let dead = store.session("dead").await.unwrap().unwrap();
-        assert_eq!((dead.state, dead.reclaims), (FleetState::Reclaimed, 1));
-        // A second pass finds it over: nothing reclaimed twice.
-        let again = super::pass(&fleet, &providers, &options(), false).await;
-        assert_eq!(again.removals.len(), 0);
-        assert_eq!(store.session("dead").await.unwrap().unwrap().reclaims, 1);
-    }
-
-    /// Issue 22 point 7: on the owner's own machine, an expired fleet lease (a dead sidecar,
-    /// or a lease key deleted by hand) never outweighs an owner this machine sees alive.
-    #[tokio::test]
-    async fn an_owner_seen_alive_here_is_never_reclaimed_for_an_expired_lease() {
-        let store = Arc::new(MemoryStore::default());
-        let me = crate::identity::Identity::current().unwrap();
-        let alive = SessionRecord {
-            owner: me.to_label(),
-            ..record("alive")
-        };
-        let short = Duration::from_millis(1);
-        store
-            .register(&alive, &Holdings::default(), short)
-            .await
-            .unwrap();
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        let fake = Fake::holding(vec![sandbox("a1", Kind::Instance, Some("alive"))]);
-        let providers: Vec<Arc<dyn Provider>> = vec![fake.clone()];
-        let fleet = FleetSweep {
-            store: store.clone(),
-            host: "a".into(),
-            lease: Duration::from_secs(3),
-            ledger: None,
-        };
-        let pass = pass(&fleet, &providers, &options(), false).await;
-        assert_eq!(fake.remaining(), ["a1"]);
-        let decision = pass
-            .decisions
-            .iter()
-            .find(|d| d.session == "alive")
-            .unwrap();
-        assert_eq!(decision.verdict, Verdict::Leave);
-        assert!(
-            decision.reason.contains("lives on this machine"),
-            "{}",
-            decision.reason
-        );
-        let s = store.session("alive").await.unwrap().unwrap();
-        assert_eq!(s.reclaims, 0);
-    }
-
-    #[tokio::test]
-    async fn a_store_that_cannot_be_read_makes_no_verdict() {
-        let store = Arc::new(MemoryStore::default());
-        store.set_down(true);
-        let fake = Fake::holding(vec![sandbox("l1", Kind::Instance, Some("dead"))]);
-        let providers: Vec<Arc<dyn Provider>> = vec![fake.clone()];
-        let fleet = FleetSweep {
-            store,
-            host: "b".into(),
-            lease: Duration::from_secs(3),
-            ledger: None,
-        };
-        let pass = pass(&fleet, &providers, &options(), false).await;
-        assert!(pass.decisions.is_empty());
-        assert_eq!(pass.list_failures.len(), 1);
-        assert!(!pass.is_clean());
-        assert_eq!(fake.remaining(), ["l1"]);
-    }
-}
+mod tests;

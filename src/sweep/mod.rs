@@ -68,6 +68,10 @@ pub enum Verdict {
 }
 
 /// One decision, with the reason a user would want to read.
+///
+/// The reason is the verdict's why, and stays the same while the facts behind it do: the
+/// `--every` output prints a verdict again only when its verdict or reason changes. What
+/// moves on every pass (a fleet lease's countdown) is kept apart, in `lease_left`.
 #[derive(Debug, Clone)]
 pub struct Decision {
     pub session: String,
@@ -75,6 +79,9 @@ pub struct Decision {
     pub sandbox: Option<SandboxKey>,
     pub verdict: Verdict,
     pub reason: String,
+    /// A fleet session whose lease another host holds: how long the lease had left when this
+    /// pass read it (its sidecar renews it every third of the lease).
+    pub lease_left: Option<Duration>,
 }
 
 /// Everything one pass decided and did.
@@ -170,6 +177,7 @@ fn judge_ledger(known: &Known, out: &mut Pass) -> (Vec<SessionView>, HashSet<Str
             sandbox: None,
             verdict,
             reason,
+            lease_left: None,
         });
         covered.insert(view.id.clone());
         match verdict {
@@ -206,6 +214,7 @@ fn judge_found(
             sandbox: Some(sandbox.key()),
             verdict,
             reason: judgement.reason.to_string(),
+            lease_left: None,
         });
         if verdict == Verdict::Reclaim {
             orphans.push(sandbox);

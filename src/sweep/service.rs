@@ -7,6 +7,17 @@
 //! adopted (their journal locks) without reclaiming them: the next sweep adopts them again.
 //! Passes take the state directory's sweep lock ([`StateDir::lock_sweeps`]), so a cron sweep
 //! and the service never run a pass at the same time.
+//!
+//! Decisions:
+//! - **A watcher's reclaim is reported as it ends** ([`Report::Watched`]), not folded into a
+//!   pass: the owner may die long after the pass that adopted it (and before the next, which
+//!   may be minutes away), so what its watcher removed is said when it is done, with its own
+//!   decision (`reclaim` the session, its owner having died while watched), its removals,
+//!   what could not be listed, and its own summary. Without it the service removed sandboxes
+//!   and never said so, where a one-shot sweep prints every removal.
+//! - **A watcher's report is no pass**: it says nothing about the other sessions, so the
+//!   caller must not take it as the state of the world (the `--every` output's "unchanged
+//!   since the last pass" bookkeeping ignores it).
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -15,7 +26,7 @@ use std::time::Duration;
 
 use tokio::task::JoinSet;
 
-use super::Pass;
+use super::{Decision, Pass, Verdict};
 use crate::fleet::Store;
 use crate::identity::death::OwnerWatch;
 use crate::identity::Identity;
@@ -38,6 +49,16 @@ pub struct Plan {
     /// The fleet store (`[fleet] store`, with or without `--fleet`): told of the sessions the
     /// local pass and the adopting watchers end ([`super::fleet::tell_ended`]).
     pub store: Option<Arc<dyn Store>>,
+}
+
+/// What the service has to say: a pass, or what a watcher did when its owner died.
+#[derive(Debug, Clone, Copy)]
+pub enum Report<'a> {
+    /// One pass: every decision it made, and what it removed.
+    Pass(&'a Pass),
+    /// The watcher of adopted session `session` reclaimed it: one decision (the session), its
+    /// removals.
+    Watched { session: &'a str, pass: &'a Pass },
 }
 
 /// Waits for the sweep lock without blocking the runtime's thread.
@@ -78,18 +99,23 @@ pub async fn one_pass(plan: &Plan) -> Result<Pass, LedgerError> {
     Ok(pass)
 }
 
-/// Runs passes every `plan.every` until `stop` resolves; `report` sees each pass.
-pub async fn serve(plan: Plan, stop: impl Future<Output = ()>, mut report: impl FnMut(&Pass)) {
+/// Runs passes every `plan.every` until `stop` resolves; `report` sees each pass, and each
+/// watcher's reclaim as it ends.
+pub async fn serve(plan: Plan, stop: impl Future<Output = ()>, mut report: impl FnMut(Report<'_>)) {
     tokio::pin!(stop);
-    let mut watchers = JoinSet::new();
+    let mut watchers: JoinSet<(String, Pass)> = JoinSet::new();
     let mut adopted: HashSet<String> = HashSet::new();
     let mut tick = tokio::time::interval(plan.every);
     loop {
         tokio::select! {
             _ = &mut stop => break,
             Some(done) = watchers.join_next(), if !watchers.is_empty() => {
-                if let Ok(id) = done {
-                    adopted.remove(&id);
+                match done {
+                    Ok((id, watched)) => {
+                        report(Report::Watched { session: &id, pass: &watched });
+                        adopted.remove(&id);
+                    }
+                    Err(e) => tracing::warn!("a watcher of an adopted session failed: {e}"),
                 }
             }
             _ = tick.tick() => {
@@ -100,7 +126,7 @@ pub async fn serve(plan: Plan, stop: impl Future<Output = ()>, mut report: impl 
                         continue;
                     }
                 };
-                report(&pass);
+                report(Report::Pass(&pass));
                 if !plan.dry_run {
                     adopt(&plan, pass, &mut adopted, &mut watchers);
                 }
@@ -111,8 +137,14 @@ pub async fn serve(plan: Plan, stop: impl Future<Output = ()>, mut report: impl 
     watchers.shutdown().await;
 }
 
-/// Watches each newly adopted live owner; its session is reclaimed when it dies.
-fn adopt(plan: &Plan, pass: Pass, adopted: &mut HashSet<String>, watchers: &mut JoinSet<String>) {
+/// Watches each newly adopted live owner; its session is reclaimed when it dies, and the
+/// watcher returns the session's id and what it did ([`Report::Watched`]).
+fn adopt(
+    plan: &Plan,
+    pass: Pass,
+    adopted: &mut HashSet<String>,
+    watchers: &mut JoinSet<(String, Pass)>,
+) {
     for view in pass.adopt {
         if adopted.contains(&view.id) {
             continue;
@@ -130,13 +162,29 @@ fn adopt(plan: &Plan, pass: Pass, adopted: &mut HashSet<String>, watchers: &mut 
         watchers.spawn(async move {
             OwnerWatch::open(&owner).wait().await;
             let known = Arc::new(Known::lazy(Some(root), &providers));
-            let (ended, _) =
+            let (ended, report) =
                 super::reclaim_adopted(journal, &providers, &view, &options, None, Some(known))
                     .await;
             if let Some(store) = store {
                 super::fleet::tell_ended(store.as_ref(), &view.id, ended).await;
             }
-            view.id
+            let watched = Pass {
+                decisions: vec![Decision {
+                    session: view.id.clone(),
+                    sandbox: None,
+                    verdict: Verdict::Reclaim,
+                    reason: format!(
+                        "its owner (pid {}) died while this sweep watched it",
+                        view.pid
+                    ),
+                    lease_left: None,
+                }],
+                removals: report.removals,
+                list_failures: report.list_failures,
+                ended: vec![(view.id.clone(), ended)],
+                ..Pass::default()
+            };
+            (view.id, watched)
         });
     }
 }

@@ -8,7 +8,8 @@
 //! - **Every call has a deadline** ([`RedisStore::timeout`]: the connection and the response
 //!   each, a third of the lease, at most 5 s), so a renewal never outlives its period.
 //! - **Errors are reworded** from the client's kind and code only, with the URL redacted: no
-//!   message of ours can carry the password.
+//!   message of ours can carry the password; a host that cannot be resolved is said so
+//!   ([`errors`] has how, and why a lookup is tried again to know it).
 
 use std::time::Duration;
 
@@ -22,7 +23,10 @@ use super::{
 };
 use crate::config::FleetSettings;
 
+mod errors;
 mod reads;
+
+use errors::describe;
 
 /// How long a `stopped` session stays in the store: its own host's sweep judges it, and tells
 /// the store when it ends it ([`crate::sweep::fleet::tell_ended`]); a host that never sweeps
@@ -82,13 +86,6 @@ impl RedisStore {
         format!("{}:sessions", self.prefix)
     }
 
-    fn error(&self, e: &redis::RedisError) -> FleetError {
-        FleetError {
-            store: self.shown.clone(),
-            message: describe(e),
-        }
-    }
-
     async fn conn(&self) -> Result<ConnectionManager, FleetError> {
         let mut slot = self.conn.lock().await;
         if let Some(c) = slot.as_ref() {
@@ -106,7 +103,7 @@ impl RedisStore {
         .await;
         let c = match made {
             Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Err(self.error(&e)),
+            Ok(Err(e)) => return Err(self.failed(&e).await),
             Err(_) => {
                 return Err(FleetError {
                     store: self.shown.clone(),
@@ -123,7 +120,10 @@ impl RedisStore {
         pipe: &redis::Pipeline,
     ) -> Result<T, FleetError> {
         let mut c = self.conn().await?;
-        pipe.query_async(&mut c).await.map_err(|e| self.error(&e))
+        match pipe.query_async(&mut c).await {
+            Ok(answer) => Ok(answer),
+            Err(e) => Err(self.failed(&e).await),
+        }
     }
 
     /// Adds to `pipe` a sweeper's progress ([`Store::set_state`]), as one transaction.
@@ -164,30 +164,6 @@ impl RedisStore {
                 .ignore();
         }
     }
-}
-
-/// What went wrong, in words that cannot carry a secret: the client's kind and server code
-/// (`WRONGPASS`, `NOAUTH`, …), or the I/O error's kind.
-fn describe(e: &redis::RedisError) -> String {
-    if e.is_timeout() {
-        return "timed out".into();
-    }
-    if e.is_connection_refusal() {
-        return "connection refused".into();
-    }
-    if e.kind() == redis::ErrorKind::AuthenticationFailed {
-        return "authentication failed (check the user and password)".into();
-    }
-    if let Some(code) = e.code() {
-        return match code {
-            "WRONGPASS" | "NOAUTH" => format!("authentication failed ({code})"),
-            other => format!("the server answered {other}"),
-        };
-    }
-    if e.is_io_error() || e.is_connection_dropped() {
-        return "connection lost".into();
-    }
-    format!("{:?} error", e.kind())
 }
 
 fn ms(d: Duration) -> u64 {
@@ -292,10 +268,10 @@ impl Store for RedisStore {
 
     async fn sessions(&self) -> Result<Vec<FleetSession>, FleetError> {
         let mut c = self.conn().await?;
-        let ids: Vec<String> = c
-            .zrange(self.index(), 0, -1)
-            .await
-            .map_err(|e| self.error(&e))?;
+        let ids: Vec<String> = match c.zrange(self.index(), 0, -1).await {
+            Ok(ids) => ids,
+            Err(e) => return Err(self.failed(&e).await),
+        };
         if ids.is_empty() {
             return Ok(Vec::new());
         }

@@ -22,7 +22,10 @@ impl RedisStore {
     ) -> Result<Vec<FleetSession>, FleetError> {
         let mut pipe = redis::pipe();
         self.read_into(&mut pipe, &ids);
-        let flat: Vec<redis::Value> = pipe.query_async(c).await.map_err(|e| self.error(&e))?;
+        let flat: Vec<redis::Value> = match pipe.query_async(c).await {
+            Ok(flat) => flat,
+            Err(e) => return Err(self.failed(&e).await),
+        };
         self.parse(ids, flat.into_iter())
     }
 

@@ -1,0 +1,189 @@
+//! The fleet pass against the in-memory store and the fake provider.
+
+use super::*;
+use crate::fleet::memory::MemoryStore;
+use crate::protocol::Target;
+use crate::providers::fake::{sandbox, Fake};
+use crate::providers::Kind;
+
+fn record(id: &str) -> SessionRecord {
+    SessionRecord {
+        id: id.into(),
+        host: "a".into(),
+        owner: "o".into(),
+        pid: 1,
+        labels: Default::default(),
+        providers: vec!["fake".into()],
+        started_ms: 1,
+    }
+}
+
+fn options() -> Options {
+    Options {
+        concurrency: 4,
+        deadline: Duration::from_secs(5),
+        retry_initial: Duration::from_millis(10),
+        retry_max: Duration::from_millis(100),
+        settle: None,
+        rates: Default::default(),
+        paces: Default::default(),
+    }
+}
+
+#[tokio::test]
+async fn expired_leases_are_reclaimed_once_and_live_stopped_or_locked_ones_left() {
+    let store = Arc::new(MemoryStore::default());
+    let claimed = Target {
+        provider: "fake".into(),
+        id: "c1".into(),
+    };
+    let short = Duration::from_millis(1);
+    let holdings = Holdings {
+        claims: [claimed].into(),
+        ..Default::default()
+    };
+    store
+        .register(&record("dead"), &holdings, short)
+        .await
+        .unwrap();
+    store
+        .register(&record("stopped"), &Holdings::default(), short)
+        .await
+        .unwrap();
+    store.finish("stopped", FleetState::Stopped).await.unwrap();
+    store
+        .register(&record("busy"), &Holdings::default(), short)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store
+            .lock("busy", "other", Duration::from_secs(60))
+            .await
+            .unwrap(),
+        Lock::Held(Some(_))
+    ));
+    store
+        .register(
+            &record("alive"),
+            &Holdings::default(),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let fake = Fake::holding(vec![
+        sandbox("l1", Kind::Instance, Some("dead")),
+        sandbox("c1", Kind::Instance, None),
+        sandbox("s1", Kind::Instance, Some("stopped")),
+        sandbox("b1", Kind::Instance, Some("busy")),
+        sandbox("a1", Kind::Instance, Some("alive")),
+    ]);
+    let providers: Vec<Arc<dyn Provider>> = vec![fake.clone()];
+    let fleet = FleetSweep {
+        store: store.clone(),
+        host: "b".into(),
+        lease: Duration::from_secs(3),
+        ledger: None,
+    };
+    let pass = pass(&fleet, &providers, &options(), false).await;
+    assert!(pass.list_failures.is_empty(), "{:?}", pass.list_failures);
+    assert_eq!(fake.remaining(), ["a1", "b1", "s1"]);
+    let verdict = |id: &str| {
+        pass.decisions
+            .iter()
+            .find(|d| d.session == id)
+            .map(|d| d.verdict)
+    };
+    assert_eq!(verdict("dead"), Some(Verdict::Reclaim));
+    assert_eq!(verdict("alive"), Some(Verdict::Leave));
+    assert_eq!(verdict("stopped"), Some(Verdict::Leave));
+    assert_eq!(verdict("busy"), Some(Verdict::Leave));
+    let dead = store.session("dead").await.unwrap().unwrap();
+    assert_eq!((dead.state, dead.reclaims), (FleetState::Reclaimed, 1));
+    // A second pass finds it over: nothing reclaimed twice.
+    let again = super::pass(&fleet, &providers, &options(), false).await;
+    assert_eq!(again.removals.len(), 0);
+    assert_eq!(store.session("dead").await.unwrap().unwrap().reclaims, 1);
+}
+
+/// Issue 22 point 7: on the owner's own machine, an expired fleet lease (a dead sidecar,
+/// or a lease key deleted by hand) never outweighs an owner this machine sees alive.
+#[tokio::test]
+async fn an_owner_seen_alive_here_is_never_reclaimed_for_an_expired_lease() {
+    let store = Arc::new(MemoryStore::default());
+    let me = crate::identity::Identity::current().unwrap();
+    let alive = SessionRecord {
+        owner: me.to_label(),
+        ..record("alive")
+    };
+    let short = Duration::from_millis(1);
+    store
+        .register(&alive, &Holdings::default(), short)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let fake = Fake::holding(vec![sandbox("a1", Kind::Instance, Some("alive"))]);
+    let providers: Vec<Arc<dyn Provider>> = vec![fake.clone()];
+    let fleet = FleetSweep {
+        store: store.clone(),
+        host: "a".into(),
+        lease: Duration::from_secs(3),
+        ledger: None,
+    };
+    let pass = pass(&fleet, &providers, &options(), false).await;
+    assert_eq!(fake.remaining(), ["a1"]);
+    let decision = pass
+        .decisions
+        .iter()
+        .find(|d| d.session == "alive")
+        .unwrap();
+    assert_eq!(decision.verdict, Verdict::Leave);
+    assert!(
+        decision.reason.contains("lives on this machine"),
+        "{}",
+        decision.reason
+    );
+    let s = store.session("alive").await.unwrap().unwrap();
+    assert_eq!(s.reclaims, 0);
+}
+
+#[tokio::test]
+async fn a_store_that_cannot_be_read_makes_no_verdict() {
+    let store = Arc::new(MemoryStore::default());
+    store.set_down(true);
+    let fake = Fake::holding(vec![sandbox("l1", Kind::Instance, Some("dead"))]);
+    let providers: Vec<Arc<dyn Provider>> = vec![fake.clone()];
+    let fleet = FleetSweep {
+        store,
+        host: "b".into(),
+        lease: Duration::from_secs(3),
+        ledger: None,
+    };
+    let pass = pass(&fleet, &providers, &options(), false).await;
+    assert!(pass.decisions.is_empty());
+    assert_eq!(pass.list_failures.len(), 1);
+    assert!(!pass.is_clean());
+    assert_eq!(fake.remaining(), ["l1"]);
+}
+
+/// Issue 23: the time a held lease has left moves on every pass; the verdict's reason must
+/// not, or `sweep --every` says the same thing again on every pass.
+#[test]
+fn a_held_lease_gives_one_reason_whatever_its_time_left() {
+    let owner = Judge::new(Default::default());
+    let held = |ms| FleetSession {
+        record: record("s"),
+        state: FleetState::Active,
+        lease_left: Some(Duration::from_millis(ms)),
+        holdings: Holdings::default(),
+        reclaims: 0,
+    };
+    let (first, later) = (judge(&held(2747), &owner), judge(&held(1000), &owner));
+    assert_eq!(first, later);
+    assert_eq!(
+        first,
+        (Verdict::Leave, "its fleet lease is held by host a".into())
+    );
+    let d = decision(&held(2747), first.0, first.1);
+    assert_eq!(d.lease_left, Some(Duration::from_millis(2747)));
+}
