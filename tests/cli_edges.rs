@@ -202,7 +202,8 @@ exec sleep 3600
     }
     assert_eq!(
         find(&alive, &kept).4,
-        "left: detached by the program; only its TTL ends it"
+        "left: detached by the program; docker has no TTL: it runs until removed (sandguard \
+         stop, or a sweep once a sandguard.expires label on it has passed)"
     );
 
     unsafe_kill(child.id() as i32, libc::SIGKILL);

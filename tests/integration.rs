@@ -6,6 +6,7 @@
 
 mod support;
 
+mod answers;
 mod cli_edges;
 mod cloud_proxy;
 mod config_errors;

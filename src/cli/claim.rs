@@ -13,6 +13,14 @@
 //!   has not configured, or with an id that can never name a sandbox of that provider (a
 //!   Docker container *name*, `..`: [`crate::providers::ids`]), comes back `refused`, and the
 //!   command prints the reason and exits 1 at once.
+//! - `detach` first asks whether its session owns what it names ([`crate::watch::detach`], the
+//!   rule the sidecar applies to every `detach` line): it reads the session's journal and lists
+//!   the provider. What the session never claimed and that carries no label of it is refused
+//!   there: exit 1, "… is not owned by session …: nothing was detached", and no line is sent
+//!   (the sidecar would only log such a detach, journaling nothing, so there would be nothing
+//!   to confirm). When ownership cannot be shown either way (the provider is not configured
+//!   here, or did not answer within [`crate::watch::CLAIM_LOOKUP`]; the journal cannot be
+//!   read) the line is sent and the sidecar judges, as it always did.
 //! - Outside a session (`SANDGUARD_FD` unset, or not an open pipe) the commands exit 2 with a
 //!   message saying how to get one; a sidecar that is gone exits 1. Bad words exit 2.
 //! - The wrapper exports `SANDGUARD_CONFIG` when it read a config file, so the command finds
@@ -73,6 +81,9 @@ fn send(verb: Verb, args: Args, settings: Result<Settings, String>) -> Result<()
             "not inside a sandguard session: {m} (run the program under `sandguard -- CMD`)"
         ))
     })?;
+    if let (Verb::Detach, Ok(settings)) = (verb, &settings) {
+        owned(settings, &target).map_err(failure)?;
+    }
     let journal = journal(settings);
     let offset = journal
         .as_ref()
@@ -149,9 +160,14 @@ fn confirm(
             ));
         }
         if Instant::now() >= deadline {
+            // The sidecar records no answer to a detach it finds not owned: it logs it.
+            let hint = match verb {
+                Verb::Detach => " (a detach of what the session does not own is only logged, in the session's log)",
+                Verb::Claim | Verb::Release => "",
+            };
             return Err((
                 Exit::Failure,
-                format!("the session's sidecar did not record the line within {CONFIRM_TIMEOUT:?}"),
+                format!("the session's sidecar did not record the line within {CONFIRM_TIMEOUT:?}{hint}"),
             ));
         }
         std::thread::sleep(pause);
@@ -180,6 +196,47 @@ fn answers(line: &[u8], verb: Verb, target: &Target) -> Option<Confirmed> {
             },
         ) if is(&provider, &id) => Some(Confirmed::Refused(reason)),
         _ => None,
+    }
+}
+
+/// `Err(message)` when the session shows it does not own what a detach names; `Ok` when it
+/// does, or when that cannot be shown from here (see the module docs).
+fn owned(settings: &Settings, target: &Target) -> Result<(), String> {
+    use crate::watch::detach::{not_owned, ownership, Ownership};
+    let Ok(session) = std::env::var("SANDGUARD_SESSION") else {
+        return Ok(());
+    };
+    let registry = crate::providers::Registry::from_settings(settings);
+    let Some(provider) = registry.get(&target.provider) else {
+        return Ok(());
+    };
+    let Ok(view) = StateDir::open(&settings.state_dir).and_then(|s| s.read_session(&session))
+    else {
+        return Ok(());
+    };
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return Ok(());
+    };
+    let selector = crate::labels::Selector::managed();
+    let listed = runtime.block_on(async {
+        let listing = provider.list(&selector);
+        match tokio::time::timeout(crate::watch::CLAIM_LOOKUP, listing).await {
+            Ok(Ok(found)) => Some(
+                found
+                    .into_iter()
+                    .filter(|s| selector.matches(&s.labels))
+                    .collect::<Vec<_>>(),
+            ),
+            _ => None,
+        }
+    });
+    let held = view.claims.iter().chain(&view.detached);
+    match ownership(provider.as_ref(), &session, target, held, listed.as_deref()) {
+        Ownership::NotOwned => Err(not_owned(&session, target)),
+        Ownership::Owned | Ownership::Unknown => Ok(()),
     }
 }
 

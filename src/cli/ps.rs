@@ -23,8 +23,9 @@
 //! `--json`, and the count line (and `counts`) counts what is shown, not what exists.
 //!
 //! Decisions (narrowing):
-//! - `--session S` is checked before anything is listed: a malformed id (not `[0-9a-z]{1,64}`)
-//!   is bad usage (exit 2). A well-formed id that names nothing (no journal in the local
+//! - `--session S` is checked before anything is listed, by the one session-id rule
+//!   ([`crate::session::SessionId::parse`], as `stop --session`, `sessions show` and the
+//!   sidecar take it): a malformed id is bad usage (exit 2). It is matched exactly. A well-formed id that names nothing (no journal in the local
 //!   ledger, and no sandbox on any provider that answered carries it) is an error, exit 1, as
 //!   an unknown `--provider` is: `ps` never answers "nothing" for a session that never was.
 //!   A session the ledger knows whose sandboxes are all gone is "No sandboxes", exit 0.
@@ -96,11 +97,7 @@ struct Narrow {
 impl Narrow {
     fn parse(args: &Args) -> Result<Narrow, Error> {
         let session = match &args.session {
-            Some(s) => Some(
-                crate::session::SessionId::parse(s)
-                    .map_err(|e| Error::Usage(format!("--session: {e}")))?
-                    .to_string(),
-            ),
+            Some(s) => Some(super::sessions::session_arg("--session", s)?),
             None => None,
         };
         let state = match &args.state {

@@ -1,5 +1,14 @@
-//! `sandguard sessions [--json]`: the local ledger: each session's state, owner, claims, and
-//! whether its sidecar is alive (judged by the session lock, not by a pid).
+//! `sandguard sessions [--json]`: the local ledger: each session's state, owner, the claims it
+//! holds, and whether its sidecar is alive (judged by the session lock, not by a pid).
+//!
+//! Decision (the claims column): the table's `HELD` column (once `CLAIMS`, which read as "how
+//! many sandboxes this session has") counts the session's claims it still holds: sandboxes it
+//! claimed (by a `claim` line, `sandguard claim` or a proxy's create) and has not since
+//! released, detached or seen removed, as `claims` in `--json` lists them. A sandbox that
+//! carries only the session's label is not counted (the journal learns of it only when a
+//! reclaim finds it), nor a detached one, so an ended session holds 0. A line under the table
+//! says so, and points to `sessions show ID` for every sandbox. `--fleet` counts the claims the
+//! store mirrors, under the same name and note.
 //!
 //! `sandguard sessions --prune [--older-than D]` deletes the sessions that ended (reclaimed or
 //! clean) more than D ago (default: `[sweep] prune_after`, 7 days), as every sweep does; a
@@ -76,6 +85,15 @@ pub(super) struct SessionJson {
 pub(super) struct ClaimJson {
     provider: String,
     id: String,
+}
+
+/// A session id as a command was given it (`what`: the flag or command, for the message),
+/// checked by the one rule ([`crate::session::SessionId::parse`]): bad usage (exit 2)
+/// otherwise. `ps --session`, `stop --session` and `sessions show` all come here.
+pub(super) fn session_arg(what: &str, id: &str) -> Result<String, Error> {
+    crate::session::SessionId::parse(id)
+        .map(|id| id.to_string())
+        .map_err(|e| Error::Usage(format!("{what}: {e}")))
 }
 
 pub fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
@@ -159,9 +177,20 @@ fn table(rows: &[SessionJson]) -> String {
             ]
         })
         .collect();
-    output::table(
-        &["SESSION", "STATE", "OWNER", "SIDECAR", "CLAIMS", "AGE"],
+    let mut text = output::table(
+        &["SESSION", "STATE", "OWNER", "SIDECAR", "HELD", "AGE"],
         &cells,
+    );
+    text.push_str(&held_note(""));
+    text
+}
+
+/// What the `HELD` column counts (see the module docs); `where_`: where `sessions show` runs.
+fn held_note(where_: &str) -> String {
+    format!(
+        "HELD: claims the session still holds (claimed, not released, detached or removed \
+         since); sandboxes found only by its label are not counted: {where_}sandguard sessions \
+         show ID lists every one.\n"
     )
 }
 
@@ -232,8 +261,10 @@ fn fleet_table(rows: &[FleetJson]) -> String {
             ]
         })
         .collect();
-    output::table(
-        &["SESSION", "HOST", "STATE", "LEASE", "CLAIMS", "OWNER"],
+    let mut text = output::table(
+        &["SESSION", "HOST", "STATE", "LEASE", "HELD", "OWNER"],
         &cells,
-    )
+    );
+    text.push_str(&held_note("on its host, "));
+    text
 }

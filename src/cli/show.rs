@@ -26,7 +26,18 @@
 //! - What `sandguard stop` removed by hand is told as such ("removed by hand"), from the
 //!   session's side file of stops ([`crate::ledger::StateDir::note_stopped`]); a stop made
 //!   against another machine's state directory is not known here.
-//! - An id that is malformed is bad usage (exit 2); a well-formed one with no journal is exit 1.
+//! - `ID` is a session id or a unique prefix of one, as `stop ID` takes a sandbox's: checked
+//!   first by the one session-id rule ([`crate::session::SessionId::parse`]; `'a b'` is bad
+//!   usage, exit 2), then matched against the ledger's journals: an exact id wins (so `abc`
+//!   shows `abc` beside `abcd`), else the one id that starts with it. A prefix of several is bad
+//!   usage (exit 2) naming every candidate, as `stop` says of an ambiguous sandbox id; a prefix
+//!   of none is exit 1 ("no session … in the ledger"), as `stop`'s "not found" is.
+//! - What ends a sandbox sandguard leaves (detached, or claimed by an owner that cannot be
+//!   judged from here) is said per provider ([`what_ends_it`]), never "its TTL" on a provider
+//!   that has none: Docker and Fly.io have no server-side lifetime (it runs until removed: `stop`,
+//!   or a sweep once a `sandguard.expires` label on it has passed); E2B's, Daytona's and Tenki's
+//!   timeouts end it (sandguard no longer renews them); Modal's is the `timeout` given at
+//!   creation; a plugin's is the plugin's own, if it has one (this command asks no plugin).
 //! - `--json` is the `sessions --json` row of the session plus `ending` and `sandboxes`
 //!   (`provider`, `id`, `kind`, `origin`, `fate`, `cause`, `detail`, `words`).
 
@@ -85,16 +96,18 @@ struct SandboxJson {
 }
 
 pub fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
-    crate::session::SessionId::parse(&args.id)
-        .map_err(|e| Error::Usage(format!("sessions show: {e}")))?;
+    let prefix = super::sessions::session_arg("sessions show", &args.id)?;
     let state = StateDir::open(&settings.state_dir)?;
-    let (view, story) = match state.read_history(&args.id) {
+    let none = || {
+        Error::Failed(format!(
+            "no session {prefix} in the ledger ({})",
+            settings.state_dir.display()
+        ))
+    };
+    let id = resolve(&state, &prefix)?.ok_or_else(none)?;
+    let (view, story) = match state.read_history(&id) {
         Err(LedgerError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Error::Failed(format!(
-                "no session {} in the ledger ({})",
-                args.id,
-                settings.state_dir.display()
-            )))
+            return Err(none())
         }
         other => other?,
     };
@@ -121,6 +134,42 @@ pub fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
         output::emit(&text(&view, owner, ending.as_ref(), &sandboxes));
     }
     Ok(Exit::Ok)
+}
+
+/// The session `prefix` names in the ledger: its own id when that journal exists, else the
+/// one id starting with it; `None` when none does. Several: bad usage, naming them.
+fn resolve(state: &StateDir, prefix: &str) -> Result<Option<String>, Error> {
+    let exact = state.journal_file(prefix)?;
+    if exact.exists() {
+        return Ok(Some(prefix.to_string()));
+    }
+    let Some(dir) = exact.parent() else {
+        return Ok(None);
+    };
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(Error::Failed(format!(
+                "cannot list the sessions in {}: {e}",
+                dir.display()
+            )))
+        }
+    };
+    let mut found: Vec<String> = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|name| name.strip_suffix(".journal").map(str::to_string))
+        .filter(|id| id.starts_with(prefix) && crate::session::SessionId::parse(id).is_ok())
+        .collect();
+    found.sort();
+    match found.len() {
+        0 => Ok(None),
+        1 => Ok(found.pop()),
+        _ => Err(Error::Usage(format!(
+            "sessions show: {prefix:?} is ambiguous: it matches sessions {}",
+            found.join(", ")
+        ))),
+    }
 }
 
 fn sandbox(s: &SandboxStory, view: &SessionView, owner: Liveness) -> SandboxJson {
@@ -188,18 +237,37 @@ fn words(s: &SandboxStory, view: &SessionView, owner: Liveness) -> String {
         Fate::Stopped { gone: true } => {
             format!("gone: already gone when sandguard stop came for it ({origin})")
         }
-        Fate::Detached => "left: detached by the program; only its TTL ends it".into(),
+        Fate::Detached => format!(
+            "left: detached by the program; {}",
+            what_ends_it(&s.target.provider)
+        ),
         Fate::Refused(reason) => format!("refused, never acted upon: {}", sanitize(reason)),
         Fate::Pending(error) => format!(
             "left: could not be removed ({}); `sandguard sweep` retries",
             sanitize(error)
         ),
-        Fate::Claimed => still_claimed(view, owner),
+        Fate::Claimed => still_claimed(view, owner, &s.target.provider),
+    }
+}
+
+/// What ends a sandbox of `provider` that sandguard leaves alone (see the module docs).
+fn what_ends_it(provider: &str) -> String {
+    let p = sanitize(provider);
+    match provider {
+        "docker" | "flyio" => format!(
+            "{p} has no TTL: it runs until removed (sandguard stop, or a sweep once a \
+             sandguard.expires label on it has passed)"
+        ),
+        "e2b" | "daytona" | "tenki" => {
+            format!("only its {p} timeout ends it (sandguard no longer renews it)")
+        }
+        "modal" => "only the timeout modal gave it at creation ends it".into(),
+        _ => format!("sandguard leaves it: only a lifetime {p} itself gives it, if any, ends it"),
     }
 }
 
 /// A claim with nothing after it, phrased with what is known now.
-fn still_claimed(view: &SessionView, owner: Liveness) -> String {
+fn still_claimed(view: &SessionView, owner: Liveness, provider: &str) -> String {
     if view.state.is_final() {
         return format!(
             "claimed; the session ended {} with no record of its removal",
@@ -222,10 +290,10 @@ fn still_claimed(view: &SessionView, owner: Liveness) -> String {
         (false, Liveness::Alive) => {
             "left: claimed, owner alive but no sidecar; a sweep adopts it".into()
         }
-        (false, Liveness::Unknown) => {
-            "left: claimed, no sidecar, owner cannot be judged from here; only its TTL ends it"
-                .into()
-        }
+        (false, Liveness::Unknown) => format!(
+            "left: claimed, no sidecar, owner cannot be judged from here; {}",
+            what_ends_it(provider)
+        ),
     }
 }
 
@@ -286,4 +354,24 @@ fn text(
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_built_in_provider_is_told_what_ends_its_sandboxes() {
+        for p in crate::config::BUILT_IN_PROVIDERS {
+            assert!(
+                !what_ends_it(p).contains("if any"),
+                "{p}: {}",
+                what_ends_it(p)
+            );
+        }
+        for p in ["docker", "flyio"] {
+            assert!(what_ends_it(p).contains("has no TTL"), "{p}");
+        }
+        assert!(what_ends_it("acme").contains("acme itself"));
+    }
 }

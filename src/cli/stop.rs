@@ -12,8 +12,14 @@
 //!   ended by hand); `stop --all` keeps every detached sandbox, by its label or by a `detach`
 //!   in any session's ledger, and says so on stderr (`kept … : detached: …`; `--json`: outcome
 //!   `kept`). Detach wins everywhere.
-//! - Exit 1 when the id is not found or ambiguous, when a removal failed, or when a provider
-//!   could not be queried; in that last case the output says sandboxes may still be running.
+//! - `--session S` takes the one session-id rule ([`SessionId::parse`], as `ps --session`,
+//!   `sessions show` and the sidecar's `watch --session`): anything else (`'a b'`) is bad
+//!   usage, exit 2, before anything is listed. It is matched exactly (a label selector), never
+//!   as a prefix.
+//! - Exit 1 when the id is not found, when a removal failed, or when a provider could not be
+//!   queried; in that last case the output says sandboxes may still be running. An id that is
+//!   a prefix of several is bad usage, exit 2 (nothing is touched; the message names every
+//!   candidate), as an ambiguous `sessions show` prefix is: the user has to type more.
 //! - What was removed is told to the ledger of its session (by its `sandguard.session` label),
 //!   when that session's journal is in this state directory: `sessions show` then says "removed
 //!   by hand" instead of "claimed". It goes to the session's side file of stops, never its
@@ -34,7 +40,7 @@ use crate::config::Settings;
 use crate::ledger::{Record, SessionView, StateDir};
 use crate::protocol::Target;
 use crate::providers::{Provider, Registry, Sandbox};
-use crate::reclaim::stop::{self, Asked, Chosen, NotFound};
+use crate::reclaim::stop::{self, Asked, Chosen, Miss, NotFound};
 use crate::reclaim::{self, ListFailure, Options, Removal};
 use crate::session::SessionId;
 
@@ -97,6 +103,10 @@ struct ResultJson<'a> {
 }
 
 pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result<Exit, Error> {
+    let session = match &args.session {
+        Some(s) => Some(super::sessions::session_arg("--session", s)?),
+        None => None,
+    };
     let providers = registry.select(args.provider.as_deref())?;
     let root = settings
         .state_dir
@@ -110,11 +120,18 @@ pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result
         targets,
         kept,
         failures,
-    } = match stop::choose(&providers, root, args.session.as_deref(), asked).await {
+    } = match stop::choose(&providers, root, session.as_deref(), asked).await {
         Ok(chosen) => chosen,
-        Err(NotFound { message, failures }) => {
+        Err(NotFound {
+            miss,
+            message,
+            failures,
+        }) => {
             report_not_found(&args, &message, &failures);
-            return Ok(Exit::Failure);
+            return Ok(match miss {
+                Miss::Nothing => Exit::Failure,
+                Miss::Ambiguous => Exit::Usage,
+            });
         }
     };
     let removals = if args.dry_run {

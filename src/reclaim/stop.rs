@@ -7,7 +7,9 @@
 //!   is: "not found".
 //! - `stop ID` takes the one managed sandbox whose id is `ID` or starts with it. An id that
 //!   names nothing by itself (empty, `.`, `..`, with a `/`) is never a prefix: not found (the
-//!   CLI refuses it before, as bad usage).
+//!   CLI refuses it before, as bad usage). A prefix of several ids is [`Miss::Ambiguous`],
+//!   apart from [`Miss::Nothing`], so the CLI can tell "type more" (bad usage) from "not
+//!   there".
 //! - Then the judgement: `stop ID` removes what the user named, detached or not; `stop --all`
 //!   keeps every detached sandbox (by its label or by a `detach` in any session's ledger),
 //!   with the reason.
@@ -41,8 +43,18 @@ pub struct Chosen {
 /// `stop ID` found nothing, or several.
 #[derive(Debug)]
 pub struct NotFound {
+    pub miss: Miss,
     pub message: String,
     pub failures: Vec<ListFailure>,
+}
+
+/// How `stop ID` missed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Miss {
+    /// No managed sandbox has that id or starts with it.
+    Nothing,
+    /// Several do (the message names them).
+    Ambiguous,
 }
 
 /// Lists, picks and judges; see the module docs. `state`: the state directory, when there is
@@ -60,7 +72,13 @@ pub async fn choose(
     let (candidates, asker) = match asked {
         Asked::Id(id) => match pick(found, id) {
             Ok(one) => (vec![one], Asker::StopNamed),
-            Err(message) => return Err(NotFound { message, failures }),
+            Err((miss, message)) => {
+                return Err(NotFound {
+                    miss,
+                    message,
+                    failures,
+                })
+            }
         },
         Asked::All => (found, Asker::StopAll),
     };
@@ -81,24 +99,27 @@ pub async fn choose(
 
 /// The one sandbox `id` names: an exact id, else a unique prefix; never an id that names
 /// nothing by itself.
-fn pick(found: Vec<Sandbox>, id: &str) -> Result<Sandbox, String> {
+fn pick(found: Vec<Sandbox>, id: &str) -> Result<Sandbox, (Miss, String)> {
     if id.is_empty() || id == "." || id == ".." || id.contains('/') {
-        return Err(format!("{id:?} names no sandbox"));
+        return Err((Miss::Nothing, format!("{id:?} names no sandbox")));
     }
     if let Some(exact) = found.iter().find(|s| s.id == id) {
         return Ok(exact.clone());
     }
     let mut matches: Vec<Sandbox> = found.into_iter().filter(|s| s.id.starts_with(id)).collect();
     match matches.len() {
-        0 => Err(format!("no managed sandbox {id:?} found")),
+        0 => Err((Miss::Nothing, format!("no managed sandbox {id:?} found"))),
         1 => Ok(matches.remove(0)),
-        _ => Err(format!(
-            "{id:?} is ambiguous: it matches {}",
-            matches
-                .iter()
-                .map(|s| format!("{} {}", s.provider, s.id.escape_debug()))
-                .collect::<Vec<_>>()
-                .join(", ")
+        _ => Err((
+            Miss::Ambiguous,
+            format!(
+                "{id:?} is ambiguous: it matches {}",
+                matches
+                    .iter()
+                    .map(|s| format!("{} {}", s.provider, s.id.escape_debug()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         )),
     }
 }

@@ -20,7 +20,9 @@
 //!
 //! Claims and detaches are checked when they arrive: one for a provider that is not
 //! configured, or with an id that cannot name a sandbox of that provider (a Docker container
-//! *name*), is journaled `refused` (final, reported once), never as a claim. Lines that are
+//! *name*), is journaled `refused` (final, reported once), never as a claim. A detach of what
+//! the session does not own (never claimed, not carrying its label) is logged as refused and
+//! journaled not at all ([`detach`] says why). Lines that are
 //! already in the pipe are applied together and made durable with one `fdatasync` (a program
 //! claiming 100 000 sandboxes does not pay 100 000 syncs); nothing is acknowledged before
 //! it is on disk. Each claim costs O(log n): the TTL keeper, when there is one, reads the
@@ -37,6 +39,7 @@
 //! settle delay: the owner waits for that line, not for the settle pass. What the settle pass
 //! finds is reclaimed, journaled and logged, and not reported to the owner, which has gone.
 
+pub mod detach;
 pub mod fleet;
 pub mod lease;
 pub mod service;
@@ -77,22 +80,29 @@ pub const CLAIM_LOOKUP: Duration = Duration::from_secs(2);
 
 /// The providers' managed sandboxes, listed at most once per batch of control lines.
 #[derive(Default)]
-struct Listings(std::collections::HashMap<String, Vec<crate::providers::Sandbox>>);
+struct Listings(std::collections::HashMap<String, Option<Vec<crate::providers::Sandbox>>>);
 
 impl Listings {
     async fn of(&mut self, provider: &dyn Provider) -> &[crate::providers::Sandbox] {
+        self.answered(provider).await.unwrap_or_default()
+    }
+
+    /// The listing, or `None` when the provider did not answer within [`CLAIM_LOOKUP`].
+    async fn answered(&mut self, provider: &dyn Provider) -> Option<&[crate::providers::Sandbox]> {
         if !self.0.contains_key(provider.name()) {
             let selector = crate::labels::Selector::managed();
             let found = match tokio::time::timeout(CLAIM_LOOKUP, provider.list(&selector)).await {
-                Ok(Ok(found)) => found
-                    .into_iter()
-                    .filter(|s| selector.matches(&s.labels))
-                    .collect(),
-                _ => Vec::new(),
+                Ok(Ok(found)) => Some(
+                    found
+                        .into_iter()
+                        .filter(|s| selector.matches(&s.labels))
+                        .collect(),
+                ),
+                _ => None,
             };
             self.0.insert(provider.name().to_string(), found);
         }
-        self.0.get(provider.name()).map_or(&[], Vec::as_slice)
+        self.0.get(provider.name()).and_then(Option::as_deref)
     }
 }
 
@@ -298,7 +308,9 @@ impl<C: Clock> Sidecar<C> {
                     }
                 }
                 Some(Ok(Command::Detach(c))) => {
-                    if self.may_claim(&c, &known, &mut listed).await {
+                    if self.may_claim(&c, &known, &mut listed).await
+                        && self.owns(&c, &mut listed).await
+                    {
                         self.apply(Command::Detach(c));
                     }
                 }
@@ -436,6 +448,31 @@ impl<C: Clock> Sidecar<C> {
         match ownership::may_claim(label, &claimers) {
             Ok(()) => true,
             Err(why) => self.refuse(t, why.to_string()),
+        }
+    }
+
+    /// Whether the session owns what a `detach` line names ([`detach::ownership`]); when it
+    /// shows it does not, the refusal is logged and nothing is journaled.
+    async fn owns(&mut self, t: &Target, listed: &mut Listings) -> bool {
+        if self.claims.contains(t) || self.detached.contains(t) {
+            return true;
+        }
+        let Some(provider) = self
+            .providers
+            .iter()
+            .find(|p| p.name() == t.provider)
+            .cloned()
+        else {
+            return true; // refused by `accept`, with the reason
+        };
+        let found = listed.answered(provider.as_ref()).await;
+        let held = self.claims.iter().chain(&self.detached);
+        match detach::ownership(provider.as_ref(), &self.session, t, held, found) {
+            detach::Ownership::NotOwned => {
+                tracing::warn!("refused detach: {}", detach::not_owned(&self.session, t));
+                false
+            }
+            detach::Ownership::Owned | detach::Ownership::Unknown => true,
         }
     }
 
