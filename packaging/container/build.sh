@@ -71,7 +71,7 @@ fi
 # files and dns lookups are built into libc.so.6 (glibc >= 2.34), so no NSS module is copied.
 printf 'hosts: files dns\npasswd: files\ngroup: files\n' >"$root/etc/nsswitch.conf"
 # A user name for uid 0 and for the conventional unprivileged uid 65532 (runAsUser).
-printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/var/lib/sandguard:/sbin/nologin\n' >"$root/etc/passwd"
+printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/nonexistent:/sbin/nologin\n' >"$root/etc/passwd"
 printf 'root:x:0:\nnonroot:x:65532:\n' >"$root/etc/group"
 
 cp packaging/container/Containerfile "$context/Containerfile"
