@@ -164,9 +164,4 @@ fn the_service_units_run_commands_the_cli_accepts() {
         let out = run(sandguard(&s).args(&args).arg("--help"));
         assert_eq!(out.code, 0, "{unit}: {args:?}: {}", out.stderr);
     }
-    let plist = std::fs::read_to_string(format!(
-        "{root}/packaging/launchd/dev.sandguard.sweep.plist"
-    ))
-    .unwrap();
-    assert!(plist.contains("<string>sweep</string>") && plist.contains("<string>--every</string>"));
 }

@@ -14,6 +14,7 @@ mod docker_context;
 mod docker_ps_stop;
 mod fleet;
 mod guard;
+mod image;
 mod model_docker;
 mod packaging;
 mod plugins;

@@ -1,6 +1,6 @@
-//! The packaging files are checked by the tools that will read them: the launchd plist by a
-//! plist parser (Python's `plistlib`), the systemd units by `systemd-analyze verify` (Debian's
-//! systemd; tests/run.sh installs it), and both run the sweep the README says they run. The
+//! The packaging files are checked by the tools that will read them: the systemd units by
+//! `systemd-analyze verify` (Debian's systemd; tests/run.sh installs it), and they run the
+//! sweep the README says they run, from where README's Install puts the binary. The
 //! man page packagers install (`sandguard man`) names no page that does not exist and has
 //! EXIT STATUS and ENVIRONMENT; `--version` names the commit of a git checkout.
 
@@ -16,34 +16,6 @@ fn packaging(rel: &str) -> PathBuf {
 }
 
 #[test]
-fn the_launchd_plist_parses_and_runs_the_sweep_service() {
-    let plist = packaging("launchd/dev.sandguard.sweep.plist");
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import json, plistlib, sys; print(json.dumps(plistlib.load(open(sys.argv[1], 'rb'))))",
-        ])
-        .arg(&plist)
-        .output()
-        .expect("python3 (tests/run.sh installs it)");
-    assert!(
-        out.status.success(),
-        "{} is not a valid plist: {}",
-        plist.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["Label"], "dev.sandguard.sweep");
-    let argv: Vec<&str> = v["ProgramArguments"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|a| a.as_str())
-        .collect();
-    assert_eq!(argv[1..], ["sweep", "--every", "5m"]);
-}
-
-#[test]
 fn the_systemd_units_verify_clean_and_have_no_ordering_cycle() {
     let units = [
         "sandguard-sweep.service",
@@ -51,12 +23,13 @@ fn the_systemd_units_verify_clean_and_have_no_ordering_cycle() {
         "sandguard-sweep-once.service",
     ];
     let s = Scratch::new("systemd-verify");
-    // The units run %h/.local/bin/sandguard: give `verify` a home where it exists.
+    // The units run %h/.cargo/bin/sandguard, where `cargo install` puts it (README.md,
+    // "Install"): give `verify` a home where it exists.
     let home = s.path().join("home");
-    std::fs::create_dir_all(home.join(".local/bin")).unwrap();
+    std::fs::create_dir_all(home.join(".cargo/bin")).unwrap();
     std::os::unix::fs::symlink(
         env!("CARGO_BIN_EXE_sandguard"),
-        home.join(".local/bin/sandguard"),
+        home.join(".cargo/bin/sandguard"),
     )
     .unwrap();
     let runtime = s.path().join("run");
@@ -188,4 +161,37 @@ fn version_names_the_commit_it_was_built_from() {
         out.stdout.trim(),
         format!("sandguard {} ({head})", env!("CARGO_PKG_VERSION"))
     );
+}
+
+/// Every packaging file runs the binary from where README's Install puts it: `cargo install`'s
+/// `~/.cargo/bin` for the systemd units and the cron line, the image's `/usr/local/bin` (its
+/// entrypoint) for the Kubernetes manifests. And no launchd agent pretends macOS works.
+#[test]
+fn the_packaging_files_run_the_binary_where_the_install_puts_it() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |rel: &str| std::fs::read_to_string(root.join(rel)).unwrap();
+    let readme = read("README.md");
+    let install = readme
+        .split("\n## Install\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("README.md has an Install section");
+    assert!(
+        install.contains("| `cargo install --locked --path .` (this checkout) | `~/.cargo/bin/` |")
+    );
+    assert!(install.contains("`/usr/local/bin/` in the image"));
+    assert!(install.contains("**macOS is not supported yet**"));
+    for unit in ["sandguard-sweep.service", "sandguard-sweep-once.service"] {
+        let text = std::fs::read_to_string(packaging("systemd").join(unit)).unwrap();
+        let exec = text.lines().find_map(|l| l.strip_prefix("ExecStart="));
+        assert!(
+            exec.is_some_and(|e| e.starts_with("%h/.cargo/bin/sandguard ")),
+            "{unit}: {exec:?}"
+        );
+    }
+    assert!(read("packaging/README.md").contains("* * * * $HOME/.cargo/bin/sandguard sweep"));
+    assert!(read("packaging/container/Containerfile")
+        .contains(r#"ENTRYPOINT ["/usr/local/bin/sandguard"]"#));
+    assert!(read("packaging/container/build.sh").contains(r#""$root/usr/local/bin/sandguard""#));
+    assert!(!packaging("launchd").exists(), "macOS is not supported yet");
 }

@@ -51,6 +51,7 @@ use crate::unix::{self, Forked};
 use crate::watch::{service, Triggers};
 
 mod begin;
+mod pod;
 mod proxies;
 mod terminal;
 use begin::{fleet_plan, start_session};
@@ -59,14 +60,19 @@ use terminal::Terminal;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The process to guard
-    #[arg(long, value_name = "PID")]
-    pub owner_pid: u32,
+    #[arg(long, value_name = "PID", required_unless_present = "owner_pid_file")]
+    pub owner_pid: Option<u32>,
+    /// Wait until FILE holds the pid of the process to guard (one line, as `echo $$ > FILE`
+    /// writes it), then guard that one: a sidecar in another container of a pod
+    #[arg(long, value_name = "FILE", conflicts_with = "owner_pid")]
+    pub owner_pid_file: Option<std::path::PathBuf>,
     /// The owner's start time (field 22 of /proc/PID/stat), pinning its identity; without it
     /// the process that has PID now is taken as the owner
     #[arg(long, value_name = "TICKS")]
     pub owner_start: Option<u64>,
-    /// Session id, 1-64 characters of [0-9a-z] (default: a new random one)
-    #[arg(long, value_name = "ID")]
+    /// Session id, 1-64 characters of [0-9a-z_-], the first a letter or a digit (default: a
+    /// new random one); a UUID (a pod's metadata.uid) is taken without its dashes
+    #[arg(long, value_name = "ID", value_parser = pod::session_arg)]
     pub session: Option<String>,
     /// Inherited descriptor to read control lines from
     #[arg(long, value_name = "N")]
@@ -170,7 +176,12 @@ fn fail(StartError(exit, message): StartError) -> Exit {
 
 async fn serve(args: Args, settings: Settings, terminal: Terminal) -> Result<Exit, StartError> {
     let failure = |m: String| StartError(Exit::Failure, m);
-    let owner = judge_owner(args.owner_pid, args.owner_start);
+    let pid = match (args.owner_pid, &args.owner_pid_file) {
+        (Some(pid), _) => pid,
+        (None, Some(file)) => pod::wait_for_pid(file).await?,
+        (None, None) => return Err(StartError(Exit::Usage, "no --owner-pid".into())),
+    };
+    let owner = judge_owner(pid, args.owner_start);
     let session = match args.session.as_deref().map(SessionId::parse) {
         Some(Ok(id)) => id,
         Some(Err(e)) => return Err(StartError(Exit::Usage, e.to_string())),

@@ -7,23 +7,7 @@ use super::*;
 /// native sidecar registered in the same store.
 #[test]
 fn the_kubernetes_manifests_run_the_fleet_sweep_and_a_native_sidecar() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/kubernetes");
-    let load = |name: &str| {
-        let out = Command::new("python3")
-            .args([
-                "-c",
-                "import json, sys, yaml; print(json.dumps(yaml.safe_load(open(sys.argv[1]))))",
-            ])
-            .arg(dir.join(name))
-            .output()
-            .expect("python3 (tests/run.sh installs it)");
-        assert!(
-            out.status.success(),
-            "{name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        json(&String::from_utf8_lossy(&out.stdout))
-    };
+    let load = crate::image::kubernetes_manifest;
     let from_secret = |env: &serde_json::Value, var: &str| {
         env.as_array().unwrap().iter().any(|e| {
             e["name"] == var && e["valueFrom"]["secretKeyRef"]["name"] == "sandguard-fleet"
@@ -44,10 +28,18 @@ fn the_kubernetes_manifests_run_the_fleet_sweep_and_a_native_sidecar() {
     let p = load("pod-native-sidecar.yaml");
     let sidecar = &p["spec"]["initContainers"][0];
     assert_eq!(sidecar["restartPolicy"], "Always", "a native sidecar");
-    assert!(sidecar["args"][0]
-        .as_str()
-        .unwrap()
-        .contains("sandguard watch --owner-pid"));
+    // The image has no shell: its entrypoint, sandguard, is given `watch` and its options
+    // (tests/image.rs runs them in the image).
+    assert!(sidecar["command"].is_null(), "{sidecar}");
+    assert_eq!(sidecar["args"][0], "watch");
+    assert_eq!(sidecar["args"][1], "--owner-pid-file");
+    // Both run the image README.md's Install section builds and pushes.
+    let image = format!(
+        "registry.example.com/sandguard:{}",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_eq!(sidecar["image"], image.as_str());
+    assert_eq!(c["image"], image.as_str());
     assert!(
         from_secret(&sidecar["env"], "SANDGUARD_FLEET_STORE"),
         "{sidecar}"

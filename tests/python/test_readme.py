@@ -2,9 +2,15 @@
 README.md writes it, with the wheel's helper, against the real daemon: everything it made is
 gone when its `with` block ends. The block is read out of README.md, so the two cannot drift
 apart (tests/readme.rs does the same for the shell snippets and checks that every block is
-either run or says why not)."""
+either run or says why not).
+
+It runs as a user who never activated the venv runs it: the venv's python called by its path,
+and no `sandguard` anywhere on PATH (not the venv's bin, not any other): the snippet's child
+`sandguard claim` must be found through the helper (`sandguard.find_binary()`)."""
 
 import json
+import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -36,6 +42,14 @@ def test_the_readme_python_snippet_runs_and_leaves_nothing(tmp_path, pyenv, env,
     program = readme_block("python-guard") + "\nimport json\nprint(json.dumps([cid, plain, other]))\n"
     script = tmp_path / "readme_snippet.py"
     script.write_text(program)
+    # PATH without the venv's bin, and without any other directory holding a sandguard.
+    path = os.pathsep.join(
+        d for d in env["PATH"].split(os.pathsep)
+        if d and Path(d).resolve() != (pyenv / "bin").resolve()
+        and not (Path(d) / "sandguard").exists())
+    env = dict(env, PATH=path)
+    assert shutil.which("sandguard", path=path) is None, path
+    assert shutil.which("docker", path=path) is not None, path
     out = subprocess.run([str(pyenv / "bin" / "python"), str(script)], env=env,
                          capture_output=True, text=True, timeout=120)
     made = []

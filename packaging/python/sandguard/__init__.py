@@ -9,8 +9,10 @@
         subprocess.run(["docker", "run", "-d", *g.label_args(), "busybox", "sleep", "600"])
         # ...or claim what cannot carry labels.
         g.claim("e2b", sandbox_id)
-        # A child process claims too, given the pipe (subprocess closes it otherwise):
-        subprocess.run(["sandguard", "claim", "docker", cid], pass_fds=sandguard.pass_fds())
+        # A child process claims too, given the pipe (subprocess closes it otherwise);
+        # find_binary() is the wheel's own sandguard, also when its venv is not on PATH:
+        subprocess.run([sandguard.find_binary(), "claim", "docker", cid],
+                       pass_fds=sandguard.pass_fds())
 
 ``guard()`` starts ``sandguard watch`` as a sidecar for the current process (in its own
 session, so a Ctrl-C to the terminal does not reach it), connected by a pipe, and waits until
@@ -291,7 +293,11 @@ def owner_label(pid: Optional[int] = None) -> str:
 
 def find_binary() -> str:
     """The ``sandguard`` executable: ``$SANDGUARD_BIN``, else the one installed with this
-    module (the environment's scripts directory), else the one on ``PATH``."""
+    module (the environment's scripts directory), else the one on ``PATH``.
+
+    Use it to run the CLI from Python (``[sandguard.find_binary(), "claim", ...]``): the
+    wheel's binary is in the venv's ``bin``, which is on ``PATH`` only while the venv is
+    activated; a venv's python called by its path finds it here all the same."""
     env = os.environ.get("SANDGUARD_BIN")
     if env:
         return env
@@ -597,7 +603,8 @@ class Guard:
         A child process claims through the same pipe when :mod:`subprocess` is told to keep
         it open (it inherits the variables from ``os.environ``)::
 
-            subprocess.run(["sandguard", "claim", "docker", cid], pass_fds=sandguard.pass_fds())
+            subprocess.run([sandguard.find_binary(), "claim", "docker", cid],
+                           pass_fds=sandguard.pass_fds())
         """
         self._send(f"claim {_target(provider, sandbox_id)}\n")
 
@@ -619,7 +626,7 @@ class Guard:
         """The descriptors a child process needs to talk to this guard's sidecar (the control
         pipe's write end), for :mod:`subprocess`'s ``pass_fds=``. Use with :meth:`child_env`::
 
-            subprocess.run(["sandguard", "claim", "docker", cid],
+            subprocess.run([sandguard.find_binary(), "claim", "docker", cid],
                            pass_fds=g.pass_fds(), env=g.child_env(), check=True)
         """
         with self._lock:
@@ -822,7 +829,8 @@ def pass_fds() -> Tuple[int, ...]:
     :func:`sandguard.claim` in a Python child): :mod:`subprocess` closes all others
     (``close_fds=True`` is its default)::
 
-        subprocess.run(["sandguard", "claim", "docker", cid], pass_fds=sandguard.pass_fds())
+        subprocess.run([sandguard.find_binary(), "claim", "docker", cid],
+                       pass_fds=sandguard.pass_fds())
 
     The session's control pipe comes from the guard this process opened last, else from
     ``$SANDGUARD_FD`` (``sandguard -- python ...``, or a parent's guard). The child inherits
