@@ -227,8 +227,10 @@ impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Reason::Expired => f.write_str("its sandguard.expires has passed"),
-            Reason::Detached => f.write_str("detached: only its TTL ends it"),
-            Reason::DetachedByOwner => f.write_str("detached by its owner: only its TTL ends it"),
+            Reason::Detached => f.write_str("detached: left to its TTL, if it has one, or a stop by id"),
+            Reason::DetachedByOwner => {
+                f.write_str("detached by its owner: left to its TTL, if it has one, or a stop by id")
+            }
             Reason::Named => f.write_str("named by hand"),
             Reason::Labelled => f.write_str("it carries the session's label"),
             Reason::Claimed => f.write_str("the session claimed it"),
