@@ -23,10 +23,11 @@ use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::time::Duration;
 
-use super::run::{exec, own_failure, start_sidecar, Args, Ready};
+use super::run::{exec, own_failure, start_sidecar, Args};
 use crate::config::Settings;
 use crate::identity::Identity;
 use crate::ledger::StateDir;
+use crate::protocol::ReadyLine;
 use crate::unix::{self, ExitStatus, Forked};
 
 /// How often pid 1 looks at the sidecar's lock once CMD has ended.
@@ -43,7 +44,7 @@ pub fn run(args: Args, settings: &Settings) -> u8 {
         Ok(Forked::Child) => {
             drop(go_w);
             drop(control.0);
-            std::process::exit(i32::from(child(&args, go_r, control.1)))
+            std::process::exit(i32::from(child(&args, settings, go_r, control.1)))
         }
         Ok(Forked::Parent(pid)) => {
             drop(go_r);
@@ -52,8 +53,10 @@ pub fn run(args: Args, settings: &Settings) -> u8 {
     }
 }
 
-/// CMD's side: a process group of its own, then wait for the session, then exec.
-fn child(args: &Args, go: OwnedFd, control: OwnedFd) -> u8 {
+/// CMD's side: a process group of its own, then wait for the sidecar's `ready` line, passed on
+/// by pid 1 as the sidecar wrote it, then exec. Nothing (EOF) means the sidecar did not start,
+/// and pid 1 has said so.
+fn child(args: &Args, settings: &Settings, go: OwnedFd, control: OwnedFd) -> u8 {
     unix::own_process_group(0);
     let mut message = String::new();
     if std::fs::File::from(go)
@@ -62,34 +65,13 @@ fn child(args: &Args, go: OwnedFd, control: OwnedFd) -> u8 {
     {
         return super::run::EXIT_OWN_FAILURE;
     }
-    let mut lines = message.lines();
-    let (Some("go"), Some(session), Some(labels)) = (lines.next(), lines.next(), lines.next())
-    else {
-        // The sidecar did not start; pid 1 said so.
+    let ReadyLine::Ready { session, env } = ReadyLine::parse(&message) else {
         return super::run::EXIT_OWN_FAILURE;
     };
-    let word = |w: Option<&str>| w.filter(|w| !w.is_empty()).map(str::to_string);
-    let ready = Ready {
-        session: session.to_string(),
-        labels: labels.to_string(),
-        control,
-        env: env_words(lines.next().unwrap_or("")),
-        config: word(lines.next()).map(Into::into),
+    let Some(me) = Identity::current() else {
+        return own_failure("cannot read this process's identity from /proc");
     };
-    exec(&args.command, &ready)
-}
-
-/// The sidecar's variables on one line of the message to CMD, as the ready line has them.
-fn env_line(env: &[(String, String)]) -> String {
-    let words: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    words.join(" ")
-}
-
-fn env_words(line: &str) -> Vec<(String, String)> {
-    line.split_whitespace()
-        .filter_map(|w| w.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    exec(&args.command, (&session, &env), &control, &me, settings)
 }
 
 fn parent(
@@ -116,17 +98,11 @@ fn parent(
             return own_failure(&e);
         }
     };
-    let message = format!(
-        "go\n{}\n{}\n{}\n{}\n",
-        ready.session,
-        ready.labels,
-        env_line(&ready.env),
-        ready
-            .config
-            .as_deref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_default()
-    );
+    let message = ReadyLine::Ready {
+        session: ready.session.clone(),
+        env: ready.env.clone(),
+    };
+    let message = format!("{message}\n");
     let _ = std::fs::File::from(go).write_all(message.as_bytes());
     let journal = StateDir::open(&settings.state_dir)
         .and_then(|s| s.journal_file(&ready.session))

@@ -39,7 +39,7 @@ use crate::config::{HumanDuration, ProxyMode, Settings};
 use crate::identity::Identity;
 use crate::session::{
     self,
-    spawn::{Report, Spawn},
+    spawn::{self, Report, Spawn},
 };
 use crate::unix;
 
@@ -133,12 +133,13 @@ pub fn run(args: Args, settings: Result<Settings, String>) -> u8 {
     if std::process::id() == 1 {
         return super::init::run(args, &settings);
     }
-    let started = Identity::current()
-        .ok_or_else(|| "cannot read this process's identity from /proc".to_string())
-        .and_then(|me| start_sidecar(&args, &settings, &me, None));
-    match started {
+    let Some(me) = Identity::current() else {
+        return own_failure("cannot read this process's identity from /proc");
+    };
+    match start_sidecar(&args, &settings, &me, None) {
         Ok(sidecar) => {
-            let err = exec(&args.command, &sidecar);
+            let announced = (sidecar.session.as_str(), sidecar.env.as_slice());
+            let err = exec(&args.command, announced, &sidecar.control, &me, &settings);
             say_bye(sidecar.control);
             err
         }
@@ -151,17 +152,6 @@ pub(super) fn own_failure(message: &str) -> u8 {
     EXIT_OWN_FAILURE
 }
 
-/// A sidecar that said `ready`, and what CMD gets from it.
-pub(super) struct Ready {
-    pub session: String,
-    pub labels: String,
-    pub control: OwnedFd,
-    /// What the sidecar's proxies give CMD (`DOCKER_HOST`, `E2B_API_URL`, …).
-    pub env: Vec<(String, String)>,
-    /// The config file the settings came from, exported to CMD as `SANDGUARD_CONFIG`.
-    pub config: Option<std::path::PathBuf>,
-}
-
 /// Starts the sidecar of a new session guarding `owner` (on the control pipe given, else a
 /// new one) and waits for its `ready`.
 pub(super) fn start_sidecar(
@@ -169,7 +159,7 @@ pub(super) fn start_sidecar(
     settings: &Settings,
     owner: &Identity,
     control: Option<(OwnedFd, OwnedFd)>,
-) -> Result<Ready, String> {
+) -> Result<spawn::Ready, String> {
     let binary =
         std::env::current_exe().map_err(|e| format!("cannot find the sandguard binary: {e}"))?;
     let spawn = Spawn {
@@ -184,43 +174,46 @@ pub(super) fn start_sidecar(
             quiet: args.options.quiet,
         }),
     };
-    let ready = match control {
+    match control {
         Some(pipe) => spawn.start_on(pipe),
         None => spawn.start(),
     }
-    .map_err(|e| e.to_string())?;
-    let labels = session::labels_env(&session::labels(&ready.session, owner));
-    Ok(Ready {
-        labels,
-        session: ready.session,
-        control: ready.control,
-        env: ready.env,
-        config: settings
-            .source
-            .as_deref()
-            .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())),
-    })
+    .map_err(|e| e.to_string())
 }
 
-/// Replaces this process with CMD. Returns only if the exec failed, with the exit code to
-/// use; the caller then tells the sidecar `bye` (CMD never ran).
-pub(super) fn exec(command: &[OsString], ready: &Ready) -> u8 {
-    if let Err(e) = unix::set_cloexec(ready.control.as_fd(), false) {
+/// Replaces this process with CMD, with what the sidecar's `ready` announced (the session and
+/// its variables), the labels of `me`, this process (the owner: exec keeps the pid and the
+/// start time), the control
+/// pipe's write end at `SANDGUARD_FD` and, when the settings came from a file, that file.
+/// Returns only if the exec failed, with the exit code to use; the caller then tells the
+/// sidecar `bye` (CMD never ran).
+pub(super) fn exec(
+    command: &[OsString],
+    (session, env): (&str, &[(String, String)]),
+    control: &OwnedFd,
+    me: &Identity,
+    settings: &Settings,
+) -> u8 {
+    if let Err(e) = unix::set_cloexec(control.as_fd(), false) {
         return own_failure(&format!("cannot pass the control pipe on: {e}"));
     }
+    let labels = session::labels_env(&session::labels(session, me));
     let Some((program, rest)) = command.split_first() else {
         return own_failure("no command given");
     };
     let mut command = Command::new(program);
-    command.envs(ready.env.iter().map(|(k, v)| (k, v)));
-    if let Some(config) = &ready.config {
-        command.env("SANDGUARD_CONFIG", config);
+    command.envs(env.iter().map(|(k, v)| (k, v)));
+    if let Some(config) = &settings.source {
+        command.env(
+            "SANDGUARD_CONFIG",
+            std::path::absolute(config).unwrap_or_else(|_| config.clone()),
+        );
     }
     let err = command
         .args(rest)
-        .env("SANDGUARD_SESSION", &ready.session)
-        .env("SANDGUARD_LABELS", &ready.labels)
-        .env("SANDGUARD_FD", ready.control.as_raw_fd().to_string())
+        .env("SANDGUARD_SESSION", session)
+        .env("SANDGUARD_LABELS", &labels)
+        .env("SANDGUARD_FD", control.as_raw_fd().to_string())
         .exec();
     let name = program.to_string_lossy();
     match err.kind() {

@@ -1,9 +1,10 @@
 //! `sandguard watch`: the sidecar itself, for SDKs and for the wrapper.
 //!
-//! Start-up, in order: judge the owner's identity; open the state directory and create the
-//! session's journal (its `Start` record fsynced, its lock held); open the death source; then
-//! print `ready SESSION` on stdout. Anything that fails before that prints `error MESSAGE` on
-//! stdout instead (the wrapper shows it) and exits 2 for bad configuration, 1 otherwise.
+//! This file only daemonizes, turns the arguments into a [`StartPlan`], prints, and runs what
+//! [`crate::watch::start`] started: that module judges the owner, creates the journal (its
+//! `Start` record fsynced, its lock held), opens the death source and binds the proxies. Then
+//! `ready SESSION` is printed on stdout. Anything that fails before that prints `error MESSAGE`
+//! on stdout instead (the wrapper shows it) and exits 2 for bad configuration, 1 otherwise.
 //!
 //! **Resume.** `--session S` whose journal exists and whose lock nobody holds is a restarted
 //! sidecar (a Kubernetes native sidecar, S the pod's uid): it takes the session over, ended or
@@ -40,21 +41,14 @@ use std::os::fd::AsRawFd;
 
 use super::output::Exit;
 use crate::config::{HumanDuration, ProxyMode, Settings};
-use crate::identity::death::OwnerWatch;
-use crate::identity::Identity;
-use crate::protocol::{ByeOutcome, LineReader, ReadyLine};
-use crate::providers::docker::proxy::Claim;
-use crate::providers::Registry;
-use crate::reclaim::Options;
-use crate::session::{self, SessionId};
+use crate::protocol::{ByeOutcome, ReadyLine};
+use crate::session::SessionId;
 use crate::unix::{self, Forked};
-use crate::watch::{service, Triggers};
+use crate::watch::start::{start, StartError, StartPlan};
+use crate::watch::EndReport;
 
-mod begin;
 mod pod;
-mod proxies;
 mod terminal;
-use begin::{fleet_plan, start_session};
 use terminal::Terminal;
 
 #[derive(Debug, clap::Args)]
@@ -115,8 +109,14 @@ pub struct Args {
     pub daemonize: bool,
 }
 
-/// A start-up failure: reported on stdout for whoever waits for `ready`.
-struct StartError(Exit, String);
+/// The exit code of a start-up failure (its text goes on stdout, for whoever waits for
+/// `ready`).
+fn exit_of(e: &StartError) -> Exit {
+    match e {
+        StartError::Usage(_) => Exit::Usage,
+        StartError::Failed(_) => Exit::Failure,
+    }
+}
 
 pub fn run(args: Args, settings: Result<Settings, String>) -> Exit {
     let terminal = match args.report {
@@ -127,28 +127,24 @@ pub fn run(args: Args, settings: Result<Settings, String>) -> Exit {
         match unix::fork_single_threaded() {
             Ok(Forked::Parent(_)) => return Exit::Ok,
             Ok(Forked::Child) => {}
-            Err(e) => return fail(StartError(Exit::Failure, format!("cannot fork: {e}"))),
+            Err(e) => return fail(StartError::Failed(format!("cannot fork: {e}"))),
         }
         let keep: Vec<i32> = args.control_fd.into_iter().chain(terminal.fd()).collect();
         unix::close_descriptors_except(&keep);
         if let Err(e) = std::env::set_current_dir("/") {
-            return fail(StartError(
-                Exit::Failure,
-                format!("cannot change to /: {e}"),
-            ));
+            return fail(StartError::Failed(format!("cannot change to /: {e}")));
         }
     }
     for signal in [libc::SIGINT, libc::SIGHUP] {
         if let Err(e) = unix::ignore_signal(signal) {
-            return fail(StartError(
-                Exit::Failure,
-                format!("cannot ignore signal {signal}: {e}"),
-            ));
+            return fail(StartError::Failed(format!(
+                "cannot ignore signal {signal}: {e}"
+            )));
         }
     }
     let settings = match settings {
         Ok(s) => s,
-        Err(e) => return fail(StartError(Exit::Usage, e)),
+        Err(e) => return fail(StartError::Usage(e)),
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -156,10 +152,9 @@ pub fn run(args: Args, settings: Result<Settings, String>) -> Exit {
     {
         Ok(rt) => rt,
         Err(e) => {
-            return fail(StartError(
-                Exit::Failure,
-                format!("cannot start the async runtime: {e}"),
-            ))
+            return fail(StartError::Failed(format!(
+                "cannot start the async runtime: {e}"
+            )))
         }
     };
     match runtime.block_on(serve(args, settings, terminal)) {
@@ -168,180 +163,54 @@ pub fn run(args: Args, settings: Result<Settings, String>) -> Exit {
     }
 }
 
-fn fail(StartError(exit, message): StartError) -> Exit {
-    let _ = announce(&ReadyLine::Error(message.clone()));
-    eprintln!("sandguard watch: {message}");
-    exit
+fn fail(e: StartError) -> Exit {
+    let _ = announce(&ReadyLine::Error(e.to_string()));
+    eprintln!("sandguard watch: {e}");
+    exit_of(&e)
 }
 
-async fn serve(args: Args, settings: Settings, terminal: Terminal) -> Result<Exit, StartError> {
-    let failure = |m: String| StartError(Exit::Failure, m);
-    let pid = match (args.owner_pid, &args.owner_pid_file) {
+async fn serve(args: Args, settings: Settings, mut terminal: Terminal) -> Result<Exit, StartError> {
+    let owner_pid = match (args.owner_pid, &args.owner_pid_file) {
         (Some(pid), _) => pid,
         (None, Some(file)) => pod::wait_for_pid(file).await?,
-        (None, None) => return Err(StartError(Exit::Usage, "no --owner-pid".into())),
+        (None, None) => return Err(StartError::Usage("no --owner-pid".into())),
     };
-    let owner = judge_owner(pid, args.owner_start);
     let session = match args.session.as_deref().map(SessionId::parse) {
-        Some(Ok(id)) => id,
-        Some(Err(e)) => return Err(StartError(Exit::Usage, e.to_string())),
-        None => {
-            SessionId::random().map_err(|e| failure(format!("cannot make a session id: {e}")))?
-        }
-    }
-    .to_string();
-    let grace = args.grace.map_or(settings.watch.grace, |g| g.0);
-    let (journal, resumed) = start_session(&settings, &session, &owner, grace)?;
-    if args.daemonize {
-        redirect_stderr(&journal.path().with_extension("log"));
-    }
-    // Until `ready`, a failure leaves no new session behind (see `begin::Undo`).
-    let undo = begin::Undo::new(&journal, resumed.is_some());
-    let started = begin_watch(&args, &settings, &session, &owner, &journal, terminal)
-        .await
-        .and_then(|begun| {
-            announce(&ReadyLine::Ready {
-                session: session.clone(),
-                env: begun.served.env(),
-            })
-            .map_err(|e| failure(format!("cannot write the ready line: {e}")))?;
-            Ok(begun)
-        });
-    let Begun {
-        control,
-        mut owner_watch,
-        stop,
-        labels,
-        served,
-        claims_rx,
-        terminal,
-    } = undo.unless_ok(started)?;
-    let terminal = terminal.at_ready(args.quiet);
-    // After `ready`: building the registry (the PATH scan for plugins) is not needed to accept
-    // claims, and the wrapper's program is waiting for `ready` to start.
-    let registry = Registry::from_settings(&settings);
-    let proxy_claims = (served.docker.is_some() || !served.cloud.is_empty()).then_some(claims_rx);
-    let (proxy, _proxy_dir) = match served.docker {
-        Some(p) => (Some(p.proxy), Some(p.dir)),
-        None => (None, None),
+        Some(Ok(id)) => Some(id),
+        Some(Err(e)) => return Err(StartError::Usage(e.to_string())),
+        None => None,
     };
-    let providers = registry.select(None).unwrap_or_default();
-    let started_ms = resumed.as_ref().map(|v| v.started_ms);
-    let fleet = fleet_plan(&settings, &session, &owner, labels, &providers, started_ms);
-    let held = resumed.map_or_else(Default::default, |v| crate::fleet::Holdings {
-        claims: v.claims,
-        detached: v.detached,
-    });
-    let end_report: Option<crate::watch::EndReport> =
-        terminal.map(|t| Box::new(move |report: &crate::reclaim::Report| t.tell_end(report)) as _);
-    let plan = service::Plan {
+    let control = match args.control_fd {
+        Some(fd) => Some(
+            unix::take_fd(fd).map_err(|e| StartError::Failed(format!("--control-fd {fd}: {e}")))?,
+        ),
+        None => None,
+    };
+    let plan = StartPlan {
+        owner_pid,
+        owner_start: args.owner_start,
         session,
-        journal,
-        providers,
-        grace,
-        renew_every: settings.watch.renew_every,
-        options: Options::from(&settings.reclaim),
-        proxy,
-        cloud: served.cloud,
-        fleet,
-        held,
-        bye_report: Some(Box::new(report_bye)),
-        end_report,
-    };
-    let triggers = Triggers {
-        exit: owner_watch.exit_probe(),
-        owner: Box::pin(async move { owner_watch.wait().await }),
         control,
-        proxy: proxy_claims,
-        stop,
+        grace: args.grace.map(|g| g.0),
+        docker_proxy: args.docker_proxy.unwrap_or(ProxyMode::Off),
+        cloud_proxy: args.cloud_proxy.unwrap_or(ProxyMode::Off),
+        log_beside_journal: args.daemonize,
+        heard: terminal.reports(),
     };
-    let outcome = service::run(plan, triggers).await;
+    let started = start(&settings, plan, &mut |w: &str| terminal.warn(w)).await?;
+    announce(&ReadyLine::Ready {
+        session: started.session.clone(),
+        env: started.env.clone(),
+    })
+    .map_err(|e| StartError::Failed(format!("cannot write the ready line: {e}")))?;
+    let end_report: Option<EndReport> = terminal
+        .at_ready(args.quiet)
+        .map(|t| Box::new(move |report: &crate::reclaim::Report| t.tell_end(report)) as _);
+    let outcome = started.run(Some(Box::new(report_bye)), end_report).await;
     tracing::info!("the watch ended: {:?}", outcome.ending);
     Ok(Exit::clean_if(
         outcome.state != crate::ledger::SessionState::Pending,
     ))
-}
-
-type Control = LineReader<tokio::net::unix::pipe::Receiver>;
-type Stop = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
-
-/// Everything between the journal and `ready`: the control pipe, the owner's death source,
-/// SIGTERM, the proxies (and their warnings).
-struct Begun {
-    control: Option<Control>,
-    owner_watch: OwnerWatch,
-    stop: Stop,
-    labels: std::collections::BTreeMap<String, String>,
-    served: proxies::Served,
-    claims_rx: tokio::sync::mpsc::UnboundedReceiver<Claim>,
-    terminal: Terminal,
-}
-
-async fn begin_watch(
-    args: &Args,
-    settings: &Settings,
-    session: &str,
-    owner: &Identity,
-    journal: &crate::ledger::Journal,
-    mut terminal: Terminal,
-) -> Result<Begun, StartError> {
-    let failure = |m: String| StartError(Exit::Failure, m);
-    let control = match args.control_fd {
-        Some(fd) => Some(open_control(fd).map_err(failure)?),
-        None => None,
-    };
-    let owner_watch = OwnerWatch::open(owner);
-    let stop = stop_signal().map_err(|e| failure(format!("cannot listen for SIGTERM: {e}")))?;
-    let labels = session::labels(session, owner);
-    let (claims_tx, claims_rx) = tokio::sync::mpsc::unbounded_channel();
-    let at = proxies::Session {
-        id: session,
-        labels: &labels,
-        journal: journal.path(),
-    };
-    let docker = args.docker_proxy.unwrap_or(ProxyMode::Off);
-    let cloud = args.cloud_proxy.unwrap_or(ProxyMode::Off);
-    let served = proxies::start(settings, docker, cloud, &at, &claims_tx, &mut terminal).await?;
-    Ok(Begun {
-        control,
-        owner_watch,
-        stop,
-        labels,
-        served,
-        claims_rx,
-        terminal,
-    })
-}
-
-/// The owner as it is now; a pid that is gone or whose start time differs from the one given
-/// is an owner already gone (its identity is kept so the ledger records what was asked for).
-fn judge_owner(pid: u32, start: Option<u64>) -> Identity {
-    let host = crate::identity::Host::current();
-    match Identity::of_pid(pid) {
-        Some(id) if start.is_none_or(|s| s == id.start_time) => id,
-        _ => Identity {
-            machine: host.machine.clone(),
-            boot: host.boot.clone(),
-            pid,
-            start_time: start.unwrap_or(0),
-            pidns: host.pidns,
-        },
-    }
-}
-
-fn open_control(fd: i32) -> Result<LineReader<tokio::net::unix::pipe::Receiver>, String> {
-    let owned = unix::take_fd(fd).map_err(|e| format!("--control-fd {fd}: {e}"))?;
-    let receiver = tokio::net::unix::pipe::Receiver::from_owned_fd(owned)
-        .map_err(|e| format!("--control-fd {fd} is not a readable pipe: {e}"))?;
-    Ok(LineReader::new(receiver))
-}
-
-fn stop_signal() -> std::io::Result<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>
-{
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    Ok(Box::pin(async move {
-        term.recv().await;
-    }))
 }
 
 fn announce(line: &dyn std::fmt::Display) -> std::io::Result<()> {
@@ -363,23 +232,5 @@ fn report_bye(outcome: &ByeOutcome) {
         std::fs::File::open("/dev/null").and_then(|null| unix::dup_onto(null.as_raw_fd(), 1));
     if let Err(e) = closed {
         tracing::warn!("cannot close stdout: {e}");
-    }
-}
-
-/// Diagnostics of a daemonized sidecar go to a private log file beside its journal.
-fn redirect_stderr(path: &std::path::Path) {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path);
-    match file {
-        Ok(f) => {
-            if let Err(e) = unix::dup_onto(f.as_raw_fd(), 2) {
-                tracing::warn!("cannot log to {}: {e}", path.display());
-            }
-        }
-        Err(e) => tracing::warn!("cannot log to {}: {e}", path.display()),
     }
 }

@@ -43,6 +43,7 @@ pub mod detach;
 pub mod fleet;
 pub mod lease;
 pub mod service;
+pub mod start;
 mod triggers;
 pub mod ttl;
 

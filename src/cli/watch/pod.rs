@@ -19,7 +19,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::{Exit, StartError};
+use super::StartError;
 
 /// How often the pid file is looked at until it holds a pid.
 pub const POLL: Duration = Duration::from_millis(100);
@@ -42,12 +42,7 @@ pub(super) async fn wait_for_pid(file: &Path) -> Result<u32, StartError> {
 
 /// The pid in `file`; `None` while it is missing or empty.
 fn read_pid(file: &Path) -> Result<Option<u32>, StartError> {
-    let usage = |m: String| {
-        StartError(
-            Exit::Usage,
-            format!("--owner-pid-file {}: {m}", file.display()),
-        )
-    };
+    let usage = |m: String| StartError::Usage(format!("--owner-pid-file {}: {m}", file.display()));
     let text = match std::fs::read(file) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -115,7 +110,7 @@ mod tests {
         for bad in ["0\n", "-1\n", "+7\n", "12 34\n", "pid\n"] {
             std::fs::write(&file, bad).unwrap();
             match read_pid(&file) {
-                Err(StartError(Exit::Usage, m)) => assert!(m.contains("is not a pid"), "{m}"),
+                Err(StartError::Usage(m)) => assert!(m.contains("is not a pid"), "{m}"),
                 _ => panic!("{bad:?} is not a pid"),
             }
         }

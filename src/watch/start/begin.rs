@@ -2,7 +2,7 @@
 //! that is gone (the decisions are [`crate::ledger`]'s, in `resume.rs`), and the fleet
 //! registration that follows from it.
 
-use super::{Exit, StartError};
+use super::StartError;
 use crate::config::Settings;
 use crate::identity::Identity;
 use crate::ledger::{LedgerError, Record, SessionView, StateDir};
@@ -15,7 +15,7 @@ pub const RESUME_PATIENCE: std::time::Duration = std::time::Duration::from_secs(
 /// What the fleet registrar registers, when a store is configured (nothing connects yet). A
 /// resumed session registers again under its id with its new owner and its first start
 /// (`started_ms`), replacing the record its last sidecar left.
-pub(super) fn fleet_plan(
+pub(crate) fn fleet_plan(
     settings: &Settings,
     session: &str,
     owner: &Identity,
@@ -49,13 +49,13 @@ pub(super) fn fleet_plan(
 /// The session's journal in the state directory (durable, locked): created with its `start`
 /// record, or resumed with a `resume` record, with the session as it then stands (see the
 /// module docs).
-pub(super) fn start_session(
+pub(crate) fn start_session(
     settings: &Settings,
     session: &str,
     owner: &Identity,
     grace: std::time::Duration,
 ) -> Result<(crate::ledger::Journal, Option<SessionView>), StartError> {
-    let failure = |m: String| StartError(Exit::Failure, m);
+    let failure = StartError::Failed;
     let state = StateDir::open(&settings.state_dir).map_err(|e| failure(e.to_string()))?;
     let labels = session::labels(session, owner);
     let (owner, pid, grace_ms) = (owner.to_label(), owner.pid, grace.as_millis() as u64);
@@ -96,24 +96,21 @@ pub(super) fn start_session(
 /// are removed (the failure itself reaches the user through the wrapper's or the helper's
 /// error). A resumed session keeps its journal: what it held before is still to be guarded,
 /// and a sweep adopts it.
-pub(super) struct Undo {
+pub(crate) struct Undo {
     journal: Option<std::path::PathBuf>,
 }
 
 impl Undo {
-    pub(super) fn new(journal: &crate::ledger::Journal, resumed: bool) -> Undo {
+    pub(crate) fn new(journal: &crate::ledger::Journal, resumed: bool) -> Undo {
         Undo {
             journal: (!resumed).then(|| journal.path().to_path_buf()),
         }
     }
 
     /// `result`, after taking the journal back if it is an error.
-    pub(super) fn unless_ok<T>(self, result: Result<T, StartError>) -> Result<T, StartError> {
+    pub(crate) fn unless_ok<T>(self, result: Result<T, StartError>) -> Result<T, StartError> {
         if let (Err(e), Some(path)) = (&result, self.journal) {
-            tracing::warn!(
-                "the sidecar failed before ready ({}); removing its session",
-                e.1
-            );
+            tracing::warn!("the sidecar failed before ready ({e}); removing its session");
             for leftover in [path.with_extension("log"), path.clone()] {
                 let _ = std::fs::remove_file(leftover);
             }

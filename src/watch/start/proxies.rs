@@ -17,8 +17,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::terminal::Terminal;
-use super::{Exit, StartError};
+use super::StartError;
 use crate::config::{ProxyMode, Settings};
 use crate::providers::cloud_proxy::{Api, CloudProxy};
 use crate::providers::docker::proxy::{Claim, Proxy, SocketDir, Upstream};
@@ -30,13 +29,13 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
 type Claims = tokio::sync::mpsc::UnboundedSender<Claim>;
 
 /// A bound Docker proxy and its private directory.
-pub(super) struct DockerProxy {
+pub(crate) struct DockerProxy {
     pub proxy: Proxy,
     pub dir: SocketDir,
 }
 
 /// What the session serves, and what its program gets from it.
-pub(super) struct Served {
+pub(crate) struct Served {
     pub docker: Option<DockerProxy>,
     pub cloud: Vec<CloudProxy>,
 }
@@ -55,24 +54,25 @@ impl Served {
 }
 
 /// Where the session's labels and journal are, for the proxies.
-pub(super) struct Session<'a> {
+pub(crate) struct Session<'a> {
     pub id: &'a str,
     pub labels: &'a BTreeMap<String, String>,
     pub journal: &'a std::path::Path,
 }
 
-/// Starts what `docker` and `cloud` ask for; warnings go to `terminal`.
-pub(super) async fn start(
+/// Starts what `docker` and `cloud` ask for; warnings go to `warn`. With the Docker proxy off
+/// the daemon is looked at only when `look_anyway` (someone hears the warning).
+pub(crate) async fn start(
     settings: &Settings,
-    docker: ProxyMode,
-    cloud: ProxyMode,
+    (docker, cloud): (ProxyMode, ProxyMode),
     session: &Session<'_>,
     tx: &Claims,
-    terminal: &mut Terminal,
+    look_anyway: bool,
+    warn: &mut dyn FnMut(&str),
 ) -> Result<Served, StartError> {
-    let failure = |m: String| StartError(Exit::Failure, m);
+    let failure = StartError::Failed;
     let look = match docker {
-        ProxyMode::Off if !terminal.reports() => Look::NotLooked,
+        ProxyMode::Off if !look_anyway => Look::NotLooked,
         _ => look_at_docker(settings).await,
     };
     if let Look::Silent(why) = &look {
@@ -80,14 +80,14 @@ pub(super) async fn start(
             ProxyMode::Auto => "; the Docker proxy is off for this program",
             _ => "",
         };
-        terminal.warn(&format!("{why}{off}"));
+        warn(&format!("{why}{off}"));
     }
     let docker = match (docker, look) {
         (ProxyMode::On, _) => Some(start_docker(settings, session, tx.clone()).map_err(failure)?),
         (ProxyMode::Auto, Look::Answers) => match start_docker(settings, session, tx.clone()) {
             Ok(proxy) => Some(proxy),
             Err(e) => {
-                terminal.warn(&format!("{e}; the Docker proxy is off for this program"));
+                warn(&format!("{e}; the Docker proxy is off for this program"));
                 None
             }
         },
@@ -95,7 +95,7 @@ pub(super) async fn start(
     };
     let cloud = match cloud {
         ProxyMode::Off => Vec::new(),
-        mode => start_cloud(settings, session.labels, tx, mode, terminal).await?,
+        mode => start_cloud(settings, session.labels, tx, mode, warn).await?,
     };
     Ok(Served { docker, cloud })
 }
@@ -172,7 +172,7 @@ async fn start_cloud(
     labels: &BTreeMap<String, String>,
     tx: &Claims,
     mode: ProxyMode,
-    terminal: &mut Terminal,
+    warn: &mut dyn FnMut(&str),
 ) -> Result<Vec<CloudProxy>, StartError> {
     let configured = [(Api::E2b, &settings.e2b), (Api::Daytona, &settings.daytona)];
     let mut proxies = Vec::new();
@@ -182,19 +182,18 @@ async fn start_cloud(
         }
         match CloudProxy::bind(api, &cloud.url, labels.clone(), tx.clone()).await {
             Ok(proxy) => proxies.push(proxy),
-            Err(e) if mode == ProxyMode::Auto => terminal.warn(&format!(
+            Err(e) if mode == ProxyMode::Auto => warn(&format!(
                 "cannot start the {} cloud proxy: {e}; it is off for this program",
                 api.name()
             )),
             Err(e) => {
                 let message = format!("cannot start the {} cloud proxy: {e}", api.name());
-                return Err(StartError(Exit::Failure, message));
+                return Err(StartError::Failed(message));
             }
         }
     }
     if proxies.is_empty() && mode == ProxyMode::On {
-        return Err(StartError(
-            Exit::Usage,
+        return Err(StartError::Usage(
             "--cloud-proxy: neither E2B nor Daytona is configured (set E2B_API_KEY or \
              DAYTONA_API_KEY, or api_key in [providers.e2b] / [providers.daytona])"
                 .into(),

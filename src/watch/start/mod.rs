@@ -1,0 +1,279 @@
+//! How a sidecar begins, up to its `ready` line: [`start`] takes a [`StartPlan`] (what the
+//! command line asked for, already parsed) and returns a [`Started`] sidecar whose session is
+//! on disk, or a [`StartError`]. The CLI (`cli/watch.rs`) only daemonizes, turns its arguments
+//! into the plan, prints the ready or error line, and runs what it got.
+//!
+//! In order:
+//! 1. judge the owner's identity (a pid that is gone, or whose start time differs, is an owner
+//!    already gone: the session still begins, and reclaims at once);
+//! 2. create the session's journal, its `start` record fsynced and its lock held, or resume a
+//!    session whose sidecar is gone ([`begin`]); from here a daemonized sidecar logs beside the
+//!    journal;
+//! 3. open the control pipe, the owner's death source and SIGTERM;
+//! 4. bind the proxies ([`proxies`]), their warnings told to the caller;
+//! 5. the fleet record to register, when a store is configured.
+//!
+//! **The journal is on disk before `ready`**: when [`start`] returns, the `start` record has
+//! been fsynced, so nothing the program is told can be missed (tested below without the
+//! binary). A failure after step 2 takes a new session's journal back ([`begin::Undo`]).
+
+pub(crate) mod begin;
+pub(crate) mod proxies;
+
+use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
+use std::time::Duration;
+
+use super::{service, ByeReport, EndReport, Outcome, Triggers};
+use crate::config::{ProxyMode, Settings};
+use crate::identity::death::OwnerWatch;
+use crate::identity::Identity;
+use crate::ledger::{Journal, SessionView};
+use crate::protocol::LineReader;
+use crate::providers::docker::proxy::Claim;
+use crate::providers::Registry;
+use crate::reclaim::Options;
+use crate::session::{self, SessionId};
+
+/// Why a sidecar could not begin: the configuration or the command line (exit 2), or
+/// anything else (exit 1). Its text is the `error` line's.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Usage(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// What to start, as the command line asked.
+#[derive(Debug)]
+pub struct StartPlan {
+    /// The process to guard, and its start time when pinned (`--owner-start`).
+    pub owner_pid: u32,
+    pub owner_start: Option<u64>,
+    /// The session (`None`: a new random id).
+    pub session: Option<SessionId>,
+    /// The control pipe's read end, if any.
+    pub control: Option<OwnedFd>,
+    /// The lease's grace (`None`: the settings').
+    pub grace: Option<Duration>,
+    pub docker_proxy: ProxyMode,
+    pub cloud_proxy: ProxyMode,
+    /// Diagnostics go to `<session>.log` beside the journal once it exists (daemonized).
+    pub log_beside_journal: bool,
+    /// Someone hears the warnings: the Docker daemon is looked at even with its proxy off.
+    pub heard: bool,
+}
+
+/// A sidecar whose session is on disk and whose proxies listen, not yet announced.
+pub struct Started {
+    /// The session id, for the `ready` line.
+    pub session: String,
+    /// What the program gets (`DOCKER_HOST`, `E2B_API_URL`, …), for the `ready` line.
+    pub env: Vec<(String, String)>,
+    plan: service::Plan,
+    triggers: Triggers<tokio::net::unix::pipe::Receiver>,
+    /// Kept until the end: the Docker proxy's socket directory is removed on drop.
+    _socket_dir: Option<crate::providers::docker::proxy::SocketDir>,
+}
+
+impl Started {
+    /// Runs the session to its end; `bye` and `end` are told how the end's first reclaim pass
+    /// went ([`super::Sidecar::on_bye`], [`super::Sidecar::on_end`]).
+    pub async fn run(mut self, bye: Option<ByeReport>, end: Option<EndReport>) -> Outcome {
+        self.plan.bye_report = bye;
+        self.plan.end_report = end;
+        let outcome = service::run(self.plan, self.triggers).await;
+        drop(self._socket_dir);
+        outcome
+    }
+}
+
+/// Begins the session `plan` asks for (see the module docs); `warn` hears each warning.
+pub async fn start(
+    settings: &Settings,
+    mut plan: StartPlan,
+    warn: &mut dyn FnMut(&str),
+) -> Result<Started, StartError> {
+    let owner = judge_owner(plan.owner_pid, plan.owner_start);
+    let session = match plan.session.take() {
+        Some(id) => id,
+        None => SessionId::random()
+            .map_err(|e| StartError::Failed(format!("cannot make a session id: {e}")))?,
+    }
+    .to_string();
+    let grace = plan.grace.unwrap_or(settings.watch.grace);
+    let (journal, resumed) = begin::start_session(settings, &session, &owner, grace)?;
+    if plan.log_beside_journal {
+        redirect_stderr(&journal.path().with_extension("log"));
+    }
+    let undo = begin::Undo::new(&journal, resumed.is_some());
+    let control = plan.control.take();
+    let opened = open(settings, &plan, control, (&session, &owner), &journal, warn).await;
+    let opened = undo.unless_ok(opened)?;
+    Ok(assemble(
+        settings, session, owner, grace, journal, resumed, opened,
+    ))
+}
+
+/// SIGTERM's future.
+type Stop = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// What steps 3 and 4 open.
+struct Opened {
+    control: Option<LineReader<tokio::net::unix::pipe::Receiver>>,
+    owner_watch: OwnerWatch,
+    stop: Stop,
+    labels: BTreeMap<String, String>,
+    served: proxies::Served,
+    claims: tokio::sync::mpsc::UnboundedReceiver<Claim>,
+}
+
+async fn open(
+    settings: &Settings,
+    plan: &StartPlan,
+    control: Option<OwnedFd>,
+    (session, owner): (&str, &Identity),
+    journal: &Journal,
+    warn: &mut dyn FnMut(&str),
+) -> Result<Opened, StartError> {
+    let control = match control {
+        Some(fd) => Some(open_control(fd).map_err(StartError::Failed)?),
+        None => None,
+    };
+    let owner_watch = OwnerWatch::open(owner);
+    let stop =
+        stop_signal().map_err(|e| StartError::Failed(format!("cannot listen for SIGTERM: {e}")))?;
+    let labels = session::labels(session, owner);
+    let (tx, claims) = tokio::sync::mpsc::unbounded_channel();
+    let at = proxies::Session {
+        id: session,
+        labels: &labels,
+        journal: journal.path(),
+    };
+    let modes = (plan.docker_proxy, plan.cloud_proxy);
+    let served = proxies::start(settings, modes, &at, &tx, plan.heard, warn).await?;
+    Ok(Opened {
+        control,
+        owner_watch,
+        stop,
+        labels,
+        served,
+        claims,
+    })
+}
+
+/// The service's plan and triggers from what was opened (step 5 included). Building the
+/// registry (the PATH scan for plugins) waits until here: it is not needed to accept claims.
+fn assemble(
+    settings: &Settings,
+    session: String,
+    owner: Identity,
+    grace: Duration,
+    journal: Journal,
+    resumed: Option<SessionView>,
+    opened: Opened,
+) -> Started {
+    let Opened {
+        control,
+        mut owner_watch,
+        stop,
+        labels,
+        served,
+        claims,
+    } = opened;
+    let env = served.env();
+    let registry = Registry::from_settings(settings);
+    let proxy_claims = (served.docker.is_some() || !served.cloud.is_empty()).then_some(claims);
+    let (proxy, socket_dir) = match served.docker {
+        Some(p) => (Some(p.proxy), Some(p.dir)),
+        None => (None, None),
+    };
+    let providers = registry.select(None).unwrap_or_default();
+    let started_ms = resumed.as_ref().map(|v| v.started_ms);
+    let fleet = begin::fleet_plan(settings, &session, &owner, labels, &providers, started_ms);
+    let held = resumed.map_or_else(Default::default, |v| crate::fleet::Holdings {
+        claims: v.claims,
+        detached: v.detached,
+    });
+    let plan = service::Plan {
+        session: session.clone(),
+        journal,
+        providers,
+        grace,
+        renew_every: settings.watch.renew_every,
+        options: Options::from(&settings.reclaim),
+        proxy,
+        cloud: served.cloud,
+        fleet,
+        held,
+        bye_report: None,
+        end_report: None,
+    };
+    let triggers = Triggers {
+        exit: owner_watch.exit_probe(),
+        owner: Box::pin(async move { owner_watch.wait().await }),
+        control,
+        proxy: proxy_claims,
+        stop,
+    };
+    Started {
+        session,
+        env,
+        plan,
+        triggers,
+        _socket_dir: socket_dir,
+    }
+}
+
+/// The owner as it is now; a pid that is gone or whose start time differs from the one given
+/// is an owner already gone (its identity is kept so the ledger records what was asked for).
+fn judge_owner(pid: u32, start: Option<u64>) -> Identity {
+    let host = crate::identity::Host::current();
+    match Identity::of_pid(pid) {
+        Some(id) if start.is_none_or(|s| s == id.start_time) => id,
+        _ => Identity {
+            machine: host.machine.clone(),
+            boot: host.boot.clone(),
+            pid,
+            start_time: start.unwrap_or(0),
+            pidns: host.pidns,
+        },
+    }
+}
+
+fn open_control(fd: OwnedFd) -> Result<LineReader<tokio::net::unix::pipe::Receiver>, String> {
+    let raw = fd.as_raw_fd();
+    let receiver = tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
+        .map_err(|e| format!("control descriptor {raw} is not a readable pipe: {e}"))?;
+    Ok(LineReader::new(receiver))
+}
+
+fn stop_signal() -> std::io::Result<Stop> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    Ok(Box::pin(async move {
+        term.recv().await;
+    }))
+}
+
+/// Diagnostics of a daemonized sidecar go to a private log file beside its journal.
+fn redirect_stderr(path: &Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path);
+    match file {
+        Ok(f) => {
+            if let Err(e) = crate::unix::dup_onto(f.as_raw_fd(), 2) {
+                tracing::warn!("cannot log to {}: {e}", path.display());
+            }
+        }
+        Err(e) => tracing::warn!("cannot log to {}: {e}", path.display()),
+    }
+}
+
+#[cfg(test)]
+mod tests;
