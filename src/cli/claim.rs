@@ -3,11 +3,9 @@
 //! **confirmed**: the command returns 0 only once the session's sidecar has journaled the
 //! line and the journal is on disk.
 //!
-//! The pipe is one-way, so the confirmation is read where the sidecar writes it: the session's
-//! journal (`$SANDGUARD_SESSION` in the state directory). The command notes the journal's
-//! length before writing, then waits (at most [`CONFIRM_TIMEOUT`]) for the matching record
-//! after that point, and `fdatasync`s the journal itself before it returns, so a sidecar
-//! SIGKILLed the moment `claim` returned cannot lose the claim.
+//! The confirmation is [`crate::session::confirm`]'s, the one every helper uses: the
+//! session's journal (`$SANDGUARD_SESSION` in the state directory) is read for the sidecar's
+//! answer, and synced, before the command returns.
 //!
 //! - The sidecar is the judge of a claim (and of a release or detach): one for a provider it
 //!   has not configured, or with an id that can never name a sandbox of that provider (a
@@ -26,18 +24,13 @@
 //! - The wrapper exports `SANDGUARD_CONFIG` when it read a config file, so the command finds
 //!   the same state directory as the sidecar.
 
-use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
 use super::output::Exit;
 use crate::config::Settings;
-use crate::ledger::{Record, StateDir};
+use crate::ledger::StateDir;
 use crate::protocol::{Command, Target};
-
-/// How long the command waits for the sidecar to journal the line.
-pub const CONFIRM_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -84,119 +77,14 @@ fn send(verb: Verb, args: Args, settings: Result<Settings, String>) -> Result<()
     if let (Verb::Detach, Ok(settings)) = (verb, &settings) {
         owned(settings, &target).map_err(failure)?;
     }
-    let journal = journal(settings);
-    let offset = journal
-        .as_ref()
-        .ok()
-        .and_then(|(_, file)| file.metadata().ok())
-        .map_or(0, |m| m.len());
-    let mut pipe = std::fs::File::from(fd);
-    match pipe.write_all(command.to_line().as_bytes()) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-            return Err(failure(
-                "the session's sidecar is gone; nothing was recorded".into(),
-            ))
-        }
-        Err(e) => {
-            return Err(failure(format!(
-                "cannot write to the session's control pipe: {e}"
-            )))
-        }
+    use crate::session::confirm;
+    match journal(settings) {
+        Ok(journal) => confirm::send(fd.as_fd(), &journal, &command),
+        // Sent all the same: the sidecar records it; only this command cannot know.
+        Err(m) => confirm::send_unconfirmed(fd.as_fd(), &command)
+            .and(Err(confirm::ConfirmError::Unconfirmable(m))),
     }
-    let (path, mut file) = journal.map_err(|m| {
-        failure(format!(
-            "the line was sent, but it cannot be confirmed: {m}"
-        ))
-    })?;
-    match confirm(&mut file, offset, verb, &target, &pipe)? {
-        Confirmed::Done => file
-            .sync_data()
-            .map_err(|e| failure(format!("cannot sync the journal {}: {e}", path.display()))),
-        Confirmed::Refused(reason) => Err(failure(format!(
-            "the session's sidecar refused {target}: {reason}"
-        ))),
-    }
-}
-
-enum Confirmed {
-    Done,
-    Refused(String),
-}
-
-/// Waits for the record that answers the line, after `offset` in the journal.
-fn confirm(
-    file: &mut std::fs::File,
-    offset: u64,
-    verb: Verb,
-    target: &Target,
-    pipe: &std::fs::File,
-) -> Result<Confirmed, Failure> {
-    let deadline = Instant::now() + CONFIRM_TIMEOUT;
-    let mut pos = offset;
-    let mut pause = Duration::from_micros(200);
-    loop {
-        let mut read = Vec::new();
-        file.seek(SeekFrom::Start(pos))
-            .and_then(|_| file.read_to_end(&mut read))
-            .map_err(|e| {
-                (
-                    Exit::Failure,
-                    format!("cannot read the session's journal: {e}"),
-                )
-            })?;
-        // Only whole lines: the last one may still be being written.
-        let complete = read.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-        for line in read[..complete].split(|&b| b == b'\n') {
-            if let Some(answer) = answers(line, verb, target) {
-                return Ok(answer);
-            }
-        }
-        pos += complete as u64;
-        if crate::unix::pipe_has_no_reader(pipe.as_fd()) {
-            return Err((
-                Exit::Failure,
-                "the session's sidecar went away before it recorded the line".into(),
-            ));
-        }
-        if Instant::now() >= deadline {
-            // The sidecar records no answer to a detach it finds not owned: it logs it.
-            let hint = match verb {
-                Verb::Detach => " (a detach of what the session does not own is only logged, in the session's log)",
-                Verb::Claim | Verb::Release => "",
-            };
-            return Err((
-                Exit::Failure,
-                format!("the session's sidecar did not record the line within {CONFIRM_TIMEOUT:?}{hint}"),
-            ));
-        }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(20));
-    }
-}
-
-/// Whether one journal line is the sidecar's answer to the line sent.
-fn answers(line: &[u8], verb: Verb, target: &Target) -> Option<Confirmed> {
-    let entry = crate::ledger::decode_line(line)?;
-    let is = |p: &str, i: &str| p == target.provider && i == target.id;
-    match (verb, entry) {
-        (Verb::Claim, Record::Claim { provider, id })
-        | (Verb::Detach, Record::Detach { provider, id })
-        | (Verb::Release, Record::Release { provider, id })
-            if is(&provider, &id) =>
-        {
-            Some(Confirmed::Done)
-        }
-        (
-            Verb::Claim | Verb::Release | Verb::Detach,
-            Record::Refused {
-                provider,
-                id,
-                reason,
-            },
-        ) if is(&provider, &id) => Some(Confirmed::Refused(reason)),
-        _ => None,
-    }
+    .map_err(|e| failure(e.to_string()))
 }
 
 /// `Err(message)` when the session shows it does not own what a detach names; `Ok` when it
@@ -240,20 +128,13 @@ fn owned(settings: &Settings, target: &Target) -> Result<(), String> {
     }
 }
 
-/// The session's journal, open for reading.
-fn journal(settings: Result<Settings, String>) -> Result<(PathBuf, std::fs::File), String> {
+/// Where the session's journal is.
+fn journal(settings: Result<Settings, String>) -> Result<PathBuf, String> {
     let settings = settings?;
     let session = std::env::var("SANDGUARD_SESSION")
         .map_err(|_| "SANDGUARD_SESSION is not set".to_string())?;
     let state = StateDir::open(&settings.state_dir).map_err(|e| e.to_string())?;
-    let path = state.journal_file(&session).map_err(|e| e.to_string())?;
-    let file = std::fs::File::open(&path).map_err(|e| {
-        format!(
-            "the session's journal {} cannot be read ({e}); is this the state directory the session was started with?",
-            path.display()
-        )
-    })?;
-    Ok((path, file))
+    state.journal_file(&session).map_err(|e| e.to_string())
 }
 
 fn session_fd() -> Result<OwnedFd, String> {

@@ -58,6 +58,12 @@ pub enum GuardError {
     /// session. Never a SIGPIPE: see [`crate::unix::write_without_sigpipe`].
     #[error("the session's sidecar is gone; nothing was recorded")]
     SidecarGone,
+    /// A claim, release or detach was not confirmed ([`super::confirm`]).
+    #[error(transparent)]
+    Confirm(#[from] super::confirm::ConfirmError),
+    /// The settings the sidecar uses cannot be resolved (where its journal is).
+    #[error("{0}")]
+    Config(#[from] crate::config::ConfigError),
     #[error("cannot write to the sidecar: {0}")]
     Write(#[source] std::io::Error),
     /// After `bye` the sidecar did not say how the reclaim went: it was gone, it said
@@ -116,6 +122,10 @@ impl GuardBuilder {
 
     pub fn start(self) -> Result<Guard, GuardError> {
         let me = Identity::current().ok_or(GuardError::Identity)?;
+        // Where the sidecar will journal, resolved as it resolves it (no `--config`: the
+        // environment's and the default file's settings), for the confirmations.
+        let env = crate::config::dotenv::WithDotenv::here(&crate::config::ProcessEnv);
+        let state = crate::config::Settings::resolve(&Default::default(), &env)?.state_dir;
         let ready = Spawn {
             binary: self.binary,
             config: None,
@@ -128,6 +138,11 @@ impl GuardBuilder {
         }
         .start()?;
         let labels = crate::session::labels(&ready.session, &me);
+        let journal = crate::ledger::StateDir::open(&state)
+            .and_then(|s| s.journal_file(&ready.session))
+            .map_err(|e| {
+                GuardError::NoOutcome(format!("cannot find the session's journal: {e}"))
+            })?;
         let control = Arc::new(Mutex::new(std::fs::File::from(ready.control)));
         let heartbeat = self
             .heartbeat
@@ -135,6 +150,7 @@ impl GuardBuilder {
         Ok(Guard {
             session: ready.session,
             labels,
+            journal,
             control,
             heartbeat,
             stdout: Some(ready.stdout),
@@ -147,6 +163,8 @@ impl GuardBuilder {
 pub struct Guard {
     session: String,
     labels: BTreeMap<String, String>,
+    /// The session's journal, where claims are confirmed.
+    journal: std::path::PathBuf,
     control: Arc<Mutex<std::fs::File>>,
     heartbeat: Option<Heartbeat>,
     /// The sidecar's stdout, for its word after `bye`; `None` once closed.
@@ -181,19 +199,32 @@ impl Guard {
             .collect()
     }
 
-    /// This sandbox is ours (for sandboxes that cannot carry labels).
+    /// This sandbox is ours (for sandboxes that cannot carry labels). Returns once the
+    /// sidecar has journaled it, as `sandguard claim` does ([`super::confirm`]); a refusal is
+    /// an error with the sidecar's reason.
     pub fn claim(&self, provider: &str, id: &str) -> Result<(), GuardError> {
-        self.send(&protocol::Command::Claim(Target::new(provider, id)?))
+        self.confirmed(&protocol::Command::Claim(Target::new(provider, id)?))
     }
 
-    /// We removed it ourselves; forget it.
+    /// We removed it ourselves; forget it (confirmed, as [`Guard::claim`]).
     pub fn release(&self, provider: &str, id: &str) -> Result<(), GuardError> {
-        self.send(&protocol::Command::Release(Target::new(provider, id)?))
+        self.confirmed(&protocol::Command::Release(Target::new(provider, id)?))
     }
 
-    /// It should outlive us (its TTL still applies).
+    /// It should outlive us (its TTL still applies; confirmed, as [`Guard::claim`]).
     pub fn detach(&self, provider: &str, id: &str) -> Result<(), GuardError> {
-        self.send(&protocol::Command::Detach(Target::new(provider, id)?))
+        self.confirmed(&protocol::Command::Detach(Target::new(provider, id)?))
+    }
+
+    fn confirmed(&self, command: &protocol::Command) -> Result<(), GuardError> {
+        let file = self
+            .control
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        super::confirm::send(file.as_fd(), &self.journal, command).map_err(|e| match e {
+            super::confirm::ConfirmError::Gone => GuardError::SidecarGone,
+            other => GuardError::Confirm(other),
+        })
     }
 
     /// Says `bye` and returns the sidecar's word on the reclaim of what was still owned:

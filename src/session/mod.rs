@@ -18,6 +18,7 @@
 //!   a flag (no leading `-`). Anything else (`a b`, `S1`, `x/y`, `..`, an empty string) is
 //!   refused as bad usage (exit 2) by every command, with [`InvalidSessionId`]'s message.
 
+pub mod confirm;
 pub mod guard;
 pub mod spawn;
 

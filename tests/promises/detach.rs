@@ -15,7 +15,7 @@ use sandguard::labels::{EXPIRES, SESSION};
 
 use super::session_row;
 use crate::support::*;
-use crate::wrapper::{guarded, unsafe_kill, wait_for_file};
+use crate::wrapper::{guarded_with, unsafe_kill, wait_for_file};
 
 /// The sweep's decision about one container, as `(verdict, reason)`.
 fn decision(v: &serde_json::Value, id: &str) -> Option<(String, String)> {
@@ -53,7 +53,9 @@ exec sleep 3600
 "#,
         ids = ids.display()
     );
-    let mut owner = guarded(&s, &script);
+    // Without the Docker proxy: through it every container would carry the owner's label too,
+    // and this test's premise is a container that carries the session's label only.
+    let mut owner = guarded_with(&s, &["--no-docker-proxy"], &script);
     let got = wait_for_file(&ids, &mut owner);
     let [plain, kept, expired, session] = <[String; 4]>::try_from(got).unwrap();
     let mut r = Resources::default();

@@ -203,9 +203,15 @@ with sandguard.guard(renew_every=None) as g:
             pass
         else:
             raise SystemExit(f"accepted {provider!r} {sid!r}")
-    g.claim("docker", "x" * 512)
-    g.release("docker", "x" * 512)
-    g.detach("e2b", "sbx_1.2:3/4")
+    # Well-formed words reach the sidecar, which judges them; a claim is confirmed, so its
+    # refusal comes back as an error (a Docker id is hex; e2b is not configured here).
+    for provider, sid in [("docker", "x" * 512), ("e2b", "sbx_1.2:3/4")]:
+        try:
+            g.claim(provider, sid)
+        except sandguard.SandguardError as e:
+            assert "refused" in str(e), e
+        else:
+            raise SystemExit(f"the sidecar accepted {provider!r} {sid!r}")
     g.renew()
 assert g.closed
 try:

@@ -465,7 +465,8 @@ class Guard:
         self._env: Dict[str, str] = {}
         self._saved: Dict[str, Optional[str]] = {}
         flags = ["--docker-proxy"] * bool(docker_proxy) + ["--cloud-proxy"] * bool(cloud_proxy)
-        ready = self._start(binary or find_binary(), config, grace, ready_timeout, flags)
+        self._binary = binary or find_binary()
+        ready = self._start(self._binary, config, grace, ready_timeout, flags)
         self._export(ready, config)
         with _open_guards_lock:
             _open_guards.append(self)
@@ -600,21 +601,37 @@ class Guard:
     def claim(self, provider: str, sandbox_id: str) -> None:
         """Tell the sidecar this sandbox is ours (for sandboxes that carry no labels).
 
+        Returns once the sidecar has journaled it: this runs ``sandguard claim``, the one
+        confirmed path every helper shares, so a refusal (a provider the sidecar has not
+        configured, an id it can never name) raises :class:`SandguardError` with its reason.
         A child process claims through the same pipe when :mod:`subprocess` is told to keep
         it open (it inherits the variables from ``os.environ``)::
 
             subprocess.run([sandguard.find_binary(), "claim", "docker", cid],
                            pass_fds=sandguard.pass_fds())
         """
-        self._send(f"claim {_target(provider, sandbox_id)}\n")
+        self._confirmed("claim", provider, sandbox_id)
 
     def release(self, provider: str, sandbox_id: str) -> None:
-        """We removed this sandbox ourselves; the sidecar forgets it."""
-        self._send(f"release {_target(provider, sandbox_id)}\n")
+        """We removed this sandbox ourselves; the sidecar forgets it (confirmed)."""
+        self._confirmed("release", provider, sandbox_id)
 
     def detach(self, provider: str, sandbox_id: str) -> None:
-        """This sandbox should outlive us (its TTL still applies)."""
-        self._send(f"detach {_target(provider, sandbox_id)}\n")
+        """This sandbox should outlive us (its TTL still applies; confirmed). A sandbox the
+        session never owned raises :class:`SandguardError`."""
+        self._confirmed("detach", provider, sandbox_id)
+
+    def _confirmed(self, verb: str, provider: str, sandbox_id: str) -> None:
+        _target(provider, sandbox_id)  # bad words raise ValueError before anything runs
+        with self._lock:
+            if self._closed or self._control is None:
+                raise SandguardError("the guard is closed")
+            if os.getpid() != self.pid:
+                raise SandguardError("only the guarded process can talk to its sidecar")
+            fd = self._control
+        env = dict(os.environ)
+        env.update(self._env)
+        _run_cli(self._binary, verb, provider, sandbox_id, fd, env)
 
     def renew(self) -> None:
         """A heartbeat (sent every 5 s by a daemon thread unless ``renew_every=None``)."""
@@ -844,11 +861,31 @@ def pass_fds() -> Tuple[int, ...]:
     return () if fd is None else (fd,)
 
 
+def _run_cli(binary: str, verb: str, provider: str, sandbox_id: str, fd: int,
+             env: Dict[str, str]) -> None:
+    """``sandguard VERB PROVIDER ID`` on the pipe ``fd``: confirmed, as the CLI confirms it
+    (the sidecar's answer read from the session's journal); its error raised."""
+    env = dict(env, SANDGUARD_FD=str(fd))
+    try:
+        out = subprocess.run([binary, verb, provider, sandbox_id], env=env, pass_fds=(fd,),
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    except OSError as e:
+        raise SandguardError(f"cannot run {binary}: {e}") from e
+    if out.returncode != 0:
+        said = out.stderr.strip().splitlines()
+        message = said[-1] if said else f"sandguard {verb} exited {out.returncode}"
+        if message.startswith("sandguard: "):
+            message = message[len("sandguard: "):]
+        raise SandguardError(message)
+
+
 def _send(verb: str, provider: str, sandbox_id: str) -> None:
     g = _current_guard()
     if g is not None:
-        g._send(f"{verb} {_target(provider, sandbox_id)}\n")
+        g._confirmed(verb, provider, sandbox_id)
         return
+    _target(provider, sandbox_id)
     fd = _inherited_fd()
     if fd is None:
         raise SandguardError(
@@ -856,10 +893,7 @@ def _send(verb: str, provider: str, sandbox_id: str) -> None:
             "names no open pipe (a child started by subprocess needs "
             "pass_fds=sandguard.pass_fds())"
         )
-    try:
-        _write_without_sigpipe(fd, f"{verb} {_target(provider, sandbox_id)}\n".encode("ascii"))
-    except BrokenPipeError as e:
-        raise SandguardError(_GONE) from e
+    _run_cli(find_binary(), verb, provider, sandbox_id, fd, dict(os.environ))
 
 
 def claim(provider: str, sandbox_id: str) -> None:
