@@ -3,7 +3,7 @@
 //!
 //! One [`Pace`] per provider per reclaim, shared by its removals and its listings (each
 //! listing attempt takes a place in the window like a removal); or, with
-//! [`super::Paces::shared`], one per provider for a whole sweep that reclaims several
+//! `Paces::shared` (`options.rs`), one per provider for a whole sweep that reclaims several
 //! sessions at once, so that every session's calls wait at the same gate and share the window,
 //! the learnt rate and the cap:
 //! - **A gate** (`Retry-After`): once the provider asked for a pause, no call goes to it

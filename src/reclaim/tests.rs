@@ -1,6 +1,7 @@
 //! Loop tests of the reclaim path with the in-memory provider and paused time.
 
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use super::*;
 use crate::providers::fake::{sandbox, Fake};

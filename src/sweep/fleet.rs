@@ -21,7 +21,7 @@
 //! Decisions:
 //! - **Several sessions at once, one pace per provider for the whole pass.** Dead sessions
 //!   are reclaimed `[reclaim] concurrency` at a time, and every reclaim of the pass calls a
-//!   provider through the same [`crate::reclaim::Paces`]: a `Retry-After` one session got
+//!   provider through the same `reclaim::Paces` (`reclaim/options.rs`): a `Retry-After` one session got
 //!   holds back every session's calls to that provider, the window of calls in flight and the
 //!   learnt rate are the pass's, and `[providers.NAME] rate` caps the pass as a whole. (A pace
 //!   per reclaim would multiply what the provider sees by the number of sessions at once.)

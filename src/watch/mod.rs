@@ -40,6 +40,7 @@
 //! finds is reclaimed, journaled and logged, and not reported to the owner, which has gone.
 
 pub mod detach;
+mod end;
 pub mod fleet;
 pub mod lease;
 pub mod service;
@@ -48,7 +49,7 @@ mod triggers;
 pub mod ttl;
 
 pub use triggers::Triggers;
-use triggers::{drain_claims, next_claim, next_line, refusal};
+use triggers::{next_claim, next_line, refusal};
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -59,13 +60,12 @@ use tokio::io::AsyncRead;
 
 use crate::ledger::{Journal, Record, SessionState};
 use crate::ownership::{self, known::Known};
-use crate::protocol::{ByeOutcome, Command, LineReader, ProtocolError, Target};
+use crate::protocol::{ByeOutcome, Command, ProtocolError, Target};
 use crate::providers::proxy_claim::Claim as ProxyClaim;
 use crate::providers::Provider;
-use crate::reclaim::session::{self, Before, Cause, SharedJournal};
-use crate::reclaim::{Options, Plan, Report};
+use crate::reclaim::{Options, Report};
 
-use crate::identity::death::{ExitProbe, Gone, PROBE_FOR};
+use crate::identity::death::Gone;
 use lease::{Clock, Lease};
 
 /// How long a SIGTERMed sidecar waits for its owner to die before it stops without
@@ -525,112 +525,6 @@ impl<C: Clock> Sidecar<C> {
             tracing::error!("session {}: {e}", self.session);
         }
     }
-
-    /// Ends the session as `ending` requires; `exit`, for an owner that exited, learns how
-    /// beside the reclaim and journals it (`owner_exit`) without delaying any removal.
-    async fn finish<R: AsyncRead + Unpin>(
-        self,
-        ending: Ending,
-        control: Option<LineReader<R>>,
-        exit: Option<ExitProbe>,
-    ) -> Outcome {
-        let (record, label) = match &ending {
-            Ending::Stopped => {
-                tracing::warn!(
-                    "session {}: sidecar stopped while its owner lives; nothing reclaimed, a sweep will judge the owner",
-                    self.session
-                );
-                return Outcome {
-                    ending,
-                    state: SessionState::Active,
-                };
-            }
-            Ending::Bye => (None, "owner said bye"),
-            Ending::LeaseExpired => (Some(Record::LeaseExpired), "lease expired"),
-            Ending::OwnerGone(Gone::Exited) => (
-                Some(Record::OwnerDead {
-                    reason: "exited".into(),
-                }),
-                "owner exited",
-            ),
-            Ending::OwnerGone(Gone::GoneAtStart) => (
-                Some(Record::OwnerDead {
-                    reason: "gone when the watch began".into(),
-                }),
-                "owner was already gone",
-            ),
-        };
-        let mut plan =
-            Plan::for_session(&self.session, &self.providers, &self.claims, &self.detached);
-        // Other sessions are read from the ledger only if a claim names a sandbox that does
-        // not carry this session's label.
-        plan.known = Some(Arc::new(Known::lazy(self.state_root(), &self.providers)));
-        let journal: SharedJournal = Arc::new(Mutex::new(self.journal));
-        let settle = self.options.settle.unwrap_or(Duration::ZERO);
-        let late = drain_claims(control, settle, &journal, &self.providers);
-        let before = Before {
-            providers: Some(
-                self.providers
-                    .iter()
-                    .map(|p| p.name().to_string())
-                    .collect(),
-            ),
-            ..Default::default()
-        };
-        let cause = Cause {
-            record,
-            bye: ending == Ending::Bye,
-            label: label.to_string(),
-        };
-        let bye = self.bye_report.filter(|_| ending == Ending::Bye);
-        let end = self.end_report;
-        let told = (bye.is_some() || end.is_some()).then_some(move |report: &Report| {
-            if let Some(tell) = bye {
-                tell(&bye_outcome(report));
-            }
-            if let Some(tell) = end {
-                tell(report);
-            }
-        });
-        let learn_exit = async {
-            let Some(probe) = exit else { return };
-            if let Some(exit) = probe.wait(PROBE_FOR).await {
-                let (code, signal) = exit.parts();
-                session::append(&journal, &Record::OwnerExit { code, signal });
-            }
-        };
-        let ending_run = session::end_then(
-            &journal,
-            &self.providers,
-            &plan,
-            late,
-            &self.options,
-            &before,
-            &cause,
-            told,
-        );
-        let ((state, report), ()) = tokio::join!(ending_run, learn_exit);
-        tracing::debug!("session {} ended: {}", self.session, report.summary());
-        Outcome { ending, state }
-    }
-}
-
-/// What a reclaim left behind, as the owner is told after `bye`.
-fn bye_outcome(report: &Report) -> ByeOutcome {
-    let failed = report.removals.iter().filter_map(|r| {
-        let error = r.outcome.error().filter(|_| !r.outcome.is_final())?;
-        Some(crate::protocol::Left {
-            provider: r.sandbox.provider.clone(),
-            id: r.sandbox.id.clone(),
-            reason: format!("{}: {error}", r.outcome.as_str()),
-        })
-    });
-    let unlisted = report.list_failures.iter().map(|f| crate::protocol::Left {
-        provider: f.provider.clone(),
-        id: "*".into(),
-        reason: format!("not listed: {}", f.error),
-    });
-    ByeOutcome::from_left(failed.chain(unlisted).collect())
 }
 
 #[cfg(test)]

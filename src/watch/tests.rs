@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::ledger::StateDir;
+use crate::protocol::LineReader;
 use crate::providers::fake::{self, Fake};
 use crate::providers::{Kind, Sandbox};
 use lease::ManualClock;
