@@ -39,6 +39,7 @@
 //! settle delay: the owner waits for that line, not for the settle pass. What the settle pass
 //! finds is reclaimed, journaled and logged, and not reported to the owner, which has gone.
 
+mod arrival;
 pub mod detach;
 mod end;
 pub mod fleet;
@@ -48,6 +49,7 @@ pub mod start;
 mod triggers;
 pub mod ttl;
 
+use arrival::Listings;
 pub use triggers::Triggers;
 use triggers::{next_claim, next_line, refusal};
 
@@ -59,7 +61,7 @@ use futures_util::FutureExt;
 use tokio::io::AsyncRead;
 
 use crate::ledger::{Journal, Record, SessionState};
-use crate::ownership::{self, known::Known};
+use crate::ownership::known::Known;
 use crate::protocol::{ByeOutcome, Command, ProtocolError, Target};
 use crate::providers::proxy_claim::Claim as ProxyClaim;
 use crate::providers::Provider;
@@ -78,34 +80,6 @@ const BATCH: usize = 1024;
 /// How long a claim waits for its provider's listing (the labels it is judged by) before the
 /// sidecar takes it on the claim rule alone and leaves the labels to the reclaim's judgement.
 pub const CLAIM_LOOKUP: Duration = Duration::from_secs(2);
-
-/// The providers' managed sandboxes, listed at most once per batch of control lines.
-#[derive(Default)]
-struct Listings(std::collections::HashMap<String, Option<Vec<crate::providers::Sandbox>>>);
-
-impl Listings {
-    async fn of(&mut self, provider: &dyn Provider) -> &[crate::providers::Sandbox] {
-        self.answered(provider).await.unwrap_or_default()
-    }
-
-    /// The listing, or `None` when the provider did not answer within [`CLAIM_LOOKUP`].
-    async fn answered(&mut self, provider: &dyn Provider) -> Option<&[crate::providers::Sandbox]> {
-        if !self.0.contains_key(provider.name()) {
-            let selector = crate::labels::Selector::managed();
-            let found = match tokio::time::timeout(CLAIM_LOOKUP, provider.list(&selector)).await {
-                Ok(Ok(found)) => Some(
-                    found
-                        .into_iter()
-                        .filter(|s| selector.matches(&s.labels))
-                        .collect(),
-                ),
-                _ => None,
-            };
-            self.0.insert(provider.name().to_string(), found);
-        }
-        self.0.get(provider.name()).and_then(Option::as_deref)
-    }
-}
 
 /// Why the watch ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -408,73 +382,6 @@ impl<C: Clock> Sidecar<C> {
             Command::Bye => return Some(Ending::Bye),
         }
         None
-    }
-
-    /// Whether an owner's `claim` (or `detach`) may be taken (the one judgement's rule,
-    /// [`ownership::may_claim`]): not while another session that may still live claimed the
-    /// same sandbox, or while the sandbox carries the label of another session that may still
-    /// live; refused (and journaled so) otherwise. The labels are read from one listing of the
-    /// provider per batch of lines, bounded by [`CLAIM_LOOKUP`]: a provider that cannot say in
-    /// time leaves the label rule to the reclaim's judgement. The proxies' claims skip this:
-    /// what a create just brought into being nobody else holds.
-    async fn may_claim(&mut self, t: &Target, known: &Known, listed: &mut Listings) -> bool {
-        if self.claims.contains(t) || self.detached.contains(t) {
-            return true;
-        }
-        let Some(provider) = self
-            .providers
-            .iter()
-            .find(|p| p.name() == t.provider)
-            .cloned()
-        else {
-            return true; // refused by `accept`, with the reason
-        };
-        let Ok(named) = provider.parse_claim(&t.id) else {
-            return true; // refused by `accept`, with the parser's reason
-        };
-        let found = listed.of(provider.as_ref()).await;
-        let sandbox = found
-            .iter()
-            .find(|s| s.id == named.id || provider.names(&named, s))
-            .cloned()
-            .unwrap_or_else(|| crate::providers::Sandbox {
-                provider: t.provider.clone(),
-                ..named
-            });
-        let label = sandbox
-            .session()
-            .filter(|l| !l.is_empty() && *l != self.session)
-            .map(|l| (l, known.session(l, sandbox.owner())));
-        let claimers = known.claimers(&sandbox, &self.session);
-        match ownership::may_claim(label, &claimers) {
-            Ok(()) => true,
-            Err(why) => self.refuse(t, why.to_string()),
-        }
-    }
-
-    /// Whether the session owns what a `detach` line names ([`detach::ownership`]); when it
-    /// shows it does not, the refusal is logged and nothing is journaled.
-    async fn owns(&mut self, t: &Target, listed: &mut Listings) -> bool {
-        if self.claims.contains(t) || self.detached.contains(t) {
-            return true;
-        }
-        let Some(provider) = self
-            .providers
-            .iter()
-            .find(|p| p.name() == t.provider)
-            .cloned()
-        else {
-            return true; // refused by `accept`, with the reason
-        };
-        let found = listed.answered(provider.as_ref()).await;
-        let held = self.claims.iter().chain(&self.detached);
-        match detach::ownership(provider.as_ref(), &self.session, t, held, found) {
-            detach::Ownership::NotOwned => {
-                tracing::warn!("refused detach: {}", detach::not_owned(&self.session, t));
-                false
-            }
-            detach::Ownership::Owned | detach::Ownership::Unknown => true,
-        }
     }
 
     /// The state directory this sidecar's journal is in.
