@@ -22,6 +22,7 @@ pub mod http;
 pub mod ids;
 pub mod modal;
 pub mod plugin;
+pub mod proxy_accept;
 pub mod proxy_claim;
 pub(crate) mod redact;
 mod registry;

@@ -57,7 +57,6 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use http_body_util::{Either, Full};
 use hyper::body::{Bytes, Incoming};
@@ -65,7 +64,6 @@ use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 
 use crate::providers::docker::proxy::http::MAX_CREATE_BODY;
 pub use crate::providers::proxy_claim::{Claim, Hold, ACK_TIMEOUT};
@@ -232,22 +230,11 @@ impl CloudProxy {
 
     /// Serves until dropped; dropping the future ends every connection with it.
     pub async fn run(self) {
-        let mut connections = JoinSet::new();
-        loop {
-            tokio::select! {
-                accepted = self.listener.accept() => match accepted {
-                    Ok((client, _)) => {
-                        let _ = client.set_nodelay(true);
-                        connections.spawn(serve(client, self.shared.clone()));
-                    }
-                    Err(e) => {
-                        tracing::warn!("cloud proxy: accept failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                },
-                Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            }
-        }
+        let shared = self.shared;
+        crate::providers::proxy_accept::serve("cloud proxy", self.listener, move |client| {
+            serve(client, shared.clone())
+        })
+        .await;
     }
 }
 

@@ -49,12 +49,10 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 
 use crate::protocol::Target;
 use crate::providers::proxy_claim::claim as claim_target;
@@ -179,22 +177,11 @@ impl Proxy {
 
     /// Serves until dropped; dropping the future ends every connection with it.
     pub async fn run(self) {
-        let mut connections = JoinSet::new();
-        loop {
-            tokio::select! {
-                accepted = self.listener.accept() => match accepted {
-                    Ok((client, _)) => {
-                        connections.spawn(serve(client, self.shared.clone()));
-                    }
-                    Err(e) => {
-                        // Out of descriptors, most likely: let connections finish first.
-                        tracing::warn!("docker proxy: accept failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                },
-                Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            }
-        }
+        let shared = self.shared;
+        crate::providers::proxy_accept::serve("docker proxy", self.listener, move |client| {
+            serve(client, shared.clone())
+        })
+        .await;
     }
 }
 
