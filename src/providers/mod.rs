@@ -24,6 +24,7 @@ pub mod modal;
 pub mod plugin;
 pub mod proxy_accept;
 pub mod proxy_claim;
+pub mod proxy_stamp;
 pub(crate) mod redact;
 mod registry;
 pub mod retry;

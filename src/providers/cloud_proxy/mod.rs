@@ -30,7 +30,7 @@
 //!   proxy does not know is never passed on unstamped. The create call is the one request
 //!   buffered (at most [`MAX_CREATE_BODY`]): the session's labels are merged into
 //!   its `metadata` / `labels`, the session's values winning, the program's other keys kept
-//!   ([`stamp`]); its `Accept-Encoding` is dropped, so the answer comes uncompressed and its
+//!   (`providers::proxy_stamp`, the step the Docker proxy takes too); its `Accept-Encoding` is dropped, so the answer comes uncompressed and its
 //!   id can be read (the program gets it uncompressed too). A create it cannot stamp is
 //!   refused, never passed on unstamped: a body over the bound (413), one that is not a JSON
 //!   object (400), and a fork (E2B's and Daytona's fork bodies carry no labels; 400). Paths are percent-decoded and dot segments resolved
@@ -51,7 +51,6 @@
 pub mod daytona;
 pub mod e2b;
 mod forward;
-pub mod stamp;
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
