@@ -28,13 +28,14 @@
 //!   ASCII case, as Express routes them; the base path is matched in any ASCII case too), and
 //!   any other POST to a sandbox collection path is refused ([`UNKNOWN_CREATE`]): a create the
 //!   proxy does not know is never passed on unstamped. The create call is the one request
-//!   buffered (at most [`MAX_CREATE_BODY`]): the session's labels are merged into
-//!   its `metadata` / `labels`, the session's values winning, the program's other keys kept
-//!   (`providers::proxy_stamp`, the step the Docker proxy takes too); its `Accept-Encoding` is dropped, so the answer comes uncompressed and its
-//!   id can be read (the program gets it uncompressed too). A create it cannot stamp is
-//!   refused, never passed on unstamped: a body over the bound (413), one that is not a JSON
-//!   object (400), and a fork (E2B's and Daytona's fork bodies carry no labels; 400). Paths are percent-decoded and dot segments resolved
-//!   before routing (as the services route them), and the method matches in any case.
+//!   buffered (at most [`MAX_CREATE_BODY`]): the session's labels are merged into its
+//!   `metadata` / `labels`, the session's values winning, the program's other keys kept
+//!   (`providers::proxy_stamp`, the step the Docker proxy takes too); its `Accept-Encoding` is
+//!   dropped, so the answer comes uncompressed and its id can be read (the program gets it
+//!   uncompressed too). A create it cannot stamp is refused, never passed on unstamped: a
+//!   body over the bound (413), one that is not a JSON object (400), and a fork (E2B's and
+//!   Daytona's fork bodies carry no labels; 400). Paths are percent-decoded and dot segments
+//!   resolved before routing (as the services route them), and the method matches in any case.
 //! - The id in a 2xx create answer is claimed through the sidecar's proxy channel
 //!   ([`Claim`], as the Docker proxy's claims; a create whose stamped `metadata` / `labels`
 //!   carry `sandguard.detached=true` is handed over as a detach, [`Hold::Detach`], so it
@@ -44,6 +45,9 @@
 //!   cannot be read, answers 503 with the reason: the program never holds a sandbox sandguard
 //!   did not claim (the sandbox carries the session's labels, so a sweep finds it). Other
 //!   answers, errors included (4xx, 5xx, 429 with their headers), pass through unchanged.
+//!
+//! - Connections are accepted by the loop both proxies share (`providers::proxy_accept`),
+//!   each served by hyper's HTTP/1 server with upgrades.
 //!
 //! The proxy is a convenience for programs that are not hostile: a program holds its own API
 //! key and can always call the real API directly.
