@@ -12,7 +12,7 @@
 //! Why the client's requests are relayed here and not through hyper's server (which the cloud
 //! proxy uses, and which this proxy uses for its own volume creates, [`volumes`]): each of these
 //! is a documented behaviour (README, "the Docker proxy") that hyper's HTTP/1 server cannot
-//! keep, and a port was tried against them (issue #24, point 6):
+//! keep (checked against hyper 1.12's HTTP/1 code for issue #24, point 6):
 //!
 //! - The older hijack: an attach or exec start without `Upgrade` is answered `200` and then
 //!   both ways are raw. hyper's server and client upgrade only on `101` (or a `CONNECT`), so
@@ -25,9 +25,9 @@
 //!   dropped, an answer the end of the connection delimits re-sent chunked, header names
 //!   lower-cased unless told otherwise).
 //!
-//! So the relay stays, and everything it parses is parsed strictly and fuzzed
-//! (`fuzz/fuzz_targets/docker_proxy_head.rs`): a head it cannot read is refused, never passed
-//! on.
+//! So the relay stays: what it parses is parsed strictly (a head it cannot read is refused,
+//! never passed on), and its request heads are fuzzed (`fuzz/fuzz_targets/docker_proxy_head.rs`;
+//! the chunked-body reader is not yet).
 //!
 //! The trust rules it keeps (issue #10):
 //!
