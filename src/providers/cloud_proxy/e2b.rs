@@ -17,8 +17,8 @@
 
 use std::collections::BTreeMap;
 
-use super::stamp::{id_at, merge, Keys};
 use super::{Hold, Route, UNKNOWN_CREATE};
+use crate::providers::proxy_stamp::{id_at, merge, Keys};
 
 /// The variable the `e2b` SDKs read their API's base URL from.
 pub const VARIABLE: &str = "E2B_API_URL";

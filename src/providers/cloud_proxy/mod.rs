@@ -28,13 +28,14 @@
 //!   ASCII case, as Express routes them; the base path is matched in any ASCII case too), and
 //!   any other POST to a sandbox collection path is refused ([`UNKNOWN_CREATE`]): a create the
 //!   proxy does not know is never passed on unstamped. The create call is the one request
-//!   buffered (at most [`MAX_CREATE_BODY`]): the session's labels are merged into
-//!   its `metadata` / `labels`, the session's values winning, the program's other keys kept
-//!   ([`stamp`]); its `Accept-Encoding` is dropped, so the answer comes uncompressed and its
-//!   id can be read (the program gets it uncompressed too). A create it cannot stamp is
-//!   refused, never passed on unstamped: a body over the bound (413), one that is not a JSON
-//!   object (400), and a fork (E2B's and Daytona's fork bodies carry no labels; 400). Paths are percent-decoded and dot segments resolved
-//!   before routing (as the services route them), and the method matches in any case.
+//!   buffered (at most [`MAX_CREATE_BODY`]): the session's labels are merged into its
+//!   `metadata` / `labels`, the session's values winning, the program's other keys kept
+//!   (`providers::proxy_stamp`, the step the Docker proxy takes too); its `Accept-Encoding` is
+//!   dropped, so the answer comes uncompressed and its id can be read (the program gets it
+//!   uncompressed too). A create it cannot stamp is refused, never passed on unstamped: a
+//!   body over the bound (413), one that is not a JSON object (400), and a fork (E2B's and
+//!   Daytona's fork bodies carry no labels; 400). Paths are percent-decoded and dot segments
+//!   resolved before routing (as the services route them), and the method matches in any case.
 //! - The id in a 2xx create answer is claimed through the sidecar's proxy channel
 //!   ([`Claim`], as the Docker proxy's claims; a create whose stamped `metadata` / `labels`
 //!   carry `sandguard.detached=true` is handed over as a detach, [`Hold::Detach`], so it
@@ -45,19 +46,20 @@
 //!   did not claim (the sandbox carries the session's labels, so a sweep finds it). Other
 //!   answers, errors included (4xx, 5xx, 429 with their headers), pass through unchanged.
 //!
+//! - Connections are accepted by the loop both proxies share (`providers::proxy_accept`),
+//!   each served by hyper's HTTP/1 server with upgrades.
+//!
 //! The proxy is a convenience for programs that are not hostile: a program holds its own API
 //! key and can always call the real API directly.
 
 pub mod daytona;
 pub mod e2b;
 mod forward;
-pub mod stamp;
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use http_body_util::{Either, Full};
 use hyper::body::{Bytes, Incoming};
@@ -65,7 +67,6 @@ use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 
 use crate::providers::docker::proxy::http::MAX_CREATE_BODY;
 pub use crate::providers::proxy_claim::{Claim, Hold, ACK_TIMEOUT};
@@ -232,22 +233,11 @@ impl CloudProxy {
 
     /// Serves until dropped; dropping the future ends every connection with it.
     pub async fn run(self) {
-        let mut connections = JoinSet::new();
-        loop {
-            tokio::select! {
-                accepted = self.listener.accept() => match accepted {
-                    Ok((client, _)) => {
-                        let _ = client.set_nodelay(true);
-                        connections.spawn(serve(client, self.shared.clone()));
-                    }
-                    Err(e) => {
-                        tracing::warn!("cloud proxy: accept failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                },
-                Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            }
-        }
+        let shared = self.shared;
+        crate::providers::proxy_accept::serve("cloud proxy", self.listener, move |client| {
+            serve(client, shared.clone())
+        })
+        .await;
     }
 }
 

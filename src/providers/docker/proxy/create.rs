@@ -31,6 +31,10 @@ use super::json::{go_field, go_map, insert, Json};
 use super::target::Create;
 use crate::labels;
 use crate::providers::proxy_claim::Hold;
+use crate::providers::proxy_stamp::{self, Keys};
+
+/// Docker's label map: the `Labels` field, found as Go's `encoding/json` finds it.
+const LABELS: Keys = Keys::Go("Labels");
 
 /// The `changes` instruction added to every commit.
 pub const COMMIT_CHANGE: &str =
@@ -38,14 +42,9 @@ pub const COMMIT_CHANGE: &str =
 
 /// A create body with the session's labels merged into its one `Labels` key, and what the
 /// sidecar journals for what it creates ([`Hold::of`] the merged labels).
-pub fn stamp(body: &[u8], stamp: &BTreeMap<String, String>) -> Result<(Json, Hold), String> {
+pub fn stamp(body: &[u8], labels: &BTreeMap<String, String>) -> Result<(Json, Hold), String> {
     let mut pairs = object(body)?.unwrap_or_default();
-    let mut merged = take_labels(&mut pairs)?.unwrap_or_default();
-    for (k, v) in stamp {
-        insert(&mut merged, k, Json::str(v));
-    }
-    let hold = Hold::of(&merged);
-    pairs.push(("Labels".into(), Json::Object(merged)));
+    let hold = proxy_stamp::stamp(&mut pairs, LABELS, labels)?;
     Ok((Json::Object(pairs), hold))
 }
 
@@ -57,7 +56,7 @@ pub fn scrub_commit(body: &[u8]) -> Result<Vec<u8>, String> {
     if !pairs.iter().any(|(k, _)| go_field(k, "Labels")) {
         return Ok(body.to_vec());
     }
-    let merged = take_labels(&mut pairs)?.map(|mut m| {
+    let merged = proxy_stamp::take(&mut pairs, LABELS)?.map(|mut m| {
         m.retain(|(k, _)| !is_sandguard(k));
         Json::Object(m)
     });
@@ -99,16 +98,6 @@ fn object(body: &[u8]) -> Result<Option<Vec<(String, Json)>>, String> {
         Json::Null => Ok(None),
         _ => Err("its body is not a JSON object".into()),
     }
-}
-
-/// Removes every key Go decodes into `Labels` and returns them merged as Go merges them.
-fn take_labels(pairs: &mut Vec<(String, Json)>) -> Result<Option<Vec<(String, Json)>>, String> {
-    let mut merged = None;
-    for (_, v) in pairs.iter().filter(|(k, _)| go_field(k, "Labels")) {
-        go_map(&mut merged, v).map_err(|e| format!("its Labels is {e}"))?;
-    }
-    pairs.retain(|(k, _)| !go_field(k, "Labels"));
-    Ok(merged)
 }
 
 /// The id an answer names if this session made the object: `Id` (volumes: `Name`), and,

@@ -5,7 +5,29 @@
 //! connection to the real daemon, and the proxy speaks just enough HTTP/1.1 to find message
 //! boundaries ([`http`], [`body`]): heads are parsed, bodies are framed by `Content-Length`,
 //! chunked encoding or the end of the connection, and copied as they arrive, byte for byte.
-//! `exchange` handles one request and its answer.
+//! `exchange` handles one request and its answer. Connections are accepted by the loop both
+//! proxies share (`providers::proxy_accept`), creates are stamped by the step both share
+//! (`providers::proxy_stamp`), and claims go through `providers::proxy_claim`.
+//!
+//! Why the client's requests are relayed here and not through hyper's server (which the cloud
+//! proxy uses, and which this proxy uses for its own volume creates, [`volumes`]): each of these
+//! is a documented behaviour (README, "the Docker proxy") that hyper's HTTP/1 server cannot
+//! keep (checked against hyper 1.12's HTTP/1 code for issue #24, point 6):
+//!
+//! - The older hijack: an attach or exec start without `Upgrade` is answered `200` and then
+//!   both ways are raw. hyper's server and client upgrade only on `101` (or a `CONNECT`), so
+//!   the client's stdin after the request would be parsed as a next request, and the answer
+//!   would be re-framed as chunked.
+//! - Refusals that say why: a head hyper cannot parse gets hyper's own `400`/`431` with an
+//!   empty body (no `sandguard:` message), and a head cut short gets no answer at all; hyper
+//!   has no hook for either. Header values that are not UTF-8 (obs-text) reach the service.
+//! - Byte for byte: hyper decodes bodies and re-frames them (chunk extensions and trailers
+//!   dropped, an answer the end of the connection delimits re-sent chunked, header names
+//!   lower-cased unless told otherwise).
+//!
+//! So the relay stays: what it parses is parsed strictly (a head it cannot read is refused,
+//! never passed on), and its request heads are fuzzed (`fuzz/fuzz_targets/docker_proxy_head.rs`;
+//! the chunked-body reader is not yet).
 //!
 //! The trust rules it keeps (issue #10):
 //!
@@ -49,12 +71,10 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 
 use crate::protocol::Target;
 use crate::providers::proxy_claim::claim as claim_target;
@@ -179,22 +199,11 @@ impl Proxy {
 
     /// Serves until dropped; dropping the future ends every connection with it.
     pub async fn run(self) {
-        let mut connections = JoinSet::new();
-        loop {
-            tokio::select! {
-                accepted = self.listener.accept() => match accepted {
-                    Ok((client, _)) => {
-                        connections.spawn(serve(client, self.shared.clone()));
-                    }
-                    Err(e) => {
-                        // Out of descriptors, most likely: let connections finish first.
-                        tracing::warn!("docker proxy: accept failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                },
-                Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            }
-        }
+        let shared = self.shared;
+        crate::providers::proxy_accept::serve("docker proxy", self.listener, move |client| {
+            serve(client, shared.clone())
+        })
+        .await;
     }
 }
 

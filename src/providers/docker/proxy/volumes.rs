@@ -12,19 +12,26 @@
 //! When the daemon refuses a volume (an unknown driver, an invalid name), the container
 //! create would have failed on it too: the client gets the daemon's status and message, and
 //! the create is not sent, so no volume is ever made unlabelled.
+//!
+//! The proxy's own request is a plain HTTP/1.1 exchange of its own making, so it goes through
+//! hyper's client (title-case header names, as the docker CLI writes them), not through the
+//! byte-faithful relay that carries the client's requests.
 
 use std::io;
 
-use tokio::io::{AsyncWriteExt, BufReader};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Bytes;
+use hyper::header::{CONNECTION, CONTENT_TYPE, HOST, USER_AGENT};
+use hyper::Request;
+use hyper_util::rt::TokioIo;
 
 use super::create::Volume;
 use super::exchange::Refusal;
-use super::http::{self, Head, Message};
 use super::target::Create;
-use super::{body, claim, create, Hold, Shared};
+use super::{claim, create, Hold, Shared};
 
 /// The largest answer read for a volume create.
-const MAX_ANSWER: u64 = 1024 * 1024;
+const MAX_ANSWER: usize = 1024 * 1024;
 
 /// Makes `volume` (if it does not exist yet) with the session's labels, and claims it if this
 /// call made it: as a detach, with `sandguard.detached=true` among its labels, when the
@@ -41,12 +48,8 @@ pub async fn precreate(
         stamp.insert(crate::labels::DETACHED.into(), "true".into());
     }
     let body = volume.create_body(&stamp);
-    let head = format!(
-        "POST {version}/volumes/create HTTP/1.1\r\nHost: docker\r\nUser-Agent: sandguard\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
     let name = &volume.name;
-    let (status, answer) = match send(shared, head.as_bytes(), &body).await {
+    let (status, answer) = match send(shared, version, body).await {
         Ok(a) => a,
         Err(e) => {
             let message =
@@ -70,27 +73,30 @@ pub async fn precreate(
     Ok(())
 }
 
-/// One request on a fresh connection: the final answer's status and body.
-async fn send(shared: &Shared, head: &[u8], body: &[u8]) -> io::Result<(u16, Vec<u8>)> {
-    let mut up = shared.upstream.connect().await?;
-    up.write_all(head).await?;
-    up.write_all(body).await?;
-    up.flush().await?;
-    let mut r = BufReader::new(up);
-    let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
-    loop {
-        let Some(Head::Complete(head)) = http::read_head(&mut r).await? else {
-            return Err(bad("the daemon's answer was cut short"));
-        };
-        let answer =
-            Message::response(&head).ok_or_else(|| bad("the daemon's answer is not HTTP"))?;
-        if (100..200).contains(&answer.status()) {
-            continue;
-        }
-        let framing = answer
-            .framing(true)
-            .ok_or_else(|| bad("the daemon's answer has no framing"))?;
-        let data = body::read_body(&mut r, framing, MAX_ANSWER).await?;
-        return Ok((answer.status(), data));
-    }
+/// One `POST {version}/volumes/create` on a fresh connection: the final answer's status and
+/// body (at most [`MAX_ANSWER`] bytes).
+async fn send(shared: &Shared, version: &str, body: Vec<u8>) -> io::Result<(u16, Bytes)> {
+    let io = TokioIo::new(shared.upstream.connect().await?);
+    let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
+        .title_case_headers(true)
+        .handshake(io)
+        .await
+        .map_err(io::Error::other)?;
+    let req = Request::post(format!("{version}/volumes/create"))
+        .header(HOST, "docker")
+        .header(USER_AGENT, "sandguard")
+        .header(CONTENT_TYPE, "application/json")
+        .header(CONNECTION, "close")
+        .body(Full::new(Bytes::from(body)))
+        .map_err(io::Error::other)?;
+    // The connection is driven alongside the exchange, and ends with it (the sender dropped).
+    let exchange = async move {
+        let answer = sender.send_request(req).await.map_err(io::Error::other)?;
+        let status = answer.status().as_u16();
+        let limited = Limited::new(answer.into_body(), MAX_ANSWER);
+        let data = limited.collect().await.map_err(io::Error::other)?;
+        Ok::<_, io::Error>((status, data.to_bytes()))
+    };
+    let (answer, _) = tokio::join!(exchange, conn);
+    answer
 }

@@ -1,4 +1,8 @@
-//! The session's labels merged into a create body's label map, read as the service reads it.
+//! The stamping step both proxies share: the session's labels merged into a create body's
+//! label map, read as the service reads it (the Docker daemon's `Labels`, E2B's `metadata`,
+//! Daytona's `labels`). [`stamp`] is the step itself, on a parsed object; [`merge`] is it on a
+//! cloud create's raw body. The Docker proxy reads its bodies itself (`null` is a config to Go)
+//! and then takes the same step (`docker::proxy::create::stamp`).
 //!
 //! The body is kept as [`Json`] (objects as ordered pairs, duplicates included), so every key
 //! the service could take for the label map is seen. A Go service (E2B) decodes with
@@ -33,18 +37,47 @@ pub fn merge(
     labels: &BTreeMap<String, String>,
 ) -> Result<(Vec<u8>, Hold), String> {
     let mut pairs = object(body)?;
-    let (name, found) = match keys {
-        Keys::Go(name) => (name, go_merged(&pairs, name)?),
-        Keys::Exact(name) => (name, last(&pairs, name)?),
-    };
-    pairs.retain(|(k, _)| !matches(keys, k));
-    let mut merged = found.unwrap_or_default();
+    let hold = stamp(&mut pairs, keys, labels)?;
+    Ok((Json::Object(pairs).to_vec(), hold))
+}
+
+/// The stamping step: every key of `pairs` that `keys` matches is taken out, and one key
+/// holding their merged map with `labels` over it is put last; what the sidecar journals for
+/// the object ([`Hold::of`] the merged map). `Err` says why it cannot be stamped.
+pub fn stamp(
+    pairs: &mut Vec<(String, Json)>,
+    keys: Keys,
+    labels: &BTreeMap<String, String>,
+) -> Result<Hold, String> {
+    let mut merged = take(pairs, keys)?.unwrap_or_default();
     for (k, v) in labels {
         insert(&mut merged, k, Json::str(v));
     }
     let hold = Hold::of(&merged);
-    pairs.push((name.to_string(), Json::Object(merged)));
-    Ok((Json::Object(pairs).to_vec(), hold))
+    pairs.push((keys.name().to_string(), Json::Object(merged)));
+    Ok(hold)
+}
+
+/// Takes every key `keys` matches out of `pairs`, and returns their map as the service reads
+/// it (`None`: no such key, or `null`).
+pub fn take(
+    pairs: &mut Vec<(String, Json)>,
+    keys: Keys,
+) -> Result<Option<Vec<(String, Json)>>, String> {
+    let found = match keys {
+        Keys::Go(name) => go_merged(pairs, name)?,
+        Keys::Exact(name) => last(pairs, name)?,
+    };
+    pairs.retain(|(k, _)| !matches(keys, k));
+    Ok(found)
+}
+
+impl Keys {
+    fn name(self) -> &'static str {
+        match self {
+            Keys::Go(name) | Keys::Exact(name) => name,
+        }
+    }
 }
 
 fn matches(keys: Keys, key: &str) -> bool {
