@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
 use sandguard::providers::modal::wire::{
     self, SandboxInfo, SandboxListRequest, SandboxListResponse, SandboxTag,
 };
@@ -130,9 +132,9 @@ impl State {
         );
         let token = format!(
             "{}.{}.{}",
-            base64url(br#"{"alg":"HS256","typ":"JWT"}"#),
-            base64url(payload.as_bytes()),
-            base64url(format!("emulated-signature-{}", tokens.len()).as_bytes())
+            URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#),
+            URL_SAFE_NO_PAD.encode(payload),
+            URL_SAFE_NO_PAD.encode(format!("emulated-signature-{}", tokens.len()))
         );
         tokens.push((token.clone(), exp));
         Ok(wire::AuthTokenGetResponse { token })
@@ -257,20 +259,4 @@ fn info(s: &Sb, hide_tags: bool) -> SandboxInfo {
         }),
         ..Default::default()
     }
-}
-
-/// base64url without padding (RFC 4648 §5), the JWT way.
-fn base64url(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let mut n = 0u32;
-        for (i, b) in chunk.iter().enumerate() {
-            n |= u32::from(*b) << (16 - 8 * i);
-        }
-        for i in 0..=chunk.len() {
-            out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-        }
-    }
-    out
 }
