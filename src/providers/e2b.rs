@@ -41,10 +41,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use percent_encoding::{utf8_percent_encode, AsciiSet};
 use reqwest::Method;
 use serde::Deserialize;
 
-use super::http::{decode_json, encode_segment, listing_error, walk, Http};
+use super::http::{decode_json, encode_segment, listing_error, walk, Http, NOT_UNRESERVED};
 use super::{Capabilities, Entry, EntryState, Kind, Provider, ProviderError, Refusal, Sandbox};
 use crate::config::CloudSettings;
 use crate::labels::Selector;
@@ -117,15 +118,13 @@ impl Listed {
 /// Python's `urllib.parse.quote`: everything but letters, digits and `-._~` (and `/` when
 /// `keep_slash`) percent-encoded, upper-case hex, byte by byte of the UTF-8.
 fn quote(s: &str, keep_slash: bool) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            b'/' if keep_slash => "/".to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    const BUT_SLASH: &AsciiSet = &NOT_UNRESERVED.remove(b'/');
+    let set = if keep_slash {
+        BUT_SLASH
+    } else {
+        NOT_UNRESERVED
+    };
+    utf8_percent_encode(s, set).to_string()
 }
 
 /// The selector as E2B's `metadata` query value, ready for the URL (see the module's

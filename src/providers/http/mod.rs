@@ -17,6 +17,7 @@
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, RequestBuilder, StatusCode};
 
@@ -233,6 +234,15 @@ pub fn decode_json<T: serde::de::DeserializeOwned>(
     })
 }
 
+/// Every byte but RFC 3986's unreserved characters (letters, digits, `-._~`): what
+/// [`encode_segment`] and the other URL encoders of the crate percent-encode (upper-case hex,
+/// byte by byte of the UTF-8).
+pub const NOT_UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 /// Percent-encodes one path segment (everything but RFC 3986's unreserved characters), so a
 /// provider id can never change the path it is put in; a segment that is empty, `.` or `..`
 /// or contains `/` is refused ([`ProviderError::Refused`]) whatever the caller parsed before:
@@ -246,14 +256,7 @@ pub fn encode_segment(s: &str) -> Result<String, ProviderError> {
             crate::protocol::echo(s.as_bytes())
         )));
     }
-    Ok(s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect())
+    Ok(utf8_percent_encode(s, NOT_UNRESERVED).to_string())
 }
 
 /// Why the path of a request (`/a/b?query`) cannot be sent, if it cannot: it must start with

@@ -3,8 +3,9 @@
 //!
 //! The token is a JWT. Only its payload's `exp` (Unix seconds, possibly fractional) is read,
 //! without verifying the signature: the server that issued it judges it, sandguard only needs
-//! to know when to ask for a new one. The base64url decoding is done here by hand (a few lines,
-//! no dependency), as Modal's own client does in Python.
+//! to know when to ask for a new one. The payload is base64url (the `base64` crate, already in
+//! the tree through reqwest and tonic), read leniently as the hand-written decoder it replaced
+//! did: `=` padding or none, and stray low bits in the last character ignored.
 //!
 //! Decisions:
 //! - One token per process, shared by every call; concurrent callers wait for one fetch (the
@@ -21,6 +22,9 @@
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use base64::alphabet::URL_SAFE;
+use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+use base64::Engine as _;
 use tokio::sync::Mutex;
 
 use crate::config::Secret;
@@ -94,30 +98,17 @@ pub fn expiry(token: &str, now: SystemTime) -> Result<SystemTime, ProviderError>
     }
 }
 
-/// Decodes base64url (RFC 4648 §5), with or without `=` padding.
+/// base64url (RFC 4648 §5) as read here: after any `=` padding is trimmed, none required.
+const BASE64URL: GeneralPurpose = GeneralPurpose::new(
+    &URL_SAFE,
+    GeneralPurposeConfig::new()
+        .with_decode_padding_mode(DecodePaddingMode::RequireNone)
+        .with_decode_allow_trailing_bits(true),
+);
+
+/// Decodes base64url, with or without `=` padding.
 fn base64url(text: &str) -> Option<Vec<u8>> {
-    let text = text.trim_end_matches('=');
-    let mut out = Vec::with_capacity(text.len() * 3 / 4);
-    let (mut acc, mut bits) = (0u32, 0u32);
-    for c in text.bytes() {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'-' => 62,
-            b'_' => 63,
-            _ => return None,
-        };
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    // One leftover character carries fewer than 8 bits: not a valid encoding.
-    (bits < 6).then_some(out)
+    BASE64URL.decode(text.trim_end_matches('=')).ok()
 }
 
 #[cfg(test)]
@@ -125,17 +116,9 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU32, Ordering};
 
-    /// `{"alg":"none"}`, then `payload` base64url-encoded by a table (no padding).
+    /// `{"alg":"none"}`, then `payload` base64url-encoded (no padding).
     fn jwt(payload: &str) -> String {
-        const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-        let mut enc = String::new();
-        for chunk in payload.as_bytes().chunks(3) {
-            let n =
-                chunk.iter().fold(0u32, |a, b| (a << 8) | u32::from(*b)) << (8 * (3 - chunk.len()));
-            for i in 0..=chunk.len() {
-                enc.push(T[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            }
-        }
+        let enc = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(payload);
         format!("eyJhbGciOiJub25lIn0.{enc}.sig")
     }
 
@@ -147,6 +130,7 @@ mod tests {
     fn base64url_decodes_with_and_without_padding() {
         assert_eq!(base64url("aGk").unwrap(), b"hi");
         assert_eq!(base64url("aGk=").unwrap(), b"hi");
+        assert_eq!(base64url("aGl").unwrap(), b"hi");
         assert_eq!(base64url("-_8").unwrap(), [0xfb, 0xff]);
         assert_eq!(base64url("").unwrap(), b"");
         assert!(base64url("a").is_none());

@@ -125,7 +125,7 @@ impl ModalProvider {
         let fetch = || async {
             let reply: wire::AuthTokenGetResponse = self
                 .unary(
-                    wire::AUTH_TOKEN_GET,
+                    wire::path::AUTH_TOKEN_GET,
                     wire::AuthTokenGetRequest {},
                     "failed to get an auth token for the V2 sandbox RPCs",
                     None,

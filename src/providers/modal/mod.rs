@@ -1,5 +1,6 @@
-//! The Modal driver: gRPC (Modal has no REST API) through tonic, with hand-written prost
-//! messages (`modal/wire.rs`, after the field numbers of modal 1.6.4's `modal_proto`).
+//! The Modal driver: gRPC (Modal has no REST API) through tonic, with prost messages
+//! generated from `proto/modal.proto` (after the field numbers of modal 1.6.4's
+//! `modal_proto`) and committed (`modal/wire.rs`, `modal/generated/`, `modal/codegen.rs`).
 //!
 //! - Endpoint: `MODAL_SERVER_URL` or `[providers.modal] server_url`, default
 //!   `https://api.modal.com:443` (of a comma-separated failover list, the first); HTTP/2 with
@@ -57,6 +58,9 @@ mod client;
 mod list;
 mod status;
 pub mod wire;
+
+#[cfg(test)]
+mod codegen;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -188,7 +192,7 @@ impl Provider for ModalProvider {
         let hello: wire::ClientHelloResponse = self
             .call(
                 Api::V1,
-                wire::CLIENT_HELLO,
+                wire::path::CLIENT_HELLO,
                 wire::Empty {},
                 "failed to say hello",
             )

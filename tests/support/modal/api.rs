@@ -5,10 +5,14 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use sandguard::providers::modal::wire::{
+    self, SandboxInfo, SandboxListRequest, SandboxListResponse, SandboxTag,
+};
 use tonic::metadata::MetadataMap;
 use tonic::Status;
 
-use super::msg::{self, Info, Tag};
 use super::server::Server;
 use super::{TOKEN_ID, TOKEN_SECRET};
 
@@ -29,7 +33,7 @@ pub struct Sb {
     pub generation: Gen,
     pub environment: String,
     pub created_at: f64,
-    pub tags: Vec<Tag>,
+    pub tags: Vec<SandboxTag>,
     /// The `GenericStatus` it finished with.
     pub finished: Option<i32>,
 }
@@ -116,8 +120,8 @@ impl State {
     pub fn auth_token_get(
         &self,
         _: &MetadataMap,
-        _: msg::AuthTokenGetRequest,
-    ) -> Result<msg::AuthTokenGetResponse, Status> {
+        _: wire::AuthTokenGetRequest,
+    ) -> Result<wire::AuthTokenGetResponse, Status> {
         let now = now_unix();
         let exp = now + self.token_lifetime.lock().unwrap().as_secs_f64();
         let mut tokens = self.tokens.lock().unwrap();
@@ -128,12 +132,12 @@ impl State {
         );
         let token = format!(
             "{}.{}.{}",
-            base64url(br#"{"alg":"HS256","typ":"JWT"}"#),
-            base64url(payload.as_bytes()),
-            base64url(format!("emulated-signature-{}", tokens.len()).as_bytes())
+            URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#),
+            URL_SAFE_NO_PAD.encode(payload),
+            URL_SAFE_NO_PAD.encode(format!("emulated-signature-{}", tokens.len()))
         );
         tokens.push((token.clone(), exp));
-        Ok(msg::AuthTokenGetResponse { token })
+        Ok(wire::AuthTokenGetResponse { token })
     }
 
     /// `SandboxList` lists V1 sandboxes only; `SandboxListV2` lists both, as Modal's SDK says
@@ -142,8 +146,8 @@ impl State {
         &self,
         generation: Gen,
         metadata: &MetadataMap,
-        req: msg::ListRequest,
-    ) -> Result<msg::ListResponse, Status> {
+        req: SandboxListRequest,
+    ) -> Result<SandboxListResponse, Status> {
         self.check(generation, metadata)?;
         if req.tags.iter().any(|t| t.tag_name.is_empty()) {
             return Err(Status::invalid_argument("tag names must not be empty"));
@@ -174,7 +178,7 @@ impl State {
             .take(self.page_size.load(Ordering::SeqCst))
             .map(|s| info(s, hide_tags))
             .collect();
-        Ok(msg::ListResponse { sandboxes })
+        Ok(SandboxListResponse { sandboxes })
     }
 
     /// The sandbox `id` as the RPCs of `generation` see it: one of the other generation is
@@ -189,26 +193,29 @@ impl State {
         &self,
         generation: Gen,
         metadata: &MetadataMap,
-        req: msg::ById,
-    ) -> Result<msg::TerminateResponse, Status> {
+        req: wire::SandboxTerminateRequest,
+    ) -> Result<wire::SandboxTerminateResponse, Status> {
         self.check(generation, metadata)?;
         let mut all = self.sandboxes.lock().unwrap();
         let sb = Self::find(&mut all, generation, &req.sandbox_id)?;
-        let existing_result = sb.finished.map(|status| msg::Result_ { status });
+        let existing_result = sb.finished.map(|status| wire::GenericResult {
+            status,
+            ..Default::default()
+        });
         sb.finished.get_or_insert(3);
-        Ok(msg::TerminateResponse { existing_result })
+        Ok(wire::SandboxTerminateResponse { existing_result })
     }
 
     pub fn tags_get(
         &self,
         generation: Gen,
         metadata: &MetadataMap,
-        req: msg::ById,
-    ) -> Result<msg::TagsGetResponse, Status> {
+        req: wire::SandboxTagsGetRequest,
+    ) -> Result<wire::SandboxTagsGetResponse, Status> {
         self.check(generation, metadata)?;
         let mut all = self.sandboxes.lock().unwrap();
         let sb = Self::find(&mut all, generation, &req.sandbox_id)?;
-        Ok(msg::TagsGetResponse {
+        Ok(wire::SandboxTagsGetResponse {
             tags: sb.tags.clone(),
         })
     }
@@ -218,8 +225,8 @@ impl State {
         &self,
         generation: Gen,
         metadata: &MetadataMap,
-        req: msg::TagsSetRequest,
-    ) -> Result<msg::Empty, Status> {
+        req: wire::SandboxTagsSetRequest,
+    ) -> Result<wire::Empty, Status> {
         self.check(generation, metadata)?;
         if req.tags.iter().any(|t| t.tag_name.is_empty()) {
             return Err(Status::invalid_argument("tag names must not be empty"));
@@ -227,7 +234,7 @@ impl State {
         let mut all = self.sandboxes.lock().unwrap();
         let sb = Self::find(&mut all, generation, &req.sandbox_id)?;
         sb.tags = req.tags;
-        Ok(msg::Empty {})
+        Ok(wire::Empty {})
     }
 }
 
@@ -236,35 +243,20 @@ pub fn app_id(_: &Sb) -> &'static str {
     "ap-emulated0000000000000"
 }
 
-fn info(s: &Sb, hide_tags: bool) -> Info {
-    Info {
+fn info(s: &Sb, hide_tags: bool) -> SandboxInfo {
+    SandboxInfo {
         id: s.id.clone(),
         created_at: s.created_at,
         tags: if hide_tags { vec![] } else { s.tags.clone() },
         app_id: app_id(s).into(),
         image_id: "im-emulated".into(),
         timeout_secs: 300,
-        task_info: Some(msg::Task {
+        task_info: Some(wire::TaskInfo {
             id: format!("ta-{}", &s.id[3..]),
             started_at: s.created_at + 0.5,
             sandbox_id: s.id.clone(),
             ..Default::default()
         }),
+        ..Default::default()
     }
-}
-
-/// base64url without padding (RFC 4648 §5), the JWT way.
-fn base64url(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let mut n = 0u32;
-        for (i, b) in chunk.iter().enumerate() {
-            n |= u32::from(*b) << (16 - 8 * i);
-        }
-        for i in 0..=chunk.len() {
-            out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-        }
-    }
-    out
 }

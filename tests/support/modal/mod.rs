@@ -1,7 +1,8 @@
 //! A Modal control-plane emulator: a tonic gRPC server on 127.0.0.1 (port 0) answering the
 //! RPCs of `modal.client.ModalClient` that sandguard and Modal's own SDK use for sandboxes,
-//! from in-memory sandboxes, with its own hand-written messages (`msg.rs`; never the
-//! driver's).
+//! from in-memory sandboxes, with the messages and paths generated from `proto/modal.proto`
+//! (`sandguard::providers::modal::wire`, the driver's own: one copy of the schema, checked
+//! against Modal by the driver's byte tests and by Modal's SDK in `providers::modal::sdk`).
 //!
 //! Faithful to what Modal's clients rely on (`api.rs`):
 //! - Token metadata checked on every call (UNAUTHENTICATED otherwise).
@@ -36,7 +37,6 @@
 //! could see it and do not count.
 
 mod api;
-mod msg;
 mod server;
 
 use std::sync::atomic::Ordering;
@@ -47,7 +47,8 @@ use tonic::Code;
 
 pub use api::DEFAULT_ENVIRONMENT;
 use api::{Gen, Sb, State};
-pub use msg::path;
+use sandguard::providers::modal::wire;
+pub use wire::path;
 
 pub const TOKEN_ID: &str = "ak-emulatortoken0001";
 pub const TOKEN_SECRET: &str = "as-emulatorsecret0001";
@@ -150,7 +151,7 @@ impl ModalEmu {
             created_at,
             tags: tags
                 .iter()
-                .map(|(k, v)| msg::Tag {
+                .map(|(k, v)| wire::SandboxTag {
                     tag_name: k.to_string(),
                     tag_value: v.to_string(),
                 })

@@ -4,6 +4,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use prost::Message;
+use sandguard::providers::modal::wire::{self, path, Any, RpcRetryPolicy, RpcStatus};
 use tonic::body::Body;
 use tonic::codegen::{http, BoxFuture, Context, Poll, Service};
 use tonic::metadata::MetadataMap;
@@ -11,7 +13,6 @@ use tonic::server::{Grpc, UnaryService};
 use tonic::{Code, Status};
 
 use super::api::{Gen, State};
-use super::msg::{self, path};
 use super::{Faults, Hit, IN_FLIGHT};
 
 /// Faults, their bookkeeping and the log.
@@ -60,7 +61,7 @@ impl Server {
                 .unwrap()
                 .insert(path.to_string(), (now + IN_FLIGHT, until));
             let message = "rate limit exceeded";
-            let details = msg::retry_details(Code::ResourceExhausted as i32, message, secs);
+            let details = retry_details(Code::ResourceExhausted as i32, message, secs);
             return Some(Status::with_details(
                 Code::ResourceExhausted,
                 message,
@@ -140,7 +141,7 @@ async fn route(
         path::CLIENT_HELLO => {
             unary(
                 s,
-                |_, _, _: msg::Empty| Ok(msg::ClientHelloResponse::default()),
+                |_, _, _: wire::Empty| Ok(wire::ClientHelloResponse::default()),
                 request,
             )
             .await
@@ -195,6 +196,23 @@ impl Service<http::Request<Body>> for Svc {
             Ok(response)
         })
     }
+}
+
+/// The details of a throttle: an `RPCRetryPolicy` asking for a wait of `secs`, packed under
+/// Modal's `type.modal.com/` prefix.
+fn retry_details(code: i32, message: &str, secs: f32) -> Vec<u8> {
+    RpcStatus {
+        code,
+        message: message.to_string(),
+        details: vec![Any {
+            type_url: wire::RETRY_POLICY_TYPE.into(),
+            value: RpcRetryPolicy {
+                retry_after_secs: secs,
+            }
+            .encode_to_vec(),
+        }],
+    }
+    .encode_to_vec()
 }
 
 /// A uniform draw in [0, 1) (xorshift64*).

@@ -27,9 +27,12 @@
 
 use std::collections::BTreeMap;
 
+use percent_encoding::utf8_percent_encode;
+
 use super::json::{go_field, go_map, insert, Json};
 use super::target::Create;
 use crate::labels;
+use crate::providers::http::NOT_UNRESERVED;
 use crate::providers::proxy_claim::Hold;
 use crate::providers::proxy_stamp::{self, Keys};
 
@@ -71,15 +74,7 @@ pub fn commit_target(target: &str) -> String {
         Some(_) if target.ends_with(['?', '&']) => "",
         Some(_) => "&",
     };
-    let mut encoded = String::new();
-    for b in COMMIT_CHANGE.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                encoded.push(b as char);
-            }
-            _ => encoded.push_str(&format!("%{b:02X}")),
-        }
-    }
+    let encoded = utf8_percent_encode(COMMIT_CHANGE, NOT_UNRESERVED);
     format!("{target}{sep}changes={encoded}")
 }
 
