@@ -208,7 +208,7 @@ fn note_stops(settings: &Settings, providers: &[Arc<dyn Provider>], removals: &[
 
 /// The id a session's claim (or detach) gave `sandbox`, else its provider's claim form.
 fn claimed_as(view: &SessionView, providers: &[Arc<dyn Provider>], sandbox: &Sandbox) -> String {
-    let Some(provider) = providers.iter().find(|p| p.name() == sandbox.provider) else {
+    let Some(provider) = crate::providers::by_name(providers, &sandbox.provider) else {
         return sandbox.id.clone();
     };
     let names = |t: &&Target| {

@@ -135,7 +135,7 @@ impl Known {
         if target.provider != sandbox.provider {
             return false;
         }
-        let provider = self.providers.iter().find(|p| p.name() == sandbox.provider);
+        let provider = crate::providers::by_name(&self.providers, &sandbox.provider);
         match (provider, Sandbox::from_claim(&self.providers, target)) {
             (Some(p), Ok(named)) => p.names(&named, sandbox),
             _ => target.id == sandbox.id,

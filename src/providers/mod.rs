@@ -122,7 +122,7 @@ impl Sandbox {
         providers: &[Arc<dyn Provider>],
         target: &crate::protocol::Target,
     ) -> Result<Sandbox, Refusal> {
-        match providers.iter().find(|p| p.name() == target.provider) {
+        match by_name(providers, &target.provider) {
             Some(p) => p.parse_claim(&target.id).map(|mut s| {
                 s.provider = target.provider.clone();
                 s
@@ -374,6 +374,14 @@ pub trait Provider: Send + Sync {
             self.name()
         )))
     }
+}
+
+/// The provider called `name` among `providers` (the one lookup every path uses).
+pub fn by_name<'a>(
+    providers: &'a [Arc<dyn Provider>],
+    name: &str,
+) -> Option<&'a Arc<dyn Provider>> {
+    providers.iter().find(|p| p.name() == name)
 }
 
 pub use registry::{

@@ -49,7 +49,7 @@ pub(super) async fn remove_all_by(
         by_provider.entry(t.provider.clone()).or_default().push(t);
     }
     let work = by_provider.into_iter().map(|(name, targets)| {
-        let provider = providers.iter().find(|p| p.name() == name).cloned();
+        let provider = crate::providers::by_name(providers, &name).cloned();
         async move {
             match provider {
                 Some(p) => {

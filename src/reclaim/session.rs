@@ -226,9 +226,7 @@ fn records(
     let mut out = Vec::new();
     for r in &report.removals {
         let provider = r.sandbox.provider.clone();
-        let id = providers
-            .iter()
-            .find(|p| p.name() == provider)
+        let id = crate::providers::by_name(providers, &provider)
             .map_or_else(|| r.sandbox.id.clone(), |p| p.claim_id(&r.sandbox));
         let target = Target {
             provider: provider.clone(),

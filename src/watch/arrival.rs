@@ -55,11 +55,7 @@ impl<C: Clock> Sidecar<C> {
         if self.claims.contains(t) || self.detached.contains(t) {
             return true;
         }
-        let Some(provider) = self
-            .providers
-            .iter()
-            .find(|p| p.name() == t.provider)
-            .cloned()
+        let Some(provider) = crate::providers::by_name(&self.providers, &t.provider).cloned()
         else {
             return true; // refused by `accept`, with the reason
         };
@@ -92,11 +88,7 @@ impl<C: Clock> Sidecar<C> {
         if self.claims.contains(t) || self.detached.contains(t) {
             return true;
         }
-        let Some(provider) = self
-            .providers
-            .iter()
-            .find(|p| p.name() == t.provider)
-            .cloned()
+        let Some(provider) = crate::providers::by_name(&self.providers, &t.provider).cloned()
         else {
             return true; // refused by `accept`, with the reason
         };

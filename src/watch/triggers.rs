@@ -34,7 +34,7 @@ pub struct Triggers<R> {
 /// ([`Provider::parse_claim`], [`crate::providers::ids`]). The loop asks it of every line from
 /// the control pipe, and [`drain_claims`] of every late claim.
 pub(super) fn refusal(providers: &[Arc<dyn Provider>], t: &Target) -> Option<String> {
-    match providers.iter().find(|p| p.name() == t.provider) {
+    match crate::providers::by_name(providers, &t.provider) {
         None => Some(format!(
             "provider {:?} is not configured for this session",
             t.provider
