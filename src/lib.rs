@@ -10,12 +10,16 @@
 //! ```text
 //! main.rs       args → logging → cli → exit code
 //! cli/          one file per subcommand: args → Settings → one library call → output;
-//!               error.rs (one Error, one exit code mapping); init.rs (the wrapper as pid 1)
-//! session/      SessionId; spawn.rs (the one way a sidecar is
-//!               started, and its typed ready line), guard.rs (the Rust SDK helper)
-//! watch/        the sidecar: its event loop (mod.rs), triggers.rs (what the loop waits on),
-//!               service.rs (the library service that owns the loop's tasks), lease.rs (the
-//!               boot-clock lease), ttl.rs (server-side TTLs)
+//!               error.rs (one Error, one exit code mapping); init.rs (the wrapper as pid 1);
+//!               watch/terminal.rs (the sidecar's words on the wrapper's stderr)
+//! session/      SessionId; spawn.rs (the one way a sidecar is started, and its typed ready
+//!               line), confirm.rs (the one confirmed claim, release, detach), guard.rs (the
+//!               Rust SDK helper)
+//! watch/        the sidecar: start/ (how it begins, up to ready), its event loop (mod.rs),
+//!               arrival.rs (claims and detaches judged as they come), end.rs (the session's
+//!               end), triggers.rs (what the loop waits on), service.rs (the library service
+//!               that owns the loop's tasks), lease.rs (the boot-clock lease), ttl.rs
+//!               (server-side TTLs)
 //! sweep/        one pass: judging the ledger and every provider (mod.rs); service.rs (--every,
 //!               adoption, the sweep lock); fleet.rs (`sweep --fleet`: the fleet store's
 //!               expired leases, reclaimed once each under a lock in the store)
@@ -24,18 +28,21 @@
 //!               is watch/fleet.rs
 //! ownership/    the one ownership judgement: whether a sandbox may be removed or renewed,
 //!               and why; every path that removes or renews asks it (DESIGN's trust rules)
-//! reclaim/      the one removal path: mod.rs (Plan, Report), list.rs (listings retried until
+//! reclaim/      the one removal path: mod.rs (the passes), plan.rs (Plan, Listed), report.rs
+//!               (Outcome, Report), options.rs, list.rs (listings retried until
 //!               the deadline), remove.rs (retries, backoff), pace.rs (each
 //!               provider's window, rate and Retry-After gate),
 //!               session.rs (the ONE journaled session ending, for the sidecar and the sweep)
 //! providers/    the trait, the registry, retry.rs (reads, paging, error chains), http/ and
 //!               redact.rs (the REST layer); one module per driver: docker/ (with its API
-//!               proxy, proxy/), e2b, daytona/, flyio/, tenki/, modal/, plugin/; cloud_proxy/
-//!               (the E2B and Daytona API proxy: stamps creates, claims their ids);
-//!               proxy_claim.rs (how both proxies hand the sidecar a claim)
+//!               proxy, proxy/), e2b, daytona/, flyio/, tenki/, modal/ (its messages generated
+//!               from proto/modal.proto), plugin/; cloud_proxy/ (the E2B and Daytona API
+//!               proxy: stamps creates, claims their ids); what both proxies share:
+//!               proxy_accept.rs (the accept loop), proxy_stamp.rs (stamping), proxy_claim.rs
+//!               (how a proxy hands the sidecar a claim)
 //! ledger/       the state directory: journals, locks, the boots this machine ran, pruning
 //! protocol/     control lines (and their bounded reader), the sidecar's ready line
-//! config/       file + environment + flags → one Settings
+//! config/       file + environment + flags → one Settings (dotenv.rs: Daytona's ./.env)
 //! identity/     owner identity, liveness (alive / dead / unknown), death.rs (watching a
 //!               live owner die: pidfd, /proc fallback)
 //! labels.rs     the label keys a session stamps and the selector (a leaf every layer reads,
