@@ -448,19 +448,19 @@ fn quiet_sweep(s: &Scratch) -> Option<(String, String, String)> {
         .unwrap();
     let text = || std::fs::read_to_string(&stdout).unwrap_or_default();
     let passes = || text().lines().filter(|l| l.starts_with("Sweep:")).count();
-    eventually(Duration::from_secs(20), "two passes", || passes() >= 2);
+    eventually(Duration::from_secs(60), "two passes", || passes() >= 2);
     // A dead owner's container appears between passes: news, then removed.
     let dead = r.container(&[
         (SESSION, &format!("sd{}", unique())),
         (OWNER, &dead_owner_label()),
     ]);
     eventually(
-        Duration::from_secs(20),
+        Duration::from_secs(60),
         "the dead owner's container is removed",
         || !container_exists(&dead),
     );
     let seen = passes();
-    eventually(Duration::from_secs(20), "two more passes", || {
+    eventually(Duration::from_secs(60), "two more passes", || {
         passes() >= seen + 2
     });
     unsafe_kill(sweep.id() as i32, libc::SIGTERM);
