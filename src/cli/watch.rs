@@ -36,7 +36,6 @@
 //! `<state dir>/sessions/<session>.log`. SIGINT and SIGHUP are ignored in every case.
 
 use std::io::Write;
-use std::os::fd::AsRawFd;
 
 use super::output::Exit;
 use crate::config::{HumanDuration, ProxyMode, Settings};
@@ -359,8 +358,7 @@ fn report_bye(outcome: &ByeOutcome) {
     if let Err(e) = announce(outcome) {
         tracing::info!("cannot tell the owner how bye went (it has gone): {e}");
     }
-    let closed =
-        std::fs::File::open("/dev/null").and_then(|null| unix::dup_onto(null.as_raw_fd(), 1));
+    let closed = std::fs::File::open("/dev/null").and_then(|null| unix::redirect_stdout(&null));
     if let Err(e) = closed {
         tracing::warn!("cannot close stdout: {e}");
     }
@@ -376,7 +374,7 @@ fn redirect_stderr(path: &std::path::Path) {
         .open(path);
     match file {
         Ok(f) => {
-            if let Err(e) = unix::dup_onto(f.as_raw_fd(), 2) {
+            if let Err(e) = unix::redirect_stderr(&f) {
                 tracing::warn!("cannot log to {}: {e}", path.display());
             }
         }
