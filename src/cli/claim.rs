@@ -143,13 +143,17 @@ fn session_fd() -> Result<OwnedFd, String> {
         .trim()
         .parse()
         .map_err(|_| format!("SANDGUARD_FD={raw:?} is not a descriptor number"))?;
-    if fd < 0 || !crate::unix::is_fifo(fd) {
-        return Err(format!(
-            "SANDGUARD_FD={fd} is set, but descriptor {fd} is not open in this process: the \
-             program that started this command did not pass it on (Python's subprocess \
-             closes it unless given pass_fds=sandguard.pass_fds(), and under \
-             sandguard.guard() also env=g.child_env())"
-        ));
+    match crate::unix::take_fd(fd) {
+        Ok(owned) if crate::unix::is_fifo(owned.as_fd()) => Ok(owned),
+        not_a_pipe => {
+            // Not ours after all: leave whatever the number names open, as found.
+            let _ = not_a_pipe.map(std::os::fd::IntoRawFd::into_raw_fd);
+            Err(format!(
+                "SANDGUARD_FD={fd} is set, but descriptor {fd} is not open in this process: the \
+                 program that started this command did not pass it on (Python's subprocess \
+                 closes it unless given pass_fds=sandguard.pass_fds(), and under \
+                 sandguard.guard() also env=g.child_env())"
+            ))
+        }
     }
-    crate::unix::take_fd(fd).map_err(|e| e.to_string())
 }

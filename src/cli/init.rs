@@ -10,7 +10,10 @@
 //!    it is ready, CMD is told the session and execs, with the control pipe at
 //!    `SANDGUARD_FD` as under the ordinary wrapper.
 //! 3. pid 1 then forwards every signal it gets to CMD (`docker stop`'s SIGTERM included), and
-//!    reaps every orphan that the namespace hands it.
+//!    reaps every orphan that the namespace hands it. The signals are caught from before the
+//!    sidecar starts, through signal-hook ([`unix::InitSignals`], which says what catching
+//!    rather than blocking them changes), and waited for with a timeout that lets the loop
+//!    look at the sidecar's lock.
 //! 4. When CMD has ended, it waits until the sidecar has finished reclaiming (the sidecar's
 //!    lock on its journal is free), and exits with CMD's status (128+N for a death by signal
 //!    N), so the reclaim is never cut short by the namespace's end.
@@ -28,7 +31,7 @@ use crate::config::Settings;
 use crate::identity::Identity;
 use crate::ledger::StateDir;
 use crate::protocol::ReadyLine;
-use crate::unix::{self, ExitStatus, Forked};
+use crate::unix::{self, ExitStatus, Forked, InitSignals};
 
 /// How often pid 1 looks at the sidecar's lock once CMD has ended.
 const POLL: Duration = Duration::from_millis(50);
@@ -82,10 +85,13 @@ fn parent(
     control: (OwnedFd, OwnedFd),
 ) -> u8 {
     unix::own_process_group(pid);
-    if let Err(e) = unix::block_init_signals() {
-        unix::send_signal(pid, libc::SIGKILL);
-        return own_failure(&format!("cannot take over signals as pid 1: {e}"));
-    }
+    let mut signals = match InitSignals::take_over() {
+        Ok(s) => s,
+        Err(e) => {
+            unix::send_signal(pid, libc::SIGKILL);
+            return own_failure(&format!("cannot take over signals as pid 1: {e}"));
+        }
+    };
     unix::give_terminal_to(pid);
     let ready = Identity::of_pid(pid)
         .ok_or_else(|| "cannot read the program's identity from /proc".to_string())
@@ -94,7 +100,7 @@ fn parent(
         Ok(r) => r,
         Err(e) => {
             drop(go);
-            let _ = wait_for(pid, None);
+            let _ = wait_for(&mut signals, pid, None);
             return own_failure(&e);
         }
     };
@@ -109,7 +115,7 @@ fn parent(
         .ok();
     // Only CMD (and what it starts) may hold the pipe's write end: its EOF is a wake-up.
     drop(ready.control);
-    match wait_for(pid, journal.as_deref()) {
+    match wait_for(&mut signals, pid, journal.as_deref()) {
         ExitStatus::Code(c) => u8::try_from(c).unwrap_or(1),
         ExitStatus::Signal(n) => 128u8.saturating_add(n as u8),
     }
@@ -117,10 +123,10 @@ fn parent(
 
 /// Forwards signals to `pid` and reaps orphans until it has ended and the sidecar that
 /// journals in `journal` has let go of its lock.
-fn wait_for(pid: u32, journal: Option<&std::path::Path>) -> ExitStatus {
+fn wait_for(signals: &mut InitSignals, pid: u32, journal: Option<&std::path::Path>) -> ExitStatus {
     let mut status = None;
     loop {
-        if let Some(signal) = unix::next_signal(POLL) {
+        for signal in signals.wait(POLL) {
             if signal != libc::SIGCHLD && status.is_none() {
                 unix::send_signal(pid, signal);
             }

@@ -37,7 +37,6 @@
 //! `<state dir>/sessions/<session>.log`. SIGINT and SIGHUP are ignored in every case.
 
 use std::io::Write;
-use std::os::fd::AsRawFd;
 
 use super::output::Exit;
 use crate::config::{HumanDuration, ProxyMode, Settings};
@@ -228,8 +227,7 @@ fn report_bye(outcome: &ByeOutcome) {
     if let Err(e) = announce(outcome) {
         tracing::info!("cannot tell the owner how bye went (it has gone): {e}");
     }
-    let closed =
-        std::fs::File::open("/dev/null").and_then(|null| unix::dup_onto(null.as_raw_fd(), 1));
+    let closed = std::fs::File::open("/dev/null").and_then(|null| unix::redirect_stdout(&null));
     if let Err(e) = closed {
         tracing::warn!("cannot close stdout: {e}");
     }

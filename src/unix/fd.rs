@@ -1,92 +1,69 @@
-//! Descriptors: pipes, close-on-exec, waiting for readability, taking inherited ones, and
-//! closing every inherited one a daemon must not keep.
+//! Descriptors: pipes, close-on-exec, redirecting stdout and stderr, waiting for readability,
+//! taking inherited ones, and closing every inherited one a daemon must not keep.
+//!
+//! nix takes descriptors as `AsFd`, so a bare number (`--control-fd N`, `$SANDGUARD_FD`) is
+//! checked with one raw `fcntl` before it becomes an `OwnedFd`; everything after goes through
+//! nix on the owned or borrowed descriptor.
 
 #![allow(unsafe_code)]
 
+use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
+use nix::poll::{PollFd, PollFlags, PollTimeout};
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 /// A pipe whose both ends are close-on-exec: `(read, write)`.
 pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: `fds` is a valid array of two ints for the kernel to fill.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors were just created and are owned by no one else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    Ok(nix::unistd::pipe2(OFlag::O_CLOEXEC)?)
 }
 
 /// Sets or clears `FD_CLOEXEC`: the wrapper leaves the control pipe's write end open across
-/// the exec of the guarded program.
+/// the exec of the guarded program. Allocates nothing (nix's errors are plain numbers), so a
+/// `pre_exec` hook may call it.
 pub fn set_cloexec(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
-    let raw = fd.as_raw_fd();
-    // SAFETY: F_GETFD/F_SETFD on a descriptor the caller keeps open for the call.
-    unsafe {
-        let flags = libc::fcntl(raw, libc::F_GETFD);
-        if flags < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let flags = if on {
-            flags | libc::FD_CLOEXEC
-        } else {
-            flags & !libc::FD_CLOEXEC
-        };
-        if libc::fcntl(raw, libc::F_SETFD, flags) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
+    let mut flags = FdFlag::from_bits_retain(fcntl(fd, FcntlArg::F_GETFD)?);
+    flags.set(FdFlag::FD_CLOEXEC, on);
+    fcntl(fd, FcntlArg::F_SETFD(flags))?;
     Ok(())
 }
 
-/// Duplicates `fd` onto descriptor number `target` (`dup2`), clearing close-on-exec there.
-/// Only called between fork and exec, where it must stay async-signal-safe.
-pub fn dup_onto(fd: RawFd, target: RawFd) -> io::Result<()> {
-    // SAFETY: dup2 on integer descriptors; async-signal-safe, allocates nothing.
-    if unsafe { libc::dup2(fd, target) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+/// Makes `fd` this process's stdout (`dup2` onto descriptor 1).
+pub fn redirect_stdout(fd: impl AsFd) -> io::Result<()> {
+    Ok(nix::unistd::dup2_stdout(fd)?)
+}
+
+/// Makes `fd` this process's stderr (`dup2` onto descriptor 2).
+pub fn redirect_stderr(fd: impl AsFd) -> io::Result<()> {
+    Ok(nix::unistd::dup2_stderr(fd)?)
 }
 
 /// Waits up to `timeout` for `fd` to become readable (or hung up). `Ok(false)` on timeout.
 pub fn wait_readable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> {
-    let mut pfd = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+    let timeout = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX);
     loop {
-        // SAFETY: one valid pollfd, and its count.
-        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if n < 0 {
-            let err = io::Error::last_os_error();
-            if err.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(err);
+        match nix::poll::poll(&mut [PollFd::new(fd, PollFlags::POLLIN)], timeout) {
+            Ok(n) => return Ok(n > 0),
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
         }
-        return Ok(n > 0);
     }
 }
 
 /// Whether `fd` is an open pipe (FIFO): `sandguard claim` checks `$SANDGUARD_FD` before
 /// writing to it.
-pub fn is_fifo(fd: RawFd) -> bool {
-    // SAFETY: an all-zero stat is a valid value for fstat to overwrite; fstat on any integer
-    // only reads the descriptor table.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `st` is a valid, writable stat buffer.
-    let ok = unsafe { libc::fstat(fd, &mut st) } == 0;
-    ok && (st.st_mode & libc::S_IFMT) == libc::S_IFIFO
+pub fn is_fifo(fd: BorrowedFd<'_>) -> bool {
+    nix::sys::stat::fstat(fd).is_ok_and(|st| {
+        nix::sys::stat::SFlag::from_bits_truncate(st.st_mode & libc::S_IFMT)
+            == nix::sys::stat::SFlag::S_IFIFO
+    })
 }
 
 /// Takes ownership of an inherited descriptor number (`--control-fd N`, `$SANDGUARD_FD`),
 /// after checking that it is open.
 pub fn take_fd(fd: RawFd) -> io::Result<OwnedFd> {
-    // SAFETY: F_GETFD only queries the descriptor table.
+    // SAFETY: F_GETFD on any integer only queries the descriptor table; no memory is passed.
+    // (nix's fcntl wants a BorrowedFd, which may only be made for a descriptor known open.)
     if fd < 0 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
         return Err(io::Error::new(
             io::ErrorKind::NotFound,
@@ -101,14 +78,12 @@ pub fn take_fd(fd: RawFd) -> io::Result<OwnedFd> {
 /// Whether the pipe whose write end is `fd` has lost its last reader (`poll` reports
 /// `POLLERR` on a write end then): `sandguard claim` stops waiting for a sidecar that died.
 pub fn pipe_has_no_reader(fd: BorrowedFd<'_>) -> bool {
-    let mut pfd = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: 0,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, and its count; a zero timeout never blocks.
-    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
-    n > 0 && pfd.revents & libc::POLLERR != 0
+    let mut pfd = [PollFd::new(fd, PollFlags::empty())];
+    let n = nix::poll::poll(&mut pfd, PollTimeout::ZERO).unwrap_or(0);
+    n > 0
+        && pfd[0]
+            .revents()
+            .is_some_and(|r| r.contains(PollFlags::POLLERR))
 }
 
 /// Closes every descriptor from 3 up except `keep`: a daemonized sidecar must not hold the
@@ -124,9 +99,10 @@ pub fn close_descriptors_except(keep: &[RawFd]) {
     };
     open.retain(|fd| *fd > 2 && !keep.contains(fd));
     for fd in open {
-        // SAFETY: closing a descriptor number this process does not use anywhere (the
-        // sidecar calls this before it opens anything of its own); EBADF for the directory
-        // listing's own descriptor, already closed, is harmless.
-        unsafe { libc::close(fd) };
+        // Sound although nix takes the bare number: no descriptor of this process's own is
+        // open yet (the sidecar calls this right after its fork, before it opens anything),
+        // so every one closed here is an inherited one nothing refers to. EBADF for the
+        // directory listing's own descriptor, already closed, is harmless.
+        let _ = nix::unistd::close(fd);
     }
 }

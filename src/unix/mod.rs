@@ -1,10 +1,23 @@
-//! The only module that calls libc directly (and the only one allowed `unsafe`). Every
-//! `unsafe` block carries a `SAFETY:` comment; the rest of the crate calls the safe wrappers
-//! here, grouped by what they touch: [`fd`] (descriptors), [`process`] (processes and their
-//! groups), [`signal`] (dispositions, masks, SIGPIPE-free writes), and here the rest (random
-//! bytes, the boot clock, file locks, the user).
-
-#![allow(unsafe_code)]
+//! The operating system's calls, behind safe functions grouped by what they touch: [`fd`]
+//! (descriptors), [`process`] (processes and their groups), [`signal`] (dispositions, masks,
+//! pid 1's signals, SIGPIPE-free writes), and here the rest (random bytes, the boot clock, file
+//! locks, the user).
+//!
+//! The calls go through crates, not libc by hand: `nix` for what it wraps (signals and sigsets,
+//! fork, setsid, kill, pipe2, fcntl, fstat, poll, the clocks, tcsetpgrp); `rustix` for three
+//! calls nix lacks or gets wrong for us: `pidfd_open` (not in nix), `waitpid` (nix's
+//! `WaitStatus` refuses a child killed by a realtime signal, after reaping it) and `flock`
+//! (nix's only undeprecated form is a guard that unlocks on drop, where our locks last until the
+//! file closes); `signal-hook` for pid 1's signals, outside tokio; `getrandom` (ring's) for
+//! random bytes.
+//!
+//! This is still the only module allowed `unsafe`, kept for what no safe wrapper does: `fork`,
+//! a `pre_exec` hook, setting a signal disposition (nix's `signal` is `unsafe fn` even for
+//! `SIG_IGN`), `sigpending` and `sigtimedwait` (not in nix), the `PIDFD_GET_INFO` ioctl,
+//! `madvise`, tokio's `AsyncFd` registration, and taking ownership of an inherited descriptor
+//! number. Those blocks sit in [`fd`], [`process`] and [`signal`], the only files that allow
+//! `unsafe` (this one and the tests do not), each with a `SAFETY:` comment; the rest of the
+//! crate calls the safe wrappers here.
 
 mod fd;
 mod process;
@@ -14,45 +27,26 @@ pub use fd::*;
 pub use process::*;
 pub use signal::*;
 
+use rustix::fs::FlockOperation;
 use std::io;
 use std::time::Duration;
 
-/// Fills `buf` with random bytes from the kernel (`getrandom(2)`), for session ids and jitter.
+/// Fills `buf` with random bytes from the kernel (`getrandom(2)`, through the `getrandom`
+/// crate, which retries on `EINTR` and short reads), for session ids and jitter.
 pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        let rest = &mut buf[filled..];
-        // SAFETY: the pointer and length describe `rest`, a live, writable slice we own.
-        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
-        if n < 0 {
-            let err = io::Error::last_os_error();
-            if err.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(err);
-        }
-        filled += n as usize;
-    }
-    Ok(())
+    getrandom::getrandom(buf).map_err(|e| match e.raw_os_error() {
+        Some(code) => io::Error::from_raw_os_error(code),
+        None => io::Error::other(e.to_string()),
+    })
 }
 
 /// `CLOCK_BOOTTIME`: monotonic, and unlike `CLOCK_MONOTONIC` it keeps counting while the
-/// machine is suspended, which is what a lease grace must measure.
+/// machine is suspended, which is what a lease grace must measure. It exists on every Linux
+/// since 2.6.39, so the call cannot fail; zero if it ever did.
 pub fn boottime() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec for the kernel to fill; CLOCK_BOOTTIME exists on
-    // every Linux since 2.6.39, so the call cannot fail with valid arguments.
-    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
-/// Whether file descriptor 1 (stdout) is a terminal.
-pub fn stdout_is_terminal() -> bool {
-    // SAFETY: isatty only inspects the descriptor number; no memory is passed.
-    unsafe { libc::isatty(1) == 1 }
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+        .map(Duration::from)
+        .unwrap_or_default()
 }
 
 /// Tries to take an exclusive `flock(2)` on `file` without waiting. `Ok(false)` when another
@@ -60,52 +54,40 @@ pub fn stdout_is_terminal() -> bool {
 /// holds a conflicting lock. The lock lasts until the descriptor is closed; std opens files
 /// with `O_CLOEXEC`, so an exec'd child never inherits it.
 pub fn try_lock_exclusive(file: &std::fs::File) -> io::Result<bool> {
-    try_flock(file, libc::LOCK_EX)
+    try_flock(file, FlockOperation::NonBlockingLockExclusive)
 }
 
 /// Like [`try_lock_exclusive`], but shared: probes that only want to know whether someone
 /// holds the exclusive lock do not collide with each other.
 pub fn try_lock_shared(file: &std::fs::File) -> io::Result<bool> {
-    try_flock(file, libc::LOCK_SH)
+    try_flock(file, FlockOperation::NonBlockingLockShared)
 }
 
-fn try_flock(file: &std::fs::File, op: libc::c_int) -> io::Result<bool> {
-    use std::os::unix::io::AsRawFd;
+fn try_flock(file: &std::fs::File, op: FlockOperation) -> io::Result<bool> {
     loop {
-        // SAFETY: flock only takes a descriptor number and flags; `file` borrows an open
-        // descriptor for the whole call, so it cannot be closed or reused underneath us.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) };
-        if rc == 0 {
-            return Ok(true);
-        }
-        let err = io::Error::last_os_error();
-        match err.raw_os_error() {
-            Some(libc::EWOULDBLOCK) => return Ok(false),
+        match rustix::fs::flock(file, op) {
+            Ok(()) => return Ok(true),
+            Err(rustix::io::Errno::WOULDBLOCK) => return Ok(false),
             // Interrupted by a signal: try again.
-            Some(libc::EINTR) => {}
-            _ => return Err(err),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
         }
     }
 }
 
 /// The effective user id of this process: the owner the state directory must have.
 pub fn geteuid() -> u32 {
-    // SAFETY: geteuid takes no arguments, touches no memory and cannot fail.
-    unsafe { libc::geteuid() }
+    nix::unistd::geteuid().as_raw()
 }
 
 /// Takes an exclusive `flock(2)` on `file`, waiting for it as long as it takes (a blocking
 /// call: run it off the async runtime's thread).
 pub fn lock_exclusive(file: &std::fs::File) -> io::Result<()> {
-    use std::os::unix::io::AsRawFd;
     loop {
-        // SAFETY: flock takes a descriptor number and flags; `file` keeps it open for the call.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
-            return Ok(());
-        }
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() != Some(libc::EINTR) {
-            return Err(err);
+        match rustix::fs::flock(file, FlockOperation::LockExclusive) {
+            Ok(()) => return Ok(()),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
         }
     }
 }

@@ -1,22 +1,40 @@
 //! Processes: pidfds, forking, new sessions and process groups, the terminal's foreground
 //! group, reaping, signalling, and probing whether a pid exists.
+//!
+//! nix for most; rustix for `pidfd_open` (nix has none) and `waitpid` (nix turns the status of
+//! a child killed by a realtime signal into `EINVAL`, after the child is reaped, so pid 1 would
+//! lose CMD's end). `PIDFD_GET_INFO` has no wrapper anywhere: a raw ioctl, with nix computing
+//! its request number. Signals are passed as numbers (what signal-hook hands pid 1); one that
+//! nix's `Signal` does not name (a realtime one) is not sent, and no caller sends one.
 
 #![allow(unsafe_code)]
 
+use libc::c_int;
+use nix::errno::Errno;
+use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use nix::unistd::Pid;
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{OwnedFd, RawFd};
+
+/// `pid` as nix's `Pid`, for a positive pid that fits.
+fn nix_pid(pid: u32) -> Option<Pid> {
+    i32::try_from(pid)
+        .ok()
+        .filter(|&p| p > 0)
+        .map(Pid::from_raw)
+}
 
 /// `pidfd_open(2)`: a descriptor that becomes readable when `pid` exits. `Err` with
 /// `ENOSYS` on kernels before 5.3, `ESRCH` when there is no such process.
 pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
-    // SAFETY: a plain syscall with integer arguments; on success it returns a new descriptor
-    // that nothing else owns, which OwnedFd then closes exactly once.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0 as libc::c_uint) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just returned by the kernel and is owned by no one else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    let pid = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+    Ok(rustix::process::pidfd_open(
+        pid,
+        rustix::process::PidfdFlags::empty(),
+    )?)
 }
 
 /// `struct pidfd_info` as Linux 6.13 defined it (`PIDFD_INFO_SIZE_VER0`, 64 bytes); later
@@ -35,9 +53,13 @@ const _: () = assert!(std::mem::size_of::<PidfdInfo>() == 64);
 
 /// `PIDFD_INFO_EXIT`: ask for (and, in the answer's mask, got) the exit status.
 const PIDFD_INFO_EXIT: u64 = 1 << 3;
-/// `PIDFD_GET_INFO`: `_IOWR(PIDFS_IOCTL_MAGIC = 0xFF, 11, struct pidfd_info)`, read-write
-/// (`3 << 30`) with the struct's size in bits 16..30.
-const PIDFD_GET_INFO: u64 = (3 << 30) | (64 << 16) | (0xFF << 8) | 11;
+/// `PIDFD_GET_INFO`: `_IOWR(PIDFS_IOCTL_MAGIC = 0xFF, 11, struct pidfd_info)`.
+const PIDFD_GET_INFO: libc::Ioctl =
+    nix::request_code_readwrite!(0xFF, 11, std::mem::size_of::<PidfdInfo>()) as libc::Ioctl;
+const _: () = assert!(
+    PIDFD_GET_INFO as u32 == 0xC040_FF0B,
+    "the number Linux 6.13 defines"
+);
 
 /// The wait status (as `waitpid(2)` encodes it) of the process `pidfd` refers to:
 /// `PIDFD_GET_INFO` asking for `PIDFD_INFO_EXIT` (Linux ≥ 6.15). Whoever holds the pidfd may
@@ -56,7 +78,7 @@ pub fn pidfd_exit_status(pidfd: std::os::fd::BorrowedFd<'_>) -> io::Result<Optio
     let r = unsafe {
         libc::ioctl(
             pidfd.as_raw_fd(),
-            PIDFD_GET_INFO as libc::Ioctl,
+            PIDFD_GET_INFO,
             std::ptr::addr_of_mut!(info),
         )
     };
@@ -77,12 +99,9 @@ pub fn async_pidfd(fd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>>
 }
 
 /// `setsid(2)`: a new session and process group, so the terminal's Ctrl-C and hang-up do
-/// not reach the caller. Called between fork and exec: async-signal-safe.
+/// not reach the caller. Allocates nothing: a `pre_exec` hook may call it.
 pub fn setsid() -> io::Result<()> {
-    // SAFETY: setsid takes no arguments and touches no memory of ours.
-    if unsafe { libc::setsid() } < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    nix::unistd::setsid()?;
     Ok(())
 }
 
@@ -97,11 +116,10 @@ pub enum Forked {
 /// once at start-up, before its runtime exists, so that it is nobody's child).
 pub fn fork_single_threaded() -> io::Result<Forked> {
     // SAFETY: the caller guarantees no other thread exists, so the child's copy of memory
-    // (locks included) is consistent.
-    match unsafe { libc::fork() } {
-        -1 => Err(io::Error::last_os_error()),
-        0 => Ok(Forked::Child),
-        pid => Ok(Forked::Parent(pid as u32)),
+    // (locks included) is consistent and it may go on running ordinary code.
+    match unsafe { nix::unistd::fork() }? {
+        nix::unistd::ForkResult::Child => Ok(Forked::Child),
+        nix::unistd::ForkResult::Parent { child } => Ok(Forked::Parent(child.as_raw() as u32)),
     }
 }
 
@@ -113,22 +131,21 @@ pub fn spawn_in_new_session(
     control: RawFd,
     target: RawFd,
 ) -> io::Result<std::process::Child> {
+    use std::os::fd::BorrowedFd;
     use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs between fork and exec in the child and calls only
-    // async-signal-safe functions (setsid, dup2, fcntl); it allocates nothing.
+    // SAFETY: the closure runs between fork and exec in the child, so it must be
+    // async-signal-safe: it calls setsid, fcntl and dup2 and allocates nothing (nix's
+    // wrappers are thin, and its errors, like `io::Error::from_raw_os_error`, are plain
+    // numbers). `control` is open in the parent for the whole spawn, hence in the child; and
+    // no safe dup2 exists onto a descriptor number that nothing owns yet.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::setsid() < 0 {
-                return Err(io::Error::last_os_error());
-            }
+            setsid()?;
             if control == target {
                 // dup2 onto itself keeps FD_CLOEXEC: clear it by hand.
-                let flags = libc::fcntl(target, libc::F_GETFD);
-                if flags < 0 || libc::fcntl(target, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            } else if libc::dup2(control, target) < 0 {
-                return Err(io::Error::last_os_error());
+                super::set_cloexec(BorrowedFd::borrow_raw(target), false)?;
+            } else {
+                Errno::result(libc::dup2(control, target))?;
             }
             Ok(())
         });
@@ -139,22 +156,12 @@ pub fn spawn_in_new_session(
 /// Sends `SIGKILL` to every process in the process group `pgid` (a plugin and whatever it
 /// started). An already empty group is not an error.
 pub fn kill_process_group(pgid: u32) -> io::Result<()> {
-    let Ok(pgid) = libc::pid_t::try_from(pgid) else {
+    let Some(pgid) = nix_pid(pgid).filter(|p| p.as_raw() > 1) else {
         return Err(io::Error::from(io::ErrorKind::InvalidInput));
     };
-    if pgid <= 1 {
-        return Err(io::Error::from(io::ErrorKind::InvalidInput));
-    }
-    // SAFETY: a plain syscall with integer arguments; a negative pid names a process group.
-    let rc = unsafe { libc::kill(-pgid, libc::SIGKILL) };
-    if rc == 0 {
-        return Ok(());
-    }
-    let err = io::Error::last_os_error();
-    if err.raw_os_error() == Some(libc::ESRCH) {
-        Ok(())
-    } else {
-        Err(err)
+    match nix::sys::signal::killpg(pgid, Signal::SIGKILL) {
+        Ok(()) | Err(Errno::ESRCH) => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -163,37 +170,40 @@ pub fn kill_process_group(pgid: u32) -> io::Result<()> {
 /// there is no such process; anything else (success, `EPERM`) says it may exist.
 pub fn probe_pid(pid: u32) -> crate::identity::Probe {
     use crate::identity::Probe;
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
+    let Ok(pid) = i32::try_from(pid) else {
         return Probe::NoSuchProcess;
     };
     if pid <= 0 {
         return Probe::Hidden;
     }
-    // SAFETY: signal 0 performs only the existence and permission checks; nothing is sent.
-    let rc = unsafe { libc::kill(pid, 0) };
-    if rc < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
-        Probe::NoSuchProcess
-    } else {
-        Probe::Hidden
+    // No signal: only the existence and permission checks.
+    match nix::sys::signal::kill(Pid::from_raw(pid), None) {
+        Err(Errno::ESRCH) => Probe::NoSuchProcess,
+        _ => Probe::Hidden,
     }
 }
 
 /// Puts process `pid` (0: this one) into a process group of its own.
 pub fn own_process_group(pid: u32) {
-    // SAFETY: a plain syscall with integer arguments; failure (the child already exec'd, or
-    // is gone) only leaves the group as it was.
-    unsafe { libc::setpgid(pid as libc::pid_t, pid as libc::pid_t) };
+    let pid = Pid::from_raw(pid as i32);
+    // Failure (the child already exec'd, or is gone) only leaves the group as it was.
+    let _ = nix::unistd::setpgid(pid, pid);
 }
 
 /// Makes process group `pgid` the terminal's foreground group when stdin is a terminal, so a
-/// Ctrl-C reaches the guarded program and not its init. Call with `SIGTTOU` blocked.
+/// Ctrl-C reaches the guarded program and not its init. `SIGTTOU` is blocked for the call: a
+/// caller in the background that catches it would otherwise be sent it, and retry, forever.
+/// A failure changes nothing.
 pub fn give_terminal_to(pgid: u32) {
-    // SAFETY: isatty and tcsetpgrp take integers only; a failure changes nothing.
-    unsafe {
-        if libc::isatty(0) == 1 {
-            libc::tcsetpgrp(0, pgid as libc::pid_t);
-        }
+    let stdin = std::io::stdin();
+    if !nix::unistd::isatty(&stdin).unwrap_or(false) {
+        return;
     }
+    let Ok(old) = SigSet::from(Signal::SIGTTOU).thread_swap_mask(SigmaskHow::SIG_BLOCK) else {
+        return;
+    };
+    let _ = nix::unistd::tcsetpgrp(&stdin, Pid::from_raw(pgid as i32));
+    let _ = old.thread_set_mask();
 }
 
 /// How a reaped child ended.
@@ -205,28 +215,24 @@ pub enum ExitStatus {
 
 /// Reaps every child that has ended, without waiting: `(pid, status)` for each.
 pub fn reap_children() -> Vec<(u32, ExitStatus)> {
+    use rustix::process::{wait, WaitOptions};
     let mut out = Vec::new();
-    loop {
-        let mut status: libc::c_int = 0;
-        // SAFETY: `status` is a valid int for the kernel to fill.
-        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-        if pid <= 0 {
-            return out;
-        }
-        let how = if libc::WIFSIGNALED(status) {
-            ExitStatus::Signal(libc::WTERMSIG(status))
-        } else {
-            ExitStatus::Code(libc::WEXITSTATUS(status))
+    // `wait` is `waitpid(-1)`, any child (rustix's `waitpid(None)` is `waitpid(0)`, only
+    // this process group's). None: no child has ended; Err: no child at all (ECHILD).
+    while let Ok(Some((pid, status))) = wait(WaitOptions::NOHANG) {
+        let how = match status.terminating_signal() {
+            Some(signal) => ExitStatus::Signal(signal),
+            None => ExitStatus::Code(status.exit_status().unwrap_or(0)),
         };
-        out.push((pid as u32, how));
+        out.push((pid.as_raw_nonzero().get() as u32, how));
     }
+    out
 }
 
 /// Sends `signal` to process `pid`; a process already gone is not an error.
-pub fn send_signal(pid: u32, signal: libc::c_int) {
-    if let Ok(pid) = libc::pid_t::try_from(pid) {
-        // SAFETY: a plain syscall with integer arguments.
-        unsafe { libc::kill(pid, signal) };
+pub fn send_signal(pid: u32, signal: c_int) {
+    if let (Some(pid), Ok(signal)) = (nix_pid(pid), Signal::try_from(signal)) {
+        let _ = nix::sys::signal::kill(pid, signal);
     }
 }
 

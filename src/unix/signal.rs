@@ -1,88 +1,95 @@
-//! Signals: ignoring or restoring a disposition, the set an init forwards, waiting for one,
-//! and writing to a pipe without ever raising SIGPIPE.
+//! Signals: ignoring or restoring a disposition, pid 1's signals ([`InitSignals`]), and
+//! writing to a pipe without ever raising SIGPIPE.
+//!
+//! Masks and sets go through nix. pid 1's signals go through signal-hook (its handlers write
+//! to a socket pair that the init loop polls with a timeout) rather than the block-everything
+//! and `sigtimedwait` of tini: signal-hook is the crate the design names for signals outside
+//! tokio, and nix has no `sigtimedwait`. What that changes, and how it is kept from mattering,
+//! is on [`InitSignals`]. `sigpending` and `sigtimedwait` remain raw calls in
+//! [`write_without_sigpipe`], for want of any wrapper.
 
 #![allow(unsafe_code)]
 
+use libc::c_int;
+use nix::errno::Errno;
+use nix::sys::signal::{SigHandler, SigSet, SigmaskHow, Signal};
+use signal_hook::iterator::backend::SignalDelivery;
+use signal_hook::iterator::exfiltrator::SignalOnly;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 /// Ignores a signal for good (`SIG_IGN`): the sidecar ignores SIGINT and SIGHUP so a
 /// terminal's Ctrl-C or hang-up cannot end it even if it shares a process group.
-pub fn ignore_signal(signal: libc::c_int) -> io::Result<()> {
-    // SAFETY: installing SIG_IGN involves no handler code of ours.
-    if unsafe { libc::signal(signal, libc::SIG_IGN) } == libc::SIG_ERR {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+pub fn ignore_signal(signal: c_int) -> io::Result<()> {
+    set_disposition(signal, SigHandler::SigIgn)
 }
 
 /// Restores a signal's default disposition (`SIG_DFL`). Rust programs start with SIGPIPE
 /// ignored; a program (or a test of one) that wants the C default back calls this.
-pub fn default_signal(signal: libc::c_int) -> io::Result<()> {
-    // SAFETY: installing SIG_DFL involves no handler code of ours.
-    if unsafe { libc::signal(signal, libc::SIG_DFL) } == libc::SIG_ERR {
-        return Err(io::Error::last_os_error());
-    }
+pub fn default_signal(signal: c_int) -> io::Result<()> {
+    set_disposition(signal, SigHandler::SigDfl)
+}
+
+fn set_disposition(signal: c_int, handler: SigHandler) -> io::Result<()> {
+    let signal = Signal::try_from(signal)?;
+    // SAFETY: nix's `signal` is `unsafe fn` for the sake of handler functions, which must be
+    // async-signal-safe; SIG_IGN and SIG_DFL run no code of ours.
+    unsafe { nix::sys::signal::signal(signal, handler) }?;
     Ok(())
 }
 
-/// The signals an init process forwards to its child: every catchable one but `SIGCHLD`
-/// (which it handles itself).
-fn forwarded_signals() -> impl Iterator<Item = libc::c_int> {
+/// The signals signal-hook refuses to handle (`signal_hook::consts::FORBIDDEN` less SIGKILL
+/// and SIGSTOP, which nothing can catch): the faults a program raises on itself.
+const FAULTS: [Signal; 3] = [Signal::SIGILL, Signal::SIGFPE, Signal::SIGSEGV];
+
+/// The signals an init process forwards to its child: every catchable one below the realtime
+/// range but `SIGCHLD` (which it handles itself) and the [`FAULTS`].
+fn forwarded_signals() -> impl Iterator<Item = c_int> {
     (1..libc::SIGRTMIN()).filter(|&s| {
-        !matches!(s, libc::SIGKILL | libc::SIGSTOP | libc::SIGCHLD) && s != 32 && s != 33
+        !matches!(s, libc::SIGKILL | libc::SIGSTOP | libc::SIGCHLD | 32 | 33)
+            && !FAULTS.iter().any(|f| *f as c_int == s)
     })
 }
 
-/// Blocks every forwarded signal and `SIGCHLD` in this (single-threaded) process, so that
-/// [`next_signal`] receives them instead of their default actions. For sandguard as pid 1.
-pub fn block_init_signals() -> io::Result<()> {
-    // SAFETY: `set` is a valid sigset_t that sigemptyset initialises before any other use;
-    // sigprocmask only reads it.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for s in forwarded_signals().chain([libc::SIGCHLD]) {
-            libc::sigaddset(&mut set, s);
-        }
-        if libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
+/// pid 1's signals, for sandguard as the init of a pid namespace: every forwarded signal and
+/// `SIGCHLD` is caught (signal-hook) from [`InitSignals::take_over`] on, and [`wait`] hands
+/// them over.
+///
+/// Caught, not blocked as tini does; kept equivalent where it could differ:
+/// - the kernel drops a signal that pid 1 leaves at `SIG_DFL` when it comes from inside the
+///   namespace; a handler, like a blocked signal, lets it through;
+/// - handlers are reset by `exec`, so neither CMD (forked before) nor the sidecar (spawned
+///   after) inherits them; signal-hook's socket pair is close-on-exec;
+/// - a process in the background that touches the terminal with `SIGTTOU` caught would get
+///   the signal and retry forever: [`give_terminal_to`](super::give_terminal_to) blocks it
+///   around `tcsetpgrp` itself;
+/// - signal-hook refuses SIGILL, SIGFPE and SIGSEGV: they stay blocked as before (so a
+///   `docker kill -s SEGV` cannot end pid 1 and cut a reclaim short), but are no longer
+///   forwarded to CMD.
+///
+/// [`wait`]: InitSignals::wait
+pub struct InitSignals {
+    delivery: SignalDelivery<UnixStream, SignalOnly>,
 }
 
-/// Unblocks every signal: a forked child undoes [`block_init_signals`] before its exec.
-/// Async-signal-safe.
-pub fn unblock_all_signals() -> io::Result<()> {
-    // SAFETY: as in block_init_signals; sigemptyset makes an empty set, which SETMASK installs.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        if libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) < 0 {
-            return Err(io::Error::last_os_error());
-        }
+impl InitSignals {
+    /// Installs the handlers (and blocks the [`FAULTS`]) in this process.
+    pub fn take_over() -> io::Result<Self> {
+        FAULTS.into_iter().collect::<SigSet>().thread_block()?;
+        let (read, write) = UnixStream::pair()?;
+        let signals = forwarded_signals().chain([libc::SIGCHLD]);
+        let delivery = SignalDelivery::with_pipe(read, write, SignalOnly, signals)?;
+        Ok(InitSignals { delivery })
     }
-    Ok(())
-}
 
-/// Waits up to `timeout` for one of the signals blocked by [`block_init_signals`].
-pub fn next_signal(timeout: Duration) -> Option<libc::c_int> {
-    // SAFETY: `set` is initialised by sigemptyset before use; `ts` is a valid timespec;
-    // sigtimedwait writes no siginfo when given a null pointer.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for s in forwarded_signals().chain([libc::SIGCHLD]) {
-            libc::sigaddset(&mut set, s);
-        }
-        let ts = libc::timespec {
-            tv_sec: timeout.as_secs() as libc::time_t,
-            tv_nsec: timeout.subsec_nanos() as libc::c_long,
-        };
-        let s = libc::sigtimedwait(&set, std::ptr::null_mut(), &ts);
-        (s > 0).then_some(s)
+    /// Waits up to `timeout` for signals, and returns those that came (each once, however
+    /// often it came; maybe none, on a timeout).
+    pub fn wait(&mut self, timeout: Duration) -> Vec<c_int> {
+        // An error of poll's is only an early return: the loop calls again.
+        let _ = super::wait_readable(self.delivery.get_read().as_fd(), timeout);
+        self.delivery.pending().collect()
     }
 }
 
@@ -96,64 +103,54 @@ pub fn next_signal(timeout: Duration) -> Option<libc::c_int> {
 /// already pending before the call is left for the program. A write of at most `PIPE_BUF`
 /// bytes to a pipe is still one atomic `write`.
 pub fn write_without_sigpipe(fd: BorrowedFd<'_>, bytes: &[u8]) -> io::Result<()> {
-    // SAFETY: an all-zero sigset_t is a valid value for sigemptyset to initialise.
-    let mut pipe_only: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; pthread_sigmask and sigpending overwrite it.
-    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let mut pending: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: sigemptyset/sigaddset only write the set we own; SIGPIPE is a valid signal.
-    unsafe {
-        libc::sigemptyset(&mut pipe_only);
-        libc::sigaddset(&mut pipe_only, libc::SIGPIPE);
-    }
-    // SAFETY: both pointers are valid sigsets of ours; this changes the calling thread's mask
-    // only, and it is restored below on every path.
-    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &pipe_only, &mut old) };
-    if rc != 0 {
-        return Err(io::Error::from_raw_os_error(rc));
-    }
-    // SAFETY: `pending` is a valid sigset for the kernel to fill.
-    let was_pending = unsafe { libc::sigpending(&mut pending) } == 0
-        // SAFETY: sigismember only reads the set we own.
-        && unsafe { libc::sigismember(&pending, libc::SIGPIPE) } == 1;
-    let result = write_all_raw(fd.as_raw_fd(), bytes);
+    let pipe_only = SigSet::from(Signal::SIGPIPE);
+    // Restored below on every path; it changes this thread's mask only.
+    let old = pipe_only.thread_swap_mask(SigmaskHow::SIG_BLOCK)?;
+    let was_pending = is_pending(Signal::SIGPIPE);
+    let result = write_all(fd, bytes);
     if !was_pending && matches!(&result, Err(e) if e.raw_os_error() == Some(libc::EPIPE)) {
-        let zero = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        loop {
-            // SAFETY: a valid set and timeout of ours; a null siginfo pointer is allowed.
-            let taken = unsafe { libc::sigtimedwait(&pipe_only, std::ptr::null_mut(), &zero) };
-            // EAGAIN: nothing pending (already taken); EINTR: another signal came first.
-            if taken >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                break;
-            }
-        }
+        take_pending(&pipe_only);
     }
-    // SAFETY: `old` holds the mask saved above; restoring it touches only this thread.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    let _ = old.thread_set_mask();
     result
 }
 
+/// Whether `signal` is pending for this thread or the process (`sigpending(2)`).
+pub(super) fn is_pending(signal: Signal) -> bool {
+    // SAFETY: an all-zero sigset_t is a valid set for sigpending to overwrite, and sigismember
+    // only reads it. (nix has no sigpending.)
+    unsafe {
+        let mut pending: libc::sigset_t = std::mem::zeroed();
+        libc::sigpending(&mut pending) == 0 && libc::sigismember(&pending, signal as c_int) == 1
+    }
+}
+
+/// Takes one pending signal of `set` off the pending set, if there is one, without waiting.
+fn take_pending(set: &SigSet) {
+    let zero = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    loop {
+        // SAFETY: a valid set and timeout of ours; a null siginfo pointer is allowed. (nix has
+        // no sigtimedwait.)
+        let taken = unsafe { libc::sigtimedwait(set.as_ref(), std::ptr::null_mut(), &zero) };
+        // EAGAIN: nothing pending (already taken); EINTR: another signal came first.
+        if taken >= 0 || Errno::last() != Errno::EINTR {
+            return;
+        }
+    }
+}
+
 /// `write(2)` until everything is written, retrying on `EINTR`.
-fn write_all_raw(fd: RawFd, mut bytes: &[u8]) -> io::Result<()> {
+fn write_all(fd: BorrowedFd<'_>, mut bytes: &[u8]) -> io::Result<()> {
     while !bytes.is_empty() {
-        // SAFETY: the pointer and length describe `bytes`, a live slice; `fd` is borrowed
-        // open for the call by the caller.
-        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
-        if n < 0 {
-            let err = io::Error::last_os_error();
-            if err.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(err);
+        match nix::unistd::write(fd, bytes) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            Ok(n) => bytes = &bytes[n..],
+            Err(Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
         }
-        if n == 0 {
-            return Err(io::Error::from(io::ErrorKind::WriteZero));
-        }
-        bytes = &bytes[n as usize..];
     }
     Ok(())
 }

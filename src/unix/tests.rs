@@ -1,38 +1,21 @@
-//! Unit tests of the libc wrappers.
-
-#![allow(unsafe_code)]
+//! Unit tests of the syscall wrappers.
 
 use super::*;
+use nix::sys::signal::{SigSet, Signal};
 use std::os::fd::AsFd;
 
-/// SIGPIPE in this thread's blocked set (`SIG_BLOCK` with an empty set reads the mask) and
-/// in the pending set.
+/// SIGPIPE in this thread's blocked set and in the pending set.
 fn sigpipe_blocked_and_pending() -> (bool, bool) {
-    // SAFETY: zeroed sigsets are valid for the calls below to overwrite; an empty set with
-    // SIG_BLOCK changes nothing and only reads the mask back.
-    unsafe {
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        let mut mask: libc::sigset_t = std::mem::zeroed();
-        let mut pending: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &empty, &mut mask);
-        libc::sigpending(&mut pending);
-        (
-            libc::sigismember(&mask, libc::SIGPIPE) == 1,
-            libc::sigismember(&pending, libc::SIGPIPE) == 1,
-        )
-    }
+    let mask = SigSet::thread_get_mask().unwrap();
+    (
+        mask.contains(Signal::SIGPIPE),
+        signal::is_pending(Signal::SIGPIPE),
+    )
 }
 
 fn block_sigpipe() {
-    // SAFETY: a zeroed sigset is valid for sigemptyset; this changes the calling thread's
-    // mask only (the test's own thread).
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGPIPE);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-    }
+    // The test's own thread only.
+    SigSet::from(Signal::SIGPIPE).thread_block().unwrap();
 }
 
 #[test]

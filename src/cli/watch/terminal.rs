@@ -42,7 +42,7 @@ impl Terminal {
             return Terminal::none();
         };
         if let Ok(null) = File::options().write(true).open("/dev/null") {
-            let _ = crate::unix::dup_onto(null.as_raw_fd(), 2);
+            let _ = crate::unix::redirect_stderr(&null);
         }
         Terminal {
             out: Some(File::from(copy)),

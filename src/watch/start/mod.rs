@@ -267,7 +267,7 @@ fn redirect_stderr(path: &Path) {
         .open(path);
     match file {
         Ok(f) => {
-            if let Err(e) = crate::unix::dup_onto(f.as_raw_fd(), 2) {
+            if let Err(e) = crate::unix::redirect_stderr(&f) {
                 tracing::warn!("cannot log to {}: {e}", path.display());
             }
         }
