@@ -43,9 +43,7 @@ impl SessionId {
 
     /// A new random id: 128 bits from the kernel, as 32 hex digits.
     pub fn random() -> std::io::Result<SessionId> {
-        let mut b = [0u8; 16];
-        crate::unix::random_bytes(&mut b)?;
-        Ok(SessionId(b.iter().map(|x| format!("{x:02x}")).collect()))
+        Ok(SessionId(crate::unix::random_hex(16)?))
     }
 
     /// Checks an id given by a user, an SDK or a file name.

@@ -191,11 +191,8 @@ fn judge(s: &FleetSession, judge: &Judge) -> (Verdict, String) {
 
 /// A lock token: 64 random bits, or the pid and time when the kernel gives none.
 fn token(host: &str) -> String {
-    let mut b = [0u8; 8];
-    let hex = match crate::unix::random_bytes(&mut b) {
-        Ok(()) => b.iter().map(|x| format!("{x:02x}")).collect(),
-        Err(_) => format!("{}-{}", std::process::id(), crate::ledger::now_ms()),
-    };
+    let hex = crate::unix::random_hex(8)
+        .unwrap_or_else(|_| format!("{}-{}", std::process::id(), crate::ledger::now_ms()));
     format!("{host}:{hex}")
 }
 

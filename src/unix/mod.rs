@@ -40,6 +40,14 @@ pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
     })
 }
 
+/// `n` random bytes from the kernel as `2n` lower-case hex digits: session ids, lock tokens,
+/// socket names no one can guess.
+pub fn random_hex(n: usize) -> io::Result<String> {
+    let mut buf = vec![0u8; n];
+    random_bytes(&mut buf)?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// `CLOCK_BOOTTIME`: monotonic, and unlike `CLOCK_MONOTONIC` it keeps counting while the
 /// machine is suspended, which is what a lease grace must measure. It exists on every Linux
 /// since 2.6.39, so the call cannot fail; zero if it ever did.

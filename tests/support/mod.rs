@@ -65,9 +65,7 @@ impl Drop for Scratch {
 
 /// A short id unique within this test run.
 pub fn unique() -> String {
-    let mut b = [0u8; 6];
-    sandguard::unix::random_bytes(&mut b).unwrap();
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    sandguard::unix::random_hex(6).unwrap()
 }
 
 /// The real binary, with an environment that cannot see the developer's own config or state,

@@ -155,9 +155,7 @@ fn start_docker(
     let upstream = Upstream::parse(&host)?;
     let dir = session.journal.with_extension("docker");
     // The fallback lives in a shared temp dir: a random name, so no one can squat on it.
-    let mut salt = [0u8; 8];
-    unix::random_bytes(&mut salt).map_err(|e| format!("cannot make a random name: {e}"))?;
-    let salt: String = salt.iter().map(|b| format!("{b:02x}")).collect();
+    let salt = unix::random_hex(8).map_err(|e| format!("cannot make a random name: {e}"))?;
     let fallback = format!("sandguard-{}-{salt}.docker", session.id);
     let (proxy, dir) = Proxy::bind(&dir, &fallback, upstream, session.labels.clone(), tx)
         .map_err(|e| format!("cannot listen for the Docker proxy: {e}"))?;
