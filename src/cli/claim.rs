@@ -11,7 +11,7 @@
 //!   has not configured, or with an id that can never name a sandbox of that provider (a
 //!   Docker container *name*, `..`: [`crate::providers::ids`]), comes back `refused`, and the
 //!   command prints the reason and exits 1 at once.
-//! - `detach` first asks whether its session owns what it names ([`crate::watch::detach`], the
+//! - `detach` first asks whether its session owns what it names ([`crate::ownership::detach`], the
 //!   rule the sidecar applies to every `detach` line): it reads the session's journal and lists
 //!   the provider. What the session never claimed and that carries no label of it is refused
 //!   there: exit 1, "… is not owned by session …: nothing was detached", and no line is sent
@@ -90,7 +90,7 @@ fn send(verb: Verb, args: Args, settings: Result<Settings, String>) -> Result<()
 /// `Err(message)` when the session shows it does not own what a detach names; `Ok` when it
 /// does, or when that cannot be shown from here (see the module docs).
 fn owned(settings: &Settings, target: &Target) -> Result<(), String> {
-    use crate::watch::detach::{not_owned, ownership, Ownership};
+    use crate::ownership::detach::{not_owned, ownership, Ownership};
     let Ok(session) = std::env::var("SANDGUARD_SESSION") else {
         return Ok(());
     };

@@ -37,6 +37,7 @@ use std::fmt;
 use crate::identity::Liveness;
 use crate::providers::Sandbox;
 
+pub mod detach;
 pub mod known;
 #[cfg(test)]
 mod tests;

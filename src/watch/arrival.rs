@@ -3,7 +3,8 @@
 //! and `owns` (a detach counts only from a session that owns what it names).
 
 use super::lease::Clock;
-use super::{detach, Sidecar, CLAIM_LOOKUP};
+use super::{Sidecar, CLAIM_LOOKUP};
+use crate::ownership::detach;
 use crate::ownership::{self, known::Known};
 use crate::protocol::Target;
 use crate::providers::Provider;

@@ -22,7 +22,7 @@
 //! configured, or with an id that cannot name a sandbox of that provider (a Docker container
 //! *name*), is journaled `refused` (final, reported once), never as a claim. A detach of what
 //! the session does not own (never claimed, not carrying its label) is logged as refused and
-//! journaled not at all ([`detach`] says why). Lines that are
+//! journaled not at all ([`crate::ownership::detach`] says why). Lines that are
 //! already in the pipe are applied together and made durable with one `fdatasync` (a program
 //! claiming 100 000 sandboxes does not pay 100 000 syncs); nothing is acknowledged before
 //! it is on disk. Each claim costs O(log n): the TTL keeper, when there is one, reads the
@@ -40,7 +40,6 @@
 //! finds is reclaimed, journaled and logged, and not reported to the owner, which has gone.
 
 mod arrival;
-pub mod detach;
 mod end;
 pub mod fleet;
 pub mod lease;

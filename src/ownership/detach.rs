@@ -1,4 +1,5 @@
-//! Whether a `detach` names something its session owns: the one rule the sidecar (for every
+//! Whether a `detach` names something its session owns: part of the one judgement (it lives
+//! beside `may_claim`), the rule the sidecar (for every
 //! `detach` line) and the `sandguard detach` command (before it sends one) both apply.
 //!
 //! A detach is the owner's "this is mine: let it outlive me". A session owns a sandbox it
