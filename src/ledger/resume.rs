@@ -161,7 +161,13 @@ mod tests {
         drop(j);
         // A reader holds the lock for a moment: waited out, not taken for a sidecar.
         let file = std::fs::File::open(dir.journal_file("s1").unwrap()).unwrap();
-        assert!(crate::unix::try_lock_shared(&file).unwrap());
+        // Another test's fork may hold a copy of the journal's descriptor (and so its lock)
+        // for a moment between fork and exec: wait that out, then take the reader's lock.
+        let until = Instant::now() + Duration::from_secs(5);
+        while !crate::unix::try_lock_shared(&file).unwrap() {
+            assert!(Instant::now() < until, "the released lock was never free");
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let reader = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(100));
             drop(file);
