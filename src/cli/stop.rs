@@ -39,7 +39,7 @@ use super::output::{self, sanitize, ErrorJson, Exit, ResultJson};
 use super::Error;
 use crate::config::Settings;
 use crate::ledger::{Record, StateDir};
-use crate::providers::{Provider, Registry, Sandbox};
+use crate::providers::{Provider, Refusal, Registry, Sandbox};
 use crate::reclaim::stop::{self, Asked, Chosen, Miss, NotFound};
 use crate::reclaim::{self, ListFailure, Options, Removal};
 use crate::session::SessionId;
@@ -74,9 +74,9 @@ pub struct Args {
 /// `ID` as typed: an id or a prefix of one, so never what no id can start with (empty, `.`,
 /// `..`, a `/`, whitespace: [`crate::providers::ids::structural_refusal`]). Bad usage (exit
 /// 2), checked before anything is listed: the empty string is a prefix of every id.
-fn instance_id(id: &str) -> Result<String, String> {
+fn instance_id(id: &str) -> Result<String, Refusal> {
     match crate::providers::ids::structural_refusal(id) {
-        Some(why) => Err(why.to_string()),
+        Some(why) => Err(Refusal(why.to_string())),
         None => Ok(id.to_string()),
     }
 }

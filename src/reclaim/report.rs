@@ -193,3 +193,38 @@ impl Report {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::Detail;
+
+    #[test]
+    fn a_failure_keeps_the_status_and_the_hint_and_prints_the_words() {
+        let throttled = ProviderError::Transient {
+            message: Detail::http("e2b: HTTP 429: slow down", 429),
+            retry_after: Some(Duration::from_secs(7)),
+        };
+        let f = Failure::from(&throttled);
+        assert_eq!(f.to_string(), "e2b: HTTP 429: slow down");
+        assert_eq!((f.status, f.retry_after), (Some(429), Some(Duration::from_secs(7))));
+        let parts = [
+            ProviderError::fatal("volumes: plugin down"),
+            throttled,
+            ProviderError::Transient {
+                message: "networks: timeout".into(),
+                retry_after: Some(Duration::from_secs(2)),
+            },
+        ];
+        let joined = Failure::joined(&parts);
+        assert_eq!(
+            joined.message,
+            "volumes: plugin down; e2b: HTTP 429: slow down; networks: timeout"
+        );
+        assert_eq!(joined.status, Some(429));
+        assert_eq!(joined.retry_after, Some(Duration::from_secs(7)));
+        let outcome = Outcome::Unfinished(f);
+        assert_eq!(outcome.error(), Some("e2b: HTTP 429: slow down"));
+        assert_eq!(outcome.failure().and_then(|f| f.status), Some(429));
+    }
+}

@@ -8,7 +8,8 @@
 //! provider's claim form ([`Provider::claim_id`]: Docker's `network/ID`, never a bare id a
 //! sweep would take for a container), so that a removal clears the claim that named it and a
 //! pending sandbox is read back as what it is. A sandbox of a provider not configured here is
-//! named by its id as it was listed.
+//! named by its id as it was listed. Whether a claim names a sandbox is
+//! [`Sandbox::named_by`]'s to say, as for the ownership judgement.
 
 use std::sync::Arc;
 
@@ -22,16 +23,10 @@ pub fn ledger_target<'a>(
     sandbox: &Sandbox,
     held: impl IntoIterator<Item = &'a Target>,
 ) -> Target {
-    let id = match crate::providers::by_name(providers, &sandbox.provider) {
-        None => sandbox.id.clone(),
-        Some(provider) => held
-            .into_iter()
-            .find(|t| {
-                t.provider == sandbox.provider
-                    && Sandbox::from_claim(providers, t)
-                        .is_ok_and(|c| provider.names(&c, sandbox))
-            })
-            .map_or_else(|| provider.claim_id(sandbox), |t| t.id.clone()),
+    let id = match held.into_iter().find(|t| sandbox.named_by(providers, t)) {
+        Some(claim) => claim.id.clone(),
+        None => crate::providers::by_name(providers, &sandbox.provider)
+            .map_or_else(|| sandbox.id.clone(), |p| p.claim_id(sandbox)),
     };
     Target {
         provider: sandbox.provider.clone(),

@@ -77,3 +77,33 @@ impl std::fmt::Display for StoreFailure {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The words are the ones the fake providers `ledger` and `fleet` used to carry.
+    #[test]
+    fn store_failures_read_as_they_always_did() {
+        let lost = LedgerError::LockLost {
+            what: "the fleet lock of s1".into(),
+        };
+        let f = StoreFailure::not_reclaimed(StoreKind::Fleet, "s1", lost);
+        assert_eq!(
+            f.to_string(),
+            "session s1 was not reclaimed: failed to keep the fleet lock of s1: the lock was lost"
+        );
+        let down = FleetError {
+            store: "redis://127.0.0.1:1".into(),
+            message: "connection refused".into(),
+        };
+        let f = StoreFailure::unread(StoreKind::Fleet, down);
+        assert_eq!(
+            f.to_string(),
+            "fleet store redis://127.0.0.1:1: connection refused: no fleet verdict was made"
+        );
+        let f = StoreFailure::unread(StoreKind::Ledger, LedgerError::NotStart);
+        assert_eq!(f.to_string(), "a session must begin with a start record");
+        assert_eq!(f.store.as_str(), "ledger");
+    }
+}
