@@ -350,14 +350,25 @@ fn a_plugin_named_ledger_is_not_the_ledger() {
     let s = Scratch::new("sweep-ledger-plugin");
     let plugin = s.path().join("plugins/ledger");
     std::fs::create_dir_all(plugin.parent().unwrap()).unwrap();
-    std::fs::write(&plugin, "#!/bin/sh\necho 'the plugin fell over' >&2\nexit 3\n").unwrap();
+    std::fs::write(
+        &plugin,
+        "#!/bin/sh\necho 'the plugin fell over' >&2\nexit 3\n",
+    )
+    .unwrap();
     std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let extra = format!("\n[providers.ledger]\ncommand = [\"{}\"]\n", plugin.display());
+    let extra = format!(
+        "\n[providers.ledger]\ncommand = [\"{}\"]\n",
+        plugin.display()
+    );
     let config = cloud_config(&s, &extra);
     // A pending session: a sweep finishes it whatever its owner, so it must take its journal.
     let state = s.path().join("state");
     let sessions = state.join("sandguard/sessions");
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&sessions).unwrap();
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&sessions)
+        .unwrap();
     for d in [state.clone(), state.join("sandguard")] {
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
     }
@@ -405,7 +416,10 @@ fn a_plugin_named_ledger_is_not_the_ledger() {
     assert_eq!(store[0]["store"], "ledger");
     assert_eq!(store[0]["session"], session.as_str());
     let said = store[0]["error"].as_str().unwrap();
-    assert!(said.contains("was not reclaimed") && said.contains("locked"), "{v}");
+    assert!(
+        said.contains("was not reclaimed") && said.contains("locked"),
+        "{v}"
+    );
     assert_eq!(v["clean"], false);
 
     let out = sweep(&[]);

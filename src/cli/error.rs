@@ -112,6 +112,9 @@ mod tests {
         };
         assert_eq!(e.exit().code(), 126);
         assert_eq!(Error::Start(StartError::Usage("u".into())).exit().code(), 2);
-        assert_eq!(Error::Start(StartError::Failed("f".into())).exit().code(), 1);
+        assert_eq!(
+            Error::Start(StartError::Failed("f".into())).exit().code(),
+            1
+        );
     }
 }

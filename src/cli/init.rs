@@ -74,7 +74,13 @@ fn child(args: &Args, settings: &Settings, go: OwnedFd, control: OwnedFd) -> Res
     };
     let me = Identity::current()
         .ok_or_else(|| own_failure("cannot read this process's identity from /proc"))?;
-    Err(exec(&args.command, (&session, &env), &control, &me, settings))
+    Err(exec(
+        &args.command,
+        (&session, &env),
+        &control,
+        &me,
+        settings,
+    ))
 }
 
 fn parent(
@@ -117,10 +123,12 @@ fn parent(
         .ok();
     // Only CMD (and what it starts) may hold the pipe's write end: its EOF is a wake-up.
     drop(ready.control);
-    Ok(Exit::Wrapped(match wait_for(&mut signals, pid, journal.as_deref()) {
-        ExitStatus::Code(c) => u8::try_from(c).unwrap_or(1),
-        ExitStatus::Signal(n) => 128u8.saturating_add(n as u8),
-    }))
+    Ok(Exit::Wrapped(
+        match wait_for(&mut signals, pid, journal.as_deref()) {
+            ExitStatus::Code(c) => u8::try_from(c).unwrap_or(1),
+            ExitStatus::Signal(n) => 128u8.saturating_add(n as u8),
+        },
+    ))
 }
 
 /// Forwards signals to `pid` and reaps orphans until it has ended and the sidecar that

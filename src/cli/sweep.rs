@@ -249,7 +249,11 @@ fn print_json(args: &Args, pass: &Pass) {
         decisions: pass.decisions.iter().map(DecisionJson::from).collect(),
         results,
         errors: pass.list_failures.iter().map(ErrorJson::from).collect(),
-        store_errors: pass.store_failures.iter().map(StoreErrorJson::from).collect(),
+        store_errors: pass
+            .store_failures
+            .iter()
+            .map(StoreErrorJson::from)
+            .collect(),
         clean: pass.is_clean(),
     });
 }

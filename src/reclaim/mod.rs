@@ -41,8 +41,8 @@ pub use list::list_all;
 pub use options::Options;
 pub use plan::{Listed, Plan};
 pub use remove::remove_all;
-pub use target::ledger_target;
 pub use report::{Failure, ListFailure, Outcome, Removal, Report};
+pub use target::ledger_target;
 
 #[cfg(test)]
 /// [`reclaim_then`] without being told of the first pass.

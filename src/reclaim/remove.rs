@@ -17,8 +17,8 @@ use futures_util::stream::{self, StreamExt};
 use tokio::time::Instant;
 
 use super::pace::Pace;
-use crate::backoff::Backoff;
 use super::{Failure, Options, Outcome, Removal};
+use crate::backoff::Backoff;
 use crate::providers::{Provider, ProviderError, Refusal, Sandbox};
 
 /// Removes every target through its provider, within the options' deadline from now.

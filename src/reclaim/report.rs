@@ -207,7 +207,10 @@ mod tests {
         };
         let f = Failure::from(&throttled);
         assert_eq!(f.to_string(), "e2b: HTTP 429: slow down");
-        assert_eq!((f.status, f.retry_after), (Some(429), Some(Duration::from_secs(7))));
+        assert_eq!(
+            (f.status, f.retry_after),
+            (Some(429), Some(Duration::from_secs(7)))
+        );
         let parts = [
             ProviderError::fatal("volumes: plugin down"),
             throttled,

@@ -151,9 +151,13 @@ pub async fn pass(
                 out.removals.extend(report.removals);
                 out.list_failures.extend(report.list_failures);
             }
-            Err(e) => out
-                .store_failures
-                .push(StoreFailure::not_reclaimed(StoreKind::Ledger, &view.id, e)),
+            Err(e) => {
+                out.store_failures.push(StoreFailure::not_reclaimed(
+                    StoreKind::Ledger,
+                    &view.id,
+                    e,
+                ));
+            }
         }
     }
     out.removals

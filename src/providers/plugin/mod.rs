@@ -36,7 +36,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Child;
 
-use self::wire::{Answer, Described, Done, ListReply, Did};
+use self::wire::{Answer, Described, Did, Done, ListReply};
 use super::{Capabilities, Entry, EntryState, Provider, ProviderError, Sandbox};
 use crate::config::{PluginSettings, Secret};
 use crate::labels::Selector;
