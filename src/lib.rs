@@ -20,7 +20,8 @@
 //!               end), triggers.rs (what the loop waits on), service.rs (the library service
 //!               that owns the loop's tasks), lease.rs (the boot-clock lease), ttl.rs
 //!               (server-side TTLs)
-//! sweep/        one pass: judging the ledger and every provider (mod.rs); service.rs (--every,
+//! sweep/        one pass: judging the ledger and every provider (mod.rs); failure.rs (what
+//!               the ledger or the fleet store could not do); service.rs (--every,
 //!               adoption, the sweep lock); fleet.rs (`sweep --fleet`: the fleet store's
 //!               expired leases, reclaimed once each under a lock in the store)
 //! fleet/        the fleet lease store behind a small trait (mod.rs, with the key layout):
@@ -29,8 +30,9 @@
 //! ownership/    the one ownership judgement: whether a sandbox may be removed or renewed,
 //!               and why; every path that removes or renews asks it (DESIGN's trust rules)
 //! reclaim/      the one removal path: mod.rs (the passes), plan.rs (Plan, Listed), report.rs
-//!               (Outcome, Report), options.rs, list.rs (listings retried until
-//!               the deadline), remove.rs (retries, backoff), pace.rs (each
+//!               (Outcome, Failure: what the provider said, Report), options.rs, list.rs
+//!               (listings retried until the deadline), remove.rs (retries), target.rs
+//!               (which ledger target names a sandbox), pace.rs (each
 //!               provider's window, rate and Retry-After gate),
 //!               session.rs (the ONE journaled session ending, for the sidecar and the sweep)
 //! providers/    the trait, the registry, retry.rs (reads, paging, error chains), http/ and
@@ -49,6 +51,7 @@
 //!               so at the root rather than under session/)
 //! unix/         the only module with unsafe: fd, process, signal
 //! timefmt.rs    RFC 3339 and uptimes
+//! backoff.rs    the one backoff schedule every retry waits by
 //! ```
 //!
 //! # Flow
@@ -67,6 +70,7 @@
 
 #![deny(unsafe_code)]
 
+mod backoff;
 pub mod cli;
 pub mod config;
 pub mod fleet;

@@ -338,3 +338,105 @@ fn a_store_host_that_cannot_be_resolved_is_said_so() {
         assert!(!all.contains("connection lost"), "{args:?}: {all}");
     }
 }
+
+/// Issue 24: what the ledger could not do is no provider. A plugin provider named `ledger`
+/// that fails, and a pending session whose journal a reader holds: `sweep --json` lists the
+/// plugin under `errors` and the session under `store_errors`, and the text still says both.
+/// Before, the ledger's failure was an `errors` entry of a fake provider named `ledger`.
+#[test]
+fn a_plugin_named_ledger_is_not_the_ledger() {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+    use std::os::unix::process::CommandExt;
+    let s = Scratch::new("sweep-ledger-plugin");
+    let plugin = s.path().join("plugins/ledger");
+    std::fs::create_dir_all(plugin.parent().unwrap()).unwrap();
+    std::fs::write(
+        &plugin,
+        "#!/bin/sh\necho 'the plugin fell over' >&2\nexit 3\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let extra = format!(
+        "\n[providers.ledger]\ncommand = [\"{}\"]\n",
+        plugin.display()
+    );
+    let config = cloud_config(&s, &extra);
+    // A pending session: a sweep finishes it whatever its owner, so it must take its journal.
+    let state = s.path().join("state");
+    let sessions = state.join("sandguard/sessions");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&sessions)
+        .unwrap();
+    for d in [state.clone(), state.join("sandguard")] {
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let session = format!("held{}", unique());
+    let journal = sessions.join(format!("{session}.journal"));
+    let owner = "0123456789abcdef-0123456789abcdef-4242-1-4026531836";
+    let text = format!(
+        "{{\"t\":1000,\"ev\":\"start\",\"owner\":\"{owner}\",\"pid\":4242,\"grace_ms\":600000,\"labels\":{{}}}}\n\
+         {{\"t\":1001,\"ev\":\"end\",\"state\":\"pending\"}}\n"
+    );
+    let mut f = std::fs::OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .mode(0o600)
+        .open(&journal)
+        .unwrap();
+    std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
+    let reader = Command::new("flock")
+        .arg("-s")
+        .arg(&journal)
+        .args(["sleep", "60"])
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let _reader = crate::wrapper::Job(reader);
+    eventually(Duration::from_secs(5), "the reader holds the lock", || {
+        let f = std::fs::File::open(&journal).unwrap();
+        !sandguard::unix::try_lock_exclusive(&f).unwrap_or(true)
+    });
+    let sweep = |args: &[&str]| {
+        let mut cmd = sandguard(&s);
+        run(cmd.env("SANDGUARD_CONFIG", &config).arg("sweep").args(args))
+    };
+
+    let out = sweep(&["--json"]);
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    let v = json(&out.stdout);
+    let errors = v["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 1, "only the plugin is a provider: {v}");
+    assert_eq!(errors[0]["provider"], "ledger");
+    let said = errors[0]["error"].as_str().unwrap();
+    assert!(said.contains("the plugin fell over"), "{v}");
+    let store = v["store_errors"].as_array().unwrap();
+    assert_eq!(store.len(), 1, "{v}");
+    assert_eq!(store[0]["store"], "ledger");
+    assert_eq!(store[0]["session"], session.as_str());
+    let said = store[0]["error"].as_str().unwrap();
+    assert!(
+        said.contains("was not reclaimed") && said.contains("locked"),
+        "{v}"
+    );
+    assert_eq!(v["clean"], false);
+
+    let out = sweep(&[]);
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("error: could not query ledger: ") && l.contains("fell over")),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains(&format!(
+            "error: could not query ledger: session {session} was not reclaimed"
+        )),
+        "{}",
+        out.stdout
+    );
+}

@@ -27,8 +27,8 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 
-use super::output::Exit;
-use crate::config::Settings;
+use super::{Error, Exit};
+use crate::config::{ConfigError, Settings};
 use crate::ledger::StateDir;
 use crate::protocol::{Command, Target};
 
@@ -48,48 +48,35 @@ pub enum Verb {
     Detach,
 }
 
-pub fn run(verb: Verb, args: Args, settings: Result<Settings, String>) -> Exit {
-    match send(verb, args, settings) {
-        Ok(()) => Exit::Ok,
-        Err((exit, message)) => {
-            eprintln!("sandguard: {message}");
-            exit
-        }
-    }
-}
-
-type Failure = (Exit, String);
-
-fn send(verb: Verb, args: Args, settings: Result<Settings, String>) -> Result<(), Failure> {
-    let usage = |m: String| (Exit::Usage, m);
-    let failure = |m: String| (Exit::Failure, m);
-    let target = Target::new(&args.provider, &args.id).map_err(|e| usage(e.to_string()))?;
+/// Sends the line and waits for its confirmation; see the module docs.
+pub fn run(verb: Verb, args: Args, settings: Result<Settings, ConfigError>) -> Result<Exit, Error> {
+    let target = Target::new(&args.provider, &args.id).map_err(|e| Error::Usage(e.to_string()))?;
     let command = match verb {
         Verb::Claim => Command::Claim(target.clone()),
         Verb::Release => Command::Release(target.clone()),
         Verb::Detach => Command::Detach(target.clone()),
     };
-    let fd = session_fd().map_err(|m| {
-        usage(format!(
-            "not inside a sandguard session: {m} (run the program under `sandguard -- CMD`)"
+    let fd = session_fd().map_err(|e| {
+        Error::Usage(format!(
+            "not inside a sandguard session: {e} (run the program under `sandguard -- CMD`)"
         ))
     })?;
     if let (Verb::Detach, Ok(settings)) = (verb, &settings) {
-        owned(settings, &target).map_err(failure)?;
+        owned(settings, &target)?;
     }
     use crate::session::confirm;
     match journal(settings) {
         Ok(journal) => confirm::send(fd.as_fd(), &journal, &command),
         // Sent all the same: the sidecar records it; only this command cannot know.
-        Err(m) => confirm::send_unconfirmed(fd.as_fd(), &command)
-            .and(Err(confirm::ConfirmError::Unconfirmable(m))),
-    }
-    .map_err(|e| failure(e.to_string()))
+        Err(e) => confirm::send_unconfirmed(fd.as_fd(), &command)
+            .and(Err(confirm::ConfirmError::Unconfirmable(e.to_string()))),
+    }?;
+    Ok(Exit::Ok)
 }
 
-/// `Err(message)` when the session shows it does not own what a detach names; `Ok` when it
-/// does, or when that cannot be shown from here (see the module docs).
-fn owned(settings: &Settings, target: &Target) -> Result<(), String> {
+/// `Err` when the session shows it does not own what a detach names; `Ok` when it does, or
+/// when that cannot be shown from here (see the module docs).
+fn owned(settings: &Settings, target: &Target) -> Result<(), Error> {
     use crate::ownership::detach::{not_owned, ownership, Ownership};
     let Ok(session) = std::env::var("SANDGUARD_SESSION") else {
         return Ok(());
@@ -123,37 +110,48 @@ fn owned(settings: &Settings, target: &Target) -> Result<(), String> {
     });
     let held = view.claims.iter().chain(&view.detached);
     match ownership(provider.as_ref(), &session, target, held, listed.as_deref()) {
-        Ownership::NotOwned => Err(not_owned(&session, target)),
+        Ownership::NotOwned => Err(Error::Failed(not_owned(&session, target))),
         Ownership::Owned | Ownership::Unknown => Ok(()),
     }
 }
 
 /// Where the session's journal is.
-fn journal(settings: Result<Settings, String>) -> Result<PathBuf, String> {
+fn journal(settings: Result<Settings, ConfigError>) -> Result<PathBuf, Error> {
     let settings = settings?;
     let session = std::env::var("SANDGUARD_SESSION")
-        .map_err(|_| "SANDGUARD_SESSION is not set".to_string())?;
-    let state = StateDir::open(&settings.state_dir).map_err(|e| e.to_string())?;
-    state.journal_file(&session).map_err(|e| e.to_string())
+        .map_err(|_| Error::Failed("SANDGUARD_SESSION is not set".into()))?;
+    let state = StateDir::open(&settings.state_dir)?;
+    Ok(state.journal_file(&session)?)
 }
 
-fn session_fd() -> Result<OwnedFd, String> {
-    let raw = std::env::var("SANDGUARD_FD").map_err(|_| "SANDGUARD_FD is not set".to_string())?;
+/// Why `$SANDGUARD_FD` is no control pipe of a session.
+#[derive(Debug, thiserror::Error)]
+enum NoSession {
+    #[error("SANDGUARD_FD is not set")]
+    Unset,
+    #[error("SANDGUARD_FD={0:?} is not a descriptor number")]
+    NotANumber(String),
+    #[error(
+        "SANDGUARD_FD={0} is set, but descriptor {0} is not open in this process: the \
+         program that started this command did not pass it on (Python's subprocess \
+         closes it unless given pass_fds=sandguard.pass_fds(), and under \
+         sandguard.guard() also env=g.child_env())"
+    )]
+    NotOpen(i32),
+}
+
+fn session_fd() -> Result<OwnedFd, NoSession> {
+    let raw = std::env::var("SANDGUARD_FD").map_err(|_| NoSession::Unset)?;
     let fd: i32 = raw
         .trim()
         .parse()
-        .map_err(|_| format!("SANDGUARD_FD={raw:?} is not a descriptor number"))?;
+        .map_err(|_| NoSession::NotANumber(raw.clone()))?;
     match crate::unix::take_fd(fd) {
         Ok(owned) if crate::unix::is_fifo(owned.as_fd()) => Ok(owned),
         not_a_pipe => {
             // Not ours after all: leave whatever the number names open, as found.
             let _ = not_a_pipe.map(std::os::fd::IntoRawFd::into_raw_fd);
-            Err(format!(
-                "SANDGUARD_FD={fd} is set, but descriptor {fd} is not open in this process: the \
-                 program that started this command did not pass it on (Python's subprocess \
-                 closes it unless given pass_fds=sandguard.pass_fds(), and under \
-                 sandguard.guard() also env=g.child_env())"
-            ))
+            Err(NoSession::NotOpen(fd))
         }
     }
 }

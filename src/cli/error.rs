@@ -2,12 +2,26 @@
 //!
 //! A subcommand returns `Ok(Exit)` when it did its work (which may itself be a failure the
 //! user must see in the exit code: a provider that did not answer, a removal that failed, with
-//! the details already printed), and `Err(Error)` when it could not do it at all; [`super::run`]
-//! prints `sandguard: {error}` once and exits with [`Error::exit`].
+//! the details already printed; or, for the wrapper, CMD's own status), and `Err(Error)` when
+//! it could not do it at all; [`super::Invocation::run`] prints `sandguard: {error}` once and
+//! exits with [`Error::exit`]. Every subcommand reports this way: `ps`, `stop`, `sweep`,
+//! `sessions`, `providers`, the wrapper (`run`), the sidecar (`watch`) and `claim`, `release`,
+//! `detach`.
+//!
+//! Decisions:
+//! - **The wrapper's failures are 125, whatever their cause.** A bad config is exit 2
+//!   elsewhere, but under `sandguard -- CMD` any failure before CMD ran must be told apart
+//!   from CMD's own codes: the wrapper wraps it in [`Error::BeforeCommand`]. CMD not found is
+//!   127 and not executable 126, as a shell says.
+//! - **The sidecar's start-up failures keep their own split** ([`StartError`]): bad
+//!   configuration or arguments 2, anything else 1. Its `error` line on stdout is written by
+//!   `watch` before the error is returned; the error itself is printed here like any other.
 
 use crate::config::ConfigError;
 use crate::ledger::LedgerError;
 use crate::providers::SelectError;
+use crate::session::confirm::ConfirmError;
+use crate::watch::start::StartError;
 
 use super::output::Exit;
 
@@ -27,20 +41,50 @@ pub enum Error {
     /// The ledger could not be used.
     #[error(transparent)]
     Ledger(#[from] LedgerError),
+    /// The sidecar could not start (`watch`; its `error` line is already on stdout).
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// A `claim`, `release` or `detach` line was not confirmed by the session's sidecar.
+    #[error(transparent)]
+    Confirm(#[from] ConfirmError),
+    /// The wrapper failed before CMD ran (exit 125, whatever `.0` is).
+    #[error(transparent)]
+    BeforeCommand(Box<Error>),
+    /// The wrapper's CMD does not exist (exit 127).
+    #[error("{0}: command not found")]
+    CommandNotFound(String),
+    /// The wrapper's CMD exists but cannot be executed (exit 126).
+    #[error("{program}: cannot execute: {source}")]
+    CannotExecute {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
     /// Anything else that stopped the command.
     #[error("{0}")]
     Failed(String),
 }
 
 impl Error {
-    /// The exit code: 2 for bad usage or bad config, 1 for everything else.
+    /// `e`, as a failure of the wrapper before CMD ran.
+    pub fn before_command(e: impl Into<Error>) -> Error {
+        Error::BeforeCommand(Box::new(e.into()))
+    }
+
+    /// The exit code: see the module docs and DESIGN's exit-code table.
     pub fn exit(&self) -> Exit {
         match self {
             Error::Config(_) | Error::Usage(_) => Exit::Usage,
             Error::Provider(SelectError::Unconfigured(_)) => Exit::Usage,
-            Error::Provider(SelectError::Unknown(_)) | Error::Ledger(_) | Error::Failed(_) => {
-                Exit::Failure
-            }
+            Error::Start(StartError::Usage(_)) => Exit::Usage,
+            Error::Provider(SelectError::Unknown(_))
+            | Error::Ledger(_)
+            | Error::Start(StartError::Failed(_))
+            | Error::Confirm(_)
+            | Error::Failed(_) => Exit::Failure,
+            Error::BeforeCommand(_) => Exit::OwnFailure,
+            Error::CommandNotFound(_) => Exit::NotFound,
+            Error::CannotExecute { .. } => Exit::NotExecutable,
         }
     }
 }
@@ -48,5 +92,29 @@ impl Error {
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Error {
         Error::Failed(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wrappers_failures_are_125_whatever_their_cause() {
+        let usage = Error::Usage("bad".into());
+        assert_eq!(usage.exit().code(), 2);
+        assert_eq!(Error::before_command(usage).exit().code(), 125);
+        assert_eq!(Error::CommandNotFound("x".into()).exit().code(), 127);
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let e = Error::CannotExecute {
+            program: "x".into(),
+            source: denied,
+        };
+        assert_eq!(e.exit().code(), 126);
+        assert_eq!(Error::Start(StartError::Usage("u".into())).exit().code(), 2);
+        assert_eq!(
+            Error::Start(StartError::Failed("f".into())).exit().code(),
+            1
+        );
     }
 }

@@ -27,6 +27,7 @@ use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use super::run::{exec, own_failure, start_sidecar, Args};
+use super::{Error, Exit};
 use crate::config::Settings;
 use crate::identity::Identity;
 use crate::ledger::StateDir;
@@ -36,18 +37,18 @@ use crate::unix::{self, ExitStatus, Forked, InitSignals};
 /// How often pid 1 looks at the sidecar's lock once CMD has ended.
 const POLL: Duration = Duration::from_millis(50);
 
-pub fn run(args: Args, settings: &Settings) -> u8 {
+pub fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
     let pipes = unix::pipe().and_then(|go| Ok((go, unix::pipe()?)));
-    let ((go_r, go_w), control) = match pipes {
-        Ok(p) => p,
-        Err(e) => return own_failure(&format!("cannot make a pipe: {e}")),
-    };
+    let ((go_r, go_w), control) =
+        pipes.map_err(|e| own_failure(format!("cannot make a pipe: {e}")))?;
     match unix::fork_single_threaded() {
-        Err(e) => own_failure(&format!("cannot fork: {e}")),
+        Err(e) => Err(own_failure(format!("cannot fork: {e}"))),
         Ok(Forked::Child) => {
             drop(go_w);
             drop(control.0);
-            std::process::exit(i32::from(child(&args, settings, go_r, control.1)))
+            // The child returns through `main` like any command: its code is CMD's exec
+            // failure (it has no other way back).
+            child(&args, settings, go_r, control.1)
         }
         Ok(Forked::Parent(pid)) => {
             drop(go_r);
@@ -58,23 +59,28 @@ pub fn run(args: Args, settings: &Settings) -> u8 {
 
 /// CMD's side: a process group of its own, then wait for the sidecar's `ready` line, passed on
 /// by pid 1 as the sidecar wrote it, then exec. Nothing (EOF) means the sidecar did not start,
-/// and pid 1 has said so.
-fn child(args: &Args, settings: &Settings, go: OwnedFd, control: OwnedFd) -> u8 {
+/// and pid 1 has said so: exit 125 without a word more.
+fn child(args: &Args, settings: &Settings, go: OwnedFd, control: OwnedFd) -> Result<Exit, Error> {
     unix::own_process_group(0);
     let mut message = String::new();
     if std::fs::File::from(go)
         .read_to_string(&mut message)
         .is_err()
     {
-        return super::run::EXIT_OWN_FAILURE;
+        return Ok(Exit::OwnFailure);
     }
     let ReadyLine::Ready { session, env } = ReadyLine::parse(&message) else {
-        return super::run::EXIT_OWN_FAILURE;
+        return Ok(Exit::OwnFailure);
     };
-    let Some(me) = Identity::current() else {
-        return own_failure("cannot read this process's identity from /proc");
-    };
-    exec(&args.command, (&session, &env), &control, &me, settings)
+    let me = Identity::current()
+        .ok_or_else(|| own_failure("cannot read this process's identity from /proc"))?;
+    Err(exec(
+        &args.command,
+        (&session, &env),
+        &control,
+        &me,
+        settings,
+    ))
 }
 
 fn parent(
@@ -83,25 +89,27 @@ fn parent(
     pid: u32,
     go: OwnedFd,
     control: (OwnedFd, OwnedFd),
-) -> u8 {
+) -> Result<Exit, Error> {
     unix::own_process_group(pid);
     let mut signals = match InitSignals::take_over() {
         Ok(s) => s,
         Err(e) => {
             unix::send_signal(pid, libc::SIGKILL);
-            return own_failure(&format!("cannot take over signals as pid 1: {e}"));
+            return Err(own_failure(format!(
+                "cannot take over signals as pid 1: {e}"
+            )));
         }
     };
     unix::give_terminal_to(pid);
     let ready = Identity::of_pid(pid)
-        .ok_or_else(|| "cannot read the program's identity from /proc".to_string())
+        .ok_or_else(|| own_failure("cannot read the program's identity from /proc"))
         .and_then(|owner| start_sidecar(args, settings, &owner, Some(control)));
     let ready = match ready {
         Ok(r) => r,
         Err(e) => {
             drop(go);
             let _ = wait_for(&mut signals, pid, None);
-            return own_failure(&e);
+            return Err(e);
         }
     };
     let message = ReadyLine::Ready {
@@ -115,10 +123,12 @@ fn parent(
         .ok();
     // Only CMD (and what it starts) may hold the pipe's write end: its EOF is a wake-up.
     drop(ready.control);
-    match wait_for(&mut signals, pid, journal.as_deref()) {
-        ExitStatus::Code(c) => u8::try_from(c).unwrap_or(1),
-        ExitStatus::Signal(n) => 128u8.saturating_add(n as u8),
-    }
+    Ok(Exit::Wrapped(
+        match wait_for(&mut signals, pid, journal.as_deref()) {
+            ExitStatus::Code(c) => u8::try_from(c).unwrap_or(1),
+            ExitStatus::Signal(n) => 128u8.saturating_add(n as u8),
+        },
+    ))
 }
 
 /// Forwards signals to `pid` and reaps orphans until it has ended and the sidecar that

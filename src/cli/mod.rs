@@ -4,9 +4,9 @@
 //!
 //! Exit codes for `ps`, `stop`, `sweep`, `sessions` and `providers`: 0 clean; 1 a provider
 //! could not be queried, a target was not found or something could not be removed; 2 bad
-//! usage or bad config. Each of them returns `Result<Exit, Error>` and [`Error::exit`] is the
-//! one mapping from an error to a code. The wrapper exits with CMD's own status, or
-//! 125/126/127 (see `run.rs`); the sidecar reports start-up failures on its `ready` line.
+//! usage or bad config. Every subcommand returns `Result<Exit, Error>` and [`Error::exit`] is
+//! the one mapping from an error to a code. The wrapper exits with CMD's own status, or
+//! 125/126/127 (see `run.rs`); the sidecar also reports start-up failures on its `ready` line.
 
 mod claim;
 mod docs;
@@ -155,30 +155,24 @@ impl Invocation {
             .map_or(tracing::Level::WARN, |s| s.log_level)
     }
 
-    /// Runs the command; returns the process exit code.
+    /// Runs the command; returns the process exit code. Every command reports through
+    /// [`Error`]: this is the one place an error is printed and mapped to a code.
     pub fn run(self) -> u8 {
         let settings = self.settings;
-        let text = |s: Result<Settings, crate::config::ConfigError>| s.map_err(|e| e.to_string());
-        // The wrapper, the sidecar and the claim commands handle their own failures (exit 125,
-        // an `error` line, exit 1 or 2); the sidecar also must not start a runtime here: it
+        // The wrapper, the sidecar and the claim commands take the settings as they came: the
+        // wrapper fails 125 on a bad config, the sidecar says it on its `error` line, and a
+        // claim is sent all the same. The sidecar also must not start a runtime here: it
         // forks first.
-        let command = match self.command {
-            Command::Run(args) => return run::run(args, text(settings)),
-            Command::Watch(args) => return watch::run(args, text(settings)).code(),
-            Command::Claim(args) => {
-                return claim::run(claim::Verb::Claim, args, text(settings)).code()
-            }
-            Command::Release(args) => {
-                return claim::run(claim::Verb::Release, args, text(settings)).code()
-            }
-            Command::Detach(args) => {
-                return claim::run(claim::Verb::Detach, args, text(settings)).code()
-            }
-            other => other,
+        let result = match self.command {
+            Command::Run(args) => run::run(args, settings),
+            Command::Watch(args) => watch::run(args, settings),
+            Command::Claim(args) => claim::run(claim::Verb::Claim, args, settings),
+            Command::Release(args) => claim::run(claim::Verb::Release, args, settings),
+            Command::Detach(args) => claim::run(claim::Verb::Detach, args, settings),
+            other => settings
+                .map_err(Error::from)
+                .and_then(|settings| dispatch(other, &settings)),
         };
-        let result = settings
-            .map_err(Error::from)
-            .and_then(|settings| dispatch(command, &settings));
         match result {
             Ok(exit) => exit.code(),
             Err(e) => {

@@ -8,10 +8,11 @@ use serde::Serialize;
 
 use crate::identity::{Identity, Liveness};
 use crate::providers::Sandbox;
-use crate::reclaim::ListFailure;
+use crate::reclaim::{ListFailure, Removal};
 use crate::timefmt;
 
-/// Process exit codes of `ps`, `stop`, `providers`.
+/// The process's exit codes (DESIGN's table): `ps`, `stop`, `sweep`, `sessions`,
+/// `providers`, `watch` and `claim` use the first three; the wrapper the rest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
     /// Everything answered and everything asked for was done.
@@ -20,6 +21,14 @@ pub enum Exit {
     Failure,
     /// Bad usage or bad config.
     Usage,
+    /// The wrapper: sandguard itself failed before CMD ran (125).
+    OwnFailure,
+    /// The wrapper: CMD exists but cannot be executed (126).
+    NotExecutable,
+    /// The wrapper: CMD was not found (127).
+    NotFound,
+    /// The wrapper as pid 1: CMD's own status (128+N when it died of signal N).
+    Wrapped(u8),
 }
 
 impl Exit {
@@ -37,6 +46,10 @@ impl Exit {
             Exit::Ok => 0,
             Exit::Failure => 1,
             Exit::Usage => 2,
+            Exit::OwnFailure => 125,
+            Exit::NotExecutable => 126,
+            Exit::NotFound => 127,
+            Exit::Wrapped(code) => code,
         }
     }
 }
@@ -159,18 +172,71 @@ impl<'a> SandboxJson<'a> {
     }
 }
 
-/// The JSON shape of a provider that could not be queried.
+/// The JSON shape of a provider that could not be queried. `status` and `retry_after_ms`
+/// are there only when the provider gave them (see [`crate::reclaim::Failure`]).
 #[derive(Debug, Serialize)]
 pub struct ErrorJson<'a> {
     pub provider: &'a str,
     pub error: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u128>,
 }
 
 impl<'a> From<&'a ListFailure> for ErrorJson<'a> {
     fn from(f: &'a ListFailure) -> Self {
         ErrorJson {
             provider: &f.provider,
-            error: &f.error,
+            error: &f.error.message,
+            status: f.error.status,
+            retry_after_ms: f.error.retry_after.map(|d| d.as_millis()),
+        }
+    }
+}
+
+/// The JSON shape of what was done (or would be, or was kept) to one sandbox, for `stop` and
+/// `sweep`. `status` and `retry_after_ms` are there only when a failed removal's provider
+/// gave them.
+#[derive(Serialize)]
+pub struct ResultJson<'a> {
+    #[serde(flatten)]
+    pub sandbox: SandboxJson<'a>,
+    /// `removed`, `gone`, `failed`, `unfinished`, `refused`; `stop` adds `would_remove` in a
+    /// dry run and `kept` (`error` then says why).
+    pub outcome: &'static str,
+    pub error: Option<&'a str>,
+    /// Removal calls made (0 in a dry run, or for a refusal).
+    pub attempts: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u128>,
+}
+
+impl<'a> ResultJson<'a> {
+    /// What the reclaim did to one sandbox.
+    pub fn of(r: &'a Removal) -> Self {
+        let failure = r.outcome.failure();
+        ResultJson {
+            sandbox: SandboxJson::new(&r.sandbox),
+            outcome: r.outcome.as_str(),
+            error: r.outcome.error(),
+            attempts: r.attempts,
+            status: failure.and_then(|f| f.status),
+            retry_after_ms: failure.and_then(|f| f.retry_after).map(|d| d.as_millis()),
+        }
+    }
+
+    /// A sandbox nothing was done to: `outcome` says why (`would_remove`, `kept`).
+    pub fn untouched(s: &'a Sandbox, outcome: &'static str, error: Option<&'a str>) -> Self {
+        ResultJson {
+            sandbox: SandboxJson::new(s),
+            outcome,
+            error,
+            attempts: 0,
+            status: None,
+            retry_after_ms: None,
         }
     }
 }
@@ -179,14 +245,17 @@ impl<'a> From<&'a ListFailure> for ErrorJson<'a> {
 pub fn failure_lines(failures: &[ListFailure], consequence: &str) -> String {
     failures
         .iter()
-        .map(|f| {
-            format!(
-                "error: could not query {}: {}; {consequence}\n",
-                f.provider,
-                sanitize(&f.error)
-            )
-        })
+        .map(|f| failure_line(&f.provider, &f.error.message, consequence))
         .collect()
+}
+
+/// One such line: what could not be queried (a provider, or for a sweep the ledger or the
+/// fleet store), and why.
+pub fn failure_line(what: &str, error: &str, consequence: &str) -> String {
+    format!(
+        "error: could not query {what}: {}; {consequence}\n",
+        sanitize(error)
+    )
 }
 
 /// The id as the text table shows it: Docker ids cut to 12 characters, as `docker ps` does

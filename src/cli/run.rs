@@ -9,7 +9,8 @@
 //! 4. Export `SANDGUARD_SESSION`, `SANDGUARD_LABELS` (`k=v,k=v`) and `SANDGUARD_FD` (the pipe's
 //!    write end, left open across exec), then exec CMD: it keeps the pid, the terminal, the
 //!    signals, and its exit status is the shell's. Exit 127 if CMD is not found, 126 if it
-//!    cannot be executed (after telling the sidecar `bye`, so the session ends clean).
+//!    cannot be executed (after telling the sidecar `bye`, so the session ends clean). Every
+//!    failure before CMD ran, a bad config included, is exit 125 ([`Error::BeforeCommand`]).
 //!
 //! With `--docker-proxy` (or `[watch] docker_proxy = true`) the sidecar also serves a Docker
 //! API proxy, and with `--cloud-proxy` (or `[watch] cloud_proxy = true`) the cloud API proxy
@@ -35,20 +36,14 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
-use crate::config::{HumanDuration, ProxyMode, Settings};
+use super::{Error, Exit};
+use crate::config::{ConfigError, HumanDuration, ProxyMode, Settings};
 use crate::identity::Identity;
 use crate::session::{
     self,
     spawn::{self, Report, Spawn},
 };
 use crate::unix;
-
-/// sandguard itself failed before CMD ran.
-pub const EXIT_OWN_FAILURE: u8 = 125;
-/// CMD exists but cannot be executed.
-pub const EXIT_NOT_EXECUTABLE: u8 = 126;
-/// CMD was not found.
-pub const EXIT_NOT_FOUND: u8 = 127;
 
 /// What `run` and the short form `sandguard [OPTIONS] -- CMD` take.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -125,31 +120,25 @@ pub struct Args {
     pub command: Vec<OsString>,
 }
 
-pub fn run(args: Args, settings: Result<Settings, String>) -> u8 {
-    let settings = match settings {
-        Ok(s) => s,
-        Err(e) => return own_failure(&e),
-    };
+/// Runs CMD under a new session: returns only when CMD could not be run (or, as pid 1, when
+/// it ended: [`super::init`]).
+pub fn run(args: Args, settings: Result<Settings, ConfigError>) -> Result<Exit, Error> {
+    let settings = settings.map_err(Error::before_command)?;
     if std::process::id() == 1 {
         return super::init::run(args, &settings);
     }
-    let Some(me) = Identity::current() else {
-        return own_failure("cannot read this process's identity from /proc");
-    };
-    match start_sidecar(&args, &settings, &me, None) {
-        Ok(sidecar) => {
-            let announced = (sidecar.session.as_str(), sidecar.env.as_slice());
-            let err = exec(&args.command, announced, &sidecar.control, &me, &settings);
-            say_bye(sidecar.control);
-            err
-        }
-        Err(e) => own_failure(&e),
-    }
+    let me = Identity::current()
+        .ok_or_else(|| own_failure("cannot read this process's identity from /proc"))?;
+    let sidecar = start_sidecar(&args, &settings, &me, None)?;
+    let announced = (sidecar.session.as_str(), sidecar.env.as_slice());
+    let err = exec(&args.command, announced, &sidecar.control, &me, &settings);
+    say_bye(sidecar.control);
+    Err(err)
 }
 
-pub(super) fn own_failure(message: &str) -> u8 {
-    eprintln!("sandguard: {message}");
-    EXIT_OWN_FAILURE
+/// A failure of the wrapper before CMD ran (exit 125).
+pub(super) fn own_failure(message: impl Into<String>) -> Error {
+    Error::before_command(Error::Failed(message.into()))
 }
 
 /// Starts the sidecar of a new session guarding `owner` (on the control pipe given, else a
@@ -159,9 +148,9 @@ pub(super) fn start_sidecar(
     settings: &Settings,
     owner: &Identity,
     control: Option<(OwnedFd, OwnedFd)>,
-) -> Result<spawn::Ready, String> {
-    let binary =
-        std::env::current_exe().map_err(|e| format!("cannot find the sandguard binary: {e}"))?;
+) -> Result<spawn::Ready, Error> {
+    let binary = std::env::current_exe()
+        .map_err(|e| own_failure(format!("cannot find the sandguard binary: {e}")))?;
     let spawn = Spawn {
         binary,
         config: settings.source.clone(),
@@ -178,24 +167,24 @@ pub(super) fn start_sidecar(
         Some(pipe) => spawn.start_on(pipe),
         None => spawn.start(),
     }
-    .map_err(|e| e.to_string())
+    .map_err(|e| own_failure(e.to_string()))
 }
 
 /// Replaces this process with CMD, with what the sidecar's `ready` announced (the session and
 /// its variables), the labels of `me`, this process (the owner: exec keeps the pid and the
 /// start time), the control
 /// pipe's write end at `SANDGUARD_FD` and, when the settings came from a file, that file.
-/// Returns only if the exec failed, with the exit code to use; the caller then tells the
-/// sidecar `bye` (CMD never ran).
+/// Returns only if the exec failed, with why (its exit code: [`Error::exit`]); the caller then
+/// tells the sidecar `bye` (CMD never ran).
 pub(super) fn exec(
     command: &[OsString],
     (session, env): (&str, &[(String, String)]),
     control: &OwnedFd,
     me: &Identity,
     settings: &Settings,
-) -> u8 {
+) -> Error {
     if let Err(e) = unix::set_cloexec(control.as_fd(), false) {
-        return own_failure(&format!("cannot pass the control pipe on: {e}"));
+        return own_failure(format!("cannot pass the control pipe on: {e}"));
     }
     let labels = session::labels_env(&session::labels(session, me));
     let Some((program, rest)) = command.split_first() else {
@@ -215,16 +204,13 @@ pub(super) fn exec(
         .env("SANDGUARD_LABELS", &labels)
         .env("SANDGUARD_FD", control.as_raw_fd().to_string())
         .exec();
-    let name = program.to_string_lossy();
+    let program = program.to_string_lossy().into_owned();
     match err.kind() {
-        std::io::ErrorKind::NotFound => {
-            eprintln!("sandguard: {name}: command not found");
-            EXIT_NOT_FOUND
-        }
-        _ => {
-            eprintln!("sandguard: {name}: cannot execute: {err}");
-            EXIT_NOT_EXECUTABLE
-        }
+        std::io::ErrorKind::NotFound => Error::CommandNotFound(program),
+        _ => Error::CannotExecute {
+            program,
+            source: err,
+        },
     }
 }
 

@@ -25,7 +25,8 @@
 //!   by hand" instead of "claimed". It goes to the session's side file of stops, never its
 //!   journal, so a live sidecar is neither waited for nor disturbed
 //!   ([`crate::ledger::StateDir::note_stopped`]). A sandbox is named as its claim named it (a
-//!   Docker id prefix, `network/…`), so the story has one line for it. This is best effort:
+//!   Docker id prefix, `network/…`: [`reclaim::ledger_target`]), so the story has one line
+//!   for it. This is best effort:
 //!   the removal is done either way, and a ledger that cannot be written is a warning that
 //!   changes neither the output nor the exit status. A dry run writes nothing.
 
@@ -34,12 +35,11 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::output::{self, sanitize, ErrorJson, Exit, SandboxJson};
+use super::output::{self, sanitize, ErrorJson, Exit, ResultJson};
 use super::Error;
 use crate::config::Settings;
-use crate::ledger::{Record, SessionView, StateDir};
-use crate::protocol::Target;
-use crate::providers::{Provider, Registry, Sandbox};
+use crate::ledger::{Record, StateDir};
+use crate::providers::{Provider, Refusal, Registry, Sandbox};
 use crate::reclaim::stop::{self, Asked, Chosen, Miss, NotFound};
 use crate::reclaim::{self, ListFailure, Options, Removal};
 use crate::session::SessionId;
@@ -74,9 +74,9 @@ pub struct Args {
 /// `ID` as typed: an id or a prefix of one, so never what no id can start with (empty, `.`,
 /// `..`, a `/`, whitespace: [`crate::providers::ids::structural_refusal`]). Bad usage (exit
 /// 2), checked before anything is listed: the empty string is a prefix of every id.
-fn instance_id(id: &str) -> Result<String, String> {
+fn instance_id(id: &str) -> Result<String, Refusal> {
     match crate::providers::ids::structural_refusal(id) {
-        Some(why) => Err(why.to_string()),
+        Some(why) => Err(Refusal(why.to_string())),
         None => Ok(id.to_string()),
     }
 }
@@ -88,18 +88,6 @@ struct StopJson<'a> {
     errors: Vec<ErrorJson<'a>>,
     /// True only when every target is gone and every provider answered.
     clean: bool,
-}
-
-#[derive(Serialize)]
-struct ResultJson<'a> {
-    #[serde(flatten)]
-    sandbox: SandboxJson<'a>,
-    /// `removed`, `gone`, `failed`, `unfinished`, `would_remove` in a dry run, or `kept`
-    /// (`stop --all` leaves what was detached; `error` then says why).
-    outcome: &'static str,
-    error: Option<&'a str>,
-    /// Removal calls made (0 in a dry run, or for a refusal).
-    attempts: u32,
 }
 
 pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result<Exit, Error> {
@@ -196,7 +184,12 @@ fn note_stops(settings: &Settings, providers: &[Arc<dyn Provider>], removals: &[
             .iter()
             .map(|r| Record::Stopped {
                 provider: r.sandbox.provider.clone(),
-                id: claimed_as(&view, providers, &r.sandbox),
+                id: reclaim::ledger_target(
+                    providers,
+                    &r.sandbox,
+                    view.claims.iter().chain(&view.detached),
+                )
+                .id,
                 outcome: r.outcome.as_str().to_string(),
             })
             .collect();
@@ -204,22 +197,6 @@ fn note_stops(settings: &Settings, providers: &[Arc<dyn Provider>], removals: &[
             tracing::warn!("cannot record the stops of session {session} in the ledger: {e}");
         }
     }
-}
-
-/// The id a session's claim (or detach) gave `sandbox`, else its provider's claim form.
-fn claimed_as(view: &SessionView, providers: &[Arc<dyn Provider>], sandbox: &Sandbox) -> String {
-    let Some(provider) = crate::providers::by_name(providers, &sandbox.provider) else {
-        return sandbox.id.clone();
-    };
-    let names = |t: &&Target| {
-        t.provider == sandbox.provider
-            && Sandbox::from_claim(providers, t).is_ok_and(|c| provider.names(&c, sandbox))
-    };
-    view.claims
-        .iter()
-        .chain(&view.detached)
-        .find(names)
-        .map_or_else(|| provider.claim_id(sandbox), |t| t.id.clone())
 }
 
 fn report_not_found(args: &Args, message: &str, failures: &[ListFailure]) {
@@ -248,32 +225,16 @@ fn print_json(
     failures: &[ListFailure],
     clean: bool,
 ) {
-    let kept = kept.iter().map(|(s, why)| ResultJson {
-        sandbox: SandboxJson::new(s),
-        outcome: "kept",
-        error: Some(why.as_str()),
-        attempts: 0,
-    });
+    let kept = kept
+        .iter()
+        .map(|(s, why)| ResultJson::untouched(s, "kept", Some(why.as_str())));
     let results: Vec<ResultJson> = if args.dry_run {
         targets
             .iter()
-            .map(|s| ResultJson {
-                sandbox: SandboxJson::new(s),
-                outcome: "would_remove",
-                error: None,
-                attempts: 0,
-            })
+            .map(|s| ResultJson::untouched(s, "would_remove", None))
             .collect()
     } else {
-        removals
-            .iter()
-            .map(|r| ResultJson {
-                sandbox: SandboxJson::new(&r.sandbox),
-                outcome: r.outcome.as_str(),
-                error: r.outcome.error(),
-                attempts: r.attempts,
-            })
-            .collect()
+        removals.iter().map(ResultJson::of).collect()
     };
     let results = results.into_iter().chain(kept).collect();
     output::emit_json(&StopJson {

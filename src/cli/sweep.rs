@@ -28,12 +28,16 @@
 //!   when its verdict or reason changes (the lease expired: `reclaim session …`). `--json`
 //!   gives the time left as `lease_left_ms` (`null` for every other decision).
 //! - `--json` prints every decision of every pass: a reader of JSON keeps its own state.
+//! - What the ledger or the fleet store could not do is not a provider's failure: the text
+//!   says `error: could not query ledger: …` (or `fleet`) as for a provider, but `--json`
+//!   lists it under `store_errors` (`{"store","session","error"}`), never under `errors`,
+//!   where a plugin provider may be called `ledger` ([`crate::sweep::StoreFailure`]).
 
 use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::output::{self, sanitize, ErrorJson, Exit, SandboxJson};
+use super::output::{self, sanitize, ErrorJson, Exit, ResultJson};
 use super::Error;
 use crate::config::{HumanDuration, Settings};
 use crate::fleet::redis::RedisStore;
@@ -43,7 +47,7 @@ use crate::providers::{Registry, SandboxKey};
 use crate::reclaim::Options;
 use crate::sweep::fleet::FleetSweep;
 use crate::sweep::service::{self, Report};
-use crate::sweep::{Decision, Pass, Verdict};
+use crate::sweep::{Decision, Pass, StoreFailure, StoreKind, Verdict};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -70,8 +74,31 @@ struct SweepJson<'a> {
     dry_run: bool,
     decisions: Vec<DecisionJson<'a>>,
     results: Vec<ResultJson<'a>>,
+    /// The providers that could not be listed.
     errors: Vec<ErrorJson<'a>>,
+    /// What the ledger or the fleet store could not do (never under `errors`: a provider may
+    /// be called `ledger`; [`crate::sweep::StoreFailure`]).
+    store_errors: Vec<StoreErrorJson<'a>>,
     clean: bool,
+}
+
+/// A store failure as `--json` shows it: `store` is `ledger` or `fleet`; `session` is the
+/// session that was not reclaimed, `null` when the store could not be read at all.
+#[derive(Serialize)]
+struct StoreErrorJson<'a> {
+    store: StoreKind,
+    session: Option<&'a str>,
+    error: String,
+}
+
+impl<'a> From<&'a StoreFailure> for StoreErrorJson<'a> {
+    fn from(f: &'a StoreFailure) -> Self {
+        StoreErrorJson {
+            store: f.store,
+            session: f.session.as_deref(),
+            error: f.to_string(),
+        }
+    }
 }
 
 /// A decision as `--json` shows it: `provider` and `instance_id` are `null` for a session;
@@ -97,16 +124,6 @@ impl<'a> From<&'a Decision> for DecisionJson<'a> {
             lease_left_ms: d.lease_left.map(|l| l.as_millis() as u64),
         }
     }
-}
-
-#[derive(Serialize)]
-struct ResultJson<'a> {
-    #[serde(flatten)]
-    sandbox: SandboxJson<'a>,
-    outcome: &'static str,
-    error: Option<&'a str>,
-    /// Removal calls made (0 in a dry run, or for a refusal).
-    attempts: u32,
 }
 
 pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result<Exit, Error> {
@@ -226,21 +243,17 @@ impl Seen {
 }
 
 fn print_json(args: &Args, pass: &Pass) {
-    let results = pass
-        .removals
-        .iter()
-        .map(|r| ResultJson {
-            sandbox: SandboxJson::new(&r.sandbox),
-            outcome: r.outcome.as_str(),
-            error: r.outcome.error(),
-            attempts: r.attempts,
-        })
-        .collect();
+    let results = pass.removals.iter().map(ResultJson::of).collect();
     output::emit_json(&SweepJson {
         dry_run: args.dry_run,
         decisions: pass.decisions.iter().map(DecisionJson::from).collect(),
         results,
         errors: pass.list_failures.iter().map(ErrorJson::from).collect(),
+        store_errors: pass
+            .store_failures
+            .iter()
+            .map(StoreErrorJson::from)
+            .collect(),
         clean: pass.is_clean(),
     });
 }
@@ -308,10 +321,12 @@ fn text(args: &Args, pass: &Pass, news: &[bool], watcher: Option<&str>) -> Strin
         pass.removals.len() - failed,
         failed
     ));
-    text.push_str(&output::failure_lines(
-        &pass.list_failures,
-        "sandboxes there may still be running",
-    ));
+    let consequence = "sandboxes there may still be running";
+    text.push_str(&output::failure_lines(&pass.list_failures, consequence));
+    for f in &pass.store_failures {
+        let line = output::failure_line(f.store.as_str(), &f.to_string(), consequence);
+        text.push_str(&line);
+    }
     text
 }
 

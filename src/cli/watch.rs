@@ -4,7 +4,8 @@
 //! [`crate::watch::start`] started: that module judges the owner, creates the journal (its
 //! `Start` record fsynced, its lock held), opens the death source and binds the proxies. Then
 //! `ready SESSION` is printed on stdout. Anything that fails before that prints `error MESSAGE`
-//! on stdout instead (the wrapper shows it) and exits 2 for bad configuration, 1 otherwise.
+//! on stdout instead (the wrapper shows it), then `sandguard: MESSAGE` on stderr as every
+//! command's error is ([`super::Error`]), and exits 2 for bad configuration, 1 otherwise.
 //!
 //! **Resume.** `--session S` whose journal exists and whose lock nobody holds is a restarted
 //! sidecar (a Kubernetes native sidecar, S the pod's uid): it takes the session over, ended or
@@ -38,8 +39,8 @@
 
 use std::io::Write;
 
-use super::output::Exit;
-use crate::config::{HumanDuration, ProxyMode, Settings};
+use super::{Error, Exit};
+use crate::config::{ConfigError, HumanDuration, ProxyMode, Settings};
 use crate::protocol::{ByeOutcome, ReadyLine};
 use crate::session::SessionId;
 use crate::unix::{self, Forked};
@@ -108,23 +109,17 @@ pub struct Args {
     pub daemonize: bool,
 }
 
-/// The exit code of a start-up failure (its text goes on stdout, for whoever waits for
-/// `ready`).
-fn exit_of(e: &StartError) -> Exit {
-    match e {
-        StartError::Usage(_) => Exit::Usage,
-        StartError::Failed(_) => Exit::Failure,
-    }
-}
-
-pub fn run(args: Args, settings: Result<Settings, String>) -> Exit {
+/// Runs the sidecar; a start-up failure is also said on stdout (`error MESSAGE`) for whoever
+/// waits for `ready`, then returned like any command's error ([`Error::Start`]: exit 2 for bad
+/// configuration or arguments, 1 otherwise).
+pub fn run(args: Args, settings: Result<Settings, ConfigError>) -> Result<Exit, Error> {
     let terminal = match args.report {
         true => Terminal::take_stderr(),
         false => Terminal::none(),
     };
     if args.daemonize {
         match unix::fork_single_threaded() {
-            Ok(Forked::Parent(_)) => return Exit::Ok,
+            Ok(Forked::Parent(_)) => return Ok(Exit::Ok),
             Ok(Forked::Child) => {}
             Err(e) => return fail(StartError::Failed(format!("cannot fork: {e}"))),
         }
@@ -143,7 +138,7 @@ pub fn run(args: Args, settings: Result<Settings, String>) -> Exit {
     }
     let settings = match settings {
         Ok(s) => s,
-        Err(e) => return fail(StartError::Usage(e)),
+        Err(e) => return fail(StartError::Usage(e.to_string())),
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -157,15 +152,15 @@ pub fn run(args: Args, settings: Result<Settings, String>) -> Exit {
         }
     };
     match runtime.block_on(serve(args, settings, terminal)) {
-        Ok(exit) => exit,
+        Ok(exit) => Ok(exit),
         Err(e) => fail(e),
     }
 }
 
-fn fail(e: StartError) -> Exit {
+/// The `error` line for whoever waits for `ready`, and the error to report.
+fn fail(e: StartError) -> Result<Exit, Error> {
     let _ = announce(&ReadyLine::Error(e.to_string()));
-    eprintln!("sandguard watch: {e}");
-    exit_of(&e)
+    Err(Error::Start(e))
 }
 
 async fn serve(args: Args, settings: Settings, mut terminal: Terminal) -> Result<Exit, StartError> {

@@ -86,6 +86,11 @@ pub enum LedgerError {
     NotResume,
     #[error("failed to encode a ledger record: {0}")]
     Encode(#[source] serde_json::Error),
+    /// A lock held while the work ran was lost before the work was done (a fleet session's
+    /// lock in the fleet store expired, or another sweeper took it): the work's result must
+    /// not be written as if the lock had been kept. Not an I/O error: nothing failed here.
+    #[error("failed to keep {what}: the lock was lost")]
+    LockLost { what: String },
 }
 
 /// Folds the journal text of session `id` as [`StateDir::read_session`] reads it (`None`:

@@ -132,14 +132,7 @@ impl Known {
 
     /// Whether `target` (a claim or detach) names `sandbox`, as its provider reads ids.
     pub fn names(&self, target: &Target, sandbox: &Sandbox) -> bool {
-        if target.provider != sandbox.provider {
-            return false;
-        }
-        let provider = crate::providers::by_name(&self.providers, &sandbox.provider);
-        match (provider, Sandbox::from_claim(&self.providers, target)) {
-            (Some(p), Ok(named)) => p.names(&named, sandbox),
-            _ => target.id == sandbox.id,
-        }
+        sandbox.named_by(&self.providers, target)
     }
 
     /// The ledger sessions other than `but` whose claims name `sandbox`, and how each stands.

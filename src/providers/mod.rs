@@ -35,6 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::labels::{self, Selector};
+use crate::protocol::Target;
 
 /// What a sandbox is, which decides the order of removal: every instance of a session goes
 /// before its networks, and networks before volumes (a network with a container attached, or a
@@ -112,6 +113,20 @@ impl Sandbox {
             .is_some_and(|v| labels::detaches(v))
     }
 
+    /// Whether the claim (or detach) `target` names this sandbox as its provider reads ids (a
+    /// Docker id prefix); by the id alone when no provider here can read the claim. The one
+    /// answer for the ownership judgement and the ledger's name of a sandbox.
+    pub fn named_by(&self, providers: &[Arc<dyn Provider>], target: &Target) -> bool {
+        if target.provider != self.provider {
+            return false;
+        }
+        let provider = by_name(providers, &self.provider);
+        match (provider, Sandbox::from_claim(providers, target)) {
+            (Some(p), Ok(named)) => p.names(&named, self),
+            _ => target.id == self.id,
+        }
+    }
+
     /// The sandbox a claimed target names, as its provider reads the id (a Docker
     /// `network/ID` is a network), or why it can never name one ([`Provider::parse_claim`]).
     /// A provider that is not among `providers` cannot say: the claim is kept as it is, an
@@ -120,7 +135,7 @@ impl Sandbox {
     /// [`ids::unknown_provider_refusal`]).
     pub fn from_claim(
         providers: &[Arc<dyn Provider>],
-        target: &crate::protocol::Target,
+        target: &Target,
     ) -> Result<Sandbox, Refusal> {
         match by_name(providers, &target.provider) {
             Some(p) => p.parse_claim(&target.id).map(|mut s| {

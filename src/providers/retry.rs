@@ -3,7 +3,7 @@
 //!
 //! - [`read`]: a read (a listing page, an inspect) is retried [`READ_ATTEMPTS`] times on a
 //!   transient failure, waiting the provider's `Retry-After` (capped at [`READ_MAX_WAIT`]) or a
-//!   short doubling backoff. Removals are not retried here: the reclaim path does that, with
+//!   short doubling backoff (`READ_BACKOFF`, on the one backoff schedule of `crate::backoff`). Removals are not retried here: the reclaim path does that, with
 //!   its own deadline.
 //! - [`walk`]: a paged listing, followed page by page by whatever cursor the provider uses (an
 //!   opaque token, a timestamp); a cursor that does not advance is an error, never an endless
@@ -16,11 +16,14 @@ use std::future::Future;
 use std::time::Duration;
 
 use super::ProviderError;
+use crate::backoff::Backoff;
 
 /// How many times a read is tried.
 pub const READ_ATTEMPTS: u32 = 4;
 /// The longest a read waits between attempts, whatever `Retry-After` says.
 pub const READ_MAX_WAIT: Duration = Duration::from_secs(30);
+/// The wait between a read's attempts when the provider gave no hint: 250 ms, doubling.
+pub(crate) const READ_BACKOFF: Backoff = Backoff::new(Duration::from_millis(250), READ_MAX_WAIT);
 /// The most pages a listing may have.
 pub const MAX_PAGES: usize = 10_000;
 
@@ -39,7 +42,7 @@ where
                 retry_after,
             }) if tries < READ_ATTEMPTS => {
                 let wait = retry_after
-                    .unwrap_or(Duration::from_millis(250) * 2u32.pow(tries - 1))
+                    .unwrap_or_else(|| READ_BACKOFF.delay(tries))
                     .min(READ_MAX_WAIT);
                 tracing::debug!("{message}; retrying in {wait:?}");
                 tokio::time::sleep(wait).await;

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::pace::Pace;
 use super::remove::backoff;
-use super::{ListFailure, Options};
+use super::{Failure, ListFailure, Options};
 use crate::labels::Selector;
 use crate::providers::{Listing, Provider, ProviderError, Sandbox};
 
@@ -116,17 +116,13 @@ fn matching(found: Vec<Sandbox>, selector: &Selector) -> impl Iterator<Item = Sa
     found.into_iter().filter(|s| selector.matches(&s.labels))
 }
 
-/// The errors of one listing as one failure line, or `None` when there were none.
+/// The errors of one listing as one failure ([`Failure::joined`]), or `None` when there were none.
 fn failure(provider: &str, errors: &[ProviderError]) -> Option<ListFailure> {
     if errors.is_empty() {
         return None;
     }
     Some(ListFailure {
         provider: provider.to_string(),
-        error: errors
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; "),
+        error: Failure::joined(errors),
     })
 }

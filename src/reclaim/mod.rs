@@ -26,6 +26,7 @@ mod remove;
 mod report;
 pub mod session;
 pub mod stop;
+mod target;
 
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
@@ -34,13 +35,14 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use crate::labels::Selector;
-use crate::providers::{Provider, Sandbox, SandboxKey};
+use crate::providers::{Provider, Refusal, Sandbox, SandboxKey};
 
 pub use list::list_all;
 pub use options::Options;
 pub use plan::{Listed, Plan};
 pub use remove::remove_all;
-pub use report::{ListFailure, Outcome, Removal, Report};
+pub use report::{Failure, ListFailure, Outcome, Removal, Report};
+pub use target::ledger_target;
 
 #[cfg(test)]
 /// [`reclaim_then`] without being told of the first pass.
@@ -88,7 +90,7 @@ where
     .await;
     removals.extend(plan.refused.iter().map(|(sandbox, reason)| Removal {
         sandbox: sandbox.clone(),
-        outcome: Outcome::Refused(reason.to_string()),
+        outcome: Outcome::Refused(reason.clone()),
         attempts: 0,
     }));
     if let Some(first) = first {
@@ -285,7 +287,7 @@ impl Judged<'_> {
             self.seen.insert(key(&s));
             refused.push(Removal {
                 sandbox: s,
-                outcome: Outcome::Refused(judgement.reason.to_string()),
+                outcome: Outcome::Refused(Refusal(judgement.reason.to_string())),
                 attempts: 0,
             });
         }
@@ -299,10 +301,13 @@ impl Judged<'_> {
             .filter(|c| !self.seen.contains(&key(c)))
             .map(|c| Removal {
                 sandbox: c.clone(),
-                outcome: Outcome::Unfinished(format!(
-                    "not judged: {} could not be listed ({})",
-                    failure.provider, failure.error
-                )),
+                outcome: Outcome::Unfinished(Failure {
+                    message: format!(
+                        "not judged: {} could not be listed ({})",
+                        failure.provider, failure.error
+                    ),
+                    ..failure.error.clone()
+                }),
                 attempts: 0,
             })
             .collect()

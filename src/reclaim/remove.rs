@@ -17,8 +17,9 @@ use futures_util::stream::{self, StreamExt};
 use tokio::time::Instant;
 
 use super::pace::Pace;
-use super::{Options, Outcome, Removal};
-use crate::providers::{Provider, ProviderError, Sandbox};
+use super::{Failure, Options, Outcome, Removal};
+use crate::backoff::Backoff;
+use crate::providers::{Provider, ProviderError, Refusal, Sandbox};
 
 /// Removes every target through its provider, within the options' deadline from now.
 /// Targets whose provider is not among `providers` fail with a clear error instead of being
@@ -59,7 +60,9 @@ pub(super) async fn remove_all_by(
                 None => targets
                     .into_iter()
                     .map(|sandbox| Removal {
-                        outcome: Outcome::Failed(format!("provider {name:?} is not configured")),
+                        outcome: Outcome::Failed(Failure::new(format!(
+                            "provider {name:?} is not configured"
+                        ))),
                         sandbox,
                         attempts: 0,
                     })
@@ -127,11 +130,11 @@ async fn remove_one(
                 slot.succeeded();
                 return finish(sandbox, Outcome::Gone, attempts);
             }
-            Err(ProviderError::Fatal(e)) => {
-                return finish(sandbox, Outcome::Failed(e.message), attempts)
+            Err(e @ ProviderError::Fatal(_)) => {
+                return finish(sandbox, Outcome::Failed(e.into()), attempts)
             }
             Err(ProviderError::Refused(e)) => {
-                return finish(sandbox, Outcome::Refused(e), attempts)
+                return finish(sandbox, Outcome::Refused(Refusal(e)), attempts)
             }
             Err(e @ ProviderError::Transient { .. }) => e,
         };
@@ -147,12 +150,11 @@ async fn remove_one(
         if let Some(pause) = retry_after {
             pace.close_for(pause);
         }
-        let message = failure.to_string();
         let delay = backoff(options, attempts).max(retry_after.unwrap_or_default());
         if Instant::now() + delay >= deadline {
-            return finish(sandbox, Outcome::Unfinished(message), attempts);
+            return finish(sandbox, Outcome::Unfinished(failure.into()), attempts);
         }
-        tracing::debug!(provider = provider.name(), id = %sandbox.id, attempt = attempts, "retrying in {delay:?}: {message}");
+        tracing::debug!(provider = provider.name(), id = %sandbox.id, attempt = attempts, "retrying in {delay:?}: {failure}");
         tokio::time::sleep(delay).await;
     }
 }
@@ -173,9 +175,8 @@ fn finish(sandbox: Sandbox, outcome: Outcome, attempts: u32) -> Removal {
         Outcome::Removed | Outcome::Gone => {
             tracing::debug!(provider = %sandbox.provider, id = %sandbox.id, "{}", outcome.as_str());
         }
-        Outcome::Failed(e) | Outcome::Unfinished(e) | Outcome::Refused(e) => {
-            tracing::warn!("{e}");
-        }
+        Outcome::Failed(e) | Outcome::Unfinished(e) => tracing::warn!("{e}"),
+        Outcome::Refused(e) => tracing::warn!("{e}"),
     }
     Removal {
         sandbox,
@@ -184,23 +185,11 @@ fn finish(sandbox: Sandbox, outcome: Outcome, attempts: u32) -> Removal {
     }
 }
 
-/// `initial * 2^(attempt-1)`, capped, then "equal jitter": a uniform pick in `[d/2, d]`.
+/// The reclaim path's backoff: the options' schedule, with jitter ([`crate::backoff`]).
 pub(super) fn backoff(options: &Options, attempt: u32) -> Duration {
-    let exp = options
-        .retry_initial
-        .saturating_mul(1u32 << (attempt.max(1) - 1).min(20));
-    let capped = exp.min(options.retry_max);
-    let half = capped / 2;
-    half + half.mul_f64(jitter())
-}
-
-/// A uniform number in `[0, 1)` from the kernel's random source.
-fn jitter() -> f64 {
-    let mut b = [0u8; 8];
-    if crate::unix::random_bytes(&mut b).is_err() {
-        return 0.5;
-    }
-    (u64::from_le_bytes(b) >> 11) as f64 / (1u64 << 53) as f64
+    Backoff::new(options.retry_initial, options.retry_max)
+        .jittered()
+        .delay(attempt)
 }
 
 #[cfg(test)]

@@ -215,8 +215,8 @@ fn uncovered(
 }
 
 /// The records of one reclaim's outcomes, only what changes the ledger's picture.
-/// Each sandbox is named as its provider names a claim ([`Provider::claim_id`]), so a removal
-/// clears the claim and a pending sandbox is read back as what it is.
+/// Each sandbox is named as [`super::ledger_target`] names it (its provider's claim form), so a
+/// removal clears the claim and a pending sandbox is read back as what it is.
 fn records(
     before: &Before,
     report: &Report,
@@ -225,13 +225,8 @@ fn records(
 ) -> Vec<Record> {
     let mut out = Vec::new();
     for r in &report.removals {
-        let provider = r.sandbox.provider.clone();
-        let id = crate::providers::by_name(providers, &provider)
-            .map_or_else(|| r.sandbox.id.clone(), |p| p.claim_id(&r.sandbox));
-        let target = Target {
-            provider: provider.clone(),
-            id: id.clone(),
-        };
+        let target = super::ledger_target(providers, &r.sandbox, []);
+        let (provider, id) = (target.provider.clone(), target.id.clone());
         match &r.outcome {
             Outcome::Removed | Outcome::Gone => out.push(Record::Removed {
                 provider,
@@ -241,14 +236,14 @@ fn records(
             Outcome::Refused(reason) => out.push(Record::Refused {
                 provider,
                 id,
-                reason: reason.clone(),
+                reason: reason.to_string(),
             }),
             Outcome::Failed(error) | Outcome::Unfinished(error) => {
-                if before.pending.get(&target) != Some(error) {
+                if before.pending.get(&target) != Some(&error.message) {
                     out.push(Record::Failed {
                         provider,
                         id,
-                        error: error.clone(),
+                        error: error.message.clone(),
                         pending: true,
                     });
                 }
@@ -258,7 +253,7 @@ fn records(
     let failures = report
         .list_failures
         .iter()
-        .map(|f| (f.provider.clone(), f.error.clone()))
+        .map(|f| (f.provider.clone(), f.error.message.clone()))
         .chain(uncovered.clone());
     for (provider, error) in failures {
         if before.unlisted.get(&provider) != Some(&error) {
@@ -297,7 +292,7 @@ fn describe(state: SessionState) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reclaim::{ListFailure, Removal};
+    use crate::reclaim::{Failure, ListFailure, Removal};
 
     fn removal(id: &str, outcome: Outcome) -> Removal {
         Removal {
@@ -321,13 +316,13 @@ mod tests {
         };
         let report = Report {
             removals: vec![
-                removal("a", Outcome::Failed("boom".into())),
-                removal("b", Outcome::Failed("boom".into())),
+                removal("a", Outcome::Failed(Failure::new("boom"))),
+                removal("b", Outcome::Failed(Failure::new("boom"))),
                 removal("c", Outcome::Removed),
             ],
             list_failures: vec![ListFailure {
                 provider: "acme".into(),
-                error: "down".into(),
+                error: Failure::new("down"),
             }],
             listed: vec!["fake".into()],
         };

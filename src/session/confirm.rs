@@ -26,6 +26,7 @@ use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::backoff::Backoff;
 use crate::ledger::Record;
 use crate::protocol::{Command, Target};
 
@@ -108,7 +109,8 @@ fn wait_for_answer(
 ) -> Result<(), ConfirmError> {
     let deadline = Instant::now() + CONFIRM_TIMEOUT;
     let mut pos = offset;
-    let mut pause = Duration::from_micros(200);
+    let pause = Backoff::new(Duration::from_micros(200), Duration::from_millis(20));
+    let mut polls = 0;
     loop {
         let mut read = Vec::new();
         file.seek(SeekFrom::Start(pos))
@@ -136,8 +138,8 @@ fn wait_for_answer(
             let detach = matches!(command, Command::Detach(_));
             return Err(ConfirmError::Timeout { detach });
         }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(20));
+        polls += 1;
+        std::thread::sleep(pause.delay(polls));
     }
 }
 

@@ -56,13 +56,13 @@ use std::time::Duration;
 
 use futures_util::stream::{self, StreamExt};
 
-use super::{Decision, Pass, Verdict};
+use super::{Decision, Pass, StoreError, StoreFailure, StoreKind, Verdict};
 use crate::fleet::{FleetSession, FleetState, Holdings, Lock, SessionRecord, Store};
 use crate::identity::Judge;
 use crate::ledger::{Journal, LedgerError, Record, SessionState};
 use crate::ownership::{self, known::Known, SessionVerdict};
 use crate::providers::Provider;
-use crate::reclaim::{ListFailure, Listed, Options};
+use crate::reclaim::{Listed, Options};
 
 /// What a fleet pass needs.
 #[derive(Clone)]
@@ -88,10 +88,8 @@ pub async fn pass(
     let sessions = match fleet.store.sessions().await {
         Ok(s) => s,
         Err(e) => {
-            out.list_failures.push(ListFailure {
-                provider: "fleet".into(),
-                error: format!("{e}: no fleet verdict was made"),
-            });
+            out.store_failures
+                .push(StoreFailure::unread(StoreKind::Fleet, e));
             return out;
         }
     };
@@ -122,6 +120,7 @@ pub async fn pass(
         out.decisions.extend(one.decisions);
         out.removals.extend(one.removals);
         out.list_failures.extend(one.list_failures);
+        out.store_failures.extend(one.store_failures);
     }
     out
 }
@@ -222,11 +221,9 @@ async fn reclaim_into(
     let id = &s.record.id;
     let store = fleet.store.as_ref();
     let token = token(&fleet.host);
-    let fail = |out: &mut Pass, error: String| {
-        out.list_failures.push(ListFailure {
-            provider: "fleet".into(),
-            error: format!("session {id} was not reclaimed: {error}"),
-        });
+    let fail = |out: &mut Pass, error: StoreError| {
+        out.store_failures
+            .push(StoreFailure::not_reclaimed(StoreKind::Fleet, id, error));
     };
     // Read again under the lock (in the same round trip): another sweeper may have finished
     // it since the listing.
@@ -244,7 +241,7 @@ async fn reclaim_into(
             ));
             return;
         }
-        Err(e) => return fail(out, e.to_string()),
+        Err(e) => return fail(out, e.into()),
     };
     let (verdict, now) = judge(&fresh, &Judge::new(Default::default()));
     if verdict != Verdict::Reclaim {
@@ -261,16 +258,14 @@ async fn reclaim_into(
         .await
     {
         let _ = store.unlock(id, &token, None).await;
-        return fail(out, e.to_string());
+        return fail(out, e.into());
     }
     let work = end_session(providers, options, seen, &fresh);
     let kept = keep_lock(store, id, &token, fleet.lease);
     let result = tokio::select! {
         r = work => r,
-        () = kept => Err(LedgerError::Io {
-            op: "keep the fleet lock of",
-            path: std::path::PathBuf::from(id),
-            source: std::io::Error::other("the lock was lost"),
+        () = kept => Err(LedgerError::LockLost {
+            what: format!("the fleet lock of {id}"),
         }),
     };
     match result {
@@ -285,11 +280,11 @@ async fn reclaim_into(
             // Written and unlocked in one round trip; if the store cannot take it, the lock
             // expires and the next sweeper reclaims the session again.
             if let Err(e) = store.unlock(id, &token, Some((state, &fleet.host))).await {
-                fail(out, e.to_string());
+                fail(out, e.into());
             }
         }
         Err(e) => {
-            fail(out, e.to_string());
+            fail(out, e.into());
             let _ = store.unlock(id, &token, None).await;
         }
     }

@@ -34,6 +34,7 @@
 //! journal cannot be taken (a reader holds it for longer than [`ADOPT_PATIENCE`]) is an error
 //! of the pass, never reported as reclaimed.
 
+mod failure;
 pub mod fleet;
 pub mod service;
 
@@ -50,6 +51,8 @@ use crate::ownership::{self, Asker, Reason, SessionVerdict};
 use crate::providers::{Provider, Sandbox, SandboxKey};
 use crate::reclaim::session::{self, Before, Cause};
 use crate::reclaim::{self, ListFailure, Options, Plan, Removal};
+
+pub use failure::{StoreError, StoreFailure, StoreKind};
 
 /// How long a sweep waits for a session's journal that someone else holds (a `sessions`
 /// reader, say) before it counts the session as not reclaimed.
@@ -89,7 +92,10 @@ pub struct Decision {
 pub struct Pass {
     pub decisions: Vec<Decision>,
     pub removals: Vec<Removal>,
+    /// The providers that could not be listed.
     pub list_failures: Vec<ListFailure>,
+    /// What the ledger or the fleet store could not do ([`StoreFailure`]: never a provider's).
+    pub store_failures: Vec<StoreFailure>,
     /// Ledger sessions whose owner lives: the caller may watch them.
     pub adopt: Vec<SessionView>,
     /// Ledger sessions this pass reclaimed, and the state each ended in (for the fleet store,
@@ -99,7 +105,9 @@ pub struct Pass {
 
 impl Pass {
     pub fn is_clean(&self) -> bool {
-        self.list_failures.is_empty() && self.removals.iter().all(|r| r.outcome.is_final())
+        self.list_failures.is_empty()
+            && self.store_failures.is_empty()
+            && self.removals.iter().all(|r| r.outcome.is_final())
     }
 
     /// Counts of decisions by verdict, for the summary line.
@@ -123,10 +131,8 @@ pub async fn pass(
     let sessions = match state.sessions() {
         Ok(s) => s,
         Err(e) => {
-            out.list_failures.push(ListFailure {
-                provider: "ledger".into(),
-                error: e.to_string(),
-            });
+            out.store_failures
+                .push(StoreFailure::unread(StoreKind::Ledger, e));
             Vec::new()
         }
     };
@@ -145,10 +151,13 @@ pub async fn pass(
                 out.removals.extend(report.removals);
                 out.list_failures.extend(report.list_failures);
             }
-            Err(e) => out.list_failures.push(ListFailure {
-                provider: "ledger".into(),
-                error: format!("session {} was not reclaimed: {e}", view.id),
-            }),
+            Err(e) => {
+                out.store_failures.push(StoreFailure::not_reclaimed(
+                    StoreKind::Ledger,
+                    &view.id,
+                    e,
+                ));
+            }
         }
     }
     out.removals

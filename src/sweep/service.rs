@@ -92,6 +92,7 @@ pub async fn one_pass(plan: &Plan) -> Result<Pass, LedgerError> {
     pass.decisions.extend(local.decisions);
     pass.removals.extend(local.removals);
     pass.list_failures.extend(local.list_failures);
+    pass.store_failures.extend(local.store_failures);
     pass.adopt.extend(local.adopt);
     if !plan.dry_run {
         prune(&plan.state, plan.prune_after);

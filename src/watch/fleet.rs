@@ -33,6 +33,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::backoff::Backoff;
 use crate::fleet::{FleetState, Holdings, SessionRecord, Store};
 use crate::ledger::SessionState;
 
@@ -80,7 +81,7 @@ impl Registrar {
         let every = p.lease / 3;
         let mut mirrored: Option<Holdings> = None;
         let mut failing_since: Option<Instant> = None;
-        let mut retry = FIRST_RETRY;
+        let mut failures = 0;
         loop {
             let now = self.current();
             let result = match &mirrored {
@@ -109,7 +110,7 @@ impl Registrar {
                         }
                     }
                     mirrored = Some(now);
-                    retry = FIRST_RETRY;
+                    failures = 0;
                     every
                 }
                 Ok(false) => {
@@ -127,9 +128,8 @@ impl Registrar {
                     }
                     // Registered again in full when it is back: it may have lost its data.
                     mirrored = None;
-                    let wait = retry;
-                    retry = (retry * 2).min(every.max(FIRST_RETRY));
-                    wait
+                    failures += 1;
+                    Backoff::new(FIRST_RETRY, every.max(FIRST_RETRY)).delay(failures)
                 }
             };
             if failing_since.is_some() {

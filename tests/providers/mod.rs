@@ -58,6 +58,9 @@ pub trait Cloud: Sized {
     const CALLS_PER_REMOVAL: usize = 1;
     /// What the error for a wrong credential says.
     const UNAUTHORIZED: &'static str;
+    /// The HTTP status `--json` gives with that error (`None`: the provider does not speak
+    /// HTTP status codes, Modal's gRPC).
+    const UNAUTHORIZED_STATUS: Option<u16> = Some(401);
     /// The status `ps` shows for a running sandbox.
     const RUNNING: &'static str;
     /// The image `ps` shows for a sandbox the emulator seeded.

@@ -23,6 +23,7 @@ impl Cloud for ModalEmu {
     const PAGE: Option<usize> = Some(modal::PAGE_SIZE);
     const EMPTY_PAGE_ENDS_LISTING: bool = true;
     const UNAUTHORIZED: &'static str = "UNAUTHENTICATED";
+    const UNAUTHORIZED_STATUS: Option<u16> = None;
     const RUNNING: &'static str = "running";
     const IMAGE: &'static str = "im-emulated";
     const CREDENTIAL_VAR: &'static str = "MODAL_TOKEN_SECRET";

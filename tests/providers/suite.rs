@@ -203,6 +203,9 @@ pub fn a_wrong_credential_is_an_error_and_never_printed<C: Cloud>() {
             assert_eq!(errors[0]["provider"], C::NAME, "{v}");
             let error = errors[0]["error"].as_str().unwrap();
             assert!(error.contains(C::UNAUTHORIZED), "{v}");
+            // Issue 24: the provider's status travels with its words.
+            let status = C::UNAUTHORIZED_STATUS.map_or(serde_json::Value::Null, Into::into);
+            assert_eq!(errors[0]["status"], status, "{v}");
         } else {
             let want = format!("could not query {}", C::NAME);
             assert!(out.stdout.contains(&want), "{}", out.stdout);

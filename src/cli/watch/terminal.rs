@@ -96,7 +96,9 @@ pub fn end_line(report: &Report) -> Option<String> {
         match &r.outcome {
             Outcome::Removed => *removed.entry(provider).or_default() += 1,
             Outcome::Failed(why) | Outcome::Unfinished(why) => {
-                let slot = left.entry(provider).or_insert_with(|| (0, why.clone()));
+                let slot = left
+                    .entry(provider)
+                    .or_insert_with(|| (0, why.message.clone()));
                 slot.0 += 1;
             }
             Outcome::Gone | Outcome::Refused(_) => {}
@@ -105,7 +107,13 @@ pub fn end_line(report: &Report) -> Option<String> {
     let unlisted: Vec<String> = report
         .list_failures
         .iter()
-        .map(|f| format!("{} could not be listed ({})", f.provider, safe(&f.error)))
+        .map(|f| {
+            format!(
+                "{} could not be listed ({})",
+                f.provider,
+                safe(&f.error.message)
+            )
+        })
         .collect();
     let mut parts = Vec::new();
     let total: usize = removed.values().sum();
@@ -156,7 +164,7 @@ fn safe(text: &str) -> String {
 mod tests {
     use super::*;
     use crate::providers::{Kind, Sandbox};
-    use crate::reclaim::{ListFailure, Removal};
+    use crate::reclaim::{Failure, ListFailure, Removal};
 
     fn removal(provider: &str, outcome: Outcome) -> Removal {
         Removal {
@@ -194,11 +202,14 @@ mod tests {
         let left = report(
             vec![
                 removal("docker", Outcome::Removed),
-                removal("e2b", Outcome::Unfinished("HTTP 503\u{1b}[2J".into())),
+                removal(
+                    "e2b",
+                    Outcome::Unfinished(Failure::new("HTTP 503\u{1b}[2J")),
+                ),
             ],
             vec![ListFailure {
                 provider: "daytona".into(),
-                error: "connection refused".into(),
+                error: Failure::new("connection refused"),
             }],
         );
         let line = end_line(&left).unwrap();

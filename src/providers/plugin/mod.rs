@@ -36,7 +36,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Child;
 
-use self::wire::{Answer, Described, Done, ListReply, Outcome};
+use self::wire::{Answer, Described, Did, Done, ListReply};
 use super::{Capabilities, Entry, EntryState, Provider, ProviderError, Sandbox};
 use crate::config::{PluginSettings, Secret};
 use crate::labels::Selector;
@@ -360,12 +360,12 @@ impl Provider for Plugin {
             .await?;
         let done: Done = self.interpret(&answer, &what)?;
         match done.result {
-            Outcome::Removed => Ok(()),
-            Outcome::Gone => Err(ProviderError::gone(format!(
+            Did::Removed => Ok(()),
+            Did::Gone => Err(ProviderError::gone(format!(
                 "sandbox {} is gone",
                 sandbox.id
             ))),
-            Outcome::Renewed => Err(ProviderError::fatal(format!(
+            Did::Renewed => Err(ProviderError::fatal(format!(
                 "{what}: plugin {} answered `renewed` to `remove`",
                 self.program()
             ))),
@@ -406,12 +406,12 @@ impl Provider for Plugin {
         let answer = self.call("renew", request).await?;
         let done: Done = self.interpret(&answer, &what)?;
         match done.result {
-            Outcome::Renewed => Ok(()),
-            Outcome::Gone => Err(ProviderError::gone(format!(
+            Did::Renewed => Ok(()),
+            Did::Gone => Err(ProviderError::gone(format!(
                 "sandbox {} is gone",
                 sandbox.id
             ))),
-            Outcome::Removed => Err(ProviderError::fatal(format!(
+            Did::Removed => Err(ProviderError::fatal(format!(
                 "{what}: plugin {} answered `removed` to `renew`",
                 self.program()
             ))),

@@ -72,12 +72,14 @@ impl Listed {
 /// `remove` and `renew` → `{"result": "removed" | "renewed" | "gone"}`.
 #[derive(Debug, Deserialize)]
 pub struct Done {
-    pub result: Outcome,
+    pub result: Did,
 }
 
+/// What the plugin says it did (`result`). Named for the plugin's word, not an outcome:
+/// [`crate::reclaim::Outcome`] is what a reclaim made of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Outcome {
+pub enum Did {
     Removed,
     Renewed,
     Gone,
@@ -392,7 +394,7 @@ mod tests {
     #[test]
     fn done_and_described_replies_parse() {
         let d: Done = interpret(&answer(0, r#"{"result":"gone"}"#, ""), "w", "p", &[]).unwrap();
-        assert_eq!(d.result, Outcome::Gone);
+        assert_eq!(d.result, Did::Gone);
         assert!(interpret::<Done>(&answer(0, r#"{"result":"maybe"}"#, ""), "w", "p", &[]).is_err());
         let d: Described = interpret(
             &answer(0, r#"{"capabilities":{"ttl":true}}"#, ""),

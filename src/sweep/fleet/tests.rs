@@ -161,7 +161,9 @@ async fn a_store_that_cannot_be_read_makes_no_verdict() {
     };
     let pass = pass(&fleet, &providers, &options(), false).await;
     assert!(pass.decisions.is_empty());
-    assert_eq!(pass.list_failures.len(), 1);
+    assert!(pass.list_failures.is_empty(), "the store is no provider");
+    assert_eq!(pass.store_failures.len(), 1);
+    assert_eq!(pass.store_failures[0].store, crate::sweep::StoreKind::Fleet);
     assert!(!pass.is_clean());
     assert_eq!(fake.remaining(), ["l1"]);
 }
