@@ -225,12 +225,9 @@ fn claim_reading(id: &str, journal: &Path) -> bool {
     let Some(pid) = find_process(&format!("claim docker {id}")) else {
         return false;
     };
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|fds| {
-            fds.flatten()
-                .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|p| p == journal))
-        })
-        .unwrap_or(false)
+    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|mut fds| {
+        fds.any(|fd| fd.is_ok_and(|fd| std::fs::read_link(fd.path()).is_ok_and(|p| p == journal)))
+    })
 }
 
 /// #26 and #20: a claim the sidecar can never act on (a Docker container *name*, a provider
