@@ -1,6 +1,6 @@
 //! The operating system's calls, behind safe functions grouped by what they touch: [`fd`]
 //! (descriptors), [`process`] (processes and their groups), [`signal`] (dispositions, masks,
-//! pid 1's signals, SIGPIPE-free writes), [`host`] (this machine's, boot's and pid namespace's
+//! pid 1's signals, SIGPIPE-free writes), `host.rs` (this machine's, boot's and pid namespace's
 //! ids, read from the files the OS keeps), and here the rest (random bytes, the boot clock,
 //! file locks, the user).
 //!
