@@ -12,13 +12,13 @@
 //! cli/          one file per subcommand: args → Settings → one library call → output;
 //!               error.rs (one Error, one exit code mapping); init.rs (the wrapper as pid 1);
 //!               watch/terminal.rs (the sidecar's words on the wrapper's stderr)
-//! session/      SessionId; spawn.rs (the one way a sidecar is started, and its typed ready
+//! session/      spawn.rs (the one way a sidecar is started, and its typed ready
 //!               line), confirm.rs (the one confirmed claim, release, detach), guard.rs (the
 //!               Rust SDK helper)
 //! watch/        the sidecar: start/ (how it begins, up to ready), its event loop (mod.rs),
 //!               arrival.rs (claims and detaches judged as they come), end.rs (the session's
 //!               end), triggers.rs (what the loop waits on), service.rs (the library service
-//!               that owns the loop's tasks), lease.rs (the boot-clock lease), ttl.rs
+//!               that owns the loop's tasks), lease.rs (the boot-clock lease), ttl/
 //!               (server-side TTLs)
 //! sweep/        one pass: judging the ledger and every provider (mod.rs); failure.rs (what
 //!               the ledger or the fleet store could not do); service.rs (--every,
@@ -43,13 +43,15 @@
 //!               proxy_accept.rs (the accept loop), proxy_stamp.rs (stamping), proxy_claim.rs
 //!               (how a proxy hands the sidecar a claim)
 //! ledger/       the state directory: journals, locks, the boots this machine ran, pruning
-//! protocol/     control lines (and their bounded reader), the sidecar's ready line
+//! protocol/     control lines (and their bounded reader), the sidecar's ready line, the
+//!               SessionId rule (a leaf: the ledger and the labels carry it too)
 //! config/       file + environment + flags → one Settings (dotenv.rs: Daytona's ./.env)
 //! identity/     owner identity, liveness (alive / dead / unknown), death.rs (watching a
 //!               live owner die: pidfd, /proc fallback)
 //! labels.rs     the label keys a session stamps and the selector (a leaf every layer reads,
 //!               so at the root rather than under session/)
-//! unix/         the only module with unsafe: fd, process, signal
+//! unix/         the only module with unsafe: fd, process, signal; host.rs (this machine's,
+//!               boot's and pid namespace's ids, below identity and config)
 //! timefmt.rs    RFC 3339 and uptimes
 //! backoff.rs    the one backoff schedule every retry waits by
 //! ```

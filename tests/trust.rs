@@ -184,12 +184,22 @@ fn a_claim_is_durable_when_claim_returns() {
     }
     let _thaw = Thaw(sidecar);
     std::fs::write(dir.join("go"), "").unwrap();
-    // Wait until the line is in the pipe (the claim process is waiting), then some more.
-    std::thread::sleep(Duration::from_millis(800));
-    assert!(
-        !dir.join("claimed").exists(),
-        "`sandguard claim` returned while the sidecar could not journal the claim"
+    // The claim has opened the journal to read its answer (it writes the line right after):
+    // from then on it must keep waiting while the sidecar is frozen.
+    let journal_path = journal(&s, session);
+    eventually(
+        Duration::from_secs(30),
+        "`sandguard claim` has the journal open",
+        || claim_reading(container, &journal_path),
     );
+    let until = Instant::now() + Duration::from_millis(800);
+    while Instant::now() < until {
+        assert!(
+            !dir.join("claimed").exists(),
+            "`sandguard claim` returned while the sidecar could not journal the claim"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     unsafe_kill(sidecar as i32, libc::SIGCONT);
     eventually(Duration::from_secs(10), "the claim returns", || {
         dir.join("claimed").exists()
@@ -207,6 +217,17 @@ fn a_claim_is_durable_when_claim_returns() {
         !container_exists(container),
         "the sweep reclaims the claimed container"
     );
+}
+
+/// Whether a `sandguard claim docker ID` process has `journal` open (it opens it just before
+/// it writes its line, to read the sidecar's answer).
+fn claim_reading(id: &str, journal: &Path) -> bool {
+    let Some(pid) = find_process(&format!("claim docker {id}")) else {
+        return false;
+    };
+    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|mut fds| {
+        fds.any(|fd| fd.is_ok_and(|fd| std::fs::read_link(fd.path()).is_ok_and(|p| p == journal)))
+    })
 }
 
 /// #26 and #20: a claim the sidecar can never act on (a Docker container *name*, a provider

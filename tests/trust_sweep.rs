@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::support::*;
 use crate::trust::{journal, session, wait_state, LABEL_ARGS};
@@ -479,6 +479,7 @@ fn ended_sessions_are_pruned_and_others_kept() {
         let v = json(&run(sg().args(["sessions", "--json"])).stdout);
         v["sessions"][0]["sidecar_alive"] == false
     });
+    // Not a wait for anything: the session must be older than `prune_after` (1 ms).
     std::thread::sleep(Duration::from_millis(20));
     assert_eq!(run(sg().args(["sweep"])).code, 0);
     assert_eq!(listed(), 0, "the sweep pruned it");
@@ -490,6 +491,8 @@ struct Outage {
     addr: String,
     down: Arc<AtomicBool>,
     live: Arc<Mutex<Vec<TcpStream>>>,
+    /// When connections were cut at once, while down.
+    refused: Arc<Mutex<Vec<Instant>>>,
 }
 
 impl Outage {
@@ -498,10 +501,12 @@ impl Outage {
         let addr = format!("tcp://{}", listener.local_addr().unwrap());
         let down = Arc::new(AtomicBool::new(false));
         let live: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-        let (d, l) = (down.clone(), live.clone());
+        let refused: Arc<Mutex<Vec<Instant>>> = Arc::default();
+        let (d, l, r) = (down.clone(), live.clone(), refused.clone());
         std::thread::spawn(move || {
             for tcp in listener.incoming().flatten() {
                 if d.load(Ordering::SeqCst) {
+                    r.lock().unwrap().push(Instant::now());
                     let _ = tcp.shutdown(Shutdown::Both);
                     continue;
                 }
@@ -527,7 +532,21 @@ impl Outage {
                 });
             }
         });
-        Outage { addr, down, live }
+        Outage {
+            addr,
+            down,
+            live,
+            refused,
+        }
+    }
+
+    /// The time between the first and the last connection refused while down.
+    fn refused_over(&self) -> Duration {
+        let refused = self.refused.lock().unwrap();
+        match (refused.first(), refused.last()) {
+            (Some(first), Some(last)) => *last - *first,
+            _ => Duration::ZERO,
+        }
     }
 
     fn set_down(&self, down: bool) {
@@ -581,8 +600,13 @@ fn a_short_docker_outage_during_the_reclaim_leaves_nothing_behind() {
     outage.set_down(true);
     unsafe_kill(owner.id() as i32, libc::SIGKILL);
     let _ = owner.wait();
-    // The outage lasts past the first listing and the settle listing.
-    std::thread::sleep(Duration::from_secs(3));
+    // The outage lasts past the first listing and the settle listing: the sidecar's
+    // connections are refused over more than the settle time (1 s), so it has retried.
+    eventually(
+        Duration::from_secs(25),
+        "the sidecar's listings are refused past the settle listing",
+        || outage.refused_over() > Duration::from_millis(1500),
+    );
     assert!(
         container_exists(container),
         "nothing can be removed during the outage"

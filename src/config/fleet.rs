@@ -197,7 +197,7 @@ impl HostSettings {
         if let Some(id) = &self.id {
             return id.clone();
         }
-        let machine = &crate::identity::Host::current().machine;
+        let machine = &crate::unix::Host::current().machine;
         if machine.chars().any(|c| c != '0') {
             return machine.clone();
         }

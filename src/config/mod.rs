@@ -14,7 +14,7 @@
 //! Errors name the file, the line and the key (`sandguard.toml:7: key `reclaim.deadline`: …`)
 //! and never echo a value that might be a secret.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 pub mod cloud;
@@ -22,15 +22,13 @@ pub mod docker;
 pub mod dotenv;
 mod file;
 pub mod fleet;
+mod resolve;
 mod values;
 
 pub use cloud::CloudSettings;
 pub use docker::DockerHost;
 pub use fleet::{FleetSettings, HostSettings};
 pub use values::{parse_duration, HumanDuration, Positive, Rate, Secret};
-
-use file::{parse_file, FileConfig, FilePlugin};
-use values::{check_state_path, expand_home, parse_level, positive, StatePath};
 
 /// Everything sandguard reads from configuration, after file, environment and flags.
 #[derive(Debug, Clone)]
@@ -233,243 +231,6 @@ impl Env for std::collections::HashMap<String, String> {
     fn var(&self, name: &str) -> Option<String> {
         self.get(name).cloned().filter(|v| !v.is_empty())
     }
-}
-
-impl Settings {
-    /// Resolves file, environment and flags into settings, once.
-    pub fn resolve(overrides: &Overrides, env: &dyn Env) -> Result<Settings, ConfigError> {
-        let (source, file) = match find_config_file(overrides, env)? {
-            Some(path) => {
-                let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
-                    file: path.display().to_string(),
-                    source,
-                })?;
-                let parsed = parse_file(&path, &text)?;
-                (Some(path), parsed)
-            }
-            None => (None, FileConfig::default()),
-        };
-        Self::layer(source, file, overrides, env)
-    }
-
-    /// The settings a config file's `text` alone gives (no environment, no flags), as
-    /// [`Settings::resolve`] would parse and layer it. For the fuzz target `config`; `path` is
-    /// only named in errors. Touches no file.
-    #[doc(hidden)]
-    pub fn parse_config_text(path: &Path, text: &str) -> Result<Settings, ConfigError> {
-        let file = parse_file(path, text)?;
-        Self::layer(
-            Some(path.to_path_buf()),
-            file,
-            &Overrides::default(),
-            &std::collections::HashMap::new(),
-        )
-    }
-
-    /// The built-in defaults, as if no file, environment or flag said anything.
-    pub fn defaults() -> Settings {
-        Self::layer(
-            None,
-            FileConfig::default(),
-            &Overrides::default(),
-            &std::collections::HashMap::new(),
-        )
-        .expect("defaults are valid")
-    }
-
-    fn layer(
-        source: Option<PathBuf>,
-        file: FileConfig,
-        overrides: &Overrides,
-        env: &dyn Env,
-    ) -> Result<Settings, ConfigError> {
-        let state_dir = state_dir(source.as_deref(), file.state_dir, overrides, env)?;
-        let log_level = match env.var("SANDGUARD_LOG") {
-            Some(v) => parse_level(&v).map_err(|message| ConfigError::Env {
-                var: "SANDGUARD_LOG".into(),
-                message,
-            })?,
-            None => file.log_level.map_or(tracing::Level::WARN, |l| l.0),
-        };
-        let grace = grace(file.watch.grace.map(|d| d.0), overrides, env)?;
-        let r = file.reclaim;
-        let p = file.providers;
-        let d = p.docker;
-        let (e2b, daytona, flyio) = (
-            cloud::e2b(p.e2b, env),
-            cloud::daytona(p.daytona, env)?,
-            cloud::flyio(p.flyio, env),
-        );
-        let tenki = cloud::tenki(p.tenki, env);
-        let (modal, modal_environment) = cloud::modal(p.modal, env);
-        let plugins = plugins(p.plugins);
-        let fleet = fleet::fleet(file.fleet, env)?;
-        let host = fleet::host(file.host, env)?;
-        let mut rates: std::collections::BTreeMap<String, f64> = [
-            ("docker", d.rate.map(|r| r.0)),
-            ("e2b", e2b.rate),
-            ("daytona", daytona.rate),
-            ("flyio", flyio.rate),
-            ("tenki", tenki.rate),
-            ("modal", modal.rate),
-        ]
-        .into_iter()
-        .filter_map(|(name, rate)| Some((name.to_string(), rate?)))
-        .collect();
-        rates.extend(
-            plugins
-                .iter()
-                .filter_map(|p| Some((p.name.clone(), p.rate?))),
-        );
-        Ok(Settings {
-            source,
-            state_dir,
-            log_level,
-            watch: WatchSettings {
-                grace,
-                renew_every: file
-                    .watch
-                    .renew_every
-                    .map_or(Duration::from_secs(60), |d| d.0),
-                docker_proxy: ProxyMode::from_file(file.watch.docker_proxy),
-                cloud_proxy: ProxyMode::from_file(file.watch.cloud_proxy),
-            },
-            reclaim: ReclaimSettings {
-                concurrency: r.concurrency.map_or(16, |c| c.0),
-                deadline: r.deadline.map_or(Duration::from_secs(120), |d| d.0),
-                settle: r.settle.map_or(Duration::from_secs(2), |d| d.0),
-                retry_initial: r.retry_initial.map_or(Duration::from_millis(200), |d| d.0),
-                retry_max: r.retry_max.map_or(Duration::from_secs(10), |d| d.0),
-                rates,
-            },
-            sweep: SweepSettings {
-                prune_after: match file.sweep.prune_after {
-                    Some(HumanDuration(d)) if d.is_zero() => None,
-                    Some(HumanDuration(d)) => Some(d),
-                    None => Some(Duration::from_secs(7 * 86_400)),
-                },
-            },
-            docker: DockerSettings {
-                enabled: d.enabled,
-                host: docker::resolve(d.host, env),
-                api_version: env.var("DOCKER_API_VERSION").or(d.api_version),
-                timeout: d.timeout.map_or(Duration::from_secs(30), |d| d.0),
-            },
-            e2b,
-            daytona,
-            flyio,
-            tenki,
-            modal,
-            modal_environment,
-            plugins,
-            fleet,
-            host,
-        })
-    }
-}
-
-/// The state directory: the flag, else `SANDGUARD_STATE_DIR`, else the file's `state_dir`,
-/// else the XDG default; `~` expanded, a relative path refused.
-fn state_dir(
-    source: Option<&Path>,
-    file: Option<StatePath>,
-    overrides: &Overrides,
-    env: &dyn Env,
-) -> Result<PathBuf, ConfigError> {
-    if let Some(dir) = &overrides.state_dir {
-        return Ok(dir.clone());
-    }
-    if let Some(var) = env.var("SANDGUARD_STATE_DIR") {
-        let path = PathBuf::from(var);
-        return check_state_path(&path)
-            .and_then(|()| expand_home(&path, env))
-            .map_err(|message| ConfigError::Env {
-                var: "SANDGUARD_STATE_DIR".into(),
-                message,
-            });
-    }
-    match file {
-        Some(StatePath(path)) => expand_home(&path, env).map_err(|message| ConfigError::Invalid {
-            file: source.map(|p| p.display().to_string()).unwrap_or_default(),
-            line: 0,
-            what: "key `state_dir`".into(),
-            message,
-        }),
-        None => Ok(default_state_dir(env)),
-    }
-}
-
-/// The lease grace: `--grace`, else `SANDGUARD_GRACE`, else the file's, else 10 minutes; never
-/// zero.
-fn grace(
-    file: Option<Duration>,
-    overrides: &Overrides,
-    env: &dyn Env,
-) -> Result<Duration, ConfigError> {
-    if let Some(g) = overrides.grace {
-        return positive(g).map_err(|message| ConfigError::Flag {
-            flag: "--grace".into(),
-            message,
-        });
-    }
-    let var = "SANDGUARD_GRACE";
-    match env.var(var) {
-        Some(v) => parse_duration(&v)
-            .and_then(positive)
-            .map_err(|message| ConfigError::Env {
-                var: var.into(),
-                message,
-            }),
-        None => Ok(file.unwrap_or(Duration::from_secs(600))),
-    }
-}
-
-/// The plugin tables, resolved.
-fn plugins(file: std::collections::BTreeMap<String, FilePlugin>) -> Vec<PluginSettings> {
-    file.into_iter()
-        .map(|(name, f)| PluginSettings {
-            name,
-            command: f.command.map(|c| c.0),
-            timeout: f.timeout.map_or(Duration::from_secs(30), |d| d.0),
-            rate: f.rate.map(|r| r.0),
-        })
-        .collect()
-}
-
-/// `$XDG_STATE_HOME/sandguard`, else `~/.local/state/sandguard`; `/var/lib/sandguard` for root
-/// without a home.
-fn default_state_dir(env: &dyn Env) -> PathBuf {
-    if let Some(xdg) = env.var("XDG_STATE_HOME") {
-        return Path::new(&xdg).join("sandguard");
-    }
-    match env.var("HOME") {
-        Some(home) => Path::new(&home).join(".local/state/sandguard"),
-        None => PathBuf::from("/var/lib/sandguard"),
-    }
-}
-
-fn find_config_file(overrides: &Overrides, env: &dyn Env) -> Result<Option<PathBuf>, ConfigError> {
-    let explicit = overrides
-        .config
-        .clone()
-        .or_else(|| env.var("SANDGUARD_CONFIG").map(PathBuf::from));
-    if let Some(path) = explicit {
-        return Ok(Some(path));
-    }
-    let xdg = env
-        .var("XDG_CONFIG_HOME")
-        .map(PathBuf::from)
-        .or_else(|| env.var("HOME").map(|h| Path::new(&h).join(".config")));
-    let candidates = xdg
-        .map(|d| d.join("sandguard/config.toml"))
-        .into_iter()
-        .chain(std::iter::once(PathBuf::from("/etc/sandguard/config.toml")));
-    for candidate in candidates {
-        if candidate.is_file() {
-            return Ok(Some(candidate));
-        }
-    }
-    Ok(None)
 }
 
 #[cfg(test)]

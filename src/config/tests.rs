@@ -3,6 +3,7 @@
 use super::file::{parse_file, FileConfig};
 use super::*;
 use std::collections::HashMap;
+use std::path::Path;
 
 fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
     pairs

@@ -35,7 +35,6 @@ pub mod death;
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::OnceLock;
 
 /// The identity of one process on one boot of one machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,61 +68,9 @@ impl Liveness {
     }
 }
 
-/// The facts that identify this machine, this boot and this pid namespace, read once per
-/// process.
-#[derive(Debug, Clone)]
-pub struct Host {
-    pub machine: String,
-    pub boot: String,
-    /// This process's pid namespace; `None` when `/proc/self/ns/pid` cannot be read.
-    pub pidns: Option<u64>,
-}
-
-/// A machine id used when none can be read (some containers have no `/etc/machine-id`). Owners
-/// carrying it are always judged [`Liveness::Unknown`] by everyone else, and by this machine.
-const UNKNOWN_MACHINE: &str = "0000000000000000";
-
-impl Host {
-    /// This machine, this boot and this pid namespace.
-    pub fn current() -> &'static Host {
-        static HOST: OnceLock<Host> = OnceLock::new();
-        HOST.get_or_init(|| {
-            let machine = ["/etc/machine-id", "/var/lib/dbus/machine-id"]
-                .iter()
-                .find_map(|p| std::fs::read_to_string(p).ok())
-                .map(|s| short_hex(&s))
-                .filter(|s| s.len() == 16)
-                .unwrap_or_else(|| UNKNOWN_MACHINE.to_string());
-            Host {
-                machine,
-                boot: current_boot(),
-                pidns: pid_namespace(),
-            }
-        })
-    }
-}
-
-/// This boot's id in its short form (empty when it cannot be read).
-pub fn current_boot() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| short_hex(&s))
-        .unwrap_or_default()
-}
-
-/// The inode of this process's pid namespace.
-fn pid_namespace() -> Option<u64> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
-}
-
-/// The first 16 hex digits of an id, lower-case, dashes and whitespace dropped.
-fn short_hex(s: &str) -> String {
-    s.chars()
-        .filter(char::is_ascii_hexdigit)
-        .take(16)
-        .collect::<String>()
-        .to_ascii_lowercase()
-}
+// This machine's facts are read in `unix` (host.rs), below this module and `config`: both
+// need the machine id, and neither imports the other.
+pub use crate::unix::{current_boot, Host};
 
 impl Identity {
     /// The identity of `pid` on this machine now, or `None` if it does not exist.
@@ -202,14 +149,8 @@ pub struct Judge {
     known_boots: BTreeSet<String>,
 }
 
-/// What `kill(pid, 0)` says about a pid whose `/proc` entry cannot be read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Probe {
-    /// `ESRCH`: no such process in this namespace.
-    NoSuchProcess,
-    /// It exists (or may: `EPERM`), but cannot be inspected.
-    Hidden,
-}
+// What `kill(pid, 0)` says, as `unix::probe_pid` answers it.
+pub use crate::unix::Probe;
 
 impl Judge {
     /// A judge for this host that knows `known_boots` (short boot ids) besides the current one.
@@ -237,7 +178,7 @@ impl Judge {
         probe: impl Fn(u32) -> Probe,
     ) -> Liveness {
         let host = &self.host;
-        if id.machine == UNKNOWN_MACHINE || id.machine != host.machine {
+        if id.machine == crate::unix::UNKNOWN_MACHINE || id.machine != host.machine {
             return Liveness::Unknown;
         }
         if id.boot != host.boot {

@@ -13,7 +13,7 @@
 //! - The state directory is refused, with the reason, when it is a symlink, owned by another
 //!   user, or writable by group or others: whoever can write there can make sandguard forget
 //!   sandboxes or remove the wrong ones. Modes are set explicitly, never left to the umask.
-//! - Session ids follow [`crate::session::SessionId::RULE`], so an id is always a safe file name.
+//! - Session ids follow [`crate::protocol::SessionId::RULE`], so an id is always a safe file name.
 //! - Every record is on disk before it is acknowledged ([`Journal::append`]). A reader ignores
 //!   a torn last line, and skips (and counts, [`SessionView::corrupt_lines`]) a corrupt one
 //!   elsewhere.
@@ -78,7 +78,7 @@ pub enum LedgerError {
     Exists { path: PathBuf },
     #[error("journal {} has no start record", path.display())]
     NoStart { path: PathBuf },
-    #[error("invalid session id \"{0}\": expected {rule}", rule = crate::session::SessionId::RULE)]
+    #[error("invalid session id \"{0}\": expected {rule}", rule = crate::protocol::SessionId::RULE)]
     BadSessionId(String),
     #[error("a session must begin with a start record")]
     NotStart,
@@ -307,7 +307,7 @@ impl StateDir {
 }
 
 fn check_id(id: &str) -> Result<(), LedgerError> {
-    crate::session::SessionId::parse(id)
+    crate::protocol::SessionId::parse(id)
         .map(drop)
         .map_err(|_| LedgerError::BadSessionId(echo(id.as_bytes())))
 }

@@ -1,4 +1,5 @@
-//! The operations of a history, and the seeded generator that makes them.
+//! The operations of a history ([`Op`] and what it names), and the seeded generator that
+//! makes them.
 //!
 //! Decisions:
 //! - **Names, not positions.** An operation names its session by the order of `start`s
@@ -7,43 +8,13 @@
 //!   sandbox no longer exists, or whose precondition no longer holds (a claim by a session
 //!   whose sidecar is gone), is skipped when it runs ([`crate::model::world`]), so every
 //!   sub-history still runs.
-//! - **A small PRNG of our own** (SplitMix64): no dependency, and a seed printed as one
-//!   number replays the same history on any machine.
-//! - The generator keeps a sketch of who lives (owners, sidecars) only to pick plausible
-//!   operations; the oracle ([`super::oracle`]) is what judges them.
+//! - The generator is [`generate`] (in `ops/generate.rs`).
 
 use std::fmt;
 
-/// SplitMix64: small, fast, and good enough to pick operations.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
+mod generate;
 
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A number below `n` (`n` > 0).
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    pub fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-
-    pub fn pick<T: Copy>(&mut self, from: &[T]) -> T {
-        from[self.below(from.len())]
-    }
-}
+pub use generate::{generate, Rng};
 
 /// How the program makes a sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -244,159 +215,4 @@ impl fmt::Display for Op {
 /// What `stop` is given for a prefix cut of `x`'s id.
 pub fn prefix(x: usize, n: usize) -> String {
     box_id(x).chars().take(n.max(1)).collect()
-}
-
-/// The generator's sketch of a session.
-#[derive(Clone, Copy)]
-struct Sketch {
-    owner: bool,
-    sidecar: bool,
-}
-
-/// A random history of `len` operations from `seed`.
-pub fn generate(seed: u64, len: usize) -> Vec<Op> {
-    let mut rng = Rng::new(seed);
-    let mut sessions: Vec<Sketch> = Vec::new();
-    let mut boxes = 0usize;
-    // Each sandbox's maker, when a session's program made it (detaches and releases mostly
-    // name the session's own).
-    let mut makers: Vec<Option<usize>> = Vec::new();
-    // What each session detached: it never claims nor releases those again (DESIGN leaves
-    // open whether that undoes the detach).
-    let mut detached: Vec<(usize, usize)> = Vec::new();
-    let mut ops = vec![Op::Start { s: 0 }];
-    sessions.push(Sketch {
-        owner: true,
-        sidecar: true,
-    });
-    while ops.len() < len {
-        let live: Vec<usize> = (0..sessions.len()).filter(|&s| sessions[s].owner).collect();
-        let guarded: Vec<usize> = live
-            .iter()
-            .copied()
-            .filter(|&s| sessions[s].sidecar)
-            .collect();
-        let op = match rng.below(24) {
-            0 | 1 if sessions.len() < 3 => Op::Start { s: sessions.len() },
-            2..=6 if !live.is_empty() => {
-                let s = rng.pick(&live);
-                let how = match rng.below(5) {
-                    0 | 1 => Make::Labelled {
-                        detached: rng.chance(25),
-                    },
-                    2 | 3 if sessions[s].sidecar => Make::Proxy {
-                        detached: rng.chance(25),
-                    },
-                    _ if sessions[s].sidecar => Make::ThenClaimed,
-                    _ => Make::Labelled { detached: false },
-                };
-                boxes += 1;
-                makers.push(Some(s));
-                Op::Create {
-                    s,
-                    x: boxes - 1,
-                    provider: rng.below(2),
-                    how,
-                }
-            }
-            7 | 8 => {
-                let forge = if rng.chance(50) {
-                    Forge::None
-                } else {
-                    Forge::Of(rng.below(sessions.len()))
-                };
-                boxes += 1;
-                makers.push(None);
-                Op::Stranger {
-                    x: boxes - 1,
-                    provider: rng.below(2),
-                    forge,
-                }
-            }
-            9 | 10 if !guarded.is_empty() && boxes > 0 => {
-                let (s, x) = (rng.pick(&guarded), rng.below(boxes));
-                if detached.contains(&(s, x)) {
-                    continue;
-                }
-                Op::Claim { s, x }
-            }
-            11 | 12 if !guarded.is_empty() && boxes > 0 => {
-                let s = rng.pick(&guarded);
-                let own: Vec<usize> = (0..boxes).filter(|&x| makers[x] == Some(s)).collect();
-                let x = if !own.is_empty() && rng.chance(75) {
-                    rng.pick(&own)
-                } else {
-                    rng.below(boxes)
-                };
-                if detached.contains(&(s, x)) {
-                    continue;
-                }
-                if rng.chance(65) {
-                    detached.push((s, x));
-                    Op::Detach { s, x }
-                } else {
-                    Op::Release { s, x }
-                }
-            }
-            13 if boxes > 0 => {
-                let x = rng.below(boxes);
-                let cut = match rng.below(4) {
-                    0 | 1 => Cut::Full,
-                    2 => Cut::Prefix(1 + rng.below(2)),
-                    _ => Cut::Empty,
-                };
-                if rng.chance(50) {
-                    Op::Stop { x, cut }
-                } else {
-                    Op::StopAll {
-                        s: rng.below(sessions.len()),
-                    }
-                }
-            }
-            14 | 15 if !live.is_empty() => {
-                let s = rng.pick(&live);
-                sessions[s].owner = false;
-                sessions[s].sidecar = false;
-                let how = rng.pick(&[Death::Exit, Death::Sigkill, Death::GroupTerm]);
-                Op::Kill { s, how }
-            }
-            16 if !guarded.is_empty() => {
-                let s = rng.pick(&guarded);
-                sessions[s].sidecar = false;
-                Op::SidecarDies { s }
-            }
-            17..=19 => Op::Sweep {
-                prune: rng.chance(40),
-            },
-            20 => Op::FleetSweep {
-                here: rng.chance(60),
-                after_lease: rng.chance(70),
-            },
-            21 => Op::Prune,
-            22 => Op::Heal,
-            23 => {
-                // A 429 teaches the pace a rate: the next calls wait up to a second, so it
-                // is the rarest fault (the model runs in real time).
-                let fault = match rng.below(9) {
-                    0..=2 => Fault::Remove5xx(rng.pick(&[2, 1000])),
-                    3 => Fault::Remove429(rng.pick(&[1, 2])),
-                    4..=6 => Fault::ListFails(rng.pick(&[1, 1000])),
-                    _ => Fault::Slow(rng.pick(&[2, 20])),
-                };
-                Op::Fault {
-                    provider: rng.below(2),
-                    fault,
-                }
-            }
-            _ => continue,
-        };
-        if let Op::Start { .. } = op {
-            sessions.push(Sketch {
-                owner: true,
-                sidecar: true,
-            });
-        }
-        ops.push(op);
-    }
-    ops
 }

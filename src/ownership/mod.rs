@@ -32,8 +32,6 @@
 //!    here is reclaimed only when its fleet lease expired.
 //! 6. **Nothing is renewed after its owner's death**, nor anything the session does not own.
 
-use std::fmt;
-
 use crate::identity::Liveness;
 use crate::providers::Sandbox;
 
@@ -41,6 +39,9 @@ pub mod detach;
 pub mod known;
 #[cfg(test)]
 mod tests;
+mod verdict;
+
+pub use verdict::{Judgement, Reason, Verdict};
 
 /// Whether a session's sidecar (or an adopting sweep) holds its journal's lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,113 +177,6 @@ impl<'a> Facts<'a> {
             (_, Some(ended), Some(created)) if created <= ended => Some((id, session)),
             _ => None,
         }
-    }
-}
-
-/// What the judgement allows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    Remove,
-    Renew,
-    Keep,
-}
-
-/// Why: each variant is one rule as it applied, printed as the verdict's reason.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reason {
-    Expired,
-    /// Labelled `sandguard.detached=true`.
-    Detached,
-    /// Detached by a `detach` in a session's ledger.
-    DetachedByOwner,
-    Named,
-    Labelled,
-    Claimed,
-    Adopted {
-        from: String,
-    },
-    Steal {
-        from: String,
-    },
-    ClaimedElsewhere {
-        by: String,
-    },
-    NotOurs,
-    OwnerDead,
-    OwnerLives,
-    OwnerUnknown,
-    NoOwner,
-    LeaseExpired,
-    SidecarAlive,
-    AfterDeath,
-}
-
-impl Reason {
-    /// Kept because it was detached (by its label or by its owner).
-    pub fn is_detached(&self) -> bool {
-        matches!(self, Reason::Detached | Reason::DetachedByOwner)
-    }
-}
-
-impl fmt::Display for Reason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Reason::Expired => f.write_str("its sandguard.expires has passed"),
-            Reason::Detached => f.write_str("detached: left to its TTL, if it has one, or a stop by id"),
-            Reason::DetachedByOwner => {
-                f.write_str("detached by its owner: left to its TTL, if it has one, or a stop by id")
-            }
-            Reason::Named => f.write_str("named by hand"),
-            Reason::Labelled => f.write_str("it carries the session's label"),
-            Reason::Claimed => f.write_str("the session claimed it"),
-            Reason::Adopted { from } => write!(
-                f,
-                "the session claimed it, and session {from} whose label it carries is over with its owner dead"
-            ),
-            Reason::Steal { from } => write!(
-                f,
-                "claimed, but it carries session {from}'s label and that session may still live: a claim adopts, it never steals"
-            ),
-            Reason::ClaimedElsewhere { by } => write!(
-                f,
-                "session {by}, which may still live, claimed it too: a claim adopts, it never steals"
-            ),
-            Reason::NotOurs => f.write_str("it is not the session's"),
-            Reason::OwnerDead => f.write_str("its owner is dead"),
-            Reason::OwnerLives => f.write_str("its owner lives"),
-            Reason::OwnerUnknown => f.write_str(
-                "its owner cannot be judged from here (another machine, boot or pid namespace): TTL only",
-            ),
-            Reason::NoOwner => f.write_str("it names no owner and no session of this ledger: TTL only"),
-            Reason::LeaseExpired => f.write_str("its fleet lease expired and its owner cannot be judged from here"),
-            Reason::SidecarAlive => f.write_str("its session's sidecar lives"),
-            Reason::AfterDeath => f.write_str("its owner is dead: nothing is renewed after a death"),
-        }
-    }
-}
-
-/// The judgement and its reason.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Judgement {
-    pub verdict: Verdict,
-    pub reason: Reason,
-}
-
-impl Judgement {
-    fn remove(reason: Reason) -> Judgement {
-        Judgement {
-            verdict: Verdict::Remove,
-            reason,
-        }
-    }
-    fn keep(reason: Reason) -> Judgement {
-        Judgement {
-            verdict: Verdict::Keep,
-            reason,
-        }
-    }
-    pub fn removes(&self) -> bool {
-        self.verdict == Verdict::Remove
     }
 }
 

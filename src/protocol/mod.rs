@@ -24,6 +24,7 @@
 mod outcome;
 mod reader;
 mod ready;
+mod session_id;
 
 use std::fmt;
 use std::io;
@@ -33,6 +34,7 @@ use serde::{Deserialize, Serialize};
 pub use outcome::{ByeOutcome, Left};
 pub use reader::LineReader;
 pub use ready::ReadyLine;
+pub(crate) use session_id::SessionId;
 
 /// The longest line accepted, including its `\n`.
 pub const MAX_LINE: usize = 4096;

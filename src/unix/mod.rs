@@ -1,7 +1,8 @@
 //! The operating system's calls, behind safe functions grouped by what they touch: [`fd`]
 //! (descriptors), [`process`] (processes and their groups), [`signal`] (dispositions, masks,
-//! pid 1's signals, SIGPIPE-free writes), and here the rest (random bytes, the boot clock, file
-//! locks, the user).
+//! pid 1's signals, SIGPIPE-free writes), `host.rs` (this machine's, boot's and pid namespace's
+//! ids, read from the files the OS keeps), and here the rest (random bytes, the boot clock,
+//! file locks, the user).
 //!
 //! The calls go through crates, not libc by hand: `nix` for what it wraps (signals and sigsets,
 //! fork, setsid, kill, pipe2, fcntl, fstat, poll, the clocks, tcsetpgrp); `rustix` for three
@@ -20,10 +21,12 @@
 //! crate calls the safe wrappers here.
 
 mod fd;
+mod host;
 mod process;
 mod signal;
 
 pub use fd::*;
+pub use host::*;
 pub use process::*;
 pub use signal::*;
 

@@ -165,11 +165,19 @@ pub fn kill_process_group(pgid: u32) -> io::Result<()> {
     }
 }
 
+/// What `kill(pid, 0)` says about a pid whose `/proc` entry cannot be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    /// `ESRCH`: no such process in this namespace.
+    NoSuchProcess,
+    /// It exists (or may: `EPERM`), but cannot be inspected.
+    Hidden,
+}
+
 /// Whether a pid exists in this pid namespace, for an owner whose `/proc` entry cannot be read
 /// (`hidepid=2`, another user): `kill(pid, 0)` sends nothing and only checks. `ESRCH` proves
 /// there is no such process; anything else (success, `EPERM`) says it may exist.
-pub fn probe_pid(pid: u32) -> crate::identity::Probe {
-    use crate::identity::Probe;
+pub fn probe_pid(pid: u32) -> Probe {
     let Ok(pid) = i32::try_from(pid) else {
         return Probe::NoSuchProcess;
     };

@@ -124,7 +124,11 @@ fn a_store_restarted_empty_gets_the_live_sessions_back() {
     registered(&redis, &owner.session, &[&claimed]);
     let port = redis.port;
     redis.stop();
-    std::thread::sleep(Duration::from_millis(500));
+    eventually(
+        Duration::from_secs(10),
+        "the sidecar has let go of the stopped store",
+        || !connected_to(port),
+    );
     let redis = Redis::start_on(port);
     let gap = b.sweep(&["--json"]);
     assert_eq!(gap.code, 0, "{}{}", gap.stdout, gap.stderr);
@@ -154,4 +158,20 @@ fn a_store_restarted_empty_gets_the_live_sessions_back() {
         started.elapsed()
     );
     assert_eq!(redis.cli(&["HGET", &key, "host"]).trim(), "host-a");
+}
+
+/// Whether a TCP connection to 127.0.0.1:`port` is open on this machine (established, or
+/// closed by the server and not yet by the client): a client that still holds its connection
+/// to a store that went away has not noticed yet.
+fn connected_to(port: u16) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    table.lines().skip(1).any(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let remote_port = fields
+            .get(2)
+            .and_then(|a| a.split_once(':'))
+            .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+        // 01 ESTABLISHED, 08 CLOSE_WAIT.
+        remote_port == Some(port) && matches!(fields.get(3), Some(&"01" | &"08"))
+    })
 }

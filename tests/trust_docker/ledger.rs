@@ -30,7 +30,10 @@ fn ledger(s: &Scratch) -> (String, Vec<String>, Vec<String>) {
 #[test]
 fn claimed_networks_and_volumes_are_cleared_and_a_pending_network_is_swept_as_one() {
     require_docker();
-    let _g = shared();
+    // Exclusive: its sweep covers all of Docker, so it would reclaim another test's sandboxes
+    // whose owner is dead and whose detach is only in that test's ledger (seen under load:
+    // cli_edges' detached container gone).
+    let _g = exclusive();
     let s = Scratch::new("td-ledger");
     let config = s.path().join("config/sandguard");
     std::fs::create_dir_all(&config).unwrap();

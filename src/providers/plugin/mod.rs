@@ -23,35 +23,20 @@
 //! the listing stands. Decision: dropped, not a failed listing, so one odd entry cannot hide a
 //! session's other sandboxes from its reclaim.
 
+mod discover;
+mod process;
 mod wire;
 
-use std::collections::BTreeMap;
-use std::ffi::{OsStr, OsString};
-use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::ffi::OsString;
+use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::process::Child;
-
 use self::wire::{Answer, Described, Did, Done, ListReply};
-use super::{Capabilities, Entry, EntryState, Provider, ProviderError, Sandbox};
-use crate::config::{PluginSettings, Secret};
+use super::{Capabilities, Provider, ProviderError, Sandbox};
+use crate::config::Secret;
 use crate::labels::Selector;
 
-/// A plugin on `PATH` is this prefix followed by its provider name.
-pub const PREFIX: &str = "sandguard-provider-";
-
-/// The protocol version, in the plugin's environment as `SANDGUARD_PLUGIN_PROTOCOL`.
-const PROTOCOL: &str = "1";
-
-/// A reply larger than this is refused (the rest of stdout is read and discarded).
-const MAX_REPLY: usize = 16 << 20;
-
-/// How much of a plugin's stderr is kept for error messages.
-const MAX_STDERR: usize = 64 << 10;
+pub use discover::{discover, entries, PREFIX};
 
 /// Until `describe` has answered, a plugin is taken to have labels and a TTL: the sidecar picks
 /// its TTL keepers at start, and [`Plugin::renew`] asks `describe` before renewing anything.
@@ -67,84 +52,6 @@ const UNDESCRIBED: Capabilities = Capabilities {
     ttl: false,
     pagination: false,
 };
-
-/// The registry entries of every plugin: those on `path` (a `PATH` value) and those in the
-/// config; a config `command` wins over `PATH`. A name in `reserved` (the built-ins) is ignored
-/// with a warning. Sorted by name. `secrets` (every credential sandguard knows) are redacted
-/// from whatever the plugins say.
-pub fn entries(
-    configured: &[PluginSettings],
-    path: Option<&OsStr>,
-    reserved: &[&str],
-    secrets: &[Secret],
-) -> Vec<Entry> {
-    let found = discover(path);
-    let mut names: Vec<&str> = found.keys().map(String::as_str).collect();
-    names.extend(configured.iter().map(|p| p.name.as_str()));
-    names.sort_unstable();
-    names.dedup();
-    let mut entries = Vec::new();
-    for name in names {
-        if reserved.contains(&name) {
-            tracing::warn!(
-                "ignoring the plugin {}: {name:?} is a built-in provider",
-                found
-                    .get(name)
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default()
-            );
-            continue;
-        }
-        let settings = configured.iter().find(|p| p.name == name);
-        let command: Option<Vec<OsString>> = settings
-            .and_then(|s| s.command.as_ref())
-            .map(|c| c.iter().map(OsString::from).collect())
-            .or_else(|| found.get(name).map(|p| vec![p.clone().into_os_string()]));
-        let timeout = settings.map_or(Duration::from_secs(30), |s| s.timeout);
-        let state = match command {
-            Some(command) => EntryState::Configured(Arc::new(
-                Plugin::new(name, command, timeout).redacting(secrets.to_vec()),
-            )),
-            None => EntryState::Unconfigured(format!(
-                "[providers.{name}] has no `command` and there is no {PREFIX}{name} on PATH"
-            )),
-        };
-        // The registry is built once per process and its names live as long; leaking these
-        // few bytes keeps `Entry::name` a plain `&'static str` for the built-ins.
-        let name: &'static str = Box::leak(name.to_string().into_boxed_str());
-        entries.push(Entry { name, state });
-    }
-    entries
-}
-
-/// Every `sandguard-provider-NAME` on `path`: executable regular files (symlinks followed) in
-/// absolute directories, the first of each name winning as in a shell's lookup. A name that
-/// is not a valid provider name is skipped.
-pub fn discover(path: Option<&OsStr>) -> BTreeMap<String, PathBuf> {
-    let mut found = BTreeMap::new();
-    let Some(path) = path else { return found };
-    for dir in std::env::split_paths(path).filter(|d| d.is_absolute()) {
-        let Ok(listing) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for item in listing.flatten() {
-            let file_name = item.file_name();
-            let Some(name) = file_name.to_str().and_then(|n| n.strip_prefix(PREFIX)) else {
-                continue;
-            };
-            if !crate::protocol::valid_provider(name) || found.contains_key(name) {
-                continue;
-            }
-            let path = item.path();
-            let executable = std::fs::metadata(&path)
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
-            if executable {
-                found.insert(name.to_string(), path);
-            }
-        }
-    }
-    found
-}
 
 /// One plugin provider.
 pub struct Plugin {
@@ -208,52 +115,6 @@ impl Plugin {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Runs `COMMAND… verb` with `request` on stdin and collects its answer, killing the
-    /// plugin's whole process group at the time limit.
-    async fn call(&self, verb: &str, request: serde_json::Value) -> Result<Answer, ProviderError> {
-        let program = self.program();
-        let mut body = request.to_string().into_bytes();
-        body.push(b'\n');
-        let Some((executable, args)) = self.command.split_first() else {
-            return Err(ProviderError::fatal(format!(
-                "plugin {} has no command",
-                self.name
-            )));
-        };
-        let mut child = tokio::process::Command::new(executable)
-            .args(args)
-            .arg(verb)
-            .env("SANDGUARD_PLUGIN_PROTOCOL", PROTOCOL)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .process_group(0)
-            .spawn()
-            .map_err(|e| ProviderError::fatal(format!("cannot run plugin {program}: {e}")))?;
-        let group = child.id();
-        match tokio::time::timeout(self.timeout, exchange(&mut child, body)).await {
-            Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(e)) => Err(ProviderError::transient(format!(
-                "cannot talk to plugin {program}: {e}"
-            ))),
-            Err(_) => {
-                // The leader is not reaped yet (its wait never returned), so the group id
-                // cannot have been reused.
-                if let Some(group) = group {
-                    if let Err(e) = crate::unix::kill_process_group(group) {
-                        tracing::warn!("cannot kill plugin {program} (group {group}): {e}");
-                    }
-                }
-                let _ = child.start_kill();
-                Err(ProviderError::transient(format!(
-                    "plugin {program} did not answer `{verb}` within {:?}; killed it",
-                    self.timeout
-                )))
-            }
-        }
-    }
-
     /// `None` when the plugin does not implement `describe` (it exits non-zero).
     async fn describe(&self) -> Result<Option<Described>, ProviderError> {
         let answer = self.call("describe", serde_json::json!({})).await?;
@@ -268,51 +129,6 @@ impl Plugin {
         self.interpret(&answer, "failed to describe the plugin")
             .map(Some)
     }
-}
-
-/// Writes the request, closes stdin, reads stdout and stderr to the end (keeping at most
-/// their limits) and waits for the exit status, all at once so no pipe can fill and stall.
-async fn exchange(child: &mut Child, body: Vec<u8>) -> std::io::Result<Answer> {
-    let stdin = child.stdin.take();
-    let write = async move {
-        if let Some(mut stdin) = stdin {
-            // A plugin that exits without reading its request is judged by its reply.
-            let _ = stdin.write_all(&body).await;
-        }
-    };
-    let (_, (stdout, stdout_truncated), (stderr, _)) = tokio::join!(
-        write,
-        read_capped(child.stdout.take(), MAX_REPLY),
-        read_capped(child.stderr.take(), MAX_STDERR),
-    );
-    let status = child.wait().await?;
-    Ok(Answer {
-        status,
-        stdout,
-        stdout_truncated,
-        stderr,
-    })
-}
-
-/// Reads `reader` to its end, keeping the first `cap` bytes; `true` when more were discarded.
-async fn read_capped(reader: Option<impl AsyncRead + Unpin>, cap: usize) -> (Vec<u8>, bool) {
-    let mut kept = Vec::new();
-    let mut truncated = false;
-    let Some(mut reader) = reader else {
-        return (kept, truncated);
-    };
-    let mut buf = vec![0u8; 16 << 10];
-    loop {
-        match reader.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                let room = cap - kept.len();
-                truncated |= n > room;
-                kept.extend_from_slice(&buf[..n.min(room)]);
-            }
-        }
-    }
-    (kept, truncated)
 }
 
 #[async_trait::async_trait]

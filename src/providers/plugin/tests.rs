@@ -1,7 +1,11 @@
 //! Unit tests of `plugin`.
 
 use super::*;
+use crate::config::PluginSettings;
 use crate::ledger::testutil::TempDir;
+use crate::providers::EntryState;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
 
 fn script(dir: &std::path::Path, name: &str, body: &str) -> PathBuf {
     let path = dir.join(name);

@@ -12,8 +12,8 @@
 //!   `detach` command or the `sandguard.detached=true` label: their own TTL is what should end
 //!   them), never one whose `sandguard.expires` passed, and nothing after the owner's death.
 //! - The keeper stops the moment the watch ends: the sidecar turns `ending` and then waits
-//!   for a batch of renewal calls already in flight (at most [`HALT_WAIT`]) before its reclaim
-//!   starts ([`Halting`]); the keeper checks again before each call. A reclaim whose removals
+//!   for a batch of renewal calls already in flight (at most [`halt::HALT_WAIT`]) before its
+//!   reclaim starts ([`Halting`]); the keeper checks again before each call. A reclaim whose removals
 //!   fail does not keep a dead owner's sandboxes alive, and no renewal lands after the first
 //!   removal.
 //! - A provider's renew never shortens a longer lifetime (the drivers check first).
@@ -33,6 +33,10 @@ use crate::identity::Liveness;
 use crate::labels::Selector;
 use crate::ownership::{self, Asker, Facts, Verdict};
 use crate::providers::{Provider, ProviderError, Sandbox};
+
+mod halt;
+
+pub use halt::{Halt, Halting};
 
 /// What the owner holds, as the sidecar last saw it (the same type the fleet store mirrors).
 pub use crate::fleet::Holdings;
@@ -56,65 +60,6 @@ pub struct Keeper {
     /// How the watch stops it (the owner's death, `bye`, an expired lease), before the
     /// reclaim starts: it renews nothing after that.
     halt: Halt,
-}
-
-/// How long a sidecar whose watch ended waits for a batch of renewals already in flight
-/// before its reclaim starts anyway (a renewal call is bounded by its client's timeouts).
-pub const HALT_WAIT: Duration = Duration::from_secs(1);
-
-/// The keeper's half of its stop: `ending` turns `true` when the watch ends; the keeper holds
-/// `calls` around each batch of renewal calls, checking `ending` once it has it.
-#[derive(Clone)]
-pub struct Halt {
-    ending: tokio::sync::watch::Receiver<bool>,
-    calls: Arc<tokio::sync::Mutex<()>>,
-}
-
-impl Halt {
-    /// Whether the watch has ended.
-    pub fn is_ending(&self) -> bool {
-        *self.ending.borrow()
-    }
-
-    /// Until the watch has ended.
-    #[cfg(test)]
-    pub async fn ended(&mut self) {
-        let _ = self.ending.wait_for(|e| *e).await;
-    }
-}
-
-/// The sidecar's half: [`Halting::stop`] turns `ending` and then takes `calls`, so that no
-/// renewal call is made once the reclaim has begun (a check-then-call on another thread could
-/// otherwise land after the first removal).
-pub struct Halting {
-    ending: tokio::sync::watch::Sender<bool>,
-    calls: Arc<tokio::sync::Mutex<()>>,
-}
-
-impl Default for Halting {
-    fn default() -> Halting {
-        Halting {
-            ending: tokio::sync::watch::channel(false).0,
-            calls: Arc::default(),
-        }
-    }
-}
-
-impl Halting {
-    /// What a keeper is handed.
-    pub fn halt(&self) -> Halt {
-        Halt {
-            ending: self.ending.subscribe(),
-            calls: self.calls.clone(),
-        }
-    }
-
-    /// Stops the keeper: from now on it calls nothing; a batch in flight is waited for (at
-    /// most [`HALT_WAIT`]).
-    pub async fn stop(&self) {
-        self.ending.send_replace(true);
-        let _ = tokio::time::timeout(HALT_WAIT, self.calls.lock()).await;
-    }
 }
 
 impl Keeper {
@@ -276,150 +221,4 @@ fn still_held(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::protocol::Target;
-    use crate::providers::{Capabilities, Kind};
-    use std::sync::Mutex;
-
-    /// A TTL-capable provider that records renewals.
-    struct Ttl {
-        listed: Vec<Sandbox>,
-        renewed: Mutex<Vec<(String, Duration)>>,
-    }
-
-    #[async_trait::async_trait]
-    impl Provider for Ttl {
-        fn name(&self) -> &str {
-            "fake"
-        }
-        fn capabilities(&self) -> Capabilities {
-            Capabilities {
-                labels: true,
-                ttl: true,
-                pagination: false,
-            }
-        }
-        async fn list(&self, s: &Selector) -> Result<Vec<Sandbox>, ProviderError> {
-            Ok(self
-                .listed
-                .iter()
-                .filter(|x| s.matches(&x.labels))
-                .cloned()
-                .collect())
-        }
-        async fn remove(&self, _: &Sandbox) -> Result<(), ProviderError> {
-            Ok(())
-        }
-        async fn check(&self) -> Result<String, ProviderError> {
-            Ok("fake".into())
-        }
-        async fn renew(&self, s: &Sandbox, ttl: Duration) -> Result<(), ProviderError> {
-            self.renewed.lock().unwrap().push((s.id.clone(), ttl));
-            Ok(())
-        }
-    }
-
-    /// A keeper of session `s` over `p` (grace 10 min, every minute), stopped by `halting`.
-    fn keeper(p: &Arc<Ttl>, holdings: Holdings, halting: &Halting) -> Keeper {
-        let providers: Vec<Arc<dyn Provider>> = vec![p.clone()];
-        Keeper::new(
-            &providers,
-            "s",
-            Duration::from_secs(600),
-            Duration::from_secs(60),
-            Arc::new(std::sync::Mutex::new(holdings)),
-            halting.halt(),
-        )
-        .unwrap()
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn labelled_and_claimed_sandboxes_are_renewed_detached_ones_are_not() {
-        use crate::providers::fake::sandbox;
-        let mut labelled_detached = sandbox("ld", Kind::Instance, Some("s"));
-        labelled_detached
-            .labels
-            .insert(crate::labels::DETACHED.into(), "true".into());
-        let p = Arc::new(Ttl {
-            listed: vec![
-                sandbox("l1", Kind::Instance, Some("s")),
-                sandbox("cmd", Kind::Instance, Some("s")),
-                labelled_detached,
-                sandbox("x", Kind::Instance, Some("other")),
-            ],
-            renewed: Mutex::new(vec![]),
-        });
-        let holdings = Holdings {
-            claims: [Target {
-                provider: "fake".into(),
-                id: "c1".into(),
-            }]
-            .into(),
-            detached: [Target {
-                provider: "fake".into(),
-                id: "cmd".into(),
-            }]
-            .into(),
-        };
-        let halting = Halting::default();
-        let keeper = keeper(&p, holdings, &halting);
-        let task = tokio::spawn(keeper.run());
-        tokio::time::sleep(FIRST_ROUND + Duration::from_secs(61)).await;
-        task.abort();
-        let renewed = p.renewed.lock().unwrap().clone();
-        let mut ids: Vec<&str> = renewed.iter().map(|(id, _)| id.as_str()).collect();
-        ids.sort();
-        ids.dedup();
-        assert_eq!(ids, vec!["c1", "l1"]);
-        assert!(renewed
-            .iter()
-            .all(|(_, ttl)| *ttl == Duration::from_secs(720)));
-        assert_eq!(
-            renewed.len(),
-            4,
-            "renewed after FIRST_ROUND and after one interval"
-        );
-    }
-
-    /// Issue 22 point 8: once the watch ends the keeper renews nothing and returns.
-    #[tokio::test(start_paused = true)]
-    async fn nothing_is_renewed_once_the_watch_ended() {
-        use crate::providers::fake::sandbox;
-        let p = Arc::new(Ttl {
-            listed: vec![sandbox("l1", Kind::Instance, Some("s"))],
-            renewed: Mutex::new(vec![]),
-        });
-        let halting = Halting::default();
-        let keeper = keeper(&p, Holdings::default(), &halting);
-        let task = tokio::spawn(keeper.run());
-        tokio::time::sleep(FIRST_ROUND + Duration::from_secs(1)).await;
-        assert_eq!(p.renewed.lock().unwrap().len(), 1);
-        halting.stop().await;
-        tokio::time::timeout(Duration::from_secs(1), task)
-            .await
-            .expect("the keeper returns once the watch ended")
-            .unwrap();
-        tokio::time::sleep(Duration::from_secs(600)).await;
-        assert_eq!(
-            p.renewed.lock().unwrap().len(),
-            1,
-            "renewed after the death"
-        );
-    }
-
-    #[test]
-    fn no_ttl_provider_means_no_keeper() {
-        let providers: Vec<Arc<dyn Provider>> = vec![crate::providers::fake::Fake::holding(vec![])];
-        let rx = SharedHoldings::default();
-        assert!(Keeper::new(
-            &providers,
-            "s",
-            Duration::from_secs(600),
-            Duration::from_secs(60),
-            rx,
-            Halting::default().halt(),
-        )
-        .is_none());
-    }
-}
+mod tests;

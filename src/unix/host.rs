@@ -1,0 +1,65 @@
+//! This machine, this boot and this pid namespace as the OS names them ([`Host`]): the facts
+//! an owner identity ([`crate::identity`]) is made of, read once per process.
+//!
+//! Kept here, below `identity` and `config`, because both need the machine's id (the identity
+//! for its labels, the fleet config for this host's default name) and neither may import the
+//! other. What the facts mean for an owner's liveness is `identity`'s.
+
+use std::sync::OnceLock;
+
+/// The facts that identify this machine, this boot and this pid namespace, read once per
+/// process.
+#[derive(Debug, Clone)]
+pub struct Host {
+    pub machine: String,
+    pub boot: String,
+    /// This process's pid namespace; `None` when `/proc/self/ns/pid` cannot be read.
+    pub pidns: Option<u64>,
+}
+
+/// A machine id used when none can be read (some containers have no `/etc/machine-id`). Owners
+/// carrying it are always judged [`crate::identity::Liveness::Unknown`] by everyone else, and
+/// by this machine.
+pub const UNKNOWN_MACHINE: &str = "0000000000000000";
+
+impl Host {
+    /// This machine, this boot and this pid namespace.
+    pub fn current() -> &'static Host {
+        static HOST: OnceLock<Host> = OnceLock::new();
+        HOST.get_or_init(|| {
+            let machine = ["/etc/machine-id", "/var/lib/dbus/machine-id"]
+                .iter()
+                .find_map(|p| std::fs::read_to_string(p).ok())
+                .map(|s| short_hex(&s))
+                .filter(|s| s.len() == 16)
+                .unwrap_or_else(|| UNKNOWN_MACHINE.to_string());
+            Host {
+                machine,
+                boot: current_boot(),
+                pidns: pid_namespace(),
+            }
+        })
+    }
+}
+
+/// This boot's id in its short form (empty when it cannot be read).
+pub fn current_boot() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| short_hex(&s))
+        .unwrap_or_default()
+}
+
+/// The inode of this process's pid namespace.
+fn pid_namespace() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
+}
+
+/// The first 16 hex digits of an id, lower-case, dashes and whitespace dropped.
+fn short_hex(s: &str) -> String {
+    s.chars()
+        .filter(char::is_ascii_hexdigit)
+        .take(16)
+        .collect::<String>()
+        .to_ascii_lowercase()
+}
