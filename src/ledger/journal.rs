@@ -285,7 +285,7 @@ mod tests {
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(b"{\"t\":5,\"ev\":\"cla").unwrap();
         let mut j = adopt("abc", &path).unwrap();
-        j.append(&Record::ReclaimStart).unwrap();
+        j.append(&Record::ReclaimStart { cause: None }).unwrap();
         let text = fs::read_to_string(&path).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3, "{text}");

@@ -44,11 +44,11 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::labels::Selector;
-use crate::ledger::{Journal, LedgerError, SessionState, SessionView, StateDir};
+use crate::ledger::{EndCause, Journal, LedgerError, SessionState, SessionView, StateDir};
 use crate::ownership::known::Known;
 use crate::ownership::{self, Asker, Reason, SessionVerdict};
 use crate::providers::{Provider, Sandbox, SandboxKey};
-use crate::reclaim::session::{self, Before, Cause};
+use crate::reclaim::session::{Before, Ending};
 use crate::reclaim::{self, ListFailure, Options, Plan, Removal};
 
 /// How long a sweep waits for a session's journal that someone else holds (a `sessions`
@@ -298,19 +298,13 @@ pub async fn reclaim_adopted(
         settle: None,
         ..options.clone()
     };
-    let cause = Cause {
-        record: None,
-        bye: false,
-        label: "reclaimed by sweep".into(),
-    };
-    session::end(
-        &journal,
+    let ending = Ending {
+        journal: Some(&journal),
         providers,
-        &plan,
-        async { Vec::new() },
-        &once,
-        &Before::from(view),
-        &cause,
-    )
-    .await
+        plan: &plan,
+        options: &once,
+        before: &Before::from(view),
+        cause: EndCause::Sweep,
+    };
+    ending.run().await
 }

@@ -121,7 +121,7 @@ pub async fn run<R: AsyncRead + Unpin>(plan: Plan, triggers: Triggers<R>) -> Out
     let outcome = sidecar.run(triggers).await;
     tasks.shutdown().await;
     if let Some((store, id)) = fleet {
-        let state = super::fleet::end_state(&outcome.ending, outcome.state);
+        let state = super::fleet::end_state(outcome.cause, outcome.state);
         super::fleet::finish(store.as_ref(), &id, state).await;
     }
     outcome
