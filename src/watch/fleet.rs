@@ -44,23 +44,28 @@ pub const FIRST_RETRY: Duration = Duration::from_millis(500);
 /// How long the sidecar's last write (the session's end) may take.
 pub const END_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// What the sidecar registers with.
-pub struct FleetPlan {
+/// Where and for how long the sidecar registers its session: the store, the session's
+/// record, the fleet's lease.
+pub struct Registration {
     pub store: Arc<dyn Store>,
     pub record: SessionRecord,
     pub lease: Duration,
 }
 
 pub struct Registrar {
-    plan: FleetPlan,
+    registration: Registration,
     holdings: SharedHoldings,
     changed: Arc<Notify>,
 }
 
 impl Registrar {
-    pub fn new(plan: FleetPlan, holdings: SharedHoldings, changed: Arc<Notify>) -> Registrar {
+    pub fn new(
+        registration: Registration,
+        holdings: SharedHoldings,
+        changed: Arc<Notify>,
+    ) -> Registrar {
         Registrar {
-            plan,
+            registration,
             holdings,
             changed,
         }
@@ -75,7 +80,7 @@ impl Registrar {
 
     /// Registers, then renews and mirrors until aborted.
     pub async fn run(self) {
-        let p = &self.plan;
+        let p = &self.registration;
         let every = p.lease / 3;
         let mut mirrored: Option<Holdings> = None;
         let mut failing_since: Option<Instant> = None;
@@ -168,8 +173,8 @@ mod tests {
     use crate::fleet::memory::MemoryStore;
     use crate::protocol::Target;
 
-    fn plan(store: Arc<MemoryStore>) -> FleetPlan {
-        FleetPlan {
+    fn registration(store: Arc<MemoryStore>) -> Registration {
+        Registration {
             store,
             record: SessionRecord {
                 id: "s1".into(),
@@ -197,7 +202,12 @@ mod tests {
         let holdings = SharedHoldings::default();
         let changed = Arc::new(Notify::new());
         let task = tokio::spawn(
-            Registrar::new(plan(store.clone()), holdings.clone(), changed.clone()).run(),
+            Registrar::new(
+                registration(store.clone()),
+                holdings.clone(),
+                changed.clone(),
+            )
+            .run(),
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(store
@@ -227,7 +237,7 @@ mod tests {
         holdings.lock().unwrap().claims.insert(claim("c1"));
         let task = tokio::spawn(
             Registrar::new(
-                plan(store.clone()),
+                registration(store.clone()),
                 holdings.clone(),
                 Arc::new(Notify::new()),
             )
@@ -254,7 +264,12 @@ mod tests {
         let holdings = SharedHoldings::default();
         holdings.lock().unwrap().claims.insert(claim("c1"));
         let first = tokio::spawn(
-            Registrar::new(plan(store.clone()), holdings, Arc::new(Notify::new())).run(),
+            Registrar::new(
+                registration(store.clone()),
+                holdings,
+                Arc::new(Notify::new()),
+            )
+            .run(),
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
         // The first sidecar dies (no end written); then the ended case: its end written.
@@ -263,7 +278,7 @@ mod tests {
             if let Some(state) = ended {
                 finish(store.as_ref(), "s1", state).await;
             }
-            let mut resumed = plan(store.clone());
+            let mut resumed = registration(store.clone());
             resumed.record.owner = "o2".into();
             resumed.record.pid = 2;
             let seeded = SharedHoldings::default();
