@@ -2,15 +2,14 @@
 //! or it said `bye`) and by a sweep (a dead owner's session, or a pending one).
 //!
 //! In order: the fact the cause rests on (`owner_dead`, `lease_expired`) and `reclaim_start`
-//! with its cause ([`EndCause`]) are written; one
-//! reclaim runs while they are synced (one `fdatasync` on a blocking thread, not two before
-//! the first listing: they acknowledge nothing, and a sidecar that dies before they are
-//! durable leaves an active session of a dead owner, which the next sweep reclaims all the
-//! same); the outcomes and the end (`clean` after `bye`, `reclaimed`, or `pending`) are
-//! written and made durable by one sync, again on a blocking thread (they acknowledge nothing
-//! either, and an end that did not reach the disk leaves a session the next sweep finishes;
-//! a sweep ending many sessions at once does not wait for each one's disk in turn); one
-//! summary line is logged.
+//! with its cause ([`EndCause`]) are written; one reclaim runs while they are synced (one
+//! `fdatasync` on a blocking thread, not two before the first listing: they acknowledge
+//! nothing, and a sidecar that dies before they are durable leaves an active session of a dead
+//! owner, which the next sweep reclaims all the same); the outcomes and the end (`clean` after
+//! `bye`, `reclaimed`, or `pending`) are written and made durable by one sync, again on a
+//! blocking thread (they acknowledge nothing either, and an end that did not reach the disk
+//! leaves a session the next sweep finishes; a sweep ending many sessions at once does not wait
+//! for each one's disk in turn); one summary line is logged.
 //!
 //! Decisions:
 //! - **The summary is logged at `info` when nothing is left, at `warn` when something is
@@ -282,62 +281,5 @@ fn describe(state: SessionState) -> &'static str {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::reclaim::{ListFailure, Removal};
-
-    fn removal(id: &str, outcome: Outcome) -> Removal {
-        Removal {
-            sandbox: Sandbox::claimed("fake", crate::providers::Kind::Instance, id),
-            outcome,
-            attempts: 1,
-        }
-    }
-
-    #[test]
-    fn an_unchanged_failure_is_not_journaled_again() {
-        let t = Target {
-            provider: "fake".into(),
-            id: "a".into(),
-        };
-        let before = Before {
-            state: Some(SessionState::Pending),
-            pending: [(t, "boom".to_string())].into(),
-            unlisted: [("acme".to_string(), "down".to_string())].into(),
-            providers: None,
-        };
-        let report = Report {
-            removals: vec![
-                removal("a", Outcome::Failed("boom".into())),
-                removal("b", Outcome::Failed("boom".into())),
-                removal("c", Outcome::Removed),
-            ],
-            list_failures: vec![ListFailure {
-                provider: "acme".into(),
-                error: "down".into(),
-            }],
-            listed: vec!["fake".into()],
-        };
-        let got = records(&before, &report, &BTreeMap::new(), &[]);
-        let kinds: Vec<String> = got
-            .iter()
-            .map(|r| serde_json::to_value(r).unwrap()["ev"].to_string())
-            .collect();
-        assert_eq!(kinds, ["\"failed\"", "\"removed\""], "{got:?}");
-    }
-
-    #[test]
-    fn a_provider_the_reclaim_did_not_list_keeps_the_session_pending() {
-        let before = Before {
-            providers: Some(vec!["fake".into(), "acme".into()]),
-            ..Default::default()
-        };
-        let report = Report {
-            listed: vec!["fake".into()],
-            ..Default::default()
-        };
-        let fake: Arc<dyn Provider> = crate::providers::fake::Fake::holding(vec![]);
-        let left = uncovered(&before, &report, &[fake]);
-        assert_eq!(left.keys().collect::<Vec<_>>(), ["acme"]);
-    }
-}
+#[path = "session_tests.rs"]
+mod tests;

@@ -50,7 +50,7 @@ pub mod ttl;
 
 use arrival::Listings;
 pub use triggers::Triggers;
-use triggers::{next_claim, next_line, refusal};
+use triggers::{next_claim, next_line};
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -62,7 +62,6 @@ use tokio::io::AsyncRead;
 use crate::ledger::{EndCause, Journal, Record, SessionState};
 use crate::ownership::known::Known;
 use crate::protocol::{ByeOutcome, Command, ProtocolError, Target};
-use crate::providers::proxy_claim::Claim as ProxyClaim;
 use crate::providers::Provider;
 use crate::reclaim::{Options, Report};
 
@@ -314,24 +313,6 @@ impl<C: Clock> Sidecar<C> {
         bye
     }
 
-    /// A create seen by a proxy (Docker's or the cloud one): claimed as if the owner had written
-    /// the line (or detached, when the create asked for `sandguard.detached=true`: detach wins
-    /// over any claim, so such a create is never journaled as a claim), then acknowledged
-    /// (once on disk) so the proxy hands the service's answer to the client.
-    fn on_proxy_claim<R>(&mut self, claim: Option<ProxyClaim>, t: &mut Triggers<R>) {
-        match claim {
-            Some(c) => {
-                self.apply(match c.hold {
-                    crate::providers::proxy_claim::Hold::Claim => Command::Claim(c.target),
-                    crate::providers::proxy_claim::Hold::Detach => Command::Detach(c.target),
-                });
-                self.sync();
-                let _ = c.ack.send(());
-            }
-            None => t.proxy = None,
-        }
-    }
-
     /// Applies one command: journaled (not yet synced) and remembered; [`EndCause::Bye`] for
     /// `bye`.
     fn apply(&mut self, command: Command) -> Option<EndCause> {
@@ -384,26 +365,6 @@ impl<C: Clock> Sidecar<C> {
     fn state_root(&self) -> Option<std::path::PathBuf> {
         let root = self.journal.path().parent().and_then(|p| p.parent())?;
         Some(root.to_path_buf())
-    }
-
-    /// Whether a claim, release or detach names something a provider of this session can act on;
-    /// otherwise it is journaled `refused`, once, with the reason.
-    fn accept(&mut self, t: &Target) -> bool {
-        match refusal(&self.providers, t) {
-            None => true,
-            Some(reason) => self.refuse(t, reason),
-        }
-    }
-
-    /// Journals `t` as refused for `reason` (final, reported once); always `false`.
-    fn refuse(&mut self, t: &Target, reason: String) -> bool {
-        tracing::warn!("refused {} {}: {reason}", t.provider, t.id);
-        self.write(&Record::Refused {
-            provider: t.provider.clone(),
-            id: t.id.clone(),
-            reason,
-        });
-        false
     }
 
     fn share(&self, change: impl FnOnce(&mut ttl::Holdings)) {
