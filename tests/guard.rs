@@ -135,6 +135,15 @@ fn close_reports_what_the_reclaim_left() {
     assert!(named.contains(&("docker", "*")), "{rest}");
     assert!(named.contains(&("docker", got[2].as_str())), "{rest}");
     assert!(got[1..].iter().all(|c| container_exists(c)));
+    // `sessions show` tells the reclaim as the bye's, though it left work pending: the cause
+    // is journaled (a journal without it was told as a sweep's reclaim).
+    let show = || json(&run(sandguard(&s).args(["sessions", "show", &got[0], "--json"])).stdout);
+    eventually(Duration::from_secs(5), "the session ended pending", || {
+        show()["state"] == "pending"
+    });
+    let ending = &show()["ending"];
+    assert_eq!(ending["cause"], "bye", "{ending}");
+    assert_eq!(ending["words"], "the program ended its session (bye)");
 }
 
 /// The same reclaim, the guard dropped instead of closed: its log says what was left.

@@ -158,7 +158,7 @@ pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result
         }
         None => None,
     };
-    let plan = service::Plan {
+    let plan = service::SweepService {
         fleet,
         store,
         state,

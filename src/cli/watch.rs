@@ -201,7 +201,7 @@ async fn serve(args: Args, settings: Settings, mut terminal: Terminal) -> Result
         .at_ready(args.quiet)
         .map(|t| Box::new(move |report: &crate::reclaim::Report| t.tell_end(report)) as _);
     let outcome = started.run(Some(Box::new(report_bye)), end_report).await;
-    tracing::info!("the watch ended: {:?}", outcome.ending);
+    tracing::info!("the watch ended: {:?}", outcome.cause);
     Ok(Exit::clean_if(
         outcome.state != crate::ledger::SessionState::Pending,
     ))

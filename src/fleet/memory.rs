@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Changes, FleetError, FleetSession, FleetState, Holdings, Lock, SessionRecord, Store};
+use crate::ledger::SessionState;
 
 #[derive(Default)]
 struct Data {
@@ -104,7 +105,7 @@ impl Store for MemoryStore {
         let reclaims = d.sessions.get(&record.id).map_or(0, |s| s.2);
         d.sessions.insert(
             record.id.clone(),
-            (record.clone(), FleetState::Active, reclaims),
+            (record.clone(), SessionState::Active.into(), reclaims),
         );
         d.holdings.insert(record.id.clone(), holdings.clone());
         d.leases.insert(record.id.clone(), Instant::now() + lease);
@@ -195,7 +196,7 @@ impl Store for MemoryStore {
 
     async fn set_state(&self, id: &str, state: FleetState, _host: &str) -> Result<(), FleetError> {
         let mut d = self.enter()?;
-        if state == FleetState::Reclaiming {
+        if state == SessionState::Reclaiming {
             if let Some(s) = d.sessions.get_mut(id) {
                 s.2 += 1;
             }

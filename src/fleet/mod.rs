@@ -45,49 +45,62 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::ledger::SessionState;
 use crate::protocol::Target;
 
 /// How long a final session's record stays in the store after its end.
 pub const FINAL_KEEP: Duration = Duration::from_secs(3600);
 
-/// A session's state in the store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+/// A session's state in the store: the ledger's state of a session ([`SessionState`], under
+/// the same names), or `stopped`, which only the store says.
+///
+/// On the wire (the hash's `state` field, and `sessions --fleet --json`) it is one lowercase
+/// word: `active`, `reclaiming`, `pending`, `reclaimed`, `clean` or `stopped`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FleetState {
-    Active,
-    Reclaiming,
-    Pending,
+    /// Where the session stands, as a ledger would say.
+    Session(SessionState),
+    /// Its sidecar was stopped while its owner lived: no one proved the owner dead, so only
+    /// its own host's sweep judges it. (A ledger keeps such a session `active`: the lock
+    /// its sidecar dropped tells a sweep there all it needs; the store has no lock to read.)
     Stopped,
-    Reclaimed,
-    Clean,
 }
 
 impl FleetState {
     pub fn as_str(self) -> &'static str {
         match self {
-            FleetState::Active => "active",
-            FleetState::Reclaiming => "reclaiming",
-            FleetState::Pending => "pending",
+            FleetState::Session(state) => state.as_str(),
             FleetState::Stopped => "stopped",
-            FleetState::Reclaimed => "reclaimed",
-            FleetState::Clean => "clean",
         }
     }
 
     pub fn parse(s: &str) -> Option<FleetState> {
-        Some(match s {
-            "active" => FleetState::Active,
-            "reclaiming" => FleetState::Reclaiming,
-            "pending" => FleetState::Pending,
-            "stopped" => FleetState::Stopped,
-            "reclaimed" => FleetState::Reclaimed,
-            "clean" => FleetState::Clean,
-            _ => return None,
-        })
+        match s {
+            "stopped" => Some(FleetState::Stopped),
+            _ => SessionState::parse(s).map(FleetState::Session),
+        }
     }
 
     pub fn is_final(self) -> bool {
-        matches!(self, FleetState::Reclaimed | FleetState::Clean)
+        matches!(self, FleetState::Session(state) if state.is_final())
+    }
+}
+
+impl From<SessionState> for FleetState {
+    fn from(state: SessionState) -> FleetState {
+        FleetState::Session(state)
+    }
+}
+
+impl PartialEq<SessionState> for FleetState {
+    fn eq(&self, state: &SessionState) -> bool {
+        *self == FleetState::Session(*state)
+    }
+}
+
+impl Serialize for FleetState {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
     }
 }
 

@@ -74,3 +74,27 @@ async fn a_refused_connection_is_not_taken_for_a_failed_lookup() {
     let err = store.sessions().await.unwrap_err().to_string();
     assert!(err.ends_with(": connection refused"), "{err}");
 }
+
+/// The store's `state` words are the ledger's five and `stopped`, as before `FleetState` was
+/// made of a `SessionState`: the wire format is unchanged.
+#[test]
+fn fleet_states_keep_their_words_on_the_wire() {
+    use crate::ledger::SessionState;
+    let words = [
+        "active",
+        "reclaiming",
+        "pending",
+        "stopped",
+        "reclaimed",
+        "clean",
+    ];
+    for word in words {
+        let state = FleetState::parse(word).unwrap();
+        assert_eq!(state.as_str(), word);
+        assert_eq!(serde_json::to_value(state).unwrap(), word);
+        assert_eq!(state.is_final(), word == "reclaimed" || word == "clean");
+    }
+    assert_eq!(FleetState::parse("gone"), None);
+    assert_eq!(FleetState::from(SessionState::Pending).as_str(), "pending");
+    assert!(FleetState::Stopped != SessionState::Active);
+}

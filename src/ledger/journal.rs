@@ -15,9 +15,6 @@
 //!   tore a 4.3 KB line). So a killed sidecar's journal may end in a torn line; that record
 //!   was never synced, so never acknowledged, and readers drop it.
 //! - The lock is an exclusive `flock` on the open file, released when the [`Journal`] drops.
-//! - A journal may also live in memory only ([`Journal::in_memory`]): the same records, the
-//!   same fold ([`Journal::view`]), no file, nothing to sync or lock. For a session whose
-//!   truth is kept elsewhere: the fleet sweep's sessions, which live in the fleet store.
 
 use std::fs::{self, File, OpenOptions, Permissions};
 use std::io::{self, Read, Seek, Write};
@@ -29,22 +26,14 @@ use super::view::{self, SessionView};
 use super::{io_err, LedgerError};
 use crate::unix;
 
-/// Where a journal's lines go.
-#[derive(Debug)]
-enum Sink {
-    /// The journal file, whose exclusive lock this process holds.
-    File(File),
-    /// This process's memory ([`Journal::in_memory`]).
-    Memory(Vec<u8>),
-}
-
 /// An open session journal whose exclusive lock this process holds.
 #[derive(Debug)]
 pub struct Journal {
     id: String,
-    /// The journal file (empty for a journal in memory).
+    /// The journal file.
     path: PathBuf,
-    sink: Sink,
+    /// The journal file, whose exclusive lock this process holds.
+    file: File,
     /// The file may end without a `\n` (a torn write); mend it before the next record.
     mend: bool,
     /// Written since the last sync.
@@ -62,37 +51,15 @@ impl Journal {
         &self.path
     }
 
-    /// A journal of session `id` that lives in memory only, holding `start`: see the module
-    /// docs.
-    pub fn in_memory(id: &str, start: &Record) -> Result<Journal, LedgerError> {
-        let mut journal = Journal {
-            id: id.to_string(),
-            path: PathBuf::new(),
-            sink: Sink::Memory(Vec::new()),
-            mend: false,
-            dirty: false,
-        };
-        journal.write(start)?;
-        Ok(journal)
-    }
-
     /// The session as this journal tells it, read back through the open file (whose lock
-    /// this process holds) or from memory. [`LedgerError::NoStart`] when it has no `start`.
+    /// this process holds). [`LedgerError::NoStart`] when it has no `start`.
     pub fn view(&self) -> Result<SessionView, LedgerError> {
-        let read;
-        let text = match &self.sink {
-            Sink::Memory(text) => text,
-            Sink::File(file) => {
-                let mut text = Vec::new();
-                (&*file)
-                    .seek(io::SeekFrom::Start(0))
-                    .and_then(|_| (&*file).read_to_end(&mut text))
-                    .map_err(|e| self.io_err("read journal", e))?;
-                read = text;
-                &read
-            }
-        };
-        view::fold(&self.id, text).ok_or_else(|| LedgerError::NoStart {
+        let mut text = Vec::new();
+        (&self.file)
+            .seek(io::SeekFrom::Start(0))
+            .and_then(|_| (&self.file).read_to_end(&mut text))
+            .map_err(|e| self.io_err("read journal", e))?;
+        view::fold(&self.id, &text).ok_or_else(|| LedgerError::NoStart {
             path: self.path.clone(),
         })
     }
@@ -114,14 +81,7 @@ impl Journal {
             line.push(b'\n');
         }
         line.extend(entry.encode().map_err(LedgerError::Encode)?);
-        let written = match &mut self.sink {
-            Sink::File(file) => file.write_all(&line),
-            Sink::Memory(text) => {
-                text.extend_from_slice(&line);
-                Ok(())
-            }
-        };
-        if let Err(e) = written {
+        if let Err(e) = self.file.write_all(&line) {
             self.mend = true;
             return Err(self.io_err("append to journal", e));
         }
@@ -135,10 +95,9 @@ impl Journal {
         if !self.dirty {
             return Ok(());
         }
-        if let Sink::File(file) = &self.sink {
-            file.sync_data()
-                .map_err(|e| self.io_err("sync journal", e))?;
-        }
+        self.file
+            .sync_data()
+            .map_err(|e| self.io_err("sync journal", e))?;
         self.dirty = false;
         Ok(())
     }
@@ -170,7 +129,7 @@ pub(super) fn create(dir: &Path, id: &str, start: &Record) -> Result<Journal, Le
     let mut journal = Journal {
         id: id.to_string(),
         path: staging.clone(),
-        sink: Sink::File(file),
+        file,
         mend: false,
         dirty: false,
     };
@@ -200,12 +159,12 @@ fn publish(staging: &Path, path: &Path) -> Result<(), LedgerError> {
 
 /// Mode, lock and start record of a journal not yet published.
 fn prepare(journal: &mut Journal, start: &Record) -> Result<(), LedgerError> {
-    if let Sink::File(file) = &journal.sink {
-        // The mode given to open is filtered by the umask; this one is not.
-        file.set_permissions(Permissions::from_mode(0o600))
-            .map_err(|e| journal.io_err("set permissions on", e))?;
-        lock(file, &journal.path)?;
-    }
+    // The mode given to open is filtered by the umask; this one is not.
+    journal
+        .file
+        .set_permissions(Permissions::from_mode(0o600))
+        .map_err(|e| journal.io_err("set permissions on", e))?;
+    lock(&journal.file, &journal.path)?;
     journal.append(start)
 }
 
@@ -226,7 +185,7 @@ pub(super) fn adopt(id: &str, path: &Path) -> Result<Journal, LedgerError> {
     Ok(Journal {
         id: id.to_string(),
         path: path.to_path_buf(),
-        sink: Sink::File(file),
+        file,
         mend: last[0] != b'\n',
         dirty: false,
     })
@@ -285,7 +244,7 @@ mod tests {
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(b"{\"t\":5,\"ev\":\"cla").unwrap();
         let mut j = adopt("abc", &path).unwrap();
-        j.append(&Record::ReclaimStart).unwrap();
+        j.append(&Record::ReclaimStart { cause: None }).unwrap();
         let text = fs::read_to_string(&path).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3, "{text}");

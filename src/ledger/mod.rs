@@ -36,6 +36,7 @@
 //! (reading), `story.rs` (what happened to each sandbox, for `sessions show`), `stops.rs` (the
 //! side file of stops), `resume.rs` (a session created, or taken over by a new sidecar).
 
+mod cause;
 mod journal;
 mod record;
 mod resume;
@@ -49,6 +50,7 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+pub use cause::EndCause;
 pub use journal::Journal;
 pub use record::{now_ms, Record, SessionState};
 pub use view::SessionView;

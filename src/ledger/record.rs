@@ -11,6 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use super::cause::EndCause;
 use crate::protocol::Target;
 
 /// One event in a session's life.
@@ -64,7 +65,14 @@ pub enum Record {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         signal: Option<i32>,
     },
-    ReclaimStart,
+    /// A reclaim began, for `cause` ([`EndCause`]). Written after the fact the cause rests on
+    /// (`owner_dead`, `lease_expired`), which stays for readers older than `cause`: such a
+    /// reader takes the record as a unit one and ignores the field. A journal written before
+    /// `cause` has none: [`super::story`] then infers it, as older versions did.
+    ReclaimStart {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cause: Option<EndCause>,
+    },
     /// `outcome` is `removed`, or `gone` when the provider no longer had it.
     Removed {
         provider: String,
@@ -164,6 +172,19 @@ impl SessionState {
         matches!(self, SessionState::Reclaimed | SessionState::Clean)
     }
 
+    /// The inverse of [`SessionState::as_str`].
+    pub fn parse(s: &str) -> Option<SessionState> {
+        [
+            SessionState::Active,
+            SessionState::Reclaiming,
+            SessionState::Pending,
+            SessionState::Reclaimed,
+            SessionState::Clean,
+        ]
+        .into_iter()
+        .find(|state| state.as_str() == s)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             SessionState::Active => "active",
@@ -255,7 +276,10 @@ mod tests {
                 code: Some(3),
                 signal: None,
             },
-            Record::ReclaimStart,
+            Record::ReclaimStart { cause: None },
+            Record::ReclaimStart {
+                cause: Some(EndCause::OwnerGoneAtStart),
+            },
             Record::Failed {
                 provider,
                 id,

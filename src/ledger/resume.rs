@@ -131,7 +131,7 @@ mod tests {
         drop(journal);
         // Only a resume record resumes; a session that does not exist is not made up.
         assert!(matches!(
-            dir.resume_session("s1", &Record::ReclaimStart),
+            dir.resume_session("s1", &Record::ReclaimStart { cause: None }),
             Err(LedgerError::NotResume)
         ));
         assert!(matches!(

@@ -2,18 +2,25 @@
 //! order: the facts behind `sandguard sessions show ID`.
 //!
 //! The journal records, per sandbox, `claim`, `detach`, `release`, `removed` (with `removed`
-//! or `gone`), `failed` and `refused`; per session, the cause of an ending (`owner_dead` with
-//! its reason, `lease_expired`), `reclaim_start` and `end`. A reclaim's removals are told with
-//! the cause journaled before its `reclaim_start`:
+//! or `gone`), `failed` and `refused`; per session, `reclaim_start` with its cause
+//! ([`EndCause`]) and `end`. A reclaim's removals are told with its cause ([`Why`]):
 //!
 //! | records around the removal | told as |
 //! |---|---|
-//! | `owner_dead {reason}`, `reclaim_start` | [`Ending::OwnerDead`] (`exited`, `gone when the watch began`, …), with the status or signal of an `owner_exit` that follows |
-//! | `lease_expired`, `reclaim_start` | [`Ending::LeaseExpired`] |
-//! | `reclaim_start` with no cause, then `end clean` | [`Ending::Bye`]: only a `bye` ends clean |
-//! | `reclaim_start` with no cause, then `end reclaimed`/`pending` | [`Ending::Sweep`]: only a sweep reclaims without a cause record |
-//! | after an `end pending`, no new `reclaim_start` | [`Ending::FinishedPending`]: a sweep finishing it |
-//! | outside any reclaim | [`Ending::Unrecorded`]: the journal does not say |
+//! | `reclaim_start {cause}` | [`Why::Cause`], with the status or signal of an `owner_exit` that follows an owner's death |
+//! | after an `end pending`, no new `reclaim_start` | [`Why::FinishedPending`]: a sweep finishing it |
+//! | outside any reclaim | [`Why::Unrecorded`]: the journal does not say |
+//!
+//! A journal written before the cause was (a `reclaim_start` without one) is told as it always
+//! was, the cause inferred from the records around it; the inference is kept for such
+//! journals only:
+//!
+//! | records of an old journal | cause |
+//! |---|---|
+//! | `owner_dead {reason}`, `reclaim_start` | [`EndCause::OwnerExited`], or [`EndCause::OwnerGoneAtStart`] for `gone when the watch began` |
+//! | `lease_expired`, `reclaim_start` | [`EndCause::LeaseExpired`] |
+//! | `reclaim_start` with no cause record, then `end clean` | [`EndCause::Bye`]: only a `bye` ends clean |
+//! | `reclaim_start` with no cause record, then `end reclaimed`/`pending` | [`EndCause::Sweep`]: only a sweep reclaimed without one |
 //!
 //! What `sandguard stop` removed by hand comes from the session's side file of stops
 //! ([`super::stops`]): its `stopped` records are merged in by time (each file keeps its own
@@ -40,58 +47,11 @@
 //!   `sessions show` of a resumed session tells it active under its new owner, with what the
 //!   new sidecar watches as claimed; the earlier life is in the removals' own words.
 
+use super::cause::EndCause;
+pub use super::cause::Why;
 use super::record::{Entry, Record, SessionState};
 use crate::identity::death::Exit;
 use crate::protocol::Target;
-
-/// How a session's sandboxes came to be reclaimed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ending {
-    /// The sidecar saw the owner die; the journaled reason (`exited`, …) and how it ended,
-    /// where the journal says.
-    OwnerDead { reason: String, exit: Option<Exit> },
-    /// The session's lease expired (a sidecar's, or a fleet sweep's verdict).
-    LeaseExpired,
-    /// The program said `bye`: a clean end.
-    Bye,
-    /// A sweep reclaimed it (the owner dead, its sidecar gone, or a reclaim never finished).
-    Sweep,
-    /// A sweep finished a reclaim left pending.
-    FinishedPending,
-    /// No reclaim is recorded around it.
-    Unrecorded,
-}
-
-impl Ending {
-    /// Plain words: "owner exited", "lease expired", …
-    pub fn words(&self) -> String {
-        match self {
-            Ending::OwnerDead { reason, exit } if reason == "exited" => Exit::owner_words(*exit),
-            Ending::OwnerDead { reason, .. } if reason == "gone when the watch began" => {
-                "owner was already gone when the watch began".into()
-            }
-            Ending::OwnerDead { reason, .. } => format!("owner dead ({reason})"),
-            Ending::LeaseExpired => "lease expired".into(),
-            Ending::Bye => "the program ended its session (bye)".into(),
-            Ending::Sweep => "reclaimed by a sweep".into(),
-            Ending::FinishedPending => "a sweep finished the pending reclaim".into(),
-            Ending::Unrecorded => "no reclaim recorded".into(),
-        }
-    }
-
-    /// A stable word for JSON: `owner_dead`, `lease_expired`, `bye`, `sweep`,
-    /// `finished_pending`, `unrecorded`.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Ending::OwnerDead { .. } => "owner_dead",
-            Ending::LeaseExpired => "lease_expired",
-            Ending::Bye => "bye",
-            Ending::Sweep => "sweep",
-            Ending::FinishedPending => "finished_pending",
-            Ending::Unrecorded => "unrecorded",
-        }
-    }
-}
 
 /// How the session came to know a sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,7 +66,7 @@ pub enum Origin {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fate {
     /// Removed by a reclaim; `gone`: the provider no longer had it.
-    Removed { ending: Ending, gone: bool },
+    Removed { ending: Why, gone: bool },
     /// The program removed it and said so (`release`).
     Released,
     /// Meant to outlive the owner: only its TTL ends it.
@@ -152,7 +112,7 @@ pub struct SandboxStory {
 /// reclaimed since it started or was last resumed).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Story {
-    pub ending: Option<Ending>,
+    pub ending: Option<Why>,
     pub sandboxes: Vec<SandboxStory>,
     /// Each time a new sidecar took the session over, oldest first.
     pub resumes: Vec<Resumed>,
@@ -202,10 +162,12 @@ struct Told {
 
 #[derive(Default)]
 struct Teller {
-    /// The cause journaled since the last `reclaim_start`.
-    cause: Option<Ending>,
-    /// Each reclaim: its cause, and how it ended (`None`: no `end` yet).
-    runs: Vec<(Option<Ending>, Option<SessionState>)>,
+    /// The fact a cause rests on (`owner_dead`, `lease_expired`), journaled since the last
+    /// `reclaim_start`: an old journal's cause.
+    fact: Option<Why>,
+    /// Each reclaim: why it ran (`None`: an old journal's, decided by its end), and how it
+    /// ended (`None`: no `end` yet).
+    runs: Vec<(Option<Why>, Option<SessionState>)>,
     /// The reclaim removals belong to now: the last one, unless it ended pending.
     current: Option<usize>,
     sandboxes: Vec<(SandboxStory, Option<Told>)>,
@@ -223,21 +185,14 @@ impl Teller {
         let t = entry.t;
         let (target, fate) = match entry.record {
             Record::OwnerDead { reason } => {
-                return self.cause = Some(Ending::OwnerDead { reason, exit: None })
+                return self.fact = Some(Why::cause(EndCause::of_owner_dead(&reason)));
             }
             Record::OwnerExit { code, signal } => {
                 return self.owner_exit(Exit::from_parts(code, signal));
             }
-            Record::LeaseExpired => return self.cause = Some(Ending::LeaseExpired),
+            Record::LeaseExpired => return self.fact = Some(Why::cause(EndCause::LeaseExpired)),
             Record::Resume { pid, .. } => return self.resume(pid, t),
-            Record::ReclaimStart => {
-                if !self.ended {
-                    self.state = Some(SessionState::Reclaiming);
-                }
-                self.runs.push((self.cause.take(), None));
-                self.current = Some(self.runs.len() - 1);
-                return;
-            }
+            Record::ReclaimStart { cause } => return self.reclaim_start(cause),
             Record::End { state } => return self.end(state),
             Record::Removed {
                 provider,
@@ -273,20 +228,43 @@ impl Teller {
         self.set(target, fate, t);
     }
 
+    /// A reclaim begins, for its journaled cause; a journal older than the cause: for the
+    /// fact journaled before it, if any, else for what its end says ([`Teller::finish`]).
+    fn reclaim_start(&mut self, cause: Option<EndCause>) {
+        if !self.ended {
+            self.state = Some(SessionState::Reclaiming);
+        }
+        let fact = self.fact.take();
+        let why = match (cause, fact) {
+            // An exit already learned stays with the death it explains.
+            (Some(cause), Some(Why::Cause { cause: seen, exit })) if seen == cause => {
+                Some(Why::Cause { cause, exit })
+            }
+            (Some(cause), _) => Some(Why::cause(cause)),
+            (None, fact) => fact,
+        };
+        self.runs.push((why, None));
+        self.current = Some(self.runs.len() - 1);
+    }
+
     /// How the owner ended, learned after its death: told with the death it explains, the
     /// cause not yet started or the latest reclaim's.
     fn owner_exit(&mut self, exit: Option<Exit>) {
-        let cause = match self.cause.as_mut() {
-            Some(cause) => Some(cause),
+        let why = match self.fact.as_mut() {
+            Some(why) => Some(why),
             None => self
                 .runs
                 .iter_mut()
                 .rev()
-                .map(|(cause, _)| cause)
-                .find(|cause| !matches!(cause, Some(Ending::FinishedPending)))
+                .map(|(why, _)| why)
+                .find(|why| !matches!(why, Some(Why::FinishedPending)))
                 .and_then(Option::as_mut),
         };
-        if let Some(Ending::OwnerDead { exit: known, .. }) = cause {
+        if let Some(Why::Cause {
+            cause: EndCause::OwnerExited | EndCause::OwnerGoneAtStart,
+            exit: known,
+        }) = why
+        {
             *known = exit;
         }
     }
@@ -299,7 +277,7 @@ impl Teller {
             pid,
             after,
         });
-        (self.ended, self.cause, self.current) = (false, None, None);
+        (self.ended, self.fact, self.current) = (false, None, None);
         self.life = self.runs.len();
         for (s, told) in &mut self.sandboxes {
             if matches!(s.fate, Fate::Pending(_)) {
@@ -315,7 +293,7 @@ impl Teller {
         }
         if state == SessionState::Pending {
             // Removals from now on, with no new `reclaim_start`, are a sweep finishing it.
-            self.runs.push((Some(Ending::FinishedPending), None));
+            self.runs.push((Some(Why::FinishedPending), None));
             self.current = Some(self.runs.len() - 1);
         }
     }
@@ -328,7 +306,7 @@ impl Teller {
             return;
         }
         let fate = Fate::Removed {
-            ending: Ending::Unrecorded,
+            ending: Why::Unrecorded,
             gone,
         };
         let run = self.current;
@@ -362,20 +340,21 @@ impl Teller {
         self.sandboxes.len() - 1
     }
 
-    /// Gives each removal its reclaim's ending, now that every `end` is known.
+    /// Gives each removal its reclaim's cause, now that every `end` is known: an old
+    /// journal's reclaim without one was a `bye` if it ended clean, else a sweep's.
     fn finish(self) -> Story {
         let ending_of = |run: Option<usize>| match run.and_then(|i| self.runs.get(i)) {
-            Some((Some(cause), _)) => cause.clone(),
-            Some((None, Some(SessionState::Clean))) => Ending::Bye,
-            Some((None, _)) => Ending::Sweep,
-            None => Ending::Unrecorded,
+            Some((Some(why), _)) => why.clone(),
+            Some((None, Some(SessionState::Clean))) => Why::cause(EndCause::Bye),
+            Some((None, _)) => Why::cause(EndCause::Sweep),
+            None => Why::Unrecorded,
         };
         let ending = self
             .runs
             .iter()
             .enumerate()
             .skip(self.life)
-            .rfind(|(_, (cause, _))| cause.as_ref() != Some(&Ending::FinishedPending))
+            .rfind(|(_, (why, _))| why.as_ref() != Some(&Why::FinishedPending))
             .map(|(i, _)| ending_of(Some(i)));
         let sandboxes = self
             .sandboxes

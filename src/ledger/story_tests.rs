@@ -1,4 +1,6 @@
-//! Unit tests of `story`.
+//! Unit tests of `story`. The journals of the first tests are in the old format (a
+//! `reclaim_start` without its cause): they check the inference kept for such journals; the
+//! last ones check that a journaled cause tells the same story, and wins.
 
 use super::*;
 
@@ -36,8 +38,8 @@ fn an_owner_death_tells_each_sandbox_with_its_origin() {
         // Learned once the owner's parent reaped it, after the reclaim ended.
         r#"{"t":12,"ev":"owner_exit","signal":9}"#,
     ]);
-    let dead = Ending::OwnerDead {
-        reason: "exited".into(),
+    let dead = Why::Cause {
+        cause: EndCause::OwnerExited,
         exit: Some(Exit::Signal(9)),
     };
     assert_eq!(dead.words(), "owner killed by SIGKILL");
@@ -77,13 +79,13 @@ fn bye_sweeps_leases_and_pending_work_are_told_apart() {
         &removed("a", 3),
         r#"{"t":4,"ev":"end","state":"clean"}"#,
     ]);
-    assert_eq!(bye.ending, Some(Ending::Bye));
+    assert_eq!(bye.ending, Some(Why::cause(EndCause::Bye)));
     let sweep = story(&[
         r#"{"t":2,"ev":"reclaim_start"}"#,
         r#"{"t":3,"ev":"failed","provider":"e2b","id":"a","error":"down","pending":true}"#,
         r#"{"t":4,"ev":"end","state":"pending"}"#,
     ]);
-    assert_eq!(sweep.ending, Some(Ending::Sweep));
+    assert_eq!(sweep.ending, Some(Why::cause(EndCause::Sweep)));
     assert_eq!(sweep.sandboxes[0].fate, Fate::Pending("down".into()));
     let finished = story(&[
         r#"{"t":2,"ev":"lease_expired"}"#,
@@ -94,11 +96,11 @@ fn bye_sweeps_leases_and_pending_work_are_told_apart() {
         r#"{"t":7,"ev":"end","state":"reclaimed"}"#,
     ]);
     // The session ended because its lease expired; a sweep finished the work.
-    assert_eq!(finished.ending, Some(Ending::LeaseExpired));
+    assert_eq!(finished.ending, Some(Why::cause(EndCause::LeaseExpired)));
     assert_eq!(
         finished.sandboxes[0].fate,
         Fate::Removed {
-            ending: Ending::FinishedPending,
+            ending: Why::FinishedPending,
             gone: false
         }
     );
@@ -122,8 +124,8 @@ fn a_resume_starts_a_new_life_that_keeps_what_the_session_held() {
         r#"{"t":8,"ev":"failed","provider":"docker","id":"c","error":"busy","pending":true}"#,
         r#"{"t":9,"ev":"end","state":"pending"}"#,
     ];
-    let dead = Ending::OwnerDead {
-        reason: "exited".into(),
+    let dead = Why::Cause {
+        cause: EndCause::OwnerExited,
         exit: None,
     };
     let resume_8 = resume(10, 8);
@@ -139,7 +141,7 @@ fn a_resume_starts_a_new_life_that_keeps_what_the_session_held() {
             after: SessionState::Pending
         }]
     );
-    let removed = |ending: &Ending| Fate::Removed {
+    let removed = |ending: &Why| Fate::Removed {
         ending: ending.clone(),
         gone: false,
     };
@@ -160,13 +162,21 @@ fn a_resume_starts_a_new_life_that_keeps_what_the_session_held() {
         r#"{"t":14,"ev":"end","state":"reclaimed"}"#,
     ];
     let s = story(&[&resumed[..], &second_life[..]].concat());
-    assert_eq!(s.ending, Some(Ending::LeaseExpired));
+    assert_eq!(s.ending, Some(Why::cause(EndCause::LeaseExpired)));
     assert_eq!(
         fates(&s),
         [
             ("a", Origin::Claimed, removed(&dead)),
-            ("b", Origin::Claimed, removed(&Ending::LeaseExpired)),
-            ("c", Origin::Claimed, removed(&Ending::LeaseExpired)),
+            (
+                "b",
+                Origin::Claimed,
+                removed(&Why::cause(EndCause::LeaseExpired))
+            ),
+            (
+                "c",
+                Origin::Claimed,
+                removed(&Why::cause(EndCause::LeaseExpired))
+            ),
         ]
     );
     // A sidecar that died while its owner lived: resumed from an active session.
@@ -201,8 +211,8 @@ fn stops_by_hand_are_merged_in_by_time_and_a_later_reclaim_keeps_them() {
     ]
     .join("\n");
     let s = tell(journal.as_bytes(), stops.as_bytes());
-    let dead = Ending::OwnerDead {
-        reason: "exited".into(),
+    let dead = Why::Cause {
+        cause: EndCause::OwnerExited,
         exit: None,
     };
     // A journal from before sandguard read the status: nothing is made up.
@@ -229,4 +239,93 @@ fn stops_by_hand_are_merged_in_by_time_and_a_later_reclaim_keeps_them() {
         bare.sandboxes[0].fate,
         Fate::Removed { gone: true, .. }
     ));
+}
+
+/// What sandguard writes now: the cause on `reclaim_start`, beside the facts older readers
+/// tell it by. The story is the same as the old format's for the same history.
+#[test]
+fn a_journaled_cause_tells_the_same_story_as_the_old_inference() {
+    let removed = r#"{"t":4,"ev":"removed","provider":"e2b","id":"a","outcome":"removed"}"#;
+    let told = |lines: &[&str]| story(lines).sandboxes[0].fate.clone();
+    let cases: [(&[&str], &[&str], Why); 4] = [
+        (
+            &[
+                r#"{"t":2,"ev":"owner_dead","reason":"exited"}"#,
+                r#"{"t":3,"ev":"reclaim_start","cause":"owner_exited"}"#,
+            ],
+            &[
+                r#"{"t":2,"ev":"owner_dead","reason":"exited"}"#,
+                r#"{"t":3,"ev":"reclaim_start"}"#,
+            ],
+            Why::cause(EndCause::OwnerExited),
+        ),
+        (
+            &[
+                r#"{"t":2,"ev":"lease_expired"}"#,
+                r#"{"t":3,"ev":"reclaim_start","cause":"lease_expired"}"#,
+            ],
+            &[
+                r#"{"t":2,"ev":"lease_expired"}"#,
+                r#"{"t":3,"ev":"reclaim_start"}"#,
+            ],
+            Why::cause(EndCause::LeaseExpired),
+        ),
+        (
+            &[r#"{"t":3,"ev":"reclaim_start","cause":"bye"}"#],
+            &[r#"{"t":3,"ev":"reclaim_start"}"#],
+            Why::cause(EndCause::Bye),
+        ),
+        (
+            &[r#"{"t":3,"ev":"reclaim_start","cause":"sweep"}"#],
+            &[r#"{"t":3,"ev":"reclaim_start"}"#],
+            Why::cause(EndCause::Sweep),
+        ),
+    ];
+    for (new, old, why) in cases {
+        let end = match why {
+            Why::Cause {
+                cause: EndCause::Bye,
+                ..
+            } => r#"{"t":5,"ev":"end","state":"clean"}"#,
+            _ => r#"{"t":5,"ev":"end","state":"reclaimed"}"#,
+        };
+        let new = [new, &[removed, end]].concat();
+        let old = [old, &[removed, end]].concat();
+        assert_eq!(story(&new), story(&old), "{why:?}");
+        assert_eq!(story(&new).ending, Some(why.clone()));
+        assert_eq!(
+            told(&new),
+            Fate::Removed {
+                ending: why,
+                gone: false
+            }
+        );
+    }
+}
+
+#[test]
+fn a_journaled_cause_wins_over_the_inference_and_keeps_the_exit() {
+    // A `bye` whose reclaim left work pending: the old format could only call it a sweep's.
+    let s = story(&[
+        r#"{"t":3,"ev":"reclaim_start","cause":"bye"}"#,
+        r#"{"t":4,"ev":"failed","provider":"e2b","id":"a","error":"down","pending":true}"#,
+        r#"{"t":5,"ev":"end","state":"pending"}"#,
+    ]);
+    assert_eq!(s.ending, Some(Why::cause(EndCause::Bye)));
+    let s = story(&[
+        r#"{"t":2,"ev":"owner_dead","reason":"gone when the watch began"}"#,
+        r#"{"t":3,"ev":"reclaim_start","cause":"owner_gone_at_start"}"#,
+        r#"{"t":5,"ev":"end","state":"reclaimed"}"#,
+        r#"{"t":6,"ev":"owner_exit","code":3}"#,
+    ]);
+    let why = s.ending.unwrap();
+    assert_eq!(why.words(), "owner was already gone when the watch began");
+    assert_eq!(why.as_str(), "owner_dead");
+    let s = story(&[
+        r#"{"t":2,"ev":"owner_dead","reason":"exited"}"#,
+        r#"{"t":3,"ev":"reclaim_start","cause":"owner_exited"}"#,
+        r#"{"t":5,"ev":"end","state":"reclaimed"}"#,
+        r#"{"t":6,"ev":"owner_exit","code":3}"#,
+    ]);
+    assert_eq!(s.ending.unwrap().words(), "owner exited with status 3");
 }

@@ -118,7 +118,9 @@ fn the_lock_tells_whether_a_sidecar_lives() {
     drop(j);
     assert!(!dir.read_session("s1").unwrap().sidecar_alive);
     let mut adopted = dir.adopt_session("s1").unwrap();
-    adopted.append(&Record::ReclaimStart).unwrap();
+    adopted
+        .append(&Record::ReclaimStart { cause: None })
+        .unwrap();
     assert!(matches!(
         dir.adopt_session("s1"),
         Err(LedgerError::Locked { .. })
@@ -140,7 +142,7 @@ fn bad_ids_and_missing_start_records_are_refused() {
     }
     dir.create_session(&"a".repeat(64), start(1)).unwrap();
     assert!(matches!(
-        dir.create_session("s2", Record::ReclaimStart),
+        dir.create_session("s2", Record::ReclaimStart { cause: None }),
         Err(LedgerError::NotStart)
     ));
     assert!(matches!(

@@ -64,7 +64,7 @@ impl World {
             self.wait_for_leases().await?;
         }
         let store: Arc<dyn Store> = self.store.clone();
-        let plan = crate::sweep::service::Plan {
+        let plan = crate::sweep::service::SweepService {
             state: self.state.clone(),
             providers: self.providers.clone(),
             options: options(None),

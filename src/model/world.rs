@@ -47,7 +47,7 @@ use crate::providers::fake::{self, Fake};
 use crate::providers::proxy_claim::Claim as ProxyClaim;
 use crate::providers::{Kind, Provider};
 use crate::reclaim::Options;
-use crate::watch::fleet::FleetPlan;
+use crate::watch::fleet::Registration;
 use crate::watch::{service, Outcome, Triggers};
 
 /// The fleet lease of every sidecar (renewed every third of it).
@@ -205,7 +205,7 @@ impl World {
             providers: PROVIDERS.iter().map(|p| (*p).to_string()).collect(),
             started_ms: crate::ledger::now_ms(),
         };
-        let plan = service::Plan {
+        let plan = service::SidecarService {
             session: id.clone(),
             journal,
             providers: self.providers.clone(),
@@ -214,7 +214,7 @@ impl World {
             options: options(Some(Duration::from_millis(5))),
             proxy: None,
             cloud: Vec::new(),
-            fleet: Some(FleetPlan {
+            fleet: Some(Registration {
                 store: self.store.clone(),
                 record,
                 lease: LEASE,

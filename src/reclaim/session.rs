@@ -1,15 +1,15 @@
 //! The one journaled session ending, used by the sidecar (its owner died, its lease expired,
 //! or it said `bye`) and by a sweep (a dead owner's session, or a pending one).
 //!
-//! In order: the cause (`owner_dead`, `lease_expired`) and `reclaim_start` are written; one
-//! reclaim runs while they are synced (one `fdatasync` on a blocking thread, not two before
-//! the first listing: they acknowledge nothing, and a sidecar that dies before they are
-//! durable leaves an active session of a dead owner, which the next sweep reclaims all the
-//! same); the outcomes and the end (`clean` after `bye`, `reclaimed`, or `pending`) are
-//! written and made durable by one sync, again on a blocking thread (they acknowledge nothing
-//! either, and an end that did not reach the disk leaves a session the next sweep finishes;
-//! a sweep ending many sessions at once does not wait for each one's disk in turn); one
-//! summary line is logged.
+//! In order: the fact the cause rests on (`owner_dead`, `lease_expired`) and `reclaim_start`
+//! with its cause ([`EndCause`]) are written; one reclaim runs while they are synced (one
+//! `fdatasync` on a blocking thread, not two before the first listing: they acknowledge
+//! nothing, and a sidecar that dies before they are durable leaves an active session of a dead
+//! owner, which the next sweep reclaims all the same); the outcomes and the end (`clean` after
+//! `bye`, `reclaimed`, or `pending`) are written and made durable by one sync, again on a
+//! blocking thread (they acknowledge nothing either, and an end that did not reach the disk
+//! leaves a session the next sweep finishes; a sweep ending many sessions at once does not wait
+//! for each one's disk in turn); one summary line is logged.
 //!
 //! Decisions:
 //! - **The summary is logged at `info` when nothing is left, at `warn` when something is
@@ -26,6 +26,9 @@
 //!   differs from the one journaled last for that sandbox, an `unlisted` only when the error
 //!   changed, and no `end` when the session stays `pending`. A sweep every five minutes over a
 //!   session that cannot be finished adds nothing to its journal.
+//! - **A session whose truth lives elsewhere is ended without a journal** ([`Ending::journal`]
+//!   `None`): a fleet sweep's session lives in the fleet store, which its sweep updates from
+//!   the returned state; the same reclaim and summary, nothing written to this machine's disk.
 //! - A refusal (a claim that can never name a sandbox of ours) is journaled once, `refused`,
 //!   and leaves nothing pending.
 //! - A claim the owner's pipe still delivers while the reclaim runs (drained by the sidecar)
@@ -37,7 +40,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use super::{reclaim_then, Options, Outcome, Plan, Report};
-use crate::ledger::{Journal, Record, SessionState, SessionView};
+use crate::ledger::{EndCause, Journal, Record, SessionState, SessionView};
 use crate::protocol::Target;
 use crate::providers::{Provider, Sandbox};
 
@@ -62,18 +65,6 @@ impl From<&SessionView> for Before {
     }
 }
 
-/// Why the session is ending, and what its state becomes when everything is gone.
-#[derive(Debug, Clone)]
-pub struct Cause {
-    /// Journaled before `reclaim_start` (`owner_dead`, `lease_expired`); `None` for `bye` or
-    /// for a sweep finishing pending work.
-    pub record: Option<Record>,
-    /// `true` after `bye`: a clean end, not a reclaim.
-    pub bye: bool,
-    /// Words for the summary line: "owner exited", "reclaimed by sweep", …
-    pub label: String,
-}
-
 /// A journal shared by the ending and the sidecar's pipe drain, which journals late claims as
 /// they arrive. Never locked across an await.
 pub type SharedJournal = Arc<Mutex<Journal>>;
@@ -88,8 +79,10 @@ pub fn append(journal: &SharedJournal, record: &Record) {
     }
 }
 
-/// Writes one record, made durable by the next [`sync`] or [`append`].
-fn write(journal: &SharedJournal, record: &Record) {
+/// Writes one record, made durable by the next [`sync`] or [`append`] (nothing without a
+/// journal).
+fn write(journal: Option<&SharedJournal>, record: &Record) {
+    let Some(journal) = journal else { return };
     let mut j = journal
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -99,8 +92,10 @@ fn write(journal: &SharedJournal, record: &Record) {
 }
 
 /// Makes what was written durable, on a blocking thread, so the reclaim runs meanwhile.
-async fn sync(journal: &SharedJournal) {
-    let journal = journal.clone();
+async fn sync(journal: Option<&SharedJournal>) {
+    let Some(journal) = journal.cloned() else {
+        return;
+    };
     let synced = tokio::task::spawn_blocking(move || {
         let mut j = journal
             .lock()
@@ -114,81 +109,72 @@ async fn sync(journal: &SharedJournal) {
     }
 }
 
-/// Ends a session: see the module docs. Returns the state it ended in and the report.
-pub async fn end<F>(
-    journal: &SharedJournal,
-    providers: &[Arc<dyn Provider>],
-    plan: &Plan,
-    late: F,
-    options: &Options,
-    before: &Before,
-    cause: &Cause,
-) -> (SessionState, Report)
-where
-    F: Future<Output = Vec<Sandbox>>,
-{
-    end_then(
-        journal,
-        providers,
-        plan,
-        late,
-        options,
-        before,
-        cause,
-        None::<fn(&Report)>,
-    )
-    .await
+/// One session ending: what [`Ending::run`] needs.
+pub struct Ending<'a> {
+    /// Where the ending is journaled; `None` for a session whose truth lives elsewhere (a
+    /// fleet sweep's: the store holds it, and nothing is written to this machine's disk).
+    pub journal: Option<&'a SharedJournal>,
+    pub providers: &'a [Arc<dyn Provider>],
+    /// What the reclaim is after; its selector names the session.
+    pub plan: &'a Plan,
+    pub options: &'a Options,
+    /// What the ledger knew of the session before this ending.
+    pub before: &'a Before,
+    pub cause: EndCause,
 }
 
-/// [`end`], calling `first` with the first reclaim pass's report before the settle delay
-/// ([`super::reclaim_then`]); the records are journaled after the settle as always.
-#[allow(clippy::too_many_arguments)]
-pub async fn end_then<F, G>(
-    journal: &SharedJournal,
-    providers: &[Arc<dyn Provider>],
-    plan: &Plan,
-    late: F,
-    options: &Options,
-    before: &Before,
-    cause: &Cause,
-    first: Option<G>,
-) -> (SessionState, Report)
-where
-    F: Future<Output = Vec<Sandbox>>,
-    G: FnOnce(&Report),
-{
-    let resuming = before.state == Some(SessionState::Pending);
-    if !resuming {
-        if let Some(r) = &cause.record {
-            write(journal, r);
+impl Ending<'_> {
+    /// Ends the session: see the module docs. Returns the state it ended in and the report.
+    pub async fn run(self) -> (SessionState, Report) {
+        self.run_then(async { Vec::new() }, None::<fn(&Report)>)
+            .await
+    }
+
+    /// [`Ending::run`], with the claims `late` brings during the settle delay (the sidecar's
+    /// pipe, drained), and `first` called with the first reclaim pass's report before the
+    /// settle delay ([`super::reclaim_then`]); the records are journaled after the settle as
+    /// always.
+    pub async fn run_then<F, G>(self, late: F, first: Option<G>) -> (SessionState, Report)
+    where
+        F: Future<Output = Vec<Sandbox>>,
+        G: FnOnce(&Report),
+    {
+        let Ending {
+            journal,
+            providers,
+            plan,
+            options,
+            before,
+            cause,
+        } = self;
+        let resuming = before.state == Some(SessionState::Pending);
+        if !resuming {
+            if let Some(fact) = cause.fact() {
+                write(journal, &fact);
+            }
+            write(journal, &Record::ReclaimStart { cause: Some(cause) });
         }
-        write(journal, &Record::ReclaimStart);
+        let (report, ()) = tokio::join!(
+            reclaim_then(providers, plan, late, options, first),
+            sync(journal)
+        );
+        let uncovered = uncovered(before, &report, providers);
+        for record in records(before, &report, &uncovered, providers) {
+            write(journal, &record);
+        }
+        let state = if !report.is_clean() || !uncovered.is_empty() {
+            SessionState::Pending
+        } else {
+            cause.done()
+        };
+        if !(resuming && state == SessionState::Pending) {
+            write(journal, &Record::End { state });
+        }
+        sync(journal).await;
+        let id = plan.selector.session_id().unwrap_or_default();
+        summarise(id, cause, state, &report);
+        (state, report)
     }
-    let (report, ()) = tokio::join!(
-        reclaim_then(providers, plan, late, options, first),
-        sync(journal)
-    );
-    let uncovered = uncovered(before, &report, providers);
-    for record in records(before, &report, &uncovered, providers) {
-        write(journal, &record);
-    }
-    let state = if !report.is_clean() || !uncovered.is_empty() {
-        SessionState::Pending
-    } else if cause.bye {
-        SessionState::Clean
-    } else {
-        SessionState::Reclaimed
-    };
-    if !(resuming && state == SessionState::Pending) {
-        write(journal, &Record::End { state });
-    }
-    sync(journal).await;
-    let id = journal
-        .lock()
-        .map(|j| j.id().to_string())
-        .unwrap_or_default();
-    summarise(&id, cause, state, &report);
-    (state, report)
 }
 
 /// The session's providers this reclaim did not list, each with the reason it is pending.
@@ -272,8 +258,8 @@ fn records(
 
 /// The one summary line, through the log: `info` when the session ended with nothing left,
 /// `warn` when something was left pending (the user must act, or a sweep will).
-fn summarise(id: &str, cause: &Cause, state: SessionState, report: &Report) {
-    let (label, how, what) = (&cause.label, describe(state), report.summary());
+fn summarise(id: &str, cause: EndCause, state: SessionState, report: &Report) {
+    let (label, how, what) = (cause.label(), describe(state), report.summary());
     if state == SessionState::Pending {
         tracing::warn!("session {id}: {label}; {how} ({what})");
     } else {
@@ -290,62 +276,5 @@ fn describe(state: SessionState) -> &'static str {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::reclaim::{Failure, ListFailure, Removal};
-
-    fn removal(id: &str, outcome: Outcome) -> Removal {
-        Removal {
-            sandbox: Sandbox::claimed("fake", crate::providers::Kind::Instance, id),
-            outcome,
-            attempts: 1,
-        }
-    }
-
-    #[test]
-    fn an_unchanged_failure_is_not_journaled_again() {
-        let t = Target {
-            provider: "fake".into(),
-            id: "a".into(),
-        };
-        let before = Before {
-            state: Some(SessionState::Pending),
-            pending: [(t, "boom".to_string())].into(),
-            unlisted: [("acme".to_string(), "down".to_string())].into(),
-            providers: None,
-        };
-        let report = Report {
-            removals: vec![
-                removal("a", Outcome::Failed(Failure::new("boom"))),
-                removal("b", Outcome::Failed(Failure::new("boom"))),
-                removal("c", Outcome::Removed),
-            ],
-            list_failures: vec![ListFailure {
-                provider: "acme".into(),
-                error: Failure::new("down"),
-            }],
-            listed: vec!["fake".into()],
-        };
-        let got = records(&before, &report, &BTreeMap::new(), &[]);
-        let kinds: Vec<String> = got
-            .iter()
-            .map(|r| serde_json::to_value(r).unwrap()["ev"].to_string())
-            .collect();
-        assert_eq!(kinds, ["\"failed\"", "\"removed\""], "{got:?}");
-    }
-
-    #[test]
-    fn a_provider_the_reclaim_did_not_list_keeps_the_session_pending() {
-        let before = Before {
-            providers: Some(vec!["fake".into(), "acme".into()]),
-            ..Default::default()
-        };
-        let report = Report {
-            listed: vec!["fake".into()],
-            ..Default::default()
-        };
-        let fake: Arc<dyn Provider> = crate::providers::fake::Fake::holding(vec![]);
-        let left = uncovered(&before, &report, &[fake]);
-        assert_eq!(left.keys().collect::<Vec<_>>(), ["acme"]);
-    }
-}
+#[path = "session_tests.rs"]
+mod tests;

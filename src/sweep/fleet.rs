@@ -11,12 +11,13 @@
 //! A reclaim takes the session's lock in the store (`SET NX PX`, for the fleet's `lease`,
 //! renewed every third of it while the reclaim runs), reads the session again (another
 //! sweeper may have finished it meanwhile), counts the reclaim and marks it `reclaiming`, and
-//! then goes through the same session ending as every reclaim ([`super::reclaim_adopted`]):
-//! the session's labels on every provider, plus its mirrored claims, minus what it detached.
-//! The session ending is journaled in memory only ([`Journal::in_memory`]): the store is
-//! where a fleet session lives (see the decisions). The result is written back: `reclaimed`, or `pending`, which the next fleet sweep (here or on
-//! any machine) finishes; a sweeper that dies half way leaves `reclaiming` and a lock that
-//! expires, and the next one finishes the session.
+//! then goes through the same session ending as every reclaim ([`reclaim::session::Ending`]),
+//! its plan built from the store's record: the session's labels on every provider, plus its
+//! mirrored claims, minus what it detached. The ending has no journal: the store is where a
+//! fleet session lives (see the decisions). The result is written back: `reclaimed`, or
+//! `pending`, which the next fleet sweep (here or on any machine) finishes; a sweeper that
+//! dies half way leaves `reclaiming` and a lock that expires, and the next one finishes the
+//! session.
 //!
 //! Decisions:
 //! - **Several sessions at once, one pace per provider for the whole pass.** Dead sessions
@@ -33,8 +34,8 @@
 //!   create one (a partitioned host that comes back is the lease contract's known case).
 //! - **No files for fleet sessions**: the store holds a fleet session's truth (its record,
 //!   claims, detaches, state, reclaim count and reclaimer, and a lock that expires when its
-//!   sweeper dies), so its ending is journaled in memory and nothing is written to this
-//!   machine's disk. A sweeper that dies half way leaves `reclaiming` and a lock that
+//!   sweeper dies), so its ending is journaled nowhere ([`reclaim::session::Ending::journal`]
+//!   `None`) and nothing is written to this machine's disk. A sweeper that dies half way leaves `reclaiming` and a lock that
 //!   expires; the next one reclaims again from the store (what is already removed is
 //!   "already gone"). What a pass did is its output (every removal on stdout, each session's
 //!   summary on stderr) and the store's record. A journal file per session cost the
@@ -57,12 +58,13 @@ use std::time::Duration;
 use futures_util::stream::{self, StreamExt};
 
 use super::{Decision, Pass, StoreError, StoreFailure, StoreKind, Verdict};
-use crate::fleet::{FleetSession, FleetState, Holdings, Lock, SessionRecord, Store};
+use crate::fleet::{FleetSession, FleetState, Lock, Store};
 use crate::identity::Judge;
-use crate::ledger::{Journal, LedgerError, Record, SessionState};
+use crate::ledger::{EndCause, LedgerError, SessionState};
 use crate::ownership::{self, known::Known, SessionVerdict};
 use crate::providers::Provider;
-use crate::reclaim::{Listed, Options};
+use crate::reclaim::session::{Before, Ending};
+use crate::reclaim::{self, Listed, Options, Plan};
 
 /// What a fleet pass needs.
 #[derive(Clone)]
@@ -254,7 +256,7 @@ async fn reclaim_into(
     out.decisions
         .push(decision(&fresh, Verdict::Reclaim, reason));
     if let Err(e) = store
-        .set_state(id, FleetState::Reclaiming, &fleet.host)
+        .set_state(id, SessionState::Reclaiming.into(), &fleet.host)
         .await
     {
         let _ = store.unlock(id, &token, None).await;
@@ -263,7 +265,7 @@ async fn reclaim_into(
     let work = end_session(providers, options, seen, &fresh);
     let kept = keep_lock(store, id, &token, fleet.lease);
     let result = tokio::select! {
-        r = work => r,
+        r = work => Ok(r),
         () = kept => Err(LedgerError::LockLost {
             what: format!("the fleet lock of {id}"),
         }),
@@ -272,11 +274,11 @@ async fn reclaim_into(
         Ok((state, report)) => {
             out.removals.extend(report.removals);
             out.list_failures.extend(report.list_failures);
-            let state = if state.is_final() {
-                FleetState::Reclaimed
+            let state = FleetState::from(if state.is_final() {
+                SessionState::Reclaimed
             } else {
-                FleetState::Pending
-            };
+                SessionState::Pending
+            });
             // Written and unlocked in one round trip; if the store cannot take it, the lock
             // expires and the next sweeper reclaims the session again.
             if let Err(e) = store.unlock(id, &token, Some((state, &fleet.host))).await {
@@ -298,13 +300,11 @@ async fn reclaim_into(
 /// reached is logged, and the fleet sweep later finds the session's lease expired and
 /// reclaims it again, which finds it already gone.
 pub async fn tell_ended(store: &dyn Store, id: &str, state: SessionState) {
-    let fleet_state = match state {
-        SessionState::Clean => FleetState::Clean,
-        SessionState::Reclaimed => FleetState::Reclaimed,
-        _ => return,
-    };
+    if !state.is_final() {
+        return;
+    }
     let told = match store.session(id).await {
-        Ok(Some(s)) if !s.state.is_final() => store.finish(id, fleet_state).await,
+        Ok(Some(s)) if !s.state.is_final() => store.finish(id, state.into()).await,
         Ok(_) => Ok(()),
         Err(e) => Err(e),
     };
@@ -326,50 +326,38 @@ async fn keep_lock(store: &dyn Store, id: &str, token: &str, ttl: Duration) {
     }
 }
 
-/// The session's ending, journaled in memory: its start, providers, claims and detaches as
-/// the store holds them now, then the one reclaim path.
+/// The session's ending, planned from its record in the store (its labels, the claims and
+/// detaches it mirrored, the providers its sidecar had), through the one session ending, as
+/// a sweep ends any session whose sidecar is gone.
 async fn end_session(
     providers: &[Arc<dyn Provider>],
     options: &Options,
     (listed, known): (&Arc<Listed>, &Arc<Known>),
     s: &FleetSession,
-) -> Result<(crate::ledger::SessionState, crate::reclaim::Report), LedgerError> {
-    let mut journal = Journal::in_memory(&s.record.id, &start(&s.record))?;
-    mirror(&mut journal, &s.record, &s.holdings)?;
-    let view = journal.view()?;
-    Ok(super::reclaim_adopted(
-        journal,
+) -> (SessionState, reclaim::Report) {
+    // A target both claimed and detached is detached (detach wins), as a ledger folds it.
+    let claims = s.holdings.claims.difference(&s.holdings.detached);
+    let mut plan = Plan::for_session(&s.record.id, providers, claims, &s.holdings.detached);
+    plan.listed = Some(listed.clone());
+    plan.known = Some(known.clone());
+    plan.own.sidecar = ownership::Sidecar::Gone;
+    let before = Before {
+        providers: Some(s.record.providers.clone()),
+        ..Default::default()
+    };
+    let once = Options {
+        settle: None,
+        ..options.clone()
+    };
+    let ending = Ending {
+        journal: None,
         providers,
-        &view,
-        options,
-        Some(listed.clone()),
-        Some(known.clone()),
-    )
-    .await)
-}
-
-/// A fleet session's `start` record, from its record in the store.
-fn start(r: &SessionRecord) -> Record {
-    Record::Start {
-        owner: r.owner.clone(),
-        pid: r.pid,
-        grace_ms: 0,
-        labels: r.labels.clone(),
-    }
-}
-
-/// What the store mirrored, journaled after the `start`.
-fn mirror(j: &mut Journal, r: &SessionRecord, holdings: &Holdings) -> Result<(), LedgerError> {
-    j.write(&Record::Providers {
-        names: r.providers.clone(),
-    })?;
-    for t in &holdings.claims {
-        j.write(&Record::claim(t))?;
-    }
-    for t in &holdings.detached {
-        j.write(&Record::detach(t))?;
-    }
-    j.write(&Record::LeaseExpired)
+        plan: &plan,
+        options: &once,
+        before: &before,
+        cause: EndCause::Sweep,
+    };
+    ending.run().await
 }
 
 #[cfg(test)]

@@ -45,11 +45,11 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::labels::Selector;
-use crate::ledger::{Journal, LedgerError, SessionState, SessionView, StateDir};
+use crate::ledger::{EndCause, Journal, LedgerError, SessionState, SessionView, StateDir};
 use crate::ownership::known::Known;
 use crate::ownership::{self, Asker, Reason, SessionVerdict};
 use crate::providers::{Provider, Sandbox, SandboxKey};
-use crate::reclaim::session::{self, Before, Cause};
+use crate::reclaim::session::{Before, Ending};
 use crate::reclaim::{self, ListFailure, Options, Plan, Removal};
 
 pub use failure::{StoreError, StoreFailure, StoreKind};
@@ -281,25 +281,23 @@ pub async fn reclaim_session(
     known: &Arc<Known>,
 ) -> Result<(SessionState, reclaim::Report), LedgerError> {
     let journal = adopt(state, &view.id).await?;
-    Ok(reclaim_adopted(journal, providers, view, options, None, Some(known.clone())).await)
+    Ok(reclaim_adopted(journal, providers, view, options, Some(known.clone())).await)
 }
 
 /// Reclaims a session whose journal (and lock) the caller holds: its labels, its claims and
 /// what is pending, minus what it detached.
-/// `listed`: what a sweep already listed for all the sessions it reclaims; `known`: how the
-/// other sessions stand (for its claims; `None`: none is taken from another session).
+/// `known`: how the other sessions stand (for its claims; `None`: none is taken from another
+/// session).
 pub async fn reclaim_adopted(
     journal: Journal,
     providers: &[Arc<dyn Provider>],
     view: &SessionView,
     options: &Options,
-    listed: Option<Arc<reclaim::Listed>>,
     known: Option<Arc<Known>>,
 ) -> (SessionState, reclaim::Report) {
     let journal = Arc::new(Mutex::new(journal));
     let claims: Vec<_> = view.claims.iter().chain(view.pending.keys()).collect();
     let mut plan = Plan::for_session(&view.id, providers, claims, &view.detached);
-    plan.listed = listed;
     plan.known = known;
     plan.own.ended_at = crate::ownership::known::ended_at(view);
     plan.own.sidecar = crate::ownership::Sidecar::Gone;
@@ -307,19 +305,13 @@ pub async fn reclaim_adopted(
         settle: None,
         ..options.clone()
     };
-    let cause = Cause {
-        record: None,
-        bye: false,
-        label: "reclaimed by sweep".into(),
-    };
-    session::end(
-        &journal,
+    let ending = Ending {
+        journal: Some(&journal),
         providers,
-        &plan,
-        async { Vec::new() },
-        &once,
-        &Before::from(view),
-        &cause,
-    )
-    .await
+        plan: &plan,
+        options: &once,
+        before: &Before::from(view),
+        cause: EndCause::Sweep,
+    };
+    ending.run().await
 }

@@ -35,8 +35,9 @@ use crate::ownership::known::Known;
 use crate::providers::Provider;
 use crate::reclaim::Options;
 
-/// What the service sweeps with.
-pub struct Plan {
+/// What the sweep service sweeps with (named apart from [`crate::reclaim::SweepService`], what one
+/// reclaim is after).
+pub struct SweepService {
     pub state: StateDir,
     pub providers: Vec<Arc<dyn Provider>>,
     pub options: Options,
@@ -75,16 +76,22 @@ pub async fn lock(state: &StateDir) -> Result<SweepLock, LedgerError> {
 }
 
 /// One pass under the sweep lock, then pruning (unless a dry run).
-pub async fn one_pass(plan: &Plan) -> Result<Pass, LedgerError> {
-    let _lock = lock(&plan.state).await?;
-    let mut pass = match &plan.fleet {
+pub async fn one_pass(service: &SweepService) -> Result<Pass, LedgerError> {
+    let _lock = lock(&service.state).await?;
+    let mut pass = match &service.fleet {
         Some(fleet) => {
-            super::fleet::pass(fleet, &plan.providers, &plan.options, plan.dry_run).await
+            super::fleet::pass(fleet, &service.providers, &service.options, service.dry_run).await
         }
         None => Pass::default(),
     };
-    let local = super::pass(&plan.state, &plan.providers, &plan.options, plan.dry_run).await;
-    if let Some(store) = &plan.store {
+    let local = super::pass(
+        &service.state,
+        &service.providers,
+        &service.options,
+        service.dry_run,
+    )
+    .await;
+    if let Some(store) = &service.store {
         for (id, state) in &local.ended {
             super::fleet::tell_ended(store.as_ref(), id, *state).await;
         }
@@ -94,19 +101,23 @@ pub async fn one_pass(plan: &Plan) -> Result<Pass, LedgerError> {
     pass.list_failures.extend(local.list_failures);
     pass.store_failures.extend(local.store_failures);
     pass.adopt.extend(local.adopt);
-    if !plan.dry_run {
-        prune(&plan.state, plan.prune_after);
+    if !service.dry_run {
+        prune(&service.state, service.prune_after);
     }
     Ok(pass)
 }
 
-/// Runs passes every `plan.every` until `stop` resolves; `report` sees each pass, and each
+/// Runs passes every `service.every` until `stop` resolves; `report` sees each pass, and each
 /// watcher's reclaim as it ends.
-pub async fn serve(plan: Plan, stop: impl Future<Output = ()>, mut report: impl FnMut(Report<'_>)) {
+pub async fn serve(
+    service: SweepService,
+    stop: impl Future<Output = ()>,
+    mut report: impl FnMut(Report<'_>),
+) {
     tokio::pin!(stop);
     let mut watchers: JoinSet<(String, Pass)> = JoinSet::new();
     let mut adopted: HashSet<String> = HashSet::new();
-    let mut tick = tokio::time::interval(plan.every);
+    let mut tick = tokio::time::interval(service.every);
     loop {
         tokio::select! {
             _ = &mut stop => break,
@@ -120,7 +131,7 @@ pub async fn serve(plan: Plan, stop: impl Future<Output = ()>, mut report: impl 
                 }
             }
             _ = tick.tick() => {
-                let pass = match one_pass(&plan).await {
+                let pass = match one_pass(&service).await {
                     Ok(pass) => pass,
                     Err(e) => {
                         tracing::warn!("sweep pass skipped: {e}");
@@ -128,8 +139,8 @@ pub async fn serve(plan: Plan, stop: impl Future<Output = ()>, mut report: impl 
                     }
                 };
                 report(Report::Pass(&pass));
-                if !plan.dry_run {
-                    adopt(&plan, pass, &mut adopted, &mut watchers);
+                if !service.dry_run {
+                    adopt(&service, pass, &mut adopted, &mut watchers);
                 }
             }
         }
@@ -141,7 +152,7 @@ pub async fn serve(plan: Plan, stop: impl Future<Output = ()>, mut report: impl 
 /// Watches each newly adopted live owner; its session is reclaimed when it dies, and the
 /// watcher returns the session's id and what it did ([`Report::Watched`]).
 fn adopt(
-    plan: &Plan,
+    service: &SweepService,
     pass: Pass,
     adopted: &mut HashSet<String>,
     watchers: &mut JoinSet<(String, Pass)>,
@@ -153,19 +164,18 @@ fn adopt(
         let Some(owner) = Identity::parse_label(&view.owner) else {
             continue;
         };
-        let Ok(journal) = plan.state.adopt_session(&view.id) else {
+        let Ok(journal) = service.state.adopt_session(&view.id) else {
             continue;
         };
         adopted.insert(view.id.clone());
-        let (providers, options) = (plan.providers.clone(), plan.options.clone());
-        let store = plan.store.clone();
-        let root = plan.state.path().to_path_buf();
+        let (providers, options) = (service.providers.clone(), service.options.clone());
+        let store = service.store.clone();
+        let root = service.state.path().to_path_buf();
         watchers.spawn(async move {
             OwnerWatch::open(&owner).wait().await;
             let known = Arc::new(Known::lazy(Some(root), &providers));
             let (ended, report) =
-                super::reclaim_adopted(journal, &providers, &view, &options, None, Some(known))
-                    .await;
+                super::reclaim_adopted(journal, &providers, &view, &options, Some(known)).await;
             if let Some(store) = store {
                 super::fleet::tell_ended(store.as_ref(), &view.id, ended).await;
             }

@@ -1,12 +1,17 @@
 //! Claims and detaches judged as they arrive on the control pipe: [`Sidecar::may_claim`] (the
-//! one judgement's claim rule, against the ledger and one listing of the provider per batch)
-//! and `owns` (a detach counts only from a session that owns what it names).
+//! one judgement's claim rule, against the ledger and one listing of the provider per batch),
+//! `owns` (a detach counts only from a session that owns what it names) and `accept` (what no
+//! provider of the session can act on is journaled `refused`); and as they arrive from the
+//! proxies (`on_proxy_claim`: a create, claimed and acknowledged once on disk).
 
 use super::lease::Clock;
-use super::{Sidecar, CLAIM_LOOKUP};
+use super::triggers::refusal;
+use super::{Sidecar, Triggers, CLAIM_LOOKUP};
+use crate::ledger::Record;
 use crate::ownership::detach;
 use crate::ownership::{self, known::Known};
-use crate::protocol::Target;
+use crate::protocol::{Command, Target};
+use crate::providers::proxy_claim::{Claim as ProxyClaim, Hold};
 use crate::providers::Provider;
 
 /// The providers' managed sandboxes, listed at most once per batch of control lines.
@@ -102,5 +107,43 @@ impl<C: Clock> Sidecar<C> {
             }
             detach::Ownership::Owned | detach::Ownership::Unknown => true,
         }
+    }
+
+    /// A create seen by a proxy (Docker's or the cloud one): claimed as if the owner had written
+    /// the line (or detached, when the create asked for `sandguard.detached=true`: detach wins
+    /// over any claim, so such a create is never journaled as a claim), then acknowledged
+    /// (once on disk) so the proxy hands the service's answer to the client.
+    pub(super) fn on_proxy_claim<R>(&mut self, claim: Option<ProxyClaim>, t: &mut Triggers<R>) {
+        match claim {
+            Some(c) => {
+                self.apply(match c.hold {
+                    Hold::Claim => Command::Claim(c.target),
+                    Hold::Detach => Command::Detach(c.target),
+                });
+                self.sync();
+                let _ = c.ack.send(());
+            }
+            None => t.proxy = None,
+        }
+    }
+
+    /// Whether a claim, release or detach names something a provider of this session can act on;
+    /// otherwise it is journaled `refused`, once, with the reason.
+    pub(super) fn accept(&mut self, t: &Target) -> bool {
+        match refusal(&self.providers, t) {
+            None => true,
+            Some(reason) => self.refuse(t, reason),
+        }
+    }
+
+    /// Journals `t` as refused for `reason` (final, reported once); always `false`.
+    fn refuse(&mut self, t: &Target, reason: String) -> bool {
+        tracing::warn!("refused {} {}: {reason}", t.provider, t.id);
+        self.write(&Record::Refused {
+            provider: t.provider.clone(),
+            id: t.id.clone(),
+            reason,
+        });
+        false
     }
 }

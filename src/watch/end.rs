@@ -1,4 +1,4 @@
-//! How the sidecar ends its session: the ending journaled, one reclaim of claims ∪ the
+//! How the sidecar ends its session: its cause ([`EndCause`]) journaled, one reclaim of claims ∪ the
 //! session's labels minus what was detached, the first pass told to whoever listens (the
 //! owner's `bye` outcome, the wrapper's line on the terminal), claims still arriving drained
 //! for the settle delay, and how the owner exited learned beside it.
@@ -10,48 +10,33 @@ use tokio::io::AsyncRead;
 
 use super::lease::Clock;
 use super::triggers::drain_claims;
-use super::{Ending, Outcome, Sidecar};
-use crate::identity::death::{ExitProbe, Gone, PROBE_FOR};
-use crate::ledger::{Record, SessionState};
+use super::{Outcome, Sidecar};
+use crate::identity::death::{ExitProbe, PROBE_FOR};
+use crate::ledger::{EndCause, Record, SessionState};
 use crate::ownership::known::Known;
 use crate::protocol::{ByeOutcome, LineReader};
-use crate::reclaim::session::{self, Before, Cause, SharedJournal};
+use crate::reclaim::session::{self, Before, Ending, SharedJournal};
 use crate::reclaim::{Plan, Report};
 
 impl<C: Clock> Sidecar<C> {
-    /// Ends the session as `ending` requires; `exit`, for an owner that exited, learns how
-    /// beside the reclaim and journals it (`owner_exit`) without delaying any removal.
+    /// Ends the session for `cause` (`None`: stopped while the owner lives, nothing
+    /// reclaimed); `exit`, for an owner that exited, learns how beside the reclaim and
+    /// journals it (`owner_exit`) without delaying any removal.
     pub(super) async fn finish<R: AsyncRead + Unpin>(
         self,
-        ending: Ending,
+        cause: Option<EndCause>,
         control: Option<LineReader<R>>,
         exit: Option<ExitProbe>,
     ) -> Outcome {
-        let (record, label) = match &ending {
-            Ending::Stopped => {
-                tracing::warn!(
-                    "session {}: sidecar stopped while its owner lives; nothing reclaimed, a sweep will judge the owner",
-                    self.session
-                );
-                return Outcome {
-                    ending,
-                    state: SessionState::Active,
-                };
-            }
-            Ending::Bye => (None, "owner said bye"),
-            Ending::LeaseExpired => (Some(Record::LeaseExpired), "lease expired"),
-            Ending::OwnerGone(Gone::Exited) => (
-                Some(Record::OwnerDead {
-                    reason: "exited".into(),
-                }),
-                "owner exited",
-            ),
-            Ending::OwnerGone(Gone::GoneAtStart) => (
-                Some(Record::OwnerDead {
-                    reason: "gone when the watch began".into(),
-                }),
-                "owner was already gone",
-            ),
+        let Some(cause) = cause else {
+            tracing::warn!(
+                "session {}: sidecar stopped while its owner lives; nothing reclaimed, a sweep will judge the owner",
+                self.session
+            );
+            return Outcome {
+                cause: None,
+                state: SessionState::Active,
+            };
         };
         let mut plan =
             Plan::for_session(&self.session, &self.providers, &self.claims, &self.detached);
@@ -70,12 +55,7 @@ impl<C: Clock> Sidecar<C> {
             ),
             ..Default::default()
         };
-        let cause = Cause {
-            record,
-            bye: ending == Ending::Bye,
-            label: label.to_string(),
-        };
-        let bye = self.bye_report.filter(|_| ending == Ending::Bye);
+        let bye = self.bye_report.filter(|_| cause == EndCause::Bye);
         let end = self.end_report;
         let told = (bye.is_some() || end.is_some()).then_some(move |report: &Report| {
             if let Some(tell) = bye {
@@ -92,19 +72,20 @@ impl<C: Clock> Sidecar<C> {
                 session::append(&journal, &Record::OwnerExit { code, signal });
             }
         };
-        let ending_run = session::end_then(
-            &journal,
-            &self.providers,
-            &plan,
-            late,
-            &self.options,
-            &before,
-            &cause,
-            told,
-        );
-        let ((state, report), ()) = tokio::join!(ending_run, learn_exit);
+        let ending = Ending {
+            journal: Some(&journal),
+            providers: &self.providers,
+            plan: &plan,
+            options: &self.options,
+            before: &before,
+            cause,
+        };
+        let ((state, report), ()) = tokio::join!(ending.run_then(late, told), learn_exit);
         tracing::debug!("session {} ended: {}", self.session, report.summary());
-        Outcome { ending, state }
+        Outcome {
+            cause: Some(cause),
+            state,
+        }
     }
 }
 

@@ -35,10 +35,9 @@ use tokio::time::Instant;
 
 use crate::backoff::Backoff;
 use crate::fleet::{FleetState, Holdings, SessionRecord, Store};
-use crate::ledger::SessionState;
+use crate::ledger::{EndCause, SessionState};
 
 use super::ttl::SharedHoldings;
-use super::Ending;
 
 /// The first retry after the store failed.
 pub const FIRST_RETRY: Duration = Duration::from_millis(500);
@@ -46,23 +45,28 @@ pub const FIRST_RETRY: Duration = Duration::from_millis(500);
 /// How long the sidecar's last write (the session's end) may take.
 pub const END_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// What the sidecar registers with.
-pub struct FleetPlan {
+/// Where and for how long the sidecar registers its session: the store, the session's
+/// record, the fleet's lease.
+pub struct Registration {
     pub store: Arc<dyn Store>,
     pub record: SessionRecord,
     pub lease: Duration,
 }
 
 pub struct Registrar {
-    plan: FleetPlan,
+    registration: Registration,
     holdings: SharedHoldings,
     changed: Arc<Notify>,
 }
 
 impl Registrar {
-    pub fn new(plan: FleetPlan, holdings: SharedHoldings, changed: Arc<Notify>) -> Registrar {
+    pub fn new(
+        registration: Registration,
+        holdings: SharedHoldings,
+        changed: Arc<Notify>,
+    ) -> Registrar {
         Registrar {
-            plan,
+            registration,
             holdings,
             changed,
         }
@@ -77,7 +81,7 @@ impl Registrar {
 
     /// Registers, then renews and mirrors until aborted.
     pub async fn run(self) {
-        let p = &self.plan;
+        let p = &self.registration;
         let every = p.lease / 3;
         let mut mirrored: Option<Holdings> = None;
         let mut failing_since: Option<Instant> = None;
@@ -144,13 +148,13 @@ impl Registrar {
     }
 }
 
-/// The state the store keeps for a sidecar that ended this way.
-pub fn end_state(ending: &Ending, state: SessionState) -> FleetState {
-    match (ending, state) {
-        (Ending::Stopped, _) => FleetState::Stopped,
-        (_, SessionState::Clean) => FleetState::Clean,
-        (_, SessionState::Reclaimed) => FleetState::Reclaimed,
-        _ => FleetState::Pending,
+/// The state the store keeps for a sidecar that ended for `cause` in `state` (`None`: it was
+/// stopped while its owner lived): `stopped`, the final state, or `pending`.
+pub fn end_state(cause: Option<EndCause>, state: SessionState) -> FleetState {
+    match (cause, state) {
+        (None, _) => FleetState::Stopped,
+        (Some(_), state) if state.is_final() => state.into(),
+        _ => SessionState::Pending.into(),
     }
 }
 
@@ -169,8 +173,8 @@ mod tests {
     use crate::fleet::memory::MemoryStore;
     use crate::protocol::Target;
 
-    fn plan(store: Arc<MemoryStore>) -> FleetPlan {
-        FleetPlan {
+    fn registration(store: Arc<MemoryStore>) -> Registration {
+        Registration {
             store,
             record: SessionRecord {
                 id: "s1".into(),
@@ -198,12 +202,17 @@ mod tests {
         let holdings = SharedHoldings::default();
         let changed = Arc::new(Notify::new());
         let task = tokio::spawn(
-            Registrar::new(plan(store.clone()), holdings.clone(), changed.clone()).run(),
+            Registrar::new(
+                registration(store.clone()),
+                holdings.clone(),
+                changed.clone(),
+            )
+            .run(),
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(store
             .peek("s1")
-            .is_some_and(|(s, alive, _)| s == FleetState::Active && alive));
+            .is_some_and(|(s, alive, _)| s == SessionState::Active && alive));
         // Ten leases later it still holds the lease: renewed every lease / 3.
         tokio::time::sleep(Duration::from_secs(30)).await;
         assert!(store.peek("s1").unwrap().1, "the lease was not renewed");
@@ -228,7 +237,7 @@ mod tests {
         holdings.lock().unwrap().claims.insert(claim("c1"));
         let task = tokio::spawn(
             Registrar::new(
-                plan(store.clone()),
+                registration(store.clone()),
                 holdings.clone(),
                 Arc::new(Notify::new()),
             )
@@ -239,7 +248,7 @@ mod tests {
         store.set_down(false);
         tokio::time::sleep(Duration::from_secs(2)).await;
         let (state, alive, mirrored) = store.peek("s1").expect("registered once back");
-        assert!(state == FleetState::Active && alive);
+        assert!(state == SessionState::Active && alive);
         assert!(mirrored.claims.contains(&claim("c1")));
         // Redis restarted empty: the next renewal finds no record and registers again.
         store.flush();
@@ -255,16 +264,21 @@ mod tests {
         let holdings = SharedHoldings::default();
         holdings.lock().unwrap().claims.insert(claim("c1"));
         let first = tokio::spawn(
-            Registrar::new(plan(store.clone()), holdings, Arc::new(Notify::new())).run(),
+            Registrar::new(
+                registration(store.clone()),
+                holdings,
+                Arc::new(Notify::new()),
+            )
+            .run(),
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
         // The first sidecar dies (no end written); then the ended case: its end written.
         first.abort();
-        for ended in [None, Some(FleetState::Reclaimed)] {
+        for ended in [None, Some(SessionState::Reclaimed.into())] {
             if let Some(state) = ended {
                 finish(store.as_ref(), "s1", state).await;
             }
-            let mut resumed = plan(store.clone());
+            let mut resumed = registration(store.clone());
             resumed.record.owner = "o2".into();
             resumed.record.pid = 2;
             let seeded = SharedHoldings::default();
@@ -277,7 +291,10 @@ mod tests {
                 tokio::spawn(Registrar::new(resumed, seeded, Arc::new(Notify::new())).run());
             tokio::time::sleep(Duration::from_millis(10)).await;
             let (state, alive, mirrored) = store.peek("s1").expect("registered again");
-            assert!(state == FleetState::Active && alive, "{ended:?}: {state:?}");
+            assert!(
+                state == SessionState::Active && alive,
+                "{ended:?}: {state:?}"
+            );
             assert_eq!(mirrored.claims.len(), 2, "{ended:?}");
             let listed = store.sessions().await.unwrap();
             assert!(
@@ -292,17 +309,14 @@ mod tests {
 
     #[test]
     fn a_sidecar_stopped_while_its_owner_lives_is_not_left_for_a_fleet_sweep() {
+        assert_eq!(end_state(None, SessionState::Active), FleetState::Stopped);
         assert_eq!(
-            end_state(&Ending::Stopped, SessionState::Active),
-            FleetState::Stopped
+            end_state(Some(EndCause::Bye), SessionState::Clean),
+            SessionState::Clean
         );
         assert_eq!(
-            end_state(&Ending::Bye, SessionState::Clean),
-            FleetState::Clean
-        );
-        assert_eq!(
-            end_state(&Ending::LeaseExpired, SessionState::Pending),
-            FleetState::Pending
+            end_state(Some(EndCause::LeaseExpired), SessionState::Pending),
+            SessionState::Pending
         );
     }
 }

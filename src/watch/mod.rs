@@ -50,7 +50,7 @@ pub mod ttl;
 
 use arrival::Listings;
 pub use triggers::Triggers;
-use triggers::{next_claim, next_line, refusal};
+use triggers::{next_claim, next_line};
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -59,14 +59,12 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tokio::io::AsyncRead;
 
-use crate::ledger::{Journal, Record, SessionState};
+use crate::ledger::{EndCause, Journal, Record, SessionState};
 use crate::ownership::known::Known;
 use crate::protocol::{ByeOutcome, Command, ProtocolError, Target};
-use crate::providers::proxy_claim::Claim as ProxyClaim;
 use crate::providers::Provider;
 use crate::reclaim::{Options, Report};
 
-use crate::identity::death::Gone;
 use lease::{Clock, Lease};
 
 /// How long a SIGTERMed sidecar waits for its owner to die before it stops without
@@ -80,20 +78,13 @@ const BATCH: usize = 1024;
 /// sidecar takes it on the claim rule alone and leaves the labels to the reclaim's judgement.
 pub const CLAIM_LOOKUP: Duration = Duration::from_secs(2);
 
-/// Why the watch ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ending {
-    OwnerGone(Gone),
-    LeaseExpired,
-    Bye,
-    /// The sidecar was told to stop (SIGTERM) while its owner lived; nothing was reclaimed.
-    Stopped,
-}
-
 /// How the session stands when the sidecar is done.
 #[derive(Debug, Clone)]
 pub struct Outcome {
-    pub ending: Ending,
+    /// Why the watch ended the session (the owner gone, its lease expired, `bye`); `None`:
+    /// the sidecar was told to stop (SIGTERM) while its owner lived, and nothing was
+    /// reclaimed (the session stays active for a sweep to judge).
+    pub cause: Option<EndCause>,
     pub state: SessionState,
 }
 
@@ -198,7 +189,7 @@ impl<C: Clock> Sidecar<C> {
     }
 
     /// Watches until the owner is gone (or says `bye`, or the sidecar is stopped), then
-    /// reclaims as the ending requires.
+    /// reclaims as its cause requires.
     pub async fn run<R: AsyncRead + Unpin>(mut self, mut triggers: Triggers<R>) -> Outcome {
         let names = self
             .providers
@@ -207,7 +198,7 @@ impl<C: Clock> Sidecar<C> {
             .collect();
         self.write(&Record::Providers { names });
         self.sync();
-        let ending = self.watch(&mut triggers).await;
+        let cause = self.watch(&mut triggers).await;
         // Nothing is renewed after this point: the TTL keeper stops before the reclaim starts.
         self.halting.stop().await;
         // A proxy still serving during the reclaim gets no acknowledgement, not a hang; what
@@ -216,11 +207,13 @@ impl<C: Clock> Sidecar<C> {
         let exit = triggers
             .exit
             .take()
-            .filter(|_| ending == Ending::OwnerGone(Gone::Exited));
-        self.finish(ending, triggers.control, exit).await
+            .filter(|_| cause == Some(EndCause::OwnerExited));
+        self.finish(cause, triggers.control, exit).await
     }
 
-    async fn watch<R: AsyncRead + Unpin>(&mut self, t: &mut Triggers<R>) -> Ending {
+    /// Waits for the session's end: its cause, or `None` when the sidecar is stopped while
+    /// its owner lives.
+    async fn watch<R: AsyncRead + Unpin>(&mut self, t: &mut Triggers<R>) -> Option<EndCause> {
         loop {
             let check_in = self.lease.next_check();
             tokio::select! {
@@ -235,38 +228,40 @@ impl<C: Clock> Sidecar<C> {
                 // Control lines before the death event: a claim written just before the owner
                 // died is in the pipe already and must be known before reclaiming.
                 line = next_line(&mut t.control), if t.control.is_some() => {
-                    if let Some(ending) = self.on_lines(line, t).await {
-                        return ending;
+                    if let Some(bye) = self.on_lines(line, t).await {
+                        return Some(bye);
                     }
                 }
-                gone = &mut t.owner => return Ending::OwnerGone(gone),
+                gone = &mut t.owner => return Some(gone.into()),
                 _ = tokio::time::sleep(check_in), if self.lease.is_running() => {
                     if self.lease.check_expired() {
-                        return Ending::LeaseExpired;
+                        return Some(EndCause::LeaseExpired);
                     }
                 }
             }
         }
     }
 
-    /// SIGTERM: a dead or dying owner still means reclaim; only a live one means stop.
-    async fn on_stop<R>(&mut self, t: &mut Triggers<R>) -> Ending {
+    /// SIGTERM: a dead or dying owner still means reclaim; only a live one means stop
+    /// (`None`).
+    async fn on_stop<R>(&mut self, t: &mut Triggers<R>) -> Option<EndCause> {
         match tokio::time::timeout(STOP_WINDOW, &mut t.owner).await {
             Ok(gone) => {
                 tracing::info!("stopped while the owner died: reclaiming");
-                Ending::OwnerGone(gone)
+                Some(gone.into())
             }
-            Err(_) => Ending::Stopped,
+            Err(_) => None,
         }
     }
 
-    /// One line, and every further line already in the pipe, applied under one sync.
+    /// One line, and every further line already in the pipe, applied under one sync;
+    /// [`EndCause::Bye`] when one was `bye`.
     async fn on_lines<R: AsyncRead + Unpin>(
         &mut self,
         first: Option<Result<Command, ProtocolError>>,
         t: &mut Triggers<R>,
-    ) -> Option<Ending> {
-        let mut ending = None;
+    ) -> Option<EndCause> {
+        let mut bye = None;
         let mut line = first;
         // Other sessions' claims and the providers' labels, read (once for the batch) only if
         // a claim comes.
@@ -290,7 +285,7 @@ impl<C: Clock> Sidecar<C> {
                 }
                 Some(Ok(command)) => {
                     if let Some(e) = self.apply(command) {
-                        ending.get_or_insert(e);
+                        bye.get_or_insert(e);
                     }
                 }
                 Some(Err(e)) => {
@@ -315,29 +310,12 @@ impl<C: Clock> Sidecar<C> {
             }
         }
         self.sync();
-        ending
+        bye
     }
 
-    /// A create seen by a proxy (Docker's or the cloud one): claimed as if the owner had written
-    /// the line (or detached, when the create asked for `sandguard.detached=true`: detach wins
-    /// over any claim, so such a create is never journaled as a claim), then acknowledged
-    /// (once on disk) so the proxy hands the service's answer to the client.
-    fn on_proxy_claim<R>(&mut self, claim: Option<ProxyClaim>, t: &mut Triggers<R>) {
-        match claim {
-            Some(c) => {
-                self.apply(match c.hold {
-                    crate::providers::proxy_claim::Hold::Claim => Command::Claim(c.target),
-                    crate::providers::proxy_claim::Hold::Detach => Command::Detach(c.target),
-                });
-                self.sync();
-                let _ = c.ack.send(());
-            }
-            None => t.proxy = None,
-        }
-    }
-
-    /// Applies one command: journaled (not yet synced) and remembered.
-    fn apply(&mut self, command: Command) -> Option<Ending> {
+    /// Applies one command: journaled (not yet synced) and remembered; [`EndCause::Bye`] for
+    /// `bye`.
+    fn apply(&mut self, command: Command) -> Option<EndCause> {
         match command {
             Command::Claim(t) => {
                 if self.accept(&t) {
@@ -378,7 +356,7 @@ impl<C: Clock> Sidecar<C> {
                     tracing::warn!("heartbeat after the lease expired: ignored");
                 }
             }
-            Command::Bye => return Some(Ending::Bye),
+            Command::Bye => return Some(EndCause::Bye),
         }
         None
     }
@@ -387,26 +365,6 @@ impl<C: Clock> Sidecar<C> {
     fn state_root(&self) -> Option<std::path::PathBuf> {
         let root = self.journal.path().parent().and_then(|p| p.parent())?;
         Some(root.to_path_buf())
-    }
-
-    /// Whether a claim, release or detach names something a provider of this session can act on;
-    /// otherwise it is journaled `refused`, once, with the reason.
-    fn accept(&mut self, t: &Target) -> bool {
-        match refusal(&self.providers, t) {
-            None => true,
-            Some(reason) => self.refuse(t, reason),
-        }
-    }
-
-    /// Journals `t` as refused for `reason` (final, reported once); always `false`.
-    fn refuse(&mut self, t: &Target, reason: String) -> bool {
-        tracing::warn!("refused {} {}: {reason}", t.provider, t.id);
-        self.write(&Record::Refused {
-            provider: t.provider.clone(),
-            id: t.id.clone(),
-            reason,
-        });
-        false
     }
 
     fn share(&self, change: impl FnOnce(&mut ttl::Holdings)) {

@@ -8,7 +8,7 @@
 //! for them before returning: no task outlives the session, none is left unowned.
 //!
 //! A resumed session's sidecar starts holding what its journal says the session held
-//! ([`Plan::held`], [`Sidecar::seed`]) before any task runs, so the TTL keeper renews it, the
+//! ([`SidecarService::held`], [`Sidecar::seed`]) before any task runs, so the TTL keeper renews it, the
 //! fleet registrar registers it, and the reclaim includes it.
 //!
 //! With a fleet store, the fleet registrar ([`super::fleet`]) is one more task of the set: it
@@ -21,7 +21,7 @@ use std::time::Duration;
 use tokio::io::AsyncRead;
 use tokio::task::JoinSet;
 
-use super::fleet::{FleetPlan, Registrar};
+use super::fleet::{Registrar, Registration};
 use super::lease::{BootClock, Lease};
 use super::ttl::Keeper;
 use super::{ByeReport, EndReport, Outcome, Sidecar, Triggers};
@@ -39,8 +39,10 @@ use crate::reclaim::Options;
 /// never pays for them.
 pub const WARM_UP_DELAY: Duration = Duration::from_millis(100);
 
-/// What a sidecar watches with, once it has said `ready`.
-pub struct Plan {
+/// What a sidecar service watches with, once it has said `ready` ([`super::start`] builds it
+/// from a [`super::start::StartPlan`]; named apart from [`crate::reclaim::SidecarService`], what one
+/// reclaim is after).
+pub struct SidecarService {
     pub session: String,
     pub journal: Journal,
     pub providers: Vec<Arc<dyn Provider>>,
@@ -56,7 +58,7 @@ pub struct Plan {
     /// [`Triggers::proxy`] too).
     pub cloud: Vec<CloudProxy>,
     /// The fleet store to register in, when one is configured.
-    pub fleet: Option<FleetPlan>,
+    pub fleet: Option<Registration>,
     /// What the session already holds: empty for a new session, its journal's holdings for
     /// a resumed one ([`Sidecar::seed`]).
     pub held: super::ttl::Holdings,
@@ -67,9 +69,9 @@ pub struct Plan {
 }
 
 /// Runs one session's sidecar to its end; see the module docs.
-pub async fn run<R: AsyncRead + Unpin>(plan: Plan, triggers: Triggers<R>) -> Outcome {
+pub async fn run<R: AsyncRead + Unpin>(service: SidecarService, triggers: Triggers<R>) -> Outcome {
     let mut tasks = JoinSet::new();
-    let warm = plan.providers.clone();
+    let warm = service.providers.clone();
     tasks.spawn(async move {
         tokio::time::sleep(WARM_UP_DELAY).await;
         for p in warm.iter().filter(|p| p.warm_up()) {
@@ -81,38 +83,38 @@ pub async fn run<R: AsyncRead + Unpin>(plan: Plan, triggers: Triggers<R>) -> Out
         let released = crate::unix::release_startup_pages();
         tracing::debug!("released {} KiB of start-up pages", released / 1024);
     });
-    if let Some(proxy) = plan.proxy {
+    if let Some(proxy) = service.proxy {
         tasks.spawn(proxy.run());
     }
-    for proxy in plan.cloud {
+    for proxy in service.cloud {
         tasks.spawn(proxy.run());
     }
     let mut sidecar = Sidecar::new(
-        plan.session.clone(),
-        plan.providers.clone(),
-        plan.journal,
-        Lease::new(BootClock, plan.grace),
-        plan.options,
+        service.session.clone(),
+        service.providers.clone(),
+        service.journal,
+        Lease::new(BootClock, service.grace),
+        service.options,
     );
-    if let Some(report) = plan.bye_report {
+    if let Some(report) = service.bye_report {
         sidecar.on_bye(report);
     }
-    if let Some(report) = plan.end_report {
+    if let Some(report) = service.end_report {
         sidecar.on_end(report);
     }
-    sidecar.seed(plan.held);
+    sidecar.seed(service.held);
     let keeper = Keeper::new(
-        &plan.providers,
-        &plan.session,
-        plan.grace,
-        plan.renew_every,
+        &service.providers,
+        &service.session,
+        service.grace,
+        service.renew_every,
         sidecar.holdings(),
         sidecar.halt(),
     );
     if let Some(keeper) = keeper {
         tasks.spawn(keeper.run());
     }
-    let fleet = plan.fleet.map(|fleet| {
+    let fleet = service.fleet.map(|fleet| {
         let ended = (fleet.store.clone(), fleet.record.id.clone());
         let registrar = Registrar::new(fleet, sidecar.holdings(), sidecar.changes());
         tasks.spawn(registrar.run());
@@ -121,7 +123,7 @@ pub async fn run<R: AsyncRead + Unpin>(plan: Plan, triggers: Triggers<R>) -> Out
     let outcome = sidecar.run(triggers).await;
     tasks.shutdown().await;
     if let Some((store, id)) = fleet {
-        let state = super::fleet::end_state(&outcome.ending, outcome.state);
+        let state = super::fleet::end_state(outcome.cause, outcome.state);
         super::fleet::finish(store.as_ref(), &id, state).await;
     }
     outcome

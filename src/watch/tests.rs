@@ -1,6 +1,7 @@
 //! Loop tests for the sidecar: fake provider, fake pipe, manual boot clock, paused time.
 
 use super::*;
+use crate::identity::death::Gone;
 use crate::ledger::StateDir;
 use crate::protocol::LineReader;
 use crate::providers::fake::{self, Fake};
@@ -130,7 +131,7 @@ async fn owner_death_reclaims_labels_and_claims_but_not_detached_or_strangers() 
         .await;
     h.kill_owner.take().unwrap().send(()).unwrap();
     let (outcome, remaining, view) = h.finish().await;
-    assert_eq!(outcome.ending, Ending::OwnerGone(Gone::Exited));
+    assert_eq!(outcome.cause, Some(EndCause::OwnerExited));
     assert_eq!(outcome.state, SessionState::Reclaimed);
     assert_eq!(remaining, vec!["kept", "other", "stranger"]);
     assert_eq!(view.state, SessionState::Reclaimed);
@@ -195,7 +196,7 @@ async fn the_lease_expires_after_the_grace_without_heartbeats() {
     assert!(!h.run.is_finished(), "a renewed lease holds");
     h.clock.advance(Duration::from_secs(600));
     let (outcome, remaining, _) = h.finish().await;
-    assert_eq!(outcome.ending, Ending::LeaseExpired);
+    assert_eq!(outcome.cause, Some(EndCause::LeaseExpired));
     assert!(remaining.is_empty());
 }
 
@@ -208,7 +209,7 @@ async fn a_suspend_past_the_grace_reclaims_on_waking() {
     h.clock.advance(Duration::from_secs(7200));
     let started = tokio::time::Instant::now();
     let (outcome, remaining, _) = h.finish().await;
-    assert_eq!(outcome.ending, Ending::LeaseExpired);
+    assert_eq!(outcome.cause, Some(EndCause::LeaseExpired));
     assert!(remaining.is_empty());
     // Noticed within one check interval of awake time (plus the settle pass).
     assert!(
@@ -227,7 +228,7 @@ async fn without_heartbeats_there_is_no_lease_to_expire() {
     assert!(!h.run.is_finished());
     h.send("bye\n").await;
     let (outcome, _, _) = h.finish().await;
-    assert_eq!(outcome.ending, Ending::Bye);
+    assert_eq!(outcome.cause, Some(EndCause::Bye));
 }
 
 #[tokio::test(start_paused = true)]
@@ -323,7 +324,7 @@ async fn eof_while_the_owner_lives_changes_nothing_and_stop_reclaims_nothing() {
     assert!(!h.run.is_finished(), "EOF alone must not end the watch");
     h.stop.take().unwrap().send(()).unwrap();
     let (outcome, remaining, view) = h.finish().await;
-    assert_eq!(outcome.ending, Ending::Stopped);
+    assert_eq!(outcome.cause, None);
     assert_eq!(remaining, vec!["a"]);
     assert_eq!(view.state, SessionState::Active);
     assert!(view.claims.iter().any(|t| t.id == "a"));

@@ -22,6 +22,7 @@ use super::{
     Store, FINAL_KEEP,
 };
 use crate::config::FleetSettings;
+use crate::ledger::SessionState;
 
 mod errors;
 mod reads;
@@ -130,7 +131,7 @@ impl RedisStore {
     fn state_into(&self, pipe: &mut redis::Pipeline, id: &str, state: FleetState, host: &str) {
         let session = self.key("session", id);
         pipe.cmd("MULTI").ignore();
-        if state == FleetState::Reclaiming {
+        if state == SessionState::Reclaiming {
             pipe.hincr(&session, "reclaims", 1)
                 .ignore()
                 .hset(&session, "reclaimed_by", host)
@@ -194,7 +195,7 @@ impl Store for RedisStore {
                     ("providers", providers),
                     ("started_ms", r.started_ms.to_string()),
                     ("lease_ms", ms(lease).to_string()),
-                    ("state", FleetState::Active.as_str().into()),
+                    ("state", SessionState::Active.as_str().into()),
                     ("updated_ms", crate::ledger::now_ms().to_string()),
                 ],
             )

@@ -8,6 +8,7 @@ use redis::aio::ConnectionManager;
 
 use super::RedisStore;
 use crate::fleet::{decode_target, FleetError, FleetSession, FleetState, Holdings, SessionRecord};
+use crate::ledger::SessionState;
 
 /// A session's four reads: its hash, its lease's time left, its claims, its detaches.
 type Row = (BTreeMap<String, String>, i64, Vec<String>, Vec<String>);
@@ -90,7 +91,7 @@ fn parse_session(
             providers: serde_json::from_str(&get("providers")).unwrap_or_default(),
             started_ms: num("started_ms"),
         },
-        state: FleetState::parse(&get("state")).unwrap_or(FleetState::Active),
+        state: FleetState::parse(&get("state")).unwrap_or(SessionState::Active.into()),
         lease_left: (pttl > 0).then(|| Duration::from_millis(pttl as u64)),
         holdings: Holdings {
             claims: set(claims),

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::fleet::memory::MemoryStore;
+use crate::fleet::{Holdings, SessionRecord};
 use crate::protocol::Target;
 use crate::providers::fake::{sandbox, Fake};
 use crate::providers::Kind;
@@ -99,7 +100,10 @@ async fn expired_leases_are_reclaimed_once_and_live_stopped_or_locked_ones_left(
     assert_eq!(verdict("stopped"), Some(Verdict::Leave));
     assert_eq!(verdict("busy"), Some(Verdict::Leave));
     let dead = store.session("dead").await.unwrap().unwrap();
-    assert_eq!((dead.state, dead.reclaims), (FleetState::Reclaimed, 1));
+    assert_eq!(
+        (dead.state, dead.reclaims),
+        (SessionState::Reclaimed.into(), 1)
+    );
     // A second pass finds it over: nothing reclaimed twice.
     let again = super::pass(&fleet, &providers, &options(), false).await;
     assert_eq!(again.removals.len(), 0);
@@ -175,7 +179,7 @@ fn a_held_lease_gives_one_reason_whatever_its_time_left() {
     let owner = Judge::new(Default::default());
     let held = |ms| FleetSession {
         record: record("s"),
-        state: FleetState::Active,
+        state: SessionState::Active.into(),
         lease_left: Some(Duration::from_millis(ms)),
         holdings: Holdings::default(),
         reclaims: 0,

@@ -22,7 +22,7 @@ pub(crate) fn fleet_plan(
     labels: std::collections::BTreeMap<String, String>,
     providers: &[std::sync::Arc<dyn crate::providers::Provider>],
     started_ms: Option<u64>,
-) -> Option<crate::watch::fleet::FleetPlan> {
+) -> Option<crate::watch::fleet::Registration> {
     let fleet = settings.fleet.as_ref()?;
     let store = match crate::fleet::redis::RedisStore::new(fleet) {
         Ok(store) => std::sync::Arc::new(store),
@@ -31,7 +31,7 @@ pub(crate) fn fleet_plan(
             return None;
         }
     };
-    Some(crate::watch::fleet::FleetPlan {
+    Some(crate::watch::fleet::Registration {
         store,
         record: crate::fleet::SessionRecord {
             id: session.to_string(),

@@ -72,7 +72,7 @@ pub struct Started {
     pub session: String,
     /// What the program gets (`DOCKER_HOST`, `E2B_API_URL`, …), for the `ready` line.
     pub env: Vec<(String, String)>,
-    plan: service::Plan,
+    plan: service::SidecarService,
     triggers: Triggers<tokio::net::unix::pipe::Receiver>,
     /// Kept until the end: the Docker proxy's socket directory is removed on drop.
     _socket_dir: Option<crate::providers::docker::proxy::SocketDir>,
@@ -197,7 +197,7 @@ fn assemble(
         claims: v.claims,
         detached: v.detached,
     });
-    let plan = service::Plan {
+    let plan = service::SidecarService {
         session: session.clone(),
         journal,
         providers,
