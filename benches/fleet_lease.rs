@@ -33,10 +33,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sandguard::config::fleet::StoreUrl;
-use sandguard::config::FleetSettings;
-use sandguard::fleet::redis::RedisStore;
-use sandguard::fleet::{Changes, Holdings, SessionRecord, Store};
+use sandguard::testing::config::FleetSettings;
+use sandguard::testing::config::StoreUrl;
+use sandguard::testing::fleet::RedisStore;
+use sandguard::testing::fleet::{Changes, Holdings, SessionRecord, Store};
 
 const PASSWORD: &str = "bench-pw";
 const KEY: &str = "e2b_00000000000000000000000000000000";

@@ -23,10 +23,10 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sandguard::config::fleet::StoreUrl;
-use sandguard::config::FleetSettings;
-use sandguard::fleet::redis::RedisStore;
-use sandguard::fleet::{Holdings, SessionRecord, Store};
+use sandguard::testing::config::FleetSettings;
+use sandguard::testing::config::StoreUrl;
+use sandguard::testing::fleet::RedisStore;
+use sandguard::testing::fleet::{Holdings, SessionRecord, Store};
 
 const PASSWORD: &str = "bench-pw";
 

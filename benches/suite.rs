@@ -243,7 +243,7 @@ fn claims(exe: &str, scratch: &std::path::Path, n: usize) -> (Duration, Duration
     use std::io::Write;
     use std::os::fd::AsRawFd;
     let session = format!("claims{n}x{}", std::process::id());
-    let (read_end, write_end) = sandguard::unix::pipe().expect("pipe");
+    let (read_end, write_end) = sandguard::testing::unix::pipe().expect("pipe");
     let mut cmd = Command::new(exe);
     cmd.args(["watch", "--owner-pid", &std::process::id().to_string()])
         .args(["--session", &session, "--control-fd", "3"])
@@ -252,7 +252,8 @@ fn claims(exe: &str, scratch: &std::path::Path, n: usize) -> (Duration, Duration
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
     let mut sidecar =
-        sandguard::unix::spawn_in_new_session(&mut cmd, read_end.as_raw_fd(), 3).expect("sidecar");
+        sandguard::testing::unix::spawn_in_new_session(&mut cmd, read_end.as_raw_fd(), 3)
+            .expect("sidecar");
     drop(cmd);
     drop(read_end);
     let mut ready = String::new();

@@ -10,7 +10,7 @@ use std::io::BufRead;
 use std::time::Duration;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    sandguard::unix::default_signal(libc::SIGPIPE)?;
+    sandguard::testing::unix::default_signal(libc::SIGPIPE)?;
     let guard = sandguard::Guard::builder()
         .heartbeat(Some(Duration::from_millis(50)))
         .start()?;

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 /// A backoff schedule; see the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     pub initial: Duration,
     pub max: Duration,
     pub jitter: bool,
@@ -25,7 +25,7 @@ pub struct Backoff {
 
 impl Backoff {
     /// Doubling from `initial`, capped at `max`, exact.
-    pub const fn new(initial: Duration, max: Duration) -> Backoff {
+    pub(crate) const fn new(initial: Duration, max: Duration) -> Backoff {
         Backoff {
             initial,
             max,
@@ -34,7 +34,7 @@ impl Backoff {
     }
 
     /// The same, with equal jitter.
-    pub const fn jittered(self) -> Backoff {
+    pub(crate) const fn jittered(self) -> Backoff {
         Backoff {
             jitter: true,
             ..self
@@ -42,7 +42,7 @@ impl Backoff {
     }
 
     /// How long to wait after failed attempt `attempt` (counting from 1).
-    pub fn delay(&self, attempt: u32) -> Duration {
+    pub(crate) fn delay(&self, attempt: u32) -> Duration {
         let exp = self
             .initial
             .saturating_mul(1u32 << (attempt.max(1) - 1).min(20));

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 /// The session id: present on every managed sandbox.
 pub const SESSION: &str = "sandguard.session";
-/// The owner identity in its label form (see [`crate::identity`]).
+/// The owner identity in its label form (see `crate::identity`).
 pub const OWNER: &str = "sandguard.owner";
 /// Unix seconds after which the sandbox may be reclaimed whatever its owner's state.
 pub const EXPIRES: &str = "sandguard.expires";

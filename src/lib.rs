@@ -71,25 +71,85 @@
 //! drive the pieces they test directly; they are not a stable interface.
 
 #![deny(unsafe_code)]
+#![warn(unreachable_pub)]
 
 mod backoff;
-pub mod cli;
-pub mod config;
-pub mod fleet;
-pub mod identity;
+mod cli;
+mod config;
+mod fleet;
+mod identity;
 pub mod labels;
-pub mod ledger;
+mod ledger;
 #[cfg(test)]
 mod model;
 mod ownership;
-pub mod protocol;
-pub mod providers;
+mod protocol;
+mod providers;
 mod reclaim;
 mod session;
 mod sweep;
-pub mod timefmt;
-pub mod unix;
+mod timefmt;
+mod unix;
 mod watch;
 
 pub use protocol::ByeOutcome;
 pub use session::guard::{Guard, GuardBuilder, GuardError};
+
+/// The pieces the binary, the integration tests, the benchmarks and the fuzz targets drive
+/// directly. Hidden from the documentation and not a stable interface: everything else in the
+/// crate is `pub(crate)` (the `unreachable_pub` lint keeps it so), and what a test needs is
+/// named here, once, rather than by making whole modules public.
+#[doc(hidden)]
+pub mod testing {
+    /// The binary's entry points (`src/main.rs`).
+    pub mod cli {
+        pub use crate::cli::{init_logging, Invocation};
+    }
+    pub mod config {
+        pub use crate::config::fleet::StoreUrl;
+        pub use crate::config::{CloudSettings, FleetSettings, Secret, Settings};
+    }
+    pub mod fleet {
+        pub use crate::fleet::redis::RedisStore;
+        pub use crate::fleet::{Changes, Holdings, SessionRecord, Store};
+    }
+    pub mod identity {
+        pub use crate::identity::Identity;
+    }
+    pub mod ledger {
+        pub use crate::ledger::{fold_journal, StateDir};
+    }
+    pub mod protocol {
+        pub use crate::protocol::{parse_line, ByeOutcome, Target};
+    }
+    pub mod providers {
+        pub use crate::providers::{Provider, ProviderError, Sandbox};
+        pub mod daytona {
+            pub use crate::providers::daytona::{parse_list_body, Auth, DaytonaProvider};
+        }
+        pub mod e2b {
+            pub use crate::providers::e2b::parse_list_body;
+        }
+        pub mod flyio {
+            pub use crate::providers::flyio::{lease_wait, parse_list_body};
+        }
+        pub mod modal {
+            pub use crate::providers::modal::{decode_list_page, wire};
+        }
+        pub mod tenki {
+            pub use crate::providers::tenki::{parse_list_body, session_tag, TenkiProvider};
+        }
+        pub mod docker {
+            pub use crate::providers::docker::proxy::target;
+        }
+    }
+    pub mod timefmt {
+        pub use crate::timefmt::{format_rfc3339, now_unix, parse_rfc3339};
+    }
+    pub mod unix {
+        pub use crate::unix::{
+            default_signal, geteuid, pipe, random_bytes, random_hex, spawn_in_new_session,
+            try_lock_exclusive,
+        };
+    }
+}

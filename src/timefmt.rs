@@ -98,7 +98,7 @@ pub fn format_rfc3339(secs: i64) -> String {
 }
 
 /// A compact age: `42s`, `5m`, `1h01m`, `2d03h`.
-pub fn format_uptime(secs: i64) -> String {
+pub(crate) fn format_uptime(secs: i64) -> String {
     let s = secs.max(0);
     match s {
         0..=59 => format!("{s}s"),

@@ -123,8 +123,8 @@ fn close_reports_what_the_reclaim_left() {
         left.adopt_container(c);
     }
     let rest = rest(&mut child, lines);
-    let outcome = sandguard::protocol::ByeOutcome::parse(&rest).expect(&rest);
-    let sandguard::protocol::ByeOutcome::Left { count, items } = outcome else {
+    let outcome = sandguard::testing::protocol::ByeOutcome::parse(&rest).expect(&rest);
+    let sandguard::testing::protocol::ByeOutcome::Left { count, items } = outcome else {
         panic!("{rest}")
     };
     assert_eq!(count, 2, "{rest}");

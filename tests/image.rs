@@ -264,7 +264,7 @@ fn the_pods_native_sidecar_runs_in_the_image_as_its_manifest_says() {
     assert!(sidecar["command"].is_null(), "the image's entrypoint runs");
 
     let mut uid = [0u8; 16];
-    sandguard::unix::random_bytes(&mut uid).unwrap();
+    sandguard::testing::unix::random_bytes(&mut uid).unwrap();
     let hex: String = uid.iter().map(|b| format!("{b:02x}")).collect();
     let uid = format!(
         "{}-{}-{}-{}-{}",

@@ -239,7 +239,7 @@ fn the_journal_survives_a_thousand_random_sidecar_kills() {
     let mut torn_lines = 0;
     for round in 0..1000 {
         let session = format!("k{round}x{}", &unique()[..6]);
-        let (read_end, write_end) = sandguard::unix::pipe().unwrap();
+        let (read_end, write_end) = sandguard::testing::unix::pipe().unwrap();
         let mut cmd = sandguard(&s);
         cmd.env("SANDGUARD_CONFIG", &config)
             .args([
@@ -255,7 +255,8 @@ fn the_journal_survives_a_thousand_random_sidecar_kills() {
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
         let mut child =
-            sandguard::unix::spawn_in_new_session(&mut cmd, read_end.as_raw_fd(), 3).unwrap();
+            sandguard::testing::unix::spawn_in_new_session(&mut cmd, read_end.as_raw_fd(), 3)
+                .unwrap();
         drop(cmd);
         drop(read_end);
         let mut ready = String::new();
@@ -283,7 +284,7 @@ fn the_journal_survives_a_thousand_random_sidecar_kills() {
         }
         child.kill().unwrap();
         child.wait().unwrap();
-        let view = sandguard::ledger::StateDir::open(&state)
+        let view = sandguard::testing::ledger::StateDir::open(&state)
             .unwrap()
             .read_session(&session)
             .unwrap();

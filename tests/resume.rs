@@ -60,7 +60,7 @@ fn exit_code(child: &mut Child, limit: Duration) -> Option<i32> {
 }
 
 fn claims(s: &Scratch, session: &str) -> Vec<String> {
-    sandguard::ledger::StateDir::open(&s.path().join("state/sandguard"))
+    sandguard::testing::ledger::StateDir::open(&s.path().join("state/sandguard"))
         .and_then(|d| d.read_session(session))
         .map(|v| v.claims.into_iter().map(|t| t.id).collect())
         .unwrap_or_default()
@@ -80,11 +80,11 @@ fn a_restarted_sidecar_resumes_its_session_and_reclaims_what_it_held() {
     let mut owner = Command::new("sleep").arg("600").spawn().unwrap();
 
     // The first sidecar, told of the unlabelled container through its control pipe.
-    let (read_end, write_end) = sandguard::unix::pipe().unwrap();
+    let (read_end, write_end) = sandguard::testing::unix::pipe().unwrap();
     let mut cmd = watch(&s, &config, owner.id(), &session);
     cmd.args(["--control-fd", "3"]);
     let mut first =
-        sandguard::unix::spawn_in_new_session(&mut cmd, read_end.as_raw_fd(), 3).unwrap();
+        sandguard::testing::unix::spawn_in_new_session(&mut cmd, read_end.as_raw_fd(), 3).unwrap();
     drop(read_end);
     assert_eq!(first_line(&mut first), format!("ready {session}\n"));
     let mut pipe = std::fs::File::from(write_end);

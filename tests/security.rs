@@ -51,7 +51,7 @@ impl Clouds {
         clouds.daytona.insert(&[(SESSION, "sec")]);
         clouds.fly.insert(&[(SESSION, "sec")]);
         clouds.tenki.insert(
-            &[&sandguard::providers::tenki::session_tag("sec")],
+            &[&sandguard::testing::providers::tenki::session_tag("sec")],
             &[(SESSION, "sec")],
         );
         clouds.modal.insert(&[(SESSION, "sec")]);
@@ -292,7 +292,7 @@ fn an_unsafe_state_directory_is_refused() {
 #[ignore = "needs root to give a directory away; tests/run.sh runs ignored tests as root"]
 fn a_state_directory_owned_by_another_user_is_refused() {
     assert_eq!(
-        sandguard::unix::geteuid(),
+        sandguard::testing::unix::geteuid(),
         0,
         "only root can give a directory away: run this test as root (tests/run.sh does)"
     );

@@ -92,7 +92,7 @@ fn orphans_are_judged_by_owner_ttl_and_detachment() {
     let mut r = Resources::default();
     let (dead, alive) = (dead_owner_label(), live_owner_label());
     let elsewhere = "aaaaaaaaaaaaaaaa-bbbbbbbbbbbbbbbb-1-1";
-    let past = (sandguard::timefmt::now_unix() - 10).to_string();
+    let past = (sandguard::testing::timefmt::now_unix() - 10).to_string();
     let session = format!("o{}", unique());
     let dead_owner = r.container(&[(SESSION, &session), (OWNER, &dead)]);
     let live_owner = r.container(&[(SESSION, &session), (OWNER, &alive)]);
@@ -230,7 +230,7 @@ fn concurrent_sweeps_serialise_and_agree() {
         .append(true)
         .open(s.path().join("state/sandguard/sweep.lock"))
         .unwrap();
-    assert!(sandguard::unix::try_lock_exclusive(&lock).unwrap());
+    assert!(sandguard::testing::unix::try_lock_exclusive(&lock).unwrap());
     let sweeps = [WaitingSweep::start(&s), WaitingSweep::start(&s)];
     for sweep in &sweeps {
         assert!(

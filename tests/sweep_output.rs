@@ -396,7 +396,7 @@ fn a_plugin_named_ledger_is_not_the_ledger() {
     let _reader = crate::wrapper::Job(reader);
     eventually(Duration::from_secs(5), "the reader holds the lock", || {
         let f = std::fs::File::open(&journal).unwrap();
-        !sandguard::unix::try_lock_exclusive(&f).unwrap_or(true)
+        !sandguard::testing::unix::try_lock_exclusive(&f).unwrap_or(true)
     });
     let sweep = |args: &[&str]| {
         let mut cmd = sandguard(&s);

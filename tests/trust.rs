@@ -361,7 +361,7 @@ fn the_sidecar_keeps_no_inherited_descriptor_and_leaves_the_cwd() {
     .unwrap();
     let work = s.path().join("work");
     std::fs::create_dir_all(&work).unwrap();
-    let (read_end, write_end) = sandguard::unix::pipe().unwrap();
+    let (read_end, write_end) = sandguard::testing::unix::pipe().unwrap();
     let inherited = write_end.as_raw_fd();
     let mut cmd = sandguard(&s);
     cmd.env("SANDGUARD_CONFIG", &config)

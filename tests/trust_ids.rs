@@ -18,7 +18,7 @@ use crate::support::*;
 use crate::trust::{journal, wait_state};
 use crate::wrapper::{path_with_sandguard, wait_for_file, Job};
 use sandguard::labels::SESSION;
-use sandguard::protocol::Target;
+use sandguard::testing::protocol::Target;
 
 const E2B_KEY: &str = "e2b_1d5e1d5e1d5e1d5e1d5e";
 const DAYTONA_KEY: &str = "dtn_1d5e1d5e1d5e1d5e1d5e1d5e";

@@ -103,9 +103,9 @@ fn an_unrecorded_boot_is_unknown_and_a_recorded_one_is_dead() {
     require_docker();
     let _g = exclusive();
     let s = Scratch::new("trust-boots");
-    let me = sandguard::identity::Identity::current().unwrap();
+    let me = sandguard::testing::identity::Identity::current().unwrap();
     let other_boot = "0123456789abcdef";
-    let owner = sandguard::identity::Identity {
+    let owner = sandguard::testing::identity::Identity {
         boot: other_boot.into(),
         ..me
     }
@@ -402,7 +402,7 @@ fn a_sweep_that_cannot_take_a_journal_fails_and_says_so() {
     let reader = crate::wrapper::Job(reader);
     eventually(Duration::from_secs(5), "the reader holds the lock", || {
         let f = std::fs::File::open(journal(&s, &session_id)).unwrap();
-        !sandguard::unix::try_lock_exclusive(&f).unwrap_or(true)
+        !sandguard::testing::unix::try_lock_exclusive(&f).unwrap_or(true)
     });
     let out = sweep(&s, &["--provider", "docker"]);
     assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);

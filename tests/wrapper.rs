@@ -357,7 +357,7 @@ fn an_owner_whose_start_time_does_not_match_is_judged_dead() {
     let mut r = Resources::default();
     let c = r.container(&[(sandguard::labels::SESSION, &session)]);
     // This test process is alive, but not with this start time: a reused pid.
-    let me = sandguard::identity::Identity::current().unwrap();
+    let me = sandguard::testing::identity::Identity::current().unwrap();
     let out = run(sandguard(&s).args([
         "watch",
         "--owner-pid",

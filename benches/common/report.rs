@@ -30,7 +30,7 @@ pub fn record(bench: &str, line: &str) {
     let _ = writeln!(
         f,
         "- **{bench}** ({}): {line}",
-        sandguard::timefmt::format_rfc3339(sandguard::timefmt::now_unix())
+        sandguard::testing::timefmt::format_rfc3339(sandguard::testing::timefmt::now_unix())
     );
 }
 

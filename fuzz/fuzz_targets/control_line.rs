@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sandguard::protocol::parse_line;
+use sandguard::testing::protocol::parse_line;
 
 fuzz_target!(|data: &[u8]| {
     match parse_line(data) {

@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sandguard::providers::daytona::parse_list_body;
+use sandguard::testing::providers::daytona::parse_list_body;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok((sandboxes, _next)) = parse_list_body(data) {

@@ -5,8 +5,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sandguard::providers::docker::proxy::http::{Framing, Message};
-use sandguard::providers::docker::proxy::target;
+use sandguard::testing::providers::docker::proxy::http::{Framing, Message};
+use sandguard::testing::providers::docker::target;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(message) = Message::request(data) else {

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sandguard::providers::flyio::{lease_wait, parse_list_body};
+use sandguard::testing::providers::flyio::{lease_wait, parse_list_body};
 
 fuzz_target!(|data: &[u8]| {
     let _ = parse_list_body(data, "my-app");

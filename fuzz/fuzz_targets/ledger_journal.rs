@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sandguard::ledger::fold_journal;
+use sandguard::testing::ledger::fold_journal;
 
 fuzz_target!(|data: &[u8]| {
     if let Some(view) = fold_journal("s1", data) {

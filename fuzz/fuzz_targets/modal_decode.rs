@@ -4,7 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
-use sandguard::providers::modal::{decode_list_page, wire};
+use sandguard::testing::providers::modal::{decode_list_page, wire};
 
 fuzz_target!(|data: &[u8]| {
     let _ = decode_list_page(data);

@@ -33,7 +33,7 @@ use crate::ledger::StateDir;
 use crate::protocol::{Command, Target};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// The provider the sandbox lives on (docker, e2b, …)
     provider: String,
     /// The sandbox's id on that provider
@@ -42,14 +42,18 @@ pub struct Args {
 
 /// Which line to send.
 #[derive(Debug, Clone, Copy)]
-pub enum Verb {
+pub(super) enum Verb {
     Claim,
     Release,
     Detach,
 }
 
 /// Sends the line and waits for its confirmation; see the module docs.
-pub fn run(verb: Verb, args: Args, settings: Result<Settings, ConfigError>) -> Result<Exit, Error> {
+pub(super) fn run(
+    verb: Verb,
+    args: Args,
+    settings: Result<Settings, ConfigError>,
+) -> Result<Exit, Error> {
     let target = Target::new(&args.provider, &args.id).map_err(|e| Error::Usage(e.to_string()))?;
     let command = match verb {
         Verb::Claim => Command::Claim(target.clone()),

@@ -18,12 +18,12 @@ use super::output::{self, Exit};
 use super::{Cli, Error};
 
 #[derive(Debug, clap::Args)]
-pub struct CompletionArgs {
+pub(super) struct CompletionArgs {
     /// bash, zsh, fish, elvish or powershell
     shell: clap_complete::Shell,
 }
 
-pub fn completions(args: CompletionArgs) -> Result<Exit, Error> {
+pub(super) fn completions(args: CompletionArgs) -> Result<Exit, Error> {
     let mut cmd = Cli::command();
     let mut buf = Vec::new();
     clap_complete::generate(args.shell, &mut cmd, "sandguard", &mut buf);
@@ -31,7 +31,7 @@ pub fn completions(args: CompletionArgs) -> Result<Exit, Error> {
     Ok(Exit::Ok)
 }
 
-pub fn man() -> Result<Exit, Error> {
+pub(super) fn man() -> Result<Exit, Error> {
     let page =
         render_man().map_err(|e| Error::Failed(format!("cannot render the man page: {e}")))?;
     output::emit(&page);

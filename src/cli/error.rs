@@ -27,7 +27,7 @@ use super::output::Exit;
 
 /// Why a subcommand could not run.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// The configuration (file, environment or flags) is bad.
     #[error(transparent)]
     Config(#[from] ConfigError),
@@ -67,12 +67,12 @@ pub enum Error {
 
 impl Error {
     /// `e`, as a failure of the wrapper before CMD ran.
-    pub fn before_command(e: impl Into<Error>) -> Error {
+    pub(crate) fn before_command(e: impl Into<Error>) -> Error {
         Error::BeforeCommand(Box::new(e.into()))
     }
 
     /// The exit code: see the module docs and DESIGN's exit-code table.
-    pub fn exit(&self) -> Exit {
+    pub(crate) fn exit(&self) -> Exit {
         match self {
             Error::Config(_) | Error::Usage(_) => Exit::Usage,
             Error::Provider(SelectError::Unconfigured(_)) => Exit::Usage,

@@ -37,7 +37,7 @@ use crate::unix::{self, ExitStatus, Forked, InitSignals};
 /// How often pid 1 looks at the sidecar's lock once CMD has ended.
 const POLL: Duration = Duration::from_millis(50);
 
-pub fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
+pub(super) fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
     let pipes = unix::pipe().and_then(|go| Ok((go, unix::pipe()?)));
     let ((go_r, go_w), control) =
         pipes.map_err(|e| own_failure(format!("cannot make a pipe: {e}")))?;

@@ -31,8 +31,8 @@ use crate::config::dotenv::WithDotenv;
 use crate::config::{Overrides, ProcessEnv, Settings};
 use crate::providers::Registry;
 
-pub use error::Error;
-pub use output::Exit;
+pub(crate) use error::Error;
+pub(crate) use output::Exit;
 
 #[derive(Debug, Parser)]
 #[command(

@@ -14,7 +14,7 @@ use crate::timefmt;
 /// The process's exit codes (DESIGN's table): `ps`, `stop`, `sweep`, `sessions`,
 /// `providers`, `watch` and `claim` use the first three; the wrapper the rest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Exit {
+pub(crate) enum Exit {
     /// Everything answered and everything asked for was done.
     Ok,
     /// A provider could not be queried, a target was not found, or a removal failed.
@@ -33,7 +33,7 @@ pub enum Exit {
 
 impl Exit {
     /// `Ok` when `clean`, else `Failure`.
-    pub fn clean_if(clean: bool) -> Exit {
+    pub(crate) fn clean_if(clean: bool) -> Exit {
         if clean {
             Exit::Ok
         } else {
@@ -41,7 +41,7 @@ impl Exit {
         }
     }
 
-    pub fn code(self) -> u8 {
+    pub(crate) fn code(self) -> u8 {
         match self {
             Exit::Ok => 0,
             Exit::Failure => 1,
@@ -56,7 +56,7 @@ impl Exit {
 
 /// Writes `text` to stdout. A closed pipe (`sandguard ps | head -1`) is not an error worth a
 /// message: the reader went away.
-pub fn emit(text: &str) {
+pub(super) fn emit(text: &str) {
     let mut out = std::io::stdout().lock();
     if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
         if e.kind() != std::io::ErrorKind::BrokenPipe {
@@ -66,7 +66,7 @@ pub fn emit(text: &str) {
 }
 
 /// Serialises `value` as one line of JSON on stdout.
-pub fn emit_json(value: &impl Serialize) {
+pub(super) fn emit_json(value: &impl Serialize) {
     match serde_json::to_string(value) {
         Ok(mut text) => {
             text.push('\n');
@@ -78,7 +78,7 @@ pub fn emit_json(value: &impl Serialize) {
 
 /// Makes a provider-supplied string safe for a terminal: control characters (escape
 /// sequences, carriage returns, …) are shown escaped instead of being interpreted.
-pub fn sanitize(s: &str) -> Cow<'_, str> {
+pub(super) fn sanitize(s: &str) -> Cow<'_, str> {
     if s.chars().any(char::is_control) {
         Cow::Owned(
             s.chars()
@@ -97,7 +97,7 @@ pub fn sanitize(s: &str) -> Cow<'_, str> {
 }
 
 /// Lays out rows under headers, columns separated by three spaces, the last one unpadded.
-pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+pub(super) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -123,7 +123,7 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
 }
 
 /// The owner of a sandbox, judged from its `sandguard.owner` label.
-pub fn owner_liveness(sandbox: &Sandbox) -> Liveness {
+pub(super) fn owner_liveness(sandbox: &Sandbox) -> Liveness {
     sandbox
         .owner()
         .and_then(Identity::parse_label)
@@ -132,7 +132,7 @@ pub fn owner_liveness(sandbox: &Sandbox) -> Liveness {
 
 /// The JSON shape of one sandbox, shared by `ps --json` and `stop --json`.
 #[derive(Debug, Serialize)]
-pub struct SandboxJson<'a> {
+pub(super) struct SandboxJson<'a> {
     pub provider: &'a str,
     pub instance_id: &'a str,
     pub kind: &'static str,
@@ -150,7 +150,7 @@ pub struct SandboxJson<'a> {
 }
 
 impl<'a> SandboxJson<'a> {
-    pub fn new(s: &'a Sandbox) -> Self {
+    pub(super) fn new(s: &'a Sandbox) -> Self {
         let owner_alive = match owner_liveness(s) {
             Liveness::Alive => Some(true),
             Liveness::Dead => Some(false),
@@ -175,7 +175,7 @@ impl<'a> SandboxJson<'a> {
 /// The JSON shape of a provider that could not be queried. `status` and `retry_after_ms`
 /// are there only when the provider gave them (see [`crate::reclaim::Failure`]).
 #[derive(Debug, Serialize)]
-pub struct ErrorJson<'a> {
+pub(super) struct ErrorJson<'a> {
     pub provider: &'a str,
     pub error: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -199,7 +199,7 @@ impl<'a> From<&'a ListFailure> for ErrorJson<'a> {
 /// `sweep`. `status` and `retry_after_ms` are there only when a failed removal's provider
 /// gave them.
 #[derive(Serialize)]
-pub struct ResultJson<'a> {
+pub(super) struct ResultJson<'a> {
     #[serde(flatten)]
     pub sandbox: SandboxJson<'a>,
     /// `removed`, `gone`, `failed`, `unfinished`, `refused`; `stop` adds `would_remove` in a
@@ -216,7 +216,7 @@ pub struct ResultJson<'a> {
 
 impl<'a> ResultJson<'a> {
     /// What the reclaim did to one sandbox.
-    pub fn of(r: &'a Removal) -> Self {
+    pub(super) fn of(r: &'a Removal) -> Self {
         let failure = r.outcome.failure();
         ResultJson {
             sandbox: SandboxJson::new(&r.sandbox),
@@ -229,7 +229,7 @@ impl<'a> ResultJson<'a> {
     }
 
     /// A sandbox nothing was done to: `outcome` says why (`would_remove`, `kept`).
-    pub fn untouched(s: &'a Sandbox, outcome: &'static str, error: Option<&'a str>) -> Self {
+    pub(super) fn untouched(s: &'a Sandbox, outcome: &'static str, error: Option<&'a str>) -> Self {
         ResultJson {
             sandbox: SandboxJson::new(s),
             outcome,
@@ -242,7 +242,7 @@ impl<'a> ResultJson<'a> {
 }
 
 /// The lines that end a text output when providers failed.
-pub fn failure_lines(failures: &[ListFailure], consequence: &str) -> String {
+pub(super) fn failure_lines(failures: &[ListFailure], consequence: &str) -> String {
     failures
         .iter()
         .map(|f| failure_line(&f.provider, &f.error.message, consequence))
@@ -251,7 +251,7 @@ pub fn failure_lines(failures: &[ListFailure], consequence: &str) -> String {
 
 /// One such line: what could not be queried (a provider, or for a sweep the ledger or the
 /// fleet store), and why.
-pub fn failure_line(what: &str, error: &str, consequence: &str) -> String {
+pub(super) fn failure_line(what: &str, error: &str, consequence: &str) -> String {
     format!(
         "error: could not query {what}: {}; {consequence}\n",
         sanitize(error)
@@ -260,7 +260,7 @@ pub fn failure_line(what: &str, error: &str, consequence: &str) -> String {
 
 /// The id as the text table shows it: Docker ids cut to 12 characters, as `docker ps` does
 /// (`stop` accepts any unique prefix); other providers' ids whole.
-pub fn display_id(s: &Sandbox) -> String {
+pub(super) fn display_id(s: &Sandbox) -> String {
     let id = sanitize(&s.id);
     if s.provider == "docker" && id.len() == 64 {
         id[..12].to_string()

@@ -8,7 +8,7 @@ use super::Error;
 use crate::providers::{Capabilities, EntryState, Registry};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// Print JSON instead of a table
     #[arg(long)]
     json: bool,
@@ -23,7 +23,7 @@ struct ProviderJson {
     capabilities: Option<Capabilities>,
 }
 
-pub async fn run(args: Args, registry: &Registry) -> Result<Exit, Error> {
+pub(super) async fn run(args: Args, registry: &Registry) -> Result<Exit, Error> {
     let checks = registry.entries().iter().map(|entry| async move {
         match &entry.state {
             EntryState::Unconfigured(why) => ProviderJson {

@@ -54,7 +54,7 @@ use crate::reclaim;
 use crate::timefmt;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// Print JSON instead of a table
     #[arg(long)]
     json: bool,
@@ -71,7 +71,7 @@ pub struct Args {
 
 /// The states `--state` accepts: Docker's words, then the cloud providers' (Daytona, Fly.io,
 /// E2B, Modal), and `unknown` for a sandbox whose provider did not say.
-pub const STATES: &[&str] = &[
+pub(super) const STATES: &[&str] = &[
     "running",
     "created",
     "restarting",
@@ -246,7 +246,11 @@ async fn hosts(settings: &Settings) -> Option<HashMap<String, String>> {
     }
 }
 
-pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result<Exit, Error> {
+pub(super) async fn run(
+    args: Args,
+    settings: &Settings,
+    registry: &Registry,
+) -> Result<Exit, Error> {
     let narrow = Narrow::parse(&args)?;
     let providers = registry.select(args.provider.as_deref())?;
     let selector = match &narrow.session {

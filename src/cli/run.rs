@@ -47,7 +47,7 @@ use crate::unix;
 
 /// What `run` and the short form `sandguard [OPTIONS] -- CMD` take.
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct Options {
+pub(super) struct Options {
     /// Lease grace once heartbeats start (default 10m)
     #[arg(long, value_name = "D")]
     pub grace: Option<HumanDuration>,
@@ -75,7 +75,7 @@ pub struct Options {
 impl Options {
     /// Whether any option was given (the short form's options before a subcommand are a
     /// usage error, not silently dropped).
-    pub fn is_given(&self) -> bool {
+    pub(super) fn is_given(&self) -> bool {
         self.grace.is_some()
             || self.docker_proxy
             || self.no_docker_proxy
@@ -85,7 +85,7 @@ impl Options {
     }
 
     /// The Docker proxy's mode: the flag, else the config's (auto by default).
-    pub fn docker_proxy(&self, settings: &Settings) -> ProxyMode {
+    pub(super) fn docker_proxy(&self, settings: &Settings) -> ProxyMode {
         mode(
             self.docker_proxy,
             self.no_docker_proxy,
@@ -94,7 +94,7 @@ impl Options {
     }
 
     /// The cloud proxy's mode: the flag, else the config's (auto by default).
-    pub fn cloud_proxy(&self, settings: &Settings) -> ProxyMode {
+    pub(super) fn cloud_proxy(&self, settings: &Settings) -> ProxyMode {
         mode(
             self.cloud_proxy,
             self.no_cloud_proxy,
@@ -112,7 +112,7 @@ fn mode(on: bool, off: bool, config: ProxyMode) -> ProxyMode {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     #[command(flatten)]
     pub options: Options,
     /// The program to guard, and its arguments
@@ -122,7 +122,7 @@ pub struct Args {
 
 /// Runs CMD under a new session: returns only when CMD could not be run (or, as pid 1, when
 /// it ended: [`super::init`]).
-pub fn run(args: Args, settings: Result<Settings, ConfigError>) -> Result<Exit, Error> {
+pub(super) fn run(args: Args, settings: Result<Settings, ConfigError>) -> Result<Exit, Error> {
     let settings = settings.map_err(Error::before_command)?;
     if std::process::id() == 1 {
         return super::init::run(args, &settings);

@@ -32,7 +32,7 @@ use crate::timefmt;
 
 #[derive(Debug, clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
-pub struct Args {
+pub(super) struct Args {
     #[command(subcommand)]
     command: Option<Command>,
     /// Print JSON instead of a table
@@ -96,7 +96,7 @@ pub(super) fn session_arg(what: &str, id: &str) -> Result<String, Error> {
         .map_err(|e| Error::Usage(format!("{what}: {e}")))
 }
 
-pub fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
+pub(super) fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
     if let Some(Command::Show(show)) = args.command {
         return super::show::run(show, settings);
     }

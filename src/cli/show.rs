@@ -52,7 +52,7 @@ use crate::ledger::story::{Fate, Origin, SandboxStory};
 use crate::ledger::{LedgerError, SessionState, SessionView, StateDir};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// The session's id (as `sandguard sessions` lists it)
     #[arg(value_name = "ID")]
     id: String,
@@ -95,7 +95,7 @@ struct SandboxJson {
     words: String,
 }
 
-pub fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
+pub(super) fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
     let prefix = super::sessions::session_arg("sessions show", &args.id)?;
     let state = StateDir::open(&settings.state_dir)?;
     let none = || {

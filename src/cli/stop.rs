@@ -45,7 +45,7 @@ use crate::reclaim::{self, ListFailure, Options, Removal};
 use crate::session::SessionId;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// The sandbox to remove: its id, or a unique prefix of it
     #[arg(
         value_name = "INSTANCE_ID",
@@ -90,7 +90,11 @@ struct StopJson<'a> {
     clean: bool,
 }
 
-pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result<Exit, Error> {
+pub(super) async fn run(
+    args: Args,
+    settings: &Settings,
+    registry: &Registry,
+) -> Result<Exit, Error> {
     let session = match &args.session {
         Some(s) => Some(super::sessions::session_arg("--session", s)?),
         None => None,

@@ -50,7 +50,7 @@ use crate::sweep::service::{self, Report};
 use crate::sweep::{Decision, Pass, StoreFailure, StoreKind, Verdict};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// Run as a service: a pass every D (e.g. 5m), adopting live owners
     #[arg(long, value_name = "D")]
     every: Option<HumanDuration>,
@@ -126,7 +126,11 @@ impl<'a> From<&'a Decision> for DecisionJson<'a> {
     }
 }
 
-pub async fn run(args: Args, settings: &Settings, registry: &Registry) -> Result<Exit, Error> {
+pub(super) async fn run(
+    args: Args,
+    settings: &Settings,
+    registry: &Registry,
+) -> Result<Exit, Error> {
     if args.every.is_some_and(|d| d.0.is_zero()) {
         return Err(Error::Usage("--every must be longer than 0".into()));
     }

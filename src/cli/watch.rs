@@ -13,7 +13,7 @@
 //! of it, registers again in the fleet store, and says `ready S` (decisions:
 //! [`crate::ledger`]'s `resume.rs`). While S's lock is held (a live sidecar, a sweep that
 //! adopted it) it says `error …` and exits 1, once a reader had
-//! [`begin::RESUME_PATIENCE`] to let go.
+//! [`crate::watch::start::begin::RESUME_PATIENCE`] to let go.
 //!
 //! With `--docker-proxy`, the Docker API proxy ([`crate::providers::docker::proxy`]) is listening before
 //! `ready`, and the ready line carries its address: `ready SESSION DOCKER_HOST=unix:///…/docker.sock`.
@@ -21,7 +21,7 @@
 //! loopback port for each of E2B and Daytona that is configured (their base URLs read here,
 //! before the program's variables point elsewhere), and the ready line carries
 //! `E2B_API_URL=…` / `DAYTONA_API_URL=…`; with neither configured the sidecar does not start
-//! (exit 2). Both proxies send their claims down one channel ([`Triggers::proxy`]).
+//! (exit 2). Both proxies send their claims down one channel (`Triggers::proxy`).
 //!
 //! After `ready`, stdout carries one more line only when the owner says `bye`: the first
 //! reclaim pass's outcome ([`ByeOutcome`]: `ended clean`, or `ended left N: …`); stdout is then
@@ -52,7 +52,7 @@ mod terminal;
 use terminal::Terminal;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// The process to guard
     #[arg(long, value_name = "PID", required_unless_present = "owner_pid_file")]
     pub owner_pid: Option<u32>,
@@ -112,7 +112,7 @@ pub struct Args {
 /// Runs the sidecar; a start-up failure is also said on stdout (`error MESSAGE`) for whoever
 /// waits for `ready`, then returned like any command's error ([`Error::Start`]: exit 2 for bad
 /// configuration or arguments, 1 otherwise).
-pub fn run(args: Args, settings: Result<Settings, ConfigError>) -> Result<Exit, Error> {
+pub(super) fn run(args: Args, settings: Result<Settings, ConfigError>) -> Result<Exit, Error> {
     let terminal = match args.report {
         true => Terminal::take_stderr(),
         false => Terminal::none(),

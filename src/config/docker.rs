@@ -44,7 +44,7 @@ pub struct DockerHost {
 }
 
 /// The daemon sandguard talks to; `None` when nothing names one (the default socket then).
-pub fn resolve(file_host: Option<String>, env: &dyn Env) -> Option<DockerHost> {
+pub(crate) fn resolve(file_host: Option<String>, env: &dyn Env) -> Option<DockerHost> {
     if let Some(host) = env.var("DOCKER_HOST") {
         return Some(DockerHost {
             address: Ok(host),
@@ -135,7 +135,7 @@ fn follow(name: &str, by: &str, dir: Option<&Path>) -> DockerHost {
 }
 
 /// `<dir>/contexts/meta/<sha256(name)>/meta.json`.
-pub fn meta_path(dir: &Path, name: &str) -> PathBuf {
+pub(crate) fn meta_path(dir: &Path, name: &str) -> PathBuf {
     context_dir(dir, "meta", name).join("meta.json")
 }
 

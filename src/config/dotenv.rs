@@ -24,7 +24,7 @@ use std::sync::OnceLock;
 use super::Env;
 
 /// The names the files may give, and nothing else.
-pub const NAMES: [&str; 4] = [
+pub(crate) const NAMES: [&str; 4] = [
     "DAYTONA_API_KEY",
     "DAYTONA_JWT_TOKEN",
     "DAYTONA_ORGANIZATION_ID",
@@ -32,20 +32,20 @@ pub const NAMES: [&str; 4] = [
 ];
 
 /// The files, in the order they win.
-pub const FILES: [&str; 2] = [".env.local", ".env"];
+pub(crate) const FILES: [&str; 2] = [".env.local", ".env"];
 
 /// A larger file is not a dotenv file.
-pub const MAX_FILE: u64 = 1 << 20;
+pub(crate) const MAX_FILE: u64 = 1 << 20;
 
 /// An environment with Daytona's credentials filled in from the dotenv files of `dir`.
-pub struct WithDotenv<'a> {
+pub(crate) struct WithDotenv<'a> {
     env: &'a dyn Env,
     dir: PathBuf,
     files: OnceLock<Vec<HashMap<String, String>>>,
 }
 
 impl<'a> WithDotenv<'a> {
-    pub fn new(env: &'a dyn Env, dir: &Path) -> WithDotenv<'a> {
+    pub(crate) fn new(env: &'a dyn Env, dir: &Path) -> WithDotenv<'a> {
         WithDotenv {
             env,
             dir: dir.to_path_buf(),
@@ -54,7 +54,7 @@ impl<'a> WithDotenv<'a> {
     }
 
     /// `env` with the files of the current directory (none when it cannot be read).
-    pub fn here(env: &'a dyn Env) -> WithDotenv<'a> {
+    pub(crate) fn here(env: &'a dyn Env) -> WithDotenv<'a> {
         let dir = std::env::current_dir().unwrap_or_default();
         WithDotenv::new(env, &dir)
     }
@@ -95,7 +95,7 @@ fn read(path: &Path) -> HashMap<String, String> {
 }
 
 /// The `NAMES` a dotenv text assigns (the last assignment of each wins, as in dotenv).
-pub fn parse(text: &str) -> HashMap<String, String> {
+pub(crate) fn parse(text: &str) -> HashMap<String, String> {
     text.lines()
         .filter_map(line)
         .filter(|(k, _)| NAMES.contains(&k.as_str()))

@@ -89,7 +89,7 @@ impl<'de> Deserialize<'de> for StoreUrl {
 
 /// The URL with its password (if any) replaced by `***`; a text that does not parse shows
 /// only its scheme.
-pub fn redact(text: &str) -> String {
+pub(crate) fn redact(text: &str) -> String {
     match reqwest::Url::parse(text) {
         Ok(mut url) => {
             if url.password().is_some() {

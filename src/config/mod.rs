@@ -17,18 +17,20 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub mod cloud;
-pub mod docker;
-pub mod dotenv;
+pub(crate) mod cloud;
+pub(crate) mod docker;
+pub(crate) mod dotenv;
 mod file;
-pub mod fleet;
+pub(crate) mod fleet;
 mod resolve;
 mod values;
 
 pub use cloud::CloudSettings;
-pub use docker::DockerHost;
-pub use fleet::{FleetSettings, HostSettings};
-pub use values::{parse_duration, HumanDuration, Positive, Rate, Secret};
+pub(crate) use docker::DockerHost;
+pub use fleet::FleetSettings;
+pub(crate) use fleet::HostSettings;
+pub use values::Secret;
+pub(crate) use values::{parse_duration, HumanDuration, Positive, Rate};
 
 /// Everything sandguard reads from configuration, after file, environment and flags.
 #[derive(Debug, Clone)]
@@ -61,7 +63,8 @@ pub struct Settings {
 
 /// The names of the built-in providers: their `[providers.NAME]` tables are theirs, and no
 /// plugin may take their names.
-pub const BUILT_IN_PROVIDERS: [&str; 6] = ["docker", "e2b", "daytona", "flyio", "tenki", "modal"];
+pub(crate) const BUILT_IN_PROVIDERS: [&str; 6] =
+    ["docker", "e2b", "daytona", "flyio", "tenki", "modal"];
 
 /// A plugin provider as the config file describes it (`[providers.NAME]`).
 #[derive(Debug, Clone, PartialEq)]
@@ -219,7 +222,7 @@ pub trait Env {
 }
 
 /// The process environment.
-pub struct ProcessEnv;
+pub(crate) struct ProcessEnv;
 
 impl Env for ProcessEnv {
     fn var(&self, name: &str) -> Option<String> {

@@ -12,7 +12,7 @@ use super::Env;
 
 /// A duration written the human way: `500ms`, `5s`, `10m`, `2h`, `7d`, or a sum such as `1h30m`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HumanDuration(pub Duration);
+pub(crate) struct HumanDuration(pub Duration);
 
 impl std::str::FromStr for HumanDuration {
     type Err = String;
@@ -33,7 +33,7 @@ impl<'de> Deserialize<'de> for HumanDuration {
 /// A duration for which `0` makes no sense (a grace, a deadline, a timeout, a retry delay):
 /// `0` is refused where it is read, naming the file, line and key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Positive(pub Duration);
+pub(crate) struct Positive(pub Duration);
 
 impl<'de> Deserialize<'de> for Positive {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -88,7 +88,7 @@ pub(super) fn expand_home(p: &Path, env: &dyn Env) -> Result<PathBuf, String> {
 }
 
 /// Parses `5s`, `10m`, `2h`, `7d`, `250ms`, `1h30m`, or `0`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let bad = || {
         format!(
             "invalid duration {text:?}: expected a number and a unit, such as 5s, 10m, 2h or 7d"
@@ -200,7 +200,7 @@ impl<'de> Deserialize<'de> for Secret {
 
 /// A rate cap: calls a second, a positive number (`rate = 20`, `rate = 2.5`).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Rate(pub f64);
+pub(crate) struct Rate(pub f64);
 
 impl<'de> Deserialize<'de> for Rate {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

@@ -20,7 +20,7 @@ struct Data {
 }
 
 #[derive(Default)]
-pub struct MemoryStore {
+pub(crate) struct MemoryStore {
     data: Mutex<Data>,
     down: std::sync::atomic::AtomicBool,
     /// Calls made (each one round trip on Redis).
@@ -28,12 +28,12 @@ pub struct MemoryStore {
 }
 
 impl MemoryStore {
-    pub fn set_down(&self, down: bool) {
+    pub(crate) fn set_down(&self, down: bool) {
         self.down.store(down, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Loses everything, as a Redis restarted without persistence does.
-    pub fn flush(&self) {
+    pub(crate) fn flush(&self) {
         *self.lock_data() = Data::default();
     }
 
@@ -55,7 +55,7 @@ impl MemoryStore {
     }
 
     /// The session's state and lease, as a test checks them.
-    pub fn peek(&self, id: &str) -> Option<(FleetState, bool, Holdings)> {
+    pub(crate) fn peek(&self, id: &str) -> Option<(FleetState, bool, Holdings)> {
         let d = self.lock_data();
         let (_, state, _) = d.sessions.get(id)?;
         let alive = d.leases.get(id).is_some_and(|t| *t > Instant::now());

@@ -6,7 +6,7 @@
 //! claims and detaches made since the last renewal), and ends it ([`Store::finish`]).
 //! `sweep --fleet` reads every session ([`Store::sessions`]), and reclaims one whose lease
 //! expired under a per-session lock ([`Store::lock`]), writing its progress back
-//! ([`Store::set_state`]). [`redis::RedisStore`] is the real store; [`memory::MemoryStore`]
+//! ([`Store::set_state`]). [`redis::RedisStore`] is the real store; `memory::MemoryStore`
 //! stands in for it in unit tests of the sidecar and the sweep.
 //!
 //! # Key layout (every key under the configured `prefix`, default `sandguard`)
@@ -37,8 +37,9 @@
 //! - **Locks are released only by their holder** (a compare-and-delete script), and expire by
 //!   themselves if the sweeper dies: the next sweeper finishes what it left pending.
 
-pub mod memory;
-pub mod redis;
+#[cfg(test)]
+pub(crate) mod memory;
+pub(crate) mod redis;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -49,7 +50,7 @@ use crate::ledger::SessionState;
 use crate::protocol::Target;
 
 /// How long a final session's record stays in the store after its end.
-pub const FINAL_KEEP: Duration = Duration::from_secs(3600);
+pub(crate) const FINAL_KEEP: Duration = Duration::from_secs(3600);
 
 /// A session's state in the store: the ledger's state of a session ([`SessionState`], under
 /// the same names), or `stopped`, which only the store says.
@@ -196,13 +197,13 @@ pub trait Store: Send + Sync {
     ) -> Result<bool, FleetError>;
 
     /// The sidecar's end: `state` written; a final state drops the session from the index
-    /// (kept [`FINAL_KEEP`] for audit); every end drops the lease.
+    /// (kept `FINAL_KEEP` for audit); every end drops the lease.
     async fn finish(&self, id: &str, state: FleetState) -> Result<(), FleetError>;
 
     /// Every session in the index.
     async fn sessions(&self) -> Result<Vec<FleetSession>, FleetError>;
 
-    /// One session, in the index or not (a final one is kept for [`FINAL_KEEP`]).
+    /// One session, in the index or not (a final one is kept for `FINAL_KEEP`).
     async fn session(&self, id: &str) -> Result<Option<FleetSession>, FleetError>;
 
     /// Takes the sweep lock of session `id` for `ttl`, if nobody holds it, and reads the
@@ -227,12 +228,12 @@ pub trait Store: Send + Sync {
 }
 
 /// `provider:id`, as the claims sets hold a target.
-pub fn encode_target(t: &Target) -> String {
+pub(crate) fn encode_target(t: &Target) -> String {
     format!("{}:{}", t.provider, t.id)
 }
 
 /// The inverse of [`encode_target`]; `None` for a member that is not one.
-pub fn decode_target(s: &str) -> Option<Target> {
+pub(crate) fn decode_target(s: &str) -> Option<Target> {
     let (provider, id) = s.split_once(':')?;
     (!provider.is_empty() && !id.is_empty()).then(|| Target {
         provider: provider.to_string(),

@@ -28,10 +28,10 @@ use tokio::io::unix::AsyncFd;
 use crate::identity::{Identity, Liveness};
 
 /// The fallback's polling interval.
-pub const POLL_EVERY: Duration = Duration::from_millis(250);
+pub(crate) const POLL_EVERY: Duration = Duration::from_millis(250);
 /// How often an [`ExitProbe`] asks, and for how long at most.
-pub const PROBE_EVERY: Duration = Duration::from_millis(5);
-pub const PROBE_FOR: Duration = Duration::from_secs(1);
+pub(crate) const PROBE_EVERY: Duration = Duration::from_millis(5);
+pub(crate) const PROBE_FOR: Duration = Duration::from_secs(1);
 
 /// How a process ended, as `waitpid(2)` would have told its parent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,12 +133,12 @@ pub enum Gone {
 
 /// Learns how the owner ended, from a pidfd of its own (see the module docs).
 #[derive(Debug)]
-pub struct ExitProbe(OwnedFd);
+pub(crate) struct ExitProbe(OwnedFd);
 
 impl ExitProbe {
     /// How the owner ended, once its parent has reaped it; `None` when the kernel cannot
     /// tell, or has not within `within`.
-    pub async fn wait(self, within: Duration) -> Option<Exit> {
+    pub(crate) async fn wait(self, within: Duration) -> Option<Exit> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             match crate::unix::pidfd_exit_status(self.0.as_fd()) {
@@ -152,7 +152,7 @@ impl ExitProbe {
 }
 
 /// Prepared death source: call [`OwnerWatch::wait`] to wait for the owner's end.
-pub enum OwnerWatch {
+pub(crate) enum OwnerWatch {
     Pidfd(AsyncFd<std::os::fd::OwnedFd>, Identity),
     Poll(Identity),
     AlreadyGone,
@@ -160,7 +160,7 @@ pub enum OwnerWatch {
 
 impl OwnerWatch {
     /// Opens the best death source for `owner`. Must run inside a tokio runtime.
-    pub fn open(owner: &Identity) -> OwnerWatch {
+    pub(crate) fn open(owner: &Identity) -> OwnerWatch {
         match crate::unix::pidfd_open(owner.pid) {
             Ok(fd) => {
                 // Re-read after opening: the pidfd now pins one process; make sure it is ours.
@@ -193,7 +193,7 @@ impl OwnerWatch {
 
     /// A probe of how the owner ends, where a pidfd watches it (a second descriptor of the
     /// same pidfd, so the watch can be moved into its own future).
-    pub fn exit_probe(&self) -> Option<ExitProbe> {
+    pub(crate) fn exit_probe(&self) -> Option<ExitProbe> {
         match self {
             OwnerWatch::Pidfd(afd, _) => afd.get_ref().try_clone().ok().map(ExitProbe),
             _ => None,
@@ -201,7 +201,7 @@ impl OwnerWatch {
     }
 
     /// Resolves when the owner is gone.
-    pub async fn wait(&mut self) -> Gone {
+    pub(crate) async fn wait(&mut self) -> Gone {
         match self {
             OwnerWatch::AlreadyGone => Gone::GoneAtStart,
             OwnerWatch::Pidfd(afd, owner) => match afd.readable().await {

@@ -31,7 +31,7 @@
 //! each id is plenty to tell machines and boots apart. A label with only the first four parts
 //! (older versions) still parses, with no namespace, and is never judged dead from its pid.
 
-pub mod death;
+pub(crate) mod death;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -70,7 +70,7 @@ impl Liveness {
 
 // This machine's facts are read in `unix` (host.rs), below this module and `config`: both
 // need the machine id, and neither imports the other.
-pub use crate::unix::{current_boot, Host};
+pub(crate) use crate::unix::{current_boot, Host};
 
 impl Identity {
     /// The identity of `pid` on this machine now, or `None` if it does not exist.
@@ -150,7 +150,7 @@ pub struct Judge {
 }
 
 // What `kill(pid, 0)` says, as `unix::probe_pid` answers it.
-pub use crate::unix::Probe;
+pub(crate) use crate::unix::Probe;
 
 impl Judge {
     /// A judge for this host that knows `known_boots` (short boot ids) besides the current one.
@@ -206,7 +206,7 @@ impl Judge {
 
 /// The two fields of `/proc/PID/stat` that identity needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProcStat {
+pub(crate) struct ProcStat {
     /// Field 3: `R`, `S`, `D`, `Z`, …
     pub state: char,
     /// Field 22: start time in clock ticks after boot.
@@ -215,14 +215,14 @@ pub struct ProcStat {
 
 impl ProcStat {
     /// Reads `/proc/PID/stat`; `None` when it cannot be read (no such process, or hidden).
-    pub fn read(pid: u32) -> Option<ProcStat> {
+    pub(crate) fn read(pid: u32) -> Option<ProcStat> {
         let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         ProcStat::parse(&text)
     }
 
     /// Parses the fields after the *last* `)`: the command name may itself contain spaces and
     /// parentheses.
-    pub fn parse(text: &str) -> Option<ProcStat> {
+    pub(crate) fn parse(text: &str) -> Option<ProcStat> {
         let rest = &text[text.rfind(')')? + 1..];
         let fields: Vec<&str> = rest.split_whitespace().collect();
         // `rest` starts at field 3, so field N is at index N - 3.
@@ -232,7 +232,7 @@ impl ProcStat {
     }
 
     /// A zombie (`Z`) or dead (`X`) process has exited; only its parent has not reaped it yet.
-    pub fn exited(&self) -> bool {
+    pub(crate) fn exited(&self) -> bool {
         matches!(self.state, 'Z' | 'X')
     }
 }

@@ -41,7 +41,7 @@ mod journal;
 mod record;
 mod resume;
 mod stops;
-pub mod story;
+pub(crate) mod story;
 mod view;
 
 use std::collections::BTreeSet;
@@ -50,10 +50,10 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-pub use cause::EndCause;
-pub use journal::Journal;
-pub use record::{now_ms, Record, SessionState};
-pub use view::SessionView;
+pub(crate) use cause::EndCause;
+pub(crate) use journal::Journal;
+pub(crate) use record::{now_ms, Record, SessionState};
+pub(crate) use view::SessionView;
 
 use crate::identity::Judge;
 use crate::protocol::echo;
@@ -103,7 +103,7 @@ pub fn fold_journal(id: &str, text: &[u8]) -> Option<SessionView> {
 }
 
 /// One journal line (without its `\n`) as a record; `None` when it is not one.
-pub fn decode_line(line: &[u8]) -> Option<Record> {
+pub(crate) fn decode_line(line: &[u8]) -> Option<Record> {
     record::Entry::decode(line).ok().map(|e| e.record)
 }
 
@@ -357,10 +357,10 @@ pub(crate) mod testutil {
     use std::sync::atomic::{AtomicU32, Ordering};
 
     /// A fresh directory under the system temp dir, removed on drop.
-    pub struct TempDir(PathBuf);
+    pub(crate) struct TempDir(PathBuf);
 
     impl TempDir {
-        pub fn new(name: &str) -> TempDir {
+        pub(crate) fn new(name: &str) -> TempDir {
             static N: AtomicU32 = AtomicU32::new(0);
             let n = N.fetch_add(1, Ordering::Relaxed);
             let dir = std::env::temp_dir()
@@ -370,7 +370,7 @@ pub(crate) mod testutil {
             TempDir(dir)
         }
 
-        pub fn path(&self) -> &Path {
+        pub(crate) fn path(&self) -> &Path {
             &self.0
         }
     }

@@ -204,7 +204,7 @@ impl fmt::Display for SessionState {
 
 /// A record as one journal line holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Entry {
+pub(super) struct Entry {
     /// Unix milliseconds when the record was written.
     pub t: u64,
     #[serde(flatten)]
@@ -213,20 +213,20 @@ pub struct Entry {
 
 impl Entry {
     /// The line to append, with its `\n`. Fails only for [`Record::Unknown`].
-    pub fn encode(&self) -> serde_json::Result<Vec<u8>> {
+    pub(super) fn encode(&self) -> serde_json::Result<Vec<u8>> {
         let mut line = serde_json::to_vec(self)?;
         line.push(b'\n');
         Ok(line)
     }
 
     /// One line, without its `\n`.
-    pub fn decode(line: &[u8]) -> serde_json::Result<Entry> {
+    pub(super) fn decode(line: &[u8]) -> serde_json::Result<Entry> {
         serde_json::from_slice(line)
     }
 }
 
 /// Unix milliseconds now; a clock before 1970 reads as 0 rather than failing a write.
-pub fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)

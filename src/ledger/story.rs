@@ -48,7 +48,7 @@
 //!   new sidecar watches as claimed; the earlier life is in the removals' own words.
 
 use super::cause::EndCause;
-pub use super::cause::Why;
+pub(crate) use super::cause::Why;
 use super::record::{Entry, Record, SessionState};
 use crate::identity::death::Exit;
 use crate::protocol::Target;
@@ -131,7 +131,7 @@ pub struct Resumed {
 
 /// Reads the story of a journal's text and its side file of stops (empty when none);
 /// unreadable lines are skipped (the view counts the journal's).
-pub fn tell(journal: &[u8], stops: &[u8]) -> Story {
+pub(crate) fn tell(journal: &[u8], stops: &[u8]) -> Story {
     let entries = |text: &[u8]| -> Vec<Entry> {
         text.split(|&b| b == b'\n')
             .filter(|l| !l.is_empty())

@@ -27,7 +27,7 @@ use crate::reclaim::stop::Asked;
 impl World {
     /// `sandguard stop ID`: the same library call the command makes
     /// ([`reclaim::stop::choose`]), then the one removal path.
-    pub async fn stop(&mut self, x: usize, cut: Cut) {
+    pub(super) async fn stop(&mut self, x: usize, cut: Cut) {
         let given = match cut {
             Cut::Full => box_id(x),
             Cut::Prefix(n) => super::ops::prefix(x, n),
@@ -37,7 +37,7 @@ impl World {
     }
 
     /// `sandguard stop --all --session S`, as the command does it.
-    pub async fn stop_all(&mut self, s: usize) {
+    pub(super) async fn stop_all(&mut self, s: usize) {
         self.stop_as(Some(&World::session_id(s)), Asked::All).await;
     }
 
@@ -49,7 +49,7 @@ impl World {
     }
 
     /// The sessions whose fleet lease has run out (or was never written).
-    pub fn lapsed(&self) -> BTreeSet<usize> {
+    pub(super) fn lapsed(&self) -> BTreeSet<usize> {
         self.sessions
             .iter()
             .filter(|(_, v)| !self.store.peek(&v.id).is_some_and(|(_, alive, _)| alive))
@@ -59,7 +59,11 @@ impl World {
 
     /// One pass of the sweep service; `fleet`: with the fleet pass, as this host or another.
     /// `prune`: with the service's pruning after the pass (every ended session counts as old).
-    pub async fn sweep(&mut self, fleet: Option<(bool, bool)>, prune: bool) -> Result<(), String> {
+    pub(super) async fn sweep(
+        &mut self,
+        fleet: Option<(bool, bool)>,
+        prune: bool,
+    ) -> Result<(), String> {
         if let Some((_, true)) = fleet {
             self.wait_for_leases().await?;
         }
@@ -105,12 +109,12 @@ impl World {
         Ok(())
     }
 
-    pub async fn prune(&self) {
+    pub(super) async fn prune(&self) {
         let _no_fork = FORKS.read().await;
         let _ = self.state.prune(crate::ledger::now_ms() + 1);
     }
 
-    pub fn fault(&self, provider: usize, fault: Fault) {
+    pub(super) fn fault(&self, provider: usize, fault: Fault) {
         let f = &self.fakes[provider % self.fakes.len()];
         use std::sync::atomic::Ordering::SeqCst;
         match fault {
@@ -127,7 +131,7 @@ impl World {
         }
     }
 
-    pub fn heal(&self) {
+    pub(super) fn heal(&self) {
         self.fakes.iter().for_each(|f| f.heal());
     }
 }

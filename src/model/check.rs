@@ -21,14 +21,14 @@ use super::world::World;
 use super::Invariant;
 
 /// What the providers held before a step.
-pub struct Before {
+pub(super) struct Before {
     ids: BTreeSet<String>,
     healthy: bool,
     lapsed: BTreeSet<usize>,
 }
 
 impl Before {
-    pub fn of(world: &World) -> Before {
+    pub(super) fn of(world: &World) -> Before {
         Before {
             ids: world.ids(),
             healthy: world.healthy(),
@@ -39,7 +39,7 @@ impl Before {
 
 /// What the checks remember from step to step.
 #[derive(Default)]
-pub struct Checks {
+pub(super) struct Checks {
     /// Sessions already seen final.
     finals: BTreeSet<usize>,
     /// Renewals already judged.
@@ -50,7 +50,7 @@ type Found = Option<(Invariant, String)>;
 
 impl Checks {
     /// Every check after step `op`; the first broken promise, if any.
-    pub fn after(
+    pub(super) fn after(
         &mut self,
         world: &World,
         op: Op,

@@ -71,14 +71,19 @@ impl World {
         }
     }
 
-    pub async fn claim(&mut self, s: usize, x: usize, o: &mut Oracle) -> Result<(), String> {
+    pub(super) async fn claim(&mut self, s: usize, x: usize, o: &mut Oracle) -> Result<(), String> {
         if let Some(confirmed) = self.line(s, "claim", x, |v, t| v.claims.contains(t)).await {
             o.claim(s, x, confirmed);
         }
         Ok(())
     }
 
-    pub async fn release(&mut self, s: usize, x: usize, o: &mut Oracle) -> Result<(), String> {
+    pub(super) async fn release(
+        &mut self,
+        s: usize,
+        x: usize,
+        o: &mut Oracle,
+    ) -> Result<(), String> {
         if self
             .line(s, "release", x, |v, t| !v.claims.contains(t))
             .await
@@ -89,7 +94,12 @@ impl World {
         Ok(())
     }
 
-    pub async fn detach(&mut self, s: usize, x: usize, o: &mut Oracle) -> Result<(), String> {
+    pub(super) async fn detach(
+        &mut self,
+        s: usize,
+        x: usize,
+        o: &mut Oracle,
+    ) -> Result<(), String> {
         let done = |v: &SessionView, t: &Target| v.detached.contains(t);
         if self.line(s, "detach", x, done).await == Some(true) {
             o.detach(s, x);

@@ -16,7 +16,12 @@ use super::world::{World, PATIENCE};
 use crate::identity::Liveness;
 
 impl World {
-    pub async fn kill(&mut self, s: usize, how: Death, o: &mut Oracle) -> Result<(), String> {
+    pub(super) async fn kill(
+        &mut self,
+        s: usize,
+        how: Death,
+        o: &mut Oracle,
+    ) -> Result<(), String> {
         let Some(session) = self.sessions.get_mut(&s).filter(|_| o.alive(s)) else {
             return Ok(());
         };
@@ -74,7 +79,7 @@ impl World {
         Ok(())
     }
 
-    pub async fn sidecar_dies(&mut self, s: usize, o: &mut Oracle) {
+    pub(super) async fn sidecar_dies(&mut self, s: usize, o: &mut Oracle) {
         let Some(session) = self.sessions.get_mut(&s) else {
             return;
         };

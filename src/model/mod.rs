@@ -51,9 +51,9 @@ use oracle::Oracle;
 use world::World;
 
 /// Histories a default run makes.
-pub const DEFAULT_CASES: usize = 300;
+pub(crate) const DEFAULT_CASES: usize = 300;
 /// Histories run at once.
-pub const DEFAULT_JOBS: usize = 4;
+pub(crate) const DEFAULT_JOBS: usize = 4;
 /// The most operations a history has (and the fewest, [`MIN_LEN`]).
 const MAX_LEN: usize = 25;
 const MIN_LEN: usize = 5;

@@ -14,11 +14,11 @@ use std::fmt;
 
 mod generate;
 
-pub use generate::{generate, Rng};
+pub(super) use generate::{generate, Rng};
 
 /// How the program makes a sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Make {
+pub(super) enum Make {
     /// Stamped with the session's labels (`sandguard.detached=true` too, when `detached`).
     Labelled { detached: bool },
     /// Through the sidecar's proxy: stamped and claimed (the claim acknowledged first).
@@ -29,7 +29,7 @@ pub enum Make {
 
 /// What labels a stranger's sandbox carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Forge {
+pub(super) enum Forge {
     None,
     /// A copy of session `s`'s labels (live or dead, as it was when generated).
     Of(usize),
@@ -37,7 +37,7 @@ pub enum Forge {
 
 /// How an owner dies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Death {
+pub(super) enum Death {
     /// It exits by itself (its stdin closes).
     Exit,
     Sigkill,
@@ -48,7 +48,7 @@ pub enum Death {
 
 /// How `stop ID` names its sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cut {
+pub(super) enum Cut {
     Full,
     /// The first `n` characters of the id.
     Prefix(usize),
@@ -57,7 +57,7 @@ pub enum Cut {
 
 /// A provider fault, switched on until `heal`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
+pub(super) enum Fault {
     /// The next `n` removals answer 503.
     Remove5xx(u32),
     /// The next `n` removals answer 429 with a short `Retry-After`.
@@ -69,7 +69,7 @@ pub enum Fault {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
+pub(super) enum Op {
     /// A new session `s`: a real owner process and its sidecar.
     Start {
         s: usize,
@@ -133,10 +133,10 @@ pub enum Op {
 }
 
 /// The providers of every history: `fake` (with a server-side TTL) and `fake2`.
-pub const PROVIDERS: [&str; 2] = ["fake", "fake2"];
+pub(super) const PROVIDERS: [&str; 2] = ["fake", "fake2"];
 
 /// The id of sandbox number `x`.
-pub fn box_id(x: usize) -> String {
+pub(super) fn box_id(x: usize) -> String {
     format!("x{x}")
 }
 
@@ -213,6 +213,6 @@ impl fmt::Display for Op {
 }
 
 /// What `stop` is given for a prefix cut of `x`'s id.
-pub fn prefix(x: usize, n: usize) -> String {
+pub(super) fn prefix(x: usize, n: usize) -> String {
     box_id(x).chars().take(n.max(1)).collect()
 }

@@ -41,13 +41,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::ops::box_id;
 
 #[derive(Debug, Clone)]
-pub struct Session {
+pub(super) struct Session {
     pub owner_alive: bool,
     pub sidecar_alive: bool,
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct Sandbox {
+pub(super) struct Sandbox {
     /// The session whose labels its creator set.
     pub label: Option<usize>,
     /// `sandguard.detached=true`, set by its creator.
@@ -64,19 +64,19 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
-    pub fn is_detached(&self) -> bool {
+    pub(super) fn is_detached(&self) -> bool {
         self.detached_label || self.detached
     }
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct Oracle {
+pub(super) struct Oracle {
     pub sessions: BTreeMap<usize, Session>,
     pub boxes: BTreeMap<usize, Sandbox>,
 }
 
 impl Oracle {
-    pub fn start(&mut self, s: usize) {
+    pub(super) fn start(&mut self, s: usize) {
         self.sessions.insert(
             s,
             Session {
@@ -86,11 +86,11 @@ impl Oracle {
         );
     }
 
-    pub fn alive(&self, s: usize) -> bool {
+    pub(super) fn alive(&self, s: usize) -> bool {
         self.sessions.get(&s).is_some_and(|x| x.owner_alive)
     }
 
-    pub fn create(&mut self, x: usize, label: Option<usize>, detached_label: bool) {
+    pub(super) fn create(&mut self, x: usize, label: Option<usize>, detached_label: bool) {
         self.boxes.insert(
             x,
             Sandbox {
@@ -102,7 +102,7 @@ impl Oracle {
     }
 
     /// Whether a claim of `x` by `s` stands, by the rules.
-    pub fn claim_stands(&self, s: usize, x: usize) -> bool {
+    pub(super) fn claim_stands(&self, s: usize, x: usize) -> bool {
         let Some(b) = self.boxes.get(&x) else {
             return false;
         };
@@ -112,7 +112,7 @@ impl Oracle {
     }
 
     /// A claim of `x` by `s`; `confirmed`: the sidecar journaled it (not refused).
-    pub fn claim(&mut self, s: usize, x: usize, confirmed: bool) {
+    pub(super) fn claim(&mut self, s: usize, x: usize, confirmed: bool) {
         let stands = self.claim_stands(s, x);
         let dead: BTreeSet<usize> = self
             .boxes
@@ -148,7 +148,7 @@ impl Oracle {
         }
     }
 
-    pub fn release(&mut self, s: usize, x: usize) {
+    pub(super) fn release(&mut self, s: usize, x: usize) {
         if let Some(b) = self.boxes.get_mut(&x) {
             b.claimed.remove(&s);
             b.confirmed.remove(&s);
@@ -157,7 +157,7 @@ impl Oracle {
     }
 
     /// A confirmed `detach` of `x` by `s`.
-    pub fn detach(&mut self, s: usize, x: usize) {
+    pub(super) fn detach(&mut self, s: usize, x: usize) {
         let owns = self.owners(x).contains(&s);
         if let Some(b) = self.boxes.get_mut(&x) {
             b.stolen.remove(&s);
@@ -169,21 +169,21 @@ impl Oracle {
         }
     }
 
-    pub fn owner_dies(&mut self, s: usize) {
+    pub(super) fn owner_dies(&mut self, s: usize) {
         if let Some(x) = self.sessions.get_mut(&s) {
             x.owner_alive = false;
             x.sidecar_alive = false;
         }
     }
 
-    pub fn sidecar_dies(&mut self, s: usize) {
+    pub(super) fn sidecar_dies(&mut self, s: usize) {
         if let Some(x) = self.sessions.get_mut(&s) {
             x.sidecar_alive = false;
         }
     }
 
     /// Every session that owns `x`: its label's, and every claim that stands.
-    pub fn owners(&self, x: usize) -> BTreeSet<usize> {
+    pub(super) fn owners(&self, x: usize) -> BTreeSet<usize> {
         self.boxes.get(&x).map_or_else(BTreeSet::new, |b| {
             b.label
                 .into_iter()
@@ -193,7 +193,7 @@ impl Oracle {
     }
 
     /// Whether a sidecar or a sweep on this host may remove `x` now; why not, if not.
-    pub fn may_remove(&self, x: usize) -> Result<(), String> {
+    pub(super) fn may_remove(&self, x: usize) -> Result<(), String> {
         let Some(b) = self.boxes.get(&x) else {
             return Err("the model never made it".into());
         };
@@ -214,7 +214,7 @@ impl Oracle {
     }
 
     /// Whether a sweep against healthy providers must have removed `x`: why, if so.
-    pub fn must_be_gone(&self, x: usize) -> Option<String> {
+    pub(super) fn must_be_gone(&self, x: usize) -> Option<String> {
         let b = self.boxes.get(&x)?;
         if b.gone || b.is_detached() {
             return None;
@@ -233,14 +233,14 @@ impl Oracle {
     /// session label) whose id is `given` or starts with it; an empty id names nothing.
     /// Which one a prefix names depends on what the listing found (a provider that failed
     /// hides its sandboxes), so any it is a prefix of may go.
-    pub fn stop_may_take(&self, given: &str, x: usize) -> bool {
+    pub(super) fn stop_may_take(&self, given: &str, x: usize) -> bool {
         !given.is_empty()
             && box_id(x).starts_with(given)
             && self.boxes.get(&x).is_some_and(|b| b.label.is_some())
     }
 
     /// Whether `stop --all --session S` may remove `x`.
-    pub fn stop_all_takes(&self, s: usize, x: usize) -> bool {
+    pub(super) fn stop_all_takes(&self, s: usize, x: usize) -> bool {
         self.boxes
             .get(&x)
             .is_some_and(|b| b.label == Some(s) && !b.is_detached())
@@ -249,7 +249,7 @@ impl Oracle {
     /// Whether a fleet sweep on another host may remove `x`, when the sessions `lapsed` have
     /// no fleet lease: from there the owner cannot be seen, so an owner whose lease ran out
     /// may be reclaimed (not what is detached).
-    pub fn fleet_elsewhere_takes(&self, x: usize, lapsed: &BTreeSet<usize>) -> bool {
+    pub(super) fn fleet_elsewhere_takes(&self, x: usize, lapsed: &BTreeSet<usize>) -> bool {
         self.boxes
             .get(&x)
             .is_some_and(|b| !b.is_detached() && self.owners(x).iter().any(|s| lapsed.contains(s)))
@@ -258,7 +258,7 @@ impl Oracle {
     /// Whether a renewal of `x` now could be a live session's: an owner lives, or a session
     /// that took it with a claim the rules forbid (its keeper renews what it holds; that
     /// theft is the bug, and it is caught when the thief dies).
-    pub fn renewable(&self, x: usize) -> bool {
+    pub(super) fn renewable(&self, x: usize) -> bool {
         self.boxes.get(&x).is_some_and(|b| {
             self.owners(x)
                 .iter()
@@ -268,7 +268,7 @@ impl Oracle {
     }
 
     /// Whether a session holding a forbidden claim on `x` lives.
-    pub fn thief_lives(&self, x: usize) -> bool {
+    pub(super) fn thief_lives(&self, x: usize) -> bool {
         self.boxes
             .get(&x)
             .is_some_and(|b| b.stolen.iter().any(|&s| self.alive(s)))

@@ -51,7 +51,7 @@ use crate::watch::fleet::Registration;
 use crate::watch::{service, Outcome, Triggers};
 
 /// The fleet lease of every sidecar (renewed every third of it).
-pub const LEASE: Duration = Duration::from_millis(90);
+pub(super) const LEASE: Duration = Duration::from_millis(90);
 /// How long the model waits for the code to do something before it calls it stuck.
 pub(super) const PATIENCE: Duration = Duration::from_secs(10);
 
@@ -59,7 +59,7 @@ pub(super) const PATIENCE: Duration = Duration::from_secs(10);
 /// (see the module docs).
 pub(super) static FORKS: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
-pub fn options(settle: Option<Duration>) -> Options {
+pub(super) fn options(settle: Option<Duration>) -> Options {
     Options {
         concurrency: 4,
         deadline: Duration::from_millis(80),
@@ -108,7 +108,7 @@ impl Drop for Scratch {
     }
 }
 
-pub struct World {
+pub(super) struct World {
     _dir: Scratch,
     pub state: StateDir,
     pub fakes: Vec<Arc<Fake>>,
@@ -122,7 +122,7 @@ pub struct World {
 }
 
 impl World {
-    pub fn new() -> World {
+    pub(super) fn new() -> World {
         let dir = Scratch::new();
         let state = StateDir::open(&dir.0).expect("a state directory for the model");
         let fakes: Vec<Arc<Fake>> = PROVIDERS
@@ -153,15 +153,15 @@ impl World {
     }
 
     /// Every sandbox id the providers hold.
-    pub fn ids(&self) -> BTreeSet<String> {
+    pub(super) fn ids(&self) -> BTreeSet<String> {
         self.fakes.iter().flat_map(|f| f.remaining()).collect()
     }
 
-    pub fn healthy(&self) -> bool {
+    pub(super) fn healthy(&self) -> bool {
         self.fakes.iter().all(|f| !f.faulty())
     }
 
-    pub fn session_id(s: usize) -> String {
+    pub(super) fn session_id(s: usize) -> String {
         format!("s{s}")
     }
 
@@ -169,7 +169,7 @@ impl World {
         self.sessions.get(&s).is_some_and(|x| x.run.is_some())
     }
 
-    pub async fn start(&mut self, s: usize, o: &mut Oracle) -> Result<(), String> {
+    pub(super) async fn start(&mut self, s: usize, o: &mut Oracle) -> Result<(), String> {
         if self.sessions.contains_key(&s) {
             return Ok(());
         }
@@ -263,7 +263,7 @@ impl World {
         self.made.insert(x, p);
     }
 
-    pub async fn create(
+    pub(super) async fn create(
         &mut self,
         s: usize,
         x: usize,
@@ -302,7 +302,7 @@ impl World {
         }
     }
 
-    pub fn stranger(&mut self, x: usize, provider: usize, forge: Forge, o: &mut Oracle) {
+    pub(super) fn stranger(&mut self, x: usize, provider: usize, forge: Forge, o: &mut Oracle) {
         let (labels, label) = match forge {
             Forge::Of(s) => match self.sessions.get(&s) {
                 Some(v) => (v.labels.clone(), Some(s)),
@@ -320,7 +320,7 @@ impl World {
     }
 
     /// Every session's ledger state, by model name.
-    pub fn ledger_states(&self) -> BTreeMap<usize, crate::ledger::SessionState> {
+    pub(super) fn ledger_states(&self) -> BTreeMap<usize, crate::ledger::SessionState> {
         let views = self.state.sessions().unwrap_or_default();
         self.sessions
             .iter()
@@ -329,7 +329,7 @@ impl World {
     }
 
     /// Stops every sidecar and owner, and reaps the owners.
-    pub async fn shutdown(mut self) {
+    pub(super) async fn shutdown(mut self) {
         for session in self.sessions.values_mut() {
             if let Some(run) = session.run.take() {
                 run.abort();

@@ -30,7 +30,7 @@ use crate::providers::{Provider, Sandbox};
 
 /// What the rule says of one detach.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ownership {
+pub(crate) enum Ownership {
     /// Claimed or detached before by the session, or carrying its label.
     Owned,
     /// Listed, and neither claimed by the session nor carrying its label.
@@ -41,7 +41,7 @@ pub enum Ownership {
 
 /// Whether `session` owns what `target` names on `provider`. `held`: what the session claimed
 /// or detached; `listed`: the provider's managed sandboxes, `None` when it did not answer.
-pub fn ownership<'a>(
+pub(crate) fn ownership<'a>(
     provider: &dyn Provider,
     session: &str,
     target: &Target,
@@ -72,7 +72,7 @@ pub fn ownership<'a>(
 }
 
 /// The words of a refusal, for the session's log and the command's stderr.
-pub fn not_owned(session: &str, target: &Target) -> String {
+pub(crate) fn not_owned(session: &str, target: &Target) -> String {
     format!(
         "{} {} is not owned by session {session} (it never claimed it, and it carries no label \
          of that session): nothing was detached",

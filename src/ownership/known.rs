@@ -24,13 +24,13 @@ use crate::providers::{Provider, Sandbox};
 
 /// When a ledger session ended (unix seconds, its last record's, rounded down as Docker
 /// rounds a container's creation time), if it is no longer active.
-pub fn ended_at(view: &SessionView) -> Option<i64> {
+pub(crate) fn ended_at(view: &SessionView) -> Option<i64> {
     (view.state != SessionState::Active)
         .then(|| i64::try_from(view.updated_ms / 1000).unwrap_or(i64::MAX))
 }
 
 /// The ledger's sessions and the judge, read at most once.
-pub struct Known {
+pub(crate) struct Known {
     /// The state directory, opened when first needed.
     root: Option<std::path::PathBuf>,
     state: OnceLock<Option<StateDir>>,
@@ -50,7 +50,7 @@ impl std::fmt::Debug for Known {
 impl Known {
     /// Knowledge read from the state directory at `root` when first needed (`None`: no
     /// ledger; every session is judged by its owner label alone).
-    pub fn lazy(root: Option<std::path::PathBuf>, providers: &[Arc<dyn Provider>]) -> Known {
+    pub(crate) fn lazy(root: Option<std::path::PathBuf>, providers: &[Arc<dyn Provider>]) -> Known {
         Known {
             root,
             state: OnceLock::new(),
@@ -61,7 +61,11 @@ impl Known {
     }
 
     /// Knowledge of sessions already read (a sweep has them).
-    pub fn of(views: Vec<SessionView>, judge: Judge, providers: &[Arc<dyn Provider>]) -> Known {
+    pub(crate) fn of(
+        views: Vec<SessionView>,
+        judge: Judge,
+        providers: &[Arc<dyn Provider>],
+    ) -> Known {
         let known = Known::lazy(None, providers);
         let _ = known.views.set(views);
         let _ = known.judge.set(judge);
@@ -87,7 +91,7 @@ impl Known {
     }
 
     /// The ledger's sessions.
-    pub fn views(&self) -> &[SessionView] {
+    pub(crate) fn views(&self) -> &[SessionView] {
         self.views.get_or_init(|| {
             let Some(state) = self.state() else {
                 return Vec::new();
@@ -100,13 +104,13 @@ impl Known {
     }
 
     /// The ledger's view of session `id`, if it is there.
-    pub fn view(&self, id: &str) -> Option<&SessionView> {
+    pub(crate) fn view(&self, id: &str) -> Option<&SessionView> {
         self.views().iter().find(|v| v.id == id)
     }
 
     /// How session `id` stands; `owner_label` is what a sandbox says of its owner, used when
     /// the ledger does not have the session.
-    pub fn session(&self, id: &str, owner_label: Option<&str>) -> Session {
+    pub(crate) fn session(&self, id: &str, owner_label: Option<&str>) -> Session {
         match self.view(id) {
             Some(view) => self.standing(view),
             None => Session {
@@ -117,7 +121,7 @@ impl Known {
     }
 
     /// How a ledger session stands.
-    pub fn standing(&self, view: &SessionView) -> Session {
+    pub(crate) fn standing(&self, view: &SessionView) -> Session {
         Session {
             owner: self.judge().label(&view.owner),
             sidecar: if view.sidecar_alive {
@@ -131,12 +135,12 @@ impl Known {
     }
 
     /// Whether `target` (a claim or detach) names `sandbox`, as its provider reads ids.
-    pub fn names(&self, target: &Target, sandbox: &Sandbox) -> bool {
+    pub(crate) fn names(&self, target: &Target, sandbox: &Sandbox) -> bool {
         sandbox.named_by(&self.providers, target)
     }
 
     /// The ledger sessions other than `but` whose claims name `sandbox`, and how each stands.
-    pub fn claimers<'a>(&'a self, sandbox: &Sandbox, but: &str) -> Vec<(&'a str, Session)> {
+    pub(crate) fn claimers<'a>(&'a self, sandbox: &Sandbox, but: &str) -> Vec<(&'a str, Session)> {
         self.views()
             .iter()
             .filter(|v| v.id != but && v.claims.iter().any(|t| self.names(t, sandbox)))
@@ -148,7 +152,7 @@ impl Known {
     /// label it carries, or a session that had claimed it (adopted it) when it detached it. A
     /// detach is its owner's word: one by a session that neither carries it in its label nor
     /// claimed it does not count.
-    pub fn detached(&self, sandbox: &Sandbox) -> bool {
+    pub(crate) fn detached(&self, sandbox: &Sandbox) -> bool {
         let label = sandbox.session().filter(|s| !s.is_empty());
         self.views().iter().any(|v| {
             let mine = if label == Some(v.id.as_str()) {
@@ -162,7 +166,7 @@ impl Known {
 
     /// Whether `sandbox`'s label counts as ownership ([`Facts::label_counts`]): what `ps` and
     /// `stop` show and take. Only an inherited label needs the ledger.
-    pub fn label_counts(&self, sandbox: &Sandbox) -> bool {
+    pub(crate) fn label_counts(&self, sandbox: &Sandbox) -> bool {
         if !sandbox.inherited {
             return true;
         }
@@ -175,7 +179,7 @@ impl Known {
 
     /// Everything the ledger says of `sandbox`, for a path that is no session's own (a sweep,
     /// `stop`).
-    pub fn facts<'a>(&'a self, sandbox: &'a Sandbox) -> Facts<'a> {
+    pub(crate) fn facts<'a>(&'a self, sandbox: &'a Sandbox) -> Facts<'a> {
         let mut facts = Facts::of(sandbox);
         facts.labelled = facts
             .labelled

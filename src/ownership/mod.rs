@@ -35,17 +35,17 @@
 use crate::identity::Liveness;
 use crate::providers::Sandbox;
 
-pub mod detach;
-pub mod known;
+pub(crate) mod detach;
+pub(crate) mod known;
 #[cfg(test)]
 mod tests;
 mod verdict;
 
-pub use verdict::{Judgement, Reason, Verdict};
+pub(crate) use verdict::{Judgement, Reason, Verdict};
 
 /// Whether a session's sidecar (or an adopting sweep) holds its journal's lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sidecar {
+pub(crate) enum Sidecar {
     Alive,
     Gone,
     /// The session is not in this machine's ledger.
@@ -54,7 +54,7 @@ pub enum Sidecar {
 
 /// A session's fleet lease, where there is a fleet store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lease {
+pub(crate) enum Lease {
     /// No fleet store knows the session (or none is configured), or its lease lives (then
     /// its sidecar renews it, and the caller says so by [`Sidecar::Alive`]).
     None,
@@ -63,7 +63,7 @@ pub enum Lease {
 
 /// How one session stands, as far as the caller could tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Session {
+pub(crate) struct Session {
     pub owner: Liveness,
     pub sidecar: Sidecar,
     /// When it ended (unix seconds), if its ledger says it is over.
@@ -73,7 +73,7 @@ pub struct Session {
 
 impl Session {
     /// A session nothing is known of: its owner cannot be judged, no ledger, no lease.
-    pub const UNKNOWN: Session = Session {
+    pub(crate) const UNKNOWN: Session = Session {
         owner: Liveness::Unknown,
         sidecar: Sidecar::NotHere,
         ended_at: None,
@@ -83,7 +83,7 @@ impl Session {
     /// Whether the session may still act for itself: its sidecar lives, or its owner is not
     /// proven dead (alive, or unknown and not over). Such a session's sandboxes are never
     /// taken by another's claim.
-    pub fn may_live(&self) -> bool {
+    pub(crate) fn may_live(&self) -> bool {
         self.sidecar == Sidecar::Alive
             || self.owner == Liveness::Alive
             || (self.owner == Liveness::Unknown && self.ended_at.is_none())
@@ -91,7 +91,7 @@ impl Session {
 
     /// Over, with its owner proven dead (or its fleet lease expired where it cannot be
     /// judged): what it owned may be adopted by a claim, or reclaimed by a sweep.
-    pub fn orphaned(&self) -> bool {
+    pub(crate) fn orphaned(&self) -> bool {
         self.sidecar != Sidecar::Alive
             && match self.owner {
                 Liveness::Dead => true,
@@ -103,7 +103,7 @@ impl Session {
 
 /// Who asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Asker<'a> {
+pub(crate) enum Asker<'a> {
     /// The reclaim of session `session`: its sidecar at the owner's death, `bye` or lease
     /// expiry, or a sweep finishing it.
     Reclaim { session: &'a str },
@@ -119,7 +119,7 @@ pub enum Asker<'a> {
 
 /// Everything the caller knows of one sandbox.
 #[derive(Debug, Clone)]
-pub struct Facts<'a> {
+pub(crate) struct Facts<'a> {
     pub sandbox: &'a Sandbox,
     /// The session its `sandguard.session` label names, and how it stands.
     pub labelled: Option<(&'a str, Session)>,
@@ -135,7 +135,7 @@ pub struct Facts<'a> {
 
 impl<'a> Facts<'a> {
     /// The facts of a sandbox of which nothing but its own labels is known yet.
-    pub fn of(sandbox: &'a Sandbox) -> Facts<'a> {
+    pub(crate) fn of(sandbox: &'a Sandbox) -> Facts<'a> {
         Facts {
             sandbox,
             labelled: sandbox
@@ -152,7 +152,7 @@ impl<'a> Facts<'a> {
     /// Whether the label it carries counts as ownership (rule 3): false only for a label it
     /// inherited and that its session cannot claim. `ps` and `stop` show and take only those
     /// whose label counts: the others are strangers that look like a session's.
-    pub fn label_counts(&self) -> bool {
+    pub(crate) fn label_counts(&self) -> bool {
         self.labelled.is_none() || self.owner_by_label().is_some()
     }
 
@@ -181,7 +181,7 @@ impl<'a> Facts<'a> {
 }
 
 /// Whether `asker` may remove (or, for [`Asker::Renew`], renew) the sandbox `facts` describe.
-pub fn judge(asker: Asker<'_>, facts: &Facts<'_>) -> Judgement {
+pub(crate) fn judge(asker: Asker<'_>, facts: &Facts<'_>) -> Judgement {
     if facts.expired() {
         match asker {
             Asker::Renew { .. } => return Judgement::keep(Reason::Expired),
@@ -219,7 +219,7 @@ pub fn judge(asker: Asker<'_>, facts: &Facts<'_>) -> Judgement {
 /// carries the label of another session that may still live (`labelled`: that session), nor
 /// while another session that may still live claimed it (`claimed_by`: the other sessions whose
 /// claims name it). The first to hold it keeps it; a later claim would steal.
-pub fn may_claim(
+pub(crate) fn may_claim(
     labelled: Option<(&str, Session)>,
     claimed_by: &[(&str, Session)],
 ) -> Result<(), Reason> {
@@ -279,7 +279,7 @@ fn orphan(facts: &Facts<'_>) -> Judgement {
 
 /// What a sweep does with a whole session whose state is not final.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SessionVerdict {
+pub(crate) enum SessionVerdict {
     /// Its owner is gone: reclaim it.
     Reclaim,
     /// Its owner lives and nothing guards it: watch it (a local sweep with `--every`).
@@ -289,7 +289,7 @@ pub enum SessionVerdict {
 
 /// Whether a session nobody guards may be reclaimed (rule 5): proof of life beats a lease,
 /// unknown is not dead.
-pub fn judge_session(session: &Session) -> (SessionVerdict, Reason) {
+pub(crate) fn judge_session(session: &Session) -> (SessionVerdict, Reason) {
     if session.sidecar == Sidecar::Alive {
         return (SessionVerdict::Leave, Reason::SidecarAlive);
     }

@@ -7,7 +7,7 @@ use std::fmt;
 
 /// What the judgement allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Remove,
     Renew,
     Keep,
@@ -15,7 +15,7 @@ pub enum Verdict {
 
 /// Why: each variant is one rule as it applied, printed as the verdict's reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reason {
+pub(crate) enum Reason {
     Expired,
     /// Labelled `sandguard.detached=true`.
     Detached,
@@ -45,7 +45,7 @@ pub enum Reason {
 
 impl Reason {
     /// Kept because it was detached (by its label or by its owner).
-    pub fn is_detached(&self) -> bool {
+    pub(crate) fn is_detached(&self) -> bool {
         matches!(self, Reason::Detached | Reason::DetachedByOwner)
     }
 }
@@ -89,7 +89,7 @@ impl fmt::Display for Reason {
 
 /// The judgement and its reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Judgement {
+pub(crate) struct Judgement {
     pub verdict: Verdict,
     pub reason: Reason,
 }
@@ -107,7 +107,7 @@ impl Judgement {
             reason,
         }
     }
-    pub fn removes(&self) -> bool {
+    pub(crate) fn removes(&self) -> bool {
         self.verdict == Verdict::Remove
     }
 }

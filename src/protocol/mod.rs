@@ -31,17 +31,18 @@ use std::io;
 
 use serde::{Deserialize, Serialize};
 
-pub use outcome::{ByeOutcome, Left};
-pub use reader::LineReader;
-pub use ready::ReadyLine;
+pub use outcome::ByeOutcome;
+pub(crate) use outcome::Left;
+pub(crate) use reader::LineReader;
+pub(crate) use ready::ReadyLine;
 pub(crate) use session_id::SessionId;
 
 /// The longest line accepted, including its `\n`.
-pub const MAX_LINE: usize = 4096;
+pub(crate) const MAX_LINE: usize = 4096;
 /// The longest id accepted, in bytes.
-pub const MAX_ID: usize = 512;
+pub(crate) const MAX_ID: usize = 512;
 /// How many characters of an offending input an error message may show.
-pub const ECHO_LIMIT: usize = 64;
+pub(crate) const ECHO_LIMIT: usize = 64;
 
 /// A sandbox as the owner names it: a provider and that provider's id for it.
 #[derive(

@@ -24,7 +24,7 @@
 use std::fmt;
 
 /// The most items named on the line (`N` still counts every one).
-pub const MAX_ITEMS: usize = 16;
+pub(super) const MAX_ITEMS: usize = 16;
 
 /// One thing the reclaim after `bye` left behind.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,7 +40,7 @@ pub struct Left {
 pub enum ByeOutcome {
     /// Everything the owner held is gone.
     Clean,
-    /// `count` things were left (the first [`MAX_ITEMS`] of them named).
+    /// `count` things were left (the first `MAX_ITEMS` of them named).
     Left { count: usize, items: Vec<Left> },
 }
 

@@ -14,7 +14,7 @@ use super::{parse_line, Command, ProtocolError, MAX_LINE};
 ///
 /// [`LineReader::next`] is cancel-safe, so it can sit in a `select!` arm: its only await is one
 /// `read` (itself cancel-safe), and the buffer is consistent on both sides of it.
-pub struct LineReader<R> {
+pub(crate) struct LineReader<R> {
     reader: R,
     buf: Vec<u8>,
     /// Unconsumed bytes are `buf[start..end]`.
@@ -26,7 +26,7 @@ pub struct LineReader<R> {
 }
 
 impl<R: AsyncRead + Unpin> LineReader<R> {
-    pub fn new(reader: R) -> LineReader<R> {
+    pub(crate) fn new(reader: R) -> LineReader<R> {
         LineReader {
             reader,
             buf: vec![0; MAX_LINE],
@@ -39,7 +39,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
 
     /// The next command, an error for a line that is not one, or `None` at end of input. A
     /// read error other than an end-of-file lookalike is returned once, then input ends.
-    pub async fn next(&mut self) -> Option<Result<Command, ProtocolError>> {
+    pub(crate) async fn next(&mut self) -> Option<Result<Command, ProtocolError>> {
         loop {
             if let Some(line) = self.take_line() {
                 return Some(line);

@@ -12,7 +12,7 @@ use std::fmt;
 
 /// What a sidecar said when it started.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReadyLine {
+pub(crate) enum ReadyLine {
     /// It guards `session`; `env` is what the program gets (its proxies' addresses), in order.
     Ready {
         session: String,
@@ -25,7 +25,7 @@ pub enum ReadyLine {
 impl ReadyLine {
     /// Reads one line (with or without its `\n`). Anything that is neither form is an error
     /// that quotes (a little of) it; an empty line means the sidecar exited without a word.
-    pub fn parse(line: &str) -> ReadyLine {
+    pub(crate) fn parse(line: &str) -> ReadyLine {
         let line = line.trim();
         if let Some(rest) = line.strip_prefix("ready ") {
             let mut words = rest.split_whitespace();

@@ -20,25 +20,25 @@
 
 /// A session id: [`SessionId::RULE`] (it becomes a file name and a label value).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SessionId(String);
+pub(crate) struct SessionId(String);
 
 /// A string that is not a session id (quoted safely in the message).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid session id \"{0}\": expected {rule}", rule = SessionId::RULE)]
-pub struct InvalidSessionId(String);
+pub(crate) struct InvalidSessionId(String);
 
 impl SessionId {
     /// The rule, in the words every refusal uses.
-    pub const RULE: &'static str =
+    pub(crate) const RULE: &'static str =
         "1 to 64 characters of [0-9a-z_-], the first a letter or a digit";
 
     /// A new random id: 128 bits from the kernel, as 32 hex digits.
-    pub fn random() -> std::io::Result<SessionId> {
+    pub(crate) fn random() -> std::io::Result<SessionId> {
         Ok(SessionId(crate::unix::random_hex(16)?))
     }
 
     /// Checks an id given by a user, an SDK or a file name.
-    pub fn parse(id: &str) -> Result<SessionId, InvalidSessionId> {
+    pub(crate) fn parse(id: &str) -> Result<SessionId, InvalidSessionId> {
         let word = |b: u8| b.is_ascii_digit() || b.is_ascii_lowercase();
         let ok = (1..=64).contains(&id.len())
             && id.bytes().next().is_some_and(word)

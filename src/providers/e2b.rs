@@ -54,7 +54,7 @@ use crate::timefmt;
 /// E2B's largest page.
 const PAGE: &str = "100";
 
-pub fn entry(settings: &CloudSettings) -> Entry {
+pub(crate) fn entry(settings: &CloudSettings) -> Entry {
     let state = match &settings.token {
         None => {
             EntryState::Unconfigured("E2B_API_KEY is not set (nor [providers.e2b] api_key)".into())
@@ -75,7 +75,7 @@ pub fn entry(settings: &CloudSettings) -> Entry {
     Entry { name: "e2b", state }
 }
 
-pub struct E2b {
+pub(crate) struct E2b {
     http: Http,
     url: String,
 }

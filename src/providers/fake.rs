@@ -17,7 +17,7 @@ use super::{Capabilities, Detail, Kind, Provider, ProviderError, Sandbox};
 use crate::labels::{Selector, SESSION};
 
 #[derive(Default)]
-pub struct Fake {
+pub(crate) struct Fake {
     pub sandboxes: Mutex<Vec<Sandbox>>,
     /// This many removal calls fail transiently before any succeeds.
     pub fail_first: u32,
@@ -44,14 +44,14 @@ pub struct Fake {
 }
 
 impl Fake {
-    pub fn holding(sandboxes: Vec<Sandbox>) -> Arc<Fake> {
+    pub(crate) fn holding(sandboxes: Vec<Sandbox>) -> Arc<Fake> {
         Arc::new(Fake {
             sandboxes: Mutex::new(sandboxes),
             ..Default::default()
         })
     }
 
-    pub fn flaky(
+    pub(crate) fn flaky(
         sandboxes: Vec<Sandbox>,
         fail_first: u32,
         retry_after: Option<Duration>,
@@ -65,7 +65,7 @@ impl Fake {
     }
 
     /// The ids still held, sorted.
-    pub fn remaining(&self) -> Vec<String> {
+    pub(crate) fn remaining(&self) -> Vec<String> {
         let mut ids: Vec<String> = self
             .sandboxes
             .lock()
@@ -78,14 +78,14 @@ impl Fake {
     }
 
     /// Whether a fault is switched on (failing removals or listings, or a latency).
-    pub fn faulty(&self) -> bool {
+    pub(crate) fn faulty(&self) -> bool {
         self.fail_removes.load(Ordering::SeqCst) > 0
             || self.fail_lists.load(Ordering::SeqCst) > 0
             || !self.latency.lock().unwrap().is_zero()
     }
 
     /// Switches every fault off.
-    pub fn heal(&self) {
+    pub(crate) fn heal(&self) {
         self.fail_removes.store(0, Ordering::SeqCst);
         self.fail_lists.store(0, Ordering::SeqCst);
         *self.latency.lock().unwrap() = Duration::ZERO;
@@ -192,7 +192,7 @@ impl Provider for Fake {
 }
 
 /// A sandbox of the fake provider, labelled with `session` when given.
-pub fn sandbox(id: &str, kind: Kind, session: Option<&str>) -> Sandbox {
+pub(crate) fn sandbox(id: &str, kind: Kind, session: Option<&str>) -> Sandbox {
     let labels = session
         .map(|s| [(SESSION.to_string(), s.to_string())].into())
         .unwrap_or_default();

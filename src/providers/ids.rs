@@ -16,7 +16,7 @@
 //! | `tenki` | a UUID | `SandboxSession.id` is a UUID |
 //! | `modal` | `sb-` and 1 to 64 ASCII letters and digits | V1 ids are `sb-` and 22 alphanumerics; V2 ids are `sb-…` of another length |
 //! | plugins, anything else | 1 to 128 of `a-z A-Z 0-9 - _ . :`, starting with a letter or digit | a conservative generic set: nothing a shell, a URL or a path could read as more than one word |
-//! | `docker` | its own parser, [`super::docker::claim`] | |
+//! | `docker` | its own parser, `docker::claim` | |
 //!
 //! Decisions:
 //! - A refusal is final ([`Refusal`]): a claim is journaled `refused` and reported once; an id
@@ -32,13 +32,13 @@ use super::{Kind, Refusal, Sandbox};
 
 /// What a provider's ids look like: a name for messages and the test.
 #[derive(Debug, Clone, Copy)]
-pub struct Shape {
+pub(crate) struct Shape {
     /// How the rule reads in a refusal: "a UUID", "`sb-` and letters or digits", …
     pub what: &'static str,
     pub accepts: fn(&str) -> bool,
 }
 
-pub const E2B: Shape = Shape {
+pub(crate) const E2B: Shape = Shape {
     what: "1 to 64 letters, digits, '-' or '_'",
     accepts: |id| word(id, 64, b"-_"),
 };
@@ -49,18 +49,18 @@ const UUID: Shape = Shape {
     accepts: is_uuid,
 };
 
-pub const DAYTONA: Shape = UUID;
+pub(crate) const DAYTONA: Shape = UUID;
 
-pub const FLYIO: Shape = Shape {
+pub(crate) const FLYIO: Shape = Shape {
     what: "1 to 32 lowercase hex digits",
     accepts: |id| {
         (1..=32).contains(&id.len()) && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
     },
 };
 
-pub const TENKI: Shape = UUID;
+pub(crate) const TENKI: Shape = UUID;
 
-pub const MODAL: Shape = Shape {
+pub(crate) const MODAL: Shape = Shape {
     what: "'sb-' and 1 to 64 letters or digits",
     accepts: |id| {
         id.strip_prefix("sb-").is_some_and(|rest| {
@@ -70,13 +70,13 @@ pub const MODAL: Shape = Shape {
 };
 
 /// Plugins, and any provider without a rule of its own.
-pub const GENERIC: Shape = Shape {
+pub(crate) const GENERIC: Shape = Shape {
     what: "1 to 128 letters, digits, '-', '_', '.' or ':', starting with a letter or digit",
     accepts: |id| word(id, 128, b"-_.:"),
 };
 
 /// Why `id` can never be any provider's id, if it cannot: the rule every shape includes.
-pub fn structural_refusal(id: &str) -> Option<&'static str> {
+pub(crate) fn structural_refusal(id: &str) -> Option<&'static str> {
     if id.is_empty() {
         Some("an id is never empty")
     } else if id == "." || id == ".." {
@@ -95,7 +95,7 @@ pub fn structural_refusal(id: &str) -> Option<&'static str> {
 }
 
 /// `id` read as an instance of `provider` with ids of `shape`, or why it cannot be one.
-pub fn parse(provider: &str, shape: Shape, id: &str) -> Result<Sandbox, Refusal> {
+pub(crate) fn parse(provider: &str, shape: Shape, id: &str) -> Result<Sandbox, Refusal> {
     let shown = crate::protocol::echo(id.as_bytes());
     if let Some(why) = structural_refusal(id) {
         return Err(Refusal(format!("refusing {provider} id {shown:?}: {why}")));
@@ -112,7 +112,7 @@ pub fn parse(provider: &str, shape: Shape, id: &str) -> Result<Sandbox, Refusal>
 /// A claim of a provider this process has no driver for, kept as written until one that has
 /// it reads it: refused only when no provider could ever read it, so a Docker `network/ID`
 /// (whose `/` only Docker's parser understands) survives, and `..` or an empty segment never.
-pub fn unknown_provider_refusal(id: &str) -> Option<String> {
+pub(crate) fn unknown_provider_refusal(id: &str) -> Option<String> {
     let bad = id.is_empty()
         || id
             .split('/')

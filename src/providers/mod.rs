@@ -11,24 +11,24 @@
 //! present. Unconfigured providers are skipped silently by `ps`, `stop` and reclaim, and shown
 //! with the reason by `sandguard providers`.
 
-pub mod cloud_proxy;
-pub mod daytona;
-pub mod docker;
-pub mod e2b;
+pub(crate) mod cloud_proxy;
+pub(crate) mod daytona;
+pub(crate) mod docker;
+pub(crate) mod e2b;
 #[cfg(test)]
-pub mod fake;
-pub mod flyio;
-pub mod http;
-pub mod ids;
-pub mod modal;
-pub mod plugin;
-pub mod proxy_accept;
-pub mod proxy_claim;
-pub mod proxy_stamp;
+pub(crate) mod fake;
+pub(crate) mod flyio;
+pub(crate) mod http;
+pub(crate) mod ids;
+pub(crate) mod modal;
+pub(crate) mod plugin;
+pub(crate) mod proxy_accept;
+pub(crate) mod proxy_claim;
+pub(crate) mod proxy_stamp;
 pub(crate) mod redact;
 mod registry;
-pub mod retry;
-pub mod tenki;
+pub(crate) mod retry;
+pub(crate) mod tenki;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -79,7 +79,7 @@ pub struct Sandbox {
     pub labels: BTreeMap<String, String>,
     /// Its `sandguard.session` label was not set by its creator but inherited (a Docker
     /// container started from an image committed with a session's labels): it counts only
-    /// for a sandbox created while that session lived ([`crate::ownership`], rule 3).
+    /// for a sandbox created while that session lived (`crate::ownership`, rule 3).
     pub inherited: bool,
 }
 
@@ -340,7 +340,7 @@ pub trait Provider: Send + Sync {
     /// Every resource whose labels satisfy `selector`, in every state, as far as the provider's
     /// own filter goes: a driver passes the selector on and returns what the provider answered,
     /// which may be more (a filter that cannot say "key present", a provider that ignores it).
-    /// Callers check each result against the selector, once ([`crate::reclaim::list_all`]), so
+    /// Callers check each result against the selector, once (`crate::reclaim::list_all`), so
     /// no driver repeats that step. A failure here is never an empty list: the caller must be
     /// able to say that sandboxes may still be running.
     async fn list(&self, selector: &Selector) -> Result<Vec<Sandbox>, ProviderError>;
@@ -353,7 +353,7 @@ pub trait Provider: Send + Sync {
     /// sandboxes (a Docker container *name*, say: Docker would resolve it to whatever carries
     /// that name). A refusal is final: the claim is reported once and never retried. Every id
     /// that reaches a provider was read here first; the default is the conservative generic
-    /// shape ([`ids::GENERIC`]), each driver narrows it to its provider's ids ([`ids`]).
+    /// shape (`ids::GENERIC`), each driver narrows it to its provider's ids (`ids`).
     fn parse_claim(&self, id: &str) -> Result<Sandbox, Refusal> {
         ids::parse(self.name(), ids::GENERIC, id)
     }
@@ -380,7 +380,7 @@ pub trait Provider: Send + Sync {
     /// Checks that the provider answers; on success a short description (version, endpoint).
     async fn check(&self) -> Result<String, ProviderError>;
     /// Makes the provider end `sandbox` on its own `ttl` from now unless renewed again (only
-    /// where [`Capabilities::ttl`] says so). The sidecar calls it while the owner lives, so a
+    /// where `Capabilities::ttl` says so). The sidecar calls it while the owner lives, so a
     /// machine that sleeps or dies still loses its sandboxes on the provider's side.
     async fn renew(&self, sandbox: &Sandbox, ttl: Duration) -> Result<(), ProviderError> {
         let _ = (sandbox, ttl);
@@ -392,13 +392,11 @@ pub trait Provider: Send + Sync {
 }
 
 /// The provider called `name` among `providers` (the one lookup every path uses).
-pub fn by_name<'a>(
+pub(crate) fn by_name<'a>(
     providers: &'a [Arc<dyn Provider>],
     name: &str,
 ) -> Option<&'a Arc<dyn Provider>> {
     providers.iter().find(|p| p.name() == name)
 }
 
-pub use registry::{
-    Entry, EntryState, Registry, SelectError, UnconfiguredProvider, UnknownProvider,
-};
+pub(crate) use registry::{Entry, EntryState, Registry, SelectError};

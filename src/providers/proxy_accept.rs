@@ -23,7 +23,7 @@ use tokio::task::JoinSet;
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 /// A listening socket the loop accepts from.
-pub trait Listener {
+pub(crate) trait Listener {
     type Conn: Send + 'static;
     fn accept_one(&self) -> impl Future<Output = io::Result<Self::Conn>> + Send;
 }
@@ -47,7 +47,7 @@ impl Listener for TcpListener {
 
 /// Accepts connections on `listener` and serves each with `serve`, in a task this loop owns,
 /// until the returned future is dropped. `name` prefixes the log lines ("docker proxy").
-pub async fn serve<L, F, Fut>(name: &str, listener: L, serve: F)
+pub(crate) async fn serve<L, F, Fut>(name: &str, listener: L, serve: F)
 where
     L: Listener,
     F: Fn(L::Conn) -> Fut,

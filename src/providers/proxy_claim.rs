@@ -23,7 +23,7 @@ use crate::providers::docker::proxy::json::Json;
 
 /// A claim from a proxy; the sidecar answers on `ack` once it is journaled.
 #[derive(Debug)]
-pub struct Claim {
+pub(crate) struct Claim {
     pub target: Target,
     /// What the sidecar journals for `target`.
     pub hold: Hold,
@@ -32,7 +32,7 @@ pub struct Claim {
 
 /// What a create asked the session to do with the object it made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Hold {
+pub(crate) enum Hold {
     /// Owned: reclaimed when the owner dies.
     Claim,
     /// Created with `sandguard.detached=true`: it outlives its owner; only its TTL ends it.
@@ -42,7 +42,7 @@ pub enum Hold {
 impl Hold {
     /// From the label map a create was stamped with (its last value per key, as Go's and
     /// JavaScript's decoders keep it).
-    pub fn of(labels: &[(String, Json)]) -> Hold {
+    pub(crate) fn of(labels: &[(String, Json)]) -> Hold {
         let value = labels.iter().rev().find(|(k, _)| k == labels::DETACHED);
         match value {
             Some((_, Json::String(v))) if labels::detaches(v) => Hold::Detach,
@@ -52,11 +52,11 @@ impl Hold {
 }
 
 /// How long a create answer waits for the sidecar to journal its claim.
-pub const ACK_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const ACK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Why a claim was not acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NotClaimed {
+pub(crate) enum NotClaimed {
     /// The sidecar takes no more claims: the session is ending.
     Closed,
     /// The sidecar dropped it unanswered: the session is ending.
@@ -85,7 +85,7 @@ impl fmt::Display for NotClaimed {
 
 /// Sends `target` to the sidecar, to be journaled as `hold` says, and waits (at most
 /// [`ACK_TIMEOUT`]) until it is journaled.
-pub async fn claim(
+pub(crate) async fn claim(
     claims: &mpsc::UnboundedSender<Claim>,
     target: Target,
     hold: Hold,

@@ -22,7 +22,7 @@ use crate::providers::proxy_claim::Hold;
 
 /// How the service finds its label map's key.
 #[derive(Debug, Clone, Copy)]
-pub enum Keys {
+pub(crate) enum Keys {
     /// Go's `encoding/json` field `name` (its JSON tag).
     Go(&'static str),
     /// `JSON.parse`: exactly `name`, the last one winning.
@@ -31,7 +31,7 @@ pub enum Keys {
 
 /// `body` with `labels` merged into its label map, and what the sidecar journals for the
 /// sandbox it creates ([`Hold::of`] the merged map); `Err` says why it cannot be stamped.
-pub fn merge(
+pub(crate) fn merge(
     body: &[u8],
     keys: Keys,
     labels: &BTreeMap<String, String>,
@@ -44,7 +44,7 @@ pub fn merge(
 /// The stamping step: every key of `pairs` that `keys` matches is taken out, and one key
 /// holding their merged map with `labels` over it is put last; what the sidecar journals for
 /// the object ([`Hold::of`] the merged map). `Err` says why it cannot be stamped.
-pub fn stamp(
+pub(crate) fn stamp(
     pairs: &mut Vec<(String, Json)>,
     keys: Keys,
     labels: &BTreeMap<String, String>,
@@ -60,7 +60,7 @@ pub fn stamp(
 
 /// Takes every key `keys` matches out of `pairs`, and returns their map as the service reads
 /// it (`None`: no such key, or `null`).
-pub fn take(
+pub(crate) fn take(
     pairs: &mut Vec<(String, Json)>,
     keys: Keys,
 ) -> Result<Option<Vec<(String, Json)>>, String> {
@@ -115,7 +115,7 @@ fn last(pairs: &[(String, Json)], name: &str) -> Result<Option<Vec<(String, Json
 }
 
 /// The non-empty string at `key` of a JSON object answer.
-pub fn id_at(answer: &[u8], key: &str) -> Option<String> {
+pub(crate) fn id_at(answer: &[u8], key: &str) -> Option<String> {
     let value: serde_json::Value = serde_json::from_slice(answer).ok()?;
     let id = value.get(key)?.as_str()?;
     (!id.is_empty()).then(|| id.to_string())

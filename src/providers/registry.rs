@@ -8,13 +8,13 @@ use crate::config::Settings;
 
 /// One registered provider, configured or not.
 #[derive(Clone)]
-pub struct Entry {
+pub(crate) struct Entry {
     pub name: &'static str,
     pub state: EntryState,
 }
 
 #[derive(Clone)]
-pub enum EntryState {
+pub(crate) enum EntryState {
     Configured(Arc<dyn Provider>),
     /// Not configured, and why (which variable or key would configure it).
     Unconfigured(String),
@@ -22,13 +22,13 @@ pub enum EntryState {
 
 /// Every provider sandguard knows, built once from settings.
 #[derive(Clone)]
-pub struct Registry {
+pub(crate) struct Registry {
     entries: Vec<Entry>,
 }
 
 /// Why `--provider NAME` cannot be used.
 #[derive(Debug, thiserror::Error)]
-pub enum SelectError {
+pub(crate) enum SelectError {
     #[error(transparent)]
     Unknown(#[from] UnknownProvider),
     #[error(transparent)]
@@ -42,7 +42,7 @@ pub enum SelectError {
     "provider {name:?} is not configured: {why}; `sandguard providers` shows what each provider \
      needs"
 )]
-pub struct UnconfiguredProvider {
+pub(crate) struct UnconfiguredProvider {
     pub name: String,
     /// Which variable or key would configure it.
     pub why: String,
@@ -51,7 +51,7 @@ pub struct UnconfiguredProvider {
 /// `--provider NAME` named no registered provider.
 #[derive(Debug, thiserror::Error)]
 #[error("unknown provider {name:?}; known providers: {}", known.join(", "))]
-pub struct UnknownProvider {
+pub(crate) struct UnknownProvider {
     pub name: String,
     pub known: Vec<String>,
 }
@@ -59,7 +59,7 @@ pub struct UnknownProvider {
 impl Registry {
     /// Registers every built-in driver, configured from `settings`, then the plugins (on
     /// `PATH` or in the config), which may not take a built-in's name.
-    pub fn from_settings(settings: &Settings) -> Registry {
+    pub(crate) fn from_settings(settings: &Settings) -> Registry {
         let mut entries = vec![
             docker::entry(&settings.docker),
             e2b::entry(&settings.e2b),
@@ -92,18 +92,19 @@ impl Registry {
     }
 
     /// A registry of the given entries (tests).
-    pub fn from_entries(entries: Vec<Entry>) -> Registry {
+    #[cfg(test)]
+    pub(crate) fn from_entries(entries: Vec<Entry>) -> Registry {
         Registry { entries }
     }
 
-    pub fn entries(&self) -> &[Entry] {
+    pub(crate) fn entries(&self) -> &[Entry] {
         &self.entries
     }
 
     /// The configured providers, all of them or the one named. Without a name the
     /// unconfigured ones are skipped; a name that is unknown, or known but not configured, is
     /// an error.
-    pub fn select(&self, only: Option<&str>) -> Result<Vec<Arc<dyn Provider>>, SelectError> {
+    pub(crate) fn select(&self, only: Option<&str>) -> Result<Vec<Arc<dyn Provider>>, SelectError> {
         if let Some(name) = only {
             match self.entries.iter().find(|e| e.name == name) {
                 None => {
@@ -138,7 +139,7 @@ impl Registry {
     }
 
     /// The configured provider called `name`.
-    pub fn get(&self, name: &str) -> Option<Arc<dyn Provider>> {
+    pub(crate) fn get(&self, name: &str) -> Option<Arc<dyn Provider>> {
         self.select(Some(name)).ok()?.into_iter().next()
     }
 }

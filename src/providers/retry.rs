@@ -19,16 +19,16 @@ use super::ProviderError;
 use crate::backoff::Backoff;
 
 /// How many times a read is tried.
-pub const READ_ATTEMPTS: u32 = 4;
+pub(crate) const READ_ATTEMPTS: u32 = 4;
 /// The longest a read waits between attempts, whatever `Retry-After` says.
-pub const READ_MAX_WAIT: Duration = Duration::from_secs(30);
+pub(crate) const READ_MAX_WAIT: Duration = Duration::from_secs(30);
 /// The wait between a read's attempts when the provider gave no hint: 250 ms, doubling.
 pub(crate) const READ_BACKOFF: Backoff = Backoff::new(Duration::from_millis(250), READ_MAX_WAIT);
 /// The most pages a listing may have.
-pub const MAX_PAGES: usize = 10_000;
+pub(crate) const MAX_PAGES: usize = 10_000;
 
 /// Runs `attempt` until it succeeds, fails for good, or [`READ_ATTEMPTS`] are spent.
-pub async fn read<T, F, Fut>(mut attempt: F) -> Result<T, ProviderError>
+pub(crate) async fn read<T, F, Fut>(mut attempt: F) -> Result<T, ProviderError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, ProviderError>>,
@@ -54,7 +54,10 @@ where
 
 /// Walks a paged listing: `fetch(cursor)` returns one page and the next cursor (`None` at the
 /// end). A cursor equal to the one just used is an error, not an endless loop.
-pub async fn walk<C, T, F, Fut>(provider: &str, mut fetch: F) -> Result<Vec<T>, ProviderError>
+pub(crate) async fn walk<C, T, F, Fut>(
+    provider: &str,
+    mut fetch: F,
+) -> Result<Vec<T>, ProviderError>
 where
     C: Clone + PartialEq + Debug,
     F: FnMut(Option<C>) -> Fut,
@@ -82,7 +85,7 @@ where
 
 /// `err` and each of its sources, joined with `: `, a part left out when the text so far
 /// already says it.
-pub fn error_chain(err: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     while let Some(s) = source {

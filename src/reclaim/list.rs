@@ -17,7 +17,7 @@ use crate::providers::{Listing, Provider, ProviderError, Sandbox};
 
 /// Lists `selector` on every provider at once, one attempt each. Failures are returned
 /// beside the results, never folded into an empty list.
-pub async fn list_all(
+pub(crate) async fn list_all(
     providers: &[Arc<dyn Provider>],
     selector: &Selector,
 ) -> (Vec<Sandbox>, Vec<ListFailure>) {

@@ -24,8 +24,8 @@ mod pace;
 mod plan;
 mod remove;
 mod report;
-pub mod session;
-pub mod stop;
+pub(crate) mod session;
+pub(crate) mod stop;
 mod target;
 
 use std::collections::{BTreeMap, HashSet};
@@ -37,16 +37,16 @@ use tokio::time::Instant;
 use crate::labels::Selector;
 use crate::providers::{Provider, Refusal, Sandbox, SandboxKey};
 
-pub use list::list_all;
-pub use options::Options;
-pub use plan::{Listed, Plan};
-pub use remove::remove_all;
-pub use report::{Failure, ListFailure, Outcome, Removal, Report};
-pub use target::ledger_target;
+pub(crate) use list::list_all;
+pub(crate) use options::Options;
+pub(crate) use plan::{Listed, Plan};
+pub(crate) use remove::remove_all;
+pub(crate) use report::{Failure, ListFailure, Outcome, Removal, Report};
+pub(crate) use target::ledger_target;
 
 #[cfg(test)]
 /// [`reclaim_then`] without being told of the first pass.
-pub async fn reclaim<F>(
+pub(crate) async fn reclaim<F>(
     providers: &[Arc<dyn Provider>],
     plan: &Plan,
     late: F,
@@ -66,7 +66,7 @@ where
 ///
 /// `first`, when given, is called with the first pass's report before the settle delay (the
 /// sidecar tells its owner how `bye` went without making it wait for the settle pass).
-pub async fn reclaim_then<F, G>(
+pub(crate) async fn reclaim_then<F, G>(
     providers: &[Arc<dyn Provider>],
     plan: &Plan,
     late: F,

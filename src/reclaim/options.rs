@@ -10,7 +10,7 @@ use crate::config::ReclaimSettings;
 
 /// Limits of one reclaim.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub(crate) struct Options {
     pub concurrency: usize,
     pub deadline: Duration,
     pub retry_initial: Duration,
@@ -26,14 +26,14 @@ pub struct Options {
 
 impl Options {
     /// The rate cap of provider `name`, if it has one.
-    pub fn rate(&self, name: &str) -> Option<f64> {
+    pub(crate) fn rate(&self, name: &str) -> Option<f64> {
         self.rates.get(name).copied()
     }
 
     /// These options with one pace per provider shared by every reclaim that uses them (or a
     /// clone of them): a sweep reclaiming several sessions at once calls each provider as
     /// politely as one reclaim would.
-    pub fn sharing_paces(&self) -> Options {
+    pub(crate) fn sharing_paces(&self) -> Options {
         Options {
             paces: Paces::shared(),
             ..self.clone()
@@ -61,14 +61,14 @@ impl Options {
 /// rate: a `Retry-After` holds back every session's calls to that provider, and
 /// `[providers.NAME] rate` caps them all together.
 #[derive(Clone, Default)]
-pub struct Paces(Option<Arc<std::sync::Mutex<PaceMap>>>);
+pub(crate) struct Paces(Option<Arc<std::sync::Mutex<PaceMap>>>);
 
 /// The shared paces, by provider.
 type PaceMap = BTreeMap<String, Arc<Pace>>;
 
 impl Paces {
     /// Paces shared by every holder of a clone of this value.
-    pub fn shared() -> Paces {
+    pub(crate) fn shared() -> Paces {
         Paces(Some(Arc::default()))
     }
 }

@@ -15,7 +15,7 @@ use crate::providers::{Kind, Provider, Refusal, Sandbox};
 
 /// What one reclaim is after: the selector's matches plus the claims, minus what must stay.
 #[derive(Debug, Clone)]
-pub struct Plan {
+pub(crate) struct Plan {
     pub selector: Selector,
     /// Sandboxes the owner claimed (they may carry no labels at all).
     pub claims: Vec<Sandbox>,
@@ -39,7 +39,7 @@ pub struct Plan {
 impl Plan {
     /// What a session's reclaim is after: its labels, its claims as the providers read them,
     /// minus what it detached.
-    pub fn for_session<'a>(
+    pub(crate) fn for_session<'a>(
         session: &str,
         providers: &[Arc<dyn Provider>],
         claims: impl IntoIterator<Item = &'a Target>,
@@ -135,14 +135,14 @@ impl Plan {
 /// provider whose listing failed is left out: each session's reclaim lists it itself, with
 /// its retries until its deadline, as without this.
 #[derive(Debug, Default)]
-pub struct Listed {
+pub(crate) struct Listed {
     by_provider: BTreeMap<String, HashMap<String, Vec<Sandbox>>>,
 }
 
 impl Listed {
     /// Lists every provider once (one attempt, under its pace: with shared paces, the pass's),
     /// keeping the providers that answered in full.
-    pub async fn list(providers: &[Arc<dyn Provider>], options: &Options) -> Listed {
+    pub(crate) async fn list(providers: &[Arc<dyn Provider>], options: &Options) -> Listed {
         let selector = Selector::managed();
         let deadline = Instant::now() + options.deadline;
         let work = providers.iter().map(|p| {

@@ -24,7 +24,7 @@ use crate::providers::{Provider, ProviderError, Refusal, Sandbox};
 /// Removes every target through its provider, within the options' deadline from now.
 /// Targets whose provider is not among `providers` fail with a clear error instead of being
 /// dropped.
-pub async fn remove_all(
+pub(crate) async fn remove_all(
     providers: &[Arc<dyn Provider>],
     targets: Vec<Sandbox>,
     options: &Options,

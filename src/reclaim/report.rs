@@ -20,7 +20,7 @@ use crate::providers::{ProviderError, Refusal, Sandbox};
 /// says it: a provider that is not configured, a claim no listing answered for).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
-pub struct Failure {
+pub(crate) struct Failure {
     /// The words every output prints (already redacted: secrets never reach them).
     pub message: String,
     /// The HTTP status the failure came with, when it came over HTTP.
@@ -32,7 +32,7 @@ pub struct Failure {
 
 impl Failure {
     /// sandguard's own words: no status, no hint.
-    pub fn new(message: impl Into<String>) -> Failure {
+    pub(crate) fn new(message: impl Into<String>) -> Failure {
         Failure {
             message: message.into(),
             status: None,
@@ -42,7 +42,7 @@ impl Failure {
 
     /// The failures of one listing as one: their words joined with `; ` (in the order the
     /// provider gave them), the first status given, and the longest hint.
-    pub fn joined(errors: &[ProviderError]) -> Failure {
+    pub(crate) fn joined(errors: &[ProviderError]) -> Failure {
         Failure {
             message: errors
                 .iter()
@@ -80,7 +80,7 @@ impl From<ProviderError> for Failure {
 
 /// What happened to one target.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// sandguard removed it.
     Removed,
     /// It was already gone (or being removed by someone else).
@@ -95,14 +95,14 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub fn is_success(&self) -> bool {
+    pub(crate) fn is_success(&self) -> bool {
         matches!(self, Outcome::Removed | Outcome::Gone)
     }
     /// Nothing is left to do: removed, gone, or refused for good.
-    pub fn is_final(&self) -> bool {
+    pub(crate) fn is_final(&self) -> bool {
         self.is_success() || matches!(self, Outcome::Refused(_))
     }
-    pub fn as_str(&self) -> &'static str {
+    pub(crate) fn as_str(&self) -> &'static str {
         match self {
             Outcome::Removed => "removed",
             Outcome::Gone => "gone",
@@ -112,7 +112,7 @@ impl Outcome {
         }
     }
     /// The words to print: the failure's, or the refusal's reason.
-    pub fn error(&self) -> Option<&str> {
+    pub(crate) fn error(&self) -> Option<&str> {
         match self {
             Outcome::Failed(f) | Outcome::Unfinished(f) => Some(&f.message),
             Outcome::Refused(r) => Some(&r.0),
@@ -120,7 +120,7 @@ impl Outcome {
         }
     }
     /// What the provider said, for a removal that failed or was unfinished.
-    pub fn failure(&self) -> Option<&Failure> {
+    pub(crate) fn failure(&self) -> Option<&Failure> {
         match self {
             Outcome::Failed(f) | Outcome::Unfinished(f) => Some(f),
             _ => None,
@@ -130,7 +130,7 @@ impl Outcome {
 
 /// One target and its outcome.
 #[derive(Debug, Clone)]
-pub struct Removal {
+pub(crate) struct Removal {
     pub sandbox: Sandbox,
     pub outcome: Outcome,
     pub attempts: u32,
@@ -138,14 +138,14 @@ pub struct Removal {
 
 /// A provider that could not be listed: its sandboxes may still be running.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListFailure {
+pub(crate) struct ListFailure {
     pub provider: String,
     pub error: Failure,
 }
 
 /// Everything one reclaim did.
 #[derive(Debug, Clone, Default)]
-pub struct Report {
+pub(crate) struct Report {
     pub removals: Vec<Removal>,
     pub list_failures: Vec<ListFailure>,
     /// The providers whose (last) listing succeeded.
@@ -154,12 +154,12 @@ pub struct Report {
 
 impl Report {
     /// Every target removed (or refused for good) and every provider answered.
-    pub fn is_clean(&self) -> bool {
+    pub(crate) fn is_clean(&self) -> bool {
         self.list_failures.is_empty() && self.removals.iter().all(|r| r.outcome.is_final())
     }
 
     /// One line with counts per provider: `docker: 3 removed, 1 gone, 0 failed; e2b: …`.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         let mut per: BTreeMap<&str, [usize; 4]> = BTreeMap::new();
         for r in &self.removals {
             let slot = per.entry(r.sandbox.provider.as_str()).or_default();

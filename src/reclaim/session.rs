@@ -46,7 +46,7 @@ use crate::providers::{Provider, Sandbox};
 
 /// What the ledger knew of the session before this ending (nothing, for a sidecar's own).
 #[derive(Debug, Default, Clone)]
-pub struct Before {
+pub(crate) struct Before {
     pub state: Option<SessionState>,
     pub pending: BTreeMap<Target, String>,
     pub unlisted: BTreeMap<String, String>,
@@ -67,10 +67,10 @@ impl From<&SessionView> for Before {
 
 /// A journal shared by the ending and the sidecar's pipe drain, which journals late claims as
 /// they arrive. Never locked across an await.
-pub type SharedJournal = Arc<Mutex<Journal>>;
+pub(crate) type SharedJournal = Arc<Mutex<Journal>>;
 
 /// Appends one record; a failure is logged, not fatal (the outcome is still reported).
-pub fn append(journal: &SharedJournal, record: &Record) {
+pub(crate) fn append(journal: &SharedJournal, record: &Record) {
     let mut j = journal
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -110,7 +110,7 @@ async fn sync(journal: Option<&SharedJournal>) {
 }
 
 /// One session ending: what [`Ending::run`] needs.
-pub struct Ending<'a> {
+pub(crate) struct Ending<'a> {
     /// Where the ending is journaled; `None` for a session whose truth lives elsewhere (a
     /// fleet sweep's: the store holds it, and nothing is written to this machine's disk).
     pub journal: Option<&'a SharedJournal>,
@@ -125,7 +125,7 @@ pub struct Ending<'a> {
 
 impl Ending<'_> {
     /// Ends the session: see the module docs. Returns the state it ended in and the report.
-    pub async fn run(self) -> (SessionState, Report) {
+    pub(crate) async fn run(self) -> (SessionState, Report) {
         self.run_then(async { Vec::new() }, None::<fn(&Report)>)
             .await
     }
@@ -134,7 +134,7 @@ impl Ending<'_> {
     /// pipe, drained), and `first` called with the first reclaim pass's report before the
     /// settle delay ([`super::reclaim_then`]); the records are journaled after the settle as
     /// always.
-    pub async fn run_then<F, G>(self, late: F, first: Option<G>) -> (SessionState, Report)
+    pub(crate) async fn run_then<F, G>(self, late: F, first: Option<G>) -> (SessionState, Report)
     where
         F: Future<Output = Vec<Sandbox>>,
         G: FnOnce(&Report),

@@ -25,7 +25,7 @@ use crate::providers::{Provider, Sandbox};
 
 /// What the user asked `stop` for.
 #[derive(Debug, Clone, Copy)]
-pub enum Asked<'a> {
+pub(crate) enum Asked<'a> {
     /// One sandbox, by its id or a unique prefix.
     Id(&'a str),
     /// Every managed sandbox (of the session, with one).
@@ -34,7 +34,7 @@ pub enum Asked<'a> {
 
 /// What `stop` removes, what it keeps and why, and the providers it could not list.
 #[derive(Debug, Default)]
-pub struct Chosen {
+pub(crate) struct Chosen {
     pub targets: Vec<Sandbox>,
     pub kept: Vec<(Sandbox, String)>,
     pub failures: Vec<ListFailure>,
@@ -42,7 +42,7 @@ pub struct Chosen {
 
 /// `stop ID` found nothing, or several.
 #[derive(Debug)]
-pub struct NotFound {
+pub(crate) struct NotFound {
     pub miss: Miss,
     pub message: String,
     pub failures: Vec<ListFailure>,
@@ -50,7 +50,7 @@ pub struct NotFound {
 
 /// How `stop ID` missed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Miss {
+pub(crate) enum Miss {
     /// No managed sandbox has that id or starts with it.
     Nothing,
     /// Several do (the message names them).
@@ -59,7 +59,7 @@ pub enum Miss {
 
 /// Lists, picks and judges; see the module docs. `state`: the state directory, when there is
 /// one (its ledger says what was detached, and when sessions ended).
-pub async fn choose(
+pub(crate) async fn choose(
     providers: &[Arc<dyn Provider>],
     state: Option<PathBuf>,
     session: Option<&str>,

@@ -18,7 +18,7 @@ use crate::providers::{Provider, Sandbox};
 
 /// The ledger's name for `sandbox`, given what the session holds (`held`: its claims and
 /// detaches; empty when the caller has none to match); see the module docs.
-pub fn ledger_target<'a>(
+pub(crate) fn ledger_target<'a>(
     providers: &[Arc<dyn Provider>],
     sandbox: &Sandbox,
     held: impl IntoIterator<Item = &'a Target>,

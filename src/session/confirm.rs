@@ -31,7 +31,7 @@ use crate::ledger::Record;
 use crate::protocol::{Command, Target};
 
 /// How long [`send`] waits for the sidecar to journal its answer.
-pub const CONFIRM_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONFIRM_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why a line was not confirmed.
 #[derive(Debug, thiserror::Error)]
@@ -66,7 +66,11 @@ pub enum ConfirmError {
 
 /// Sends `command` (a claim, release or detach) on `pipe`, the session's control pipe, and
 /// waits until the sidecar has recorded its answer in `journal` (see the module docs).
-pub fn send(pipe: BorrowedFd<'_>, journal: &Path, command: &Command) -> Result<(), ConfirmError> {
+pub(crate) fn send(
+    pipe: BorrowedFd<'_>,
+    journal: &Path,
+    command: &Command,
+) -> Result<(), ConfirmError> {
     let (Command::Claim(target) | Command::Release(target) | Command::Detach(target)) = command
     else {
         return send_unconfirmed(pipe, command);
@@ -91,7 +95,10 @@ pub fn send(pipe: BorrowedFd<'_>, journal: &Path, command: &Command) -> Result<(
 
 /// Writes the line and nothing more: for what is answered by nothing (a heartbeat), or where
 /// the journal cannot be found (the caller says the line is unconfirmed).
-pub fn send_unconfirmed(pipe: BorrowedFd<'_>, command: &Command) -> Result<(), ConfirmError> {
+pub(crate) fn send_unconfirmed(
+    pipe: BorrowedFd<'_>,
+    command: &Command,
+) -> Result<(), ConfirmError> {
     match crate::unix::write_without_sigpipe(pipe, command.to_line().as_bytes()) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(ConfirmError::Gone),

@@ -55,10 +55,10 @@ pub enum GuardError {
     #[error("invalid claim: {0}")]
     Invalid(#[from] protocol::ProtocolError),
     /// The control pipe has no reader (`EPIPE`): the sidecar died or already ended the
-    /// session. Never a SIGPIPE: see [`crate::unix::write_without_sigpipe`].
+    /// session. Never a SIGPIPE: see `crate::unix::write_without_sigpipe`.
     #[error("the session's sidecar is gone; nothing was recorded")]
     SidecarGone,
-    /// A claim, release or detach was not confirmed ([`super::confirm`]).
+    /// A claim, release or detach was not confirmed (`super::confirm`).
     #[error(transparent)]
     Confirm(#[from] super::confirm::ConfirmError),
     /// The settings the sidecar uses cannot be resolved (where its journal is).
@@ -82,7 +82,7 @@ pub struct GuardBuilder {
 }
 
 /// How long [`Guard::close`] (or the drop) waits for the sidecar's word after `bye`, by default.
-pub const WAIT: Duration = Duration::from_secs(30);
+pub(crate) const WAIT: Duration = Duration::from_secs(30);
 
 impl Default for GuardBuilder {
     fn default() -> Self {
@@ -114,7 +114,7 @@ impl GuardBuilder {
         self
     }
 
-    /// How long closing waits for the sidecar's word on the reclaim (default [`WAIT`]).
+    /// How long closing waits for the sidecar's word on the reclaim (default `WAIT`).
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self
@@ -200,7 +200,7 @@ impl Guard {
     }
 
     /// This sandbox is ours (for sandboxes that cannot carry labels). Returns once the
-    /// sidecar has journaled it, as `sandguard claim` does ([`super::confirm`]); a refusal is
+    /// sidecar has journaled it, as `sandguard claim` does (`super::confirm`); a refusal is
     /// an error with the sidecar's reason.
     pub fn claim(&self, provider: &str, id: &str) -> Result<(), GuardError> {
         self.confirmed(&protocol::Command::Claim(Target::new(provider, id)?))

@@ -5,9 +5,9 @@
 //! lives in [`crate::protocol`] (a leaf: the ledger and the labels carry it too) and is
 //! re-exported here. Its labels are what the owner stamps on every sandbox it creates.
 
-pub mod confirm;
-pub mod guard;
-pub mod spawn;
+pub(crate) mod confirm;
+pub(crate) mod guard;
+pub(crate) mod spawn;
 
 use std::collections::BTreeMap;
 
@@ -17,12 +17,12 @@ use crate::labels;
 pub(crate) use crate::protocol::SessionId;
 
 /// A new random session id as a string.
-pub fn new_id() -> std::io::Result<String> {
+pub(crate) fn new_id() -> std::io::Result<String> {
     SessionId::random().map(|s| s.to_string())
 }
 
 /// The labels every sandbox of the session carries.
-pub fn labels(session: &str, owner: &Identity) -> BTreeMap<String, String> {
+pub(crate) fn labels(session: &str, owner: &Identity) -> BTreeMap<String, String> {
     BTreeMap::from([
         (labels::SESSION.to_string(), session.to_string()),
         (labels::OWNER.to_string(), owner.to_label()),
@@ -30,7 +30,7 @@ pub fn labels(session: &str, owner: &Identity) -> BTreeMap<String, String> {
 }
 
 /// The labels as `SANDGUARD_LABELS` carries them: `k=v,k=v`.
-pub fn labels_env(labels: &BTreeMap<String, String>) -> String {
+pub(crate) fn labels_env(labels: &BTreeMap<String, String>) -> String {
     labels
         .iter()
         .map(|(k, v)| format!("{k}={v}"))

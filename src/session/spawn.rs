@@ -19,10 +19,10 @@ use crate::protocol::ReadyLine;
 use crate::unix;
 
 /// The descriptor number the sidecar reads control lines from.
-pub const CONTROL_FD: i32 = 3;
+pub(crate) const CONTROL_FD: i32 = 3;
 
 /// How long whoever starts a sidecar waits for its `ready` line.
-pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why a sidecar could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -51,7 +51,7 @@ pub enum SpawnError {
 
 /// What to start.
 #[derive(Debug, Clone)]
-pub struct Spawn {
+pub(crate) struct Spawn {
     /// The `sandguard` binary.
     pub binary: PathBuf,
     /// `--config`, when the caller's settings came from a file.
@@ -82,14 +82,14 @@ pub struct Spawn {
 /// is a pipe or a file is closed at `ready`, so whoever reads it to its end (a CI job, `$(…)`)
 /// sees the end when CMD's own last descriptor closes, not after the reclaim.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Report {
+pub(crate) struct Report {
     /// `--quiet`: no line at the end.
     pub quiet: bool,
 }
 
 /// A sidecar that said `ready`, and the write end of its control pipe.
 #[derive(Debug)]
-pub struct Ready {
+pub(crate) struct Ready {
     pub session: String,
     /// What the program gets from the sidecar's proxies (`DOCKER_HOST`, `E2B_API_URL`, …).
     pub env: Vec<(String, String)>,
@@ -102,7 +102,7 @@ pub struct Ready {
 
 impl Spawn {
     /// Starts the sidecar and waits for its `ready` line.
-    pub fn start(&self) -> Result<Ready, SpawnError> {
+    pub(crate) fn start(&self) -> Result<Ready, SpawnError> {
         let control = unix::pipe().map_err(|source| SpawnError::Pipe {
             what: "control",
             source,
@@ -112,7 +112,7 @@ impl Spawn {
 
     /// [`Spawn::start`] with a control pipe (read end, write end) the caller made: sandguard
     /// as pid 1 makes it before it forks the program, which must inherit the write end.
-    pub fn start_on(&self, control: (OwnedFd, OwnedFd)) -> Result<Ready, SpawnError> {
+    pub(crate) fn start_on(&self, control: (OwnedFd, OwnedFd)) -> Result<Ready, SpawnError> {
         let (control_r, control_w) = control;
         let (ready_r, ready_w) = unix::pipe().map_err(|source| SpawnError::Pipe {
             what: "ready",

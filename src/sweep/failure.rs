@@ -13,7 +13,7 @@ use crate::ledger::LedgerError;
 /// Which of the pass's stores failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum StoreKind {
+pub(crate) enum StoreKind {
     /// This machine's state directory.
     Ledger,
     /// The fleet lease store (`sweep --fleet`).
@@ -21,7 +21,7 @@ pub enum StoreKind {
 }
 
 impl StoreKind {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             StoreKind::Ledger => "ledger",
             StoreKind::Fleet => "fleet",
@@ -31,7 +31,7 @@ impl StoreKind {
 
 /// The error a store gave.
 #[derive(Debug, thiserror::Error)]
-pub enum StoreError {
+pub(crate) enum StoreError {
     #[error(transparent)]
     Ledger(#[from] LedgerError),
     #[error(transparent)]
@@ -40,7 +40,7 @@ pub enum StoreError {
 
 /// One failure of a store; see the module docs.
 #[derive(Debug, thiserror::Error)]
-pub struct StoreFailure {
+pub(crate) struct StoreFailure {
     pub store: StoreKind,
     /// The session that was not reclaimed; `None` when the store could not be read at all
     /// (then no verdict was made from it).
@@ -50,7 +50,7 @@ pub struct StoreFailure {
 
 impl StoreFailure {
     /// The store could not be read: nothing of it was judged.
-    pub fn unread(store: StoreKind, error: impl Into<StoreError>) -> StoreFailure {
+    pub(crate) fn unread(store: StoreKind, error: impl Into<StoreError>) -> StoreFailure {
         StoreFailure {
             store,
             session: None,
@@ -59,7 +59,11 @@ impl StoreFailure {
     }
 
     /// Session `id` of `store` was not reclaimed.
-    pub fn not_reclaimed(store: StoreKind, id: &str, error: impl Into<StoreError>) -> StoreFailure {
+    pub(crate) fn not_reclaimed(
+        store: StoreKind,
+        id: &str,
+        error: impl Into<StoreError>,
+    ) -> StoreFailure {
         StoreFailure {
             store,
             session: Some(id.to_string()),

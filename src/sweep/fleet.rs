@@ -68,7 +68,7 @@ use crate::reclaim::{self, Listed, Options, Plan};
 
 /// What a fleet pass needs.
 #[derive(Clone)]
-pub struct FleetSweep {
+pub(crate) struct FleetSweep {
     pub store: Arc<dyn Store>,
     /// This machine's name, written as the reclaimer.
     pub host: String,
@@ -80,7 +80,7 @@ pub struct FleetSweep {
 }
 
 /// One fleet pass; with `dry_run` nothing is touched (not even the store).
-pub async fn pass(
+pub(crate) async fn pass(
     fleet: &FleetSweep,
     providers: &[Arc<dyn Provider>],
     options: &Options,
@@ -299,7 +299,7 @@ async fn reclaim_into(
 /// from before the store was configured gets no record). Best effort: a store that cannot be
 /// reached is logged, and the fleet sweep later finds the session's lease expired and
 /// reclaims it again, which finds it already gone.
-pub async fn tell_ended(store: &dyn Store, id: &str, state: SessionState) {
+pub(crate) async fn tell_ended(store: &dyn Store, id: &str, state: SessionState) {
     if !state.is_final() {
         return;
     }

@@ -35,8 +35,8 @@
 //! of the pass, never reported as reclaimed.
 
 mod failure;
-pub mod fleet;
-pub mod service;
+pub(crate) mod fleet;
+pub(crate) mod service;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -52,16 +52,16 @@ use crate::providers::{Provider, Sandbox, SandboxKey};
 use crate::reclaim::session::{Before, Ending};
 use crate::reclaim::{self, ListFailure, Options, Plan, Removal};
 
-pub use failure::{StoreError, StoreFailure, StoreKind};
+pub(crate) use failure::{StoreError, StoreFailure, StoreKind};
 
 /// How long a sweep waits for a session's journal that someone else holds (a `sessions`
 /// reader, say) before it counts the session as not reclaimed.
-pub const ADOPT_PATIENCE: Duration = Duration::from_secs(1);
+pub(crate) const ADOPT_PATIENCE: Duration = Duration::from_secs(1);
 
 /// What a sweep decided about one session or one sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Remove (or, with a session, reclaim it).
     Reclaim,
     /// Its owner lives and its sidecar is gone: watch it (with `--every`).
@@ -76,7 +76,7 @@ pub enum Verdict {
 /// `--every` output prints a verdict again only when its verdict or reason changes. What
 /// moves on every pass (a fleet lease's countdown) is kept apart, in `lease_left`.
 #[derive(Debug, Clone)]
-pub struct Decision {
+pub(crate) struct Decision {
     pub session: String,
     /// `None` for a whole ledger session; the sandbox for a provider finding.
     pub sandbox: Option<SandboxKey>,
@@ -89,7 +89,7 @@ pub struct Decision {
 
 /// Everything one pass decided and did.
 #[derive(Debug, Default)]
-pub struct Pass {
+pub(crate) struct Pass {
     pub decisions: Vec<Decision>,
     pub removals: Vec<Removal>,
     /// The providers that could not be listed.
@@ -104,14 +104,14 @@ pub struct Pass {
 }
 
 impl Pass {
-    pub fn is_clean(&self) -> bool {
+    pub(crate) fn is_clean(&self) -> bool {
         self.list_failures.is_empty()
             && self.store_failures.is_empty()
             && self.removals.iter().all(|r| r.outcome.is_final())
     }
 
     /// Counts of decisions by verdict, for the summary line.
-    pub fn tally(&self) -> BTreeMap<Verdict, usize> {
+    pub(crate) fn tally(&self) -> BTreeMap<Verdict, usize> {
         let mut t = BTreeMap::new();
         for d in &self.decisions {
             *t.entry(d.verdict).or_insert(0) += 1;
@@ -121,7 +121,7 @@ impl Pass {
 }
 
 /// One sweep pass. With `dry_run` nothing is removed and nothing is written.
-pub async fn pass(
+pub(crate) async fn pass(
     state: &StateDir,
     providers: &[Arc<dyn Provider>],
     options: &Options,
@@ -259,7 +259,7 @@ fn judge_session(view: &SessionView, known: &Known) -> (Verdict, String) {
 
 /// Takes a session's journal (and lock), waiting up to [`ADOPT_PATIENCE`] for a reader that
 /// holds it to let go.
-pub async fn adopt(state: &StateDir, id: &str) -> Result<Journal, LedgerError> {
+pub(crate) async fn adopt(state: &StateDir, id: &str) -> Result<Journal, LedgerError> {
     let deadline = tokio::time::Instant::now() + ADOPT_PATIENCE;
     loop {
         match state.adopt_session(id) {
@@ -273,7 +273,7 @@ pub async fn adopt(state: &StateDir, id: &str) -> Result<Journal, LedgerError> {
 
 /// Reclaims one ledger session under its own lock, journaling as a sidecar would; the state
 /// it ended in, and what was done.
-pub async fn reclaim_session(
+pub(crate) async fn reclaim_session(
     state: &StateDir,
     providers: &[Arc<dyn Provider>],
     view: &SessionView,
@@ -288,7 +288,7 @@ pub async fn reclaim_session(
 /// what is pending, minus what it detached.
 /// `known`: how the other sessions stand (for its claims; `None`: none is taken from another
 /// session).
-pub async fn reclaim_adopted(
+pub(crate) async fn reclaim_adopted(
     journal: Journal,
     providers: &[Arc<dyn Provider>],
     view: &SessionView,

@@ -35,9 +35,9 @@ use crate::ownership::known::Known;
 use crate::providers::Provider;
 use crate::reclaim::Options;
 
-/// What the sweep service sweeps with (named apart from [`crate::reclaim::SweepService`], what one
+/// What the sweep service sweeps with (named apart from [`crate::reclaim::Plan`], what one
 /// reclaim is after).
-pub struct SweepService {
+pub(crate) struct SweepService {
     pub state: StateDir,
     pub providers: Vec<Arc<dyn Provider>>,
     pub options: Options,
@@ -54,7 +54,7 @@ pub struct SweepService {
 
 /// What the service has to say: a pass, or what a watcher did when its owner died.
 #[derive(Debug, Clone, Copy)]
-pub enum Report<'a> {
+pub(crate) enum Report<'a> {
     /// One pass: every decision it made, and what it removed.
     Pass(&'a Pass),
     /// The watcher of adopted session `session` reclaimed it: one decision (the session), its
@@ -63,7 +63,7 @@ pub enum Report<'a> {
 }
 
 /// Waits for the sweep lock without blocking the runtime's thread.
-pub async fn lock(state: &StateDir) -> Result<SweepLock, LedgerError> {
+pub(crate) async fn lock(state: &StateDir) -> Result<SweepLock, LedgerError> {
     let state = state.clone();
     match tokio::task::spawn_blocking(move || state.lock_sweeps()).await {
         Ok(lock) => lock,
@@ -76,7 +76,7 @@ pub async fn lock(state: &StateDir) -> Result<SweepLock, LedgerError> {
 }
 
 /// One pass under the sweep lock, then pruning (unless a dry run).
-pub async fn one_pass(service: &SweepService) -> Result<Pass, LedgerError> {
+pub(crate) async fn one_pass(service: &SweepService) -> Result<Pass, LedgerError> {
     let _lock = lock(&service.state).await?;
     let mut pass = match &service.fleet {
         Some(fleet) => {
@@ -109,7 +109,7 @@ pub async fn one_pass(service: &SweepService) -> Result<Pass, LedgerError> {
 
 /// Runs passes every `service.every` until `stop` resolves; `report` sees each pass, and each
 /// watcher's reclaim as it ends.
-pub async fn serve(
+pub(crate) async fn serve(
     service: SweepService,
     stop: impl Future<Output = ()>,
     mut report: impl FnMut(Report<'_>),

@@ -21,7 +21,7 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 /// Sets or clears `FD_CLOEXEC`: the wrapper leaves the control pipe's write end open across
 /// the exec of the guarded program. Allocates nothing (nix's errors are plain numbers), so a
 /// `pre_exec` hook may call it.
-pub fn set_cloexec(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
+pub(crate) fn set_cloexec(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
     let mut flags = FdFlag::from_bits_retain(fcntl(fd, FcntlArg::F_GETFD)?);
     flags.set(FdFlag::FD_CLOEXEC, on);
     fcntl(fd, FcntlArg::F_SETFD(flags))?;
@@ -29,17 +29,17 @@ pub fn set_cloexec(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
 }
 
 /// Makes `fd` this process's stdout (`dup2` onto descriptor 1).
-pub fn redirect_stdout(fd: impl AsFd) -> io::Result<()> {
+pub(crate) fn redirect_stdout(fd: impl AsFd) -> io::Result<()> {
     Ok(nix::unistd::dup2_stdout(fd)?)
 }
 
 /// Makes `fd` this process's stderr (`dup2` onto descriptor 2).
-pub fn redirect_stderr(fd: impl AsFd) -> io::Result<()> {
+pub(crate) fn redirect_stderr(fd: impl AsFd) -> io::Result<()> {
     Ok(nix::unistd::dup2_stderr(fd)?)
 }
 
 /// Waits up to `timeout` for `fd` to become readable (or hung up). `Ok(false)` on timeout.
-pub fn wait_readable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> {
+pub(crate) fn wait_readable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> {
     let timeout = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX);
     loop {
         match nix::poll::poll(&mut [PollFd::new(fd, PollFlags::POLLIN)], timeout) {
@@ -52,7 +52,7 @@ pub fn wait_readable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> 
 
 /// Whether `fd` is an open pipe (FIFO): `sandguard claim` checks `$SANDGUARD_FD` before
 /// writing to it.
-pub fn is_fifo(fd: BorrowedFd<'_>) -> bool {
+pub(crate) fn is_fifo(fd: BorrowedFd<'_>) -> bool {
     nix::sys::stat::fstat(fd).is_ok_and(|st| {
         nix::sys::stat::SFlag::from_bits_truncate(st.st_mode & libc::S_IFMT)
             == nix::sys::stat::SFlag::S_IFIFO
@@ -61,7 +61,7 @@ pub fn is_fifo(fd: BorrowedFd<'_>) -> bool {
 
 /// Takes ownership of an inherited descriptor number (`--control-fd N`, `$SANDGUARD_FD`),
 /// after checking that it is open.
-pub fn take_fd(fd: RawFd) -> io::Result<OwnedFd> {
+pub(crate) fn take_fd(fd: RawFd) -> io::Result<OwnedFd> {
     // SAFETY: F_GETFD on any integer only queries the descriptor table; no memory is passed.
     // (nix's fcntl wants a BorrowedFd, which may only be made for a descriptor known open.)
     if fd < 0 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
@@ -77,7 +77,7 @@ pub fn take_fd(fd: RawFd) -> io::Result<OwnedFd> {
 
 /// Whether the pipe whose write end is `fd` has lost its last reader (`poll` reports
 /// `POLLERR` on a write end then): `sandguard claim` stops waiting for a sidecar that died.
-pub fn pipe_has_no_reader(fd: BorrowedFd<'_>) -> bool {
+pub(crate) fn pipe_has_no_reader(fd: BorrowedFd<'_>) -> bool {
     let mut pfd = [PollFd::new(fd, PollFlags::empty())];
     let n = nix::poll::poll(&mut pfd, PollTimeout::ZERO).unwrap_or(0);
     n > 0
@@ -89,7 +89,7 @@ pub fn pipe_has_no_reader(fd: BorrowedFd<'_>) -> bool {
 /// Closes every descriptor from 3 up except `keep`: a daemonized sidecar must not hold the
 /// wrapper's other pipes open (a parent waiting for their EOF would hang until the reclaim
 /// ends) nor anything else it inherited.
-pub fn close_descriptors_except(keep: &[RawFd]) {
+pub(crate) fn close_descriptors_except(keep: &[RawFd]) {
     let mut open: Vec<RawFd> = match std::fs::read_dir("/proc/self/fd") {
         Ok(dir) => dir
             .flatten()

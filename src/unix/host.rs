@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 /// The facts that identify this machine, this boot and this pid namespace, read once per
 /// process.
 #[derive(Debug, Clone)]
-pub struct Host {
+pub(crate) struct Host {
     pub machine: String,
     pub boot: String,
     /// This process's pid namespace; `None` when `/proc/self/ns/pid` cannot be read.
@@ -20,11 +20,11 @@ pub struct Host {
 /// A machine id used when none can be read (some containers have no `/etc/machine-id`). Owners
 /// carrying it are always judged [`crate::identity::Liveness::Unknown`] by everyone else, and
 /// by this machine.
-pub const UNKNOWN_MACHINE: &str = "0000000000000000";
+pub(crate) const UNKNOWN_MACHINE: &str = "0000000000000000";
 
 impl Host {
     /// This machine, this boot and this pid namespace.
-    pub fn current() -> &'static Host {
+    pub(crate) fn current() -> &'static Host {
         static HOST: OnceLock<Host> = OnceLock::new();
         HOST.get_or_init(|| {
             let machine = ["/etc/machine-id", "/var/lib/dbus/machine-id"]
@@ -43,7 +43,7 @@ impl Host {
 }
 
 /// This boot's id in its short form (empty when it cannot be read).
-pub fn current_boot() -> String {
+pub(crate) fn current_boot() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .map(|s| short_hex(&s))
         .unwrap_or_default()

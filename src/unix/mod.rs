@@ -26,7 +26,7 @@ mod process;
 mod signal;
 
 pub use fd::*;
-pub use host::*;
+pub(crate) use host::*;
 pub use process::*;
 pub use signal::*;
 
@@ -54,7 +54,7 @@ pub fn random_hex(n: usize) -> io::Result<String> {
 /// `CLOCK_BOOTTIME`: monotonic, and unlike `CLOCK_MONOTONIC` it keeps counting while the
 /// machine is suspended, which is what a lease grace must measure. It exists on every Linux
 /// since 2.6.39, so the call cannot fail; zero if it ever did.
-pub fn boottime() -> Duration {
+pub(crate) fn boottime() -> Duration {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
         .map(Duration::from)
         .unwrap_or_default()
@@ -70,7 +70,7 @@ pub fn try_lock_exclusive(file: &std::fs::File) -> io::Result<bool> {
 
 /// Like [`try_lock_exclusive`], but shared: probes that only want to know whether someone
 /// holds the exclusive lock do not collide with each other.
-pub fn try_lock_shared(file: &std::fs::File) -> io::Result<bool> {
+pub(crate) fn try_lock_shared(file: &std::fs::File) -> io::Result<bool> {
     try_flock(file, FlockOperation::NonBlockingLockShared)
 }
 
@@ -93,7 +93,7 @@ pub fn geteuid() -> u32 {
 
 /// Takes an exclusive `flock(2)` on `file`, waiting for it as long as it takes (a blocking
 /// call: run it off the async runtime's thread).
-pub fn lock_exclusive(file: &std::fs::File) -> io::Result<()> {
+pub(crate) fn lock_exclusive(file: &std::fs::File) -> io::Result<()> {
     loop {
         match rustix::fs::flock(file, FlockOperation::LockExclusive) {
             Ok(()) => return Ok(()),

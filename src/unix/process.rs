@@ -26,7 +26,7 @@ fn nix_pid(pid: u32) -> Option<Pid> {
 
 /// `pidfd_open(2)`: a descriptor that becomes readable when `pid` exits. `Err` with
 /// `ENOSYS` on kernels before 5.3, `ESRCH` when there is no such process.
-pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+pub(crate) fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     let pid = i32::try_from(pid)
         .ok()
         .and_then(rustix::process::Pid::from_raw)
@@ -67,7 +67,7 @@ const _: () = assert!(
 /// `Ok(None)` while it runs or is a zombie. `Err` where the kernel cannot tell: no
 /// `PIDFD_GET_INFO` (`ENOTTY`, `EINVAL`), or a kernel without the exit information whose
 /// process was reaped (`ESRCH`).
-pub fn pidfd_exit_status(pidfd: std::os::fd::BorrowedFd<'_>) -> io::Result<Option<i32>> {
+pub(crate) fn pidfd_exit_status(pidfd: std::os::fd::BorrowedFd<'_>) -> io::Result<Option<i32>> {
     use std::os::fd::AsRawFd;
     let mut info = PidfdInfo {
         mask: PIDFD_INFO_EXIT,
@@ -90,7 +90,7 @@ pub fn pidfd_exit_status(pidfd: std::os::fd::BorrowedFd<'_>) -> io::Result<Optio
 
 /// Registers a pidfd with tokio's reactor so it can be awaited for readability (the owner's
 /// exit). Must run inside a tokio runtime.
-pub fn async_pidfd(fd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+pub(crate) fn async_pidfd(fd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
     // SAFETY: the AsyncFd takes ownership of the OwnedFd, so the descriptor stays open and
     // refers to the same pidfd for the AsyncFd's whole life, and OwnedFd::as_raw_fd always
     // returns that one descriptor.
@@ -100,13 +100,13 @@ pub fn async_pidfd(fd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>>
 
 /// `setsid(2)`: a new session and process group, so the terminal's Ctrl-C and hang-up do
 /// not reach the caller. Allocates nothing: a `pre_exec` hook may call it.
-pub fn setsid() -> io::Result<()> {
+pub(crate) fn setsid() -> io::Result<()> {
     nix::unistd::setsid()?;
     Ok(())
 }
 
 /// What `fork` returned to this process.
-pub enum Forked {
+pub(crate) enum Forked {
     /// The parent, with the child's pid.
     Parent(u32),
     Child,
@@ -114,7 +114,7 @@ pub enum Forked {
 
 /// `fork(2)`. Only for a process that has not started any thread yet (the sidecar forks
 /// once at start-up, before its runtime exists, so that it is nobody's child).
-pub fn fork_single_threaded() -> io::Result<Forked> {
+pub(crate) fn fork_single_threaded() -> io::Result<Forked> {
     // SAFETY: the caller guarantees no other thread exists, so the child's copy of memory
     // (locks included) is consistent and it may go on running ordinary code.
     match unsafe { nix::unistd::fork() }? {
@@ -155,7 +155,7 @@ pub fn spawn_in_new_session(
 
 /// Sends `SIGKILL` to every process in the process group `pgid` (a plugin and whatever it
 /// started). An already empty group is not an error.
-pub fn kill_process_group(pgid: u32) -> io::Result<()> {
+pub(crate) fn kill_process_group(pgid: u32) -> io::Result<()> {
     let Some(pgid) = nix_pid(pgid).filter(|p| p.as_raw() > 1) else {
         return Err(io::Error::from(io::ErrorKind::InvalidInput));
     };
@@ -167,7 +167,7 @@ pub fn kill_process_group(pgid: u32) -> io::Result<()> {
 
 /// What `kill(pid, 0)` says about a pid whose `/proc` entry cannot be read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Probe {
+pub(crate) enum Probe {
     /// `ESRCH`: no such process in this namespace.
     NoSuchProcess,
     /// It exists (or may: `EPERM`), but cannot be inspected.
@@ -177,7 +177,7 @@ pub enum Probe {
 /// Whether a pid exists in this pid namespace, for an owner whose `/proc` entry cannot be read
 /// (`hidepid=2`, another user): `kill(pid, 0)` sends nothing and only checks. `ESRCH` proves
 /// there is no such process; anything else (success, `EPERM`) says it may exist.
-pub fn probe_pid(pid: u32) -> Probe {
+pub(crate) fn probe_pid(pid: u32) -> Probe {
     let Ok(pid) = i32::try_from(pid) else {
         return Probe::NoSuchProcess;
     };
@@ -192,7 +192,7 @@ pub fn probe_pid(pid: u32) -> Probe {
 }
 
 /// Puts process `pid` (0: this one) into a process group of its own.
-pub fn own_process_group(pid: u32) {
+pub(crate) fn own_process_group(pid: u32) {
     let pid = Pid::from_raw(pid as i32);
     // Failure (the child already exec'd, or is gone) only leaves the group as it was.
     let _ = nix::unistd::setpgid(pid, pid);
@@ -202,7 +202,7 @@ pub fn own_process_group(pid: u32) {
 /// Ctrl-C reaches the guarded program and not its init. `SIGTTOU` is blocked for the call: a
 /// caller in the background that catches it would otherwise be sent it, and retry, forever.
 /// A failure changes nothing.
-pub fn give_terminal_to(pgid: u32) {
+pub(crate) fn give_terminal_to(pgid: u32) {
     let stdin = std::io::stdin();
     if !nix::unistd::isatty(&stdin).unwrap_or(false) {
         return;
@@ -216,13 +216,13 @@ pub fn give_terminal_to(pgid: u32) {
 
 /// How a reaped child ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExitStatus {
+pub(crate) enum ExitStatus {
     Code(i32),
     Signal(i32),
 }
 
 /// Reaps every child that has ended, without waiting: `(pid, status)` for each.
-pub fn reap_children() -> Vec<(u32, ExitStatus)> {
+pub(crate) fn reap_children() -> Vec<(u32, ExitStatus)> {
     use rustix::process::{wait, WaitOptions};
     let mut out = Vec::new();
     // `wait` is `waitpid(-1)`, any child (rustix's `waitpid(None)` is `waitpid(0)`, only
@@ -238,7 +238,7 @@ pub fn reap_children() -> Vec<(u32, ExitStatus)> {
 }
 
 /// Sends `signal` to process `pid`; a process already gone is not an error.
-pub fn send_signal(pid: u32, signal: c_int) {
+pub(crate) fn send_signal(pid: u32, signal: c_int) {
     if let (Some(pid), Ok(signal)) = (nix_pid(pid), Signal::try_from(signal)) {
         let _ = nix::sys::signal::kill(pid, signal);
     }
@@ -251,7 +251,7 @@ pub fn send_signal(pid: u32, signal: c_int) {
 /// parser, the config reader). Only mappings with no private copy in them are touched: never
 /// a writable one, nor a read-only one that was written before it was sealed (the relocated
 /// RELRO data). Returns the bytes released.
-pub fn release_startup_pages() -> usize {
+pub(crate) fn release_startup_pages() -> usize {
     let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
         return 0;
     };

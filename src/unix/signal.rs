@@ -22,7 +22,7 @@ use std::time::Duration;
 
 /// Ignores a signal for good (`SIG_IGN`): the sidecar ignores SIGINT and SIGHUP so a
 /// terminal's Ctrl-C or hang-up cannot end it even if it shares a process group.
-pub fn ignore_signal(signal: c_int) -> io::Result<()> {
+pub(crate) fn ignore_signal(signal: c_int) -> io::Result<()> {
     set_disposition(signal, SigHandler::SigIgn)
 }
 
@@ -70,13 +70,13 @@ fn forwarded_signals() -> impl Iterator<Item = c_int> {
 ///   forwarded to CMD.
 ///
 /// [`wait`]: InitSignals::wait
-pub struct InitSignals {
+pub(crate) struct InitSignals {
     delivery: SignalDelivery<UnixStream, SignalOnly>,
 }
 
 impl InitSignals {
     /// Installs the handlers (and blocks the [`FAULTS`]) in this process.
-    pub fn take_over() -> io::Result<Self> {
+    pub(crate) fn take_over() -> io::Result<Self> {
         FAULTS.into_iter().collect::<SigSet>().thread_block()?;
         let (read, write) = UnixStream::pair()?;
         let signals = forwarded_signals().chain([libc::SIGCHLD]);
@@ -86,7 +86,7 @@ impl InitSignals {
 
     /// Waits up to `timeout` for signals, and returns those that came (each once, however
     /// often it came; maybe none, on a timeout).
-    pub fn wait(&mut self, timeout: Duration) -> Vec<c_int> {
+    pub(crate) fn wait(&mut self, timeout: Duration) -> Vec<c_int> {
         // An error of poll's is only an early return: the loop calls again.
         let _ = super::wait_readable(self.delivery.get_read().as_fd(), timeout);
         self.delivery.pending().collect()
@@ -102,7 +102,7 @@ impl InitSignals {
 /// set (`sigtimedwait` with a zero timeout) before the old mask comes back. A SIGPIPE that was
 /// already pending before the call is left for the program. A write of at most `PIPE_BUF`
 /// bytes to a pipe is still one atomic `write`.
-pub fn write_without_sigpipe(fd: BorrowedFd<'_>, bytes: &[u8]) -> io::Result<()> {
+pub(crate) fn write_without_sigpipe(fd: BorrowedFd<'_>, bytes: &[u8]) -> io::Result<()> {
     let pipe_only = SigSet::from(Signal::SIGPIPE);
     // Restored below on every path; it changes this thread's mask only.
     let old = pipe_only.thread_swap_mask(SigmaskHow::SIG_BLOCK)?;

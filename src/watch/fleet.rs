@@ -40,27 +40,27 @@ use crate::ledger::{EndCause, SessionState};
 use super::ttl::SharedHoldings;
 
 /// The first retry after the store failed.
-pub const FIRST_RETRY: Duration = Duration::from_millis(500);
+pub(crate) const FIRST_RETRY: Duration = Duration::from_millis(500);
 
 /// How long the sidecar's last write (the session's end) may take.
-pub const END_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const END_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where and for how long the sidecar registers its session: the store, the session's
 /// record, the fleet's lease.
-pub struct Registration {
+pub(crate) struct Registration {
     pub store: Arc<dyn Store>,
     pub record: SessionRecord,
     pub lease: Duration,
 }
 
-pub struct Registrar {
+pub(crate) struct Registrar {
     registration: Registration,
     holdings: SharedHoldings,
     changed: Arc<Notify>,
 }
 
 impl Registrar {
-    pub fn new(
+    pub(crate) fn new(
         registration: Registration,
         holdings: SharedHoldings,
         changed: Arc<Notify>,
@@ -80,7 +80,7 @@ impl Registrar {
     }
 
     /// Registers, then renews and mirrors until aborted.
-    pub async fn run(self) {
+    pub(crate) async fn run(self) {
         let p = &self.registration;
         let every = p.lease / 3;
         let mut mirrored: Option<Holdings> = None;
@@ -150,7 +150,7 @@ impl Registrar {
 
 /// The state the store keeps for a sidecar that ended for `cause` in `state` (`None`: it was
 /// stopped while its owner lived): `stopped`, the final state, or `pending`.
-pub fn end_state(cause: Option<EndCause>, state: SessionState) -> FleetState {
+pub(crate) fn end_state(cause: Option<EndCause>, state: SessionState) -> FleetState {
     match (cause, state) {
         (None, _) => FleetState::Stopped,
         (Some(_), state) if state.is_final() => state.into(),
@@ -159,7 +159,7 @@ pub fn end_state(cause: Option<EndCause>, state: SessionState) -> FleetState {
 }
 
 /// Writes the session's end (one round trip, bounded); a failure is logged.
-pub async fn finish(store: &dyn Store, id: &str, state: FleetState) {
+pub(crate) async fn finish(store: &dyn Store, id: &str, state: FleetState) {
     match tokio::time::timeout(END_TIMEOUT, store.finish(id, state)).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::warn!("cannot write the session's end: {e}"),

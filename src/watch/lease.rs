@@ -13,17 +13,17 @@
 use std::time::Duration;
 
 /// How often, at most, a running lease looks at the boot clock.
-pub const CHECK_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(5);
 
 /// A clock that counts suspended time.
-pub trait Clock: Send + Sync {
+pub(crate) trait Clock: Send + Sync {
     /// Time since an arbitrary fixed point, including time spent suspended.
     fn now(&self) -> Duration;
 }
 
 /// The real `CLOCK_BOOTTIME`.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct BootClock;
+pub(crate) struct BootClock;
 
 impl Clock for BootClock {
     fn now(&self) -> Duration {
@@ -33,7 +33,7 @@ impl Clock for BootClock {
 
 /// Where a lease stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LeaseState {
+pub(crate) enum LeaseState {
     /// No heartbeat yet: the owner is judged by its process alone.
     Off,
     /// Renewed last at this boot-clock time.
@@ -43,14 +43,14 @@ pub enum LeaseState {
 }
 
 /// The owner's lease.
-pub struct Lease<C> {
+pub(crate) struct Lease<C> {
     clock: C,
     grace: Duration,
     state: LeaseState,
 }
 
 impl<C: Clock> Lease<C> {
-    pub fn new(clock: C, grace: Duration) -> Self {
+    pub(crate) fn new(clock: C, grace: Duration) -> Self {
         Lease {
             clock,
             grace,
@@ -59,17 +59,17 @@ impl<C: Clock> Lease<C> {
     }
 
     #[cfg(test)]
-    pub fn state(&self) -> LeaseState {
+    pub(crate) fn state(&self) -> LeaseState {
         self.state
     }
 
     /// Whether a timer is needed at all.
-    pub fn is_running(&self) -> bool {
+    pub(crate) fn is_running(&self) -> bool {
         matches!(self.state, LeaseState::Running { .. })
     }
 
     /// A heartbeat. Returns false (and changes nothing) when the lease has already expired.
-    pub fn renew(&mut self) -> bool {
+    pub(crate) fn renew(&mut self) -> bool {
         if self.check_expired() {
             return false;
         }
@@ -80,7 +80,7 @@ impl<C: Clock> Lease<C> {
     }
 
     /// Looks at the clock; latches `Expired` once the grace has passed.
-    pub fn check_expired(&mut self) -> bool {
+    pub(crate) fn check_expired(&mut self) -> bool {
         if let LeaseState::Running { renewed_at } = self.state {
             if self.clock.now().saturating_sub(renewed_at) >= self.grace {
                 self.state = LeaseState::Expired;
@@ -90,7 +90,7 @@ impl<C: Clock> Lease<C> {
     }
 
     /// How long to sleep (in awake time) before looking again.
-    pub fn next_check(&self) -> Duration {
+    pub(crate) fn next_check(&self) -> Duration {
         match self.state {
             LeaseState::Running { renewed_at } => {
                 let left = (renewed_at + self.grace).saturating_sub(self.clock.now());
@@ -104,12 +104,12 @@ impl<C: Clock> Lease<C> {
 /// A clock tests move by hand, shared between the test and the lease.
 #[cfg(test)]
 #[derive(Debug, Clone, Default)]
-pub struct ManualClock(std::sync::Arc<std::sync::atomic::AtomicU64>);
+pub(crate) struct ManualClock(std::sync::Arc<std::sync::atomic::AtomicU64>);
 
 #[cfg(test)]
 impl ManualClock {
     /// Moves the clock forward, as a suspend (or plain time passing) would.
-    pub fn advance(&self, by: Duration) {
+    pub(crate) fn advance(&self, by: Duration) {
         self.0
             .fetch_add(by.as_nanos() as u64, std::sync::atomic::Ordering::SeqCst);
     }

@@ -41,15 +41,15 @@
 
 mod arrival;
 mod end;
-pub mod fleet;
-pub mod lease;
-pub mod service;
-pub mod start;
+pub(crate) mod fleet;
+pub(crate) mod lease;
+pub(crate) mod service;
+pub(crate) mod start;
 mod triggers;
-pub mod ttl;
+pub(crate) mod ttl;
 
 use arrival::Listings;
-pub use triggers::Triggers;
+pub(crate) use triggers::Triggers;
 use triggers::{next_claim, next_line};
 
 use std::collections::BTreeSet;
@@ -69,18 +69,18 @@ use lease::{Clock, Lease};
 
 /// How long a SIGTERMed sidecar waits for its owner to die before it stops without
 /// reclaiming: `systemctl stop` and `kill -TERM -PGID` signal both at once.
-pub const STOP_WINDOW: Duration = Duration::from_secs(2);
+pub(crate) const STOP_WINDOW: Duration = Duration::from_secs(2);
 
 /// The most control lines applied under one `fdatasync`.
 const BATCH: usize = 1024;
 
 /// How long a claim waits for its provider's listing (the labels it is judged by) before the
 /// sidecar takes it on the claim rule alone and leaves the labels to the reclaim's judgement.
-pub const CLAIM_LOOKUP: Duration = Duration::from_secs(2);
+pub(crate) const CLAIM_LOOKUP: Duration = Duration::from_secs(2);
 
 /// How the session stands when the sidecar is done.
 #[derive(Debug, Clone)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// Why the watch ended the session (the owner gone, its lease expired, `bye`); `None`:
     /// the sidecar was told to stop (SIGTERM) while its owner lived, and nothing was
     /// reclaimed (the session stays active for a sweep to judge).
@@ -89,14 +89,14 @@ pub struct Outcome {
 }
 
 /// Told the first pass's outcome after `bye` ([`Sidecar::on_bye`]).
-pub type ByeReport = Box<dyn FnOnce(&ByeOutcome) + Send>;
+pub(crate) type ByeReport = Box<dyn FnOnce(&ByeOutcome) + Send>;
 
 /// Told the first reclaim pass's report at the session's end, whatever ended it (never when
 /// the sidecar was stopped: nothing is reclaimed then); [`Sidecar::on_end`].
-pub type EndReport = Box<dyn FnOnce(&Report) + Send>;
+pub(crate) type EndReport = Box<dyn FnOnce(&Report) + Send>;
 
 /// One session's sidecar.
-pub struct Sidecar<C> {
+pub(crate) struct Sidecar<C> {
     pub session: String,
     pub providers: Vec<Arc<dyn Provider>>,
     journal: Journal,
@@ -118,7 +118,7 @@ pub struct Sidecar<C> {
 }
 
 impl<C: Clock> Sidecar<C> {
-    pub fn new(
+    pub(crate) fn new(
         session: String,
         providers: Vec<Arc<dyn Provider>>,
         journal: Journal,
@@ -143,14 +143,14 @@ impl<C: Clock> Sidecar<C> {
     }
 
     /// What stops a TTL keeper the moment the watch ends, before anything is reclaimed.
-    pub fn halt(&self) -> ttl::Halt {
+    pub(crate) fn halt(&self) -> ttl::Halt {
         self.halting.halt()
     }
 
     /// What a resumed session already holds (its journal's claims, pending work and detaches,
     /// [`crate::ledger::StateDir::resume_session`]): guarded from now on exactly as if this
     /// sidecar had been told of them, its reclaim included. Call it before [`Sidecar::run`].
-    pub fn seed(&mut self, held: ttl::Holdings) {
+    pub(crate) fn seed(&mut self, held: ttl::Holdings) {
         if held.claims.is_empty() && held.detached.is_empty() {
             return;
         }
@@ -166,31 +166,31 @@ impl<C: Clock> Sidecar<C> {
     }
 
     /// The owner's claims and detached sandboxes, shared with a TTL keeper from now on.
-    pub fn holdings(&mut self) -> ttl::SharedHoldings {
+    pub(crate) fn holdings(&mut self) -> ttl::SharedHoldings {
         self.holdings
             .get_or_insert_with(|| Arc::new(Mutex::new(ttl::Holdings::default())))
             .clone()
     }
 
     /// A [`tokio::sync::Notify`] poked whenever the holdings change (for the fleet registrar).
-    pub fn changes(&mut self) -> Arc<tokio::sync::Notify> {
+    pub(crate) fn changes(&mut self) -> Arc<tokio::sync::Notify> {
         self.changed.get_or_insert_with(Default::default).clone()
     }
 
     /// `report` is told how the reclaim after `bye` went (its first pass), once.
-    pub fn on_bye(&mut self, report: ByeReport) {
+    pub(crate) fn on_bye(&mut self, report: ByeReport) {
         self.bye_report = Some(report);
     }
 
     /// `report` is told how the first reclaim pass at the end went, whatever ended the
     /// session, once (the wrapper's line on the terminal).
-    pub fn on_end(&mut self, report: EndReport) {
+    pub(crate) fn on_end(&mut self, report: EndReport) {
         self.end_report = Some(report);
     }
 
     /// Watches until the owner is gone (or says `bye`, or the sidecar is stopped), then
     /// reclaims as its cause requires.
-    pub async fn run<R: AsyncRead + Unpin>(mut self, mut triggers: Triggers<R>) -> Outcome {
+    pub(crate) async fn run<R: AsyncRead + Unpin>(mut self, mut triggers: Triggers<R>) -> Outcome {
         let names = self
             .providers
             .iter()

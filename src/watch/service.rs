@@ -37,12 +37,12 @@ use crate::reclaim::Options;
 /// pays one cold connection on reclaim. Cloud providers build their clients (TLS roots,
 /// HTTP/2 and gRPC stacks) at their first real call instead: a sidecar whose owner never dies
 /// never pays for them.
-pub const WARM_UP_DELAY: Duration = Duration::from_millis(100);
+pub(crate) const WARM_UP_DELAY: Duration = Duration::from_millis(100);
 
 /// What a sidecar service watches with, once it has said `ready` ([`super::start`] builds it
-/// from a [`super::start::StartPlan`]; named apart from [`crate::reclaim::SidecarService`], what one
+/// from a [`super::start::StartPlan`]; named apart from [`crate::reclaim::Plan`], what one
 /// reclaim is after).
-pub struct SidecarService {
+pub(crate) struct SidecarService {
     pub session: String,
     pub journal: Journal,
     pub providers: Vec<Arc<dyn Provider>>,
@@ -69,7 +69,10 @@ pub struct SidecarService {
 }
 
 /// Runs one session's sidecar to its end; see the module docs.
-pub async fn run<R: AsyncRead + Unpin>(service: SidecarService, triggers: Triggers<R>) -> Outcome {
+pub(crate) async fn run<R: AsyncRead + Unpin>(
+    service: SidecarService,
+    triggers: Triggers<R>,
+) -> Outcome {
     let mut tasks = JoinSet::new();
     let warm = service.providers.clone();
     tasks.spawn(async move {

@@ -17,7 +17,7 @@ use crate::providers::{Provider, Sandbox};
 use crate::reclaim::session::{self, SharedJournal};
 
 /// The events the loop waits on, injected.
-pub struct Triggers<R> {
+pub(crate) struct Triggers<R> {
     /// Resolves when the owner is gone ([`crate::identity::death::OwnerWatch::wait`] in production).
     pub owner: Pin<Box<dyn Future<Output = Gone> + Send>>,
     /// Learns how the owner ended, once it has ([`crate::identity::death::ExitProbe`]); `None`

@@ -38,7 +38,7 @@ fn a_detached_container_survives_its_owners_sigkill_and_every_sweep_until_its_tt
     let _g = exclusive();
     let s = Scratch::new("p12-detach");
     let ids = s.path().join("ids");
-    let past = sandguard::timefmt::now_unix() - 60;
+    let past = sandguard::testing::timefmt::now_unix() - 60;
     let script = format!(
         r#"set -e
 L=$(echo "$SANDGUARD_LABELS" | sed 's/^/--label /; s/,/ --label /g')

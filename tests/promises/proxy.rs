@@ -238,7 +238,8 @@ fn created_at(id: &str) -> SystemTime {
         .trim_end_matches('Z')
         .split_once('.')
         .unwrap_or((&text, "0"));
-    let secs = sandguard::timefmt::parse_rfc3339(&format!("{whole}Z")).expect("an RFC 3339 time");
+    let secs =
+        sandguard::testing::timefmt::parse_rfc3339(&format!("{whole}Z")).expect("an RFC 3339 time");
     let nanos: u64 = format!("{fraction:0<9}")[..9].parse().unwrap();
     SystemTime::UNIX_EPOCH + Duration::from_secs(secs as u64) + Duration::from_nanos(nanos)
 }

@@ -226,7 +226,7 @@ fn a_live_owners_sandbox_is_renewed_by_ttl_and_survives_a_stop_on_purpose() {
         "no {renewal}"
     );
     let ttl = rig.cloud.auto_destroy_ms(id).unwrap() / 1000;
-    assert!(ttl >= sandguard::timefmt::now_unix() + grace.as_secs() as i64);
+    assert!(ttl >= sandguard::testing::timefmt::now_unix() + grace.as_secs() as i64);
     assert_eq!(
         rig.cloud.intervals(id),
         Some((15, -1)),
@@ -248,7 +248,8 @@ fn a_live_owners_sandbox_is_renewed_by_ttl_and_survives_a_stop_on_purpose() {
         .expect("ps lists the sandbox")
         .clone();
     assert_eq!(sb["status"], "stopped");
-    let expiry = sandguard::timefmt::format_rfc3339(rig.cloud.auto_destroy_ms(id).unwrap() / 1000);
+    let expiry =
+        sandguard::testing::timefmt::format_rfc3339(rig.cloud.auto_destroy_ms(id).unwrap() / 1000);
     assert_eq!(sb["expires_at"], expiry.as_str());
     let out = rig.run(&["ps", "--provider", "daytona"]);
     assert!(

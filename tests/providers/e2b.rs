@@ -459,7 +459,7 @@ print(json.dumps(out))
         serde_json::json!([first, session, "running"])
     );
     let end_at = rig.cloud.state.get(first).unwrap().end_at;
-    let now = sandguard::timefmt::now_unix();
+    let now = sandguard::testing::timefmt::now_unix();
     assert!(
         (now + 3590..=now + 3600).contains(&end_at),
         "{end_at} {now}"

@@ -141,7 +141,7 @@ pub fn ps_lists_labelled_sandboxes_only<C: Cloud>() {
     assert_eq!(v["errors"], serde_json::json!([]));
     assert_eq!(ids(&v), sorted(vec![owned.clone(), ownerless]), "{v}");
     let since_2026 = 1_767_225_600;
-    let tomorrow = sandguard::timefmt::now_unix() + 86_400;
+    let tomorrow = sandguard::testing::timefmt::now_unix() + 86_400;
     for sb in v["sandboxes"].as_array().unwrap() {
         assert_eq!(sb["provider"], C::NAME, "{sb}");
         assert_eq!(sb["kind"], "instance", "{sb}");
@@ -157,7 +157,7 @@ pub fn ps_lists_labelled_sandboxes_only<C: Cloud>() {
         assert_eq!(sb["labels"]["app"], app, "{sb}");
         let created = sb["created_at"]
             .as_str()
-            .and_then(sandguard::timefmt::parse_rfc3339);
+            .and_then(sandguard::testing::timefmt::parse_rfc3339);
         assert!(
             created.is_some_and(|t| (since_2026..tomorrow).contains(&t)),
             "{sb}"

@@ -11,7 +11,7 @@ use crate::support::emu::{Faults, Hit};
 use crate::support::json;
 use crate::support::tenki::{Tenki, TOKEN};
 use sandguard::labels::SESSION;
-use sandguard::providers::tenki::session_tag;
+use sandguard::testing::providers::tenki::session_tag;
 
 const LIST: &str = "/tenki.sandbox.v1.SandboxService/ListWorkspaceSandboxes";
 
@@ -131,9 +131,9 @@ fn providers_checks_tenki_with_one_listing_call() {
 
 #[test]
 fn renew_keeps_the_timeout_a_ttl_from_now() {
-    use sandguard::config::{CloudSettings, Secret};
     use sandguard::labels::Selector;
-    use sandguard::providers::{tenki::TenkiProvider, Provider, ProviderError, Sandbox};
+    use sandguard::testing::config::{CloudSettings, Secret};
+    use sandguard::testing::providers::{tenki::TenkiProvider, Provider, ProviderError, Sandbox};
 
     let rig = Rig::<Tenki>::new(Config::deadline(3));
     let t = &rig.cloud;
@@ -159,7 +159,7 @@ fn renew_keeps_the_timeout_a_ttl_from_now() {
         let before = t.timeout_at(&id).unwrap();
         p.renew(&found[0], Duration::from_secs(7200)).await.unwrap();
         let after = t.timeout_at(&id).unwrap();
-        let now = sandguard::timefmt::now_unix();
+        let now = sandguard::testing::timefmt::now_unix();
         assert!(
             (now + 7195..=now + 7205).contains(&after),
             "{before} → {after}"

@@ -432,6 +432,6 @@ fn now_ms() -> i64 {
 
 /// `2026-06-01T10:00:00.123Z`, as JavaScript's `toISOString` writes it.
 fn iso(ms: i64) -> String {
-    let secs = sandguard::timefmt::format_rfc3339(ms.div_euclid(1000));
+    let secs = sandguard::testing::timefmt::format_rfc3339(ms.div_euclid(1000));
     format!("{}.{:03}Z", secs.trim_end_matches('Z'), ms.rem_euclid(1000))
 }

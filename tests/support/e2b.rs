@@ -140,7 +140,7 @@ fn now() -> i64 {
 }
 
 fn rfc3339(t: i64) -> String {
-    sandguard::timefmt::format_rfc3339(t)
+    sandguard::testing::timefmt::format_rfc3339(t)
 }
 
 struct E2bApi {
@@ -440,7 +440,7 @@ fn decode_token(token: &[u8]) -> Option<(i64, String)> {
         return None;
     }
     Some((
-        sandguard::timefmt::parse_rfc3339(parts[0])?,
+        sandguard::testing::timefmt::parse_rfc3339(parts[0])?,
         parts[1].to_string(),
     ))
 }

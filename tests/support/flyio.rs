@@ -325,8 +325,8 @@ fn machine_json(m: &Machine, summary: bool) -> Value {
         "region": "cdg",
         "instance_id": format!("01H{}", m.id.to_uppercase()),
         "private_ip": "fdaa:0:1::2",
-        "created_at": sandguard::timefmt::format_rfc3339(m.created_at),
-        "updated_at": sandguard::timefmt::format_rfc3339(m.created_at),
+        "created_at": sandguard::testing::timefmt::format_rfc3339(m.created_at),
+        "updated_at": sandguard::testing::timefmt::format_rfc3339(m.created_at),
         "image_ref": {"registry": "registry-1.docker.io", "repository": "library/busybox",
                       "tag": "latest", "digest": "sha256:0", "labels": {}},
         "host_status": "ok",
@@ -451,7 +451,7 @@ impl FlyApi {
         if self.lease_expiry_in_errors.load(Ordering::Relaxed) {
             message.push_str(&format!(
                 ", expires at {}",
-                sandguard::timefmt::format_rfc3339(lease.expires_at)
+                sandguard::testing::timefmt::format_rfc3339(lease.expires_at)
             ));
         }
         message

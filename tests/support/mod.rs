@@ -65,7 +65,7 @@ impl Drop for Scratch {
 
 /// A short id unique within this test run.
 pub fn unique() -> String {
-    sandguard::unix::random_hex(6).unwrap()
+    sandguard::testing::unix::random_hex(6).unwrap()
 }
 
 /// The real binary, with an environment that cannot see the developer's own config or state,
@@ -308,9 +308,9 @@ pub fn tcp_to_docker_socket() -> String {
 pub fn dead_owner_label() -> String {
     let mut child = Command::new("true").spawn().unwrap();
     let pid = child.id();
-    let me = sandguard::identity::Identity::current().unwrap();
+    let me = sandguard::testing::identity::Identity::current().unwrap();
     child.wait().unwrap();
-    sandguard::identity::Identity {
+    sandguard::testing::identity::Identity {
         pid,
         start_time: 1,
         ..me
@@ -319,7 +319,9 @@ pub fn dead_owner_label() -> String {
 }
 
 pub fn live_owner_label() -> String {
-    sandguard::identity::Identity::current().unwrap().to_label()
+    sandguard::testing::identity::Identity::current()
+        .unwrap()
+        .to_label()
 }
 
 /// A config file for cloud tests: Docker off (so only the provider under test answers) and

@@ -53,14 +53,14 @@ impl Session {
             "state": self.state,
             "ownerType": "OWNER_TYPE_WORKSPACE",
             "workspaceId": "ws-emulated",
-            "createdAt": sandguard::timefmt::format_rfc3339(self.created_at),
+            "createdAt": sandguard::testing::timefmt::format_rfc3339(self.created_at),
             "cpuCores": 2,
             "memoryMb": 4096,
             "diskSizeGb": 5,
             "sourceRegistryRef": "tenki/base@sha256:00",
         });
         if let Some(t) = self.timeout_at {
-            v["timeoutAt"] = json!(sandguard::timefmt::format_rfc3339(t));
+            v["timeoutAt"] = json!(sandguard::testing::timefmt::format_rfc3339(t));
         }
         if !self.tags.is_empty() {
             v["tags"] = json!(self.tags);
@@ -112,7 +112,7 @@ impl Tenki {
             &super::unique()[..8],
             super::unique()
         );
-        let now = sandguard::timefmt::now_unix();
+        let now = sandguard::testing::timefmt::now_unix();
         self.state.lock().unwrap().sessions.push(Session {
             id: id.clone(),
             state: "SESSION_STATE_RUNNING",

@@ -22,7 +22,7 @@ use std::time::Duration;
 use super::StartError;
 
 /// How often the pid file is looked at until it holds a pid.
-pub const POLL: Duration = Duration::from_millis(100);
+pub(super) const POLL: Duration = Duration::from_millis(100);
 
 /// Waits until `file` holds a pid and returns it.
 pub(super) async fn wait_for_pid(file: &Path) -> Result<u32, StartError> {

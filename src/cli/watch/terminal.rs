@@ -88,7 +88,7 @@ impl Terminal {
 
 /// The line for the terminal after the first reclaim pass at the end (without `sandguard: `),
 /// or `None` when it neither removed nor left anything.
-pub fn end_line(report: &Report) -> Option<String> {
+pub(super) fn end_line(report: &Report) -> Option<String> {
     let mut removed: BTreeMap<&str, usize> = BTreeMap::new();
     let mut left: BTreeMap<&str, (usize, String)> = BTreeMap::new();
     for r in &report.removals {

@@ -10,14 +10,14 @@ use super::*;
 
 /// SplitMix64: small, fast, and good enough to pick operations.
 #[derive(Debug, Clone)]
-pub struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    pub fn new(seed: u64) -> Rng {
+    pub(crate) fn new(seed: u64) -> Rng {
         Rng(seed)
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -26,15 +26,15 @@ impl Rng {
     }
 
     /// A number below `n` (`n` > 0).
-    pub fn below(&mut self, n: usize) -> usize {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
     }
 
-    pub fn chance(&mut self, percent: u64) -> bool {
+    pub(crate) fn chance(&mut self, percent: u64) -> bool {
         self.next() % 100 < percent
     }
 
-    pub fn pick<T: Copy>(&mut self, from: &[T]) -> T {
+    pub(crate) fn pick<T: Copy>(&mut self, from: &[T]) -> T {
         from[self.below(from.len())]
     }
 }
@@ -47,7 +47,7 @@ struct Sketch {
 }
 
 /// A random history of `len` operations from `seed`.
-pub fn generate(seed: u64, len: usize) -> Vec<Op> {
+pub(crate) fn generate(seed: u64, len: usize) -> Vec<Op> {
     let mut rng = Rng::new(seed);
     let mut sessions: Vec<Sketch> = Vec::new();
     let mut boxes = 0usize;

@@ -27,12 +27,12 @@ use super::{Hold, Route, UNKNOWN_CREATE};
 use crate::providers::proxy_stamp::{id_at, merge, Keys};
 
 /// The variable the `daytona` SDKs read their API's base URL from.
-pub const VARIABLE: &str = "DAYTONA_API_URL";
+pub(crate) const VARIABLE: &str = "DAYTONA_API_URL";
 
 /// The collections the service creates sandboxes at (`workspace` is the deprecated name).
 const COLLECTIONS: [&str; 2] = ["sandbox", "workspace"];
 
-pub fn route(post: bool, rest: &[&str]) -> Route {
+pub(crate) fn route(post: bool, rest: &[&str]) -> Route {
     if !post {
         return Route::Pass;
     }
@@ -51,10 +51,13 @@ pub fn route(post: bool, rest: &[&str]) -> Route {
     }
 }
 
-pub fn stamp(body: &[u8], labels: &BTreeMap<String, String>) -> Result<(Vec<u8>, Hold), String> {
+pub(crate) fn stamp(
+    body: &[u8],
+    labels: &BTreeMap<String, String>,
+) -> Result<(Vec<u8>, Hold), String> {
     merge(body, Keys::Exact("labels"), labels)
 }
 
-pub fn created(answer: &[u8]) -> Option<String> {
+pub(crate) fn created(answer: &[u8]) -> Option<String> {
     id_at(answer, "id")
 }

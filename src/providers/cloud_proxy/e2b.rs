@@ -21,9 +21,9 @@ use super::{Hold, Route, UNKNOWN_CREATE};
 use crate::providers::proxy_stamp::{id_at, merge, Keys};
 
 /// The variable the `e2b` SDKs read their API's base URL from.
-pub const VARIABLE: &str = "E2B_API_URL";
+pub(crate) const VARIABLE: &str = "E2B_API_URL";
 
-pub fn route(post: bool, rest: &[&str]) -> Route {
+pub(crate) fn route(post: bool, rest: &[&str]) -> Route {
     if !post {
         return Route::Pass;
     }
@@ -50,10 +50,13 @@ fn is_version(segment: &str) -> bool {
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
-pub fn stamp(body: &[u8], labels: &BTreeMap<String, String>) -> Result<(Vec<u8>, Hold), String> {
+pub(crate) fn stamp(
+    body: &[u8],
+    labels: &BTreeMap<String, String>,
+) -> Result<(Vec<u8>, Hold), String> {
     merge(body, Keys::Go("metadata"), labels)
 }
 
-pub fn created(answer: &[u8]) -> Option<String> {
+pub(crate) fn created(answer: &[u8]) -> Option<String> {
     id_at(answer, "sandboxID")
 }

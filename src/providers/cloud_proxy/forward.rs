@@ -12,11 +12,11 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 
 use super::{answer, Body, Shared};
 
-pub type Client = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Body>;
+pub(super) type Client = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Body>;
 
 /// One pooled client for the proxy's upstream: `http` or `https` (rustls, webpki roots),
 /// HTTP/1.1, no Nagle delay.
-pub fn client() -> Client {
+pub(super) fn client() -> Client {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
@@ -75,7 +75,7 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
 
 /// A request passed on unchanged (but for its hop's headers); an upgrade answered `101` is
 /// then copied raw both ways.
-pub async fn pass(mut req: Request<Incoming>, shared: &Shared) -> Response<Body> {
+pub(super) async fn pass(mut req: Request<Incoming>, shared: &Shared) -> Response<Body> {
     let upgrade = wants_upgrade(req.headers());
     let client_side = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (parts, body) = req.into_parts();
@@ -98,7 +98,7 @@ pub async fn pass(mut req: Request<Incoming>, shared: &Shared) -> Response<Body>
 }
 
 /// Sends a request (not an upgrade) upstream; `Err` is the proxy's own 502 answer.
-pub async fn send(
+pub(super) async fn send(
     parts: Parts,
     body: Body,
     shared: &Shared,
@@ -153,17 +153,17 @@ fn chain(e: &dyn std::error::Error) -> String {
 
 /// An upstream answer for the program: status, headers and body as they came, without the
 /// hop's headers.
-pub fn answer_as_is(resp: Response<Body>) -> Response<Body> {
+pub(super) fn answer_as_is(resp: Response<Body>) -> Response<Body> {
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers, false);
     Response::from_parts(parts, body)
 }
 
 /// Why a body could not be collected: `true` when it was over the bound.
-pub struct TooLarge(pub bool);
+pub(super) struct TooLarge(pub bool);
 
 /// Reads a whole body, at most `max` bytes.
-pub async fn collect(body: Incoming, max: u64) -> Result<Bytes, TooLarge> {
+pub(super) async fn collect(body: Incoming, max: u64) -> Result<Bytes, TooLarge> {
     let max = usize::try_from(max).unwrap_or(usize::MAX);
     match Limited::new(body, max).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),

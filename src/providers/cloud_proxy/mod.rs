@@ -41,7 +41,7 @@
 //!   carry `sandguard.detached=true` is handed over as a detach, [`Hold::Detach`], so it
 //!   outlives its owner) and the answer reaches the program only after
 //!   the sidecar acknowledged it (journaled, fsynced). No acknowledgement within
-//!   [`ACK_TIMEOUT`] (a sidecar that is reclaiming, a disk that hangs), or an answer whose id
+//!   [`ACK_TIMEOUT`](crate::providers::proxy_claim::ACK_TIMEOUT) (a sidecar that is reclaiming, a disk that hangs), or an answer whose id
 //!   cannot be read, answers 503 with the reason: the program never holds a sandbox sandguard
 //!   did not claim (the sandbox carries the session's labels, so a sweep finds it). Other
 //!   answers, errors included (4xx, 5xx, 429 with their headers), pass through unchanged.
@@ -52,8 +52,8 @@
 //! The proxy is a convenience for programs that are not hostile: a program holds its own API
 //! key and can always call the real API directly.
 
-pub mod daytona;
-pub mod e2b;
+pub(crate) mod daytona;
+pub(crate) mod e2b;
 mod forward;
 
 use std::collections::BTreeMap;
@@ -69,25 +69,25 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use crate::providers::docker::proxy::http::MAX_CREATE_BODY;
-pub use crate::providers::proxy_claim::{Claim, Hold, ACK_TIMEOUT};
+pub(crate) use crate::providers::proxy_claim::{Claim, Hold};
 
 /// A body as the proxy passes it: streamed, or built here (a stamped create, an error).
-pub type Body = Either<Incoming, Full<Bytes>>;
+pub(crate) type Body = Either<Incoming, Full<Bytes>>;
 
 /// Which API a proxy speaks; only [`e2b`] and [`daytona`] know their wire formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Api {
+pub(crate) enum Api {
     E2b,
     Daytona,
 }
 
 /// Why a POST to a sandbox collection path the proxy has no create route for is refused.
-pub const UNKNOWN_CREATE: &str =
+pub(crate) const UNKNOWN_CREATE: &str =
     "a POST to a sandbox collection path that is not a create route sandguard knows how to stamp";
 
 /// What the proxy does with one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Route {
+pub(crate) enum Route {
     Pass,
     /// A sandbox create: stamped, its answer claimed.
     Create,
@@ -97,7 +97,7 @@ pub enum Route {
 
 impl Api {
     /// The provider's name, as claims and `sandguard claim` name it.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Api::E2b => "e2b",
             Api::Daytona => "daytona",
@@ -105,7 +105,7 @@ impl Api {
     }
 
     /// The variable the SDK reads its base URL from.
-    pub fn variable(self) -> &'static str {
+    pub(crate) fn variable(self) -> &'static str {
         match self {
             Api::E2b => e2b::VARIABLE,
             Api::Daytona => daytona::VARIABLE,
@@ -113,7 +113,7 @@ impl Api {
     }
 
     /// Routes by method and the path's segments after the base URL's own.
-    pub fn route(self, post: bool, rest: &[&str]) -> Route {
+    pub(crate) fn route(self, post: bool, rest: &[&str]) -> Route {
         match self {
             Api::E2b => e2b::route(post, rest),
             Api::Daytona => daytona::route(post, rest),
@@ -122,7 +122,7 @@ impl Api {
 
     /// The create body with the session's labels merged in, and what the sidecar journals for
     /// the sandbox it creates.
-    pub fn stamp(
+    pub(crate) fn stamp(
         self,
         body: &[u8],
         labels: &BTreeMap<String, String>,
@@ -134,7 +134,7 @@ impl Api {
     }
 
     /// The new sandbox's id in a successful create answer.
-    pub fn created(self, answer: &[u8]) -> Option<String> {
+    pub(crate) fn created(self, answer: &[u8]) -> Option<String> {
         match self {
             Api::E2b => e2b::created(answer),
             Api::Daytona => daytona::created(answer),
@@ -144,7 +144,7 @@ impl Api {
 
 /// The real API: scheme, authority and base path of the provider's resolved URL.
 #[derive(Debug, Clone)]
-pub struct Upstream {
+pub(crate) struct Upstream {
     /// `http` or `https`.
     scheme: String,
     /// `host[:port]`.
@@ -154,7 +154,7 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    pub fn parse(url: &str) -> Result<Upstream, String> {
+    pub(crate) fn parse(url: &str) -> Result<Upstream, String> {
         let parsed = reqwest::Url::parse(url).map_err(|e| format!("base URL {url:?}: {e}"))?;
         let scheme = parsed.scheme().to_string();
         let host = parsed.host_str().unwrap_or_default();
@@ -184,7 +184,7 @@ struct Shared {
 }
 
 /// A bound proxy, not yet serving.
-pub struct CloudProxy {
+pub(crate) struct CloudProxy {
     listener: TcpListener,
     address: SocketAddr,
     shared: Arc<Shared>,
@@ -192,7 +192,7 @@ pub struct CloudProxy {
 
 impl CloudProxy {
     /// Listens on a fresh loopback port for `api`, forwarding to `base_url`.
-    pub async fn bind(
+    pub(crate) async fn bind(
         api: Api,
         base_url: &str,
         labels: BTreeMap<String, String>,
@@ -225,14 +225,14 @@ impl CloudProxy {
     }
 
     /// What the program gets: `NAME=http://127.0.0.1:PORT[/base]`.
-    pub fn assignment(&self) -> (String, String) {
+    pub(crate) fn assignment(&self) -> (String, String) {
         let api = self.shared.api;
         let url = format!("http://{}{}", self.address, self.shared.upstream.base);
         (api.variable().to_string(), url)
     }
 
     /// Serves until dropped; dropping the future ends every connection with it.
-    pub async fn run(self) {
+    pub(crate) async fn run(self) {
         let shared = self.shared;
         crate::providers::proxy_accept::serve("cloud proxy", self.listener, move |client| {
             serve(client, shared.clone())
@@ -354,7 +354,7 @@ fn unclaimed(api: Api, why: &str) -> Response<Body> {
 }
 
 /// Sends a claim (or a detach, as `hold` says) to the sidecar and waits (at most
-/// [`ACK_TIMEOUT`]) until it is journaled.
+/// [`ACK_TIMEOUT`](crate::providers::proxy_claim::ACK_TIMEOUT)) until it is journaled.
 async fn claim(shared: &Shared, id: &str, hold: Hold) -> Result<(), String> {
     let target = crate::protocol::Target::new(shared.api.name(), id).map_err(|e| e.to_string())?;
     crate::providers::proxy_claim::claim(&shared.claims, target, hold)
@@ -363,7 +363,7 @@ async fn claim(shared: &Shared, id: &str, hold: Hold) -> Result<(), String> {
 }
 
 /// An answer of the proxy's own: `{"code": N, "message": "..."}`, which both SDKs show.
-pub fn answer(status: u16, message: &str) -> Response<Body> {
+pub(crate) fn answer(status: u16, message: &str) -> Response<Body> {
     let body = serde_json::json!({ "code": status, "message": message }).to_string();
     Response::builder()
         .status(status)

@@ -98,7 +98,7 @@ pub enum Auth<'a> {
 /// Builds the registry entry: configured when `DAYTONA_API_KEY` (or `[providers.daytona]
 /// api_key`) is set, or `DAYTONA_JWT_TOKEN` with `DAYTONA_ORGANIZATION_ID` (settings carry
 /// the JWT as `secret` and the organisation as `app`; a JWT without one never gets here).
-pub fn entry(settings: &CloudSettings) -> Entry {
+pub(crate) fn entry(settings: &CloudSettings) -> Entry {
     let auth = match (&settings.token, &settings.secret, &settings.app) {
         (Some(key), _, _) => Some(Auth::ApiKey(key)),
         (None, Some(token), Some(organization)) => Some(Auth::Jwt {

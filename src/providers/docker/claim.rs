@@ -45,7 +45,7 @@ fn is_volume_name(s: &str) -> bool {
 
 /// What the claimed `id` names (its kind and the bare id or volume name), or why it names
 /// nothing sandguard may remove.
-pub fn parse(id: &str) -> Result<(Kind, &str), String> {
+pub(super) fn parse(id: &str) -> Result<(Kind, &str), String> {
     let (kind, rest) = match id.split_once('/') {
         Some(("network", rest)) => (Kind::Network, rest),
         Some(("volume", rest)) => (Kind::Volume, rest),
@@ -66,7 +66,7 @@ pub fn parse(id: &str) -> Result<(Kind, &str), String> {
 }
 
 /// The claim that names a `kind` with `id`: what [`parse`] reads back as the same kind.
-pub fn render(kind: Kind, id: &str) -> String {
+pub(super) fn render(kind: Kind, id: &str) -> String {
     match kind {
         Kind::Instance => id.to_string(),
         Kind::Network => format!("network/{id}"),
@@ -77,7 +77,7 @@ pub fn render(kind: Kind, id: &str) -> String {
 /// Whether `listed` is what the claim (or detach) `claimed` names: the same kind, and for
 /// containers and networks a listed full id that starts with the claimed id (as Docker's own
 /// prefix lookup would); volumes by exact name.
-pub fn names(claimed: &Sandbox, listed: &Sandbox) -> bool {
+pub(super) fn names(claimed: &Sandbox, listed: &Sandbox) -> bool {
     claimed.kind == listed.kind
         && match claimed.kind {
             Kind::Volume => claimed.id == listed.id,

@@ -28,7 +28,7 @@ mod error;
 mod image;
 mod list;
 mod network;
-pub mod proxy;
+pub(crate) mod proxy;
 
 use std::sync::Arc;
 
@@ -44,7 +44,7 @@ use crate::labels::Selector;
 use error::{classify, short};
 
 /// Where the daemon listens when nothing says otherwise.
-pub const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
+pub(crate) const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
 /// What bollard's client starts at before negotiation lowers it to what the daemon speaks.
 const NEWEST_API: ClientVersion = ClientVersion {
     major_version: 1,
@@ -53,7 +53,7 @@ const NEWEST_API: ClientVersion = ClientVersion {
 
 /// Whether Docker is configured: enabled in the config, or a daemon named (`DOCKER_HOST`, a
 /// context, the file's `host`), or the default socket present; never when disabled.
-pub fn configured(settings: &DockerSettings) -> bool {
+pub(crate) fn configured(settings: &DockerSettings) -> bool {
     match settings.enabled {
         Some(enabled) => enabled,
         None => {
@@ -64,7 +64,7 @@ pub fn configured(settings: &DockerSettings) -> bool {
 }
 
 /// Builds the registry entry from settings: configured or not, and why.
-pub fn entry(settings: &DockerSettings) -> Entry {
+pub(crate) fn entry(settings: &DockerSettings) -> Entry {
     let named = settings.host.is_some();
     let host = address(settings);
     let state = match settings.enabled {
@@ -89,7 +89,7 @@ pub fn entry(settings: &DockerSettings) -> Entry {
 
 /// The daemon's address, or why the source that named it could not be followed (a Docker
 /// context: `crate::config::docker`); the latter fails every use, naming context and file.
-pub fn address(settings: &DockerSettings) -> Result<String, String> {
+pub(crate) fn address(settings: &DockerSettings) -> Result<String, String> {
     match &settings.host {
         Some(h) => h.address.clone(),
         None => Ok(DEFAULT_HOST.to_string()),
@@ -98,7 +98,7 @@ pub fn address(settings: &DockerSettings) -> Result<String, String> {
 
 /// A Docker daemon reached through bollard. The client is built on first use, so building the
 /// registry never touches the daemon.
-pub struct DockerProvider {
+pub(crate) struct DockerProvider {
     host: String,
     /// Why the configured address cannot be used (a Docker context that cannot be
     /// followed); every use fails with it.
@@ -114,7 +114,7 @@ pub struct DockerProvider {
 
 impl DockerProvider {
     /// `host`: the address, or why it cannot be had (every call then fails with that).
-    pub fn new(host: Result<String, String>, settings: &DockerSettings) -> Self {
+    pub(crate) fn new(host: Result<String, String>, settings: &DockerSettings) -> Self {
         let (host, unusable) = match host {
             Ok(h) => (h, None),
             Err(why) => (String::new(), Some(why)),

@@ -89,7 +89,7 @@ const STILL_STOPPING_WAITS: [Duration; 3] = [
 ];
 
 /// Builds the registry entry: configured only with both a token and an app.
-pub fn entry(settings: &CloudSettings) -> Entry {
+pub(crate) fn entry(settings: &CloudSettings) -> Entry {
     let state = match (&settings.token, &settings.app) {
         (Some(token), Some(app)) => match FlyProvider::new(token, app, settings) {
             Ok(p) => EntryState::Configured(Arc::new(p)),
@@ -110,14 +110,18 @@ pub fn entry(settings: &CloudSettings) -> Entry {
 }
 
 /// The machines of one Fly app.
-pub struct FlyProvider {
+pub(crate) struct FlyProvider {
     http: Http,
     app: String,
     base: String,
 }
 
 impl FlyProvider {
-    pub fn new(token: &Secret, app: &str, settings: &CloudSettings) -> Result<Self, ProviderError> {
+    pub(crate) fn new(
+        token: &Secret,
+        app: &str,
+        settings: &CloudSettings,
+    ) -> Result<Self, ProviderError> {
         let header = auth::header(token)?;
         let base = settings.url.trim_end_matches('/');
         let base = base.strip_suffix("/v1").unwrap_or(base).to_string();

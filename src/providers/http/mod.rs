@@ -18,7 +18,7 @@ use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use reqwest::{Method, RequestBuilder, StatusCode};
+use reqwest::{Method, RequestBuilder};
 
 use super::ProviderError;
 use crate::config::Secret;
@@ -26,13 +26,12 @@ use crate::config::Secret;
 mod path;
 mod status;
 
-pub use path::{encode_segment, path_refusal, NOT_UNRESERVED};
-pub use status::{classify, error_message, listing_error, retry_after, should_retry};
+pub(crate) use path::{encode_segment, path_refusal, NOT_UNRESERVED};
+pub(crate) use status::{classify, error_message, listing_error, retry_after, should_retry};
 
 /// An answer with a 2xx status.
 #[derive(Debug)]
-pub struct Reply {
-    pub status: StatusCode,
+pub(crate) struct Reply {
     pub headers: HeaderMap,
     pub body: Vec<u8>,
 }
@@ -40,7 +39,7 @@ pub struct Reply {
 /// One provider's HTTP client, built at its first request: building it (the TLS roots, the
 /// connection pool) costs memory and start-up pages a sidecar whose owner never dies would
 /// pay for nothing.
-pub struct Http {
+pub(crate) struct Http {
     provider: &'static str,
     base: String,
     headers: HeaderMap,
@@ -54,7 +53,7 @@ pub struct Http {
 impl Http {
     /// A client for `base` (no trailing slash needed) sending `headers` on every request. The
     /// values of `secrets` are redacted from every error message.
-    pub fn new(
+    pub(crate) fn new(
         provider: &'static str,
         base: &str,
         timeout: Duration,
@@ -106,27 +105,31 @@ impl Http {
 
     /// Also redacts `secret` from every message: a bare key whose header value carries a
     /// prefix (`Bearer …`), so neither form can reach a log.
-    pub fn redacting(mut self, secret: Secret) -> Self {
+    pub(crate) fn redacting(mut self, secret: Secret) -> Self {
         self.secrets.push(secret);
         self
     }
 
     /// Lets an error answer's `Should-Retry` header decide whether it is retried
     /// ([`should_retry`]).
-    pub fn honouring_should_retry(mut self) -> Self {
+    pub(crate) fn honouring_should_retry(mut self) -> Self {
         self.should_retry = true;
         self
     }
 
     /// Redacts every credential from `text`: this client's own, and anything shaped like one
     /// ([`super::redact`]).
-    pub fn redact(&self, text: &str) -> String {
+    pub(crate) fn redact(&self, text: &str) -> String {
         super::redact::redact(text, &self.secrets)
     }
 
     /// A request to `path` (starting with `/`) under the base URL; a path with an empty or
     /// dot segment is refused before anything is sent ([`path_refusal`]).
-    pub fn request(&self, method: Method, path: &str) -> Result<RequestBuilder, ProviderError> {
+    pub(crate) fn request(
+        &self,
+        method: Method,
+        path: &str,
+    ) -> Result<RequestBuilder, ProviderError> {
         if let Some(why) = path_refusal(path) {
             return Err(ProviderError::Refused(format!("{}: {why}", self.provider)));
         }
@@ -137,7 +140,11 @@ impl Http {
 
     /// Sends once; a non-2xx answer or a transport failure becomes a classified error whose
     /// message starts with `what` ("failed to list sandboxes", …).
-    pub async fn send(&self, request: RequestBuilder, what: &str) -> Result<Reply, ProviderError> {
+    pub(crate) async fn send(
+        &self,
+        request: RequestBuilder,
+        what: &str,
+    ) -> Result<Reply, ProviderError> {
         let response = match request.send().await {
             Ok(r) => r,
             Err(e) => return Err(self.transport_error(what, &e)),
@@ -149,11 +156,7 @@ impl Http {
             Err(e) => return Err(self.transport_error(what, &e)),
         };
         if status.is_success() {
-            return Ok(Reply {
-                status,
-                headers,
-                body,
-            });
+            return Ok(Reply { headers, body });
         }
         let message = format!(
             "{}: {what}: {} (HTTP {})",
@@ -171,7 +174,7 @@ impl Http {
 
     /// Sends a read, retried as [`super::retry::read`] says. `build` makes a fresh request for
     /// each attempt.
-    pub async fn read(
+    pub(crate) async fn read(
         &self,
         build: impl Fn() -> Result<RequestBuilder, ProviderError>,
         what: &str,
@@ -180,7 +183,7 @@ impl Http {
     }
 
     /// `DELETE path`, once (the reclaim path retries): a 404 is `Gone`.
-    pub async fn delete(&self, path: &str, what: &str) -> Result<(), ProviderError> {
+    pub(crate) async fn delete(&self, path: &str, what: &str) -> Result<(), ProviderError> {
         self.send(self.request(Method::DELETE, path)?, what)
             .await
             .map(|_| ())
@@ -188,7 +191,7 @@ impl Http {
 
     /// A cheap authenticated read of `path?limit=1`, for `check()`. A 404 comes back as
     /// `Gone`; the caller maps it (see [`listing_error`]).
-    pub async fn probe(&self, path: &str, what: &str) -> Result<(), ProviderError> {
+    pub(crate) async fn probe(&self, path: &str, what: &str) -> Result<(), ProviderError> {
         let build = || Ok(self.request(Method::GET, path)?.query(&[("limit", "1")]));
         self.read(build, what).await.map(|_| ())
     }
@@ -211,7 +214,7 @@ impl Http {
 impl Reply {
     /// The body as JSON of type `T`; a body that does not parse is a fatal error (the API
     /// changed under us), with a short excerpt.
-    pub fn json<T: serde::de::DeserializeOwned>(
+    pub(crate) fn json<T: serde::de::DeserializeOwned>(
         &self,
         provider: &str,
         what: &str,
@@ -219,14 +222,14 @@ impl Reply {
         decode_json(&self.body, provider, what)
     }
 
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 }
 
 /// A 2xx body as JSON of type `T`, as [`Reply::json`] reads it: a body that does not parse is
 /// fatal, with a short excerpt. The drivers' fuzz entry points decode through this.
-pub fn decode_json<T: serde::de::DeserializeOwned>(
+pub(crate) fn decode_json<T: serde::de::DeserializeOwned>(
     body: &[u8],
     provider: &str,
     what: &str,
@@ -241,7 +244,7 @@ pub fn decode_json<T: serde::de::DeserializeOwned>(
 
 /// Walks a listing paged by an opaque token ([`super::retry::walk`]); an empty next token, as
 /// some APIs send, is the end.
-pub async fn walk<T, F, Fut>(provider: &str, mut fetch: F) -> Result<Vec<T>, ProviderError>
+pub(crate) async fn walk<T, F, Fut>(provider: &str, mut fetch: F) -> Result<Vec<T>, ProviderError>
 where
     F: FnMut(Option<String>) -> Fut,
     Fut: Future<Output = Result<(Vec<T>, Option<String>), ProviderError>>,

@@ -11,7 +11,7 @@ use crate::providers::ProviderError;
 /// Every byte but RFC 3986's unreserved characters (letters, digits, `-._~`): what
 /// [`encode_segment`] and the other URL encoders of the crate percent-encode (upper-case hex,
 /// byte by byte of the UTF-8).
-pub const NOT_UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
+pub(crate) const NOT_UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'-')
     .remove(b'.')
     .remove(b'_')
@@ -22,7 +22,7 @@ pub const NOT_UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
 /// or contains `/` is refused ([`ProviderError::Refused`]) whatever the caller parsed before:
 /// a URL client resolves dot segments, so `machines/..` would name the app and `sandbox/` the
 /// collection.
-pub fn encode_segment(s: &str) -> Result<String, ProviderError> {
+pub(crate) fn encode_segment(s: &str) -> Result<String, ProviderError> {
     if s.is_empty() || s == "." || s == ".." || s.contains('/') {
         return Err(ProviderError::Refused(format!(
             "refusing to put {:?} in a URL path: a path segment is never empty, '.' or '..' \
@@ -36,7 +36,7 @@ pub fn encode_segment(s: &str) -> Result<String, ProviderError> {
 /// Why the path of a request (`/a/b?query`) cannot be sent, if it cannot: it must start with
 /// `/`, and none of its segments may be empty or a dot segment, plain or percent-encoded
 /// (`.`, `..`, `%2e`, `.%2E`, …), which a URL client would resolve to another path.
-pub fn path_refusal(path: &str) -> Option<String> {
+pub(crate) fn path_refusal(path: &str) -> Option<String> {
     let bare = path.split(['?', '#']).next().unwrap_or_default();
     let Some(rest) = bare.strip_prefix('/') else {
         return Some(format!(

@@ -12,7 +12,7 @@ use reqwest::StatusCode;
 use crate::providers::{Detail, ProviderError};
 
 /// For a listing, "not found" means a wrong URL or account, not a removed sandbox: fatal.
-pub fn listing_error(e: ProviderError) -> ProviderError {
+pub(crate) fn listing_error(e: ProviderError) -> ProviderError {
     match e {
         ProviderError::Gone(m) => ProviderError::Fatal(m),
         other => other,
@@ -22,7 +22,7 @@ pub fn listing_error(e: ProviderError) -> ProviderError {
 /// The classes reclaim decides by. 404 is "gone" (for a listing the driver maps it back to
 /// fatal: a missing collection is a configuration error); 408, 425, 429 and 5xx are worth
 /// retrying; 409 is a state change in progress, also retried; the rest is fatal.
-pub fn classify(
+pub(crate) fn classify(
     status: StatusCode,
     retry_after: Option<Duration>,
     message: String,
@@ -45,7 +45,7 @@ pub fn classify(
 /// proves nothing gone); any other value makes it final: a 429 or 5xx is then not retried but
 /// reported (and a 404 stays gone, as the SDK's `kill` takes it). Absent, the status decides
 /// ([`classify`]). The wait is the answer's `Retry-After`, as the SDK's.
-pub fn should_retry(headers: &HeaderMap, error: ProviderError) -> ProviderError {
+pub(crate) fn should_retry(headers: &HeaderMap, error: ProviderError) -> ProviderError {
     let Some(value) = headers.get("should-retry") else {
         return error;
     };
@@ -70,7 +70,7 @@ pub fn should_retry(headers: &HeaderMap, error: ProviderError) -> ProviderError 
 /// The provider's wait hint: `Retry-After` (delta seconds or an HTTP date), else the longest
 /// `Retry-After-<name>` (Daytona names its throttlers; whichever throttler tripped, waiting out
 /// the longest is safe).
-pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+pub(crate) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     let parse = |v: &HeaderValue| {
         v.to_str()
             .ok()
@@ -118,7 +118,7 @@ fn parse_http_date(s: &str) -> Option<SystemTime> {
 
 /// One short line from an error body: the `message` or `error` field of a JSON body (E2B,
 /// Daytona, Fly, Connect), else the text itself, cut to 200 characters.
-pub fn error_message(body: &[u8]) -> String {
+pub(crate) fn error_message(body: &[u8]) -> String {
     let from_json = serde_json::from_slice::<serde_json::Value>(body)
         .ok()
         .and_then(|v| {

@@ -1,6 +1,7 @@
 //! Unit tests of `http`.
 
 use super::*;
+use reqwest::StatusCode;
 
 #[test]
 fn retry_after_reads_seconds_dates_and_named_throttlers() {

@@ -35,7 +35,7 @@ const DEFAULT_LIFETIME: Duration = Duration::from_secs(20 * 60);
 
 /// The process's V2 auth token, if one was fetched.
 #[derive(Default)]
-pub struct AuthToken {
+pub(super) struct AuthToken {
     slot: Mutex<Option<Held>>,
 }
 
@@ -48,7 +48,11 @@ struct Held {
 impl AuthToken {
     /// The token to send at `now`: the one held, or a new one from `fetch` when none is held
     /// or it has used up half its lifetime.
-    pub async fn get<F, Fut>(&self, now: SystemTime, fetch: F) -> Result<Secret, ProviderError>
+    pub(super) async fn get<F, Fut>(
+        &self,
+        now: SystemTime,
+        fetch: F,
+    ) -> Result<Secret, ProviderError>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<String, ProviderError>>,
@@ -82,7 +86,7 @@ impl AuthToken {
 
 /// When the JWT `token` expires: its payload's `exp`, or [`DEFAULT_LIFETIME`] from `now`
 /// when it has none.
-pub fn expiry(token: &str, now: SystemTime) -> Result<SystemTime, ProviderError> {
+pub(super) fn expiry(token: &str, now: SystemTime) -> Result<SystemTime, ProviderError> {
     let unreadable =
         || ProviderError::fatal("modal: the auth token from AuthTokenGet is not a readable JWT");
     let payload = token.split('.').nth(1).ok_or_else(unreadable)?;

@@ -22,7 +22,7 @@ use crate::config::Secret;
 use crate::providers::ProviderError;
 
 /// The most a read waits out the server's throttles, in all.
-pub const MAX_THROTTLE_WAIT: Duration = Duration::from_secs(30);
+pub(super) const MAX_THROTTLE_WAIT: Duration = Duration::from_secs(30);
 
 const CLIENT_TYPE: &str = "9";
 const CLIENT_VERSION: &str = "1.0.0";

@@ -33,7 +33,7 @@ use crate::labels::Selector;
 use crate::providers::{retry, Listing, ProviderError};
 
 /// Tag reads in flight at once.
-pub const TAG_READS: usize = 8;
+pub(super) const TAG_READS: usize = 8;
 
 impl ModalProvider {
     /// Both walks, merged; then the missing tags.

@@ -80,7 +80,7 @@ const NAME: &str = "modal";
 
 /// Builds the registry entry: configured when both halves of the token are present.
 /// `environment` is `MODAL_ENVIRONMENT` or the config's; `None`, the default one.
-pub fn entry(settings: &CloudSettings, environment: Option<&str>) -> Entry {
+pub(crate) fn entry(settings: &CloudSettings, environment: Option<&str>) -> Entry {
     let state = match (&settings.token, &settings.secret) {
         (Some(id), Some(secret)) => EntryState::Configured(Arc::new(ModalProvider::new(
             settings,
@@ -99,7 +99,7 @@ pub fn entry(settings: &CloudSettings, environment: Option<&str>) -> Entry {
 }
 
 /// Modal's control plane, reached over one lazily built gRPC channel.
-pub struct ModalProvider {
+pub(crate) struct ModalProvider {
     url: String,
     timeout: Duration,
     token_id: Secret,
@@ -111,7 +111,7 @@ pub struct ModalProvider {
 }
 
 impl ModalProvider {
-    pub fn new(
+    pub(crate) fn new(
         settings: &CloudSettings,
         token_id: &Secret,
         token_secret: &Secret,

@@ -8,7 +8,11 @@ use crate::providers::ProviderError;
 
 /// The classes reclaim decides by. A retry policy in the details makes any error transient:
 /// that is how Modal throttles.
-pub fn classify(code: Code, retry_after: Option<Duration>, message: String) -> ProviderError {
+pub(super) fn classify(
+    code: Code,
+    retry_after: Option<Duration>,
+    message: String,
+) -> ProviderError {
     match code {
         _ if retry_after.is_some() => ProviderError::Transient {
             message: message.into(),
@@ -27,7 +31,7 @@ pub fn classify(code: Code, retry_after: Option<Duration>, message: String) -> P
 }
 
 /// The status message and the transport error beneath it, on one line.
-pub fn text(status: &Status) -> String {
+pub(super) fn text(status: &Status) -> String {
     let mut text: String = status
         .message()
         .chars()
@@ -51,7 +55,7 @@ pub fn text(status: &Status) -> String {
 }
 
 /// The canonical upper-case name, as gRPC tools print it.
-pub fn code_name(code: Code) -> String {
+pub(super) fn code_name(code: Code) -> String {
     let mut out = String::new();
     for (i, c) in format!("{code:?}").chars().enumerate() {
         if c.is_ascii_uppercase() && i > 0 {

@@ -28,13 +28,13 @@ use std::time::Duration;
 use prost::Message;
 
 mod google {
-    pub mod protobuf {
+    pub(super) mod protobuf {
         include!("generated/google.protobuf.rs");
     }
 }
 
 mod modal {
-    pub mod client {
+    pub(super) mod client {
         include!("generated/modal.client.rs");
     }
 }

@@ -14,13 +14,13 @@ use crate::config::{PluginSettings, Secret};
 use crate::providers::{Entry, EntryState};
 
 /// A plugin on `PATH` is this prefix followed by its provider name.
-pub const PREFIX: &str = "sandguard-provider-";
+pub(crate) const PREFIX: &str = "sandguard-provider-";
 
 /// The registry entries of every plugin: those on `path` (a `PATH` value) and those in the
 /// config; a config `command` wins over `PATH`. A name in `reserved` (the built-ins) is ignored
 /// with a warning. Sorted by name. `secrets` (every credential sandguard knows) are redacted
 /// from whatever the plugins say.
-pub fn entries(
+pub(crate) fn entries(
     configured: &[PluginSettings],
     path: Option<&OsStr>,
     reserved: &[&str],
@@ -68,7 +68,7 @@ pub fn entries(
 /// Every `sandguard-provider-NAME` on `path`: executable regular files (symlinks followed) in
 /// absolute directories, the first of each name winning as in a shell's lookup. A name that
 /// is not a valid provider name is skipped.
-pub fn discover(path: Option<&OsStr>) -> BTreeMap<String, PathBuf> {
+pub(crate) fn discover(path: Option<&OsStr>) -> BTreeMap<String, PathBuf> {
     let mut found = BTreeMap::new();
     let Some(path) = path else { return found };
     for dir in std::env::split_paths(path).filter(|d| d.is_absolute()) {

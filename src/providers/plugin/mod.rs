@@ -36,7 +36,9 @@ use super::{Capabilities, Provider, ProviderError, Sandbox};
 use crate::config::Secret;
 use crate::labels::Selector;
 
-pub use discover::{discover, entries, PREFIX};
+#[cfg(test)]
+use discover::discover;
+pub(crate) use discover::entries;
 
 /// Until `describe` has answered, a plugin is taken to have labels and a TTL: the sidecar picks
 /// its TTL keepers at start, and [`Plugin::renew`] asks `describe` before renewing anything.
@@ -54,7 +56,7 @@ const UNDESCRIBED: Capabilities = Capabilities {
 };
 
 /// One plugin provider.
-pub struct Plugin {
+pub(crate) struct Plugin {
     name: String,
     /// The program and its leading arguments; the verb is appended.
     command: Vec<OsString>,
@@ -66,7 +68,7 @@ pub struct Plugin {
 }
 
 impl Plugin {
-    pub fn new(name: &str, command: Vec<OsString>, timeout: Duration) -> Plugin {
+    pub(crate) fn new(name: &str, command: Vec<OsString>, timeout: Duration) -> Plugin {
         Plugin {
             name: name.to_string(),
             command,
@@ -77,7 +79,7 @@ impl Plugin {
     }
 
     /// Also redacts `secrets` from everything the plugin says.
-    pub fn redacting(mut self, secrets: Vec<Secret>) -> Self {
+    pub(crate) fn redacting(mut self, secrets: Vec<Secret>) -> Self {
         self.secrets.extend(secrets);
         self
     }

@@ -1,5 +1,5 @@
 //! The plugin protocol's messages, and how a plugin's answer (exit status, stdout, stderr)
-//! becomes a reply or a [`crate::providers::ProviderError`] ([`interpret`], in
+//! becomes a reply or a [`crate::providers::ProviderError`] ([`interpret()`], in
 //! `wire/interpret.rs`). Pure: no processes here, so every rule is tested on plain bytes. The
 //! protocol itself is described in README.md ("Plugin providers").
 //!
@@ -18,11 +18,11 @@ use crate::providers::{Capabilities, Kind, Sandbox};
 
 mod interpret;
 
-pub use interpret::{describe_status, interpret};
+pub(super) use interpret::{describe_status, interpret};
 
 /// What one call of a plugin produced.
 #[derive(Debug)]
-pub struct Answer {
+pub(super) struct Answer {
     pub status: ExitStatus,
     pub stdout: Vec<u8>,
     /// The plugin printed more than the reply limit; the rest was discarded.
@@ -32,13 +32,13 @@ pub struct Answer {
 
 /// `list` → `{"sandboxes": [...]}`.
 #[derive(Debug, Deserialize)]
-pub struct ListReply {
+pub(super) struct ListReply {
     pub sandboxes: Vec<Listed>,
 }
 
 /// One sandbox as a plugin lists it. Unknown fields are ignored, so plugins may say more.
 #[derive(Debug, Deserialize)]
-pub struct Listed {
+pub(super) struct Listed {
     pub id: String,
     #[serde(default)]
     pub status: Option<String>,
@@ -51,7 +51,7 @@ pub struct Listed {
 }
 
 impl Listed {
-    pub fn into_sandbox(self, provider: &str) -> Sandbox {
+    pub(super) fn into_sandbox(self, provider: &str) -> Sandbox {
         Sandbox {
             inherited: false,
             provider: provider.to_string(),
@@ -68,7 +68,7 @@ impl Listed {
 
 /// `remove` and `renew` → `{"result": "removed" | "renewed" | "gone"}`.
 #[derive(Debug, Deserialize)]
-pub struct Done {
+pub(super) struct Done {
     pub result: Did,
 }
 
@@ -76,7 +76,7 @@ pub struct Done {
 /// [`crate::reclaim::Outcome`] is what a reclaim made of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Did {
+pub(super) enum Did {
     Removed,
     Renewed,
     Gone,
@@ -84,7 +84,7 @@ pub enum Did {
 
 /// `describe` → `{"capabilities": {"labels": true, "ttl": false}, "detail": "…"}`.
 #[derive(Debug, Deserialize)]
-pub struct Described {
+pub(super) struct Described {
     pub capabilities: WireCapabilities,
     #[serde(default)]
     pub detail: Option<String>,

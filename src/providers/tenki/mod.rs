@@ -58,13 +58,13 @@ const SERVICE: &str = "/tenki.sandbox.v1.SandboxService/";
 /// The Go SDK's page size.
 const PAGE_SIZE: u32 = 100;
 /// The tag that carries the session: this prefix, then the start of the session id.
-pub const TAG_PREFIX: &str = "sandguard:";
+pub(crate) const TAG_PREFIX: &str = "sandguard:";
 /// Tenki's longest tag.
-pub const TAG_MAX: usize = 32;
+pub(crate) const TAG_MAX: usize = 32;
 
 /// The registry entry: configured when `TENKI_AUTH_TOKEN` or `TENKI_API_KEY` (or
 /// `[providers.tenki] api_key`) is set.
-pub fn entry(settings: &CloudSettings) -> Entry {
+pub(crate) fn entry(settings: &CloudSettings) -> Entry {
     let state = match &settings.token {
         None => EntryState::Unconfigured(
             "TENKI_API_KEY is not set (nor TENKI_AUTH_TOKEN, nor [providers.tenki] api_key)".into(),
@@ -81,7 +81,7 @@ pub fn entry(settings: &CloudSettings) -> Entry {
 /// listing filters by. Tenki lowercases tags, so this does too.
 ///
 /// `session` may come from a listing's metadata or a `--session` flag, so it need not be
-/// ASCII: the tag is cut at the last character boundary within [`TAG_MAX`] bytes.
+/// ASCII: the tag is cut at the last character boundary within `TAG_MAX` bytes.
 pub fn session_tag(session: &str) -> String {
     let mut tag = format!("{TAG_PREFIX}{}", session.trim().to_ascii_lowercase());
     let mut end = TAG_MAX.min(tag.len());

@@ -10,7 +10,7 @@ use crate::session;
 
 /// How long a resume waits for the journal's lock to be let go before it takes the holder to
 /// be a live sidecar: a reader (`sandguard sessions`, a sweep's look) holds it for a moment.
-pub const RESUME_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
+pub(crate) const RESUME_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What the fleet registrar registers, when a store is configured (nothing connects yet). A
 /// resumed session registers again under its id with its new owner and its first start

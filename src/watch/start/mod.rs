@@ -39,7 +39,7 @@ use crate::session::{self, SessionId};
 /// Why a sidecar could not begin: the configuration or the command line (exit 2), or
 /// anything else (exit 1). Its text is the `error` line's.
 #[derive(Debug, thiserror::Error)]
-pub enum StartError {
+pub(crate) enum StartError {
     #[error("{0}")]
     Usage(String),
     #[error("{0}")]
@@ -48,7 +48,7 @@ pub enum StartError {
 
 /// What to start, as the command line asked.
 #[derive(Debug)]
-pub struct StartPlan {
+pub(crate) struct StartPlan {
     /// The process to guard, and its start time when pinned (`--owner-start`).
     pub owner_pid: u32,
     pub owner_start: Option<u64>,
@@ -67,7 +67,7 @@ pub struct StartPlan {
 }
 
 /// A sidecar whose session is on disk and whose proxies listen, not yet announced.
-pub struct Started {
+pub(crate) struct Started {
     /// The session id, for the `ready` line.
     pub session: String,
     /// What the program gets (`DOCKER_HOST`, `E2B_API_URL`, …), for the `ready` line.
@@ -81,7 +81,7 @@ pub struct Started {
 impl Started {
     /// Runs the session to its end; `bye` and `end` are told how the end's first reclaim pass
     /// went ([`super::Sidecar::on_bye`], [`super::Sidecar::on_end`]).
-    pub async fn run(mut self, bye: Option<ByeReport>, end: Option<EndReport>) -> Outcome {
+    pub(crate) async fn run(mut self, bye: Option<ByeReport>, end: Option<EndReport>) -> Outcome {
         self.plan.bye_report = bye;
         self.plan.end_report = end;
         let outcome = service::run(self.plan, self.triggers).await;
@@ -91,7 +91,7 @@ impl Started {
 }
 
 /// Begins the session `plan` asks for (see the module docs); `warn` hears each warning.
-pub async fn start(
+pub(crate) async fn start(
     settings: &Settings,
     mut plan: StartPlan,
     warn: &mut dyn FnMut(&str),

@@ -24,7 +24,7 @@ use crate::providers::docker::proxy::{Claim, Proxy, SocketDir, Upstream};
 use crate::unix;
 
 /// How long the look at the Docker daemon waits for a connection.
-pub const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
 
 type Claims = tokio::sync::mpsc::UnboundedSender<Claim>;
 
@@ -42,7 +42,7 @@ pub(crate) struct Served {
 
 impl Served {
     /// The `NAME=VALUE`s of the ready line.
-    pub fn env(&self) -> Vec<(String, String)> {
+    pub(crate) fn env(&self) -> Vec<(String, String)> {
         let docker = self.docker.iter().map(|p| {
             let host = format!("unix://{}", p.dir.socket().display());
             ("DOCKER_HOST".to_string(), host)

@@ -8,25 +8,25 @@ use std::time::Duration;
 
 /// How long a sidecar whose watch ended waits for a batch of renewals already in flight
 /// before its reclaim starts anyway (a renewal call is bounded by its client's timeouts).
-pub const HALT_WAIT: Duration = Duration::from_secs(1);
+pub(super) const HALT_WAIT: Duration = Duration::from_secs(1);
 
 /// The keeper's half of its stop: `ending` turns `true` when the watch ends; the keeper holds
 /// `calls` around each batch of renewal calls, checking `ending` once it has it.
 #[derive(Clone)]
-pub struct Halt {
+pub(crate) struct Halt {
     pub(super) ending: tokio::sync::watch::Receiver<bool>,
     pub(super) calls: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Halt {
     /// Whether the watch has ended.
-    pub fn is_ending(&self) -> bool {
+    pub(crate) fn is_ending(&self) -> bool {
         *self.ending.borrow()
     }
 
     /// Until the watch has ended.
     #[cfg(test)]
-    pub async fn ended(&mut self) {
+    pub(crate) async fn ended(&mut self) {
         let _ = self.ending.wait_for(|e| *e).await;
     }
 }
@@ -34,7 +34,7 @@ impl Halt {
 /// The sidecar's half: [`Halting::stop`] turns `ending` and then takes `calls`, so that no
 /// renewal call is made once the reclaim has begun (a check-then-call on another thread could
 /// otherwise land after the first removal).
-pub struct Halting {
+pub(crate) struct Halting {
     ending: tokio::sync::watch::Sender<bool>,
     calls: Arc<tokio::sync::Mutex<()>>,
 }
@@ -50,7 +50,7 @@ impl Default for Halting {
 
 impl Halting {
     /// What a keeper is handed.
-    pub fn halt(&self) -> Halt {
+    pub(crate) fn halt(&self) -> Halt {
         Halt {
             ending: self.ending.subscribe(),
             calls: self.calls.clone(),
@@ -59,7 +59,7 @@ impl Halting {
 
     /// Stops the keeper: from now on it calls nothing; a batch in flight is waited for (at
     /// most [`HALT_WAIT`]).
-    pub async fn stop(&self) {
+    pub(crate) async fn stop(&self) {
         self.ending.send_replace(true);
         let _ = tokio::time::timeout(HALT_WAIT, self.calls.lock()).await;
     }

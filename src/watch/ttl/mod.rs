@@ -36,22 +36,22 @@ use crate::providers::{Provider, ProviderError, Sandbox};
 
 mod halt;
 
-pub use halt::{Halt, Halting};
+pub(crate) use halt::{Halt, Halting};
 
 /// What the owner holds, as the sidecar last saw it (the same type the fleet store mirrors).
-pub use crate::fleet::Holdings;
+pub(crate) use crate::fleet::Holdings;
 
 /// The holdings, shared between the watch loop (which changes them) and the keeper (which
 /// reads them once a round). The lock is never held across an await.
-pub type SharedHoldings = Arc<std::sync::Mutex<Holdings>>;
+pub(crate) type SharedHoldings = Arc<std::sync::Mutex<Holdings>>;
 
 /// When the first round runs.
-pub const FIRST_ROUND: Duration = Duration::from_secs(5);
+pub(crate) const FIRST_ROUND: Duration = Duration::from_secs(5);
 
 /// Renewals in flight at once, per provider.
 const CONCURRENCY: usize = 8;
 
-pub struct Keeper {
+pub(crate) struct Keeper {
     providers: Vec<Arc<dyn Provider>>,
     session: String,
     ttl: Duration,
@@ -64,7 +64,7 @@ pub struct Keeper {
 
 impl Keeper {
     /// A keeper for the TTL-capable providers among `providers`, or `None` if there are none.
-    pub fn new(
+    pub(crate) fn new(
         providers: &[Arc<dyn Provider>],
         session: &str,
         grace: Duration,
@@ -93,7 +93,7 @@ impl Keeper {
     /// Renews [`FIRST_ROUND`] after start (not at once: the guarded program is starting on the
     /// same cores, and has created nothing yet), then every `renew_every`, until the watch
     /// ends (or it is aborted).
-    pub async fn run(mut self) {
+    pub(crate) async fn run(mut self) {
         let first = tokio::time::Instant::now() + FIRST_ROUND.min(self.every);
         let mut tick = tokio::time::interval_at(first, self.every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

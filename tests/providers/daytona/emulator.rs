@@ -10,7 +10,7 @@ use crate::support::daytona::{Daytona, ORGANIZATION};
 use crate::support::emu::Faults;
 use crate::support::eventually;
 use sandguard::labels::SESSION;
-use sandguard::timefmt::parse_rfc3339;
+use sandguard::testing::timefmt::parse_rfc3339;
 
 /// The emulator itself keeps Daytona's contract: what the driver relies on, and the errors it
 /// must never trigger.

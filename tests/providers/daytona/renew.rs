@@ -8,10 +8,10 @@ use super::super::session_id;
 use super::KEY;
 use crate::support::daytona::Daytona;
 use crate::support::eventually;
-use sandguard::config::Secret;
 use sandguard::labels::{Selector, SESSION};
-use sandguard::providers::daytona::{Auth, DaytonaProvider};
-use sandguard::providers::{Provider, ProviderError};
+use sandguard::testing::config::Secret;
+use sandguard::testing::providers::daytona::{Auth, DaytonaProvider};
+use sandguard::testing::providers::{Provider, ProviderError};
 
 /// The driver reads `autoDestroyAt` first and sets the TTL only when it falls short of what
 /// is asked, so a renewal never shortens a TTL; it never touches auto-stop or auto-delete;

@@ -94,14 +94,14 @@ fn the_sdk_and_sandguard_see_the_same_sandboxes_and_the_same_ttl() {
     let renewed = sdk(&rig, &session, "ttl");
     let seen = ps(&rig, &session);
     assert_eq!(ids(&seen), mine);
-    let now = sandguard::timefmt::now_unix();
+    let now = sandguard::testing::timefmt::now_unix();
     for id in &mine {
         let at = renewed[id].as_str().expect("the SDK reads the TTL it set");
-        let at = sandguard::timefmt::parse_rfc3339(at).unwrap();
+        let at = sandguard::testing::timefmt::parse_rfc3339(at).unwrap();
         assert!((at - (now + 45 * 60)).abs() <= 60, "{at} vs {now}");
         assert_eq!(
             seen[id].as_str(),
-            Some(sandguard::timefmt::format_rfc3339(at).as_str()),
+            Some(sandguard::testing::timefmt::format_rfc3339(at).as_str()),
             "ps shows the TTL the SDK set"
         );
     }

@@ -167,7 +167,7 @@ pub fn while_the_owner_lives_its_sandboxes_ttls_are_renewed_past_the_grace<C: Cl
     labels.push((DETACHED.to_string(), "true".to_string()));
     let detached = rig.cloud.insert(&pairs(&labels));
     let kept = rig.cloud.expires_at(&detached).expect("a TTL to read");
-    let now = sandguard::timefmt::now_unix();
+    let now = sandguard::testing::timefmt::now_unix();
     let past_grace = now + grace.as_secs() as i64;
     // Renewed to grace + 2 × renew_every from now, far beyond what the emulator gave it.
     eventually(

@@ -166,7 +166,7 @@ fn routed(segs: &[&str]) -> Vec<String> {
 fn time_query(req: &Request, name: &str) -> Result<Option<i64>, Response> {
     match req.query(name) {
         None => Ok(None),
-        Some(text) => sandguard::timefmt::parse_rfc3339(text)
+        Some(text) => sandguard::testing::timefmt::parse_rfc3339(text)
             .map(|secs| Some(secs * 1000))
             .ok_or_else(|| {
                 validation_error(req, &format!("{name} must be a valid ISO 8601 date string"))

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
-use sandguard::providers::modal::wire::{
+use sandguard::testing::providers::modal::wire::{
     self, SandboxInfo, SandboxListRequest, SandboxListResponse, SandboxTag,
 };
 use tonic::metadata::MetadataMap;

@@ -1,7 +1,7 @@
 //! A Modal control-plane emulator: a tonic gRPC server on 127.0.0.1 (port 0) answering the
 //! RPCs of `modal.client.ModalClient` that sandguard and Modal's own SDK use for sandboxes,
 //! from in-memory sandboxes, with the messages and paths generated from `proto/modal.proto`
-//! (`sandguard::providers::modal::wire`, the driver's own: one copy of the schema, checked
+//! (`sandguard::testing::providers::modal::wire`, the driver's own: one copy of the schema, checked
 //! against Modal by the driver's byte tests and by Modal's SDK in `providers::modal::sdk`).
 //!
 //! Faithful to what Modal's clients rely on (`api.rs`):
@@ -47,7 +47,7 @@ use tonic::Code;
 
 pub use api::DEFAULT_ENVIRONMENT;
 use api::{Gen, Sb, State};
-use sandguard::providers::modal::wire;
+use sandguard::testing::providers::modal::wire;
 pub use wire::path;
 
 pub const TOKEN_ID: &str = "ak-emulatortoken0001";

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use prost::Message;
-use sandguard::providers::modal::wire::{self, path, Any, RpcRetryPolicy, RpcStatus};
+use sandguard::testing::providers::modal::wire::{self, path, Any, RpcRetryPolicy, RpcStatus};
 use tonic::body::Body;
 use tonic::codegen::{http, BoxFuture, Context, Poll, Service};
 use tonic::metadata::MetadataMap;

@@ -10,7 +10,7 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWr
 use super::http::Framing;
 
 /// Copies a body by its framing. With `keep`, the decoded payload is also appended to it.
-pub async fn copy_body<R, W>(
+pub(crate) async fn copy_body<R, W>(
     r: &mut R,
     w: &mut W,
     framing: Framing,
@@ -123,7 +123,7 @@ async fn read_line<R: AsyncBufRead + Unpin>(r: &mut R) -> io::Result<Vec<u8>> {
 }
 
 /// Reads a whole body (decoded) of at most `limit` bytes as sent (chunk framing included).
-pub async fn read_body<R: AsyncBufRead + Unpin>(
+pub(crate) async fn read_body<R: AsyncBufRead + Unpin>(
     r: &mut R,
     framing: Framing,
     limit: u64,
@@ -147,7 +147,7 @@ impl std::fmt::Display for TooLarge {
 impl std::error::Error for TooLarge {}
 
 /// Whether reading a body failed because it was over its limit.
-pub fn is_too_large(e: &io::Error) -> bool {
+pub(crate) fn is_too_large(e: &io::Error) -> bool {
     e.get_ref().is_some_and(
         <dyn std::error::Error + std::marker::Send + std::marker::Sync + 'static>::is::<TooLarge>,
     )
@@ -183,7 +183,7 @@ impl AsyncWrite for Limited {
 }
 
 /// Reads a whole body of at most `limit` bytes: the raw bytes as received, and decoded.
-pub async fn read_buffered<R: AsyncBufRead + Unpin>(
+pub(crate) async fn read_buffered<R: AsyncBufRead + Unpin>(
     r: &mut R,
     framing: Framing,
     limit: u64,

@@ -40,19 +40,22 @@ use crate::providers::proxy_stamp::{self, Keys};
 const LABELS: Keys = Keys::Go("Labels");
 
 /// The `changes` instruction added to every commit.
-pub const COMMIT_CHANGE: &str =
+pub(crate) const COMMIT_CHANGE: &str =
     r#"LABEL sandguard.session="" sandguard.owner="" sandguard.expires="" sandguard.detached="""#;
 
 /// A create body with the session's labels merged into its one `Labels` key, and what the
 /// sidecar journals for what it creates ([`Hold::of`] the merged labels).
-pub fn stamp(body: &[u8], labels: &BTreeMap<String, String>) -> Result<(Json, Hold), String> {
+pub(crate) fn stamp(
+    body: &[u8],
+    labels: &BTreeMap<String, String>,
+) -> Result<(Json, Hold), String> {
     let mut pairs = object(body)?.unwrap_or_default();
     let hold = proxy_stamp::stamp(&mut pairs, LABELS, labels)?;
     Ok((Json::Object(pairs), hold))
 }
 
 /// A commit body without sandguard's labels (an empty or `null` body stays as it is).
-pub fn scrub_commit(body: &[u8]) -> Result<Vec<u8>, String> {
+pub(crate) fn scrub_commit(body: &[u8]) -> Result<Vec<u8>, String> {
     let Some(mut pairs) = object(body)? else {
         return Ok(body.to_vec());
     };
@@ -68,7 +71,7 @@ pub fn scrub_commit(body: &[u8]) -> Result<Vec<u8>, String> {
 }
 
 /// A commit target with [`COMMIT_CHANGE`] as its last `changes` parameter.
-pub fn commit_target(target: &str) -> String {
+pub(crate) fn commit_target(target: &str) -> String {
     let sep = match target.find('?') {
         None => "?",
         Some(_) if target.ends_with(['?', '&']) => "",
@@ -97,7 +100,7 @@ fn object(body: &[u8]) -> Result<Option<Vec<(String, Json)>>, String> {
 
 /// The id an answer names if this session made the object: `Id` (volumes: `Name`), and,
 /// where the answer carries labels, `sandguard.session` equal to `session`.
-pub fn claimable(kind: Create, answer: &[u8], session: &str) -> Option<String> {
+pub(crate) fn claimable(kind: Create, answer: &[u8], session: &str) -> Option<String> {
     let value: serde_json::Value = serde_json::from_slice(answer).ok()?;
     let id = value.get(if kind == Create::Volume { "Name" } else { "Id" })?;
     let id = id.as_str().filter(|id| !id.is_empty())?;
@@ -111,7 +114,7 @@ pub fn claimable(kind: Create, answer: &[u8], session: &str) -> Option<String> {
 
 /// A named volume a container create would bring into being.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Volume {
+pub(crate) struct Volume {
     pub name: String,
     pub driver: String,
     pub options: Option<Vec<(String, Json)>>,
@@ -120,7 +123,7 @@ pub struct Volume {
 
 impl Volume {
     /// A detach when the container it is made for is detached, or its own labels ask for it.
-    pub fn hold(&self, container: Hold) -> Hold {
+    pub(crate) fn hold(&self, container: Hold) -> Hold {
         match (container, &self.labels) {
             (Hold::Detach, _) => Hold::Detach,
             (Hold::Claim, Some(labels)) => Hold::of(labels),
@@ -129,7 +132,7 @@ impl Volume {
     }
 
     /// The body of `POST /volumes/create` for it, with the session's labels winning.
-    pub fn create_body(&self, stamp: &BTreeMap<String, String>) -> Vec<u8> {
+    pub(crate) fn create_body(&self, stamp: &BTreeMap<String, String>) -> Vec<u8> {
         let mut labels = self.labels.clone().unwrap_or_default();
         for (k, v) in stamp {
             insert(&mut labels, k, Json::str(v));
@@ -149,7 +152,7 @@ impl Volume {
 }
 
 /// The named volumes a container create body mounts, each once (the first mention wins).
-pub fn named_volumes(body: &Json) -> Result<Vec<Volume>, String> {
+pub(crate) fn named_volumes(body: &Json) -> Result<Vec<Volume>, String> {
     let Json::Object(pairs) = body else {
         return Ok(Vec::new());
     };

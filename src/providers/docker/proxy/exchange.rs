@@ -28,13 +28,13 @@ use http::{Framing, Head, Message};
 
 /// A request the proxy answers itself instead of forwarding it.
 #[derive(Debug)]
-pub struct Refusal {
+pub(super) struct Refusal {
     pub status: u16,
     pub message: String,
 }
 
 impl Refusal {
-    pub fn new(status: u16, message: impl Into<String>) -> Refusal {
+    pub(super) fn new(status: u16, message: impl Into<String>) -> Refusal {
         Refusal {
             status,
             message: message.into(),
@@ -47,7 +47,7 @@ impl Refusal {
 const DRAIN: Duration = Duration::from_secs(2);
 
 /// One request and its answer.
-pub async fn exchange<CR, CW, UR, UW>(
+pub(super) async fn exchange<CR, CW, UR, UW>(
     c: &mut Side<CR, CW>,
     u: &mut Side<UR, UW>,
     shared: &Shared,

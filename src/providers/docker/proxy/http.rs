@@ -18,13 +18,13 @@ use std::io;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt};
 
 /// The longest message head read; a longer request head is refused with 431.
-pub const MAX_HEAD: usize = 64 * 1024;
+pub(crate) const MAX_HEAD: usize = 64 * 1024;
 /// The largest create or commit body buffered for rewriting; a larger one is refused (413).
-pub const MAX_CREATE_BODY: u64 = 8 * 1024 * 1024;
+pub(crate) const MAX_CREATE_BODY: u64 = 8 * 1024 * 1024;
 
 /// What reading a head produced.
 #[derive(Debug)]
-pub enum Head {
+pub(crate) enum Head {
     /// A complete head, ending with its empty line.
     Complete(Vec<u8>),
     /// EOF before the empty line: the bytes read so far.
@@ -35,7 +35,7 @@ pub enum Head {
 
 /// How a body is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
+pub(crate) enum Framing {
     None,
     Length(u64),
     Chunked,
@@ -45,7 +45,7 @@ pub enum Framing {
 
 /// A parsed message head. `lines` are the header lines as received, without their CRLF.
 #[derive(Debug)]
-pub struct Message {
+pub(crate) struct Message {
     /// Request: method, target. Response: version, status code (as text).
     pub first: (String, String),
     pub lines: Vec<String>,
@@ -54,7 +54,7 @@ pub struct Message {
 
 /// Reads one head: lines up to and including the empty one. Empty lines before a request
 /// line are skipped (RFC 9112 §2.2). `Ok(None)` is a clean EOF between messages.
-pub async fn read_head<R: AsyncBufRead + Unpin>(r: &mut R) -> io::Result<Option<Head>> {
+pub(crate) async fn read_head<R: AsyncBufRead + Unpin>(r: &mut R) -> io::Result<Option<Head>> {
     let mut head = Vec::new();
     loop {
         let start = head.len();
@@ -84,7 +84,7 @@ pub async fn read_head<R: AsyncBufRead + Unpin>(r: &mut R) -> io::Result<Option<
 
 impl Message {
     /// Parses a complete request head, strictly; `Err` says what is wrong with it.
-    pub fn request(head: &[u8]) -> Result<Message, &'static str> {
+    pub(crate) fn request(head: &[u8]) -> Result<Message, &'static str> {
         let text = std::str::from_utf8(head).map_err(|_| "the request head is not UTF-8")?;
         let mut lines = text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l));
         let request_line = lines.next().unwrap_or("").to_string();
@@ -126,7 +126,7 @@ impl Message {
     }
 
     /// Parses a complete response head; `None` when it is not HTTP/1.x.
-    pub fn response(head: &[u8]) -> Option<Message> {
+    pub(crate) fn response(head: &[u8]) -> Option<Message> {
         let text = std::str::from_utf8(head).ok()?;
         let mut lines = text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l));
         let status_line = lines.next()?.to_string();
@@ -154,17 +154,17 @@ impl Message {
     }
 
     /// A request's method.
-    pub fn method(&self) -> &str {
+    pub(crate) fn method(&self) -> &str {
         &self.first.0
     }
 
     /// A request's target, as received.
-    pub fn target(&self) -> &str {
+    pub(crate) fn target(&self) -> &str {
         &self.first.1
     }
 
     /// Every value of a header, trimmed.
-    pub fn values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+    pub(crate) fn values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
         self.lines.iter().filter_map(move |l| {
             let (n, v) = l.split_once(':')?;
             n.eq_ignore_ascii_case(name).then_some(v.trim())
@@ -180,7 +180,7 @@ impl Message {
     /// The body's framing; `None` when the headers contradict each other. A request's
     /// `Transfer-Encoding` must be exactly `chunked` on HTTP/1.1, as Go's server demands (it
     /// ignores the header on HTTP/1.0, and framing that Go reads otherwise is refused).
-    pub fn framing(&self, response: bool) -> Option<Framing> {
+    pub(crate) fn framing(&self, response: bool) -> Option<Framing> {
         if self.values("transfer-encoding").next().is_some() {
             if !response {
                 let mut te = self.values("transfer-encoding");
@@ -207,29 +207,29 @@ impl Message {
     }
 
     /// Asks for `Connection: close`.
-    pub fn wants_close(&self) -> bool {
+    pub(crate) fn wants_close(&self) -> bool {
         self.has_token("connection", "close")
     }
 
     /// Asks to switch protocols (attach, exec start): `Upgrade` or `Connection: Upgrade`.
-    pub fn wants_upgrade(&self) -> bool {
+    pub(crate) fn wants_upgrade(&self) -> bool {
         self.values("upgrade").next().is_some() || self.has_token("connection", "upgrade")
     }
 
     /// The status code of a response.
-    pub fn status(&self) -> u16 {
+    pub(crate) fn status(&self) -> u16 {
         self.first.1.parse().unwrap_or(0)
     }
 
     /// Asks for `100 Continue` before it sends its body.
-    pub fn expects_continue(&self) -> bool {
+    pub(crate) fn expects_continue(&self) -> bool {
         self.has_token("expect", "100-continue")
     }
 
     /// This request's head for a rewritten body of `len` bytes: the same lines, the framing
     /// replaced, `Expect` dropped (the proxy already answered it), and the target replaced
     /// when `target` is given.
-    pub fn rewritten(&self, target: Option<&str>, len: usize) -> Vec<u8> {
+    pub(crate) fn rewritten(&self, target: Option<&str>, len: usize) -> Vec<u8> {
         let mut out = match target {
             Some(t) => format!("{} {t} {}\r\n", self.first.0, self.version()),
             None => format!("{}\r\n", self.request_line),
@@ -268,7 +268,7 @@ fn is_token(s: &str) -> bool {
 
 /// An answer of the proxy's own, closing the connection; the JSON body carries `message`,
 /// which Docker clients print as they print the daemon's errors.
-pub fn answer(status: u16, message: &str) -> Vec<u8> {
+pub(crate) fn answer(status: u16, message: &str) -> Vec<u8> {
     let reason = match status {
         400 => "Bad Request",
         404 => "Not Found",

@@ -21,7 +21,7 @@ use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 
 /// A JSON value whose objects keep their keys in order, duplicates included.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Json {
+pub(crate) enum Json {
     Null,
     Bool(bool),
     Number(serde_json::Number),
@@ -32,16 +32,16 @@ pub enum Json {
 
 impl Json {
     /// Parses a whole body: one value, nothing but whitespace after it.
-    pub fn parse(bytes: &[u8]) -> Result<Json, String> {
+    pub(crate) fn parse(bytes: &[u8]) -> Result<Json, String> {
         serde_json::from_slice(bytes).map_err(|e| e.to_string())
     }
 
-    pub fn to_vec(&self) -> Vec<u8> {
+    pub(crate) fn to_vec(&self) -> Vec<u8> {
         // Writing into a Vec cannot fail, and every key is a string.
         serde_json::to_vec(self).unwrap_or_default()
     }
 
-    pub fn str(s: &str) -> Json {
+    pub(crate) fn str(s: &str) -> Json {
         Json::String(s.to_string())
     }
 }
@@ -49,7 +49,7 @@ impl Json {
 /// Whether a JSON key names the Go struct field `field` (ASCII, as Docker's fields are), as
 /// `encoding/json` decides: equal under simple case folding, where `ſ` (U+017F) folds with
 /// `s` and the Kelvin sign `K` (U+212A) with `k`.
-pub fn go_field(key: &str, field: &str) -> bool {
+pub(crate) fn go_field(key: &str, field: &str) -> bool {
     let mut keys = key.chars();
     for f in field.chars() {
         let c = match keys.next() {
@@ -68,7 +68,10 @@ pub fn go_field(key: &str, field: &str) -> bool {
 /// Decodes one value into a Go `map[string]V` as `encoding/json` does: an object merges into
 /// the map (a later key replaces an earlier one), a null resets it to nil. `Err` for any
 /// other value, which Go refuses too.
-pub fn go_map(map: &mut Option<Vec<(String, Json)>>, value: &Json) -> Result<(), &'static str> {
+pub(crate) fn go_map(
+    map: &mut Option<Vec<(String, Json)>>,
+    value: &Json,
+) -> Result<(), &'static str> {
     match value {
         Json::Null => *map = None,
         Json::Object(pairs) => {
@@ -83,7 +86,7 @@ pub fn go_map(map: &mut Option<Vec<(String, Json)>>, value: &Json) -> Result<(),
 }
 
 /// Sets `key` in a list of pairs used as a map (replacing its value in place).
-pub fn insert(map: &mut Vec<(String, Json)>, key: &str, value: Json) {
+pub(crate) fn insert(map: &mut Vec<(String, Json)>, key: &str, value: Json) {
     match map.iter_mut().find(|(k, _)| k == key) {
         Some(slot) => slot.1 = value,
         None => map.push((key.to_string(), value)),

@@ -59,11 +59,11 @@
 //! Claims name networks as `network/ID` and volumes as `volume/NAME` (see
 //! `Provider::parse_claim` of the Docker driver), so a reclaim removes the right kind of object.
 
-pub mod body;
-pub mod create;
+pub(crate) mod body;
+pub(crate) mod create;
 mod exchange;
-pub mod http;
-pub mod json;
+pub(crate) mod http;
+pub(crate) mod json;
 pub mod target;
 mod volumes;
 
@@ -78,19 +78,19 @@ use tokio::sync::mpsc;
 
 use crate::protocol::Target;
 use crate::providers::proxy_claim::claim as claim_target;
-pub use crate::providers::proxy_claim::{Claim, Hold};
+pub(crate) use crate::providers::proxy_claim::{Claim, Hold};
 use target::Create;
 
 /// Where the real daemon listens.
 #[derive(Debug, Clone)]
-pub enum Upstream {
+pub(crate) enum Upstream {
     Unix(PathBuf),
     Tcp(String),
 }
 
 impl Upstream {
     /// From a Docker host address: `unix:///path`, `tcp://host:port` or `http://host:port`.
-    pub fn parse(host: &str) -> Result<Upstream, String> {
+    pub(crate) fn parse(host: &str) -> Result<Upstream, String> {
         if let Some(path) = host.strip_prefix("unix://") {
             return Ok(Upstream::Unix(PathBuf::from(path)));
         }
@@ -128,20 +128,20 @@ struct Shared {
 }
 
 /// A bound proxy, not yet serving.
-pub struct Proxy {
+pub(crate) struct Proxy {
     listener: UnixListener,
     shared: Arc<Shared>,
 }
 
 /// The proxy's private directory; dropping it removes the socket and the directory.
 #[derive(Debug)]
-pub struct SocketDir {
+pub(crate) struct SocketDir {
     dir: PathBuf,
     socket: PathBuf,
 }
 
 impl SocketDir {
-    pub fn socket(&self) -> &Path {
+    pub(crate) fn socket(&self) -> &Path {
         &self.socket
     }
 }
@@ -159,7 +159,7 @@ const MAX_SOCKET_PATH: usize = 100;
 impl Proxy {
     /// Creates `dir` (mode 0700; it must not exist) and listens on `dir/docker.sock` (0600).
     /// A path too long for a unix socket falls back to a fresh directory in the temp dir.
-    pub fn bind(
+    pub(crate) fn bind(
         dir: &Path,
         fallback: &str,
         upstream: Upstream,
@@ -198,7 +198,7 @@ impl Proxy {
     }
 
     /// Serves until dropped; dropping the future ends every connection with it.
-    pub async fn run(self) {
+    pub(crate) async fn run(self) {
         let shared = self.shared;
         crate::providers::proxy_accept::serve("docker proxy", self.listener, move |client| {
             serve(client, shared.clone())

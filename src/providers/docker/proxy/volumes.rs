@@ -36,7 +36,7 @@ const MAX_ANSWER: usize = 1024 * 1024;
 /// Makes `volume` (if it does not exist yet) with the session's labels, and claims it if this
 /// call made it: as a detach, with `sandguard.detached=true` among its labels, when the
 /// container it is made for (`container`) or the mount's own labels ask to be detached.
-pub async fn precreate(
+pub(super) async fn precreate(
     shared: &Shared,
     version: &str,
     volume: &Volume,

@@ -39,7 +39,7 @@ struct ErrorReply {
 /// `what` says what was being done ("failed to list sandboxes"); `program` names the plugin.
 /// Every message is redacted: `secrets` (the credentials sandguard knows, which the plugin
 /// sees in its environment) and anything shaped like a credential.
-pub fn interpret<T: DeserializeOwned>(
+pub(crate) fn interpret<T: DeserializeOwned>(
     answer: &Answer,
     what: &str,
     program: &str,
@@ -106,7 +106,7 @@ fn decide<T: DeserializeOwned>(
 }
 
 /// `exited with status 3`, `was killed by signal 9`.
-pub fn describe_status(status: ExitStatus) -> String {
+pub(crate) fn describe_status(status: ExitStatus) -> String {
     match (status.code(), status.signal()) {
         (Some(code), _) => format!("exited with status {code}"),
         (None, Some(signal)) => format!("was killed by signal {signal}"),
