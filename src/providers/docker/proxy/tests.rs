@@ -2,7 +2,8 @@
 //! back, and what is claimed. (The real daemon: `tests/proxy.rs`, `tests/trust_proxy.rs`.)
 
 use super::*;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 struct Rig {
     dir: std::path::PathBuf,
@@ -88,6 +89,16 @@ async fn fake_daemon(conn: UnixStream) -> Vec<u8> {
             w.write_all(&rest).await.unwrap();
             return log;
         }
+        if text.contains("follow=1") {
+            // One chunk now; the rest never comes: the client must see it while the
+            // stream is open (until the proxy closes this connection).
+            w.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nfirst\n\r\n")
+                .await
+                .unwrap();
+            let mut rest = Vec::new();
+            let _ = r.read_to_end(&mut rest).await;
+            return log;
+        }
         if text.contains("/until-close") {
             // An answer the end of the connection delimits; then go on reading, to see
             // whether anything else is forwarded.
@@ -155,8 +166,8 @@ async fn creates_are_stamped_and_claimed_on_a_kept_alive_connection() {
     assert_eq!(answers.matches("HTTP/1.1 ").count(), 3, "{answers}");
     assert!(answers.contains("{\"Id\":\"c1\"}\n"));
     assert!(
-        answers.contains("5\r\n{\"Lab\r\n"),
-        "the chunks as the daemon sent them"
+        answers.contains(r#""Name":"v1"}"#),
+        "the volume answer, read whole to be claimed: {answers}"
     );
     assert!(answers.ends_with("ok"));
     let seen = String::from_utf8(rig.seen.recv().await.unwrap()).unwrap();
@@ -187,43 +198,64 @@ async fn upgrades_become_a_raw_copy() {
     let _ = std::fs::remove_dir_all(&rig.dir);
 }
 
-#[tokio::test]
-async fn garbage_is_refused_by_the_proxy_and_it_lives_on() {
-    let mut rig = rig("garbage").await;
+/// Reads until the proxy closes the connection (at most 20 s).
+async fn read_all(conn: &mut UnixStream) -> String {
+    let mut out = Vec::new();
+    let read = conn.read_to_end(&mut out);
+    tokio::time::timeout(Duration::from_secs(20), read)
+        .await
+        .expect("the proxy closed the connection")
+        .unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Sends a `GET /_ping` on a fresh connection and returns what the daemon saw of it.
+async fn ping(rig: &mut Rig) -> String {
     let mut conn = UnixStream::connect(&rig.socket).await.unwrap();
-    conn.write_all(b"GARBAGE\r\n\r\nGET /_ping HTTP/1.1\r\n\r\n")
+    conn.write_all(b"GET /_ping HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n\r\n")
         .await
         .unwrap();
-    let mut out = String::new();
-    conn.read_to_string(&mut out).await.unwrap();
+    let out = read_all(&mut conn).await;
+    assert!(out.ends_with("ok"), "{out}");
+    String::from_utf8(rig.seen.recv().await.unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn garbage_is_refused_and_nothing_reaches_the_daemon() {
+    let mut rig = rig("garbage").await;
+    let mut conn = UnixStream::connect(&rig.socket).await.unwrap();
+    conn.write_all(b"GARBAGE\r\n\r\nPOST /containers/create HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    let out = read_all(&mut conn).await;
     drop(conn);
     assert!(out.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{out}");
-    assert!(out.contains("sandguard: "), "{out}");
     assert_eq!(out.matches("HTTP/1.1").count(), 1, "{out}");
-    assert_eq!(
-        rig.seen.recv().await.unwrap(),
-        b"",
-        "nothing reached the daemon"
-    );
+    // A head cut short: no answer, nothing forwarded.
+    let mut conn = UnixStream::connect(&rig.socket).await.unwrap();
+    conn.write_all(b"POST /containers/create HTTP/1.1\r\nHost: d")
+        .await
+        .unwrap();
+    conn.shutdown().await.unwrap();
+    assert_eq!(read_all(&mut conn).await, "");
+    // The first connection the daemon saw is the next client's.
+    let seen = ping(&mut rig).await;
+    assert!(seen.starts_with("GET /_ping HTTP/1.1\r\n"), "{seen:?}");
     // A client that leaves mid-request does not hurt the next one.
     let mut half = UnixStream::connect(&rig.socket).await.unwrap();
     half.write_all(b"POST /x HTTP/1.1\r\nContent-Length: 100\r\n\r\nabc")
         .await
         .unwrap();
     drop(half);
-    let mut conn = UnixStream::connect(&rig.socket).await.unwrap();
-    conn.write_all(b"GET /_ping HTTP/1.1\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut out = String::new();
-    conn.read_to_string(&mut out).await.unwrap();
-    assert!(out.ends_with("ok"), "{out}");
+    ping(&mut rig).await;
     let _ = std::fs::remove_dir_all(&rig.dir);
 }
 
 #[tokio::test]
-async fn an_answer_until_close_is_not_followed_by_a_raw_copy() {
+async fn an_answer_until_close_streams_and_the_next_request_is_still_judged() {
     let mut rig = rig("until-close").await;
+    let claims = std::mem::replace(&mut rig.claims, mpsc::unbounded_channel().1);
+    let acker = tokio::spawn(ack_claims(claims, 1));
     let mut conn = UnixStream::connect(&rig.socket).await.unwrap();
     let create = r#"{"Image":"x"}"#;
     let req = format!(
@@ -231,15 +263,92 @@ async fn an_answer_until_close_is_not_followed_by_a_raw_copy() {
         create.len()
     );
     conn.write_all(req.as_bytes()).await.unwrap();
-    let mut out = String::new();
-    conn.read_to_string(&mut out).await.unwrap();
-    assert_eq!(out, "HTTP/1.1 200 OK\r\n\r\nstream");
-    let seen = String::from_utf8(rig.seen.recv().await.unwrap()).unwrap();
+    conn.shutdown().await.unwrap();
+    let out = read_all(&mut conn).await;
+    assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+    assert!(out.contains("stream"), "{out}");
+    assert!(out.ends_with("{\"Id\":\"c1\"}\n"), "{out}");
+    let first = String::from_utf8(rig.seen.recv().await.unwrap()).unwrap();
+    assert!(!first.contains("create"), "{first}");
+    let second = String::from_utf8(rig.seen.recv().await.unwrap()).unwrap();
     assert!(
-        !seen.contains("create"),
-        "nothing after it went upstream: {seen}"
+        second.starts_with("POST /containers/create HTTP/1.1\r\n"),
+        "{second}"
     );
+    assert!(second.contains(r#""sandguard.session":"s1""#), "{second}");
+    assert_eq!(acker.await.unwrap()[0].id, "c1");
     let _ = std::fs::remove_dir_all(&rig.dir);
+}
+
+#[tokio::test]
+async fn a_stream_reaches_the_client_as_it_comes() {
+    let rig = rig("follow").await;
+    let mut conn = UnixStream::connect(&rig.socket).await.unwrap();
+    conn.write_all(b"GET /containers/c1/logs?follow=1 HTTP/1.1\r\nHost: d\r\n\r\n")
+        .await
+        .unwrap();
+    let mut r = BufReader::new(conn);
+    let mut seen = String::new();
+    let read = async {
+        while !seen.contains("first") {
+            let mut line = String::new();
+            assert!(r.read_line(&mut line).await.unwrap() > 0, "{seen}");
+            seen.push_str(&line);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), read)
+        .await
+        .unwrap_or_else(|_| panic!("the first chunk did not come through: {seen:?}"));
+    let _ = std::fs::remove_dir_all(&rig.dir);
+}
+
+#[tokio::test]
+async fn a_hijack_without_upgrade_is_refused_unless_a_detached_exec() {
+    let mut rig = rig("no-upgrade").await;
+    for (target, body) in [
+        ("/v1.41/containers/c1/attach?stream=1&stdin=1", ""),
+        ("/v1.41/exec/e1/start", r#"{"Detach":false,"Tty":false}"#),
+        ("/exec/e1/start", r#"{"Detach":true,"detach":false}"#),
+    ] {
+        let mut conn = UnixStream::connect(&rig.socket).await.unwrap();
+        let req = format!(
+            "POST {target} HTTP/1.1\r\nHost: d\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        conn.write_all(req.as_bytes()).await.unwrap();
+        let out = read_all(&mut conn).await;
+        assert!(out.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{out}");
+        assert!(out.contains("Upgrade: tcp"), "says why: {out}");
+    }
+    let seen = ping(&mut rig).await;
+    assert!(
+        seen.starts_with("GET /_ping"),
+        "nothing forwarded: {seen:?}"
+    );
+    let mut conn = UnixStream::connect(&rig.socket).await.unwrap();
+    let body = r#"{"Detach":true,"Tty":false}"#;
+    let req = format!(
+        "POST /v1.41/exec/e1/start HTTP/1.1\r\nHost: d\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(req.as_bytes()).await.unwrap();
+    let out = read_all(&mut conn).await;
+    assert!(out.ends_with("ok"), "a detached exec start passes: {out}");
+    let seen = String::from_utf8(rig.seen.recv().await.unwrap()).unwrap();
+    assert!(seen.ends_with(body), "{seen}");
+    let _ = std::fs::remove_dir_all(&rig.dir);
+}
+
+#[test]
+fn exec_bodies_read_as_go_reads_detach() {
+    use forward::detached;
+    assert!(detached(br#"{"Detach":true}"#));
+    assert!(detached(br#"{"detach":false,"DETACH":true,"Detach":null}"#));
+    assert!(!detached(br#"{"Detach":true,"detach":false}"#));
+    assert!(!detached(br#"{"Detach":"true"}"#));
+    assert!(!detached(b"{}"));
+    assert!(!detached(b""));
+    assert!(!detached(b"[true]"));
 }
 
 #[tokio::test]
