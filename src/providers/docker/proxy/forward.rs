@@ -3,7 +3,8 @@
 //!
 //! - The request as hyper's server parsed it is judged first: a header value that is not
 //!   UTF-8, a `CONNECT` (no Docker route has one) or a target Go would refuse is answered
-//!   `400` here. Its target is routed as Docker routes it ([`target::route`]), on exactly the
+//!   `400` here, and a head over 64 KiB that hyper let through (its limit is on its read
+//!   buffer, and one read may pass it) `431`. Its target is routed as Docker routes it ([`target::route`]), on exactly the
 //!   path and query that is then sent ([`Conn::send`]).
 //! - A create or a commit has its body read whole (at most [`MAX_CREATE_BODY`], else `413`),
 //!   rewritten ([`create`]; a body that cannot be rewritten is `400`), and sent with a fresh
@@ -31,7 +32,7 @@ use super::create;
 use super::json::{go_field, Json};
 use super::target::{self, Create, Route};
 use super::upstream::{as_is, strip_hop_by_hop, Conn};
-use super::{claim, volumes, Body, Hold, Shared};
+use super::{claim, volumes, Body, Hold, Shared, MAX_HEAD};
 use crate::providers::proxy_stamp::{collect, TooLarge, MAX_CREATE_BODY};
 
 /// A request the proxy answers itself instead of forwarding it.
@@ -93,6 +94,10 @@ fn judge(req: &Request<Incoming>) -> Result<(String, Route), Refusal> {
     if req.method() == Method::CONNECT {
         return refuse("the Docker API has no CONNECT");
     }
+    if head_size(req) > MAX_HEAD {
+        let why = "sandguard: the request head is over 64 KiB";
+        return Err(Refusal::new(431, why));
+    }
     if req
         .headers()
         .values()
@@ -105,6 +110,17 @@ fn judge(req: &Request<Incoming>) -> Result<(String, Route), Refusal> {
         Ok(route) => Ok((target.to_string(), route)),
         Err(why) => refuse(why),
     }
+}
+
+/// The size of a request head as sent (its request line and header lines). hyper's own
+/// limit ([`MAX_HEAD`] of read buffer) is approximate: a head that arrives in one read may
+/// exceed it, and is refused here.
+fn head_size(req: &Request<Incoming>) -> usize {
+    let line = req.method().as_str().len() + req.uri().to_string().len() + 12;
+    let fields = req.headers().iter();
+    line + fields
+        .map(|(n, v)| n.as_str().len() + v.len() + 4)
+        .sum::<usize>()
 }
 
 /// A request passed on as it came; an upgrade answered `101` is then copied raw both ways.
