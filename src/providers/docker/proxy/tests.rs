@@ -238,6 +238,16 @@ async fn garbage_is_refused_and_nothing_reaches_the_daemon() {
         .unwrap();
     conn.shutdown().await.unwrap();
     assert_eq!(read_all(&mut conn).await, "");
+    // A head over 64 KiB, even one hyper's buffer let through, and what follows it.
+    let mut conn = UnixStream::connect(&rig.socket).await.unwrap();
+    let big = format!(
+        "GET /_ping HTTP/1.1\r\nX-Big: {}\r\n\r\nPOST /containers/create HTTP/1.1\r\n\r\n",
+        "a".repeat(65 * 1024)
+    );
+    conn.write_all(big.as_bytes()).await.unwrap();
+    let out = read_all(&mut conn).await;
+    assert!(out.starts_with("HTTP/1.1 431 "), "{out}");
+    assert_eq!(out.matches("HTTP/1.1").count(), 1, "{out}");
     // The first connection the daemon saw is the next client's.
     let seen = ping(&mut rig).await;
     assert!(seen.starts_with("GET /_ping HTTP/1.1\r\n"), "{seen:?}");

@@ -144,7 +144,7 @@ impl Conn {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // Nothing panics while holding these locks; a poisoned one still holds good data.
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// An error and its sources, one after the other (hyper's top error says little).
