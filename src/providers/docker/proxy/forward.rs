@@ -26,7 +26,7 @@ use http_body_util::{Either, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{HeaderValue, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, UPGRADE};
 use hyper::http::request::Parts;
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Method, Request, Response, StatusCode, Version};
 
 use super::create;
 use super::json::{go_field, Json};
@@ -78,7 +78,8 @@ pub async fn handle(req: Request<Incoming>, conn: &Conn) -> Response<Body> {
         Ok(judged) => judged,
         Err(refusal) => return refusal.answer(),
     };
-    let upgrade = req.headers().contains_key(UPGRADE);
+    // Docker looks for the header alone; hyper switches only an HTTP/1.1 connection.
+    let upgrade = req.headers().contains_key(UPGRADE) && req.version() == Version::HTTP_11;
     let result = match route {
         Route::Create { .. } | Route::Commit => rewrite(req, &target, &route, conn).await,
         Route::ExecStart if !upgrade => detached_exec(req, &target, conn).await,
