@@ -14,15 +14,47 @@
 //! `sandguard.session`. An empty body is stamped as `{}`; anything else that is not a JSON
 //! object (or whose label map is not an object) cannot be stamped, and the caller refuses it.
 //! The merged map also says whether the create asked to be detached ([`Hold`]).
+//!
+//! A body to be stamped is read whole first ([`collect`]), at most [`MAX_CREATE_BODY`]: a
+//! larger one cannot be stamped and the proxy refuses it (`413`), never passing it on. A body
+//! that announces a larger length is refused before any of it is read.
 
 use std::collections::BTreeMap;
+
+use http_body_util::{BodyExt, Limited};
+use hyper::body::{Body, Bytes};
 
 use crate::providers::docker::proxy::json::{go_field, go_map, insert, Json};
 use crate::providers::proxy_claim::Hold;
 
+/// The largest create (or commit) body buffered for stamping; a larger one is refused (413).
+pub(crate) const MAX_CREATE_BODY: u64 = 8 * 1024 * 1024;
+
+/// Why a body could not be collected: `true` when it was over the bound.
+pub(crate) struct TooLarge(pub bool);
+
+/// Reads a whole body, at most `max` bytes.
+pub(crate) async fn collect<B>(body: B, max: u64) -> Result<Bytes, TooLarge>
+where
+    B: Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    if body.size_hint().lower() > max {
+        return Err(TooLarge(true));
+    }
+    let max = usize::try_from(max).unwrap_or(usize::MAX);
+    match Limited::new(body, max).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) => Err(TooLarge(
+            e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some(),
+        )),
+    }
+}
+
 /// How the service finds its label map's key.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Keys {
+pub enum Keys {
     /// Go's `encoding/json` field `name` (its JSON tag).
     Go(&'static str),
     /// `JSON.parse`: exactly `name`, the last one winning.
@@ -60,7 +92,7 @@ pub(crate) fn stamp(
 
 /// Takes every key `keys` matches out of `pairs`, and returns their map as the service reads
 /// it (`None`: no such key, or `null`).
-pub(crate) fn take(
+pub fn take(
     pairs: &mut Vec<(String, Json)>,
     keys: Keys,
 ) -> Result<Option<Vec<(String, Json)>>, String> {

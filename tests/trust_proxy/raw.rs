@@ -83,8 +83,9 @@ fn stamped(f: &mut Faults, o: &Owner, answer: &str, marker: &str, what: &str) {
     f.check(o.journal().contains(&id), format!("{what}: claimed"));
 }
 
-/// Checks that a request was refused by the proxy and nothing with `marker` was created.
-fn refused(f: &mut Faults, answer: &str, code: u16, marker: &str, what: &str) {
+/// Checks that a request was refused by the proxy (with `code`, and one answer only) and
+/// nothing with `marker` was created.
+fn refused_head(f: &mut Faults, answer: &str, code: u16, marker: &str, what: &str) {
     let first = answer.lines().next().unwrap_or_default();
     f.eq(status(answer), code, &format!("{what}: status ({first})"));
     f.eq(
@@ -92,11 +93,16 @@ fn refused(f: &mut Faults, answer: &str, code: u16, marker: &str, what: &str) {
         1,
         &format!("{what}: answers"),
     );
-    f.check(answer.contains("sandguard: "), format!("{what}: says why"));
     f.check(
         marked(marker).is_empty(),
         format!("{what}: a container was created"),
     );
+}
+
+/// As [`refused_head`], for a request the proxy read and judged: its answer says why.
+fn refused(f: &mut Faults, answer: &str, code: u16, marker: &str, what: &str) {
+    refused_head(f, answer, code, marker, what);
+    f.check(answer.contains("sandguard: "), format!("{what}: says why"));
 }
 
 #[test]
@@ -152,6 +158,7 @@ fn heads_the_proxy_cannot_parse_are_refused_with_nothing_forwarded() {
     let o = proxy_owner(&s);
     let u = unique();
     let big = format!("X-Big: {}\r\n", "a".repeat(70 * 1024));
+    // The first is judged by the proxy (its answer says why); hyper refuses the others.
     let cases: [(&[u8], u16, &str); 4] = [
         (b"X-Bytes: \xff\xfe\r\n", 400, "a non-UTF-8 header byte"),
         (b"X-Fold: a\r\n folded\r\n", 400, "an obs-fold line"),
@@ -167,11 +174,14 @@ fn heads_the_proxy_cannot_parse_are_refused_with_nothing_forwarded() {
             container("Labels", &marker).as_bytes(),
         );
         let answer = raw(&o.socket, &[first, create].concat());
-        refused(&mut f, &answer, *code, &marker, what);
+        match i {
+            0 => refused(&mut f, &answer, *code, &marker, what),
+            _ => refused_head(&mut f, &answer, *code, &marker, what),
+        }
     }
-    // EOF in the middle of a head.
+    // EOF in the middle of a head: the connection closes without an answer.
     let answer = raw(&o.socket, b"POST /containers/create HTTP/1.1\r\nHost: d");
-    f.eq(status(&answer), 400, "a head cut short");
+    f.eq(answer, String::new(), "a head cut short");
     // Still serving.
     let ping = raw(
         &o.socket,

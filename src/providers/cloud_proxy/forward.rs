@@ -1,8 +1,8 @@
 //! Forwarding one request to the real API and its answer back, as HTTP/1.1 asks of an
 //! intermediary: hop-by-hop headers stay on their hop, `Host` is the upstream's, bodies stream.
 
-use http_body_util::{BodyExt, Either, Limited};
-use hyper::body::{Bytes, Incoming};
+use http_body_util::Either;
+use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, HOST, UPGRADE};
 use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode, Uri};
@@ -157,19 +157,4 @@ pub(super) fn answer_as_is(resp: Response<Body>) -> Response<Body> {
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers, false);
     Response::from_parts(parts, body)
-}
-
-/// Why a body could not be collected: `true` when it was over the bound.
-pub(super) struct TooLarge(pub bool);
-
-/// Reads a whole body, at most `max` bytes.
-pub(super) async fn collect(body: Incoming, max: u64) -> Result<Bytes, TooLarge> {
-    let max = usize::try_from(max).unwrap_or(usize::MAX);
-    match Limited::new(body, max).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) => Err(TooLarge(
-            e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some(),
-        )),
-    }
 }

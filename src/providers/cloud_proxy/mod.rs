@@ -68,8 +68,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-use crate::providers::docker::proxy::http::MAX_CREATE_BODY;
 pub(crate) use crate::providers::proxy_claim::{Claim, Hold};
+use crate::providers::proxy_stamp::{collect, TooLarge, MAX_CREATE_BODY};
 
 /// A body as the proxy passes it: streamed, or built here (a stamped create, an error).
 pub(crate) type Body = Either<Incoming, Full<Bytes>>;
@@ -302,13 +302,13 @@ fn refusal(api: Api, why: &str) -> String {
 /// Stamps a create, forwards it, and claims the answer's id before handing the answer over.
 async fn create(req: Request<Incoming>, shared: &Shared) -> Response<Body> {
     let (parts, body) = req.into_parts();
-    let body = match forward::collect(body, MAX_CREATE_BODY).await {
+    let body = match collect(body, MAX_CREATE_BODY).await {
         Ok(b) => b,
-        Err(forward::TooLarge(true)) => {
+        Err(TooLarge(true)) => {
             let why = format!("its body is over {MAX_CREATE_BODY} bytes");
             return answer(413, &refusal(shared.api, &why));
         }
-        Err(forward::TooLarge(false)) => {
+        Err(TooLarge(false)) => {
             return answer(400, &refusal(shared.api, "its body could not be read"))
         }
     };
@@ -330,7 +330,7 @@ async fn create(req: Request<Incoming>, shared: &Shared) -> Response<Body> {
         return forward::answer_as_is(answered.map(Either::Left));
     }
     let (parts, body) = answered.into_parts();
-    let Ok(body) = forward::collect(body, MAX_CREATE_BODY).await else {
+    let Ok(body) = collect(body, MAX_CREATE_BODY).await else {
         return unclaimed(shared.api, "its create answer could not be read");
     };
     let Some(id) = shared.api.created(&body) else {

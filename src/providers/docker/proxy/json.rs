@@ -21,7 +21,7 @@ use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 
 /// A JSON value whose objects keep their keys in order, duplicates included.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Json {
+pub enum Json {
     Null,
     Bool(bool),
     Number(serde_json::Number),

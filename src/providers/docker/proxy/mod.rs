@@ -1,33 +1,29 @@
 //! The Docker API proxy: any Docker client, unchanged, creates only labelled, claimed objects.
 //!
 //! The sidecar listens on a private unix socket (mode 0600 in a 0700 directory) and the
-//! guarded program gets `DOCKER_HOST` pointing at it. Each client connection gets its own
-//! connection to the real daemon, and the proxy speaks just enough HTTP/1.1 to find message
-//! boundaries ([`http`], [`body`]): heads are parsed, bodies are framed by `Content-Length`,
-//! chunked encoding or the end of the connection, and copied as they arrive, byte for byte.
-//! `exchange` handles one request and its answer. Connections are accepted by the loop both
-//! proxies share (`providers::proxy_accept`), creates are stamped by the step both share
+//! guarded program gets `DOCKER_HOST` pointing at it. Connections are accepted by the loop both
+//! proxies share (`providers::proxy_accept`) and each is served by hyper's HTTP/1 server, with
+//! keep-alive and upgrades; each request is judged and answered in [`forward`], and sent on the
+//! client connection's own connection to the real daemon through hyper's client
+//! ([`upstream`]). Creates are stamped by the step both proxies share
 //! (`providers::proxy_stamp`), and claims go through `providers::proxy_claim`.
 //!
-//! Why the client's requests are relayed here and not through hyper's server (which the cloud
-//! proxy uses, and which this proxy uses for its own volume creates, [`volumes`]): each of these
-//! is a documented behaviour (README, "the Docker proxy") that hyper's HTTP/1 server cannot
-//! keep (checked against hyper 1.12's HTTP/1 code for issue #24, point 6):
+//! Why hyper on both sides (issue #24, point 6): every byte the daemon receives before an
+//! upgrade is a request hyper parsed, the proxy judged, and hyper wrote anew, so no framing
+//! the proxy and the daemon could read differently (request smuggling) passes through, and
+//! there is no hand-written HTTP parser to get wrong. What that changed, deliberately:
 //!
-//! - The older hijack: an attach or exec start without `Upgrade` is answered `200` and then
-//!   both ways are raw. hyper's server and client upgrade only on `101` (or a `CONNECT`), so
-//!   the client's stdin after the request would be parsed as a next request, and the answer
-//!   would be re-framed as chunked.
-//! - Refusals that say why: a head hyper cannot parse gets hyper's own `400`/`431` with an
-//!   empty body (no `sandguard:` message), and a head cut short gets no answer at all; hyper
-//!   has no hook for either. Header values that are not UTF-8 (obs-text) reach the service.
-//! - Byte for byte: hyper decodes bodies and re-frames them (chunk extensions and trailers
-//!   dropped, an answer the end of the connection delimits re-sent chunked, header names
-//!   lower-cased unless told otherwise).
-//!
-//! So the relay stays: what it parses is parsed strictly (a head it cannot read is refused,
-//! never passed on), and its request heads are fuzzed (`fuzz/fuzz_targets/docker_proxy_head.rs`;
-//! the chunked-body reader is not yet).
+//! - Docker's older hijack (an attach or exec start without `Upgrade`, answered `200` and then
+//!   raw both ways) is refused with a `400` saying the proxy needs `Upgrade: tcp`: hyper
+//!   switches protocols only on `101`. The docker CLI, the Go SDK, docker-py, docker-modem's
+//!   `hijack` and compose all ask for the upgrade. A detached exec start (`docker exec -d`),
+//!   which the daemon does not hijack, passes.
+//! - A request head hyper cannot parse gets hyper's own answer, `400` (`431` over 64 KiB),
+//!   with an empty body, and the connection closes; a head cut short by the end of the
+//!   connection gets none. Nothing of either reaches the daemon.
+//! - Bodies are framed anew: chunk extensions and trailers are dropped, an answer the end of
+//!   the daemon's connection delimits reaches the client chunked, and the next request goes
+//!   on a fresh daemon connection, judged like any other.
 //!
 //! The trust rules it keeps (issue #10):
 //!
@@ -49,30 +45,32 @@
 //! - `POST [/vX.Y]/commit`: sandguard's labels are kept out of the image (removed from the
 //!   body, and blanked by one more `changes` instruction), so no container started from it
 //!   looks owned.
-//! - A create the proxy cannot stamp is refused, never passed on unstamped: a head it cannot
+//! - A create the proxy cannot stamp is refused, never passed on unstamped: a head hyper cannot
 //!   parse (400, or 431 over 64 KiB; the connection then closes), a body over 8 MiB (413) or
 //!   one it cannot read as Docker would (400).
-//! - A raw bidirectional copy happens only after an upgrade (`101 Switching Protocols`) or a
-//!   hijack (attach, exec start: an answer without a length), each direction half-closed when
-//!   its source ends. Any I/O error ends that one connection only.
+//! - A raw bidirectional copy happens only after an upgrade (`101 Switching Protocols`), each
+//!   direction half-closed when its source ends. Any I/O error ends that one connection only.
 //!
 //! Claims name networks as `network/ID` and volumes as `volume/NAME` (see
 //! `Provider::parse_claim` of the Docker driver), so a reclaim removes the right kind of object.
 
-pub(crate) mod body;
-pub(crate) mod create;
-mod exchange;
-pub(crate) mod http;
+pub mod create;
+mod forward;
 pub(crate) mod json;
 pub mod target;
+mod upstream;
 mod volumes;
 
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use http_body_util::{Either, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
@@ -207,51 +205,39 @@ impl Proxy {
     }
 }
 
-/// One client connection, end to end; errors end only this connection.
+/// A body as the proxy passes it: streamed as it arrives, or built here (a stamped create,
+/// an answer read whole to be claimed, the proxy's own answer).
+type Body = Either<Incoming, Full<Bytes>>;
+
+/// One client connection: hyper's HTTP/1 server, keep-alive and upgrades, until the client
+/// leaves; errors end only this connection. Then the tasks it started (its daemon
+/// connection's, a hijack's copy) are waited for: they end when their streams do.
 async fn serve(client: UnixStream, shared: Arc<Shared>) {
-    if let Err(e) = relay(client, &shared).await {
+    let conn = Arc::new(upstream::Conn::new(shared));
+    let service = {
+        let conn = conn.clone();
+        hyper::service::service_fn(move |req| {
+            let conn = conn.clone();
+            async move { Ok::<_, Infallible>(forward::handle(req, &conn).await) }
+        })
+    };
+    let served = hyper::server::conn::http1::Builder::new()
+        // A client that half-closes after its request still gets the answer.
+        .half_close(true)
+        .preserve_header_case(true)
+        .title_case_headers(true)
+        .max_buf_size(MAX_HEAD)
+        .serve_connection(TokioIo::new(client), service)
+        .with_upgrades()
+        .await;
+    if let Err(e) = served {
         tracing::debug!("docker proxy: connection ended: {e}");
     }
+    conn.finish().await;
 }
 
-async fn relay(mut client: UnixStream, shared: &Shared) -> io::Result<()> {
-    let upstream = match shared.upstream.connect().await {
-        Ok(u) => u,
-        Err(e) => {
-            let text = format!("sandguard: cannot reach the Docker daemon: {e}");
-            return client.write_all(&http::answer(502, &text)).await;
-        }
-    };
-    let (cr, cw) = client.into_split();
-    let (ur, uw) = tokio::io::split(upstream);
-    let mut c = Side {
-        r: BufReader::new(cr),
-        w: cw,
-    };
-    let mut u = Side {
-        r: BufReader::new(ur),
-        w: uw,
-    };
-    loop {
-        match exchange::exchange(&mut c, &mut u, shared).await? {
-            After::KeepAlive => {}
-            After::Close => return Ok(()),
-            After::Raw => return splice(c, u).await,
-        }
-    }
-}
-
-struct Side<R, W> {
-    r: BufReader<R>,
-    w: W,
-}
-
-/// What follows one request and its answer.
-enum After {
-    KeepAlive,
-    Close,
-    Raw,
-}
+/// The longest request head read (hyper's read buffer); a longer one is answered `431`.
+const MAX_HEAD: usize = 64 * 1024;
 
 /// Tells the sidecar about a created object (a claim, or a detach as `hold` says) and waits
 /// until it is journaled.
@@ -272,27 +258,6 @@ async fn claim(shared: &Shared, kind: Create, id: &str, hold: Hold) {
     if let Err(e) = claim_target(&shared.claims, target, hold).await {
         tracing::debug!("docker proxy: {id} not claimed ({e}); its labels still mark it");
     }
-}
-
-/// Raw bidirectional copy until both directions end; each is half-closed when its source
-/// ends, so `docker run -i` sees the container's output after its stdin closed.
-async fn splice<CR, CW, UR, UW>(c: Side<CR, CW>, u: Side<UR, UW>) -> io::Result<()>
-where
-    CR: AsyncRead + Unpin,
-    CW: AsyncWrite + Unpin,
-    UR: AsyncRead + Unpin,
-    UW: AsyncWrite + Unpin,
-{
-    let (mut cr, mut cw, mut ur, mut uw) = (c.r, c.w, u.r, u.w);
-    let up = async {
-        tokio::io::copy_buf(&mut cr, &mut uw).await?;
-        uw.shutdown().await
-    };
-    let down = async {
-        tokio::io::copy_buf(&mut ur, &mut cw).await?;
-        cw.shutdown().await
-    };
-    tokio::try_join!(up, down).map(|_| ())
 }
 
 #[cfg(test)]

@@ -31,9 +31,11 @@ pub enum Route {
     },
     /// `POST [/vX.Y]/commit`: sandguard's labels are kept out of the image.
     Commit,
-    /// `[/vX.Y]/containers/{id}/attach` or `[/vX.Y]/exec/{id}/start`: an answer without a
-    /// length is a hijacked stream, copied raw both ways.
-    Hijack,
+    /// `[/vX.Y]/containers/{id}/attach`: the daemon hijacks the connection (with `101` when
+    /// asked for an upgrade).
+    Attach,
+    /// `[/vX.Y]/exec/{id}/start`: hijacked as an attach is, unless its body asks to detach.
+    ExecStart,
     Other,
 }
 
@@ -60,7 +62,8 @@ pub fn route(method: &str, target: &str) -> Result<Route, &'static str> {
         ["networks", "create"] if post => create(Create::Network),
         ["volumes", "create"] if post => create(Create::Volume),
         ["commit"] if post => Route::Commit,
-        ["containers", _, .., "attach"] | ["exec", _, .., "start"] => Route::Hijack,
+        ["containers", _, .., "attach"] => Route::Attach,
+        ["exec", _, .., "start"] => Route::ExecStart,
         _ => Route::Other,
     })
 }
@@ -217,10 +220,10 @@ mod tests {
         for t in [
             "/v1.41/containers/abc/attach?stream=1",
             "/containers/a%2Fb/attach",
-            "/v1.41/exec/e1/start",
         ] {
-            assert_eq!(route("POST", t), Ok(Route::Hijack), "{t}");
+            assert_eq!(route("POST", t), Ok(Route::Attach), "{t}");
         }
+        assert_eq!(route("POST", "/v1.41/exec/e1/start"), Ok(Route::ExecStart));
         assert_eq!(route("POST", "/containers/attach"), Ok(Route::Other));
     }
 }

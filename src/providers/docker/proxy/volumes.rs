@@ -13,9 +13,8 @@
 //! create would have failed on it too: the client gets the daemon's status and message, and
 //! the create is not sent, so no volume is ever made unlabelled.
 //!
-//! The proxy's own request is a plain HTTP/1.1 exchange of its own making, so it goes through
-//! hyper's client (title-case header names, as the docker CLI writes them), not through the
-//! byte-faithful relay that carries the client's requests.
+//! The proxy's own request goes through hyper's client on a connection of its own
+//! (title-case header names, as the docker CLI writes them), not on the client's.
 
 use std::io;
 
@@ -26,7 +25,7 @@ use hyper::Request;
 use hyper_util::rt::TokioIo;
 
 use super::create::Volume;
-use super::exchange::Refusal;
+use super::forward::Refusal;
 use super::target::Create;
 use super::{claim, create, Hold, Shared};
 
