@@ -140,8 +140,11 @@ pub mod testing {
             pub use crate::providers::tenki::{parse_list_body, session_tag, TenkiProvider};
         }
         pub mod docker {
+            pub use crate::providers::docker::proxy::create::{
+                commit_target, named_volumes, scrub_commit, stamp,
+            };
             pub use crate::providers::docker::proxy::json::Json;
-            pub use crate::providers::docker::proxy::{create, target};
+            pub use crate::providers::docker::proxy::target::route;
         }
         pub mod proxy_stamp {
             pub use crate::providers::proxy_stamp::{take, Keys};

@@ -10,21 +10,23 @@ use std::collections::BTreeMap;
 
 use libfuzzer_sys::fuzz_target;
 use sandguard::testing::providers::docker::Json;
-use sandguard::testing::providers::docker::{create, target};
+use sandguard::testing::providers::docker::{
+    commit_target, named_volumes, route, scrub_commit, stamp,
+};
 use sandguard::testing::providers::proxy_stamp::{take, Keys};
 
 fuzz_target!(|data: &[u8]| {
     let split = data.iter().position(|&b| b == b'\n').unwrap_or(data.len());
     let body = data.get(split + 1..).unwrap_or_default();
     if let Ok(target) = std::str::from_utf8(&data[..split]) {
-        let _ = target::route("POST", target);
-        let _ = create::commit_target(target);
+        let _ = route("POST", target);
+        let _ = commit_target(target);
     }
     let labels = BTreeMap::from([
         ("sandguard.session".to_string(), "s1".to_string()),
         ("sandguard.owner".to_string(), "o1".to_string()),
     ]);
-    if let Ok((stamped, _)) = create::stamp(body, &labels) {
+    if let Ok((stamped, _)) = stamp(body, &labels) {
         let Ok(Json::Object(mut pairs)) = Json::parse(&stamped.to_vec()) else {
             panic!("a stamped body reads back as an object");
         };
@@ -35,9 +37,9 @@ fuzz_target!(|data: &[u8]| {
             let last = merged.iter().rev().find(|(key, _)| key == k);
             assert_eq!(last.map(|(_, v)| v), Some(&Json::str(v)), "{k}");
         }
-        let _ = create::named_volumes(&stamped);
+        let _ = named_volumes(&stamped);
     }
-    if let Ok(scrubbed) = create::scrub_commit(body) {
+    if let Ok(scrubbed) = scrub_commit(body) {
         if let Ok(Json::Object(mut pairs)) = Json::parse(&scrubbed) {
             if let Ok(Some(merged)) = take(&mut pairs, Keys::Go("Labels")) {
                 let sandguard = |k: &str| k.to_ascii_lowercase().starts_with("sandguard.");

@@ -32,7 +32,7 @@ pub(crate) struct Claim {
 
 /// What a create asked the session to do with the object it made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Hold {
+pub enum Hold {
     /// Owned: reclaimed when the owner dies.
     Claim,
     /// Created with `sandguard.detached=true`: it outlives its owner; only its TTL ends it.

@@ -44,18 +44,15 @@ pub(crate) const COMMIT_CHANGE: &str =
     r#"LABEL sandguard.session="" sandguard.owner="" sandguard.expires="" sandguard.detached="""#;
 
 /// A create body with the session's labels merged into its one `Labels` key, and what the
-/// sidecar journals for what it creates ([`Hold::of`] the merged labels).
-pub(crate) fn stamp(
-    body: &[u8],
-    labels: &BTreeMap<String, String>,
-) -> Result<(Json, Hold), String> {
+/// sidecar journals for what it creates (`Hold::of` the merged labels).
+pub fn stamp(body: &[u8], labels: &BTreeMap<String, String>) -> Result<(Json, Hold), String> {
     let mut pairs = object(body)?.unwrap_or_default();
     let hold = proxy_stamp::stamp(&mut pairs, LABELS, labels)?;
     Ok((Json::Object(pairs), hold))
 }
 
 /// A commit body without sandguard's labels (an empty or `null` body stays as it is).
-pub(crate) fn scrub_commit(body: &[u8]) -> Result<Vec<u8>, String> {
+pub fn scrub_commit(body: &[u8]) -> Result<Vec<u8>, String> {
     let Some(mut pairs) = object(body)? else {
         return Ok(body.to_vec());
     };
@@ -70,8 +67,8 @@ pub(crate) fn scrub_commit(body: &[u8]) -> Result<Vec<u8>, String> {
     Ok(Json::Object(pairs).to_vec())
 }
 
-/// A commit target with [`COMMIT_CHANGE`] as its last `changes` parameter.
-pub(crate) fn commit_target(target: &str) -> String {
+/// A commit target with `COMMIT_CHANGE` as its last `changes` parameter.
+pub fn commit_target(target: &str) -> String {
     let sep = match target.find('?') {
         None => "?",
         Some(_) if target.ends_with(['?', '&']) => "",
@@ -114,7 +111,7 @@ pub(crate) fn claimable(kind: Create, answer: &[u8], session: &str) -> Option<St
 
 /// A named volume a container create would bring into being.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub(crate) struct Volume {
+pub struct Volume {
     pub name: String,
     pub driver: String,
     pub options: Option<Vec<(String, Json)>>,
@@ -152,7 +149,7 @@ impl Volume {
 }
 
 /// The named volumes a container create body mounts, each once (the first mention wins).
-pub(crate) fn named_volumes(body: &Json) -> Result<Vec<Volume>, String> {
+pub fn named_volumes(body: &Json) -> Result<Vec<Volume>, String> {
     let Json::Object(pairs) = body else {
         return Ok(Vec::new());
     };

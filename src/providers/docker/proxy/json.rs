@@ -32,16 +32,16 @@ pub enum Json {
 
 impl Json {
     /// Parses a whole body: one value, nothing but whitespace after it.
-    pub(crate) fn parse(bytes: &[u8]) -> Result<Json, String> {
+    pub fn parse(bytes: &[u8]) -> Result<Json, String> {
         serde_json::from_slice(bytes).map_err(|e| e.to_string())
     }
 
-    pub(crate) fn to_vec(&self) -> Vec<u8> {
+    pub fn to_vec(&self) -> Vec<u8> {
         // Writing into a Vec cannot fail, and every key is a string.
         serde_json::to_vec(self).unwrap_or_default()
     }
 
-    pub(crate) fn str(s: &str) -> Json {
+    pub fn str(s: &str) -> Json {
         Json::String(s.to_string())
     }
 }

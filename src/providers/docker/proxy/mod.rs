@@ -54,10 +54,10 @@
 //! Claims name networks as `network/ID` and volumes as `volume/NAME` (see
 //! `Provider::parse_claim` of the Docker driver), so a reclaim removes the right kind of object.
 
-pub mod create;
+pub(crate) mod create;
 mod forward;
 pub(crate) mod json;
-pub mod target;
+pub(crate) mod target;
 mod upstream;
 mod volumes;
 
