@@ -263,3 +263,58 @@ fn create_bodies_the_proxy_cannot_stamp_are_refused() {
     f.check(!volume_exists(&name), "a null volume create: reclaimed");
     f.none();
 }
+
+/// Docker's older hijack, as dockerode sends `exec.start()` without `hijack` (testcontainers-
+/// node's `container.exec`): an exec start with no `Upgrade` through the proxy gets the
+/// daemon's `200` and the command's output, streamed until the daemon closes.
+#[test]
+fn an_exec_start_without_upgrade_streams_its_output() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("tp-legacy-exec");
+    let mut made = Made::default();
+    let mut f = Faults::default();
+    let mut o = proxy_owner(&s);
+    let marker = unique();
+    made.markers.push(marker.clone());
+    let answer = raw(
+        &o.socket,
+        &post(
+            "/v1.41/containers/create",
+            container("Labels", &marker).as_bytes(),
+        ),
+    );
+    stamped(&mut f, &o, &answer, &marker, "the container");
+    let id = answer_json(&answer)["Id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let started = raw(
+        &o.socket,
+        &post(&format!("/v1.41/containers/{id}/start"), b""),
+    );
+    f.check(status(&started) == 204, format!("started: {started}"));
+    let exec = br#"{"Cmd":["echo","hi-from-legacy-exec"],"AttachStdout":true,"AttachStderr":true,"Tty":true}"#;
+    let created = raw(
+        &o.socket,
+        &post(&format!("/v1.41/containers/{id}/exec"), exec),
+    );
+    let exec_id = answer_json(&created)["Id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    f.check(status(&created) == 201, format!("exec created: {created}"));
+    let body = br#"{"Detach":false,"Tty":true}"#;
+    let out = raw(
+        &o.socket,
+        &post(&format!("/v1.41/exec/{exec_id}/start"), body),
+    );
+    f.check(status(&out) == 200, format!("exec started: {out}"));
+    f.check(
+        out.contains("hi-from-legacy-exec"),
+        format!("the output came through: {out:?}"),
+    );
+    o.kill_and_wait();
+    f.check(marked(&marker).is_empty(), "reclaimed");
+    f.none();
+}

@@ -11,11 +11,16 @@
 //!   `Content-Length`; a container create's named volumes are made first ([`volumes`]). A
 //!   create's `2xx` answer is read whole and claimed (when [`create::claimable`]; as a detach
 //!   when its stamped labels asked for it) before it reaches the client.
-//! - An attach or exec start must ask for an upgrade (`Upgrade: tcp`), as every current
-//!   Docker client does. Without it the daemon would answer `200` and hijack the connection
-//!   anyway (Docker's older protocol), which hyper cannot follow: the client's stdin would be
-//!   read as further requests. Such a request is refused (`400`, saying so), except an exec
-//!   start Go reads as `"Detach": true` (`docker exec -d`), which the daemon answers plainly.
+//! - An attach or exec start that asks for an upgrade (`Upgrade: tcp`, as the docker CLI,
+//!   the Go SDK, docker-py and compose do) is answered `101` and becomes a raw copy both ways
+//!   ([`Conn::splice`]). Without the header (Docker's older hijack, which dockerode sends for
+//!   `exec.start()` without `hijack`, as testcontainers-node does) the daemon answers `200`
+//!   and streams the output raw until it closes: that answer is streamed back like any other
+//!   (hyper's client reads it to the daemon's close). Decision: passed, not refused, so
+//!   output-only execs and attaches work; what such a client writes after its request (stdin
+//!   through the old hijack) cannot reach the container: hyper's server reads it as the next
+//!   request, which is judged like any other or refused as malformed. A client that needs
+//!   stdin asks for the upgrade, as every current client does.
 //! - Every other request goes on with its body streamed as it arrives, and its answer comes
 //!   back streamed (`logs -f`, `events`, pulls); an upgrade answered `101` becomes a raw copy
 //!   both ways ([`Conn::splice`]).
@@ -29,7 +34,6 @@ use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, StatusCode, Version};
 
 use super::create;
-use super::json::{go_field, Json};
 use super::target::{self, Create, Route};
 use super::upstream::{as_is, strip_hop_by_hop, Conn};
 use super::{claim, volumes, Body, Hold, Shared, MAX_HEAD};
@@ -56,12 +60,6 @@ impl Refusal {
     }
 }
 
-/// Why an attach or exec start without `Upgrade` is refused.
-pub(super) const NEEDS_UPGRADE: &str =
-    "sandguard: the Docker proxy serves attach and exec start only \
-     as an upgrade (`Connection: Upgrade`, `Upgrade: tcp`, as the docker CLI and SDKs send \
-     them); this request asked for Docker's older hijack without it";
-
 /// An answer of the proxy's own, closing the connection; the JSON body carries `message`.
 pub(super) fn answer(status: u16, message: &str) -> Response<Body> {
     let body = format!("{}\n", serde_json::json!({ "message": message }));
@@ -83,8 +81,6 @@ pub(super) async fn handle(req: Request<Incoming>, conn: &Conn) -> Response<Body
     let upgrade = req.headers().contains_key(UPGRADE) && req.version() == Version::HTTP_11;
     let result = match route {
         Route::Create { .. } | Route::Commit => rewrite(req, &target, &route, conn).await,
-        Route::ExecStart if !upgrade => detached_exec(req, &target, conn).await,
-        Route::Attach if !upgrade => Err(Refusal::new(400, NEEDS_UPGRADE)),
         _ => Ok(pass(req, &target, upgrade, conn).await),
     };
     result.unwrap_or_else(Refusal::answer)
@@ -180,41 +176,6 @@ async fn send_whole(
     }
     conn.send(parts, target, Either::Right(Full::from(body)), false)
         .await
-}
-
-/// An exec start without `Upgrade`: passed on when Go reads its body as detached (no hijack
-/// follows), else refused.
-async fn detached_exec(
-    req: Request<Incoming>,
-    target: &str,
-    conn: &Conn,
-) -> Result<Response<Body>, Refusal> {
-    let (parts, body) = req.into_parts();
-    let body = whole(body).await?;
-    if !detached(&body) {
-        return Err(Refusal::new(400, NEEDS_UPGRADE));
-    }
-    Ok(match send_whole(parts, target, body.to_vec(), conn).await {
-        Ok(resp) => as_is(resp),
-        Err(resp) => resp,
-    })
-}
-
-/// Whether Go decodes an exec start body with `Detach` true (keys folded, the last non-null
-/// value applied); anything Go would not decode is not.
-pub(super) fn detached(body: &[u8]) -> bool {
-    let Ok(Json::Object(pairs)) = Json::parse(body) else {
-        return false;
-    };
-    let mut detach = false;
-    for (_, v) in pairs.iter().filter(|(k, _)| go_field(k, "Detach")) {
-        match v {
-            Json::Bool(b) => detach = *b,
-            Json::Null => {}
-            _ => return false,
-        }
-    }
-    detach
 }
 
 /// Reads a create or commit body, rewrites it and sends it on; a create's `2xx` answer is

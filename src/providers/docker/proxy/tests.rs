@@ -83,6 +83,18 @@ async fn fake_daemon(conn: UnixStream) -> Vec<u8> {
         r.read_exact(&mut body).await.unwrap();
         log.extend_from_slice(&head);
         log.extend_from_slice(&body);
+        let hijack = text.contains("/attach") || text.contains("/start");
+        let detached = String::from_utf8_lossy(&body).contains(r#""Detach":true"#);
+        if hijack && !detached && !text.contains("Upgrade: tcp") {
+            // Docker's older hijack: `200`, then the output raw until the daemon closes.
+            w.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/vnd.docker.raw-stream\r\n\r\n\x01\0\0\0\0\0\0\x03out",
+            )
+            .await
+            .unwrap();
+            w.shutdown().await.unwrap();
+            return log;
+        }
         if text.contains("/attach") {
             w.write_all(b"HTTP/1.1 101 UPGRADED\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n")
                 .await
