@@ -58,7 +58,7 @@ impl<C: Clock> Sidecar<C> {
         known: &Known,
         listed: &mut Listings,
     ) -> bool {
-        if self.claims.contains(t) || self.detached.contains(t) {
+        if self.holds(t) {
             return true;
         }
         let Some(provider) = crate::providers::by_name(&self.providers, &t.provider).cloned()
@@ -91,7 +91,7 @@ impl<C: Clock> Sidecar<C> {
     /// Whether the session owns what a `detach` line names ([`detach::ownership`]); when it
     /// shows it does not, the refusal is logged and nothing is journaled.
     pub(super) async fn owns(&mut self, t: &Target, listed: &mut Listings) -> bool {
-        if self.claims.contains(t) || self.detached.contains(t) {
+        if self.holds(t) {
             return true;
         }
         let Some(provider) = crate::providers::by_name(&self.providers, &t.provider).cloned()
@@ -99,7 +99,9 @@ impl<C: Clock> Sidecar<C> {
             return true; // refused by `accept`, with the reason
         };
         let found = listed.answered(provider.as_ref()).await;
-        let held = self.claims.iter().chain(&self.detached);
+        let held = self.holdings();
+        let held = held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let held = held.claims.iter().chain(&held.detached);
         match detach::ownership(provider.as_ref(), &self.session, t, held, found) {
             detach::Ownership::NotOwned => {
                 tracing::warn!("refused detach: {}", detach::not_owned(&self.session, t));

@@ -38,8 +38,10 @@ impl<C: Clock> Sidecar<C> {
                 state: SessionState::Active,
             };
         };
-        let mut plan =
-            Plan::for_session(&self.session, &self.providers, &self.claims, &self.detached);
+        let mut plan = {
+            let h = self.held();
+            Plan::for_session(&self.session, &self.providers, &h.claims, &h.detached)
+        };
         // Other sessions are read from the ledger only if a claim names a sandbox that does
         // not carry this session's label.
         plan.known = Some(Arc::new(Known::lazy(self.state_root(), &self.providers)));

@@ -25,8 +25,9 @@
 //! journaled not at all ([`crate::ownership::detach`] says why). Lines that are
 //! already in the pipe are applied together and made durable with one `fdatasync` (a program
 //! claiming 100 000 sandboxes does not pay 100 000 syncs); nothing is acknowledged before
-//! it is on disk. Each claim costs O(log n): the TTL keeper, when there is one, reads the
-//! holdings it shares with the loop ([`ttl::SharedHoldings`]) only when it renews.
+//! it is on disk. Each claim costs O(log n). The claims and detaches are kept once, in the
+//! holdings the loop changes in place ([`ttl::SharedHoldings`]); the TTL keeper reads them
+//! when it renews, the fleet registrar when poked, and the ending plans from them.
 //!
 //! When the owner dies or its lease expires: one journaled session ending
 //! ([`crate::reclaim::session`]): claims ∪ the session's labels, minus detached sandboxes.
@@ -52,8 +53,7 @@ use arrival::Listings;
 pub(crate) use triggers::Triggers;
 use triggers::{next_claim, next_line};
 
-use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -102,11 +102,11 @@ pub(crate) struct Sidecar<C> {
     journal: Journal,
     pub lease: Lease<C>,
     pub options: Options,
-    claims: BTreeSet<Target>,
-    detached: BTreeSet<Target>,
     malformed: u64,
-    /// What the TTL keeper renews and the fleet registrar mirrors, when there is either.
-    holdings: Option<ttl::SharedHoldings>,
+    /// The owner's claims and detached sandboxes: the one set, which the loop changes in place
+    /// and the TTL keeper and the fleet registrar read (never a copy kept in step). The lock is
+    /// held only for a change or a read, never across an await.
+    holdings: ttl::SharedHoldings,
     /// Poked on every change of the holdings, when a fleet registrar mirrors them.
     changed: Option<Arc<tokio::sync::Notify>>,
     /// Told how `bye`'s reclaim went, before the settle pass.
@@ -131,10 +131,8 @@ impl<C: Clock> Sidecar<C> {
             journal,
             lease,
             options,
-            claims: BTreeSet::new(),
-            detached: BTreeSet::new(),
             malformed: 0,
-            holdings: None,
+            holdings: ttl::SharedHoldings::default(),
             changed: None,
             bye_report: None,
             end_report: None,
@@ -154,22 +152,28 @@ impl<C: Clock> Sidecar<C> {
         if held.claims.is_empty() && held.detached.is_empty() {
             return;
         }
-        self.claims.extend(held.claims.iter().cloned());
-        self.detached.extend(held.detached.iter().cloned());
         // Shared at once: the TTL keeper renews them and the fleet registrar registers them.
-        let shared = self.holdings();
-        let mut h = shared
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut h = self.held();
         h.claims.extend(held.claims);
         h.detached.extend(held.detached);
     }
 
     /// The owner's claims and detached sandboxes, shared with a TTL keeper from now on.
-    pub(crate) fn holdings(&mut self) -> ttl::SharedHoldings {
+    pub(crate) fn holdings(&self) -> ttl::SharedHoldings {
+        self.holdings.clone()
+    }
+
+    /// Whether the owner holds `t`, claimed or detached.
+    fn holds(&self, t: &Target) -> bool {
+        let h = self.held();
+        h.claims.contains(t) || h.detached.contains(t)
+    }
+
+    /// The holdings, locked for one read or change.
+    fn held(&self) -> std::sync::MutexGuard<'_, ttl::Holdings> {
         self.holdings
-            .get_or_insert_with(|| Arc::new(Mutex::new(ttl::Holdings::default())))
-            .clone()
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// A [`tokio::sync::Notify`] poked whenever the holdings change (for the fleet registrar).
@@ -320,8 +324,6 @@ impl<C: Clock> Sidecar<C> {
             Command::Claim(t) => {
                 if self.accept(&t) {
                     self.write(&Record::claim(&t));
-                    self.detached.remove(&t);
-                    self.claims.insert(t.clone());
                     self.share(|h| {
                         h.detached.remove(&t);
                         h.claims.insert(t);
@@ -331,7 +333,6 @@ impl<C: Clock> Sidecar<C> {
             Command::Release(t) => {
                 if self.accept(&t) {
                     self.write(&Record::release(&t));
-                    self.claims.remove(&t);
                     self.share(|h| {
                         h.claims.remove(&t);
                     });
@@ -343,8 +344,6 @@ impl<C: Clock> Sidecar<C> {
                         provider: t.provider.clone(),
                         id: t.id.clone(),
                     });
-                    self.claims.remove(&t);
-                    self.detached.insert(t.clone());
                     self.share(|h| {
                         h.claims.remove(&t);
                         h.detached.insert(t);
@@ -368,9 +367,7 @@ impl<C: Clock> Sidecar<C> {
     }
 
     fn share(&self, change: impl FnOnce(&mut ttl::Holdings)) {
-        if let Some(h) = &self.holdings {
-            change(&mut h.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
-        }
+        change(&mut self.held());
         if let Some(n) = &self.changed {
             n.notify_one();
         }
