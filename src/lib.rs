@@ -34,7 +34,7 @@
 //!               (listings retried until the deadline), remove.rs (retries), target.rs
 //!               (which ledger target names a sandbox), pace.rs (each
 //!               provider's window, rate and Retry-After gate),
-//!               session.rs (the ONE journaled session ending, for the sidecar and the sweep)
+//!               ending.rs (the ONE journaled session ending, for the sidecar and the sweep)
 //! providers/    the trait, the registry, retry.rs (reads, paging, error chains), http/ and
 //!               redact.rs (the REST layer); one module per driver: docker/ (with its API
 //!               proxy, proxy/), e2b, daytona/, flyio/, tenki/, modal/ (its messages generated
@@ -60,7 +60,7 @@
 //!
 //! Data flows one way: `cli` → `session` / `watch` / `sweep` (peers) → `reclaim` →
 //! `providers`, `ledger` and `fleet`. Nothing but `cli` imports `watch`; `sweep` and `watch` share the
-//! session ending through `reclaim::session`, and owner death through `identity::death`.
+//! session ending through `reclaim::ending`, and owner death through `identity::death`.
 //! Nothing below `cli` knows about clap; only `providers` knows a provider's wire format, and
 //! only `providers::docker` knows Docker's.
 //!

@@ -1,5 +1,5 @@
 //! Why a session's reclaim began ([`EndCause`]): one type for the sidecar's loop, the one
-//! journaled session ending ([`crate::reclaim::session`]), its journal (the `cause` of
+//! journaled session ending ([`crate::reclaim::ending`]), its journal (the `cause` of
 //! `reclaim_start`) and the story `sessions show` tells ([`super::story`]), which tells a
 //! removal's cause as a [`Why`] (a cause, or a sweep finishing pending work, or nothing
 //! recorded). A leaf of the ledger: it reads only its records and how an owner is seen gone.

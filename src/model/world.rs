@@ -48,7 +48,7 @@ use crate::providers::proxy_claim::Claim as ProxyClaim;
 use crate::providers::{Kind, Provider};
 use crate::reclaim::Options;
 use crate::watch::fleet::Registration;
-use crate::watch::{service, Outcome, Triggers};
+use crate::watch::{service, Ended, Triggers};
 
 /// The fleet lease of every sidecar (renewed every third of it).
 pub(super) const LEASE: Duration = Duration::from_millis(90);
@@ -79,7 +79,7 @@ pub(super) struct Session {
     pub(super) pipe: Option<tokio::io::DuplexStream>,
     pub(super) proxy: Option<tokio::sync::mpsc::UnboundedSender<ProxyClaim>>,
     pub(super) stop: Option<oneshot::Sender<()>>,
-    pub(super) run: Option<JoinHandle<Outcome>>,
+    pub(super) run: Option<JoinHandle<Ended>>,
 }
 
 /// A fresh directory for one history's ledger, removed on drop.

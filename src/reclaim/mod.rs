@@ -18,13 +18,13 @@
 //! - At the deadline whatever is still failing is reported as [`Outcome::Unfinished`]; under a
 //!   session that leaves the session pending for the next sweep.
 
+pub(crate) mod ending;
 mod list;
 mod options;
 mod pace;
 mod plan;
 mod remove;
 mod report;
-pub(crate) mod session;
 pub(crate) mod stop;
 mod target;
 

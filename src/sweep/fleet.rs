@@ -11,7 +11,7 @@
 //! A reclaim takes the session's lock in the store (`SET NX PX`, for the fleet's `lease`,
 //! renewed every third of it while the reclaim runs), reads the session again (another
 //! sweeper may have finished it meanwhile), counts the reclaim and marks it `reclaiming`, and
-//! then goes through the same session ending as every reclaim ([`reclaim::session::Ending`]),
+//! then goes through the same session ending as every reclaim ([`reclaim::ending::Ending`]),
 //! its plan built from the store's record: the session's labels on every provider, plus its
 //! mirrored claims, minus what it detached. The ending has no journal: the store is where a
 //! fleet session lives (see the decisions). The result is written back: `reclaimed`, or
@@ -34,7 +34,7 @@
 //!   create one (a partitioned host that comes back is the lease contract's known case).
 //! - **No files for fleet sessions**: the store holds a fleet session's truth (its record,
 //!   claims, detaches, state, reclaim count and reclaimer, and a lock that expires when its
-//!   sweeper dies), so its ending is journaled nowhere ([`reclaim::session::Ending::journal`]
+//!   sweeper dies), so its ending is journaled nowhere ([`reclaim::ending::Ending::journal`]
 //!   `None`) and nothing is written to this machine's disk. A sweeper that dies half way leaves `reclaiming` and a lock that
 //!   expires; the next one reclaims again from the store (what is already removed is
 //!   "already gone"). What a pass did is its output (every removal on stdout, each session's
@@ -63,7 +63,7 @@ use crate::identity::Judge;
 use crate::ledger::{EndCause, LedgerError, SessionState};
 use crate::ownership::{self, known::Known, SessionVerdict};
 use crate::providers::Provider;
-use crate::reclaim::session::{Before, Ending};
+use crate::reclaim::ending::{Before, Ending};
 use crate::reclaim::{self, Listed, Options, Plan};
 
 /// What a fleet pass needs.

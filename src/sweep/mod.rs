@@ -8,7 +8,7 @@
 //! - Owner proven dead ([`crate::identity`]: this machine, this boot and pid namespace, the
 //!   process gone; or a boot this machine ran and ended): reclaim the session (its labels on
 //!   every provider, plus its claims, minus what it detached), through the one session ending
-//!   ([`crate::reclaim::session`]), journaled in the session's own journal under its lock.
+//!   ([`crate::reclaim::ending`]), journaled in the session's own journal under its lock.
 //! - Owner alive: *adopt* it. In a one-shot sweep that only means reporting it; with `--every`
 //!   the sweep takes the session's lock and watches the owner until it dies, then reclaims.
 //! - Owner unknown (another pid namespace, a hidden pid, a boot never recorded): leave it.
@@ -49,7 +49,7 @@ use crate::ledger::{EndCause, Journal, LedgerError, SessionState, SessionView, S
 use crate::ownership::known::Known;
 use crate::ownership::{self, Asker, Reason, SessionVerdict};
 use crate::providers::{Provider, Sandbox, SandboxKey};
-use crate::reclaim::session::{Before, Ending};
+use crate::reclaim::ending::{Before, Ending};
 use crate::reclaim::{self, ListFailure, Options, Plan, Removal};
 
 pub(crate) use failure::{StoreError, StoreFailure, StoreKind};

@@ -100,7 +100,9 @@ impl<C: Clock> Sidecar<C> {
         };
         let found = listed.answered(provider.as_ref()).await;
         let held = self.holdings();
-        let held = held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let held = held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let held = held.claims.iter().chain(&held.detached);
         match detach::ownership(provider.as_ref(), &self.session, t, held, found) {
             detach::Ownership::NotOwned => {

@@ -10,12 +10,12 @@ use tokio::io::AsyncRead;
 
 use super::lease::Clock;
 use super::triggers::drain_claims;
-use super::{Outcome, Sidecar};
+use super::{Ended, Sidecar};
 use crate::identity::death::{ExitProbe, PROBE_FOR};
 use crate::ledger::{EndCause, Record, SessionState};
 use crate::ownership::known::Known;
 use crate::protocol::{ByeOutcome, LineReader};
-use crate::reclaim::session::{self, Before, Ending, SharedJournal};
+use crate::reclaim::ending::{self, Before, Ending, SharedJournal};
 use crate::reclaim::{Plan, Report};
 
 impl<C: Clock> Sidecar<C> {
@@ -27,13 +27,13 @@ impl<C: Clock> Sidecar<C> {
         cause: Option<EndCause>,
         control: Option<LineReader<R>>,
         exit: Option<ExitProbe>,
-    ) -> Outcome {
+    ) -> Ended {
         let Some(cause) = cause else {
             tracing::warn!(
                 "session {}: sidecar stopped while its owner lives; nothing reclaimed, a sweep will judge the owner",
                 self.session
             );
-            return Outcome {
+            return Ended {
                 cause: None,
                 state: SessionState::Active,
             };
@@ -71,7 +71,7 @@ impl<C: Clock> Sidecar<C> {
             let Some(probe) = exit else { return };
             if let Some(exit) = probe.wait(PROBE_FOR).await {
                 let (code, signal) = exit.parts();
-                session::append(&journal, &Record::OwnerExit { code, signal });
+                ending::append(&journal, &Record::OwnerExit { code, signal });
             }
         };
         let ending = Ending {
@@ -84,7 +84,7 @@ impl<C: Clock> Sidecar<C> {
         };
         let ((state, report), ()) = tokio::join!(ending.run_then(late, told), learn_exit);
         tracing::debug!("session {} ended: {}", self.session, report.summary());
-        Outcome {
+        Ended {
             cause: Some(cause),
             state,
         }

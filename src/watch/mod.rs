@@ -30,7 +30,7 @@
 //! when it renews, the fleet registrar when poked, and the ending plans from them.
 //!
 //! When the owner dies or its lease expires: one journaled session ending
-//! ([`crate::reclaim::session`]): claims ∪ the session's labels, minus detached sandboxes.
+//! ([`crate::reclaim::ending`]): claims ∪ the session's labels, minus detached sandboxes.
 //! Claims still arriving in the pipe while it runs (drained for the settle delay) are
 //! journaled as they arrive and removed by the second pass. `bye` reclaims what is still
 //! owned at once and ends the session `clean`.
@@ -78,9 +78,10 @@ const BATCH: usize = 1024;
 /// sidecar takes it on the claim rule alone and leaves the labels to the reclaim's judgement.
 pub(crate) const CLAIM_LOOKUP: Duration = Duration::from_secs(2);
 
-/// How the session stands when the sidecar is done.
+/// How the session stands when the sidecar is done (named apart from [`crate::reclaim::Outcome`],
+/// what became of one sandbox).
 #[derive(Debug, Clone)]
-pub(crate) struct Outcome {
+pub(crate) struct Ended {
     /// Why the watch ended the session (the owner gone, its lease expired, `bye`); `None`:
     /// the sidecar was told to stop (SIGTERM) while its owner lived, and nothing was
     /// reclaimed (the session stays active for a sweep to judge).
@@ -194,7 +195,7 @@ impl<C: Clock> Sidecar<C> {
 
     /// Watches until the owner is gone (or says `bye`, or the sidecar is stopped), then
     /// reclaims as its cause requires.
-    pub(crate) async fn run<R: AsyncRead + Unpin>(mut self, mut triggers: Triggers<R>) -> Outcome {
+    pub(crate) async fn run<R: AsyncRead + Unpin>(mut self, mut triggers: Triggers<R>) -> Ended {
         let names = self
             .providers
             .iter()

@@ -24,7 +24,7 @@ use tokio::task::JoinSet;
 use super::fleet::{Registrar, Registration};
 use super::lease::{BootClock, Lease};
 use super::ttl::Keeper;
-use super::{ByeReport, EndReport, Outcome, Sidecar, Triggers};
+use super::{ByeReport, EndReport, Ended, Sidecar, Triggers};
 use crate::ledger::Journal;
 use crate::providers::cloud_proxy::CloudProxy;
 use crate::providers::docker::proxy::Proxy;
@@ -72,7 +72,7 @@ pub(crate) struct SidecarService {
 pub(crate) async fn run<R: AsyncRead + Unpin>(
     service: SidecarService,
     triggers: Triggers<R>,
-) -> Outcome {
+) -> Ended {
     let mut tasks = JoinSet::new();
     let warm = service.providers.clone();
     tasks.spawn(async move {

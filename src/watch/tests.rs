@@ -21,7 +21,7 @@ struct Harness {
     kill_owner: Option<oneshot::Sender<()>>,
     stop: Option<oneshot::Sender<()>>,
     proxy: tokio::sync::mpsc::UnboundedSender<crate::providers::proxy_claim::Claim>,
-    run: tokio::task::JoinHandle<Outcome>,
+    run: tokio::task::JoinHandle<Ended>,
     dir: std::path::PathBuf,
     /// What the TTL keeper is told: `true` once the watch ended.
     ending: ttl::Halt,
@@ -103,7 +103,7 @@ impl Harness {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 
-    async fn finish(self) -> (Outcome, Vec<String>, crate::ledger::SessionView) {
+    async fn finish(self) -> (Ended, Vec<String>, crate::ledger::SessionView) {
         let Harness { fake, run, dir, .. } = self;
         let outcome = run.await.unwrap();
         let view = StateDir::open(&dir).unwrap().sessions().unwrap().remove(0);

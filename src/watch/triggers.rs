@@ -14,7 +14,7 @@ use crate::ledger::Record;
 use crate::protocol::{Command, LineReader, ProtocolError, Target};
 use crate::providers::proxy_claim::Claim as ProxyClaim;
 use crate::providers::{Provider, Sandbox};
-use crate::reclaim::session::{self, SharedJournal};
+use crate::reclaim::ending::{self, SharedJournal};
 
 /// The events the loop waits on, injected.
 pub(crate) struct Triggers<R> {
@@ -82,12 +82,12 @@ pub(super) async fn drain_claims<R: AsyncRead + Unpin>(
             line = reader.next() => match line {
                 Some(Ok(Command::Claim(t))) => match refusal(providers, &t) {
                     None => {
-                        session::append(journal, &Record::claim(&t));
+                        ending::append(journal, &Record::claim(&t));
                         if let Ok(s) = Sandbox::from_claim(providers, &t) {
                             late.push(s);
                         }
                     }
-                    Some(reason) => session::append(journal, &Record::Refused {
+                    Some(reason) => ending::append(journal, &Record::Refused {
                         provider: t.provider,
                         id: t.id,
                         reason,

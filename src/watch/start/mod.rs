@@ -25,7 +25,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 use std::time::Duration;
 
-use super::{service, ByeReport, EndReport, Outcome, Triggers};
+use super::{service, ByeReport, EndReport, Ended, Triggers};
 use crate::config::{ProxyMode, Settings};
 use crate::identity::death::OwnerWatch;
 use crate::identity::Identity;
@@ -81,7 +81,7 @@ pub(crate) struct Started {
 impl Started {
     /// Runs the session to its end; `bye` and `end` are told how the end's first reclaim pass
     /// went ([`super::Sidecar::on_bye`], [`super::Sidecar::on_end`]).
-    pub(crate) async fn run(mut self, bye: Option<ByeReport>, end: Option<EndReport>) -> Outcome {
+    pub(crate) async fn run(mut self, bye: Option<ByeReport>, end: Option<EndReport>) -> Ended {
         self.plan.bye_report = bye;
         self.plan.end_report = end;
         let outcome = service::run(self.plan, self.triggers).await;

@@ -1,4 +1,4 @@
-//! Unit tests of `reclaim::session`.
+//! Unit tests of `reclaim::ending`.
 
 use std::time::Duration;
 

@@ -276,5 +276,5 @@ fn describe(state: SessionState) -> &'static str {
 }
 
 #[cfg(test)]
-#[path = "session_tests.rs"]
+#[path = "ending_tests.rs"]
 mod tests;
