@@ -42,7 +42,9 @@
 //!               proxy: stamps creates, claims their ids); what both proxies share:
 //!               proxy_accept.rs (the accept loop), proxy_stamp.rs (stamping), proxy_claim.rs
 //!               (how a proxy hands the sidecar a claim)
-//! ledger/       the state directory: journals, locks, the boots this machine ran, pruning
+//! ledger/       the state directory: journals, locks, the boots this machine ran, pruning;
+//!               cause.rs (EndCause: why a session ended, journaled on reclaim_start),
+//!               story.rs (a journal told as a history)
 //! protocol/     control lines (and their bounded reader), the sidecar's ready line, the
 //!               SessionId rule (a leaf: the ledger and the labels carry it too)
 //! config/       file + environment + flags → one Settings (dotenv.rs: Daytona's ./.env)
@@ -66,9 +68,11 @@
 //!
 //! # Public API
 //!
-//! [`Guard`] (with its builder and errors) is the library's API. The other public modules are
-//! public for the binary (`cli`), the integration tests, benchmarks and fuzz targets, which
-//! drive the pieces they test directly; they are not a stable interface.
+//! [`Guard`] (with its builder and errors), [`ByeOutcome`] and [`labels`] (the label keys
+//! are a documented contract) are the library's API. Every other module is private, its items
+//! `pub(crate)` (the `unreachable_pub` lint keeps them so). The binary, the integration tests,
+//! the benchmarks and the fuzz targets reach the pieces they drive through one hidden module,
+//! `sandguard::testing`, which names each of them once; it is not a stable interface.
 
 #![deny(unsafe_code)]
 #![warn(unreachable_pub)]
