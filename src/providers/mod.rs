@@ -24,6 +24,7 @@ pub(crate) mod modal;
 pub(crate) mod plugin;
 pub(crate) mod proxy_accept;
 pub(crate) mod proxy_claim;
+pub(crate) mod proxy_headers;
 pub(crate) mod proxy_stamp;
 pub(crate) mod redact;
 mod registry;

@@ -1,9 +1,11 @@
 //! Forwarding one request to the real API and its answer back, as HTTP/1.1 asks of an
 //! intermediary: hop-by-hop headers stay on their hop, `Host` is the upstream's, bodies stream.
 
+use crate::providers::proxy_headers::strip_hop_by_hop;
+use crate::providers::retry::error_chain;
 use http_body_util::Either;
 use hyper::body::Incoming;
-use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, HOST, UPGRADE};
+use hyper::header::{HeaderMap, CONNECTION, HOST, UPGRADE};
 use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode, Uri};
 use hyper_rustls::HttpsConnector;
@@ -28,20 +30,6 @@ pub(super) fn client() -> Client {
     hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(https)
 }
 
-/// The headers that belong to one hop (RFC 9110 §7.6.1, and the `Proxy-*` of a proxy hop),
-/// plus `Expect`, which this hop answers itself.
-const HOP_BY_HOP: [&str; 9] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-];
-
 /// Whether a request asks to switch protocols (a websocket).
 fn wants_upgrade(headers: &HeaderMap) -> bool {
     headers.contains_key(UPGRADE)
@@ -51,26 +39,6 @@ fn wants_upgrade(headers: &HeaderMap) -> bool {
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
             .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
-}
-
-/// Removes the hop-by-hop headers (and those `Connection` names); an upgrade keeps its
-/// `Upgrade` header and `Connection: upgrade`.
-fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
-    let named: Vec<HeaderName> = headers
-        .get_all(CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-        .collect();
-    let kept = upgrade.then(|| headers.get(UPGRADE).cloned()).flatten();
-    for name in named.iter().chain(&HOP_BY_HOP.map(HeaderName::from_static)) {
-        headers.remove(name);
-    }
-    if let Some(protocol) = kept {
-        headers.insert(UPGRADE, protocol);
-        headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
-    }
 }
 
 /// A request passed on unchanged (but for its hop's headers); an upgrade answered `101` is
@@ -133,22 +101,10 @@ async fn send_as(
                 shared.api.name(),
                 up.scheme,
                 up.authority,
-                chain(&e)
+                error_chain(&e)
             );
             answer(502, &message)
         })
-}
-
-/// An error and its sources, one after the other (hyper's top error says little).
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 /// An upstream answer for the program: status, headers and body as they came, without the

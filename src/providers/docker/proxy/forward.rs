@@ -35,8 +35,9 @@ use hyper::{Method, Request, Response, StatusCode, Version};
 
 use super::create;
 use super::target::{self, Create, Route};
-use super::upstream::{as_is, strip_hop_by_hop, Conn};
+use super::upstream::{as_is, Conn};
 use super::{claim, volumes, Body, Hold, Shared, MAX_HEAD};
+use crate::providers::proxy_headers::strip_hop_by_hop;
 use crate::providers::proxy_stamp::{collect, TooLarge, MAX_CREATE_BODY};
 
 /// A request the proxy answers itself instead of forwarding it.

@@ -24,12 +24,14 @@
 //!   connection: [`Conn::finish`] waits for them once the client is served, and dropping the
 //!   connection's future (the proxy ending) aborts them.
 
+use crate::providers::proxy_headers::strip_hop_by_hop;
+use crate::providers::retry::error_chain;
 use std::sync::{Arc, Mutex};
 
 use http_body_util::Either;
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
-use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, EXPECT, HOST, UPGRADE};
+use hyper::header::{HeaderValue, EXPECT, HOST};
 use hyper::http::request::Parts;
 use hyper::upgrade::OnUpgrade;
 use hyper::{Request, Response, Uri, Version};
@@ -99,7 +101,7 @@ impl Conn {
         let mut daemon = self.daemon().await.map_err(|e| unreachable(&e))?;
         let sent = daemon.send_request(Request::from_parts(parts, body)).await;
         *lock(&self.daemon) = Some(daemon);
-        sent.map_err(|e| unreachable(&chain(&e)))
+        sent.map_err(|e| unreachable(&error_chain(&e)))
     }
 
     /// The daemon connection, ready for a request: the kept one, or a fresh one.
@@ -145,51 +147,6 @@ impl Conn {
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // Nothing panics while holding these locks; a poisoned one still holds good data.
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// An error and its sources, one after the other (hyper's top error says little).
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
-
-/// The headers of one hop (RFC 9110 §7.6.1, and a proxy hop's `Proxy-*`).
-const HOP_BY_HOP: [&str; 9] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-];
-
-/// Removes the hop-by-hop headers (and those `Connection` names); an upgrade keeps its
-/// `Upgrade` and `Connection: Upgrade`.
-pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
-    let named: Vec<HeaderName> = headers
-        .get_all(CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-        .collect();
-    let kept = upgrade.then(|| headers.get(UPGRADE).cloned()).flatten();
-    for name in named.iter().chain(&HOP_BY_HOP.map(HeaderName::from_static)) {
-        headers.remove(name);
-    }
-    if let Some(protocol) = kept {
-        headers.insert(UPGRADE, protocol);
-        headers.insert(CONNECTION, HeaderValue::from_static("Upgrade"));
-    }
 }
 
 /// The daemon's answer for the client: as it came, without its hop's headers (a `101`
