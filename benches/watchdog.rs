@@ -1,34 +1,55 @@
-//! The watchdog's two speed figures, measured with the real binary and the real daemon:
+//! The watchdog's speed goals (issue 25's P1 and P4), measured with the real binary and the
+//! real daemon, each figure printed beside its goal:
 //!
-//! 1. **Reclaim latency**: from `SIGKILL` of a guarded owner to the sidecar's first remove
-//!    request reaching Docker. Each run starts `sandguard -- sleep 600` with `DOCKER_HOST`
-//!    pointing at a loopback proxy in front of the local socket, creates one container carrying
-//!    the session's labels, kills the owner, and timestamps the first `DELETE` the proxy sees.
-//!    This is the label path (the sidecar must list before it can remove); a claimed sandbox
-//!    skips the listing.
-//! 2. **Wrapper overhead**: `sandguard -- true` against plain `true`, median of many runs,
-//!    with no provider configured (see the comment at the measurement).
+//! 1. **P1, reclaim latency**: from `SIGKILL` of a guarded owner to the sidecar's first remove
+//!    request reaching Docker, p50 and p99 (goal p50 < 2 ms, p99 < 10 ms), on two paths run
+//!    in turn, `RUNS` each (default 100):
+//!    - the *label path*: the bench creates one container itself (`docker run` with the
+//!      session's `$SANDGUARD_LABELS`), so the sidecar learns of it only by listing;
+//!    - the *proxy path*: the container is created through the sidecar's Docker API proxy
+//!      (the owner's `$DOCKER_HOST`), which labels it and hands the sidecar its id as a claim.
 //!
-//! Run: `cargo bench --bench watchdog` (needs `docker info` to work and the test image that
-//! `tests/run.sh` builds). `RUNS=200 cargo bench --bench watchdog` for more runs.
+//!    The sidecar's own `DOCKER_HOST` is a loopback proxy in front of the local socket
+//!    (`common/first_delete.rs`) that timestamps the first `DELETE` it relays; the sidecar's
+//!    Docker proxy forwards to the same address. Each run waits 250 ms after the create, so
+//!    the sidecar's warm-up (100 ms after `ready`) is over: the figure is the steady state of
+//!    a program that runs for more than a moment.
+//! 2. **P4, wrapper start**: `sandguard -- true` against `tini -s -- true` (goal ≤ 2×), with
+//!    the defaults (`SANDGUARD_CONFIG=/dev/null`: the Docker proxy on when the daemon answers,
+//!    the cloud proxy on when credentials are found) and with every proxy off
+//!    (`--no-docker-proxy --no-cloud-proxy`, Docker still configured). Beside them plain
+//!    `true` and `sandguard -- true` with no provider configured (the older "added over
+//!    `true`" figure, goal < 5 ms). All five run in turn, `PAIRS` rounds (default 50), the
+//!    order rotated every round so that none always follows another; each run is preceded by
+//!    a 50 ms pause outside the timing, so that the previous run's sidecar (which lists the
+//!    daemon after its program exits) is not measured. Figures are medians; the ratio is the
+//!    ratio of the medians.
+//!
+//! Run: `cargo bench --bench watchdog` (needs `docker info` to work, the test image that
+//! `tests/run.sh` builds, and `tini`, which `benches/run.sh` installs). `RUNS=200` and
+//! `PAIRS=100` for more runs; `ONLY=latency` or `ONLY=wrapper` runs one part.
 
+#[path = "common/first_delete.rs"]
+mod first_delete;
 #[path = "common/report.rs"]
 mod report_file;
 
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::os::unix::net::UnixStream;
+use std::io::Read;
+use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use first_delete::Proxy;
 
 const IMAGE: &str = "sandguard-test/busybox:latest";
 
 fn main() {
-    let runs: usize = std::env::var("RUNS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(100);
+    let env_n = |key: &str, default: usize| {
+        std::env::var(key)
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(default)
+    };
     let exe = env!("CARGO_BIN_EXE_sandguard");
     let ok = Command::new("docker")
         .args(["image", "inspect", IMAGE])
@@ -38,76 +59,143 @@ fn main() {
         ok,
         "needs a running Docker daemon and the test image: run tests/run.sh once first"
     );
+    let only = std::env::var("ONLY").ok();
+    let run = |part: &str| only.as_deref().is_none_or(|o| o == part);
 
     let state = std::env::temp_dir().join(format!("sandguard-bench-{}", std::process::id()));
-    // Overhead first: the latency runs leave the daemon busy removing containers.
-    // No provider configured here: each run's sidecar reclaims (lists the daemon) after its
-    // `true` exits, and back-to-back runs would otherwise measure the daemon's load, not the
-    // wrapper.
     std::fs::create_dir_all(&state).expect("state dir");
-    let no_providers = state.join("no-providers.toml");
-    std::fs::write(&no_providers, "[providers.docker]\nenabled = false\n").expect("config");
-    let wrapped = time_runs(runs.max(200), || {
-        let mut cmd = Command::new(exe);
-        cmd.args(["--", "true"])
-            .env("XDG_STATE_HOME", &state)
-            .env("SANDGUARD_CONFIG", &no_providers);
-        cmd
-    });
-    let plain = time_runs(runs.max(200), || Command::new("true"));
-    let (w, p) = (median(&wrapped), median(&plain));
-    report_file::record(
-        "wrapper overhead (cargo bench --bench watchdog)",
-        &format!(
-            "`sandguard -- true` median {:.2} ms, `true` median {:.2} ms, added {:.2} ms",
-            ms(w),
-            ms(p),
-            ms(w.saturating_sub(p))
-        ),
-    );
-    // The same with the defaults on, as a user runs it: Docker configured (the local daemon),
-    // so each run's sidecar looks at the daemon and serves the Docker proxy before `ready`.
-    // Each run waits 50 ms afterwards (outside the timing), so that one run's reclaim (a
-    // listing of the daemon) is over before the next starts.
-    let wrapped_docker = time_runs(runs.max(200), || {
-        std::thread::sleep(Duration::from_millis(50));
-        let mut cmd = Command::new(exe);
-        cmd.args(["--", "true"])
-            .env("XDG_STATE_HOME", &state)
-            .env("SANDGUARD_CONFIG", "/dev/null");
-        cmd
-    });
-    let d = median(&wrapped_docker);
-    report_file::record(
-        "wrapper overhead, defaults on (cargo bench --bench watchdog)",
-        &format!(
-            "`sandguard -- true` with the Docker proxy served: median {:.2} ms, added {:.2} ms \
-             over `true`, {:.2} ms over the wrapper without providers",
-            ms(d),
-            ms(d.saturating_sub(p)),
-            ms(d.saturating_sub(w))
-        ),
-    );
-    let proxy = Proxy::start();
-    let mut latencies = Vec::with_capacity(runs);
-    for i in 0..runs {
-        match reclaim_latency(exe, &state, &proxy) {
-            Ok(d) => latencies.push(d),
-            Err(e) => eprintln!("run {i}: {e}"),
-        }
+    // The wrapper first: the latency runs leave the daemon busy removing containers.
+    if run("wrapper") {
+        wrapper(exe, &state, env_n("PAIRS", 50));
     }
-    report("owner SIGKILL -> first remove request", &mut latencies);
-
+    if run("latency") {
+        latency(exe, &state, env_n("RUNS", 100));
+    }
     let _ = std::fs::remove_dir_all(&state);
 }
 
-fn reclaim_latency(exe: &str, state: &std::path::Path, proxy: &Proxy) -> Result<Duration, String> {
+/// P4: the five commands in turn (see the module docs).
+fn wrapper(exe: &str, state: &Path, rounds: usize) {
+    let tini = ["tini", "/usr/bin/tini"]
+        .into_iter()
+        .find(|t| Command::new(t).arg("--version").output().is_ok())
+        .expect("needs tini (apt-get install tini; benches/run.sh installs it)");
+    let no_providers = state.join("no-providers.toml");
+    std::fs::write(&no_providers, "[providers.docker]\nenabled = false\n").expect("config");
+    let sandguard = |flags: &[&str], config: &Path| {
+        let mut cmd = Command::new(exe);
+        cmd.args(flags)
+            .args(["--", "true"])
+            .env("XDG_STATE_HOME", state)
+            .env("SANDGUARD_CONFIG", config);
+        cmd
+    };
+    let variants: Vec<Box<dyn Fn() -> Command>> = vec![
+        Box::new(|| Command::new("true")),
+        Box::new(|| {
+            let mut cmd = Command::new(tini);
+            cmd.args(["-s", "--", "true"]);
+            cmd
+        }),
+        Box::new(|| sandguard(&[], Path::new("/dev/null"))),
+        Box::new(|| {
+            sandguard(
+                &["--no-docker-proxy", "--no-cloud-proxy"],
+                Path::new("/dev/null"),
+            )
+        }),
+        Box::new(|| sandguard(&[], &no_providers)),
+    ];
+    let mut times = vec![Vec::with_capacity(rounds); variants.len()];
+    for round in 0..rounds {
+        for k in 0..variants.len() {
+            let i = (round + k) % variants.len();
+            std::thread::sleep(Duration::from_millis(50));
+            let mut cmd = variants[i]();
+            cmd.stdout(Stdio::null()).stderr(Stdio::null());
+            let t = Instant::now();
+            let status = cmd.status().expect("run");
+            times[i].push(t.elapsed());
+            assert!(status.success(), "variant {i} failed: {status}");
+        }
+    }
+    let [plain, tini, defaults, off, bare] = [0, 1, 2, 3, 4].map(|i| median(&times[i]));
+    let ratio = |d: Duration| d.as_secs_f64() / tini.as_secs_f64();
+    let what = "wrapper start (cargo bench --bench watchdog)";
+    report_file::record(
+        what,
+        &format!(
+            "P4 defaults on: `sandguard -- true` median {:.2} ms vs `tini -s -- true` {:.2} ms: \
+             **{:.2}×** (goal ≤ 2×); {rounds} rounds in turn",
+            ms(defaults),
+            ms(tini),
+            ratio(defaults)
+        ),
+    );
+    report_file::record(
+        what,
+        &format!(
+            "P4 every proxy off: `sandguard --no-docker-proxy --no-cloud-proxy -- true` median \
+             {:.2} ms vs `tini -s -- true` {:.2} ms: **{:.2}×** (goal ≤ 2×)",
+            ms(off),
+            ms(tini),
+            ratio(off)
+        ),
+    );
+    report_file::record(
+        what,
+        &format!(
+            "no provider configured: `sandguard -- true` median {:.2} ms, `true` {:.2} ms, \
+             added **{:.2} ms** (goal < 5 ms)",
+            ms(bare),
+            ms(plain),
+            ms(bare.saturating_sub(plain))
+        ),
+    );
+}
+
+#[derive(Clone, Copy)]
+enum Path1 {
+    Label,
+    Proxy,
+}
+
+/// P1: `runs` deaths on each path, in turn.
+fn latency(exe: &str, state: &Path, runs: usize) {
+    let proxy = Proxy::start();
+    let (mut label, mut claimed) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
+    for i in 0..runs {
+        for (path, into) in [(Path1::Label, &mut label), (Path1::Proxy, &mut claimed)] {
+            match reclaim_latency(exe, state, &proxy, path) {
+                Ok(d) => into.push(d),
+                Err(e) => eprintln!("run {i}: {e}"),
+            }
+        }
+    }
+    report(
+        "P1 label path (created without the proxy: listed, then removed)",
+        "latency",
+        &mut label,
+    );
+    report(
+        "P1 proxy path (created through the Docker proxy: claimed)",
+        "latency_proxy",
+        &mut claimed,
+    );
+}
+
+fn reclaim_latency(
+    exe: &str,
+    state: &Path,
+    proxy: &Proxy,
+    path: Path1,
+) -> Result<Duration, String> {
     let mut owner = Command::new(exe)
         .args([
             "--",
             "sh",
             "-c",
-            "echo \"$SANDGUARD_LABELS\"; exec sleep 600",
+            "echo \"$SANDGUARD_LABELS $DOCKER_HOST\"; exec sleep 600",
         ])
         .env("DOCKER_HOST", &proxy.url)
         .env("XDG_STATE_HOME", state)
@@ -115,30 +203,39 @@ fn reclaim_latency(exe: &str, state: &std::path::Path, proxy: &Proxy) -> Result<
         .stdout(Stdio::piped())
         .spawn()
         .map_err(|e| e.to_string())?;
-    let mut labels = String::new();
+    let mut line = String::new();
     let mut out = owner.stdout.take().ok_or("no stdout")?;
     let mut byte = [0u8; 1];
     while out.read(&mut byte).map_err(|e| e.to_string())? == 1 && byte[0] != b'\n' {
-        labels.push(byte[0] as char);
+        line.push(byte[0] as char);
     }
-    let mut args = vec!["run", "-d", "--network", "none"];
-    let label_args: Vec<String> = labels
-        .split(',')
-        .map(std::string::ToString::to_string)
-        .collect();
-    for l in &label_args {
-        args.extend(["--label", l.as_str()]);
+    let (labels, owner_host) = line.split_once(' ').ok_or("no labels")?;
+    let mut docker = Command::new("docker");
+    docker.args(["run", "-d", "--network", "none"]);
+    match path {
+        Path1::Label => {
+            for l in labels.split(',') {
+                docker.args(["--label", l]);
+            }
+        }
+        Path1::Proxy => {
+            if !owner_host.starts_with("unix://") {
+                let _ = owner.kill();
+                let _ = owner.wait();
+                return Err(format!("no Docker proxy served: DOCKER_HOST={owner_host}"));
+            }
+            docker.env("DOCKER_HOST", owner_host);
+        }
     }
-    args.extend([IMAGE, "sleep", "600"]);
-    let created = Command::new("docker")
-        .args(&args)
+    let created = docker
+        .args([IMAGE, "sleep", "600"])
         .output()
         .map_err(|e| e.to_string())?;
     if !created.status.success() {
+        let _ = owner.kill();
+        let _ = owner.wait();
         return Err(String::from_utf8_lossy(&created.stderr).into_owned());
     }
-    // Let the sidecar finish its warm-up (it starts 100 ms after `ready`) so the figure is the
-    // steady state of a program that runs for more than a moment.
     std::thread::sleep(Duration::from_millis(250));
     proxy.arm();
     let killed = Instant::now();
@@ -148,103 +245,6 @@ fn reclaim_latency(exe: &str, state: &std::path::Path, proxy: &Proxy) -> Result<
         .ok_or("no remove request within 10 s")?;
     let _ = owner.wait();
     Ok(first.saturating_duration_since(killed))
-}
-
-/// A loopback TCP proxy to the Docker socket that timestamps the first `DELETE` request after
-/// it is armed.
-struct Proxy {
-    url: String,
-    first_delete: Arc<Mutex<Option<Instant>>>,
-    armed: Arc<Mutex<bool>>,
-}
-
-impl Proxy {
-    fn start() -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
-        let url = format!("tcp://{}", listener.local_addr().expect("address"));
-        let first_delete = Arc::new(Mutex::new(None));
-        let armed = Arc::new(Mutex::new(false));
-        let (fd, arm) = (first_delete.clone(), armed.clone());
-        std::thread::spawn(move || {
-            for client in listener.incoming().flatten() {
-                let Ok(daemon) = UnixStream::connect("/var/run/docker.sock") else {
-                    continue;
-                };
-                let _ = client.set_nodelay(true);
-                let (fd, arm) = (fd.clone(), arm.clone());
-                let (mut c_read, mut d_write) = (
-                    client.try_clone().expect("clone"),
-                    daemon.try_clone().expect("clone"),
-                );
-                std::thread::spawn(move || pump_requests(&mut c_read, &mut d_write, &fd, &arm));
-                let (mut d_read, mut c_write) = (daemon, client);
-                std::thread::spawn(move || {
-                    let _ = std::io::copy(&mut d_read, &mut c_write);
-                    let _ = c_write.shutdown(Shutdown::Write);
-                });
-            }
-        });
-        Proxy {
-            url,
-            first_delete,
-            armed,
-        }
-    }
-
-    fn arm(&self) {
-        *self.first_delete.lock().unwrap() = None;
-        *self.armed.lock().unwrap() = true;
-    }
-
-    fn wait_first_delete(&self, limit: Duration) -> Option<Instant> {
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if let Some(t) = *self.first_delete.lock().unwrap() {
-                *self.armed.lock().unwrap() = false;
-                return Some(t);
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        None
-    }
-}
-
-fn pump_requests(
-    from: &mut TcpStream,
-    to: &mut UnixStream,
-    first: &Mutex<Option<Instant>>,
-    armed: &Mutex<bool>,
-) {
-    let mut buf = [0u8; 16 * 1024];
-    loop {
-        let n = match from.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        let now = Instant::now();
-        if buf[..n].windows(8).any(|w| w == b"DELETE /") && *armed.lock().unwrap() {
-            let mut slot = first.lock().unwrap();
-            if slot.is_none() {
-                *slot = Some(now);
-            }
-        }
-        if to.write_all(&buf[..n]).is_err() {
-            break;
-        }
-    }
-    let _ = to.shutdown(Shutdown::Write);
-}
-
-fn time_runs(n: usize, mut make: impl FnMut() -> Command) -> Vec<Duration> {
-    (0..n)
-        .map(|_| {
-            let mut cmd = make();
-            cmd.stdout(Stdio::null()).stderr(Stdio::null());
-            let t = Instant::now();
-            let _ = cmd.status();
-            t.elapsed()
-        })
-        .collect()
 }
 
 fn median(v: &[Duration]) -> Duration {
@@ -257,10 +257,11 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-fn report(what: &str, v: &mut [Duration]) {
+fn report(what: &str, svg: &str, v: &mut [Duration]) {
+    let bench = "owner SIGKILL -> first remove request (cargo bench --bench watchdog)";
     v.sort();
     if v.is_empty() {
-        report_file::record(what, "no successful runs");
+        report_file::record(bench, &format!("{what}: no successful runs"));
         return;
     }
     let pct = |p: f64| {
@@ -269,19 +270,15 @@ fn report(what: &str, v: &mut [Duration]) {
             .min(v.len() - 1)]
     };
     let line = format!(
-        "{} runs, p50 {:.2} ms, p99 {:.2} ms, min {:.2} ms, max {:.2} ms (histogram: latency.svg)",
+        "{what}: {} runs, **p50 {:.2} ms** (goal < 2 ms), **p99 {:.2} ms** (goal < 10 ms), \
+         min {:.2} ms, max {:.2} ms (histogram: {svg}.svg)",
         v.len(),
         ms(pct(0.50)),
         ms(pct(0.99)),
         ms(v[0]),
         ms(v[v.len() - 1])
     );
-    report_file::record(&format!("{what} (cargo bench --bench watchdog)"), &line);
+    report_file::record(bench, &line);
     let values: Vec<f64> = v.iter().map(|d| ms(*d)).collect();
-    report_file::histogram_svg(
-        "latency",
-        "owner SIGKILL -> first remove request (ms)",
-        &values,
-        20,
-    );
+    report_file::histogram_svg(svg, &format!("{what}: ms"), &values, 20);
 }
