@@ -81,7 +81,7 @@ pub(crate) fn append(journal: &SharedJournal, record: &Record) {
 
 /// Writes one record, made durable by the next [`sync`] or [`append`] (nothing without a
 /// journal).
-fn write(journal: Option<&SharedJournal>, record: &Record) {
+pub(crate) fn write(journal: Option<&SharedJournal>, record: &Record) {
     let Some(journal) = journal else { return };
     let mut j = journal
         .lock()
@@ -92,7 +92,7 @@ fn write(journal: Option<&SharedJournal>, record: &Record) {
 }
 
 /// Makes what was written durable, on a blocking thread, so the reclaim runs meanwhile.
-async fn sync(journal: Option<&SharedJournal>) {
+pub(crate) async fn sync(journal: Option<&SharedJournal>) {
     let Some(journal) = journal.cloned() else {
         return;
     };

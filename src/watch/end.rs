@@ -71,7 +71,11 @@ impl<C: Clock> Sidecar<C> {
             let Some(probe) = exit else { return };
             if let Some(exit) = probe.wait(PROBE_FOR).await {
                 let (code, signal) = exit.parts();
-                ending::append(&journal, &Record::OwnerExit { code, signal });
+                // Written, not synced: an fdatasync here would block the runtime thread while
+                // the first removal requests are in flight (the exit is usually known at once,
+                // the owner's parent having reaped it). It is made durable below, once the
+                // reclaim is done; it tells how the owner ended and decides nothing.
+                ending::write(Some(&journal), &Record::OwnerExit { code, signal });
             }
         };
         let ending = Ending {
@@ -83,6 +87,7 @@ impl<C: Clock> Sidecar<C> {
             cause,
         };
         let ((state, report), ()) = tokio::join!(ending.run_then(late, told), learn_exit);
+        ending::sync(Some(&journal)).await;
         tracing::debug!("session {} ended: {}", self.session, report.summary());
         Ended {
             cause: Some(cause),
