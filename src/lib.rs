@@ -127,7 +127,8 @@ pub mod testing {
         pub use crate::protocol::{parse_line, ByeOutcome, Target};
     }
     pub mod providers {
-        pub use crate::providers::{Provider, ProviderError, Sandbox};
+        pub use crate::providers::error::ProviderError;
+        pub use crate::providers::{Provider, Sandbox};
         pub mod daytona {
             pub use crate::providers::daytona::{parse_list_body, Auth, DaytonaProvider};
         }
