@@ -75,14 +75,8 @@ def spawn(
     except subprocess.TimeoutExpired:
         pass  # read_ready's own deadline decides
     try:
-        line = _read_ready(ready_r, timeout)
+        ready = parse_ready(_read_ready(ready_r, timeout), session)
     except BaseException:
-        os.close(ready_r)
-        os.close(control_w)
-        raise
-    try:
-        ready = parse_ready(line, session)
-    except SandguardError:
         os.close(ready_r)
         os.close(control_w)
         raise
