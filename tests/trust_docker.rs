@@ -5,6 +5,7 @@
 //! container whose image cannot be checked taken on a guess).
 
 mod engine;
+mod follow;
 mod ledger;
 
 use std::collections::BTreeMap;

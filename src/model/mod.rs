@@ -47,6 +47,8 @@ mod oracle;
 mod world;
 
 use ops::Op;
+/// The seeded PRNG, for other generated tests too.
+pub(crate) use ops::Rng;
 use oracle::Oracle;
 use world::World;
 

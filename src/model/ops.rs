@@ -14,7 +14,8 @@ use std::fmt;
 
 mod generate;
 
-pub(super) use generate::{generate, Rng};
+pub(super) use generate::generate;
+pub(crate) use generate::Rng;
 
 /// How the program makes a sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

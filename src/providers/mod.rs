@@ -259,6 +259,19 @@ pub trait Provider: Send + Sync {
     fn warm_up(&self) -> bool {
         false
     }
+    /// Follows `session`'s sandboxes as the provider reports them created and destroyed, until
+    /// the future is dropped (a sidecar runs it beside its watch); returns at once where the
+    /// provider has no such feed (the default). What it learns is [`Provider::known`].
+    async fn follow(&self, session: &str) {
+        let _ = session;
+    }
+    /// The sandboxes of `session` that following proved exist, as they were listed when
+    /// created: a reclaim removes them before it lists (the listing still finds the rest).
+    /// `None` when the session is not followed (the default).
+    fn known(&self, session: &str) -> Option<Vec<Sandbox>> {
+        let _ = session;
+        None
+    }
     /// Checks that the provider answers; on success a short description (version, endpoint).
     async fn check(&self) -> Result<String, ProviderError>;
     /// Makes the provider end `sandbox` on its own `ttl` from now unless renewed again (only

@@ -7,6 +7,8 @@
 //! - What the owner detached is never removed, whether it was named by its full id or by a
 //!   prefix the provider accepts ([`Provider::names`]), nor anything labelled detached, nor a
 //!   claimed sandbox that carries another session's label while that session may live.
+//! - What a provider followed of the session while its owner lived ([`Provider::known`]) is
+//!   removed first, beside the first listing, which still decides completeness.
 //! - Providers are worked on concurrently; within one provider removals run with bounded
 //!   concurrency, kind by kind (instances, then networks, then volumes): see [`remove`].
 //! - A listing that fails transiently is tried again, with the same backoff as removals and
@@ -175,6 +177,8 @@ async fn pass(
 /// that names nothing listed carries no sandguard label and is the session's by its claim.
 /// Claims are judged only once a listing answered in full: until then nobody can tell whose
 /// they are, and at the deadline they are left unfinished (a sweep finishes them).
+/// What the provider already knows of the session ([`Provider::known`]) goes first, judged
+/// the same way, while the first listing runs.
 async fn one_provider(
     provider: &dyn Provider,
     plan: &Plan,
@@ -211,10 +215,37 @@ async fn one_provider(
         plan.selector.clone()
     };
     let mut removals = Vec::new();
+    // What the provider followed of the session (Docker's event stream) is judged and removed
+    // at once, beside the first listing: the first removal does not wait for a listing, and
+    // the listing, still made, finds what following missed (already judged ones are skipped).
+    let mut known = plan
+        .selector
+        .session_id()
+        .and_then(|session| provider.known(session))
+        .map(|known| {
+            let (targets, refused) = judged.sort(known, false);
+            tracing::debug!(
+                provider = provider.name(),
+                "removing {} followed sandboxes beside the first listing",
+                targets.len()
+            );
+            removals.extend(refused);
+            targets
+        })
+        .filter(|targets| !targets.is_empty());
     let mut tries = 0;
     loop {
         tries += 1;
-        let attempt = list::attempt(provider, &selector, options, deadline, pace, tries).await;
+        let listing = list::attempt(provider, &selector, options, deadline, pace, tries);
+        let attempt = match known.take() {
+            Some(targets) => {
+                let removing = remove::remove_from(provider, targets, options, deadline, pace);
+                let (removed, attempt) = tokio::join!(removing, listing);
+                removals.extend(removed);
+                attempt
+            }
+            None => listing.await,
+        };
         let (targets, refused) = judged.sort(attempt.found, attempt.retry.is_none());
         removals.extend(refused);
         removals.extend(remove::remove_from(provider, targets, options, deadline, pace).await);

@@ -1,7 +1,8 @@
 //! The sidecar as a library service: everything that runs beside the watch loop, owned.
 //!
 //! [`run`] starts, in one [`JoinSet`], the tasks a sidecar needs besides its loop: the
-//! provider warm-up ([`WARM_UP_DELAY`] after start), the TTL keeper ([`super::ttl`], only when
+//! provider warm-up ([`WARM_UP_DELAY`] after start) and then the following of the session's
+//! sandboxes ([`Provider::follow`]), the TTL keeper ([`super::ttl`], only when
 //! a provider has a server-side lifetime), the Docker API proxy and the cloud API proxies (when
 //! asked for). It then
 //! runs the loop ([`Sidecar::run`]) and, whatever the outcome, shuts every task down and waits
@@ -75,6 +76,7 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
 ) -> Ended {
     let mut tasks = JoinSet::new();
     let warm = service.providers.clone();
+    let followed = service.session.clone();
     tasks.spawn(async move {
         tokio::time::sleep(WARM_UP_DELAY).await;
         for p in warm.iter().filter(|p| p.warm_up()) {
@@ -85,6 +87,9 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
         // Start-up is over: what it touched of the program and nothing more stays resident.
         let released = crate::unix::release_startup_pages();
         tracing::debug!("released {} KiB of start-up pages", released / 1024);
+        // Then the session's sandboxes are followed as they come and go, so the reclaim
+        // knows them before the owner dies ([`Provider::follow`]: Docker's event stream).
+        futures_util::future::join_all(warm.iter().map(|p| p.follow(&followed))).await;
     });
     if let Some(proxy) = service.proxy {
         tasks.spawn(proxy.run());

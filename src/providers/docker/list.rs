@@ -49,7 +49,7 @@ impl DockerProvider {
 
     /// Containers in every state, with the labels inherited from their images dropped
     /// (`image`); a container whose image could not be checked is an error, not a sandbox.
-    async fn list_containers(
+    pub(super) async fn list_containers(
         &self,
         docker: &Docker,
         filters: HashMap<String, Vec<String>>,
@@ -207,7 +207,7 @@ fn container(
 }
 
 /// The selector as Docker's `label` filter (all terms must match).
-fn label_filters(selector: &Selector) -> HashMap<String, Vec<String>> {
+pub(super) fn label_filters(selector: &Selector) -> HashMap<String, Vec<String>> {
     let terms = selector
         .terms()
         .iter()

@@ -15,6 +15,9 @@
 //!   container's `sandguard.*` labels inherited from its image are not ownership and are
 //!   dropped (`image`).
 //! - Claims (`claim`): a container id, `network/ID` or `volume/NAME`, never a name.
+//! - Following (`follow`, sidecars only): the session's containers as Docker's event stream
+//!   creates and destroys them, so the reclaim at death removes them before it lists, and a
+//!   full id the stream proves exists is removed without the inspect below.
 //! - Removal: containers and networks are first resolved to the one full id Docker inspects
 //!   them as (`claim`: a stranger that merely carries our id as its name is refused), then
 //!   removed by that id; containers with `force` and their anonymous volumes (`v=true`);
@@ -25,6 +28,7 @@
 
 mod claim;
 mod error;
+mod follow;
 mod image;
 mod list;
 mod network;
@@ -110,6 +114,8 @@ pub(crate) struct DockerProvider {
     client: OnceCell<Docker>,
     /// Images' sandguard labels, to drop what containers inherited (`image`).
     images: image::ImageCache,
+    /// What a sidecar's event stream proved of its session's containers (`follow`).
+    followed: follow::Followed,
 }
 
 impl DockerProvider {
@@ -127,6 +133,7 @@ impl DockerProvider {
             timeout: settings.timeout,
             client: OnceCell::new(),
             images: image::ImageCache::default(),
+            followed: follow::Followed::default(),
         }
     }
 
@@ -198,6 +205,15 @@ impl Provider for DockerProvider {
         true
     }
 
+    /// Follows the session's containers on Docker's event stream (`follow`).
+    async fn follow(&self, session: &str) {
+        self.follow_session(session).await;
+    }
+
+    fn known(&self, session: &str) -> Option<Vec<Sandbox>> {
+        self.followed.known(session)
+    }
+
     fn parse_claim(&self, id: &str) -> Result<Sandbox, Refusal> {
         claim::parse(id)
             .map(|(kind, id)| Sandbox::claimed("docker", kind, id))
@@ -214,7 +230,13 @@ impl Provider for DockerProvider {
 
     async fn remove(&self, sandbox: &Sandbox) -> Result<(), ProviderError> {
         let docker = self.client().await?;
-        let id = claim::resolve(docker, &self.host, sandbox.kind, &sandbox.id).await?;
+        // A full id this sidecar's event stream proves exists names that container and no
+        // other (`follow`); anything else is resolved, so a look-alike name is refused.
+        let id = if sandbox.kind == Kind::Instance && self.followed.exists(&sandbox.id) {
+            sandbox.id.clone()
+        } else {
+            claim::resolve(docker, &self.host, sandbox.kind, &sandbox.id).await?
+        };
         let result = match sandbox.kind {
             Kind::Instance => {
                 let options = RemoveContainerOptions {

@@ -1,0 +1,253 @@
+//! Following one session's containers as Docker creates and destroys them, so that a sidecar
+//! knows them before its owner dies (issue 25: at death the first removal goes out without a
+//! listing first, and without the look-alike inspect).
+//!
+//! A sidecar subscribes to Docker's event stream (`GET /events`), filtered to container
+//! `create` and `destroy` events carrying its session's label; the subscription costs no
+//! wake-up while nothing happens. For each created container it lists that one container
+//! (`filters={"id":[…]}`, the ordinary listing code, so the image check of `image` runs now,
+//! while the owner lives, and its cache is warm at death), and holds the result until the
+//! `destroy` event. What it holds is used two ways:
+//!
+//! - **Known first** ([`Followed::known`]): the sidecar's reclaim judges and removes these at
+//!   once, beside the listing it still makes. The listing stays the source of completeness:
+//!   a container the follower missed (created before the subscription, while the stream was
+//!   down, or whose lookup had not answered yet) is found there and removed as before.
+//!   Docker's labels cannot change after create, so what the lookup listed is what a listing
+//!   at death would say.
+//! - **No inspect** ([`Followed::exists`]): a container is removed by its full id, which
+//!   Docker matches before any name, so a full id is only ambiguous once its container is
+//!   gone (a stranger may then be *named* like it). An id whose `create` event arrived on this
+//!   stream, and whose `destroy` event has not, names a container that exists now: its removal
+//!   skips `claim::resolve`'s inspect. Anything else (a claim, a prefix, a sweep's listing, an
+//!   id seen before the stream broke) is inspected as before.
+//!
+//! Decisions:
+//! - Events are asked for `since` a few seconds before the subscription, so a container
+//!   created between the sidecar's start and the subscription is still seen; the daemon
+//!   replays what it kept. A clock skew with a remote daemon can only lose creates (found by
+//!   the listing at death) or replay a few more (harmless: each is looked up).
+//! - The stream is ordered, and a container's `destroy` always follows its `create`, so an id
+//!   whose `create` came on this stream cannot miss its `destroy` while the stream lasts. When
+//!   the stream ends or fails everything held is forgotten at once and the subscription is
+//!   made anew after a backoff: held knowledge never outlives the stream that proved it.
+//! - A lookup that answers after the container's `destroy` fills nothing; one that failed
+//!   (an image that could not be checked) leaves the container to the listing at death.
+//! - Only sidecars follow (`watch::service`); `ps`, `stop` and sweeps list and inspect as
+//!   before.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use bollard::query_parameters::EventsOptions;
+use futures_util::StreamExt;
+use tokio::sync::Notify;
+
+use super::error::short;
+use super::DockerProvider;
+use crate::labels::{self, Selector};
+use crate::providers::Sandbox;
+
+/// How far back the first subscription asks the daemon to replay.
+const SINCE: Duration = Duration::from_secs(5);
+/// The backoff between subscriptions, doubling up to [`RESUBSCRIBE_MAX`].
+const RESUBSCRIBE_MIN: Duration = Duration::from_millis(200);
+const RESUBSCRIBE_MAX: Duration = Duration::from_secs(30);
+/// A full Docker id.
+const FULL_ID: usize = 64;
+
+/// What the follower holds (see the module docs).
+#[derive(Default)]
+pub(super) struct Followed {
+    state: Mutex<State>,
+    /// Wakes the lookup loop when a `create` arrived.
+    created: Notify,
+}
+
+#[derive(Default)]
+struct State {
+    /// The session followed, once following started.
+    session: Option<String>,
+    /// Containers whose `create` event arrived on the current stream and whose `destroy`
+    /// has not, by full id: `None` until their lookup answered.
+    present: HashMap<String, Option<Sandbox>>,
+}
+
+impl Followed {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether the container with the full id `id` exists now, as this stream proves it (see
+    /// the module docs): its removal needs no inspect.
+    pub(super) fn exists(&self, id: &str) -> bool {
+        id.len() == FULL_ID && self.state().present.contains_key(id)
+    }
+
+    /// The containers of `session` known to exist, as listed when they were created; `None`
+    /// when this session is not followed.
+    pub(super) fn known(&self, session: &str) -> Option<Vec<Sandbox>> {
+        let state = self.state();
+        if state.session.as_deref() != Some(session) {
+            return None;
+        }
+        Some(state.present.values().flatten().cloned().collect())
+    }
+
+    fn start(&self, session: &str) {
+        self.state().session = Some(session.to_string());
+    }
+
+    /// A `create` event.
+    fn create(&self, id: &str) {
+        if id.len() == FULL_ID {
+            self.state().present.entry(id.to_string()).or_insert(None);
+            self.created.notify_one();
+        }
+    }
+
+    /// A `destroy` event.
+    fn destroy(&self, id: &str) {
+        if self.state().present.remove(id).is_some() {
+            tracing::debug!(
+                "docker container {} destroyed: no longer followed",
+                short(id)
+            );
+        }
+    }
+
+    /// The stream ended or failed: nothing it proved is known any more.
+    fn broke(&self) {
+        self.state().present.clear();
+    }
+
+    /// The ids whose lookup is due.
+    fn pending(&self) -> Vec<String> {
+        let state = self.state();
+        let mut ids: Vec<String> = state
+            .present
+            .iter()
+            .filter(|(_, s)| s.is_none())
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    /// What the lookup of `asked` found. A container still held is filled in; one not found
+    /// while the listing answered in full is forgotten (gone, or not what the event said);
+    /// with `complete` false the rest stay pending, for the listing at death.
+    fn looked_up(&self, asked: &[String], found: Vec<Sandbox>, complete: bool) {
+        let mut state = self.state();
+        let found_ids: HashSet<String> = found.iter().map(|s| s.id.clone()).collect();
+        for s in found {
+            if let Some(slot @ None) = state.present.get_mut(&s.id) {
+                tracing::debug!("following docker container {}", short(&s.id));
+                *slot = Some(s);
+            }
+        }
+        if complete {
+            for id in asked.iter().filter(|id| !found_ids.contains(*id)) {
+                if matches!(state.present.get(id), Some(None)) {
+                    state.present.remove(id);
+                }
+            }
+        }
+    }
+}
+
+impl DockerProvider {
+    /// Follows `session`'s containers until the task is dropped (see the module docs).
+    pub(super) async fn follow_session(&self, session: &str) {
+        self.followed.start(session);
+        tokio::join!(self.subscribe(session), self.look_up(session));
+    }
+
+    /// The event stream, subscribed again whenever it ends.
+    async fn subscribe(&self, session: &str) {
+        let mut since = unix_now().saturating_sub(SINCE.as_secs());
+        let mut pause = RESUBSCRIBE_MIN;
+        loop {
+            match self.client().await {
+                Ok(docker) => {
+                    let options = EventsOptions {
+                        since: Some(since.to_string()),
+                        until: None,
+                        filters: Some(HashMap::from([
+                            ("type".to_string(), vec!["container".to_string()]),
+                            (
+                                "event".to_string(),
+                                vec!["create".to_string(), "destroy".to_string()],
+                            ),
+                            (
+                                "label".to_string(),
+                                vec![format!("{}={session}", labels::SESSION)],
+                            ),
+                        ])),
+                    };
+                    let mut events = docker.events(Some(options));
+                    while let Some(event) = events.next().await {
+                        let event = match event {
+                            Ok(event) => event,
+                            Err(e) => {
+                                tracing::debug!("docker event stream failed: {e}");
+                                break;
+                            }
+                        };
+                        pause = RESUBSCRIBE_MIN;
+                        let id = event.actor.and_then(|a| a.id).unwrap_or_default();
+                        match event.action.as_deref() {
+                            Some("create") => self.followed.create(&id),
+                            Some("destroy") => self.followed.destroy(&id),
+                            _ => {}
+                        }
+                    }
+                }
+                Err(e) => tracing::debug!("docker events not followed yet: {e}"),
+            }
+            self.followed.broke();
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(RESUBSCRIBE_MAX);
+            // Events while the stream was down are lost to it: the listing at death finds
+            // what they created. Replaying from here only repeats what is forgotten anyway.
+            since = unix_now().saturating_sub(1);
+        }
+    }
+
+    /// Lists each created container once, a batch at a time.
+    async fn look_up(&self, session: &str) {
+        let selector = Selector::session(session);
+        loop {
+            self.followed.created.notified().await;
+            let ids = self.followed.pending();
+            if ids.is_empty() {
+                continue;
+            }
+            let Ok(docker) = self.client().await else {
+                continue;
+            };
+            let mut filters = super::list::label_filters(&selector);
+            filters.insert("id".to_string(), ids.clone());
+            let listing = self.list_containers(docker, filters, &selector).await;
+            let found = listing
+                .found
+                .into_iter()
+                .filter(|s| ids.contains(&s.id) && selector.matches(&s.labels))
+                .collect();
+            self.followed
+                .looked_up(&ids, found, listing.errors.is_empty());
+        }
+    }
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests;
