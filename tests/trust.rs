@@ -332,6 +332,56 @@ fn as_pid_1_the_wrapper_stays_init_until_the_reclaim_is_done() {
     );
 }
 
+/// Issue 25: the wrapper execs the program without waiting for its sidecar, which it starts
+/// detached through a process between. The program inherits no child of sandguard's (that
+/// process was reaped before the exec), and the sidecar is nobody's child, in another
+/// session (the terminal's signals never reach it), in `/`.
+#[test]
+fn the_program_inherits_no_child_and_its_sidecar_is_detached() {
+    let s = Scratch::new("trust-detached");
+    let out = s.path().join("out");
+    // `read` is a shell builtin: the check starts no child of its own.
+    let script = format!(
+        "read -r kids < /proc/$$/task/$$/children || true\n\
+         echo \"$$ $SANDGUARD_SESSION [$kids]\" > {out}.tmp; mv {out}.tmp {out}\n\
+         sleep 600",
+        out = out.display()
+    );
+    let mut job = crate::wrapper::guarded(&s, &script);
+    let got = wait_for_file(&out, &mut job).remove(0);
+    let (program, rest) = got.split_once(' ').unwrap();
+    let (session, kids) = rest.split_once(' ').unwrap();
+    assert_eq!(kids, "[]", "the program was given a child of sandguard's");
+    let program: u32 = program.parse().unwrap();
+    assert_eq!(
+        program,
+        job.id(),
+        "the program is the wrapper's pid, exec'd"
+    );
+    let sidecar = sidecar_of(session);
+    // (parent, session) from /proc/PID/stat.
+    let stat = |pid: u32| -> (u32, u32) {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let fields: Vec<&str> = text.rsplit_once(") ").unwrap().1.split(' ').collect();
+        (fields[1].parse().unwrap(), fields[3].parse().unwrap())
+    };
+    let (parent, sid) = stat(sidecar);
+    assert_ne!(parent, program, "the sidecar is the program's child");
+    assert!(
+        !children(program).contains(&sidecar),
+        "the sidecar is the program's child"
+    );
+    assert_ne!(
+        sid,
+        stat(program).1,
+        "the sidecar shares the program's session"
+    );
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{sidecar}/cwd")).unwrap(),
+        Path::new("/")
+    );
+}
+
 fn children(pid: u32) -> Vec<u32> {
     std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
         .unwrap_or_default()

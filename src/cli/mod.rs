@@ -11,6 +11,7 @@
 mod claim;
 mod docs;
 mod error;
+mod fast;
 mod init;
 mod output;
 mod providers;
@@ -101,6 +102,10 @@ impl Invocation {
     /// `Err` carries the exit code of a command line that was help, a version, or bad usage
     /// (clap has printed it).
     pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, u8> {
+        let args: Vec<OsString> = args.into_iter().collect();
+        if let Some((config, args)) = fast::wrapper(&args) {
+            return Ok(Invocation::resolved(config, Command::Run(args)));
+        }
         let cli = match Cli::try_parse_from(args) {
             Ok(cli) => cli,
             Err(e) => {
@@ -133,18 +138,31 @@ impl Invocation {
                 return Err(Exit::Usage.code());
             }
         };
+        Ok(Invocation::resolved(cli.config, command))
+    }
+
+    /// `command` with the settings resolved once: `--config`, and the grace its options give.
+    fn resolved(config: Option<PathBuf>, command: Command) -> Invocation {
         let grace = match &command {
             Command::Run(a) => a.options.grace.map(|g| g.0),
             Command::Watch(a) => a.grace.map(|g| g.0),
             _ => None,
         };
         let overrides = Overrides {
-            config: cli.config,
+            config,
             grace,
             ..Default::default()
         };
-        let settings = Settings::resolve(&overrides, &WithDotenv::here(&ProcessEnv));
-        Ok(Invocation { command, settings })
+        // A handed-over sidecar starts in `/`: its wrapper names the directory whose `.env`
+        // files the wrapper's settings read (`watch --dotenv-dir`), so both read the same.
+        let settings = match &command {
+            Command::Watch(watch::Args {
+                dotenv_dir: Some(dir),
+                ..
+            }) => Settings::resolve(&overrides, &WithDotenv::new(&ProcessEnv, dir)),
+            _ => Settings::resolve(&overrides, &WithDotenv::here(&ProcessEnv)),
+        };
+        Invocation { command, settings }
     }
 
     /// The level diagnostics are logged at: the settings', or `warn` when they are bad (the

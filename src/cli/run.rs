@@ -1,11 +1,16 @@
 //! The wrapper: `sandguard -- CMD…` and `sandguard run [--grace D] -- CMD…`.
 //!
 //! 1. Resolve the config; make a session id; read this process's own identity.
-//! 2. Make the control pipe; spawn `sandguard watch --daemonize` in its own session, the pipe's
-//!    read end at descriptor 3, told this process's identity (which CMD will keep: exec
-//!    changes neither the pid nor the start time).
-//! 3. Wait (at most 10 s) for the sidecar's `ready` line: by then its journal is on disk and its
-//!    lock held, so nothing CMD creates can be missed. Otherwise exit 125.
+//! 2. Create the session's journal (its `start` record written, its lock held) and decide and
+//!    bind the proxies, printing their warnings ([`crate::watch::start::handoff`]).
+//! 3. Make the control pipe; spawn `sandguard watch --daemonize` in its own session, detached,
+//!    the pipe's read end at descriptor 3, the journal and the listeners handed over, told
+//!    this process's identity (which CMD will keep: exec changes neither the pid nor the start
+//!    time). The wrapper does not wait for the sidecar's `ready`: the sidecar makes the journal
+//!    durable and serves the listeners while CMD starts (a connection CMD makes first waits in
+//!    the backlog, a control line in the pipe), and judges this pid and start time when it
+//!    watches, so a CMD that already ended is reclaimed at once. Nothing CMD creates can be
+//!    missed: the labels it is given are the journal's. A failure up to here is exit 125.
 //! 4. Export `SANDGUARD_SESSION`, `SANDGUARD_LABELS` (`k=v,k=v`) and `SANDGUARD_FD` (the pipe's
 //!    write end, left open across exec), then exec CMD: it keeps the pid, the terminal, the
 //!    signals, and its exit status is the shell's. Exit 127 if CMD is not found, 126 if it
@@ -14,9 +19,9 @@
 //!
 //! With `--docker-proxy` (or `[watch] docker_proxy = true`) the sidecar also serves a Docker
 //! API proxy, and with `--cloud-proxy` (or `[watch] cloud_proxy = true`) the cloud API proxy
-//! (E2B, Daytona: [`crate::providers::cloud_proxy`]); its `ready` line carries one
-//! `NAME=VALUE` word per variable CMD gets (`DOCKER_HOST`, `E2B_API_URL`, `DAYTONA_API_URL`),
-//! and each is exported.
+//! (E2B, Daytona: [`crate::providers::cloud_proxy`]); each variable CMD gets from them
+//! (`DOCKER_HOST`, `E2B_API_URL`, `DAYTONA_API_URL`) is exported, the same `NAME=VALUE`s an
+//! SDK's sidecar puts on its `ready` line.
 //!
 //! The wrapper does nothing else on this path: it runs before every guarded program.
 //!
@@ -44,6 +49,7 @@ use crate::session::{
     spawn::{self, Report, Spawn},
 };
 use crate::unix;
+use crate::watch::start::handoff;
 
 /// What `run` and the short form `sandguard [OPTIONS] -- CMD` take.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -129,11 +135,58 @@ pub(super) fn run(args: Args, settings: Result<Settings, ConfigError>) -> Result
     }
     let me = Identity::current()
         .ok_or_else(|| own_failure("cannot read this process's identity from /proc"))?;
-    let sidecar = start_sidecar(&args, &settings, &me, None)?;
-    let announced = (sidecar.session.as_str(), sidecar.env.as_slice());
-    let err = exec(&args.command, announced, &sidecar.control, &me, &settings);
-    say_bye(sidecar.control);
+    let handed = hand_off(&args, &settings, &me)?;
+    let announced = (handed.session.as_str(), handed.env.as_slice());
+    let err = exec(&args.command, announced, &handed.control, &me, &settings);
+    say_bye(handed.control);
     Err(err)
+}
+
+/// A session handed to its sidecar: what CMD is told, and the control pipe's write end.
+struct Handed {
+    session: String,
+    env: Vec<(String, String)>,
+    control: OwnedFd,
+}
+
+/// Makes the session and starts its sidecar without waiting for it
+/// ([`crate::watch::start::handoff`]): the session id, what the program gets from the
+/// proxies, and the control pipe's write end.
+fn hand_off(args: &Args, settings: &Settings, me: &Identity) -> Result<Handed, Error> {
+    let modes = (
+        args.options.docker_proxy(settings),
+        args.options.cloud_proxy(settings),
+    );
+    let grace = args.options.grace.map_or(settings.watch.grace, |g| g.0);
+    let mut stderr = std::io::stderr();
+    let mut warn = |w: &str| {
+        let _ = writeln!(stderr, "sandguard: warning: {w}");
+    };
+    let handoff = handoff::prepare(settings, me, grace, modes, &mut warn)
+        .map_err(|e| own_failure(e.to_string()))?;
+    let spawn = sidecar_spawn(args, settings, me)?;
+    let (control_r, control_w) = match unix::pipe() {
+        Ok(pipe) => pipe,
+        Err(e) => {
+            handoff.abandon();
+            return Err(own_failure(format!("cannot make the control pipe: {e}")));
+        }
+    };
+    match spawn.start_handed(&handoff.session, control_r, &handoff.fds()) {
+        Ok(()) => {
+            let handed = Handed {
+                session: handoff.session.clone(),
+                env: handoff.env(),
+                control: control_w,
+            };
+            handoff.handed();
+            Ok(handed)
+        }
+        Err(e) => {
+            handoff.abandon();
+            Err(own_failure(e.to_string()))
+        }
+    }
 }
 
 /// A failure of the wrapper before CMD ran (exit 125).
@@ -141,17 +194,11 @@ pub(super) fn own_failure(message: impl Into<String>) -> Error {
     Error::before_command(Error::Failed(message.into()))
 }
 
-/// Starts the sidecar of a new session guarding `owner` (on the control pipe given, else a
-/// new one) and waits for its `ready`.
-pub(super) fn start_sidecar(
-    args: &Args,
-    settings: &Settings,
-    owner: &Identity,
-    control: Option<(OwnedFd, OwnedFd)>,
-) -> Result<spawn::Ready, Error> {
+/// How the sidecar of a new session guarding `owner` is started.
+fn sidecar_spawn(args: &Args, settings: &Settings, owner: &Identity) -> Result<Spawn, Error> {
     let binary = std::env::current_exe()
         .map_err(|e| own_failure(format!("cannot find the sandguard binary: {e}")))?;
-    let spawn = Spawn {
+    Ok(Spawn {
         binary,
         config: settings.source.clone(),
         session: None,
@@ -162,7 +209,18 @@ pub(super) fn start_sidecar(
         report: Some(Report {
             quiet: args.options.quiet,
         }),
-    };
+    })
+}
+
+/// Starts the sidecar of a new session guarding `owner` (on the control pipe given, else a
+/// new one) and waits for its `ready` (pid 1's way: [`super::init`]).
+pub(super) fn start_sidecar(
+    args: &Args,
+    settings: &Settings,
+    owner: &Identity,
+    control: Option<(OwnedFd, OwnedFd)>,
+) -> Result<spawn::Ready, Error> {
+    let spawn = sidecar_spawn(args, settings, owner)?;
     match control {
         Some(pipe) => spawn.start_on(pipe),
         None => spawn.start(),

@@ -191,6 +191,20 @@ impl OwnerWatch {
         }
     }
 
+    /// Watches `owner` through `pidfd`, a pidfd the owner opened of itself and handed over
+    /// (the wrapper's, `crate::watch::start::handoff`): it names that very process whatever
+    /// became of its pid since, so no identity check is needed, and how it exited can still be
+    /// read after its parent reaped it.
+    pub(crate) fn open_pidfd(pidfd: std::os::fd::OwnedFd, owner: &Identity) -> OwnerWatch {
+        match crate::unix::async_pidfd(pidfd) {
+            Ok(afd) => OwnerWatch::Pidfd(afd, owner.clone()),
+            Err(e) => {
+                tracing::warn!("cannot watch the owner's pidfd ({e}); watching its pid instead");
+                OwnerWatch::open(owner)
+            }
+        }
+    }
+
     /// A probe of how the owner ends, where a pidfd watches it (a second descriptor of the
     /// same pidfd, so the watch can be moved into its own future).
     pub(crate) fn exit_probe(&self) -> Option<ExitProbe> {

@@ -107,8 +107,21 @@ impl Journal {
     }
 }
 
+/// Whether a new journal is on disk when [`create`] returns, or only written (the wrapper's
+/// case: the sidecar it hands the journal to makes it durable, [`Journal::handed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Durable {
+    Now,
+    Later,
+}
+
 /// Creates the journal `dir/<id>.journal` holding `start`; see the module docs for the order.
-pub(super) fn create(dir: &Path, id: &str, start: &Record) -> Result<Journal, LedgerError> {
+pub(super) fn create(
+    dir: &Path,
+    id: &str,
+    start: &Record,
+    durable: Durable,
+) -> Result<Journal, LedgerError> {
     let path = dir.join(format!("{id}.journal"));
     if path.exists() {
         return Err(LedgerError::Exists { path });
@@ -133,18 +146,59 @@ pub(super) fn create(dir: &Path, id: &str, start: &Record) -> Result<Journal, Le
         mend: false,
         dirty: false,
     };
-    let published = prepare(&mut journal, start).and_then(|()| publish(&staging, &path));
+    let published = prepare(&mut journal, start, durable).and_then(|()| publish(&staging, &path));
     // The staging name goes whatever happened: on success the journal lives on under its real
     // name, on failure it was never visible. A leftover name is harmless (readers ignore it).
     if let Err(e) = fs::remove_file(&staging) {
         tracing::warn!("failed to remove {}: {e}", staging.display());
     }
     published?;
+    journal.path = path;
+    if durable == Durable::Now {
+        sync_dir(dir)?;
+    }
+    Ok(journal)
+}
+
+fn sync_dir(dir: &Path) -> Result<(), LedgerError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(io_err("sync directory", dir))?;
-    journal.path = path;
-    Ok(journal)
+        .map_err(io_err("sync directory", dir))
+}
+
+impl Journal {
+    /// The journal another process created unsynced ([`Durable::Later`]) and handed over
+    /// open, its lock held through the same open file: made durable here (its data, then
+    /// its directory entry) before it is used. `file` must be the journal at `path` (the same
+    /// inode), or nothing is taken.
+    pub(super) fn handed(id: &str, path: &Path, file: File) -> Result<Journal, LedgerError> {
+        use std::os::unix::fs::MetadataExt;
+        let open = file.metadata().map_err(io_err("inspect", path))?;
+        let named = fs::metadata(path).map_err(io_err("inspect", path))?;
+        if (open.dev(), open.ino()) != (named.dev(), named.ino()) {
+            return Err(io_err("adopt journal", path)(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the descriptor handed over is not this journal",
+            )));
+        }
+        let mut journal = Journal {
+            id: id.to_string(),
+            path: path.to_path_buf(),
+            file,
+            mend: false,
+            dirty: true,
+        };
+        journal.sync()?;
+        if let Some(dir) = path.parent() {
+            sync_dir(dir)?;
+        }
+        Ok(journal)
+    }
+
+    /// The open journal file, to hand to the sidecar (its lock goes with it).
+    pub(crate) fn file(&self) -> &File {
+        &self.file
+    }
 }
 
 /// Gives the staged journal its real name, unless that name is taken.
@@ -158,14 +212,17 @@ fn publish(staging: &Path, path: &Path) -> Result<(), LedgerError> {
 }
 
 /// Mode, lock and start record of a journal not yet published.
-fn prepare(journal: &mut Journal, start: &Record) -> Result<(), LedgerError> {
+fn prepare(journal: &mut Journal, start: &Record, durable: Durable) -> Result<(), LedgerError> {
     // The mode given to open is filtered by the umask; this one is not.
     journal
         .file
         .set_permissions(Permissions::from_mode(0o600))
         .map_err(|e| journal.io_err("set permissions on", e))?;
     lock(&journal.file, &journal.path)?;
-    journal.append(start)
+    match durable {
+        Durable::Now => journal.append(start),
+        Durable::Later => journal.write(start),
+    }
 }
 
 /// Opens the existing journal `path` and takes its lock.
@@ -218,7 +275,7 @@ mod tests {
     #[test]
     fn create_publishes_a_locked_journal_holding_its_start_record() {
         let tmp = TempDir::new("journal-create");
-        let j = create(tmp.path(), "abc", &start()).unwrap();
+        let j = create(tmp.path(), "abc", &start(), Durable::Now).unwrap();
         assert_eq!(j.path(), tmp.path().join("abc.journal"));
         assert!(!tmp.path().join("abc.new").exists());
         let text = fs::read_to_string(j.path()).unwrap();
@@ -229,7 +286,7 @@ mod tests {
         let probe = File::open(j.path()).unwrap();
         assert!(!unix::try_lock_shared(&probe).unwrap());
         assert!(matches!(
-            create(tmp.path(), "abc", &start()),
+            create(tmp.path(), "abc", &start(), Durable::Now),
             Err(LedgerError::Exists { .. })
         ));
     }
@@ -237,7 +294,7 @@ mod tests {
     #[test]
     fn adopting_after_a_torn_write_mends_the_line_first() {
         let tmp = TempDir::new("journal-mend");
-        let path = create(tmp.path(), "abc", &start())
+        let path = create(tmp.path(), "abc", &start(), Durable::Now)
             .unwrap()
             .path()
             .to_owned();
@@ -254,7 +311,7 @@ mod tests {
     #[test]
     fn unknown_records_are_refused_without_touching_the_file() {
         let tmp = TempDir::new("journal-unknown");
-        let mut j = create(tmp.path(), "abc", &start()).unwrap();
+        let mut j = create(tmp.path(), "abc", &start(), Durable::Now).unwrap();
         let before = fs::read(j.path()).unwrap();
         assert!(matches!(
             j.append(&Record::Unknown),

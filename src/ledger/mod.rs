@@ -182,7 +182,27 @@ impl StateDir {
         if !matches!(start, Record::Start { .. }) {
             return Err(LedgerError::NotStart);
         }
-        journal::create(&self.sessions, id, &start)
+        journal::create(&self.sessions, id, &start, journal::Durable::Now)
+    }
+
+    /// [`StateDir::create_session`] for the wrapper, whose sidecar makes it durable: the
+    /// journal is published with its `start` record written but not synced, and handed to
+    /// the sidecar ([`StateDir::handed_session`]), which syncs it first. This keeps two
+    /// disk flushes (0.5–0.8 ms on a quiet disk, several on a busy one) off the path between
+    /// `sandguard -- CMD` and CMD's start; a machine that crashes in the milliseconds before
+    /// the sidecar's sync loses a session that could not yet have confirmed anything.
+    pub fn create_session_unsynced(&self, id: &str, start: Record) -> Result<Journal, LedgerError> {
+        check_id(id)?;
+        if !matches!(start, Record::Start { .. }) {
+            return Err(LedgerError::NotStart);
+        }
+        journal::create(&self.sessions, id, &start, journal::Durable::Later)
+    }
+
+    /// The journal of session `id` that another process created and handed over open (its
+    /// lock held), made durable ([`Journal::handed`]).
+    pub fn handed_session(&self, id: &str, file: File) -> Result<Journal, LedgerError> {
+        Journal::handed(id, &self.journal_path(id)?, file)
     }
 
     /// Takes over an existing session's journal: [`LedgerError::Locked`] while its sidecar lives.

@@ -7,8 +7,8 @@
 //! The sidecar forks away at once (so it is nobody's child); the intermediate process is
 //! reaped here, so the caller (and the program it execs) inherits no child.
 
-use std::io::Read;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::io::{IsTerminal, Read};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -17,6 +17,7 @@ use crate::config::ProxyMode;
 use crate::identity::Identity;
 use crate::protocol::ReadyLine;
 use crate::unix;
+use crate::watch::start::handoff::Handing;
 
 /// The descriptor number the sidecar reads control lines from.
 pub(crate) const CONTROL_FD: i32 = 3;
@@ -118,33 +119,12 @@ impl Spawn {
             what: "ready",
             source,
         })?;
-        let mut cmd = Command::new(&self.binary);
-        if let Some(config) = &self.config {
-            cmd.arg("--config").arg(config);
-        }
-        cmd.args([
-            "watch",
-            "--daemonize",
-            "--control-fd",
-            &CONTROL_FD.to_string(),
-        ])
-        .args(["--owner-pid", &self.owner.pid.to_string()])
-        .args(["--owner-start", &self.owner.start_time.to_string()]);
         let session = match &self.session {
             Some(s) => s.clone(),
             None => super::new_id().map_err(SpawnError::SessionId)?,
         };
-        cmd.args(["--session", &session]);
-        for (flag, mode) in [
-            ("--docker-proxy", self.docker_proxy),
-            ("--cloud-proxy", self.cloud_proxy),
-        ] {
-            match mode {
-                ProxyMode::On => cmd.arg(flag),
-                ProxyMode::Auto => cmd.arg(format!("{flag}=auto")),
-                ProxyMode::Off => &mut cmd,
-            };
-        }
+        let mut cmd = self.command(&session);
+        cmd.arg("--daemonize");
         let stderr = match self.report {
             Some(report) => {
                 cmd.arg("--report");
@@ -158,17 +138,11 @@ impl Spawn {
             }
             None => Stdio::null(),
         };
-        if let Some(grace) = self.grace {
-            cmd.args(["--grace", &format!("{}ms", grace.as_millis())]);
-        }
         cmd.stdin(Stdio::null())
             .stdout(Stdio::from(ready_w))
             .stderr(stderr);
         let mut child = unix::spawn_in_new_session(&mut cmd, control_r.as_raw_fd(), CONTROL_FD)
-            .map_err(|source| SpawnError::Start {
-                binary: self.binary.display().to_string(),
-                source,
-            })?;
+            .map_err(|source| self.start_error(source))?;
         // Closes our copy of the ready pipe's write end, so EOF means the sidecar died.
         drop(cmd);
         drop(control_r);
@@ -184,6 +158,142 @@ impl Spawn {
                 "it answered for session {said:?}, not {session:?}"
             ))),
             ReadyLine::Error(reason) => Err(SpawnError::NotReady(reason)),
+        }
+    }
+
+    /// Starts the sidecar of the session the wrapper made (`session`, with what `handing`
+    /// lends: `crate::watch::start::handoff`), detached at once, and does not wait for it:
+    /// returns as soon as the process between was reaped, so the caller can exec the program
+    /// right away ([`unix::spawn_detached`]: the sidecar is nobody's child, in `/`, in a new
+    /// session). The sidecar reads control lines from `control`; its stderr is the caller's
+    /// only when that is a terminal and the end's line is wanted (warnings were the caller's
+    /// to print).
+    pub(crate) fn start_handed(
+        &self,
+        session: &str,
+        control: OwnedFd,
+        handing: &Handing<'_>,
+    ) -> Result<(), SpawnError> {
+        let mut args = self.args(session);
+        // Each handed descriptor is passed under a number of its own, 10 or above, so that
+        // moving stdio and the control pipe (0 to 3) cannot land on one of them.
+        let dup = |fd: BorrowedFd<'_>| {
+            unix::dup_above(fd, 10).map_err(|source| SpawnError::Pipe {
+                what: "handoff",
+                source,
+            })
+        };
+        let mut kept = Vec::new();
+        let mut pass = |flag: String, fd: BorrowedFd<'_>| -> Result<(), SpawnError> {
+            let fd = dup(fd)?;
+            args.push(flag.into());
+            args.push(fd.as_raw_fd().to_string().into());
+            kept.push(fd);
+            Ok(())
+        };
+        pass("--journal-fd".into(), handing.journal)?;
+        if let Some(fd) = handing.owner_pidfd {
+            pass("--owner-pidfd".into(), fd)?;
+        }
+        if let Some((fd, _)) = handing.docker {
+            pass("--docker-proxy-fd".into(), fd)?;
+        }
+        for (api, fd) in &handing.cloud {
+            pass(format!("--{}-proxy-fd", api.name()), *fd)?;
+        }
+        if let Some((_, socket)) = handing.docker {
+            args.push("--docker-socket".into());
+            args.push(socket.as_os_str().to_owned());
+        }
+        args.push("--daemonize".into());
+        // It starts in `/`: its `.env` files are the wrapper's directory's, as the wrapper's.
+        if let Ok(dir) = std::env::current_dir() {
+            args.push("--dotenv-dir".into());
+            args.push(dir.into());
+        }
+        let null = |write: bool| {
+            std::fs::OpenOptions::new()
+                .read(!write)
+                .write(write)
+                .open("/dev/null")
+                .map(OwnedFd::from)
+                .map_err(|source| self.start_error(source))
+        };
+        let (stdin, stdout) = (null(false)?, null(true)?);
+        let terminal = self
+            .report
+            .filter(|r| !r.quiet)
+            .filter(|_| std::io::stderr().is_terminal())
+            .and_then(|_| std::io::stderr().as_fd().try_clone_to_owned().ok());
+        let stderr = match terminal {
+            Some(fd) => {
+                args.push("--report".into());
+                fd
+            }
+            None => null(true)?,
+        };
+        let raw: Vec<i32> = kept.iter().map(AsRawFd::as_raw_fd).collect();
+        unix::spawn_detached(
+            &self.binary,
+            &args,
+            [stdin.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()],
+            (control.as_raw_fd(), CONTROL_FD),
+            &raw,
+        )
+        .map_err(|source| self.start_error(source))
+    }
+
+    /// `sandguard [--config F] watch …` for `session`, without how it is detached nor its
+    /// stdio.
+    fn command(&self, session: &str) -> Command {
+        let mut cmd = Command::new(&self.binary);
+        cmd.args(self.args(session));
+        cmd
+    }
+
+    /// [`Spawn::command`]'s arguments.
+    fn args(&self, session: &str) -> Vec<std::ffi::OsString> {
+        let mut args: Vec<std::ffi::OsString> = Vec::new();
+        if let Some(config) = &self.config {
+            // Absolute: a handed-over sidecar starts in `/`.
+            let config = std::path::absolute(config).unwrap_or_else(|_| config.clone());
+            args.push("--config".into());
+            args.push(config.into());
+        }
+        for arg in [
+            "watch",
+            "--control-fd",
+            &CONTROL_FD.to_string(),
+            "--owner-pid",
+            &self.owner.pid.to_string(),
+            "--owner-start",
+            &self.owner.start_time.to_string(),
+            "--session",
+            session,
+        ] {
+            args.push(arg.into());
+        }
+        for (flag, mode) in [
+            ("--docker-proxy", self.docker_proxy),
+            ("--cloud-proxy", self.cloud_proxy),
+        ] {
+            match mode {
+                ProxyMode::On => args.push(flag.into()),
+                ProxyMode::Auto => args.push(format!("{flag}=auto").into()),
+                ProxyMode::Off => {}
+            }
+        }
+        if let Some(grace) = self.grace {
+            args.push("--grace".into());
+            args.push(format!("{}ms", grace.as_millis()).into());
+        }
+        args
+    }
+
+    fn start_error(&self, source: std::io::Error) -> SpawnError {
+        SpawnError::Start {
+            binary: self.binary.display().to_string(),
+            source,
         }
     }
 }

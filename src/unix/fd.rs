@@ -28,6 +28,15 @@ pub(crate) fn set_cloexec(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
     Ok(())
 }
 
+/// A close-on-exec copy of `fd` under the lowest free number at or above `min`
+/// (`F_DUPFD_CLOEXEC`): a descriptor handed to a child under a number no `dup2` of the
+/// child's fixed descriptors (0 to 3) can land on.
+pub(crate) fn dup_above(fd: BorrowedFd<'_>, min: RawFd) -> io::Result<OwnedFd> {
+    let raw = fcntl(fd, FcntlArg::F_DUPFD_CLOEXEC(min))?;
+    // SAFETY: fcntl just returned this new descriptor; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
 /// Makes `fd` this process's stdout (`dup2` onto descriptor 1).
 pub(crate) fn redirect_stdout(fd: impl AsFd) -> io::Result<()> {
     Ok(nix::unistd::dup2_stdout(fd)?)

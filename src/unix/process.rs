@@ -153,6 +153,150 @@ pub fn spawn_in_new_session(
     cmd.spawn()
 }
 
+/// What the process between ([`spawn_detached`]) does, all prepared before it exists.
+struct Detach {
+    path: std::ffi::CString,
+    argv: Vec<*const libc::c_char>,
+    stdio: [RawFd; 3],
+    control: (RawFd, RawFd),
+    keep: Vec<RawFd>,
+    root: std::ffi::CString,
+}
+
+/// Starts `program` with `args` detached, and waits only for the process between: that one
+/// shares this process's memory (`clone(CLONE_VM | CLONE_VFORK)`, as posix_spawn does: no
+/// copy of the address space to make, none to tear down), makes a new session (`setsid`),
+/// puts `stdio` at 0 to 2 and `control.0` at `control.1`, leaves `keep` open across exec
+/// (their close-on-exec flag cleared in it only), moves to `/`, unblocks every signal and
+/// puts SIGPIPE back to its default (as std's spawn does); then forks the last process, which
+/// execs `program` (the environment is this process's), and exits. This process resumes when
+/// it has exited and reaps it, so the sidecar is nobody's child and the caller, about to exec
+/// the guarded program, inherits none.
+///
+/// Unlike std's spawn, nothing waits for the exec: the wrapper's program starts while the
+/// sidecar's binary is still loading. A failed exec ends the last process with status 127
+/// unseen; `program` is this very binary (`current_exe`), checked executable just before.
+pub(crate) fn spawn_detached(
+    program: &std::path::Path,
+    args: &[std::ffi::OsString],
+    stdio: [RawFd; 3],
+    control: (RawFd, RawFd),
+    keep: &[RawFd],
+) -> io::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c = |s: &std::ffi::OsStr| {
+        CString::new(s.as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+    };
+    let path = c(program.as_os_str())?;
+    let mut argv_owned = vec![path.clone()];
+    for a in args {
+        argv_owned.push(c(a)?);
+    }
+    let mut argv: Vec<*const libc::c_char> = argv_owned.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    // SAFETY: `path` is a NUL-terminated string that lives across the call.
+    if unsafe { libc::access(path.as_ptr(), libc::X_OK) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let detach = Detach {
+        path,
+        argv,
+        stdio,
+        control,
+        keep: keep.to_vec(),
+        root: c(std::ffi::OsStr::new("/"))?,
+    };
+    // The process between runs on a stack of its own, in this memory.
+    let mut stack = vec![0u8; 64 * 1024];
+    // SAFETY: the top of a live allocation, aligned down to 16 bytes as the ABI wants.
+    let top = unsafe { stack.as_mut_ptr().add(stack.len()) };
+    let top = ((top as usize) & !15) as *mut libc::c_void;
+    // SAFETY: `between` only reads `detach` (alive until this returns: CLONE_VFORK suspends
+    // this thread until the process between has exited) and makes system calls; the wrapper
+    // runs no other thread. Its stack is `stack`, which outlives it for the same reason.
+    let pid = unsafe {
+        libc::clone(
+            between,
+            top,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            std::ptr::addr_of!(detach) as *mut libc::c_void,
+        )
+    };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    drop(argv_owned);
+    let pid = nix_pid(pid as u32).ok_or_else(|| io::Error::from(io::ErrorKind::Other))?;
+    loop {
+        match nix::sys::wait::waitpid(pid, None) {
+            Err(Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+            Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => return Ok(()),
+            Ok(status) => {
+                return Err(io::Error::other(format!(
+                    "the process starting it failed ({status:?})"
+                )))
+            }
+        }
+    }
+}
+
+/// The process between of [`spawn_detached`]: exits 0 once the last process is forked, 127
+/// when a step failed.
+extern "C" fn between(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `Detach` that `spawn_detached` keeps alive while this runs; every
+    // call below is a system call on prepared descriptors and strings, none allocates, and
+    // the forked last process only execs or exits.
+    unsafe {
+        let d = &*(arg as *const Detach);
+        if libc::setsid() < 0 {
+            return 127;
+        }
+        for (fd, target) in d.stdio.iter().zip(0..) {
+            if libc::dup2(*fd, target) < 0 {
+                return 127;
+            }
+        }
+        let (from, to) = d.control;
+        let moved = if from == to {
+            libc::fcntl(
+                to,
+                libc::F_SETFD,
+                libc::fcntl(to, libc::F_GETFD) & !libc::FD_CLOEXEC,
+            )
+        } else {
+            libc::dup2(from, to)
+        };
+        if moved < 0 {
+            return 127;
+        }
+        for &fd in &d.keep {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                return 127;
+            }
+        }
+        if libc::chdir(d.root.as_ptr()) < 0 {
+            return 127;
+        }
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        // A plain fork by system call (no library fork handlers in a process sharing its
+        // parent's memory): the last process gets its own copy, and only execs.
+        match libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_long, 0, 0, 0, 0) {
+            0 => {
+                libc::execv(d.path.as_ptr(), d.argv.as_ptr());
+                libc::_exit(127)
+            }
+            n if n < 0 => 127,
+            _ => 0,
+        }
+    }
+}
+
 /// Sends `SIGKILL` to every process in the process group `pgid` (a plugin and whatever it
 /// started). An already empty group is not an error.
 pub(crate) fn kill_process_group(pgid: u32) -> io::Result<()> {

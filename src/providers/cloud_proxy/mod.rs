@@ -190,8 +190,26 @@ pub(crate) struct CloudProxy {
     shared: Arc<Shared>,
 }
 
+/// A fresh loopback port, not served yet.
+pub(crate) fn listen() -> Result<std::net::TcpListener, String> {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .map_err(|e| format!("cannot listen on 127.0.0.1: {e}"))
+}
+
+/// What the program gets for a proxy of `api` on `address` forwarding to `upstream`:
+/// `NAME=http://127.0.0.1:PORT[/base]`.
+pub(crate) fn assignment(
+    api: Api,
+    address: std::net::SocketAddr,
+    upstream: &Upstream,
+) -> (String, String) {
+    let url = format!("http://{address}{}", upstream.base);
+    (api.variable().to_string(), url)
+}
+
 impl CloudProxy {
     /// Listens on a fresh loopback port for `api`, forwarding to `base_url`.
+    #[cfg(test)]
     pub(crate) async fn bind(
         api: Api,
         base_url: &str,
@@ -199,12 +217,25 @@ impl CloudProxy {
         claims: mpsc::UnboundedSender<Claim>,
     ) -> Result<CloudProxy, String> {
         let upstream = Upstream::parse(base_url)?;
-        let listener = TcpListener::bind(("127.0.0.1", 0))
-            .await
-            .map_err(|e| format!("cannot listen on 127.0.0.1: {e}"))?;
+        CloudProxy::serve(api, upstream, listen()?, labels, claims)
+    }
+
+    /// The proxy on a bound listener ([`listen`]; the wrapper binds it before it execs the
+    /// program and hands it to the sidecar, `crate::session::handoff`), inside the runtime.
+    pub(crate) fn serve(
+        api: Api,
+        upstream: Upstream,
+        listener: std::net::TcpListener,
+        labels: BTreeMap<String, String>,
+        claims: mpsc::UnboundedSender<Claim>,
+    ) -> Result<CloudProxy, String> {
         let address = listener
             .local_addr()
             .map_err(|e| format!("cannot read the listening address: {e}"))?;
+        let listener = listener
+            .set_nonblocking(true)
+            .and_then(|()| TcpListener::from_std(listener))
+            .map_err(|e| format!("cannot serve on {address}: {e}"))?;
         let base = crate::providers::docker::proxy::target::clean(&upstream.base)
             .into_iter()
             .map(str::to_string)
@@ -226,9 +257,7 @@ impl CloudProxy {
 
     /// What the program gets: `NAME=http://127.0.0.1:PORT[/base]`.
     pub(crate) fn assignment(&self) -> (String, String) {
-        let api = self.shared.api;
-        let url = format!("http://{}{}", self.address, self.shared.upstream.base);
-        (api.variable().to_string(), url)
+        assignment(self.shared.api, self.address, &self.shared.upstream)
     }
 
     /// Serves until dropped; dropping the future ends every connection with it.

@@ -90,6 +90,18 @@ pub(crate) fn start_session(
     }
 }
 
+/// The journal the wrapper created for `session` and handed over open
+/// ([`super::Handed`]), made durable.
+pub(crate) fn take_handed(
+    settings: &Settings,
+    session: &str,
+    file: std::fs::File,
+) -> Result<crate::ledger::Journal, StartError> {
+    let failure = |e: LedgerError| StartError::Failed(e.to_string());
+    let state = StateDir::open(&settings.state_dir).map_err(failure)?;
+    state.handed_session(session, file).map_err(failure)
+}
+
 /// A new session's journal, taken back when the sidecar fails before `ready`: nobody was told
 /// the session's labels, so nothing can carry them, and a journal left behind would show as
 /// an `active` session whose sidecar never ran. The journal, its log and its proxy directory

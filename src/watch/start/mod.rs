@@ -7,10 +7,11 @@
 //! 1. judge the owner's identity (a pid that is gone, or whose start time differs, is an owner
 //!    already gone: the session still begins, and reclaims at once);
 //! 2. create the session's journal, its `start` record fsynced and its lock held, or resume a
-//!    session whose sidecar is gone ([`begin`]); from here a daemonized sidecar logs beside the
-//!    journal;
+//!    session whose sidecar is gone ([`begin`]), or take the journal the wrapper created and
+//!    make it durable ([`Handed`]); from here a daemonized sidecar logs beside the journal;
 //! 3. open the control pipe, the owner's death source and SIGTERM;
-//! 4. bind the proxies ([`proxies`]), their warnings told to the caller;
+//! 4. bind the proxies ([`proxies`]), their warnings told to the caller, or serve the ones
+//!    the wrapper bound;
 //! 5. the fleet record to register, when a store is configured.
 //!
 //! **The journal is on disk before `ready`**: when [`start`] returns, the `start` record has
@@ -18,6 +19,7 @@
 //! binary). A failure after step 2 takes a new session's journal back ([`begin::Undo`]).
 
 pub(crate) mod begin;
+pub(crate) mod handoff;
 pub(crate) mod proxies;
 
 use std::collections::BTreeMap;
@@ -27,7 +29,7 @@ use std::time::Duration;
 
 use super::{service, ByeReport, EndReport, Ended, Triggers};
 use crate::config::{ProxyMode, Settings};
-use crate::identity::death::OwnerWatch;
+use crate::identity::death::{Gone, OwnerWatch};
 use crate::identity::Identity;
 use crate::ledger::{Journal, SessionView};
 use crate::protocol::LineReader;
@@ -64,6 +66,22 @@ pub(crate) struct StartPlan {
     pub log_beside_journal: bool,
     /// Someone hears the warnings: the Docker daemon is looked at even with its proxy off.
     pub heard: bool,
+    /// What the wrapper made before it execed the program (`crate::session::handoff`): the
+    /// session's journal and the proxies' listeners. `None`: this sidecar makes them.
+    pub handed: Option<Handed>,
+}
+
+/// What a wrapper hands its sidecar: the new session's journal, open, locked and written but
+/// not yet synced (`crate::ledger::StateDir::create_session_unsynced`), and the listeners of
+/// the proxies it decided to serve (`proxies::bind`), the program already pointed at them.
+#[derive(Debug)]
+pub(crate) struct Handed {
+    pub journal: std::fs::File,
+    /// The Docker proxy's listener and its socket's path.
+    pub docker: Option<(std::os::unix::net::UnixListener, std::path::PathBuf)>,
+    pub cloud: Vec<(crate::providers::cloud_proxy::Api, std::net::TcpListener)>,
+    /// A pidfd the owner opened of itself while alive (`None` where the kernel has none).
+    pub owner_pidfd: Option<OwnedFd>,
 }
 
 /// A sidecar whose session is on disk and whose proxies listen, not yet announced.
@@ -104,13 +122,35 @@ pub(crate) async fn start(
     }
     .to_string();
     let grace = plan.grace.unwrap_or(settings.watch.grace);
-    let (journal, resumed) = begin::start_session(settings, &session, &owner, grace)?;
+    let handed = plan.handed.take();
+    let mut owner_pidfd = None;
+    let (journal, resumed, bound) = match handed {
+        // The program already runs with the session's labels: from here nothing is taken
+        // back, whatever fails (a sweep finds the session and judges its owner).
+        Some(handed) => {
+            owner_pidfd = handed.owner_pidfd;
+            let journal = begin::take_handed(settings, &session, handed.journal)?;
+            let bound = proxies::Bound::handed(settings, handed.docker, handed.cloud)?;
+            (journal, None, Some(bound))
+        }
+        None => {
+            let (journal, resumed) = begin::start_session(settings, &session, &owner, grace)?;
+            (journal, resumed, None)
+        }
+    };
     if plan.log_beside_journal {
         redirect_stderr(&journal.path().with_extension("log"));
     }
-    let undo = begin::Undo::new(&journal, resumed.is_some());
+    let undo = begin::Undo::new(&journal, resumed.is_some() || bound.is_some());
     let control = plan.control.take();
-    let opened = open(settings, &plan, control, (&session, &owner), &journal, warn).await;
+    let opened = open(
+        settings,
+        &plan,
+        control,
+        (&session, &owner),
+        (&journal, bound, owner_pidfd),
+        warn,
+    );
     let opened = undo.unless_ok(opened)?;
     Ok(assemble(
         settings, session, owner, grace, journal, resumed, opened,
@@ -128,21 +168,28 @@ struct Opened {
     labels: BTreeMap<String, String>,
     served: proxies::Served,
     claims: tokio::sync::mpsc::UnboundedReceiver<Claim>,
+    /// The wrapper handed the session over: the owner was alive then.
+    handed: bool,
 }
 
-async fn open(
+/// `bound`: the proxies the wrapper bound, served as they are; `None`: decided and bound here.
+/// `owner_pidfd`: the owner's pidfd the wrapper handed over, watched instead of its pid.
+fn open(
     settings: &Settings,
     plan: &StartPlan,
     control: Option<OwnedFd>,
     (session, owner): (&str, &Identity),
-    journal: &Journal,
+    (journal, bound, owner_pidfd): (&Journal, Option<proxies::Bound>, Option<OwnedFd>),
     warn: &mut dyn FnMut(&str),
 ) -> Result<Opened, StartError> {
     let control = match control {
         Some(fd) => Some(open_control(fd).map_err(StartError::Failed)?),
         None => None,
     };
-    let owner_watch = OwnerWatch::open(owner);
+    let owner_watch = match owner_pidfd {
+        Some(pidfd) => OwnerWatch::open_pidfd(pidfd, owner),
+        None => OwnerWatch::open(owner),
+    };
     let stop =
         stop_signal().map_err(|e| StartError::Failed(format!("cannot listen for SIGTERM: {e}")))?;
     let labels = session::labels(session, owner);
@@ -152,8 +199,14 @@ async fn open(
         labels: &labels,
         journal: journal.path(),
     };
-    let modes = (plan.docker_proxy, plan.cloud_proxy);
-    let served = proxies::start(settings, modes, &at, &tx, plan.heard, warn).await?;
+    let handed = bound.is_some();
+    let served = match bound {
+        Some(bound) => proxies::serve(bound, &labels, &tx)?,
+        None => {
+            let modes = (plan.docker_proxy, plan.cloud_proxy);
+            proxies::start(settings, modes, &at, &tx, plan.heard, warn)?
+        }
+    };
     Ok(Opened {
         control,
         owner_watch,
@@ -161,6 +214,7 @@ async fn open(
         labels,
         served,
         claims,
+        handed,
     })
 }
 
@@ -182,6 +236,7 @@ fn assemble(
         labels,
         served,
         claims,
+        handed,
     } = opened;
     let env = served.env();
     let registry = Registry::from_settings(settings);
@@ -213,7 +268,15 @@ fn assemble(
     };
     let triggers = Triggers {
         exit: owner_watch.exit_probe(),
-        owner: Box::pin(async move { owner_watch.wait().await }),
+        owner: Box::pin(async move {
+            match owner_watch.wait().await {
+                // The owner handed its session over alive (it is the wrapper, exec'd into
+                // CMD): found gone now, it exited before the watch began, as a short CMD
+                // does. That is its exit, not an owner that was never there.
+                Gone::GoneAtStart if handed => Gone::Exited,
+                gone => gone,
+            }
+        }),
         control,
         proxy: proxy_claims,
         stop,

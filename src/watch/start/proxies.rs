@@ -13,13 +13,18 @@
 //!   configured is silence. Asked for, either is an error, as before.
 //! - The probe is a connect, not an API call: it costs a few microseconds on a Unix socket,
 //!   which matters on the wrapper's path.
+//! - **Two halves**: [`bind`] decides, warns and binds the listeners (std's, synchronous: the
+//!   wrapper runs it itself before it execs the program, `crate::session::handoff`), and
+//!   [`serve`] turns what was bound into the proxies, inside the sidecar's runtime. A sidecar
+//!   started by an SDK runs both ([`start`]); one the wrapper started serves what the wrapper
+//!   bound ([`Bound::handed`]). One decision, wherever it is made.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::StartError;
 use crate::config::{ProxyMode, Settings};
-use crate::providers::cloud_proxy::{Api, CloudProxy};
+use crate::providers::cloud_proxy::{self, Api, CloudProxy, Upstream as CloudUpstream};
 use crate::providers::docker::proxy::{Claim, Proxy, SocketDir, Upstream};
 use crate::unix;
 
@@ -53,6 +58,75 @@ impl Served {
     }
 }
 
+/// The Docker proxy's listener, bound, not served.
+pub(crate) struct BoundDocker {
+    pub listener: std::os::unix::net::UnixListener,
+    pub dir: SocketDir,
+    upstream: Upstream,
+}
+
+/// One cloud proxy's listener, bound, not served.
+pub(crate) struct BoundCloud {
+    pub api: Api,
+    pub listener: std::net::TcpListener,
+    upstream: CloudUpstream,
+}
+
+/// What [`bind`] decided and bound.
+pub(crate) struct Bound {
+    pub docker: Option<BoundDocker>,
+    pub cloud: Vec<BoundCloud>,
+}
+
+impl Bound {
+    /// What the program gets (`DOCKER_HOST`, `E2B_API_URL`, …): the ready line's `NAME=VALUE`s.
+    pub(crate) fn env(&self) -> Vec<(String, String)> {
+        let docker = self.docker.iter().map(|p| {
+            let host = format!("unix://{}", p.dir.socket().display());
+            ("DOCKER_HOST".to_string(), host)
+        });
+        let cloud = self.cloud.iter().filter_map(|c| {
+            let address = c.listener.local_addr().ok()?;
+            Some(cloud_proxy::assignment(c.api, address, &c.upstream))
+        });
+        docker.chain(cloud).collect()
+    }
+
+    /// What the wrapper bound and handed over: the listeners, and where each forwards to as
+    /// the same settings say (the wrapper decided with them).
+    pub(crate) fn handed(
+        settings: &Settings,
+        docker: Option<(std::os::unix::net::UnixListener, std::path::PathBuf)>,
+        cloud: Vec<(Api, std::net::TcpListener)>,
+    ) -> Result<Bound, StartError> {
+        let docker = match docker {
+            Some((listener, socket)) => {
+                let dir = SocketDir::adopt(socket);
+                let upstream = docker_upstream(settings).map_err(StartError::Failed)?;
+                Some(BoundDocker {
+                    listener,
+                    dir,
+                    upstream,
+                })
+            }
+            None => None,
+        };
+        let cloud = cloud
+            .into_iter()
+            .map(|(api, listener)| {
+                let upstream = CloudUpstream::parse(&cloud_settings(settings, api).url)
+                    .map_err(StartError::Failed)?;
+                Ok(BoundCloud {
+                    api,
+                    listener,
+                    upstream,
+                })
+            })
+            .collect::<Result<_, StartError>>()?;
+        Ok(Bound { docker, cloud })
+    }
+}
+
 /// Where the session's labels and journal are, for the proxies.
 pub(crate) struct Session<'a> {
     pub id: &'a str,
@@ -60,20 +134,40 @@ pub(crate) struct Session<'a> {
     pub journal: &'a std::path::Path,
 }
 
-/// Starts what `docker` and `cloud` ask for; warnings go to `warn`. With the Docker proxy off
-/// the daemon is looked at only when `look_anyway` (someone hears the warning).
-pub(crate) async fn start(
+/// [`bind`], then [`serve`]: an SDK's sidecar, which decides for itself.
+pub(crate) fn start(
     settings: &Settings,
-    (docker, cloud): (ProxyMode, ProxyMode),
+    modes: (ProxyMode, ProxyMode),
     session: &Session<'_>,
     tx: &Claims,
     look_anyway: bool,
     warn: &mut dyn FnMut(&str),
 ) -> Result<Served, StartError> {
+    let bound = bind(
+        settings,
+        modes,
+        (session.id, session.journal),
+        look_anyway,
+        warn,
+    )?;
+    serve(bound, session.labels, tx)
+}
+
+/// Decides what `docker` and `cloud` ask for and binds it; warnings go to `warn`. With the
+/// Docker proxy off the daemon is looked at only when `look_anyway` (someone hears the
+/// warning). `(session, journal)`: the session id and its journal's path, beside which the
+/// Docker proxy's socket lives.
+pub(crate) fn bind(
+    settings: &Settings,
+    (docker, cloud): (ProxyMode, ProxyMode),
+    (session, journal): (&str, &std::path::Path),
+    look_anyway: bool,
+    warn: &mut dyn FnMut(&str),
+) -> Result<Bound, StartError> {
     let failure = StartError::Failed;
     let look = match docker {
         ProxyMode::Off if !look_anyway => Look::NotLooked,
-        _ => look_at_docker(settings).await,
+        _ => look_at_docker(settings),
     };
     if let Look::Silent(why) = &look {
         let off = match docker {
@@ -83,9 +177,9 @@ pub(crate) async fn start(
         warn(&format!("{why}{off}"));
     }
     let docker = match (docker, look) {
-        (ProxyMode::On, _) => Some(start_docker(settings, session, tx.clone()).map_err(failure)?),
-        (ProxyMode::Auto, Look::Answers) => match start_docker(settings, session, tx.clone()) {
-            Ok(proxy) => Some(proxy),
+        (ProxyMode::On, _) => Some(bind_docker(settings, session, journal).map_err(failure)?),
+        (ProxyMode::Auto, Look::Answers) => match bind_docker(settings, session, journal) {
+            Ok(bound) => Some(bound),
             Err(e) => {
                 warn(&format!("{e}; the Docker proxy is off for this program"));
                 None
@@ -95,8 +189,39 @@ pub(crate) async fn start(
     };
     let cloud = match cloud {
         ProxyMode::Off => Vec::new(),
-        mode => start_cloud(settings, session.labels, tx, mode, warn).await?,
+        mode => bind_cloud(settings, mode, warn)?,
     };
+    Ok(Bound { docker, cloud })
+}
+
+/// The proxies on what [`bind`] bound (inside the runtime).
+pub(crate) fn serve(
+    bound: Bound,
+    labels: &BTreeMap<String, String>,
+    tx: &Claims,
+) -> Result<Served, StartError> {
+    let docker = match bound.docker {
+        Some(b) => {
+            let proxy = Proxy::serve(b.listener, b.upstream, labels.clone(), tx.clone())
+                .map_err(|e| StartError::Failed(format!("cannot serve the Docker proxy: {e}")))?;
+            Some(DockerProxy { proxy, dir: b.dir })
+        }
+        None => None,
+    };
+    let cloud = bound
+        .cloud
+        .into_iter()
+        .map(|b| {
+            CloudProxy::serve(b.api, b.upstream, b.listener, labels.clone(), tx.clone()).map_err(
+                |e| {
+                    StartError::Failed(format!(
+                        "cannot serve the {} cloud proxy: {e}",
+                        b.api.name()
+                    ))
+                },
+            )
+        })
+        .collect::<Result<_, _>>()?;
     Ok(Served { docker, cloud })
 }
 
@@ -111,7 +236,9 @@ enum Look {
     Silent(String),
 }
 
-async fn look_at_docker(settings: &Settings) -> Look {
+/// One connect to the daemon's address, at most [`PROBE_TIMEOUT`] (a Unix socket answers or
+/// refuses at once).
+fn look_at_docker(settings: &Settings) -> Look {
     if !crate::providers::docker::configured(&settings.docker) {
         return Look::Absent;
     }
@@ -128,58 +255,89 @@ async fn look_at_docker(settings: &Settings) -> Look {
         Ok(u) => u,
         Err(why) => return Look::Silent(format!("Docker{via} cannot be used: {why}")),
     };
-    let connect = async {
-        match &upstream {
-            Upstream::Unix(path) => tokio::net::UnixStream::connect(path).await.map(drop),
-            Upstream::Tcp(addr) => tokio::net::TcpStream::connect(addr).await.map(drop),
-        }
+    let connected = match &upstream {
+        Upstream::Unix(path) => std::os::unix::net::UnixStream::connect(path).map(drop),
+        Upstream::Tcp(addr) => connect_tcp(addr),
     };
-    match tokio::time::timeout(PROBE_TIMEOUT, connect).await {
-        Ok(Ok(())) => Look::Answers,
-        Ok(Err(e)) => Look::Silent(format!("no Docker daemon answers at {host}{via}: {e}")),
-        Err(_) => Look::Silent(format!(
+    match connected {
+        Ok(()) => Look::Answers,
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Look::Silent(format!(
             "no Docker daemon answers at {host}{via} within {PROBE_TIMEOUT:?}"
         )),
+        Err(e) => Look::Silent(format!("no Docker daemon answers at {host}{via}: {e}")),
     }
+}
+
+/// A TCP connect to `host:port`, each resolved address tried for at most [`PROBE_TIMEOUT`].
+fn connect_tcp(addr: &str) -> std::io::Result<()> {
+    use std::net::ToSocketAddrs;
+    let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
+    for a in addr.to_socket_addrs()? {
+        match std::net::TcpStream::connect_timeout(&a, PROBE_TIMEOUT) {
+            Ok(_) => return Ok(()),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// The daemon the Docker driver would use, as the proxy forwards to it.
+fn docker_upstream(settings: &Settings) -> Result<Upstream, String> {
+    let host = crate::providers::docker::address(&settings.docker)
+        .map_err(|e| format!("cannot start the Docker proxy: {e}"))?;
+    Upstream::parse(&host)
 }
 
 /// Binds the proxy beside the journal (`<session>.docker/docker.sock`), forwarding to the
 /// daemon the Docker driver would use.
-fn start_docker(
+fn bind_docker(
     settings: &Settings,
-    session: &Session<'_>,
-    tx: Claims,
-) -> Result<DockerProxy, String> {
-    let host = crate::providers::docker::address(&settings.docker)
-        .map_err(|e| format!("cannot start the Docker proxy: {e}"))?;
-    let upstream = Upstream::parse(&host)?;
-    let dir = session.journal.with_extension("docker");
+    session: &str,
+    journal: &std::path::Path,
+) -> Result<BoundDocker, String> {
+    let upstream = docker_upstream(settings)?;
+    let dir = journal.with_extension("docker");
     // The fallback lives in a shared temp dir: a random name, so no one can squat on it.
     let salt = unix::random_hex(8).map_err(|e| format!("cannot make a random name: {e}"))?;
-    let fallback = format!("sandguard-{}-{salt}.docker", session.id);
-    let (proxy, dir) = Proxy::bind(&dir, &fallback, upstream, session.labels.clone(), tx)
+    let fallback = format!("sandguard-{session}-{salt}.docker");
+    let (listener, dir) = SocketDir::bind(&dir, &fallback)
         .map_err(|e| format!("cannot listen for the Docker proxy: {e}"))?;
-    Ok(DockerProxy { proxy, dir })
+    Ok(BoundDocker {
+        listener,
+        dir,
+        upstream,
+    })
 }
 
-/// One bound cloud proxy for each of E2B and Daytona that is configured (its credential set),
+fn cloud_settings(settings: &Settings, api: Api) -> &crate::config::CloudSettings {
+    match api {
+        Api::E2b => &settings.e2b,
+        Api::Daytona => &settings.daytona,
+    }
+}
+
+/// One bound listener for each of E2B and Daytona that is configured (its credential set),
 /// forwarding to the base URL its driver uses. Asked for (`On`), neither configured is a usage
 /// error and a bind failure an error; in auto mode both are quiet or a warning.
-async fn start_cloud(
+fn bind_cloud(
     settings: &Settings,
-    labels: &BTreeMap<String, String>,
-    tx: &Claims,
     mode: ProxyMode,
     warn: &mut dyn FnMut(&str),
-) -> Result<Vec<CloudProxy>, StartError> {
-    let configured = [(Api::E2b, &settings.e2b), (Api::Daytona, &settings.daytona)];
-    let mut proxies = Vec::new();
-    for (api, cloud) in configured {
+) -> Result<Vec<BoundCloud>, StartError> {
+    let mut bound = Vec::new();
+    for api in [Api::E2b, Api::Daytona] {
+        let cloud = cloud_settings(settings, api);
         if cloud.token.is_none() && cloud.secret.is_none() {
             continue;
         }
-        match CloudProxy::bind(api, &cloud.url, labels.clone(), tx.clone()).await {
-            Ok(proxy) => proxies.push(proxy),
+        let listening = CloudUpstream::parse(&cloud.url)
+            .and_then(|upstream| Ok((upstream, cloud_proxy::listen()?)));
+        match listening {
+            Ok((upstream, listener)) => bound.push(BoundCloud {
+                api,
+                listener,
+                upstream,
+            }),
             Err(e) if mode == ProxyMode::Auto => warn(&format!(
                 "cannot start the {} cloud proxy: {e}; it is off for this program",
                 api.name()
@@ -190,12 +348,12 @@ async fn start_cloud(
             }
         }
     }
-    if proxies.is_empty() && mode == ProxyMode::On {
+    if bound.is_empty() && mode == ProxyMode::On {
         return Err(StartError::Usage(
             "--cloud-proxy: neither E2B nor Daytona is configured (set E2B_API_KEY or \
              DAYTONA_API_KEY, or api_key in [providers.e2b] / [providers.daytona])"
                 .into(),
         ));
     }
-    Ok(proxies)
+    Ok(bound)
 }

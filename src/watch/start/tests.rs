@@ -27,6 +27,7 @@ fn plan(cloud: ProxyMode) -> StartPlan {
         cloud_proxy: cloud,
         log_beside_journal: false,
         heard: true,
+        handed: None,
     }
 }
 

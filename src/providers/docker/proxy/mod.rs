@@ -64,6 +64,7 @@ mod volumes;
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::io;
+use std::os::unix::net::UnixListener as StdUnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -142,28 +143,12 @@ impl SocketDir {
     pub(crate) fn socket(&self) -> &Path {
         &self.socket
     }
-}
 
-impl Drop for SocketDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.socket);
-        let _ = std::fs::remove_dir(&self.dir);
-    }
-}
-
-/// The longest socket path sun_path holds comfortably (108 bytes on Linux, 104 on macOS).
-const MAX_SOCKET_PATH: usize = 100;
-
-impl Proxy {
-    /// Creates `dir` (mode 0700; it must not exist) and listens on `dir/docker.sock` (0600).
-    /// A path too long for a unix socket falls back to a fresh directory in the temp dir.
-    pub(crate) fn bind(
-        dir: &Path,
-        fallback: &str,
-        upstream: Upstream,
-        labels: BTreeMap<String, String>,
-        claims: mpsc::UnboundedSender<Claim>,
-    ) -> io::Result<(Proxy, SocketDir)> {
+    /// Creates `dir` (mode 0700; it must not exist) and listens on `dir/docker.sock` (0600),
+    /// without serving yet (std's listener: the wrapper binds it before it execs the program
+    /// and hands it to the sidecar, `crate::session::handoff`). A path too long for a unix
+    /// socket falls back to a fresh directory `fallback` in the temp dir.
+    pub(crate) fn bind(dir: &Path, fallback: &str) -> io::Result<(StdUnixListener, SocketDir)> {
         use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
         let mut dir = dir.to_path_buf();
         if dir.join("docker.sock").as_os_str().len() > MAX_SOCKET_PATH {
@@ -179,9 +164,53 @@ impl Proxy {
             dir,
             socket: socket.clone(),
         };
-        let listener = UnixListener::bind(&socket).map_err(|e| at(e, &socket))?;
+        let listener = StdUnixListener::bind(&socket).map_err(|e| at(e, &socket))?;
         std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
             .map_err(|e| at(e, &socket))?;
+        Ok((listener, guard))
+    }
+
+    /// The directory of a socket another process bound ([`SocketDir::bind`]), now this
+    /// process's to remove.
+    pub(crate) fn adopt(socket: PathBuf) -> SocketDir {
+        let dir = socket.parent().map(Path::to_path_buf).unwrap_or_default();
+        SocketDir { dir, socket }
+    }
+}
+
+impl Drop for SocketDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.socket);
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// The longest socket path sun_path holds comfortably (108 bytes on Linux, 104 on macOS).
+const MAX_SOCKET_PATH: usize = 100;
+
+impl Proxy {
+    /// [`SocketDir::bind`], then [`Proxy::serve`].
+    #[cfg(test)]
+    pub(crate) fn bind(
+        dir: &Path,
+        fallback: &str,
+        upstream: Upstream,
+        labels: BTreeMap<String, String>,
+        claims: mpsc::UnboundedSender<Claim>,
+    ) -> io::Result<(Proxy, SocketDir)> {
+        let (listener, guard) = SocketDir::bind(dir, fallback)?;
+        Ok((Proxy::serve(listener, upstream, labels, claims)?, guard))
+    }
+
+    /// The proxy on a bound listener (inside the runtime), forwarding to `upstream`.
+    pub(crate) fn serve(
+        listener: StdUnixListener,
+        upstream: Upstream,
+        labels: BTreeMap<String, String>,
+        claims: mpsc::UnboundedSender<Claim>,
+    ) -> io::Result<Proxy> {
+        listener.set_nonblocking(true)?;
+        let listener = UnixListener::from_std(listener)?;
         let session = labels
             .get(crate::labels::SESSION)
             .cloned()
@@ -192,7 +221,7 @@ impl Proxy {
             session,
             claims,
         });
-        Ok((Proxy { listener, shared }, guard))
+        Ok(Proxy { listener, shared })
     }
 
     /// Serves until dropped; dropping the future ends every connection with it.
