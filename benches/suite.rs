@@ -17,7 +17,8 @@
 //!
 //! Run: `cargo bench --bench suite` (needs the daemon and test image from `tests/run.sh`).
 //! `SIZES=10,50` picks the throughput sizes; `ONLY=claims` runs one part (idle, claims, sweep,
-//! throughput).
+//! throughput). `BEFORE=/path/to/an/older/sandguard` also measures that binary's reclaim at
+//! each size, in the same round against the same `docker rm -f`, marked `before`.
 
 // sysconf for the clock tick, as a user would read CPU time; wait4 for one child's rusage.
 #![allow(unsafe_code)]
@@ -130,35 +131,11 @@ fn throughput(exe: &str, scratch: &std::path::Path) {
         || vec![10, 50, 100, 200],
         |s| s.split(',').filter_map(|x| x.parse().ok()).collect(),
     );
+    let before = std::env::var("BEFORE").ok();
     let mut bars = Vec::new();
     for n in sizes {
-        // sandguard: an owner whose n containers carry its labels, then SIGKILL.
-        let mut owner = Command::new(exe)
-            .args([
-                "--",
-                "sh",
-                "-c",
-                "echo \"$SANDGUARD_SESSION $SANDGUARD_LABELS\"; exec sleep 600",
-            ])
-            .env("XDG_STATE_HOME", scratch)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("owner");
-        let mut line = String::new();
-        BufReader::new(owner.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("labels");
-        let (session, labels) = line.trim().split_once(' ').expect("session and labels");
-        let labels: Vec<String> = labels.split(',').map(str::to_string).collect();
-        let ids = start_containers(n, &labels);
-        assert_eq!(ids.len(), n, "all containers started");
-        std::thread::sleep(Duration::from_millis(300));
-        let mut events = destroy_watcher(&format!("label=sandguard.session={session}"));
-        std::thread::sleep(Duration::from_millis(200));
-        let killed = Instant::now();
-        owner.kill().expect("kill");
-        let _ = owner.wait();
-        let guarded = wait_destroys(&mut events, n).duration_since(killed);
+        let guarded = reclaim_of(exe, n, scratch);
+        let old = before.as_deref().map(|old| reclaim_of(old, n, scratch));
 
         // docker rm -f of as many containers.
         let tag = format!("bench.rm={}", std::process::id());
@@ -181,6 +158,16 @@ fn throughput(exe: &str, scratch: &std::path::Path) {
             "Docker reclaim throughput (cargo bench --bench suite)",
             &format!("P2 {n} containers: sandguard {:.0} ms after SIGKILL, `docker rm -f` {:.0} ms, **ratio {ratio:.2}** (goal ≤ 1.0)", guarded.as_secs_f64() * 1e3, manual.as_secs_f64() * 1e3),
         );
+        if let Some(old) = old {
+            report::record(
+                "Docker reclaim throughput (cargo bench --bench suite)",
+                &format!(
+                    "P2 before (BEFORE binary, same round) {n} containers: {:.0} ms after SIGKILL, **ratio {:.2}**",
+                    old.as_secs_f64() * 1e3,
+                    old.as_secs_f64() / manual.as_secs_f64()
+                ),
+            );
+        }
         bars.push((n.to_string(), ratio));
     }
     report::bar_svg(
@@ -190,6 +177,37 @@ fn throughput(exe: &str, scratch: &std::path::Path) {
         "ratio",
         &bars,
     );
+}
+
+/// SIGKILL of a guarded owner whose `n` running containers carry its labels → the last
+/// `destroy` event.
+fn reclaim_of(exe: &str, n: usize, scratch: &std::path::Path) -> Duration {
+    let mut owner = Command::new(exe)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo \"$SANDGUARD_SESSION $SANDGUARD_LABELS\"; exec sleep 600",
+        ])
+        .env("XDG_STATE_HOME", scratch)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("owner");
+    let mut line = String::new();
+    BufReader::new(owner.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("labels");
+    let (session, labels) = line.trim().split_once(' ').expect("session and labels");
+    let labels: Vec<String> = labels.split(',').map(str::to_string).collect();
+    let ids = start_containers(n, &labels);
+    assert_eq!(ids.len(), n, "all containers started");
+    std::thread::sleep(Duration::from_millis(300));
+    let mut events = destroy_watcher(&format!("label=sandguard.session={session}"));
+    std::thread::sleep(Duration::from_millis(200));
+    let killed = Instant::now();
+    owner.kill().expect("kill");
+    let _ = owner.wait();
+    wait_destroys(&mut events, n).duration_since(killed)
 }
 
 fn proc_status(pid: u32, key: &str) -> u64 {

@@ -28,6 +28,11 @@
 //! Run: `cargo bench --bench watchdog` (needs `docker info` to work, the test image that
 //! `tests/run.sh` builds, and `tini`, which `benches/run.sh` installs). `RUNS=200` and
 //! `PAIRS=100` for more runs; `ONLY=latency` or `ONLY=wrapper` runs one part.
+//!
+//! **Before and after**: `BEFORE=/path/to/an/older/sandguard` runs that binary too, in the same
+//! run, interleaved with this one (every P1 run and every P4 round measures both in turn), and
+//! prints its figures beside this build's, marked `before`: one machine state for both, so a
+//! change is measured against what it replaced rather than against another hour's noise.
 
 #[path = "common/first_delete.rs"]
 mod first_delete;
@@ -65,24 +70,26 @@ fn main() {
     let state = std::env::temp_dir().join(format!("sandguard-bench-{}", std::process::id()));
     std::fs::create_dir_all(&state).expect("state dir");
     // The wrapper first: the latency runs leave the daemon busy removing containers.
+    let before = std::env::var("BEFORE").ok();
+    let before = before.as_deref();
     if run("wrapper") {
-        wrapper(exe, &state, env_n("PAIRS", 50));
+        wrapper(exe, before, &state, env_n("PAIRS", 50));
     }
     if run("latency") {
-        latency(exe, &state, env_n("RUNS", 100));
+        latency(exe, before, &state, env_n("RUNS", 100));
     }
     let _ = std::fs::remove_dir_all(&state);
 }
 
 /// P4: the five commands in turn (see the module docs).
-fn wrapper(exe: &str, state: &Path, rounds: usize) {
+fn wrapper(exe: &str, before: Option<&str>, state: &Path, rounds: usize) {
     let tini = ["tini", "/usr/bin/tini"]
         .into_iter()
         .find(|t| Command::new(t).arg("--version").output().is_ok())
         .expect("needs tini (apt-get install tini; benches/run.sh installs it)");
     let no_providers = state.join("no-providers.toml");
     std::fs::write(&no_providers, "[providers.docker]\nenabled = false\n").expect("config");
-    let sandguard = |flags: &[&str], config: &Path| {
+    let sandguard = |exe: &str, flags: &[&str], config: &Path| {
         let mut cmd = Command::new(exe);
         cmd.args(flags)
             .args(["--", "true"])
@@ -97,15 +104,29 @@ fn wrapper(exe: &str, state: &Path, rounds: usize) {
             cmd.args(["-s", "--", "true"]);
             cmd
         }),
-        Box::new(|| sandguard(&[], Path::new("/dev/null"))),
+        Box::new(|| sandguard(exe, &[], Path::new("/dev/null"))),
         Box::new(|| {
             sandguard(
+                exe,
                 &["--no-docker-proxy", "--no-cloud-proxy"],
                 Path::new("/dev/null"),
             )
         }),
-        Box::new(|| sandguard(&[], &no_providers)),
+        Box::new(|| sandguard(exe, &[], &no_providers)),
     ];
+    let mut variants = variants;
+    if let Some(old) = before {
+        variants.push(Box::new(move || {
+            sandguard(old, &[], Path::new("/dev/null"))
+        }));
+        variants.push(Box::new(move || {
+            sandguard(
+                old,
+                &["--no-docker-proxy", "--no-cloud-proxy"],
+                Path::new("/dev/null"),
+            )
+        }));
+    }
     let mut times = vec![Vec::with_capacity(rounds); variants.len()];
     for round in 0..rounds {
         for k in 0..variants.len() {
@@ -120,6 +141,20 @@ fn wrapper(exe: &str, state: &Path, rounds: usize) {
         }
     }
     let [plain, tini, defaults, off, bare] = [0, 1, 2, 3, 4].map(|i| median(&times[i]));
+    if before.is_some() {
+        let [old_defaults, old_off] = [5, 6].map(|i| median(&times[i]));
+        report_file::record(
+            "wrapper start (cargo bench --bench watchdog)",
+            &format!(
+                "P4 before (BEFORE binary, same rounds): defaults on {:.2} ms, **{:.2}×** tini; \
+                 every proxy off {:.2} ms, **{:.2}×** tini",
+                ms(old_defaults),
+                old_defaults.as_secs_f64() / tini.as_secs_f64(),
+                ms(old_off),
+                old_off.as_secs_f64() / tini.as_secs_f64()
+            ),
+        );
+    }
     let ratio = |d: Duration| d.as_secs_f64() / tini.as_secs_f64();
     let what = "wrapper start (cargo bench --bench watchdog)";
     report_file::record(
@@ -160,28 +195,38 @@ enum Path1 {
     Proxy,
 }
 
-/// P1: `runs` deaths on each path, in turn.
-fn latency(exe: &str, state: &Path, runs: usize) {
+/// P1: `runs` deaths on each path, in turn (with `before`, that binary's in turn too).
+fn latency(exe: &str, before: Option<&str>, state: &Path, runs: usize) {
     let proxy = Proxy::start();
-    let (mut label, mut claimed) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
+    let builds: Vec<&str> = std::iter::once(exe).chain(before).collect();
+    // [build][path]: the deaths measured.
+    let mut times = vec![[Vec::with_capacity(runs), Vec::with_capacity(runs)]; builds.len()];
     for i in 0..runs {
-        for (path, into) in [(Path1::Label, &mut label), (Path1::Proxy, &mut claimed)] {
-            match reclaim_latency(exe, state, &proxy, path) {
-                Ok(d) => into.push(d),
-                Err(e) => eprintln!("run {i}: {e}"),
+        for (b, build) in builds.iter().enumerate() {
+            for (p, path) in [Path1::Label, Path1::Proxy].into_iter().enumerate() {
+                match reclaim_latency(build, state, &proxy, path) {
+                    Ok(d) => times[b][p].push(d),
+                    Err(e) => eprintln!("run {i}: {e}"),
+                }
             }
         }
     }
-    report(
-        "P1 label path (created without the proxy: listed, then removed)",
-        "latency",
-        &mut label,
-    );
-    report(
-        "P1 proxy path (created through the Docker proxy: claimed)",
-        "latency_proxy",
-        &mut claimed,
-    );
+    for (b, [label, claimed]) in times.iter_mut().enumerate() {
+        let (mark, suffix) = match b {
+            0 => ("", ""),
+            _ => (" before (BEFORE binary, same runs)", "_before"),
+        };
+        report(
+            &format!("P1{mark} label path (created without the proxy: listed, then removed)"),
+            &format!("latency{suffix}"),
+            label,
+        );
+        report(
+            &format!("P1{mark} proxy path (created through the Docker proxy: claimed)"),
+            &format!("latency_proxy{suffix}"),
+            claimed,
+        );
+    }
 }
 
 fn reclaim_latency(

@@ -232,6 +232,12 @@ impl Spawn {
             }
             None => null(true)?,
         };
+        // The sources of stdio and of the control pipe too are 10 or above: with a standard
+        // descriptor closed when the wrapper started, one of them could otherwise be 0 to 3
+        // and be overwritten by another's move before its own.
+        let [stdin, stdout, stderr, control] =
+            [stdin, stdout, stderr, control].map(|fd| dup(fd.as_fd()));
+        let (stdin, stdout, stderr, control) = (stdin?, stdout?, stderr?, control?);
         let raw: Vec<i32> = kept.iter().map(AsRawFd::as_raw_fd).collect();
         unix::spawn_detached(
             &self.binary,
