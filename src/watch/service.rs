@@ -40,6 +40,10 @@ use crate::reclaim::Options;
 /// never pays for them.
 pub(crate) const WARM_UP_DELAY: Duration = Duration::from_millis(100);
 
+/// How long after the warm-up the start-up pages are handed back: the event subscriptions
+/// ([`Provider::follow`]) are made by then, so the pages they touched go too.
+const FOLLOW_SETTLE: Duration = Duration::from_millis(50);
+
 /// What a sidecar service watches with, once it has said `ready` ([`super::start`] builds it
 /// from a [`super::start::StartPlan`]; named apart from [`crate::reclaim::Plan`], what one
 /// reclaim is after).
@@ -84,12 +88,17 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
                 tracing::warn!("provider {} is not reachable yet: {e}", p.name());
             }
         }
-        // Start-up is over: what it touched of the program and nothing more stays resident.
-        let released = crate::unix::release_startup_pages();
-        tracing::debug!("released {} KiB of start-up pages", released / 1024);
         // Then the session's sandboxes are followed as they come and go, so the reclaim
         // knows them before the owner dies ([`Provider::follow`]: Docker's event stream).
-        futures_util::future::join_all(warm.iter().map(|p| p.follow(&followed))).await;
+        let follow = futures_util::future::join_all(warm.iter().map(|p| p.follow(&followed)));
+        let settle = async {
+            // Start-up is over once the subscriptions are made: what it touched of the
+            // program and nothing more stays resident (an idle stream touches nothing).
+            tokio::time::sleep(FOLLOW_SETTLE).await;
+            let released = crate::unix::release_startup_pages();
+            tracing::debug!("released {} KiB of start-up pages", released / 1024);
+        };
+        tokio::join!(follow, settle);
     });
     if let Some(proxy) = service.proxy {
         tasks.spawn(proxy.run());
