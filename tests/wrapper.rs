@@ -46,9 +46,15 @@ pub(crate) fn guarded(s: &Scratch, script: &str) -> Job {
 
 /// [`guarded`] with arguments before the `--` (such as `run --docker-proxy`).
 pub(crate) fn guarded_with(s: &Scratch, args: &[&str], script: &str) -> Job {
+    guarded_env(s, &[], args, script)
+}
+
+/// [`guarded_with`] with more variables (such as `SANDGUARD_LOG=debug`).
+pub(crate) fn guarded_env(s: &Scratch, env: &[(&str, &str)], args: &[&str], script: &str) -> Job {
     use std::os::unix::process::CommandExt;
     let child = sandguard(s)
         .env("PATH", path_with_sandguard())
+        .envs(env.iter().copied())
         .args(args)
         .args(["--", "sh", "-c", script])
         .stdin(Stdio::null())

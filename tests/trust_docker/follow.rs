@@ -5,27 +5,16 @@
 //! know the follower saw what it needs before it acts, so the follow path is what is tested.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use super::docker_ok;
 use crate::support::*;
-use crate::wrapper::{path_with_sandguard, unsafe_kill, wait_for_file, Job};
+use crate::wrapper::{guarded_env, unsafe_kill, wait_for_file, Job};
 
 /// `sandguard -- sh -c SCRIPT` with the sidecar logging at debug level.
 fn guarded_debug(s: &Scratch, script: &str) -> Job {
-    use std::os::unix::process::CommandExt;
-    let child = sandguard(s)
-        .env("PATH", path_with_sandguard())
-        .env("SANDGUARD_LOG", "debug")
-        .args(["--", "sh", "-c", script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .spawn()
-        .expect("spawn sandguard");
-    Job(child)
+    guarded_env(s, &[("SANDGUARD_LOG", "debug")], &[], script)
 }
 
 fn log(s: &Scratch, session: &str) -> String {

@@ -48,14 +48,17 @@ pub(crate) struct Served {
 impl Served {
     /// The `NAME=VALUE`s of the ready line.
     pub(crate) fn env(&self) -> Vec<(String, String)> {
-        let docker = self.docker.iter().map(|p| {
-            let host = format!("unix://{}", p.dir.socket().display());
-            ("DOCKER_HOST".to_string(), host)
-        });
+        let docker = self.docker.iter().map(|p| docker_host(&p.dir));
         docker
             .chain(self.cloud.iter().map(CloudProxy::assignment))
             .collect()
     }
+}
+
+/// `DOCKER_HOST` for the proxy listening in `dir`.
+fn docker_host(dir: &SocketDir) -> (String, String) {
+    let host = format!("unix://{}", dir.socket().display());
+    ("DOCKER_HOST".to_string(), host)
 }
 
 /// The Docker proxy's listener, bound, not served.
@@ -81,10 +84,7 @@ pub(crate) struct Bound {
 impl Bound {
     /// What the program gets (`DOCKER_HOST`, `E2B_API_URL`, …): the ready line's `NAME=VALUE`s.
     pub(crate) fn env(&self) -> Vec<(String, String)> {
-        let docker = self.docker.iter().map(|p| {
-            let host = format!("unix://{}", p.dir.socket().display());
-            ("DOCKER_HOST".to_string(), host)
-        });
+        let docker = self.docker.iter().map(|p| docker_host(&p.dir));
         let cloud = self.cloud.iter().filter_map(|c| {
             let address = c.listener.local_addr().ok()?;
             Some(cloud_proxy::assignment(c.api, address, &c.upstream))
