@@ -206,7 +206,7 @@ impl FleetOwner {
     }
 
     fn sidecar(&self) -> u32 {
-        find_process(&format!("--session {}", self.session)).expect("the sidecar runs")
+        crate::wrapper::sidecar_pid(&self.session)
     }
 
     /// The whole machine dies: owner and sidecar SIGKILLed at once.

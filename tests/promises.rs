@@ -215,8 +215,7 @@ pub(crate) fn result_of<'a>(v: &'a serde_json::Value, id: &str) -> &'a serde_jso
 
 /// SIGKILLs the sidecar of `session` and waits until it is gone.
 pub(crate) fn kill_sidecar(session: &str) {
-    let pid =
-        crate::wrapper::find_process(&format!("--session {session}")).expect("the sidecar runs");
+    let pid = crate::wrapper::sidecar_pid(session);
     crate::wrapper::unsafe_kill(pid as i32, libc::SIGKILL);
     eventually(
         std::time::Duration::from_secs(5),

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::support::*;
-use crate::wrapper::{find_process, guarded, script, unsafe_kill, wait_for_file};
+use crate::wrapper::{guarded, script, sidecar_pid, unsafe_kill, wait_for_file};
 use sandguard::labels::{DETACHED, EXPIRES, OWNER, SESSION};
 
 fn session_of(s: &Scratch) -> String {
@@ -16,7 +16,7 @@ fn session_of(s: &Scratch) -> String {
 }
 
 fn kill_sidecar(session: &str) {
-    let pid = find_process(&format!("--session {session}")).expect("the sidecar runs");
+    let pid = sidecar_pid(session);
     unsafe_kill(pid as i32, libc::SIGKILL);
     eventually(Duration::from_secs(5), "the sidecar is gone", || {
         !std::path::Path::new(&format!("/proc/{pid}")).exists()

@@ -8,7 +8,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use crate::support::*;
-use crate::wrapper::{find_process, guarded, script, unsafe_kill, wait_for_file};
+use crate::wrapper::{guarded, script, sidecar_pid, unsafe_kill, wait_for_file};
 use sandguard::labels::{OWNER, SESSION};
 
 /// A running `sweep --every`, its stdout read line by line as it comes.
@@ -109,7 +109,7 @@ fn the_service_prints_what_an_adopted_watcher_removes() {
     let containers = wait_for_file(&ids, &mut owner);
     let v = json(&run(sandguard(&s).args(["sessions", "--json"])).stdout);
     let session = v["sessions"][0]["session"].as_str().unwrap().to_string();
-    let sidecar = find_process(&format!("--session {session}")).expect("the sidecar runs");
+    let sidecar = sidecar_pid(&session);
     unsafe_kill(sidecar as i32, libc::SIGKILL);
     eventually(Duration::from_secs(5), "the sidecar is gone", || {
         !std::path::Path::new(&format!("/proc/{sidecar}")).exists()

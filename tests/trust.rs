@@ -50,7 +50,7 @@ pub(crate) fn wait_state(s: &Scratch, id: &str, states: &[&str]) -> String {
 }
 
 fn sidecar_of(session: &str) -> u32 {
-    find_process(&format!("--session {session}")).expect("the sidecar runs")
+    crate::wrapper::sidecar_pid(session)
 }
 
 /// #4a: `sandguard detach docker <12-hex prefix>` spares the container it names, whose full

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::*;
 use crate::trust::{journal, session, wait_state, LABEL_ARGS};
-use crate::wrapper::{find_process, guarded, path_with_sandguard, unsafe_kill, wait_for_file};
+use crate::wrapper::{guarded, path_with_sandguard, sidecar_pid, unsafe_kill, wait_for_file};
 use sandguard::labels::{OWNER, SESSION};
 
 /// A guarded owner that makes one labelled container, writes its id and session, and sleeps.
@@ -385,7 +385,7 @@ fn a_sweep_that_cannot_take_a_journal_fails_and_says_so() {
     let _g = exclusive();
     let s = Scratch::new("trust-locked");
     let (mut owner, container, session_id) = owner_with_container(&s, "");
-    let sidecar = find_process(&format!("--session {session_id}")).unwrap();
+    let sidecar = sidecar_pid(&session_id);
     unsafe_kill(sidecar as i32, libc::SIGKILL);
     eventually(Duration::from_secs(5), "the sidecar is gone", || {
         !Path::new(&format!("/proc/{sidecar}")).exists()

@@ -415,6 +415,20 @@ fn sigterm_to_the_sidecar_never_reclaims_a_live_owners_sandboxes() {
 }
 
 /// The pid of the process whose command line contains `needle`.
+/// The sidecar of `session`, waited for (at most 10 s): the wrapper execs its program without
+/// waiting for the sidecar, which may still be starting when the program has already run.
+pub(crate) fn sidecar_pid(session: &str) -> u32 {
+    let needle = format!("--session {session}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(pid) = find_process(&needle) {
+            return pid;
+        }
+        assert!(Instant::now() < deadline, "the sidecar of {session} runs");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 pub(crate) fn find_process(needle: &str) -> Option<u32> {
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
         let pid: u32 = e.file_name().to_str()?.parse().ok()?;
