@@ -123,11 +123,18 @@ impl Undo {
     pub(crate) fn unless_ok<T>(self, result: Result<T, StartError>) -> Result<T, StartError> {
         if let (Err(e), Some(path)) = (&result, self.journal) {
             tracing::warn!("the sidecar failed before ready ({e}); removing its session");
-            for leftover in [path.with_extension("log"), path.clone()] {
-                let _ = std::fs::remove_file(leftover);
-            }
-            let _ = std::fs::remove_dir_all(path.with_extension("docker"));
+            take_back(&path);
         }
         result
     }
+}
+
+/// Removes a new session that nobody was told of: its journal at `journal`, its log and its
+/// Docker proxy directory beside it (the sidecar's [`Undo`], and the wrapper's handoff that
+/// no sidecar took).
+pub(crate) fn take_back(journal: &std::path::Path) {
+    for leftover in [journal.with_extension("log"), journal.to_path_buf()] {
+        let _ = std::fs::remove_file(leftover);
+    }
+    let _ = std::fs::remove_dir_all(journal.with_extension("docker"));
 }

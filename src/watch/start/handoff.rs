@@ -81,7 +81,7 @@ pub(crate) fn prepare(
             owner_pidfd: crate::unix::pidfd_open(std::process::id()).ok(),
         }),
         Err(e) => {
-            abandon(&journal);
+            super::begin::take_back(journal.path());
             Err(e)
         }
     }
@@ -126,7 +126,7 @@ impl Handoff {
     /// No sidecar took it: the journal and the proxy directory are removed (nobody was told
     /// the session's labels).
     pub(crate) fn abandon(self) {
-        abandon(&self.journal);
+        super::begin::take_back(self.journal.path());
         drop(self.bound);
     }
 }
@@ -137,11 +137,4 @@ pub(crate) struct Handing<'a> {
     pub docker: Option<(BorrowedFd<'a>, &'a std::path::Path)>,
     pub cloud: Vec<(Api, BorrowedFd<'a>)>,
     pub owner_pidfd: Option<BorrowedFd<'a>>,
-}
-
-fn abandon(journal: &Journal) {
-    let path = journal.path();
-    for leftover in [path.with_extension("log"), path.to_path_buf()] {
-        let _ = std::fs::remove_file(leftover);
-    }
 }
