@@ -18,19 +18,22 @@
 #      helper module), in the same target directory as step 1 so that only the release build
 #      of the crate and its dependencies is added, and nothing when it is already built;
 #   3. `pytest tests/python`: the wheel installed into a fresh venv, and guarded Python
-#      programs that create containers and then die or exit. pytest runs last on purpose, so
-#      its "N passed" line is the suite's closing line.
+#      programs that create containers and then die or exit;
+#   4. the npm packages (`packaging/npm/build.sh`, `npm pack`) installed from their tarballs
+#      into a scratch project, and `node --test tests/node`: guarded Node programs, with the
+#      E2B SDK and testcontainers-node from npm.
 # maturin and pytest come from PyPI into a venv under the target directory (kept, so a second
 # run installs nothing). Extra arguments go to `cargo test`, e.g. `tests/run.sh -- stop_all`;
-# SANDGUARD_SKIP_FUZZ=1 skips step 0 and SANDGUARD_SKIP_PYTHON=1 steps 2 and 3 (each says so,
-# and the closing count says what was skipped). When CI is set, a skip is refused: CI runs
-# every layer.
+# SANDGUARD_SKIP_FUZZ=1 skips step 0, SANDGUARD_SKIP_PYTHON=1 steps 2 to 4 and
+# SANDGUARD_SKIP_NODE=1 step 4 (each says so, and the closing count says what was skipped).
+# When CI is set, a skip is refused: CI runs every layer.
 #
 # Tests marked #[ignore] need root (giving a directory to another user); they run here, which
 # needs root anyway, with `--include-ignored`.
 #
-# The last line adds up every layer, fuzz targets, unit tests, integration tests and Python
-# tests: `tests/run.sh: N passed, N failed (…)`, also when a layer failed and the run stopped.
+# The last line adds up every layer, fuzz targets, unit tests, integration tests, Python tests
+# and Node tests: `tests/run.sh: N passed, N failed (…)`, also when a layer failed and the run
+# stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -142,7 +145,7 @@ cargo_counts() { # LOG
 }
 
 if [ -n "${CI:-}" ]; then
-  for var in SANDGUARD_SKIP_FUZZ SANDGUARD_SKIP_PYTHON; do
+  for var in SANDGUARD_SKIP_FUZZ SANDGUARD_SKIP_PYTHON SANDGUARD_SKIP_NODE; do
     if [ -n "${!var:-}" ]; then
       log "$var is set, but CI is set too: CI runs every layer"
       exit 2
@@ -225,4 +228,44 @@ read -r p f < <(awk '{ for (i = 2; i <= NF; i++) { w = $i; sub(/,$/, "", w)
     if (w == "passed") p += $(i-1); if (w == "failed" || w == "error" || w == "errors") f += $(i-1) } }
     END { printf "%d %d\n", p, f }' <<<"$summary")
 tally "python tests" "$p" "$f"
+python_rc=$rc
+
+# Step 4: the npm packages, as users install them: `packaging/npm/build.sh` compiles the
+# TypeScript helper and packs it (`npm pack`) with a platform package holding the wheel's own
+# binary; both tarballs are installed into a scratch project with the vendors' packages from
+# npm (pinned: the E2B SDK, and testcontainers-node 11.x, since 12.0.4 crashes at require on
+# Node 20), and `node --test tests/node` runs guarded Node programs in it. The E2B tests
+# serve the Rust suite's E2B emulator (examples/emulate.rs) on loopback.
+if [ "${SANDGUARD_SKIP_NODE:-}" = 1 ]; then
+  log "SANDGUARD_SKIP_NODE=1: the npm package and its tests were NOT run"
+  skipped+=("node")
+  exit "$python_rc"
+fi
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || apt_install nodejs npm
+npm_out=$target/npm
+rm -rf "$npm_out/unpacked" && mkdir -p "$npm_out/unpacked"
+"$tools/bin/python" -c 'import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+name = next(n for n in z.namelist() if n.endswith(".data/scripts/sandguard"))
+open(sys.argv[2], "wb").write(z.read(name))' "$wheel" "$npm_out/unpacked/sandguard"
+chmod 755 "$npm_out/unpacked/sandguard"
+rm -f "$npm_out"/sandguard-*.tgz
+packaging/npm/build.sh "$npm_out" "$npm_out/unpacked/sandguard"
+project=$target/node-tests
+rm -rf "$project" && mkdir -p "$project"
+printf '{ "name": "sandguard-node-tests", "private": true }\n' >"$project/package.json"
+log "installing the npm tarballs and the vendors' packages into $project"
+(cd "$project" && npm install --no-audit --no-fund --silent "$npm_out"/sandguard-linux-*.tgz \
+  "$npm_out"/sandguard-[0-9]*.tgz e2b@2.51.0 testcontainers@11.9.0 >/dev/null)
+cargo build --locked --example emulate
+set +e
+SANDGUARD_NODE_PROJECT=$project SANDGUARD_NPM_OUT=$npm_out \
+  SANDGUARD_EMULATE=$target/debug/examples/emulate \
+  node --test --test-reporter=tap tests/node/ 2>&1 | tee "$logs/node"
+rc=${PIPESTATUS[0]}
+set -e
+# node:test's TAP summary: "# pass N", "# fail N".
+tally "node tests" "$(awk '/^# pass / { print $3 }' "$logs/node" | tail -n 1)" \
+  "$(awk '/^# fail / { print $3 }' "$logs/node" | tail -n 1)"
+[ "$python_rc" -eq 0 ] || exit "$python_rc"
 exit "$rc"
