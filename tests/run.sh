@@ -261,7 +261,8 @@ cargo build --locked --example emulate
 set +e
 SANDGUARD_NODE_PROJECT=$project SANDGUARD_NPM_OUT=$npm_out \
   SANDGUARD_EMULATE=$target/debug/examples/emulate \
-  node --test --test-reporter=tap tests/node/ 2>&1 | tee "$logs/node"
+  node --test --test-reporter=tap --test-concurrency=1 --test-timeout=300000 tests/node/ 2>&1 |
+  tee "$logs/node"
 rc=${PIPESTATUS[0]}
 set -e
 # node:test's TAP summary: "# pass N", "# fail N".

@@ -53,6 +53,10 @@ async function main(): Promise<Outcome> {
   await g.claim("docker", "abc");
   const opts = g.spawnOptions({ stdio: "inherit" as const });
   void labels; void env; void opts; void SandguardError;
+  {
+    await using h = await guard();
+    void h.session;
+  }
   return g.close();
 }
 void main;
@@ -69,6 +73,7 @@ void guard({ dockerProxy: "always" });
         module: "node16",
         moduleResolution: "node16",
         target: "ES2022",
+        lib: ["ES2022", "esnext.disposable"],
         typeRoots: [join(npmOut, "tools", "node_modules", "@types")],
         types: ["node"],
       },

@@ -96,10 +96,15 @@ export function start(name, source, env, args = []) {
   return child;
 }
 
-/** Runs a program to its end: `{ code, signal, stdout, stderr }`. */
-export async function run(name, source, env, args = []) {
+/**
+ * Runs a program to its end: `{ code, signal, stdout, stderr }`. One that has not ended
+ * within `ms` is SIGKILLed (its `signal` says so), so a hang fails its test, not the run.
+ */
+export async function run(name, source, env, args = [], ms = 120_000) {
   const child = start(name, source, env, args);
+  const timer = setTimeout(() => child.kill("SIGKILL"), ms);
   const { code, signal } = await child.exited;
+  clearTimeout(timer);
   return { code, signal, stdout: child.stdoutText, stderr: child.stderrText };
 }
 

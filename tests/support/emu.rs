@@ -395,16 +395,19 @@ async fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Reque
         .and_then(|(_, v)| v.parse().ok())
         .unwrap_or(0);
     let body_start = head_end + 4;
-    while buf.len() < body_start + length {
-        let mut chunk = [0u8; 8192];
-        let n = stream.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    let body = buf[body_start..body_start + length].to_vec();
-    buf.drain(..body_start + length);
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.to_ascii_lowercase().contains("chunked"));
+    let (body, end) = if chunked {
+        read_chunked(stream, buf, body_start).await?
+    } else {
+        fill(stream, buf, body_start + length).await?;
+        (
+            buf[body_start..body_start + length].to_vec(),
+            body_start + length,
+        )
+    };
+    buf.drain(..end);
     let (path, raw_query) = match target.split_once('?') {
         Some((p, q)) => (p.to_string(), q.to_string()),
         None => (target, String::new()),
@@ -417,6 +420,66 @@ async fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Reque
         headers,
         body,
     })
+}
+
+/// Reads until `buf` holds at least `len` bytes; `None` when the connection ends first.
+async fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>, len: usize) -> Option<()> {
+    while buf.len() < len {
+        let mut chunk = [0u8; 8192];
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    Some(())
+}
+
+/// The index of the first CRLF in `buf` at or after `from`, reading as needed.
+async fn line_end(stream: &mut TcpStream, buf: &mut Vec<u8>, from: usize) -> Option<usize> {
+    loop {
+        if let Some(i) = buf[from..].windows(2).position(|w| w == b"\r\n") {
+            return Some(from + i);
+        }
+        if buf.len() - from > 64 * 1024 {
+            return None;
+        }
+        fill(stream, buf, buf.len() + 1).await?;
+    }
+}
+
+/// A `Transfer-Encoding: chunked` body starting at `at` in `buf` (Node's `fetch`, so the
+/// vendors' JS SDKs, send request bodies so): the body, and the end of the message (after
+/// any trailers).
+async fn read_chunked(
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    mut at: usize,
+) -> Option<(Vec<u8>, usize)> {
+    let mut body = Vec::new();
+    loop {
+        let end = line_end(stream, buf, at).await?;
+        let line = std::str::from_utf8(&buf[at..end]).ok()?;
+        let size = usize::from_str_radix(line.split(';').next()?.trim(), 16).ok()?;
+        at = end + 2;
+        if size == 0 {
+            // Trailers, up to an empty line.
+            loop {
+                let end = line_end(stream, buf, at).await?;
+                let empty = end == at;
+                at = end + 2;
+                if empty {
+                    return Some((body, at));
+                }
+            }
+        }
+        if body.len() + size > 64 * 1024 * 1024 {
+            return None;
+        }
+        fill(stream, buf, at + size + 2).await?;
+        body.extend_from_slice(&buf[at..at + size]);
+        at += size + 2;
+    }
 }
 
 fn parse_query(q: &str) -> Vec<(String, String)> {

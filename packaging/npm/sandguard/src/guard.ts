@@ -218,10 +218,6 @@ export class Guard {
       }, every);
       this.renewer.unref();
     }
-    const dispose = (Symbol as unknown as { asyncDispose?: symbol }).asyncDispose;
-    if (dispose) {
-      (this as unknown as Record<symbol, () => Promise<Outcome>>)[dispose] = () => this.close();
-    }
   }
 
   // -- the environment
@@ -432,6 +428,14 @@ export class Guard {
       return (this.outcome = outcome("unknown", "not waited for"));
     }
     return this.finish(ends.reader, ends.reader.readLineSync(this.waitMs), this.waitMs);
+  }
+
+  /**
+   * `await using g = await guard()`: `close()` when the block ends (TypeScript 5.2+; Node
+   * defines `Symbol.asyncDispose` from 18.18 and 20.4). The outcome is kept as `.outcome`.
+   */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
   }
 
   toString(): string {
