@@ -16,9 +16,11 @@
 //!    (goal: linear, a claim costs the same at 100 000 as at 5 000).
 //!
 //! Run: `cargo bench --bench suite` (needs the daemon and test image from `tests/run.sh`).
-//! `SIZES=10,50` picks the throughput sizes; `ONLY=claims` runs one part (idle, claims, sweep,
-//! throughput). `BEFORE=/path/to/an/older/sandguard` also measures that binary's reclaim at
-//! each size, in the same round against the same `docker rm -f`, marked `before`.
+//! `SIZES=10,50` picks the throughput sizes and `ROUNDS=5` the rounds per size (default 3: each
+//! round measures sandguard and `docker rm -f` in turn, and the median ratio is reported beside
+//! every round's); `ONLY=claims` runs one part (idle, claims, sweep, throughput).
+//! `BEFORE=/path/to/an/older/sandguard` also measures that binary's reclaim at each size, in
+//! the same rounds against the same `docker rm -f`, marked `before`.
 
 // sysconf for the clock tick, as a user would read CPU time; wait4 for one child's rusage.
 #![allow(unsafe_code)]
@@ -131,40 +133,55 @@ fn throughput(exe: &str, scratch: &std::path::Path) {
         || vec![10, 50, 100, 200],
         |s| s.split(',').filter_map(|x| x.parse().ok()).collect(),
     );
+    // Rounds per size: dockerd's own time swings ±15 % from one run to the next (for both
+    // sides), so one round decides the ratio by chance; the median of several does less so.
+    let rounds: usize = std::env::var("ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .filter(|r| *r > 0)
+        .unwrap_or(3);
     let before = std::env::var("BEFORE").ok();
     let mut bars = Vec::new();
     for n in sizes {
-        let guarded = reclaim_of(exe, n, scratch);
-        let old = before.as_deref().map(|old| reclaim_of(old, n, scratch));
-
-        // docker rm -f of as many containers.
-        let tag = format!("bench.rm={}", std::process::id());
-        let ids = start_containers(n, std::slice::from_ref(&tag));
-        std::thread::sleep(Duration::from_millis(300));
-        let mut events = destroy_watcher(&format!("label={tag}"));
-        std::thread::sleep(Duration::from_millis(200));
-        let started = Instant::now();
-        let status = Command::new("docker")
-            .arg("rm")
-            .arg("-f")
-            .args(&ids)
-            .stdout(Stdio::null())
-            .status()
-            .expect("docker rm");
-        assert!(status.success());
-        let manual = wait_destroys(&mut events, n).duration_since(started);
-        let ratio = guarded.as_secs_f64() / manual.as_secs_f64();
+        let (mut ours, mut olds, mut manuals) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            ours.push(reclaim_of(exe, n, scratch));
+            if let Some(old) = before.as_deref() {
+                olds.push(reclaim_of(old, n, scratch));
+            }
+            manuals.push(docker_rm_f(n));
+        }
+        let ratios = |times: &[Duration]| -> Vec<f64> {
+            times
+                .iter()
+                .zip(&manuals)
+                .map(|(t, m)| t.as_secs_f64() / m.as_secs_f64())
+                .collect()
+        };
+        let (guarded, manual, ratio) = (median(&ours), median(&manuals), median_f(&ratios(&ours)));
+        let each = |r: &[f64]| {
+            r.iter()
+                .map(|x| format!("{x:.2}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
         report::record(
             "Docker reclaim throughput (cargo bench --bench suite)",
-            &format!("P2 {n} containers: sandguard {:.0} ms after SIGKILL, `docker rm -f` {:.0} ms, **ratio {ratio:.2}** (goal ≤ 1.0)", guarded.as_secs_f64() * 1e3, manual.as_secs_f64() * 1e3),
+            &format!(
+                "P2 {n} containers, median of {rounds} rounds: sandguard {:.0} ms after SIGKILL, `docker rm -f` {:.0} ms, **ratio {ratio:.2}** (goal ≤ 1.0; each round: {})",
+                guarded.as_secs_f64() * 1e3,
+                manual.as_secs_f64() * 1e3,
+                each(&ratios(&ours))
+            ),
         );
-        if let Some(old) = old {
+        if !olds.is_empty() {
             report::record(
                 "Docker reclaim throughput (cargo bench --bench suite)",
                 &format!(
-                    "P2 before (BEFORE binary, same round) {n} containers: {:.0} ms after SIGKILL, **ratio {:.2}**",
-                    old.as_secs_f64() * 1e3,
-                    old.as_secs_f64() / manual.as_secs_f64()
+                    "P2 before (BEFORE binary, same rounds) {n} containers: {:.0} ms after SIGKILL, **ratio {:.2}** (each round: {})",
+                    median(&olds).as_secs_f64() * 1e3,
+                    median_f(&ratios(&olds)),
+                    each(&ratios(&olds))
                 ),
             );
         }
@@ -177,6 +194,37 @@ fn throughput(exe: &str, scratch: &std::path::Path) {
         "ratio",
         &bars,
     );
+}
+
+/// `docker rm -f` of `n` running containers: from the command's start to the last `destroy`.
+fn docker_rm_f(n: usize) -> Duration {
+    let tag = format!("bench.rm={}", std::process::id());
+    let ids = start_containers(n, std::slice::from_ref(&tag));
+    std::thread::sleep(Duration::from_millis(300));
+    let mut events = destroy_watcher(&format!("label={tag}"));
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    let status = Command::new("docker")
+        .arg("rm")
+        .arg("-f")
+        .args(&ids)
+        .stdout(Stdio::null())
+        .status()
+        .expect("docker rm");
+    assert!(status.success());
+    wait_destroys(&mut events, n).duration_since(started)
+}
+
+fn median(times: &[Duration]) -> Duration {
+    let mut sorted = times.to_vec();
+    sorted.sort();
+    sorted[sorted.len() / 2]
+}
+
+fn median_f(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted[sorted.len() / 2]
 }
 
 /// SIGKILL of a guarded owner whose `n` running containers carry its labels → the last
