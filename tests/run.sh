@@ -198,8 +198,8 @@ tally "cargo tests" "$p" "$f"
 [ "$rc" -eq 0 ] || exit "$rc"
 
 if [ "${SANDGUARD_SKIP_PYTHON:-}" = 1 ]; then
-  log "SANDGUARD_SKIP_PYTHON=1: the Python wheel and its tests were NOT run"
-  skipped+=("python")
+  log "SANDGUARD_SKIP_PYTHON=1: the Python wheel and its tests, and the npm package and its tests (which carry the wheel's binary), were NOT run"
+  skipped+=("python" "node")
   exit 0
 fi
 
@@ -242,6 +242,11 @@ if [ "${SANDGUARD_SKIP_NODE:-}" = 1 ]; then
   exit "$python_rc"
 fi
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || apt_install nodejs npm
+# node:test's --test-concurrency needs Node 20.10 or later (the package itself runs on 18).
+if ! node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 20 || (a === 20 && b >= 10) ? 0 : 1)'; then
+  log "the Node tests need Node 20.10 or later; this is $(node --version)"
+  exit 1
+fi
 npm_out=$target/npm
 rm -rf "$npm_out/unpacked" && mkdir -p "$npm_out/unpacked"
 "$tools/bin/python" -c 'import sys, zipfile
@@ -261,7 +266,7 @@ cargo build --locked --example emulate
 set +e
 SANDGUARD_NODE_PROJECT=$project SANDGUARD_NPM_OUT=$npm_out \
   SANDGUARD_EMULATE=$target/debug/examples/emulate \
-  node --test --test-reporter=tap --test-concurrency=1 --test-timeout=300000 tests/node/ 2>&1 |
+  node --test --test-reporter=tap --test-concurrency=1 --test-timeout=300000 tests/node/*.test.mjs 2>&1 |
   tee "$logs/node"
 rc=${PIPESTATUS[0]}
 set -e

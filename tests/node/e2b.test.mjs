@@ -107,3 +107,54 @@ test("the E2B SDK through guard({ cloudProxy: true }): close() resolves clean on
   assert.equal(ended.after, url, "close() put E2B_API_URL back");
   assert.equal(await sandbox(made.id), null, "deleted by the time close() resolved");
 });
+
+test("close() when E2B cannot be reached: the outcome names what was left and why, strict rejects with it, and it is said on stderr", async () => {
+  // An emulator of its own, stopped before the end: the sandbox cannot be deleted.
+  const own = spawn(process.env.SANDGUARD_EMULATE, ["e2b", KEY], { stdio: ["pipe", "pipe", "inherit"] });
+  const ownUrl = await new Promise((resolve) => {
+    let out = "";
+    own.stdout.setEncoding("utf8").on("data", (d) => {
+      out += d;
+      const m = /^url=(\S+)\n/.exec(out);
+      if (m) resolve(m[1]);
+    });
+  });
+  const dir = scratch();
+  const config = join(dir, "sandguard.toml");
+  writeFileSync(config, '[providers.docker]\nenabled = false\n\n[reclaim]\nsettle = "0"\ndeadline = "2s"\nretry_initial = "50ms"\nretry_max = "200ms"\n');
+  const env = guardedEnv(dir, { E2B_API_KEY: KEY, E2B_API_URL: ownUrl });
+  const program = start(
+    "e2b-left.mjs",
+    `
+import { guard, ReclaimIncomplete } from "sandguard";
+import { existsSync } from "node:fs";
+const g = await guard({ cloudProxy: true, config: process.argv[2], renewEvery: null, strict: true });
+const { Sandbox } = await import("e2b");
+const sbx = await Sandbox.create({});
+console.log(JSON.stringify({ id: sbx.sandboxId }));
+while (!existsSync(process.argv[3])) await new Promise((r) => setTimeout(r, 20));
+try {
+  await g.close();
+  console.log(JSON.stringify({ rejected: null }));
+} catch (e) {
+  console.log(JSON.stringify({ rejected: e.name, isIt: e instanceof ReclaimIncomplete, outcome: e.outcome, kept: g.outcome }));
+}
+`,
+    env,
+    [config, join(dir, "go")],
+  );
+  const { id } = await program.said("id");
+  own.kill("SIGTERM");
+  await new Promise((r) => own.on("exit", r));
+  writeFileSync(join(dir, "go"), "");
+  const said = await program.said("rejected", 30_000);
+  await program.exited;
+  assert.equal(said.rejected, "ReclaimIncomplete", program.stdoutText);
+  assert.equal(said.isIt, true);
+  assert.equal(said.outcome.state, "left");
+  assert.equal(said.outcome.clean, false);
+  assert.ok(said.outcome.count >= 1);
+  assert.ok(said.outcome.left.some((l) => l.provider === "e2b" && (l.id === id || l.id === "*")), JSON.stringify(said.outcome));
+  assert.deepEqual(said.kept, said.outcome, "the outcome is kept on the guard too");
+  assert.match(program.stderrText, /the reclaim after bye left \d+: e2b\//);
+});

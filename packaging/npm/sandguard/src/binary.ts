@@ -15,16 +15,32 @@ import { accessSync, constants, statSync } from "node:fs";
 import { delimiter, dirname, join } from "node:path";
 import { SandguardError } from "./errors";
 
-/** `gnu` or `musl`: the C library this Node runs on (Node's report has a glibc version only on glibc). */
+let libcOfThisNode: "gnu" | "musl" | undefined;
+
+/**
+ * `gnu` or `musl`: the C library this Node runs on (Node's report has a glibc version only on
+ * glibc). Computed once: a report is not free (without `excludeNetwork` it resolves the
+ * names of every open socket).
+ */
 function libc(): "gnu" | "musl" {
-  try {
-    const report = (process as unknown as { report?: { getReport(): unknown } }).report?.getReport() as
-      | { header?: { glibcVersionRuntime?: string } }
-      | undefined;
-    return report?.header?.glibcVersionRuntime ? "gnu" : "musl";
-  } catch {
-    return "gnu";
+  if (libcOfThisNode === undefined) {
+    try {
+      const report = (process as unknown as { report?: { excludeNetwork?: boolean; getReport(): unknown } }).report;
+      // The program's own setting is put back: only this one report skips the network.
+      const was = report?.excludeNetwork;
+      if (report && was !== undefined) report.excludeNetwork = true;
+      let header: { glibcVersionRuntime?: string } | undefined;
+      try {
+        header = (report?.getReport() as { header?: { glibcVersionRuntime?: string } } | undefined)?.header;
+      } finally {
+        if (report && was !== undefined) report.excludeNetwork = was;
+      }
+      libcOfThisNode = header?.glibcVersionRuntime ? "gnu" : "musl";
+    } catch {
+      libcOfThisNode = "gnu";
+    }
   }
+  return libcOfThisNode;
 }
 
 /** The platform package for this machine, e.g. `@sandguard/linux-x64-gnu`; `null` where none is built. */

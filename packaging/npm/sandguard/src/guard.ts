@@ -11,14 +11,16 @@
  *   loop alive. It guards this process by pid and start time (a pidfd on its side): SIGKILL
  *   of node is its business, as everywhere.
  * - **The environment.** While the guard is open, `process.env` carries the session as the
- *   wrapper exports it (`SANDGUARD_SESSION`, `SANDGUARD_LABELS`, `SANDGUARD_FD`,
- *   `SANDGUARD_CONFIG` with `config`), plus every `NAME=VALUE` of the ready line
- *   (`DOCKER_HOST` with `dockerProxy`, `E2B_API_URL`/`DAYTONA_API_URL` with `cloudProxy`), so
- *   SDKs that read them at client creation go through the proxies unchanged. `close()` puts
- *   back what each variable was (one the program changed meanwhile keeps its value).
- * - **Children.** Node passes a child only the descriptors its `stdio` names, so a child that
- *   claims (`sandguard claim`, or this package in a child node) needs the control pipe there:
- *   {@link Guard.spawnOptions} adds it after the given `stdio` and points `SANDGUARD_FD` at it.
+ *   wrapper exports it (`SANDGUARD_SESSION`, `SANDGUARD_LABELS`, `SANDGUARD_CONFIG` with
+ *   `config`), plus every `NAME=VALUE` of the ready line (`DOCKER_HOST` with `dockerProxy`,
+ *   `E2B_API_URL`/`DAYTONA_API_URL` with `cloudProxy`), so SDKs that read them at client
+ *   creation go through the proxies unchanged. `close()` puts back what each variable was
+ *   (see `restoreEnv`).
+ * - **No `SANDGUARD_FD` in `process.env`.** The Python helper exports it because its pipe is
+ *   inherited across `exec`; Node passes a child only the descriptors its `stdio` names, so
+ *   the number would name nothing in a child, or worse, some other pipe of the child's, which
+ *   `sandguard claim` would then write into. {@link Guard.spawnOptions} puts the pipe in the
+ *   child's `stdio` and sets `SANDGUARD_FD` to its index in that child's `env` only.
  * - **Claims are confirmed.** `claim`, `release` and `detach` run the binary's `sandguard
  *   VERB PROVIDER ID` on the control pipe: it resolves once the sidecar has journaled the line
  *   and rejects with the sidecar's reason (a provider not configured, an id no provider would
@@ -165,6 +167,12 @@ export function runCli(
 /** The guards open in this process, the most recent last (module-level `claim` speaks for it). */
 const openGuards: Guard[] = [];
 
+/** What each variable a guard exports was before the first open guard exported it. */
+const baseline: Record<string, string | undefined> = {};
+
+/** The variable no guard exports and every open guard hides (see `export`). */
+const HIDDEN = "SANDGUARD_FD";
+
 /** The most recent guard this process opened and has not closed. */
 export function currentGuard(): Guard | undefined {
   return openGuards[openGuards.length - 1];
@@ -185,7 +193,8 @@ export class Guard {
   private readonly strict: boolean;
   private control: number | null;
   private reader: LineReader | null;
-  private exported: Record<string, string> = {};
+  /** @internal */
+  exported: Record<string, string> = {};
   private saved: Record<string, string | undefined> = {};
   private renewer: NodeJS.Timeout | null = null;
   private closing: Promise<Outcome> | null = null;
@@ -226,21 +235,40 @@ export class Guard {
     const env: Record<string, string> = {
       SANDGUARD_SESSION: this.session,
       SANDGUARD_LABELS: this.labelsEnv,
-      SANDGUARD_FD: String(this.control),
     };
     if (config !== undefined) env.SANDGUARD_CONFIG = resolvePath(config);
     Object.assign(env, ready);
-    for (const name of Object.keys(env)) this.saved[name] = process.env[name];
+    for (const name of Object.keys(env)) {
+      if (!(name in baseline)) baseline[name] = process.env[name];
+    }
+    // A `SANDGUARD_FD` inherited from a wrapper (`sandguard -- node app.js`) would pair that
+    // session's pipe with this guard's session in a child: hidden while a guard is open.
+    if (!(HIDDEN in baseline)) baseline[HIDDEN] = process.env[HIDDEN];
+    delete process.env[HIDDEN];
     this.exported = env;
     Object.assign(process.env, env);
   }
 
+  /**
+   * Puts back what this guard exported: a variable the program changed meanwhile keeps its
+   * value; one another open guard also exports takes the most recent such guard's value (so
+   * closing guards out of order never leaves a closed session's variables behind); the rest
+   * get what they were before the first guard that exported them.
+   */
   private restoreEnv(): void {
     for (const [name, value] of Object.entries(this.exported)) {
-      if (process.env[name] !== value) continue; // the program changed it: its value wins
-      const old = this.saved[name];
-      if (old === undefined) delete process.env[name];
-      else process.env[name] = old;
+      const still = [...openGuards].reverse().find((g) => name in g.exported);
+      if (process.env[name] === value) {
+        const old = still ? still.exported[name] : baseline[name];
+        if (old === undefined) delete process.env[name];
+        else process.env[name] = old;
+      }
+      if (!still) delete baseline[name];
+    }
+    if (openGuards.length === 0) {
+      const old = baseline[HIDDEN];
+      if (old !== undefined && process.env[HIDDEN] === undefined) process.env[HIDDEN] = old;
+      delete baseline[HIDDEN];
     }
   }
 
@@ -328,10 +356,11 @@ export class Guard {
   // -- child processes
 
   /**
-   * `options` for `child_process.spawn` (or `execFile`, `fork`) of a child that talks to this
-   * guard's sidecar: the control pipe added to `stdio` after what is given (index 3 or
-   * beyond), and `env` (default `process.env`) with this guard's variables and `SANDGUARD_FD`
-   * naming that index.
+   * `options` for `child_process.spawn`, `spawnSync` or `execFileSync` of a child that talks
+   * to this guard's sidecar: the control pipe added to `stdio` after what is given (index 3
+   * or beyond), and `env` (default `process.env`) with this guard's variables and
+   * `SANDGUARD_FD` naming that index. Not for `exec`/`execFile`, which take no `stdio`; for
+   * `fork`, give `stdio` with its `"ipc"` entry.
    *
    *     spawn(findBinary(), ["claim", "docker", id], g.spawnOptions({ stdio: "inherit" }))
    */
@@ -347,7 +376,10 @@ export class Guard {
     return { ...(options as T), stdio: stdio as StdioOptions, env };
   }
 
-  /** `base` (default `process.env`) plus this guard's variables (for a child given its own `env`). */
+  /**
+   * `base` (default `process.env`) plus this guard's variables, for a child given its own
+   * `env` that does not talk to the sidecar (it has no `SANDGUARD_FD`: see `spawnOptions`).
+   */
   childEnv(base: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
     this.openControl();
     return { ...base, ...this.exported };
@@ -476,21 +508,20 @@ export async function guard(options: GuardOptions = {}): Promise<Guard> {
   const reader = new LineReader(out.read);
   let failed: Error | null = null;
   try {
-    const child = spawn(binary, argv, {
-      stdio: ["ignore", out.write, "ignore", control.read],
-      detached: true,
-    });
-    child.on("error", (e) => {
-      failed = e;
-    });
-    child.unref();
-  } finally {
-    closeSync(out.write); // EOF on the reader now means the sidecar is gone
-    closeSync(control.read);
-  }
-  let line: string | null;
-  try {
-    line = await reader.readLine(options.readyTimeout ?? READY_TIMEOUT);
+    try {
+      const child = spawn(binary, argv, {
+        stdio: ["ignore", out.write, "ignore", control.read],
+        detached: true,
+      });
+      child.on("error", (e) => {
+        failed = e;
+      });
+      child.unref();
+    } finally {
+      closeSync(out.write); // EOF on the reader now means the sidecar is gone
+      closeSync(control.read);
+    }
+    const line = await reader.readLine(options.readyTimeout ?? READY_TIMEOUT);
     if (line === null) throw new SandguardError(`the sidecar was not ready within ${(options.readyTimeout ?? READY_TIMEOUT) / 1000} s`);
     if (line === "" && failed !== null) {
       throw new SandguardError(`cannot start the sidecar ${binary}: ${(failed as Error).message}`);

@@ -7,10 +7,12 @@
  *   and the sidecar and `sandguard claim` take only a pipe as the control descriptor (the
  *   same kind the wrapper and the Python helper pass). Node has no `pipe(2)`, so each pipe is
  *   a FIFO made by `mkfifo` in a private directory (mode 0700, the FIFO 0600), opened at both
- *   ends and unlinked at once: no name is left behind, and nobody else could open it.
+ *   ends and unlinked at once: no name is left behind, and nobody else could open it. So
+ *   `guard()` needs a `mkfifo` executable (coreutils or busybox); an image without one gets
+ *   a {@link SandguardError} saying so.
  * - **The read end is opened non-blocking** (a FIFO's open blocks until the other end is
  *   opened otherwise); a read that finds nothing gets EAGAIN, and {@link LineReader} waits a
- *   little and tries again: with timers while the event loop runs, with `Atomics.wait` in a
+ *   little (1 ms, doubling to 25 ms) and tries again: with timers while the event loop runs, with `Atomics.wait` in a
  *   `process.on("exit")` handler, where nothing asynchronous runs any more.
  * - Writes go through `fs.writeSync` on the write end (blocking, < PIPE_BUF: one line is one
  *   atomic write). Node ignores SIGPIPE, so a sidecar that is gone is an EPIPE error.
@@ -62,8 +64,13 @@ export function fifos(count: number): Fifo[] {
   }
 }
 
-/** How long to wait between reads that found nothing. */
-const POLL_MS = 2;
+/**
+ * How long to wait between reads that found nothing: 1 ms at first, doubling to 25 ms, so a
+ * quick answer (the `ready` line, a few ms) is read at once and a long wait (a reclaim after
+ * `bye`, up to 30 s) costs about 40 wake-ups a second, not 500.
+ */
+const POLL_FIRST_MS = 1;
+const POLL_MAX_MS = 25;
 
 const sleeper = new Int32Array(new SharedArrayBuffer(4));
 
@@ -85,7 +92,11 @@ export class LineReader {
       this.buf = this.buf.subarray(nl + 1);
       return line;
     }
-    return this.eof ? "" : undefined;
+    if (!this.eof) return undefined;
+    // A last line without its newline is still a line; then EOF's "".
+    const rest = this.buf.toString("utf8");
+    this.buf = Buffer.alloc(0);
+    return rest;
   }
 
   private got(chunk: Buffer, n: number): void {
@@ -97,6 +108,7 @@ export class LineReader {
   readLineSync(timeoutMs: number): LineResult {
     const deadline = Date.now() + timeoutMs;
     const chunk = Buffer.alloc(4096);
+    let pause = POLL_FIRST_MS;
     for (;;) {
       const line = this.take();
       if (line !== undefined) return line;
@@ -108,7 +120,8 @@ export class LineReader {
       }
       const left = deadline - Date.now();
       if (left <= 0) return null;
-      Atomics.wait(sleeper, 0, 0, Math.min(POLL_MS, left));
+      Atomics.wait(sleeper, 0, 0, Math.min(pause, left));
+      pause = Math.min(pause * 2, POLL_MAX_MS);
     }
   }
 
@@ -116,6 +129,7 @@ export class LineReader {
   async readLine(timeoutMs: number): Promise<LineResult> {
     const deadline = Date.now() + timeoutMs;
     const chunk = Buffer.alloc(4096);
+    let pause = POLL_FIRST_MS;
     for (;;) {
       const line = this.take();
       if (line !== undefined) return line;
@@ -132,7 +146,8 @@ export class LineReader {
       }
       const left = deadline - Date.now();
       if (left <= 0) return null;
-      await new Promise((r) => setTimeout(r, Math.min(POLL_MS, left)));
+      await new Promise((r) => setTimeout(r, Math.min(pause, left)));
+      pause = Math.min(pause * 2, POLL_MAX_MS);
     }
   }
 }
