@@ -254,3 +254,33 @@ def test_ready_and_outcome_lines_are_read_in_both_forms_and_refused_otherwise(py
     out = subprocess.run([python(pyenv), "-c", PARSING], env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+TWO_GUARDS = r'''
+import json, os
+import sandguard
+seen = lambda: os.environ.get("SANDGUARD_SESSION")
+steps = [seen()]
+a = sandguard.guard(renew_every=None)
+steps.append(seen())
+b = sandguard.guard(renew_every=None)
+steps.append(seen())
+a.close()
+steps.append(seen())
+b.close()
+steps.append(seen())
+print(json.dumps({"a": a.session, "b": b.session, "steps": steps}))
+'''
+
+
+def test_guards_closed_out_of_order_leave_no_closed_session_in_the_environment(tmp_path, pyenv,
+                                                                               env):
+    script = tmp_path / "two_guards.py"
+    script.write_text(TWO_GUARDS)
+    out = subprocess.run([python(pyenv), str(script)], env=dict(env, SANDGUARD_SESSION="before"),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    info = json.loads(out.stdout)
+    # Closing a first leaves b's session; closing b brings back what was there before both
+    # (it used to bring back a's, a session already ended).
+    assert info["steps"] == ["before", info["a"], info["b"], info["b"], "before"], info

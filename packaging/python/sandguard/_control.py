@@ -48,6 +48,12 @@ def register(g: "Guard") -> None:
         _open_guards.append(g)
 
 
+def open_guards() -> List["Guard"]:
+    """The guards open now, the most recent last."""
+    with _open_guards_lock:
+        return list(_open_guards)
+
+
 def unregister(g: "Guard") -> None:
     """`g` is closed."""
     with _open_guards_lock:

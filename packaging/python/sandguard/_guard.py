@@ -17,7 +17,7 @@ import secrets
 import threading
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from ._control import GONE, register, run_cli, target, unregister
+from ._control import GONE, open_guards, register, run_cli, target, unregister
 from ._binary import find_binary
 from ._identity import LABEL_OWNER, LABEL_SESSION, owner_label
 from ._outcome import Outcome, ReclaimIncomplete, SandguardError
@@ -30,6 +30,10 @@ RENEW_EVERY = 5.0
 WAIT_TIMEOUT = 30.0
 
 _log = logging.getLogger("sandguard")
+
+#: What each variable a guard exports was before the first open guard exported it.
+_baseline: Dict[str, Optional[str]] = {}
+_baseline_lock = threading.Lock()
 
 
 class Guard:
@@ -70,7 +74,6 @@ class Guard:
         self._strict = strict
         self.outcome: Optional[Outcome] = None
         self._env: Dict[str, str] = {}
-        self._saved: Dict[str, Optional[str]] = {}
         flags = ["--docker-proxy"] * bool(docker_proxy) + ["--cloud-proxy"] * bool(cloud_proxy)
         self._binary = binary or find_binary()
         self._control, self._stdout, ready = spawn(
@@ -102,19 +105,30 @@ class Guard:
         if config is not None:
             env["SANDGUARD_CONFIG"] = os.path.abspath(str(config))
         env.update(ready)
-        self._saved = {k: os.environ.get(k) for k in env}
+        with _baseline_lock:
+            for k in env:
+                _baseline.setdefault(k, os.environ.get(k))
         self._env = env
         os.environ.update(env)
 
     def _restore_env(self) -> None:
-        for name, value in self._env.items():
-            if os.environ.get(name) != value:
-                continue  # the program changed it meanwhile: its value is the program's
-            old = self._saved.get(name)
-            if old is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = old
+        """Puts back what this guard exported (it is unregistered already): a variable the
+        program changed meanwhile keeps its value; one another open guard also exports takes
+        the most recent such guard's value, so guards closed out of order never leave a
+        closed session's variables behind; the rest get what they were before the first
+        guard that exported them."""
+        with _baseline_lock:
+            still_open = open_guards()
+            for name, value in self._env.items():
+                still = next((g for g in reversed(still_open) if name in g._env), None)
+                if os.environ.get(name) == value:
+                    old = still._env[name] if still is not None else _baseline.get(name)
+                    if old is None:
+                        os.environ.pop(name, None)
+                    else:
+                        os.environ[name] = old
+                if still is None:
+                    _baseline.pop(name, None)
 
     @property
     def env(self) -> Dict[str, str]:
