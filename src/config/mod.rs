@@ -152,11 +152,22 @@ pub struct SweepSettings {
     pub prune_after: Option<Duration>,
 }
 
+/// Docker's window of removals in flight when `[reclaim] concurrency` is not set: the Docker
+/// CLI's own (`docker rm` removes 50 at once).
+pub(crate) const DOCKER_WINDOW: usize = 50;
+
 /// The reclaim path's limits.
 #[derive(Debug, Clone)]
 pub struct ReclaimSettings {
-    /// Removals in flight at once, per provider.
+    /// Removals in flight at once, per provider (`[reclaim] concurrency`, default 16).
     pub concurrency: usize,
+    /// Removals in flight for the providers whose window is not `concurrency`: Docker's is
+    /// [`DOCKER_WINDOW`] while `[reclaim] concurrency` is not set. A local daemon has no rate
+    /// limit to be polite to, and dockerd overlaps one removal's waits (the kill, the shim's
+    /// exit) with another's work: at 100 and 200 running containers a window of 50 reclaimed
+    /// faster than 16 (`cargo bench --bench suite`, README "Performance"). A `concurrency`
+    /// the user set applies to every provider, Docker too.
+    pub windows: std::collections::BTreeMap<String, usize>,
     /// After this long, whatever is left is reported (and, under a session, left pending).
     pub deadline: Duration,
     /// Delay before the second listing that catches creates in flight when the owner died.

@@ -113,6 +113,11 @@ impl Settings {
             },
             reclaim: ReclaimSettings {
                 concurrency: r.concurrency.map_or(16, |c| c.0),
+                windows: if r.concurrency.is_none() {
+                    [("docker".to_string(), super::DOCKER_WINDOW)].into()
+                } else {
+                    Default::default()
+                },
                 deadline: r.deadline.map_or(Duration::from_secs(120), |d| d.0),
                 settle: r.settle.map_or(Duration::from_secs(2), |d| d.0),
                 retry_initial: r.retry_initial.map_or(Duration::from_millis(200), |d| d.0),

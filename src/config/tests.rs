@@ -374,3 +374,32 @@ fn a_bad_fleet_key_names_file_line_and_key() {
         .to_string()
         .starts_with("environment variable SANDGUARD_FLEET_STORE:"));
 }
+
+#[test]
+fn docker_removes_as_many_at_once_as_its_cli_unless_concurrency_is_set() {
+    let e = env(&[("HOME", "/h")]);
+    let unset = Settings::layer(
+        None,
+        parse_file(Path::new("c"), "").unwrap(),
+        &Overrides::default(),
+        &e,
+    )
+    .unwrap();
+    let options = crate::reclaim::Options::from(&unset.reclaim);
+    assert_eq!(options.window("docker"), super::DOCKER_WINDOW);
+    assert_eq!(
+        options.window("e2b"),
+        16,
+        "cloud providers keep the polite default"
+    );
+
+    let file = parse_file(Path::new("c"), "[reclaim]\nconcurrency = 8\n").unwrap();
+    let set = Settings::layer(None, file, &Overrides::default(), &e).unwrap();
+    let options = crate::reclaim::Options::from(&set.reclaim);
+    assert_eq!(
+        options.window("docker"),
+        8,
+        "a set concurrency applies to Docker too"
+    );
+    assert_eq!(options.window("e2b"), 8);
+}

@@ -68,6 +68,7 @@ pub(super) fn options(settle: Option<Duration>) -> Options {
         settle,
         rates: Default::default(),
         paces: Default::default(),
+        windows: Default::default(),
     }
 }
 

@@ -73,6 +73,7 @@ fn options() -> Options {
         settle: None,
         rates: Default::default(),
         paces: Default::default(),
+        windows: Default::default(),
     }
 }
 

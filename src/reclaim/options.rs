@@ -12,6 +12,8 @@ use crate::config::ReclaimSettings;
 #[derive(Debug, Clone)]
 pub(crate) struct Options {
     pub concurrency: usize,
+    /// Providers whose window is not `concurrency` ([`ReclaimSettings::windows`]).
+    pub windows: BTreeMap<String, usize>,
     pub deadline: Duration,
     pub retry_initial: Duration,
     pub retry_max: Duration,
@@ -25,6 +27,15 @@ pub(crate) struct Options {
 }
 
 impl Options {
+    /// Calls in flight at once to provider `name`.
+    pub(crate) fn window(&self, name: &str) -> usize {
+        self.windows
+            .get(name)
+            .copied()
+            .unwrap_or(self.concurrency)
+            .max(1)
+    }
+
     /// The rate cap of provider `name`, if it has one.
     pub(crate) fn rate(&self, name: &str) -> Option<f64> {
         self.rates.get(name).copied()
@@ -42,7 +53,7 @@ impl Options {
 
     /// The pace of `provider` for one reclaim: its own, or the shared one.
     pub(super) fn pace(&self, provider: &str) -> Arc<Pace> {
-        let fresh = || Arc::new(Pace::new(self.concurrency, self.rate(provider)));
+        let fresh = || Arc::new(Pace::new(self.window(provider), self.rate(provider)));
         match &self.paces.0 {
             None => fresh(),
             Some(shared) => shared
@@ -87,6 +98,7 @@ impl From<&ReclaimSettings> for Options {
     fn from(s: &ReclaimSettings) -> Self {
         Options {
             concurrency: s.concurrency,
+            windows: s.windows.clone(),
             deadline: s.deadline,
             retry_initial: s.retry_initial,
             retry_max: s.retry_max,

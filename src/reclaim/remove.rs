@@ -102,7 +102,7 @@ pub(super) async fn remove_from(
         rest = tail;
         let done: Vec<Removal> = stream::iter(phase.iter().cloned())
             .map(|sandbox| remove_one(provider, sandbox, options, deadline, pace))
-            .buffer_unordered(options.concurrency.max(1))
+            .buffer_unordered(options.window(provider.name()))
             .collect()
             .await;
         removals.extend(done);
@@ -207,6 +207,7 @@ mod tests {
             settle: None,
             rates: Default::default(),
             paces: Default::default(),
+            windows: Default::default(),
         }
     }
 

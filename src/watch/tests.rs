@@ -54,6 +54,7 @@ impl Harness {
             settle: Some(Duration::from_secs(2)),
             rates: Default::default(),
             paces: Default::default(),
+            windows: Default::default(),
         };
         let providers: Vec<Arc<dyn Provider>> = vec![fake.clone()];
         let mut sidecar = Sidecar::new(

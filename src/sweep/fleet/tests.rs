@@ -28,6 +28,7 @@ fn options() -> Options {
         settle: None,
         rates: Default::default(),
         paces: Default::default(),
+        windows: Default::default(),
     }
 }
 
