@@ -165,7 +165,8 @@ pub struct ReclaimSettings {
     /// [`DOCKER_WINDOW`] while `[reclaim] concurrency` is not set. A local daemon has no rate
     /// limit to be polite to, and dockerd overlaps one removal's waits (the kill, the shim's
     /// exit) with another's work: at 100 and 200 running containers a window of 50 reclaimed
-    /// faster than 16 (`cargo bench --bench suite`, README "Performance"). A `concurrency`
+    /// faster than 16 (`cargo bench --bench suite`, README "Performance"), while 200 at once
+    /// was slower than either (dockerd then contends with itself). A `concurrency`
     /// the user set applies to every provider, Docker too.
     pub windows: std::collections::BTreeMap<String, usize>,
     /// After this long, whatever is left is reported (and, under a session, left pending).
