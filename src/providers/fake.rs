@@ -41,10 +41,6 @@ pub(crate) struct Fake {
     pub fault_retry_after: Mutex<Option<Duration>>,
     /// Every list and remove call takes this long first.
     pub latency: Mutex<Duration>,
-    /// Halts its instances before their removal ([`Provider::halt`]), as Docker does.
-    pub halting: bool,
-    /// Every halt call: id, and how many removal calls were made before it.
-    pub halts_log: Mutex<Vec<(String, u32)>>,
 }
 
 impl Fake {
@@ -167,15 +163,6 @@ impl Provider for Fake {
             return Err(ProviderError::gone(format!("{} not found", s.id)));
         }
         Ok(())
-    }
-    fn halts(&self, s: &Sandbox) -> bool {
-        self.halting && s.kind == Kind::Instance
-    }
-    async fn halt(&self, s: &Sandbox) {
-        self.halts_log
-            .lock()
-            .unwrap()
-            .push((s.id.clone(), self.calls.load(Ordering::SeqCst)));
     }
     async fn check(&self) -> Result<String, ProviderError> {
         Ok("fake".into())

@@ -253,22 +253,6 @@ pub trait Provider: Send + Sync {
     }
     /// Removes one resource for good. `Err(Gone)` means it was not there (anymore).
     async fn remove(&self, sandbox: &Sandbox) -> Result<(), ProviderError>;
-    /// Whether [`Provider::halt`] would stop `sandbox` running ahead of its removal (the
-    /// default: never, remove does it all). Asked first, so that a halt takes a place in the
-    /// provider's window and rate only where a call is made.
-    fn halts(&self, sandbox: &Sandbox) -> bool {
-        let _ = sandbox;
-        false
-    }
-    /// Stops `sandbox` running, ahead of its [`Provider::remove`], where that makes a batch of
-    /// removals faster. Only ever called for a sandbox the ownership judgement already gave to
-    /// the removal that follows, and never instead of it: an error here is not reported, the
-    /// removal's outcome is the sandbox's. Docker kills a container its event stream proves
-    /// exists: 200 containers killed, then removed, went in about 10 % less time than forced
-    /// removals alone (`reclaim::remove`).
-    async fn halt(&self, sandbox: &Sandbox) {
-        let _ = sandbox;
-    }
     /// Whether the sidecar should connect soon after start (a local daemon whose first call
     /// also negotiates, so a reclaim finds it ready), or build its client at the first real
     /// call (a cloud API: its TLS and HTTP stacks cost memory an idle sidecar need not hold).

@@ -8,8 +8,6 @@
 //!   goes on and the failure sets the final status. A refusal ([`ProviderError::Refused`]) is
 //!   final and leaves nothing pending.
 //! - At the deadline whatever is still failing is [`Outcome::Unfinished`].
-//! - Before a kind's removals, what the provider can halt is halted, all of it, in the same
-//!   window ([`halt_all`]): Docker kills the followed containers first, then removes them.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -102,7 +100,6 @@ pub(super) async fn remove_from(
         let phase_len = rest.iter().take_while(|t| t.kind == first.kind).count();
         let (phase, tail) = rest.split_at(phase_len);
         rest = tail;
-        halt_all(provider, phase, options, deadline, pace).await;
         let done: Vec<Removal> = stream::iter(phase.iter().cloned())
             .map(|sandbox| remove_one(provider, sandbox, options, deadline, pace))
             .buffer_unordered(options.window(provider.name()))
@@ -111,40 +108,6 @@ pub(super) async fn remove_from(
         removals.extend(done);
     }
     removals
-}
-
-/// Halts, in the provider's window, every one of `phase` it can ([`Provider::halt`]) before
-/// any of them is removed: Docker kills followed containers first, and removes them once all
-/// are dead. Measured at 200 running containers, interleaved, 8 rounds (`docker rm -f`'s
-/// pattern of 50 forced removals in flight against 50 kills in flight, then 50 removals):
-/// a median of 6.3 s against 6.8 s, and a narrower spread. A halt has no outcome of its own
-/// and is not retried; the phase ends at the deadline at the latest, and the removals then
-/// report what is left.
-async fn halt_all(
-    provider: &dyn Provider,
-    phase: &[Sandbox],
-    options: &Options,
-    deadline: Instant,
-    pace: &Pace,
-) {
-    let halting: Vec<Sandbox> = phase
-        .iter()
-        .filter(|s| provider.halts(s))
-        .cloned()
-        .collect();
-    if halting.is_empty() {
-        return;
-    }
-    let halts = stream::iter(halting)
-        .map(|sandbox| halt_one(provider, sandbox, pace))
-        .buffer_unordered(options.window(provider.name()))
-        .collect::<()>();
-    let _ = tokio::time::timeout_at(deadline, halts).await;
-}
-
-async fn halt_one(provider: &dyn Provider, sandbox: Sandbox, pace: &Pace) {
-    let _slot = pace.slot().await;
-    provider.halt(&sandbox).await;
 }
 
 async fn remove_one(

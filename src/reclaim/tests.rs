@@ -94,47 +94,6 @@ async fn claims_detached_and_late_arrivals() {
     assert_eq!(p.remaining(), vec!["d", "k"]);
 }
 
-/// A provider that halts before removing (Docker kills first) halts exactly what the judgement
-/// removes, every instance before the first removal: never a detached, kept or stranger's
-/// sandbox, never a network or volume.
-#[tokio::test(start_paused = true)]
-async fn halts_go_only_to_what_is_removed_and_all_come_first() {
-    let mut detached = sandbox("d", Kind::Instance, Some("s"));
-    detached
-        .labels
-        .insert(crate::labels::DETACHED.into(), "true".into());
-    let mut held = vec![
-        detached,
-        sandbox("k", Kind::Instance, Some("s")),
-        sandbox("x", Kind::Instance, Some("other")),
-        sandbox("y", Kind::Instance, None),
-        sandbox("n", Kind::Network, Some("s")),
-    ];
-    held.extend((0..9).map(|i| sandbox(&format!("c{i}"), Kind::Instance, Some("s"))));
-    let p = Arc::new(Fake {
-        sandboxes: std::sync::Mutex::new(held),
-        halting: true,
-        ..Default::default()
-    });
-    let providers: Vec<Arc<dyn Provider>> = vec![p.clone()];
-    let mut plan = plan("s");
-    plan.keep = vec![sandbox("k", Kind::Instance, None)];
-    let report = reclaim(&providers, &plan, async { vec![] }, &options()).await;
-    assert!(report.is_clean(), "{:?}", report.removals);
-    assert_eq!(p.remaining(), vec!["d", "k", "x", "y"]);
-    let halts = p.halts_log.lock().unwrap().clone();
-    let mut halted: Vec<String> = halts.iter().map(|(id, _)| id.clone()).collect();
-    halted.sort();
-    let wanted: Vec<String> = (0..9).map(|i| format!("c{i}")).collect();
-    assert_eq!(halted, wanted, "halted exactly the removed instances");
-    assert!(
-        halts
-            .iter()
-            .all(|(_, removals_before)| *removals_before == 0),
-        "every halt before the first removal: {halts:?}"
-    );
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_detach_by_prefix_keeps_the_sandbox_it_names() {
     let full = "0123456789abcdef0123456789abcdef";

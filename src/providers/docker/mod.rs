@@ -25,9 +25,6 @@
 //!   resource is gone. A network with active endpoints is retried, after the endpoints of
 //!   containers that no longer exist were force-disconnected (`network`). Order across kinds
 //!   is the reclaim path's job ([`super::Kind`]).
-//! - Halting (`halt`): a followed container is killed before its removal, so a reclaim kills
-//!   every container first and removes them after; dockerd then tears down processes and
-//!   layers in two smoother waves than forced removals that each kill, wait and clean up.
 
 mod claim;
 mod error;
@@ -263,31 +260,6 @@ impl Provider for DockerProvider {
                 e,
             )
         })
-    }
-
-    fn halts(&self, sandbox: &Sandbox) -> bool {
-        // Only a container the event stream proves exists, by its full id: anything else
-        // would need the inspect `remove` makes, and a kill is not worth two of them.
-        sandbox.kind == Kind::Instance && self.followed.exists(&sandbox.id)
-    }
-
-    async fn halt(&self, sandbox: &Sandbox) {
-        if !self.halts(sandbox) {
-            return;
-        }
-        let Ok(docker) = self.client().await else {
-            return;
-        };
-        let killed = docker
-            .kill_container(
-                &sandbox.id,
-                None::<bollard::query_parameters::KillContainerOptions>,
-            )
-            .await;
-        if let Err(e) = killed {
-            // Not running any more, or gone: the removal that follows says what happened.
-            tracing::debug!(id = short(&sandbox.id), "kill before removal: {e}");
-        }
     }
 
     async fn check(&self) -> Result<String, ProviderError> {
