@@ -28,9 +28,19 @@
 //!   replays what it kept. A clock skew with a remote daemon can only lose creates (found by
 //!   the listing at death) or replay a few more (harmless: each is looked up).
 //! - The stream is ordered, and a container's `destroy` always follows its `create`, so an id
-//!   whose `create` came on this stream cannot miss its `destroy` while the stream lasts. When
-//!   the stream ends or fails everything held is forgotten at once and the subscription is
-//!   made anew after a backoff: held knowledge never outlives the stream that proved it.
+//!   whose `create` came on this stream sees its `destroy` on it too, with one exception in
+//!   the daemon: dockerd gives each subscriber a buffer of 1 024 events and drops an event
+//!   for a subscriber whose buffer is still full after 100 ms (`daemon/events`, a publisher
+//!   with a send timeout, so that one slow client cannot hold the others). Only this
+//!   session's creates and destroys enter the buffer, so a drop needs the session to churn
+//!   over a thousand containers while the sidecar reads nothing (stopped, or starved for
+//!   CPU). A destroy dropped that way leaves an id held whose container is gone; its removal
+//!   at death by that full id then finds nothing (`Gone`), unless a container has since been
+//!   *named* with exactly that id, which only someone who read the id and chose it as a name
+//!   can make. That residue is accepted and named here (2026-12-03, issue 25): closing it
+//!   would mean the inspect again, on the path P1 measures. When the stream ends or fails
+//!   everything held is forgotten at once and the subscription is made anew after a
+//!   backoff: held knowledge never outlives the stream that proved it.
 //! - A lookup that answers after the container's `destroy` fills nothing; one that failed
 //!   (an image that could not be checked) leaves the container to the listing at death.
 //! - Only sidecars follow (`watch::service`); `ps`, `stop` and sweeps list and inspect as
