@@ -325,9 +325,14 @@ fn machine_busy() -> Duration {
         .filter(|(i, _)| *i != 3 && *i != 4)
         .map(|(_, t)| t)
         .sum();
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    Duration::from_secs_f64(busy as f64 / hz)
+    clock_ticks(busy)
+}
+
+/// `ticks` clock ticks (`/proc`'s unit of CPU time) as a duration.
+fn clock_ticks(ticks: u64) -> Duration {
+    // SAFETY: sysconf only reads a constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Duration::from_millis(ticks * 1000 / hz)
 }
 
 /// `docker rm -f` of `n` running containers: from the command's start to the last `destroy`,
@@ -506,10 +511,7 @@ fn cpu_time(pid: u32) -> Duration {
         .split_whitespace()
         .map(|f| f.parse().unwrap_or(0))
         .collect();
-    // SAFETY: sysconf only reads a constant.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    let ticks = fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0);
-    Duration::from_millis(ticks * 1000 / hz)
+    clock_ticks(fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0))
 }
 
 fn claims_at_scale(exe: &str, scratch: &std::path::Path) {
