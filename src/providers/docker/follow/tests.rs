@@ -132,11 +132,39 @@ fn what_the_follower_says_exists_exists_in_every_history() {
                     );
                 }
             }
-            for s in followed.known(SESSION).unwrap_or_default() {
+            let known = followed.known(SESSION).unwrap_or_default();
+            for s in &known {
                 assert!(followed.exists(&s.id), "seed {seed}: known but not present");
             }
+            // The daemon numbers containers as it creates them and the stream delivers in
+            // order, so known, oldest created first, is in ascending id order.
+            assert!(
+                known.windows(2).all(|w| w[0].id < w[1].id),
+                "seed {seed}: known out of creation order ({history:?})"
+            );
         }
     }
+}
+
+#[test]
+fn known_comes_oldest_created_first_whatever_order_lookups_answer_in() {
+    let followed = Followed::default();
+    followed.start(SESSION);
+    let created = [9, 2, 31, 5, 17, 4, 23, 11];
+    for n in created {
+        followed.create(&id(n));
+    }
+    for n in [17, 2, 11, 9, 4, 31, 23, 5] {
+        followed.looked_up(&[id(n)], vec![sandbox(&id(n))], true);
+    }
+    let known: Vec<String> = followed
+        .known(SESSION)
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    let expected: Vec<String> = created.iter().map(|n| id(*n)).collect();
+    assert_eq!(known, expected);
 }
 
 #[test]
