@@ -210,13 +210,21 @@ impl StateDir {
         journal::adopt(id, &self.journal_path(id)?)
     }
 
-    /// Reads one session.
+    /// Reads one session: its view only. The story is not told here; every sweep pass and
+    /// every batch of claims reads sessions, and only `sessions show` tells stories.
     pub fn read_session(&self, id: &str) -> Result<SessionView, LedgerError> {
-        self.read_history(id).map(|(view, _)| view)
+        self.read_journal(id).map(|(view, _, _)| view)
     }
 
     /// Reads one session and the story of its sandboxes ([`story`]), from one read.
     pub fn read_history(&self, id: &str) -> Result<(SessionView, story::Story), LedgerError> {
+        let (view, text, path) = self.read_journal(id)?;
+        let stops = stops::read(&path.with_extension("stopped"))?;
+        Ok((view, story::tell(&text, &stops)))
+    }
+
+    /// One session's view, its journal's text and its path.
+    fn read_journal(&self, id: &str) -> Result<(SessionView, Vec<u8>, PathBuf), LedgerError> {
         let path = self.journal_path(id)?;
         let mut file = File::open(&path).map_err(io_err("open journal", &path))?;
         // Probe before reading: while our shared lock is held nobody can take the journal, so
@@ -224,10 +232,11 @@ impl StateDir {
         let free = unix::try_lock_shared(&file).map_err(io_err("probe the lock of", &path))?;
         let mut text = Vec::new();
         io::Read::read_to_end(&mut file, &mut text).map_err(io_err("read journal", &path))?;
-        let stops = stops::read(&path.with_extension("stopped"))?;
-        let mut view = view::fold(id, &text).ok_or(LedgerError::NoStart { path })?;
+        let Some(mut view) = view::fold(id, &text) else {
+            return Err(LedgerError::NoStart { path });
+        };
         view.sidecar_alive = !free;
-        Ok((view, story::tell(&text, &stops)))
+        Ok((view, text, path))
     }
 
     /// Records that `sandguard stop` removed these sandboxes of session `id` (each a
@@ -246,6 +255,12 @@ impl StateDir {
     /// Every session, oldest first. A journal that cannot be read is skipped with a warning, so
     /// one damaged file never hides the others from a sweep.
     pub fn sessions(&self) -> Result<Vec<SessionView>, LedgerError> {
+        self.sessions_but(None)
+    }
+
+    /// Every session but `but` (its journal is not even read: a sidecar asking about others
+    /// already knows its own, and rereading it for every batch of claims would grow with it).
+    pub(crate) fn sessions_but(&self, but: Option<&str>) -> Result<Vec<SessionView>, LedgerError> {
         let dir = &self.sessions;
         let mut views = Vec::new();
         for entry in fs::read_dir(dir).map_err(io_err("list sessions in", dir))? {
@@ -254,7 +269,7 @@ impl StateDir {
             let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".journal")) else {
                 continue;
             };
-            if check_id(id).is_err() {
+            if check_id(id).is_err() || but == Some(id) {
                 continue;
             }
             match self.read_session(id) {

@@ -47,6 +47,8 @@
 //!   `sessions show` of a resumed session tells it active under its new owner, with what the
 //!   new sidecar watches as claimed; the earlier life is in the removals' own words.
 
+use std::collections::HashMap;
+
 use super::cause::EndCause;
 pub(crate) use super::cause::Why;
 use super::record::{Entry, Record, SessionState};
@@ -171,6 +173,10 @@ struct Teller {
     /// The reclaim removals belong to now: the last one, unless it ended pending.
     current: Option<usize>,
     sandboxes: Vec<(SandboxStory, Option<Told>)>,
+    /// Where each sandbox is in `sandboxes`: a record finds its sandbox in constant time, so
+    /// telling a journal of n claims is linear, not quadratic (a sidecar given 100 000 claims
+    /// used to spend minutes here, 2026-12-03).
+    index: HashMap<Target, usize>,
     /// The session's state as the view folds it (`None`: active), for [`Resumed::after`].
     state: Option<SessionState>,
     /// An `end` was seen in this life: a `reclaim_start` no longer changes the state.
@@ -299,10 +305,11 @@ impl Teller {
     }
 
     fn removed(&mut self, target: Target, gone: bool, t: u64) {
-        let stopped = |(s, _): &(SandboxStory, Option<Told>)| {
-            s.target == target && matches!(s.fate, Fate::Stopped { .. })
-        };
-        if gone && self.sandboxes.iter().any(stopped) {
+        let stopped = self
+            .index
+            .get(&target)
+            .is_some_and(|&i| matches!(self.sandboxes[i].0.fate, Fate::Stopped { .. }));
+        if gone && stopped {
             return;
         }
         let fate = Fate::Removed {
@@ -317,13 +324,14 @@ impl Teller {
     /// Records the sandbox's latest fate; returns its index.
     fn set(&mut self, target: Target, fate: Fate, at_ms: u64) -> usize {
         let claims = matches!(fate, Fate::Claimed | Fate::Detached);
-        if let Some(i) = self.sandboxes.iter().position(|(s, _)| s.target == target) {
+        if let Some(&i) = self.index.get(&target) {
             let (s, told) = &mut self.sandboxes[i];
             s.fate = fate;
             s.at_ms = at_ms;
             *told = None;
             return i;
         }
+        self.index.insert(target.clone(), self.sandboxes.len());
         self.sandboxes.push((
             SandboxStory {
                 target,

@@ -212,3 +212,106 @@ fn nothing_is_renewed_after_a_death_or_for_another_session() {
         Reason::NotOurs
     );
 }
+
+/// `Known::claimers` looks claims up by the prefixes of a sandbox's id; in random ledgers it
+/// answers exactly what walking every claim and asking `names` answers: Docker's prefixes,
+/// kinds and `network/` claims, exact-id providers, and claims of a provider not configured.
+#[test]
+fn the_claim_index_finds_what_walking_every_claim_finds() {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::sync::Arc;
+
+    use crate::config::DockerSettings;
+    use crate::identity::Judge;
+    use crate::ledger::{SessionState, SessionView};
+    use crate::model::Rng;
+    use crate::ownership::known::Known;
+    use crate::protocol::Target;
+
+    let docker: Arc<dyn crate::providers::Provider> =
+        Arc::new(crate::providers::docker::DockerProvider::new(
+            Ok("unix:///nonexistent.sock".into()),
+            &DockerSettings {
+                enabled: Some(true),
+                host: None,
+                api_version: None,
+                timeout: std::time::Duration::from_secs(1),
+            },
+        ));
+    let exact: Arc<dyn crate::providers::Provider> = Arc::new(fake::Fake::default());
+    let providers = vec![docker, exact];
+    let hex = |rng: &mut Rng, len: usize| -> String {
+        (0..len)
+            .map(|_| char::from(b"0a1b"[rng.below(4)]))
+            .collect()
+    };
+    for seed in 0..300u64 {
+        let mut rng = Rng::new(seed);
+        // Few distinct digits, so prefixes collide often.
+        let fulls: Vec<String> = (0..6).map(|_| hex(&mut rng, 64)).collect();
+        let views: Vec<SessionView> = (0..4)
+            .map(|n| {
+                let claims: BTreeSet<Target> = (0..rng.below(8))
+                    .map(|_| {
+                        let full = &fulls[rng.below(fulls.len())];
+                        let (provider, id) = match rng.below(6) {
+                            0 => ("docker", full[..12 + rng.below(53)].to_string()),
+                            1 => ("docker", format!("network/{}", &full[..12 + rng.below(53)])),
+                            2 => ("docker", full[..rng.below(12)].to_string()),
+                            3 => ("fake", full[..60 + rng.below(5)].to_string()),
+                            4 => ("e2b", full.clone()),
+                            _ => ("docker", full.clone()),
+                        };
+                        Target {
+                            provider: provider.into(),
+                            id,
+                        }
+                    })
+                    .collect();
+                SessionView {
+                    id: format!("s{n}"),
+                    owner: String::new(),
+                    pid: 0,
+                    grace_ms: 0,
+                    labels: BTreeMap::new(),
+                    started_ms: 0,
+                    updated_ms: 0,
+                    claims,
+                    detached: BTreeSet::new(),
+                    detached_claims: BTreeSet::new(),
+                    pending: BTreeMap::new(),
+                    unlisted: BTreeMap::new(),
+                    refused: BTreeMap::new(),
+                    providers: None,
+                    state: SessionState::Active,
+                    sidecar_alive: true,
+                    corrupt_lines: 0,
+                }
+            })
+            .collect();
+        let known = Known::of(views.clone(), Judge::new(BTreeSet::new()), &providers);
+        for full in &fulls {
+            for (provider, kind) in [
+                ("docker", Kind::Instance),
+                ("docker", Kind::Network),
+                ("fake", Kind::Instance),
+                ("e2b", Kind::Instance),
+            ] {
+                let mut sandbox = fake::sandbox(full, kind, None);
+                sandbox.provider = provider.into();
+                let but = format!("s{}", rng.below(5));
+                let walked: Vec<&str> = views
+                    .iter()
+                    .filter(|v| v.id != but && v.claims.iter().any(|t| known.names(t, &sandbox)))
+                    .map(|v| v.id.as_str())
+                    .collect();
+                let indexed: Vec<&str> = known
+                    .claimers(&sandbox, &but)
+                    .into_iter()
+                    .map(|(id, _)| id)
+                    .collect();
+                assert_eq!(indexed, walked, "seed {seed}: {provider} {kind:?} {full}");
+            }
+        }
+    }
+}

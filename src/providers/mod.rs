@@ -247,7 +247,10 @@ pub trait Provider: Send + Sync {
         sandbox.id.clone()
     }
     /// Whether `listed` is the sandbox that the claim (or detach) `claimed` names. Exact by
-    /// default; Docker also accepts a unique id prefix, as its own API does.
+    /// default; Docker also accepts a unique id prefix, as its own API does. Whatever a
+    /// driver accepts, `claimed.id` must be a prefix of `listed.id` (or equal to it): the
+    /// ledger's index of claims looks a sandbox's claimers up by the prefixes of its id
+    /// (`ownership::known`).
     fn names(&self, claimed: &Sandbox, listed: &Sandbox) -> bool {
         claimed.kind == listed.kind && claimed.id == listed.id
     }

@@ -270,7 +270,7 @@ impl<C: Clock> Sidecar<C> {
         let mut line = first;
         // Other sessions' claims and the providers' labels, read (once for the batch) only if
         // a claim comes.
-        let known = Known::lazy(self.state_root(), &self.providers);
+        let known = Known::lazy(self.state_root(), &self.providers).but(&self.session);
         let mut listed = Listings::default();
         for _ in 0..BATCH {
             match line {
