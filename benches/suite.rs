@@ -476,14 +476,19 @@ fn claims(exe: &str, scratch: &std::path::Path, n: usize) -> (Duration, Duration
     let journal = scratch.join(format!("sandguard/sessions/{session}.journal"));
     let started = Instant::now();
     let mut pipe = std::fs::File::from(write_end);
-    let mut batch = String::with_capacity(1 << 16);
-    for i in 0..n {
-        batch.push_str(&format!("claim docker {i:064x}\n"));
-        if batch.len() > 60_000 || i + 1 == n {
-            pipe.write_all(batch.as_bytes()).expect("write claims");
-            batch.clear();
+    // Written from a thread, so that a sidecar too slow to drain the pipe fails the bench at
+    // the deadline below instead of blocking this write for ever.
+    let writer = std::thread::spawn(move || {
+        let mut batch = String::with_capacity(1 << 16);
+        for i in 0..n {
+            batch.push_str(&format!("claim docker {i:064x}\n"));
+            if batch.len() > 60_000 || i + 1 == n {
+                pipe.write_all(batch.as_bytes()).expect("write claims");
+                batch.clear();
+            }
         }
-    }
+        pipe
+    });
     let last = format!("{:064x}", n - 1);
     loop {
         let text = std::fs::read_to_string(&journal).unwrap_or_default();
@@ -498,6 +503,7 @@ fn claims(exe: &str, scratch: &std::path::Path, n: usize) -> (Duration, Duration
     }
     let wall = started.elapsed();
     let cpu = cpu_time(sidecar.id());
+    drop(writer.join().expect("writer"));
     let _ = sidecar.kill();
     let _ = sidecar.wait();
     (wall, cpu)
