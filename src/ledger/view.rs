@@ -224,6 +224,14 @@ fn resumed(
     }
 }
 
+#[cfg(test)]
+impl SessionView {
+    /// An active session `id` with nothing in it, for tests that fill in what they need.
+    pub(crate) fn blank(id: &str) -> SessionView {
+        started(id, 0, String::new(), 0, 0, BTreeMap::new())
+    }
+}
+
 fn started(
     id: &str,
     t: u64,

@@ -218,12 +218,12 @@ fn nothing_is_renewed_after_a_death_or_for_another_session() {
 /// kinds and `network/` claims, exact-id providers, and claims of a provider not configured.
 #[test]
 fn the_claim_index_finds_what_walking_every_claim_finds() {
-    use std::collections::{BTreeMap, BTreeSet};
+    use std::collections::BTreeSet;
     use std::sync::Arc;
 
     use crate::config::DockerSettings;
     use crate::identity::Judge;
-    use crate::ledger::{SessionState, SessionView};
+    use crate::ledger::SessionView;
     use crate::model::Rng;
     use crate::ownership::known::Known;
     use crate::protocol::Target;
@@ -269,23 +269,8 @@ fn the_claim_index_finds_what_walking_every_claim_finds() {
                     })
                     .collect();
                 SessionView {
-                    id: format!("s{n}"),
-                    owner: String::new(),
-                    pid: 0,
-                    grace_ms: 0,
-                    labels: BTreeMap::new(),
-                    started_ms: 0,
-                    updated_ms: 0,
                     claims,
-                    detached: BTreeSet::new(),
-                    detached_claims: BTreeSet::new(),
-                    pending: BTreeMap::new(),
-                    unlisted: BTreeMap::new(),
-                    refused: BTreeMap::new(),
-                    providers: None,
-                    state: SessionState::Active,
-                    sidecar_alive: true,
-                    corrupt_lines: 0,
+                    ..SessionView::blank(&format!("s{n}"))
                 }
             })
             .collect();
