@@ -18,6 +18,9 @@ use crate::ledger::SessionView;
 use crate::protocol::Target;
 use crate::providers::proxy_claim::{Claim as ProxyClaim, Hold};
 
+/// The provider of the fences: none of the world's providers is called so.
+const FENCE: &str = "fence";
+
 impl World {
     /// What a proxy hands the sidecar for a create it stamped: a claim, or (a create that
     /// asked to be detached) a detach, as the real proxies decide ([`Hold::of`]).
@@ -36,8 +39,11 @@ impl World {
         matches!(tokio::time::timeout(PATIENCE, acked).await, Ok(Ok(())))
     }
 
-    /// Writes one control line of session `s` about sandbox `x`, then waits until the
-    /// journal answers it (`done` says when); `true` when it did.
+    /// Writes one control line of session `s` about sandbox `x`, then a fence (a claim on a
+    /// provider no session has, which the sidecar journals as refused), and waits until the
+    /// journal shows the fence: the sidecar reads its lines in order, so by then it has
+    /// answered the line, and `done` says whether it took it. A refused detach journals
+    /// nothing (`ownership::detach`), so without the fence only a timeout could tell.
     async fn line(
         &mut self,
         s: usize,
@@ -49,19 +55,21 @@ impl World {
             return None;
         }
         let target = self.target(x)?;
+        self.fences += 1;
+        let fence = Target::new(FENCE, &format!("f{}", self.fences)).ok()?;
         let session = self.sessions.get_mut(&s)?;
         let pipe = session.pipe.as_mut()?;
-        let line = format!("{verb} {} {}\n", target.provider, target.id);
-        pipe.write_all(line.as_bytes()).await.ok()?;
+        let lines = format!(
+            "{verb} {} {}\nclaim {} {}\n",
+            target.provider, target.id, fence.provider, fence.id
+        );
+        pipe.write_all(lines.as_bytes()).await.ok()?;
         let deadline = Instant::now() + PATIENCE;
         let id = session.id.clone();
         loop {
             if let Ok(view) = self.state.read_session(&id) {
-                if view.refused.contains_key(&target) {
-                    return Some(false);
-                }
-                if done(&view, &target) {
-                    return Some(true);
+                if view.refused.contains_key(&fence) {
+                    return Some(!view.refused.contains_key(&target) && done(&view, &target));
                 }
             }
             if Instant::now() >= deadline {

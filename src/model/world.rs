@@ -120,6 +120,8 @@ pub(super) struct World {
     made: BTreeMap<usize, usize>,
     /// When each dead owner's reclaim began (its first removal call, else its sidecar's end).
     pub reclaim_began: BTreeMap<usize, Instant>,
+    /// Fences written so far ([`super::control`]).
+    pub(super) fences: usize,
 }
 
 impl World {
@@ -150,6 +152,7 @@ impl World {
             sessions: BTreeMap::new(),
             made: BTreeMap::new(),
             reclaim_began: BTreeMap::new(),
+            fences: 0,
         }
     }
 
