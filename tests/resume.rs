@@ -190,3 +190,64 @@ fn an_ended_session_is_resumed_by_a_new_owner() {
     assert!(!container_exists(&labelled));
     assert_eq!(show(&s, &session)["state"], "reclaimed");
 }
+
+/// A sidecar killed at a write of its journal (here by `SIGXFSZ`, under a file-size limit of
+/// 0: the kernel kills it at the first byte it writes to a file) never blocks its session:
+/// the next `watch --session S` becomes ready and guards the owner. Killed while it created
+/// the journal, it left `S.new` behind, and every later start failed with "S.new already
+/// exists" for good (a crash-looping Kubernetes sidecar, an owner unguarded).
+#[test]
+fn a_sidecar_killed_while_it_creates_its_journal_does_not_block_its_session() {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("resume-torn");
+    let config = config(&s);
+    let session = format!("torn{}", unique());
+    let mut owner = Command::new("sleep").arg("600").spawn().unwrap();
+    // The state directory (and its boots file) exists, as on any machine that ran sandguard:
+    // the sidecar's first write is its journal's.
+    let out = run(sandguard(&s).arg("sessions"));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+
+    let mut limited = watch(&s, &config, owner.id(), &session);
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        limited.pre_exec(|| {
+            let none = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: libc::RLIM_INFINITY,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &none) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let status = limited.output().unwrap().status;
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGXFSZ),
+        "the limited sidecar was not killed at its first write: {status:?}"
+    );
+    let sessions = s.path().join("state/sandguard/sessions");
+    assert!(
+        !sessions.join(format!("{session}.journal")).exists(),
+        "killed before its journal was published"
+    );
+
+    let mut sidecar = watch(&s, &config, owner.id(), &session).spawn().unwrap();
+    let line = first_line(&mut sidecar);
+    if line != format!("ready {session}\n") {
+        let code = exit_code(&mut sidecar, Duration::from_secs(10));
+        panic!("the next start said {line:?} and exited {code:?}");
+    }
+    assert!(!sessions.join(format!("{session}.new")).exists());
+    let mut r = Resources::default();
+    let labelled = r.container(&[(sandguard::labels::SESSION, &session)]);
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    assert_eq!(exit_code(&mut sidecar, Duration::from_secs(20)), Some(0));
+    assert!(!container_exists(&labelled), "the owner went unguarded");
+    assert_eq!(show(&s, &session)["state"], "reclaimed");
+}

@@ -6,7 +6,8 @@
 //!   sessions/                  0700, same checks
 //!     <session id>.journal     0600, JSON Lines, append-only, one per session
 //!     <session id>.stopped     0600, what `sandguard stop` removed by hand (`stops.rs`)
-//!     <session id>.new         a journal being created (ignored by readers)
+//!     <session id>.new         a journal being created (ignored by readers; one whose
+//!                              creator died is removed by the next creation)
 //! ```
 //!
 //! Decisions:
@@ -37,6 +38,7 @@
 //! side file of stops), `resume.rs` (a session created, or taken over by a new sidecar).
 
 mod cause;
+pub(crate) mod faults;
 mod journal;
 mod record;
 mod resume;
@@ -122,6 +124,8 @@ pub struct SweepLock(#[allow(dead_code)] File);
 pub struct StateDir {
     root: PathBuf,
     sessions: PathBuf,
+    /// Where the journals' writes may fail (tests only: [`faults`]).
+    faults: faults::Faults,
 }
 
 impl StateDir {
@@ -133,6 +137,7 @@ impl StateDir {
         let dir = StateDir {
             root: path.to_path_buf(),
             sessions,
+            faults: faults::Faults::default(),
         };
         dir.record_boot();
         Ok(dir)
@@ -176,13 +181,28 @@ impl StateDir {
         &self.root
     }
 
+    /// The same directory, its journals' writes failing as `faults` says.
+    #[cfg(test)]
+    pub(crate) fn with_faults(&self, faults: faults::Faults) -> StateDir {
+        StateDir {
+            faults,
+            ..self.clone()
+        }
+    }
+
     /// Starts the journal of a new session with its `start` record, durable and locked.
     pub fn create_session(&self, id: &str, start: Record) -> Result<Journal, LedgerError> {
         check_id(id)?;
         if !matches!(start, Record::Start { .. }) {
             return Err(LedgerError::NotStart);
         }
-        journal::create(&self.sessions, id, &start, journal::Durable::Now)
+        journal::create(
+            &self.sessions,
+            id,
+            &start,
+            journal::Durable::Now,
+            &self.faults,
+        )
     }
 
     /// [`StateDir::create_session`] for the wrapper, whose sidecar makes it durable: the
@@ -196,18 +216,24 @@ impl StateDir {
         if !matches!(start, Record::Start { .. }) {
             return Err(LedgerError::NotStart);
         }
-        journal::create(&self.sessions, id, &start, journal::Durable::Later)
+        journal::create(
+            &self.sessions,
+            id,
+            &start,
+            journal::Durable::Later,
+            &self.faults,
+        )
     }
 
     /// The journal of session `id` that another process created and handed over open (its
     /// lock held), made durable ([`Journal::handed`]).
     pub fn handed_session(&self, id: &str, file: File) -> Result<Journal, LedgerError> {
-        Journal::handed(id, &self.journal_path(id)?, file)
+        Journal::handed(id, &self.journal_path(id)?, file, &self.faults)
     }
 
     /// Takes over an existing session's journal: [`LedgerError::Locked`] while its sidecar lives.
     pub fn adopt_session(&self, id: &str) -> Result<Journal, LedgerError> {
-        journal::adopt(id, &self.journal_path(id)?)
+        journal::adopt(id, &self.journal_path(id)?, &self.faults)
     }
 
     /// Reads one session: its view only. The story is not told here; every sweep pass and
@@ -324,6 +350,8 @@ impl StateDir {
             let path = journal.path().to_path_buf();
             let _ = fs::remove_file(path.with_extension("log"));
             let _ = fs::remove_file(path.with_extension("stopped"));
+            // The journal's staging name, left when a creator died after publishing it.
+            let _ = fs::remove_file(path.with_extension("new"));
             let _ = fs::remove_dir_all(path.with_extension("docker"));
             fs::remove_file(&path).map_err(io_err("delete journal", &path))?;
             drop(journal);

@@ -17,6 +17,13 @@
 //!   claims, detaches) is what the new sidecar guards, so its reclaim includes it.
 //! - The wait for a reader is a blocking retry (25 ms steps): it runs before the sidecar says
 //!   `ready`, when nothing else runs on its thread.
+//! - **A journal with no readable `start` is begun again**, not refused: the new sidecar
+//!   appends its own `start` after whatever is there (readers skip what comes before a
+//!   `start`), and the session is new. Only a machine that lost power between a wrapper's
+//!   unsynced creation and its sidecar's first sync leaves such a file (`create_session_unsynced`);
+//!   refusing it would refuse the session for good. A creation cut short before its journal
+//!   was published leaves only a staging file, which the creation itself clears
+//!   (`journal::stale`).
 
 use std::time::{Duration, Instant};
 
@@ -37,7 +44,10 @@ impl StateDir {
         resume: &Record,
         patience: Duration,
     ) -> Result<(Journal, Option<SessionView>), LedgerError> {
-        match self.create_session(id, start) {
+        if !matches!(resume, Record::Resume { .. }) {
+            return Err(LedgerError::NotResume);
+        }
+        match self.create_session(id, start.clone()) {
             Ok(journal) => return Ok((journal, None)),
             // The journal exists (not merely another's half-made `<id>.new`): resume it.
             Err(LedgerError::Exists { path })
@@ -46,11 +56,38 @@ impl StateDir {
         }
         let deadline = Instant::now() + patience;
         loop {
-            match self.resume_session(id, resume) {
+            match self.take_over(id, resume, &start) {
                 Err(LedgerError::Locked { .. }) if Instant::now() < deadline => {
                     std::thread::sleep(RETRY);
                 }
-                other => return other.map(|(journal, view)| (journal, Some(view))),
+                other => return other,
+            }
+        }
+    }
+
+    /// [`StateDir::resume_session`], or, when the journal has no readable `start`, the
+    /// session begun again in it with `start` (see the module docs).
+    fn take_over(
+        &self,
+        id: &str,
+        resume: &Record,
+        start: &Record,
+    ) -> Result<(Journal, Option<SessionView>), LedgerError> {
+        let mut journal = self.adopt_session(id)?;
+        match journal.view() {
+            Err(LedgerError::NoStart { path }) => {
+                tracing::warn!(
+                    "{} holds no start record: the session begins again in it",
+                    path.display()
+                );
+                journal.append(start)?;
+                Ok((journal, None))
+            }
+            Err(e) => Err(e),
+            Ok(_) => {
+                journal.append(resume)?;
+                let view = journal.view()?;
+                Ok((journal, Some(view)))
             }
         }
     }

@@ -174,3 +174,105 @@ fn sessions_are_listed_oldest_first_skipping_what_is_not_a_journal() {
         Err(LedgerError::NoStart { .. })
     ));
 }
+
+fn resume(pid: u32) -> Record {
+    Record::Resume {
+        owner: "0123456789abcdef-fedcba9876543210-8-200".into(),
+        pid,
+        grace_ms: 600_000,
+        labels: Default::default(),
+    }
+}
+
+/// A creation cut short at every write it makes (the process dead there, or the disk full),
+/// by the wrapper (unsynced) and by a sidecar, then a sidecar's start of the same session
+/// with a healthy disk: it always begins the session (new, or resumed when the journal was
+/// published), never refuses it; and nothing is left under a staging name.
+#[test]
+fn a_creation_cut_short_at_any_write_never_blocks_the_next_start() {
+    use faults::{Fault, Faults};
+    let tmp = TempDir::new("ledger-cut");
+    let dir = StateDir::open(tmp.path()).unwrap();
+    let patience = std::time::Duration::from_millis(100);
+    let mut cases = 0;
+    for unsynced in [false, true] {
+        for fault in [Fault::Die, Fault::Full] {
+            for after in 0.. {
+                let id = format!("cut{cases}");
+                cases += 1;
+                let faulty = dir.with_faults(Faults::after(after, fault));
+                let made = if unsynced {
+                    faulty.create_session_unsynced(&id, start(7))
+                } else {
+                    faulty.create_session(&id, start(7))
+                };
+                let published = match made {
+                    // Every write went through: the fault came too late to cut anything.
+                    Ok(journal) => {
+                        drop(journal);
+                        break;
+                    }
+                    Err(_) => dir.journal_file(&id).unwrap().exists(),
+                };
+                // What a killed process leaves: its journal (and lock) dropped with it.
+                let (journal, resumed) = dir
+                    .begin_session(&id, start(8), &resume(9), patience)
+                    .unwrap_or_else(|e| {
+                        panic!("{fault:?} after {after} writes (unsynced: {unsynced}): {e}")
+                    });
+                assert_eq!(resumed.is_some(), published, "{fault:?} after {after}");
+                let view = journal.view().unwrap();
+                assert_eq!(view.pid, if published { 9 } else { 8 });
+                // A staging name may be left only as a second name of the published journal
+                // (killed between publishing and removing it): pruning removes it with it.
+                let staged = tmp.path().join("sessions").join(format!("{id}.new"));
+                if let Ok(left) = fs::metadata(&staged) {
+                    let named = fs::metadata(dir.journal_file(&id).unwrap()).unwrap();
+                    assert_eq!(
+                        left.ino(),
+                        named.ino(),
+                        "{fault:?} after {after}: staging left"
+                    );
+                }
+            }
+        }
+    }
+    assert!(cases > 12, "only {cases} crash points were tried");
+}
+
+#[test]
+fn a_staging_file_is_cleared_only_when_its_creator_is_gone() {
+    let tmp = TempDir::new("ledger-staging");
+    let dir = StateDir::open(tmp.path()).unwrap();
+    let staged = tmp.path().join("sessions/s1.new");
+    // A live creator holds its staging file's lock: a second creation is refused, and the
+    // file is left to it.
+    let held = fs::File::create(&staged).unwrap();
+    assert!(unix::try_lock_exclusive(&held).unwrap());
+    assert!(matches!(
+        dir.create_session("s1", start(7)),
+        Err(LedgerError::Locked { .. })
+    ));
+    assert!(staged.exists());
+    // Its creator died: the leftover goes, and the session is created.
+    drop(held);
+    let journal = dir.create_session("s1", start(7)).unwrap();
+    assert_eq!(journal.view().unwrap().pid, 7);
+    assert!(!staged.exists());
+}
+
+#[test]
+fn a_journal_without_a_start_is_begun_again_not_refused() {
+    let tmp = TempDir::new("ledger-nostart");
+    let dir = StateDir::open(tmp.path()).unwrap();
+    let path = dir.journal_file("s1").unwrap();
+    fs::write(&path, "{\"t\":1,\"ev\":\"sta").unwrap();
+    let patience = std::time::Duration::from_millis(100);
+    let (journal, resumed) = dir
+        .begin_session("s1", start(7), &resume(8), patience)
+        .unwrap();
+    assert!(resumed.is_none(), "nothing could be resumed");
+    assert_eq!(journal.view().unwrap().pid, 7);
+    drop(journal);
+    assert_eq!(dir.read_session("s1").unwrap().pid, 7);
+}
