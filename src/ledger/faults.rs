@@ -58,7 +58,7 @@ pub(crate) struct Faults {
 struct Armed {
     /// Writes that still succeed; then `fault` fires.
     left: std::sync::atomic::AtomicU64,
-    fault: Fault,
+    fault: std::sync::Mutex<Fault>,
     fired: std::sync::atomic::AtomicBool,
     healed: std::sync::atomic::AtomicBool,
 }
@@ -83,11 +83,29 @@ impl Faults {
         Faults {
             armed: Some(std::sync::Arc::new(Armed {
                 left: after.into(),
-                fault,
+                fault: fault.into(),
                 fired: false.into(),
                 healed: false.into(),
             })),
         }
+    }
+
+    /// Counts writes but fails none until [`Faults::arm`]ed.
+    pub(crate) fn counting() -> Faults {
+        Faults::after(u64::MAX, Fault::Die)
+    }
+
+    /// Fails from the write after `after` more on, as `fault` says (unless one fired already).
+    pub(crate) fn arm(&self, after: u64, fault: Fault) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if let Some(a) = self.armed.as_ref().filter(|a| !a.fired.load(SeqCst)) {
+            *a.fault.lock().unwrap() = fault;
+            a.left.store(after, SeqCst);
+        }
+    }
+
+    fn fault(&self) -> Option<Fault> {
+        self.armed.as_ref().map(|a| *a.fault.lock().unwrap())
     }
 
     /// Whether the fault fired (a write failed).
@@ -98,13 +116,17 @@ impl Faults {
 
     /// Whether the fault is one the actor dies of, and it fired.
     pub(crate) fn died(&self) -> bool {
-        self.fired() && self.armed.as_ref().is_some_and(|a| a.fault == Fault::Die)
+        self.fired() && self.fault() == Some(Fault::Die)
     }
 
     /// A full disk has room again (a death is not undone).
     pub(crate) fn heal(&self) {
         use std::sync::atomic::Ordering::SeqCst;
-        if let Some(a) = self.armed.as_ref().filter(|a| a.fault == Fault::Full) {
+        if let Some(a) = self
+            .armed
+            .as_ref()
+            .filter(|_| self.fault() == Some(Fault::Full))
+        {
             a.healed.store(true, SeqCst);
         }
     }
@@ -125,7 +147,8 @@ impl Armed {
             return Ok(());
         }
         self.left.store(0, SeqCst);
-        match (self.fault, op) {
+        let fault = *self.fault.lock().unwrap();
+        match (fault, op) {
             (Fault::Full, Op::Unlink) => Ok(()),
             (Fault::Full, _) => {
                 self.fired.store(true, SeqCst);
@@ -169,5 +192,11 @@ mod tests {
         full.heal();
         assert!(full.before(Op::Write).is_ok());
         assert!(Faults::default().before(Op::Write).is_ok());
+
+        let later = Faults::counting();
+        assert!((0..100).all(|_| later.before(Op::Write).is_ok()));
+        later.arm(1, Fault::Die);
+        assert!(later.before(Op::Write).is_ok());
+        assert!(later.before(Op::Sync).is_err() && later.died());
     }
 }

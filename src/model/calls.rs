@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::ops::{box_id, Cut, Fault};
+use super::ops::{box_id, Crash, Cut, Fault};
 use super::world::{options, World, FORKS, LEASE, PATIENCE};
 use crate::fleet::Store;
 use crate::reclaim;
@@ -59,17 +59,24 @@ impl World {
 
     /// One pass of the sweep service; `fleet`: with the fleet pass, as this host or another.
     /// `prune`: with the service's pruning after the pass (every ended session counts as old).
+    /// `crash`: the sweep's journal writes fail from the given one on (it dies there, or the
+    /// disk is full).
     pub(super) async fn sweep(
         &mut self,
         fleet: Option<(bool, bool)>,
         prune: bool,
+        crash: Option<Crash>,
     ) -> Result<(), String> {
         if let Some((_, true)) = fleet {
             self.wait_for_leases().await?;
         }
         let store: Arc<dyn Store> = self.store.clone();
+        let state = match crash {
+            Some(c) => self.state.with_faults(c.faults()),
+            None => self.state.clone(),
+        };
         let plan = crate::sweep::service::SweepService {
-            state: self.state.clone(),
+            state,
             providers: self.providers.clone(),
             options: options(None),
             every: Duration::from_secs(60),

@@ -150,7 +150,8 @@ fn removals(world: &World, op: Op, before: &Oracle, o: &mut Oracle, seen: &Befor
 
 /// After a sweep against healthy providers, nothing whose every owner is dead is left.
 fn left_behind(world: &World, op: Op, o: &Oracle, seen: &Before) -> Found {
-    let swept = matches!(op, Op::Sweep { .. } | Op::FleetSweep { .. });
+    // A sweep that crashed among its writes leaves its work to the next one.
+    let swept = matches!(op, Op::Sweep { crash: None, .. } | Op::FleetSweep { .. });
     if !(swept && seen.healthy && world.healthy()) {
         return None;
     }

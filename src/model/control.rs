@@ -66,11 +66,19 @@ impl World {
         pipe.write_all(lines.as_bytes()).await.ok()?;
         let deadline = Instant::now() + PATIENCE;
         let id = session.id.clone();
+        let faults = session.faults.clone();
         loop {
             if let Ok(view) = self.state.read_session(&id) {
                 if view.refused.contains_key(&fence) {
                     return Some(!view.refused.contains_key(&target) && done(&view, &target));
                 }
+            }
+            // Died at a journal write: it answers nothing more (the step reaps it), but what
+            // it wrote before (unsynced, as a process killed before its fsync leaves it) is
+            // in the journal for every reader.
+            if faults.died() {
+                let view = self.state.read_session(&id).ok()?;
+                return Some(!view.refused.contains_key(&target) && done(&view, &target));
             }
             if Instant::now() >= deadline {
                 return Some(false);

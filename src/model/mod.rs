@@ -14,6 +14,11 @@
 //!    its owner's reclaim began (the first removal call after the death).
 //! 4. **Final means done**: when a session's ledger state first reads final (`reclaimed`,
 //!    `clean`), nothing it owns (and did not detach) is left on any provider.
+//! 5. **A crash never wedges**: a sidecar, a sweep, or a sidecar's start may die (or find its
+//!    disk full) at any of its journal writes, its journal's creation included
+//!    ([`ops::Crash`], `crate::ledger::faults`); `watch --session S` started again for a live
+//!    owner then begins or resumes the session, and the next sweep finishes what the dead one
+//!    left (promises 1 to 4 hold through it).
 //!
 //! Running it: `cargo test --lib model`. `SANDGUARD_MODEL_CASES=N` sets how many histories
 //! (default [`DEFAULT_CASES`]), `SANDGUARD_MODEL_JOBS=J` how many run at once (default
@@ -69,6 +74,8 @@ enum Invariant {
     LeftBehind,
     RenewedAfterDeath,
     FinalTooSoon,
+    /// A sidecar started again after a crash was refused for good (`world::WEDGED`).
+    Wedged,
     /// The code did not do what the step needs within its patience (a hang, a panic).
     Stuck,
 }
@@ -104,6 +111,7 @@ async fn steps(world: &mut World, history: &[Op]) -> Option<Violation> {
         let before = o.clone();
         let seen = check::Before::of(world);
         let found = match apply(world, *op, &mut o).await {
+            Err(e) if e.starts_with(world::WEDGED) => Some((Invariant::Wedged, e)),
             Err(e) => Some((Invariant::Stuck, e)),
             Ok(()) => checks.after(world, *op, &before, &mut o, &seen),
         };
@@ -138,7 +146,9 @@ impl Violation {
 
 async fn apply(world: &mut World, op: Op, o: &mut Oracle) -> Result<(), String> {
     match op {
-        Op::Start { s } => world.start(s, o).await?,
+        Op::Start { s, crash } => world.start(s, crash, o).await?,
+        Op::Restart { s } => world.restart(s, o).await?,
+        Op::CrashAt { s, after } => world.crash_at(s, after),
         Op::Create {
             s,
             x,
@@ -153,14 +163,15 @@ async fn apply(world: &mut World, op: Op, o: &mut Oracle) -> Result<(), String> 
         Op::StopAll { s } => world.stop_all(s).await,
         Op::Kill { s, how } => world.kill(s, how, o).await?,
         Op::SidecarDies { s } => world.sidecar_dies(s, o).await,
-        Op::Sweep { prune } => world.sweep(None, prune).await?,
+        Op::Sweep { prune, crash } => world.sweep(None, prune, crash).await?,
         Op::FleetSweep { here, after_lease } => {
-            world.sweep(Some((here, after_lease)), false).await?;
+            world.sweep(Some((here, after_lease)), false, None).await?;
         }
         Op::Prune => world.prune().await,
         Op::Fault { provider, fault } => world.fault(provider, fault),
         Op::Heal => world.heal(),
     }
+    world.reap(o).await;
     Ok(())
 }
 

@@ -56,6 +56,32 @@ pub(super) enum Cut {
     Empty,
 }
 
+/// Where an actor dies, or its disk fills up, among its journal writes (the ledger's
+/// test-only faults, `crate::ledger::faults`): after `after` writes went through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Crash {
+    pub after: u8,
+    /// The disk is full (ENOSPC) rather than the actor dead (SIGKILL, `SIGXFSZ`).
+    pub full: bool,
+}
+
+impl Crash {
+    pub(super) fn faults(self) -> crate::ledger::faults::Faults {
+        use crate::ledger::faults::{Fault, Faults};
+        let fault = if self.full { Fault::Full } else { Fault::Die };
+        Faults::after(self.after.into(), fault)
+    }
+}
+
+impl fmt::Display for Crash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.full {
+            true => write!(f, "its disk full after {} journal writes", self.after),
+            false => write!(f, "dying after {} journal writes", self.after),
+        }
+    }
+}
+
 /// A provider fault, switched on until `heal`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Fault {
@@ -71,9 +97,21 @@ pub(super) enum Fault {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Op {
-    /// A new session `s`: a real owner process and its sidecar.
+    /// A new session `s`: a real owner process and its sidecar (`watch --session S`), which
+    /// may crash among its journal writes (its journal's creation included).
     Start {
         s: usize,
+        crash: Option<Crash>,
+    },
+    /// `watch --session S` again for a live owner whose sidecar is gone (a restarted
+    /// Kubernetes sidecar): it must begin or resume the session, never be refused for good.
+    Restart {
+        s: usize,
+    },
+    /// Session `s`'s running sidecar dies at its `after`-th journal write from now.
+    CrashAt {
+        s: usize,
+        after: u8,
     },
     Create {
         s: usize,
@@ -117,6 +155,7 @@ pub(super) enum Op {
     /// its pruning of ended sessions, as `sweep --every` does after each pass.
     Sweep {
         prune: bool,
+        crash: Option<Crash>,
     },
     /// `sandguard sweep --fleet` on this host (`here`) or another; `after_lease`: once every
     /// dead sidecar's fleet lease has run out.
@@ -145,7 +184,15 @@ impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let p = |i: usize| PROVIDERS[i % PROVIDERS.len()];
         match *self {
-            Op::Start { s } => write!(f, "start session s{s}"),
+            Op::Start { s, crash: None } => write!(f, "start session s{s}"),
+            Op::Start { s, crash: Some(c) } => write!(f, "start session s{s}, its sidecar {c}"),
+            Op::Restart { s } => write!(f, "sandguard watch --session s{s} again"),
+            Op::CrashAt { s, after } => {
+                write!(
+                    f,
+                    "s{s}'s sidecar dies at its journal write {after} from now"
+                )
+            }
             Op::Create {
                 s,
                 x,
@@ -192,9 +239,15 @@ impl fmt::Display for Op {
             Op::StopAll { s } => write!(f, "sandguard stop --all --session s{s}"),
             Op::Kill { s, how } => write!(f, "s{s}'s owner dies ({how:?})"),
             Op::SidecarDies { s } => write!(f, "s{s}'s sidecar dies (SIGKILL)"),
-            Op::Sweep { prune: false } => write!(f, "sandguard sweep"),
-            Op::Sweep { prune: true } => {
-                write!(f, "sandguard sweep --every (a pass, then pruning)")
+            Op::Sweep { prune, crash } => {
+                match prune {
+                    false => write!(f, "sandguard sweep")?,
+                    true => write!(f, "sandguard sweep --every (a pass, then pruning)")?,
+                }
+                match crash {
+                    Some(c) => write!(f, ", {c}"),
+                    None => Ok(()),
+                }
             }
             Op::FleetSweep { here, after_lease } => write!(
                 f,

@@ -176,6 +176,13 @@ impl Oracle {
         }
     }
 
+    /// A new sidecar guards session `s` again (its owner alive).
+    pub(super) fn restart(&mut self, s: usize) {
+        if let Some(x) = self.sessions.get_mut(&s) {
+            x.sidecar_alive = true;
+        }
+    }
+
     pub(super) fn sidecar_dies(&mut self, s: usize) {
         if let Some(x) = self.sessions.get_mut(&s) {
             x.sidecar_alive = false;

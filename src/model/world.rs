@@ -34,13 +34,14 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::ops::{box_id, Forge, Make, PROVIDERS};
+use super::ops::{box_id, Crash, Forge, Make, PROVIDERS};
 use super::oracle::Oracle;
 use crate::fleet::memory::MemoryStore;
 use crate::fleet::SessionRecord;
 use crate::identity::death::OwnerWatch;
 use crate::identity::Identity;
 use crate::labels;
+use crate::ledger::faults::Faults;
 use crate::ledger::{Record, StateDir};
 use crate::protocol::{LineReader, Target};
 use crate::providers::fake::{self, Fake};
@@ -81,7 +82,15 @@ pub(super) struct Session {
     pub(super) proxy: Option<tokio::sync::mpsc::UnboundedSender<ProxyClaim>>,
     pub(super) stop: Option<oneshot::Sender<()>>,
     pub(super) run: Option<JoinHandle<Ended>>,
+    /// Where its sidecar's journal writes fail (`crate::ledger::faults`).
+    pub(super) faults: Faults,
 }
+
+/// A begun journal, and the session it resumed (`None`: a new one).
+type Begun = (crate::ledger::Journal, Option<crate::ledger::SessionView>);
+
+/// How a wedge's message starts: a start refused for good after a crash.
+pub(super) const WEDGED: &str = "wedged: ";
 
 /// A fresh directory for one history's ledger, removed on drop.
 struct Scratch(std::path::PathBuf);
@@ -173,7 +182,15 @@ impl World {
         self.sessions.get(&s).is_some_and(|x| x.run.is_some())
     }
 
-    pub(super) async fn start(&mut self, s: usize, o: &mut Oracle) -> Result<(), String> {
+    /// Session `s`: a real owner, then its sidecar started as `watch --session S` starts it
+    /// (`begin_session`, then the service); `crash`: the sidecar's journal writes fail from
+    /// the given one on (it dies there, or its disk is full), its journal's creation included.
+    pub(super) async fn start(
+        &mut self,
+        s: usize,
+        crash: Option<Crash>,
+        o: &mut Oracle,
+    ) -> Result<(), String> {
         if self.sessions.contains_key(&s) {
             return Ok(());
         }
@@ -190,27 +207,98 @@ impl World {
         let owner = Identity::of_pid(child.id()).ok_or("the owner vanished at start")?;
         let id = World::session_id(s);
         let labels = crate::session::labels(&id, &owner);
-        let start = Record::Start {
-            owner: owner.to_label(),
-            pid: owner.pid,
-            grace_ms: 600_000,
-            labels: labels.clone(),
+        self.sessions.insert(
+            s,
+            Session {
+                id,
+                owner,
+                child,
+                labels,
+                pipe: None,
+                proxy: None,
+                stop: None,
+                run: None,
+                faults: crash.map_or_else(Faults::counting, Crash::faults),
+            },
+        );
+        o.start(s);
+        match self.begin(s) {
+            // Refused (its disk full), or dead in its start: the owner runs unguarded.
+            Err(_) => {
+                o.sidecar_dies(s);
+                Ok(())
+            }
+            Ok(begun) => self.guard(s, begun),
+        }
+    }
+
+    /// `watch --session S` for a live owner whose sidecar is gone: it must begin or resume the
+    /// session (unless a live holder of the lock refuses it); anything else is a wedge.
+    pub(super) async fn restart(&mut self, s: usize, o: &mut Oracle) -> Result<(), String> {
+        let Some(session) = self.sessions.get_mut(&s) else {
+            return Ok(());
         };
-        let journal = self
-            .state
-            .create_session(&id, start)
-            .map_err(|e| e.to_string())?;
+        if session.run.is_some() || !o.alive(s) {
+            return Ok(());
+        }
+        session.faults = Faults::counting();
+        match self.begin(s) {
+            Ok(begun) => {
+                self.guard(s, begun)?;
+                o.restart(s);
+                Ok(())
+            }
+            Err(crate::ledger::LedgerError::Locked { .. }) => Ok(()),
+            Err(e) => Err(format!("{WEDGED}s{s}'s restarted sidecar was refused: {e}")),
+        }
+    }
+
+    /// The journal of session `s`, begun or resumed as `watch --session S` does it, its writes
+    /// failing as the session's faults say.
+    fn begin(&self, s: usize) -> Result<Begun, crate::ledger::LedgerError> {
+        let session = &self.sessions[&s];
+        let (owner, pid) = (session.owner.to_label(), session.owner.pid);
+        let start = Record::Start {
+            owner: owner.clone(),
+            pid,
+            grace_ms: 600_000,
+            labels: session.labels.clone(),
+        };
+        let resume = Record::Resume {
+            owner,
+            pid,
+            grace_ms: 600_000,
+            labels: session.labels.clone(),
+        };
+        let state = self.state.with_faults(session.faults.clone());
+        state.begin_session(&session.id, start, &resume, Duration::from_millis(200))
+    }
+
+    /// Runs session `s`'s sidecar service on its begun journal, holding what a resumed
+    /// session held; unless its start already died (then the journal goes with it).
+    fn guard(&mut self, s: usize, (journal, resumed): Begun) -> Result<(), String> {
+        let session = self.sessions.get_mut(&s).ok_or("no such session")?;
+        if session.faults.died() {
+            return Ok(());
+        }
+        let id = session.id.clone();
         let record = SessionRecord {
             id: id.clone(),
             host: "here".into(),
-            owner: owner.to_label(),
-            pid: owner.pid,
-            labels: labels.clone(),
+            owner: session.owner.to_label(),
+            pid: session.owner.pid,
+            labels: session.labels.clone(),
             providers: PROVIDERS.iter().map(|p| (*p).to_string()).collect(),
-            started_ms: crate::ledger::now_ms(),
+            started_ms: resumed
+                .as_ref()
+                .map_or_else(crate::ledger::now_ms, |v| v.started_ms),
         };
+        let held = resumed.map_or_else(Default::default, |v| crate::fleet::Holdings {
+            claims: v.claims,
+            detached: v.detached,
+        });
         let plan = service::SidecarService {
-            session: id.clone(),
+            session: id,
             journal,
             providers: self.providers.clone(),
             grace: Duration::from_secs(600),
@@ -225,12 +313,12 @@ impl World {
             }),
             bye_report: None,
             end_report: None,
-            held: Default::default(),
+            held,
         };
         let (pipe, end) = tokio::io::duplex(64 * 1024);
         let (proxy, claims) = tokio::sync::mpsc::unbounded_channel();
         let (stop, stopped) = oneshot::channel::<()>();
-        let mut watch = OwnerWatch::open(&owner);
+        let mut watch = OwnerWatch::open(&session.owner);
         let triggers = Triggers {
             owner: Box::pin(async move { watch.wait().await }),
             exit: None,
@@ -240,22 +328,33 @@ impl World {
                 let _ = stopped.await;
             }),
         };
-        let run = tokio::spawn(service::run(plan, triggers));
-        self.sessions.insert(
-            s,
-            Session {
-                id,
-                owner,
-                child,
-                labels,
-                pipe: Some(pipe),
-                proxy: Some(proxy),
-                stop: Some(stop),
-                run: Some(run),
-            },
-        );
-        o.start(s);
+        session.pipe = Some(pipe);
+        session.proxy = Some(proxy);
+        session.stop = Some(stop);
+        session.run = Some(tokio::spawn(service::run(plan, triggers)));
         Ok(())
+    }
+
+    /// Session `s`'s running sidecar dies at its `after`-th journal write from now.
+    pub(super) fn crash_at(&self, s: usize, after: u8) {
+        if let Some(session) = self.sessions.get(&s).filter(|v| v.run.is_some()) {
+            let die = crate::ledger::faults::Fault::Die;
+            session.faults.arm(after.into(), die);
+        }
+    }
+
+    /// Ends the sidecars that died at a journal write in the step (a process would be gone):
+    /// their tasks aborted, their locks freed; the oracle is told.
+    pub(super) async fn reap(&mut self, o: &mut Oracle) {
+        let dead: Vec<usize> = self
+            .sessions
+            .iter()
+            .filter(|(_, v)| v.faults.died())
+            .map(|(&s, _)| s)
+            .collect();
+        for s in dead {
+            self.sidecar_dies(s, o).await;
+        }
     }
 
     fn put(&mut self, x: usize, provider: usize, labels: BTreeMap<String, String>) {

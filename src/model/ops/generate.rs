@@ -57,7 +57,7 @@ pub(crate) fn generate(seed: u64, len: usize) -> Vec<Op> {
     // What each session detached: it never claims nor releases those again (DESIGN leaves
     // open whether that undoes the detach).
     let mut detached: Vec<(usize, usize)> = Vec::new();
-    let mut ops = vec![Op::Start { s: 0 }];
+    let mut ops = vec![Op::Start { s: 0, crash: None }];
     sessions.push(Sketch {
         owner: true,
         sidecar: true,
@@ -69,8 +69,45 @@ pub(crate) fn generate(seed: u64, len: usize) -> Vec<Op> {
             .copied()
             .filter(|&s| sessions[s].sidecar)
             .collect();
-        let op = match rng.below(24) {
-            0 | 1 if sessions.len() < 3 => Op::Start { s: sessions.len() },
+        let op = match rng.below(27) {
+            0 | 1 if sessions.len() < 3 => {
+                let crash = crash(&mut rng, 20);
+                // A crashed start may leave the owner unguarded: the sketch says so, so that
+                // restarts are generated (the world knows whether the sidecar runs).
+                sessions.push(Sketch {
+                    owner: true,
+                    sidecar: crash.is_none(),
+                });
+                ops.push(Op::Start {
+                    s: sessions.len() - 1,
+                    crash,
+                });
+                continue;
+            }
+            // Mostly of a session whose sidecar is gone; else a no-op the world skips.
+            24 if !live.is_empty() => {
+                let gone: Vec<usize> = live
+                    .iter()
+                    .copied()
+                    .filter(|&s| !sessions[s].sidecar)
+                    .collect();
+                let s = if gone.is_empty() || rng.chance(20) {
+                    rng.pick(&live)
+                } else {
+                    rng.pick(&gone)
+                };
+                sessions[s].sidecar = true;
+                Op::Restart { s }
+            }
+            // It may die at once, at a later claim, or in its reclaim: the sketch keeps it
+            // alive (the world knows when it died).
+            25 if !guarded.is_empty() => {
+                let s = rng.pick(&guarded);
+                Op::CrashAt {
+                    s,
+                    after: rng.below(6) as u8,
+                }
+            }
             2..=6 if !live.is_empty() => {
                 let s = rng.pick(&live);
                 let how = match rng.below(5) {
@@ -158,8 +195,9 @@ pub(crate) fn generate(seed: u64, len: usize) -> Vec<Op> {
                 sessions[s].sidecar = false;
                 Op::SidecarDies { s }
             }
-            17..=19 => Op::Sweep {
+            17..=19 | 26 => Op::Sweep {
                 prune: rng.chance(40),
+                crash: crash(&mut rng, 15),
             },
             20 => Op::FleetSweep {
                 here: rng.chance(60),
@@ -183,13 +221,20 @@ pub(crate) fn generate(seed: u64, len: usize) -> Vec<Op> {
             }
             _ => continue,
         };
-        if let Op::Start { .. } = op {
-            sessions.push(Sketch {
-                owner: true,
-                sidecar: true,
-            });
-        }
         ops.push(op);
     }
     ops
+}
+
+/// A crash among an actor's journal writes, `percent` of the time: mostly a death (anywhere
+/// in a sidecar's first dozen writes: its journal's creation takes six), sometimes a full disk
+/// (within the creation only: a sidecar whose disk fills up later confirms nothing, which the
+/// model can tell only by waiting out its patience).
+fn crash(rng: &mut Rng, percent: u64) -> Option<Crash> {
+    if !rng.chance(percent) {
+        return None;
+    }
+    let full = rng.chance(30);
+    let after = if full { rng.below(6) } else { rng.below(12) } as u8;
+    Some(Crash { after, full })
 }
