@@ -146,7 +146,7 @@ impl Violation {
 
 async fn apply(world: &mut World, op: Op, o: &mut Oracle) -> Result<(), String> {
     match op {
-        Op::Start { s, crash } => world.start(s, crash, o).await?,
+        Op::Start { s, crash, wrapper } => world.start(s, crash, wrapper, o).await?,
         Op::Restart { s } => world.restart(s, o).await?,
         Op::CrashAt { s, after } => world.crash_at(s, after),
         Op::Create {

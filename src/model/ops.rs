@@ -102,6 +102,9 @@ pub(super) enum Op {
     Start {
         s: usize,
         crash: Option<Crash>,
+        /// Started as the wrapper starts one (`sandguard -- CMD`): the journal created unsynced
+        /// and handed to the sidecar, which syncs it; else as `watch` does.
+        wrapper: bool,
     },
     /// `watch --session S` again for a live owner whose sidecar is gone (a restarted
     /// Kubernetes sidecar): it must begin or resume the session, never be refused for good.
@@ -184,8 +187,16 @@ impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let p = |i: usize| PROVIDERS[i % PROVIDERS.len()];
         match *self {
-            Op::Start { s, crash: None } => write!(f, "start session s{s}"),
-            Op::Start { s, crash: Some(c) } => write!(f, "start session s{s}, its sidecar {c}"),
+            Op::Start { s, crash, wrapper } => {
+                write!(f, "start session s{s}")?;
+                if wrapper {
+                    write!(f, " with the wrapper")?;
+                }
+                match crash {
+                    Some(c) => write!(f, ", its sidecar {c}"),
+                    None => Ok(()),
+                }
+            }
             Op::Restart { s } => write!(f, "sandguard watch --session s{s} again"),
             Op::CrashAt { s, after } => {
                 write!(

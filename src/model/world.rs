@@ -189,6 +189,7 @@ impl World {
         &mut self,
         s: usize,
         crash: Option<Crash>,
+        wrapper: bool,
         o: &mut Oracle,
     ) -> Result<(), String> {
         if self.sessions.contains_key(&s) {
@@ -222,7 +223,11 @@ impl World {
             },
         );
         o.start(s);
-        match self.begin(s) {
+        let begun = match wrapper {
+            true => self.hand_over(s),
+            false => self.begin(s),
+        };
+        match begun {
             // Refused (its disk full), or dead in its start: the owner runs unguarded.
             Err(_) => {
                 o.sidecar_dies(s);
@@ -272,6 +277,31 @@ impl World {
         };
         let state = self.state.with_faults(session.faults.clone());
         state.begin_session(&session.id, start, &resume, Duration::from_millis(200))
+    }
+
+    /// The journal of new session `s` as the wrapper makes it (unsynced) and its sidecar takes
+    /// it (synced), both writing as the session's faults say.
+    fn hand_over(&self, s: usize) -> Result<Begun, crate::ledger::LedgerError> {
+        let session = &self.sessions[&s];
+        let start = Record::Start {
+            owner: session.owner.to_label(),
+            pid: session.owner.pid,
+            grace_ms: 600_000,
+            labels: session.labels.clone(),
+        };
+        let state = self.state.with_faults(session.faults.clone());
+        let made = state.create_session_unsynced(&session.id, start)?;
+        let file = made
+            .file()
+            .try_clone()
+            .map_err(|e| crate::ledger::LedgerError::Io {
+                op: "hand over",
+                path: made.path().to_path_buf(),
+                source: e,
+            })?;
+        // The wrapper execs the program: its copy of the descriptor goes, the lock stays.
+        drop(made);
+        Ok((state.handed_session(&session.id, file)?, None))
     }
 
     /// Runs session `s`'s sidecar service on its begun journal, holding what a resumed

@@ -57,7 +57,11 @@ pub(crate) fn generate(seed: u64, len: usize) -> Vec<Op> {
     // What each session detached: it never claims nor releases those again (DESIGN leaves
     // open whether that undoes the detach).
     let mut detached: Vec<(usize, usize)> = Vec::new();
-    let mut ops = vec![Op::Start { s: 0, crash: None }];
+    let mut ops = vec![Op::Start {
+        s: 0,
+        crash: None,
+        wrapper: false,
+    }];
     sessions.push(Sketch {
         owner: true,
         sidecar: true,
@@ -81,6 +85,7 @@ pub(crate) fn generate(seed: u64, len: usize) -> Vec<Op> {
                 ops.push(Op::Start {
                     s: sessions.len() - 1,
                     crash,
+                    wrapper: rng.chance(30),
                 });
                 continue;
             }
