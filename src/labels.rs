@@ -8,6 +8,8 @@
 
 use std::collections::BTreeMap;
 
+pub(crate) mod inherited;
+
 /// The session id: present on every managed sandbox.
 pub const SESSION: &str = "sandguard.session";
 /// The owner identity in its label form (see `crate::identity`).

@@ -419,6 +419,92 @@ fn labels_inherited_from_an_image_are_not_ownership() {
     );
 }
 
+/// A container that carries `sandguard.detached=true` is detached, also when its image carries
+/// the same label (a committed or built image: common once people build images from guarded
+/// containers). The driver dropped every sandguard label equal to its image's as inherited,
+/// this one too: then `stop --all --session S`, the sidecar at its owner's exit, and a sweep
+/// of another ledger all took it for an ordinary container of its session.
+#[test]
+fn a_detach_the_image_carries_too_is_honoured_everywhere() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("td-image-detached");
+    let mut made = Made::default();
+    let image = format!("sandguard-test/trust-detached-{}:latest", unique());
+    let base = docker_ok(&["create", "--network", "none", IMAGE, "true"]);
+    made.undo(&["rmi", "-f", &image]);
+    docker_ok(&[
+        "commit",
+        "--change",
+        "LABEL sandguard.detached=true",
+        &base,
+        &image,
+    ]);
+    docker_ok(&["rm", &base]);
+    let ids = s.path().join("ids");
+    // Without the proxy: the labels are the program's own, as `docker run --label` sets them.
+    let script = format!(
+        r#"set -e
+L=$(echo "$SANDGUARD_LABELS" | sed 's/^/--label /; s/,/ --label /g')
+kept=$(docker run -d --network none $L --label sandguard.detached=true {image} sleep 3600)
+plain=$(docker run -d --network none $L {IMAGE} sleep 3600)
+printf '%s\n' "$kept" "$plain" "$SANDGUARD_SESSION" > {ids}.tmp
+mv {ids}.tmp {ids}
+exec sleep 3600
+"#,
+        ids = ids.display()
+    );
+    let mut owner = crate::wrapper::guarded_with(&s, &["--no-docker-proxy"], &script);
+    let got = wait_for_file(&ids, &mut owner);
+    let [kept, plain, session] = <[String; 3]>::try_from(got).unwrap();
+    for c in [&kept, &plain] {
+        made.undo(&["rm", "-f", c]);
+    }
+    let shown = docker_ok(&["inspect", "-f", "{{json .Config.Labels}}", &kept]);
+    assert!(shown.contains(r#""sandguard.detached":"true""#), "{shown}");
+
+    // The owner dies: its sidecar reclaims the session, the detached one stays.
+    unsafe_kill(owner.id() as i32, libc::SIGKILL);
+    let _ = owner.wait();
+    eventually(Duration::from_secs(15), "the session ends", || {
+        crate::promises::session_row(&mut sandguard(&s), &session)["state"] == "reclaimed"
+    });
+    assert!(!container_exists(&plain), "the reclaim did not run");
+    assert!(
+        container_exists(&kept),
+        "the sidecar removed a container labelled detached"
+    );
+
+    // `stop --all --session S`: nothing of the session but the detached one is left.
+    let out = run(sandguard(&s).args(["stop", "--all", "--session", &session, "--json"]));
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        container_exists(&kept),
+        "stop --all --session removed a container labelled detached: {}",
+        out.stdout
+    );
+
+    // A sweep of another ledger finds it with a dead owner's labels: detached, kept.
+    let other = Scratch::new("td-image-detached-other");
+    let out = run(sandguard(&other).args(["sweep", "--dry-run", "--json"]));
+    let v = json(&out.stdout);
+    let decision = v["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["instance_id"] == kept.as_str())
+        .cloned()
+        .unwrap_or_else(|| panic!("the sweep did not judge {kept}: {}", out.stdout));
+    assert_ne!(decision["verdict"], "reclaim", "{decision}");
+    assert!(
+        decision["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("detached"),
+        "{decision}"
+    );
+}
+
 #[test]
 fn a_container_whose_image_cannot_be_inspected_is_neither_owned_nor_dropped() {
     require_docker();

@@ -22,7 +22,8 @@
 //! 3. **A session owns its label**, during and after its life: a sandbox labelled with session
 //!    S is S's. A label the sandbox only inherited (a Docker image committed with S's labels)
 //!    counts only when the sandbox was created while S lived; after S ended, only labels its
-//!    creator set count.
+//!    creator set count. An inherited label never makes a stranger ours, and never makes ours
+//!    lose a detach (`crate::labels::inherited` says which labels a provider lists as its own).
 //! 4. **A claim adopts, it never steals**: a sandbox claimed by S is S's when it carries no
 //!    other session's label, or when that other session is over and its owner proven dead;
 //!    never while another session that claimed it, or whose label it carries, may still live.
