@@ -38,6 +38,11 @@ pub struct SessionView {
     pub started_ms: u64,
     /// Unix milliseconds of the last record read.
     pub updated_ms: u64,
+    /// Unix milliseconds of the record that ended its active life (the first `reclaim_start`
+    /// or `end` after its `start` or last `resume`): when it stopped making sandboxes. Later
+    /// records (a sweep finishing a pending reclaim) do not move it. `None` while active.
+    #[serde(skip)]
+    pub ended_ms: Option<u64>,
     /// Claimed, and not since released, detached or removed.
     pub claims: BTreeSet<Target>,
     /// Meant to outlive the owner; only a TTL ends them.
@@ -133,11 +138,16 @@ impl Fold<'_> {
                 labels,
             } => {
                 resumed(v, owner, pid, grace_ms, labels);
+                v.ended_ms = None;
                 self.ended = false;
             }
-            Record::ReclaimStart { .. } if !self.ended => v.state = SessionState::Reclaiming,
+            Record::ReclaimStart { .. } if !self.ended => {
+                v.state = SessionState::Reclaiming;
+                v.ended_ms.get_or_insert(entry.t);
+            }
             Record::End { state } => {
                 v.state = state;
+                v.ended_ms.get_or_insert(entry.t);
                 self.ended = true;
             }
             other => track(v, other),
@@ -156,15 +166,19 @@ fn track(v: &mut SessionView, record: Record) {
         }
         Record::Detach { provider, id } => {
             let t = Target { provider, id };
-            if v.claims.remove(&t) {
+            // Its claim, as given or pinned (`Target::answers`), becomes a detach.
+            let before = v.claims.len();
+            v.claims.retain(|c| !c.answers(&t));
+            if v.claims.len() != before {
                 v.detached_claims.insert(t.clone());
             }
             v.detached.insert(t);
         }
-        // Gone, whoever removed it.
+        // Gone, whoever removed it (a release of `ID` ends its pinned claims too,
+        // `Target::answers`).
         Record::Release { provider, id } | Record::Removed { provider, id, .. } => {
             let t = Target { provider, id };
-            v.claims.remove(&t);
+            v.claims.retain(|c| !c.answers(&t));
             v.detached.remove(&t);
             v.detached_claims.remove(&t);
             v.pending.remove(&t);
@@ -248,6 +262,7 @@ fn started(
         labels,
         started_ms: t,
         updated_ms: t,
+        ended_ms: None,
         claims: BTreeSet::new(),
         detached: BTreeSet::new(),
         detached_claims: BTreeSet::new(),

@@ -187,6 +187,7 @@ pub(super) fn removable(
             before.stop_may_take(&given, x)
         }
         Op::StopAll { s } => before.stop_all_takes(s, x),
+        Op::Removes { x: named, .. } => named == x,
         Op::FleetSweep { here: false, .. } => before.fleet_elsewhere_takes(x, lapsed),
         _ => false,
     };

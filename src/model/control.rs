@@ -25,14 +25,21 @@ impl World {
     /// What a proxy hands the sidecar for a create it stamped: a claim, or (a create that
     /// asked to be detached) a detach, as the real proxies decide ([`Hold::of`]).
     pub(super) async fn proxy_claim(&mut self, s: usize, x: usize, detached: bool) -> bool {
-        let Some(target) = self.target(x) else {
-            return false;
-        };
+        let hold = if detached { Hold::Detach } else { Hold::Claim };
+        match self.pinned(x) {
+            Some(target) => self.proxy_says(s, target, hold).await,
+            None => false,
+        }
+    }
+
+    /// What a proxy hands the sidecar for `target` (an id pinned to the object there): `hold`
+    /// says a claim, a detach, or a release (a removal through the proxy); `true` once
+    /// acknowledged.
+    pub(super) async fn proxy_says(&mut self, s: usize, target: Target, hold: Hold) -> bool {
         let Some(tx) = self.sessions.get(&s).and_then(|v| v.proxy.as_ref()) else {
             return false;
         };
         let (ack, acked) = oneshot::channel();
-        let hold = if detached { Hold::Detach } else { Hold::Claim };
         if tx.send(ProxyClaim { target, ack, hold }).is_err() {
             return false;
         }
@@ -88,7 +95,9 @@ impl World {
     }
 
     pub(super) async fn claim(&mut self, s: usize, x: usize, o: &mut Oracle) -> Result<(), String> {
-        if let Some(confirmed) = self.line(s, "claim", x, |v, t| v.claims.contains(t)).await {
+        // The claim may be journaled pinned to the object there (`Target::answers`).
+        let done = |v: &SessionView, t: &Target| v.claims.iter().any(|c| c.answers(t));
+        if let Some(confirmed) = self.line(s, "claim", x, done).await {
             o.claim(s, x, confirmed);
         }
         Ok(())
@@ -101,7 +110,9 @@ impl World {
         o: &mut Oracle,
     ) -> Result<(), String> {
         if self
-            .line(s, "release", x, |v, t| !v.claims.contains(t))
+            .line(s, "release", x, |v, t| {
+                !v.claims.iter().any(|c| c.answers(t))
+            })
             .await
             .is_some()
         {

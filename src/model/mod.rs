@@ -14,7 +14,11 @@
 //!    its owner's reclaim began (the first removal call after the death).
 //! 4. **Final means done**: when a session's ledger state first reads final (`reclaimed`,
 //!    `clean`), nothing it owns (and did not detach) is left on any provider.
-//! 5. **A crash never wedges**: a sidecar, a sweep, or a sidecar's start may die (or find its
+//! 5. (with 1) **A name is not an identity**: a program may remove its own sandbox (through
+//!    the proxy, which releases the claim, or not) and a stranger may make another one under
+//!    the same id ([`ops::Op::Reuse`]: the fakes' ids are names, as Docker volumes' are); a
+//!    claim names the object there when it was made, never the stranger's.
+//! 6. **A crash never wedges**: a sidecar, a sweep, or a sidecar's start may die (or find its
 //!    disk full) at any of its journal writes, its journal's creation included
 //!    ([`ops::Crash`], `crate::ledger::faults`); `watch --session S` started again for a live
 //!    owner then begins or resumes the session, and the next sweep finishes what the dead one
@@ -40,13 +44,16 @@
 //!   default run is a few hundred histories; CI can raise `SANDGUARD_MODEL_CASES`.
 //! - **Shrinking runs one history at a time**, after the exploration, and keeps only what still
 //!   breaks the same rule the same way ([`Violation::key`]).
-//! - Bug 10 (labels inherited from a committed image) is Docker's alone: the fake provider has
-//!   no images, so it is left to `tests/trust_docker.rs`.
+//! - **Images are the fake's too**: a create may use an image carrying any subset of a
+//!   session's labels and `sandguard.detached=true` ([`ops::Image`]); the fake lists its
+//!   sandboxes through the same inheritance rule as Docker's driver
+//!   (`crate::labels::inherited`), so the rule is checked here for every provider that uses it.
 
 mod calls;
 mod check;
 mod control;
 mod deaths;
+mod making;
 mod ops;
 mod oracle;
 mod world;
@@ -154,9 +161,17 @@ async fn apply(world: &mut World, op: Op, o: &mut Oracle) -> Result<(), String> 
             x,
             provider,
             how,
-        } => world.create(s, x, provider, how, o).await?,
-        Op::Stranger { x, provider, forge } => world.stranger(x, provider, forge, o),
+            image,
+        } => world.create(s, x, provider, how, image, o).await?,
+        Op::Stranger {
+            x,
+            provider,
+            forge,
+            image,
+        } => world.stranger(x, provider, forge, image, o).await,
         Op::Claim { s, x } => world.claim(s, x, o).await?,
+        Op::Removes { s, x, proxy } => world.removes(s, x, proxy, o).await,
+        Op::Reuse { x } => world.reuse(x, o),
         Op::Release { s, x } => world.release(s, x, o).await?,
         Op::Detach { s, x } => world.detach(s, x, o).await?,
         Op::Stop { x, cut } => world.stop(x, cut).await,

@@ -28,6 +28,31 @@ pub(super) enum Make {
     ThenClaimed,
 }
 
+/// The image a sandbox is created from: the sandguard labels it carries (a committed or built
+/// image). The sandbox carries them too, unless its creator set its own; which of them count
+/// is `crate::labels::inherited`'s rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Image {
+    /// Session `s`'s labels (`sandguard.session` and `sandguard.owner`), as it was when the
+    /// sandbox is created.
+    pub session: Option<usize>,
+    /// `sandguard.detached=true`.
+    pub detached: bool,
+}
+
+impl fmt::Display for Image {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(" from an image labelled")?;
+        if let Some(s) = self.session {
+            write!(f, " with s{s}'s labels")?;
+        }
+        if self.detached {
+            f.write_str(" detached=true")?;
+        }
+        Ok(())
+    }
+}
+
 /// What labels a stranger's sandbox carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Forge {
@@ -121,14 +146,28 @@ pub(super) enum Op {
         x: usize,
         provider: usize,
         how: Make,
+        image: Option<Image>,
     },
     Stranger {
         x: usize,
         provider: usize,
         forge: Forge,
+        image: Option<Image>,
     },
     Claim {
         s: usize,
+        x: usize,
+    },
+    /// Session `s`'s program removes sandbox `x` itself: through the proxy (its claim released
+    /// at once), or behind sandguard's back (its claim stays in the ledger).
+    Removes {
+        s: usize,
+        x: usize,
+        proxy: bool,
+    },
+    /// A stranger makes another sandbox under `x`'s id once it is free (the one there now
+    /// removed first): ids that are names (Docker volumes) are taken again.
+    Reuse {
         x: usize,
     },
     Release {
@@ -209,8 +248,13 @@ impl fmt::Display for Op {
                 x,
                 provider,
                 how,
+                image,
             } => {
-                write!(f, "s{s}'s program creates x{x} on {} ", p(provider))?;
+                write!(f, "s{s}'s program creates x{x} on {}", p(provider))?;
+                if let Some(image) = image {
+                    write!(f, "{image}")?;
+                }
+                f.write_str(", ")?;
                 match how {
                     Make::Labelled { detached } => {
                         write!(
@@ -231,15 +275,32 @@ impl fmt::Display for Op {
                     Make::ThenClaimed => write!(f, "unlabelled, then `claim`s it"),
                 }
             }
-            Op::Stranger { x, provider, forge } => match forge {
-                Forge::None => write!(f, "a stranger creates x{x} on {} unlabelled", p(provider)),
-                Forge::Of(s) => write!(
-                    f,
-                    "a stranger creates x{x} on {} with s{s}'s labels",
-                    p(provider)
-                ),
-            },
+            Op::Stranger {
+                x,
+                provider,
+                forge,
+                image,
+            } => {
+                write!(f, "a stranger creates x{x} on {}", p(provider))?;
+                if let Some(image) = image {
+                    write!(f, "{image}")?;
+                }
+                match forge {
+                    Forge::None => write!(f, ", unlabelled"),
+                    Forge::Of(s) => write!(f, ", with s{s}'s labels"),
+                }
+            }
             Op::Claim { s, x } => write!(f, "s{s} claims x{x}"),
+            Op::Removes { s, x, proxy } => write!(
+                f,
+                "s{s}'s program removes x{x} itself{}",
+                if proxy {
+                    " through the proxy"
+                } else {
+                    ", not through the proxy"
+                }
+            ),
+            Op::Reuse { x } => write!(f, "a stranger makes another x{x} (the name taken again)"),
             Op::Release { s, x } => write!(f, "s{s} releases x{x}"),
             Op::Detach { s, x } => write!(f, "s{s} detaches x{x}"),
             Op::Stop { x, cut } => match cut {

@@ -101,6 +101,13 @@ impl Oracle {
         );
     }
 
+    /// `x` was removed by its program, or a stranger: gone.
+    pub(super) fn gone(&mut self, x: usize) {
+        if let Some(b) = self.boxes.get_mut(&x) {
+            b.gone = true;
+        }
+    }
+
     /// Whether a claim of `x` by `s` stands, by the rules.
     pub(super) fn claim_stands(&self, s: usize, x: usize) -> bool {
         let Some(b) = self.boxes.get(&x) else {
@@ -111,7 +118,9 @@ impl Oracle {
         !foreign_label && !foreign_claim
     }
 
-    /// A claim of `x` by `s`; `confirmed`: the sidecar journaled it (not refused).
+    /// A claim of `x` by `s`; `confirmed`: the sidecar journaled it (not refused). A claim
+    /// names the object `x` is when it is made, and nothing made later under its id (a
+    /// `create` of `x` replaces the box: the new object holds no claim).
     pub(super) fn claim(&mut self, s: usize, x: usize, confirmed: bool) {
         let stands = self.claim_stands(s, x);
         let dead: BTreeSet<usize> = self

@@ -8,8 +8,8 @@
 //!   loop, the TTL keeper, the fleet registrar) with injected triggers: an in-memory control
 //!   pipe, the proxy's claim channel, the stop request. Its death is an abort of its task,
 //!   which drops its journal (freeing the lock) and its tasks, as a SIGKILL would.
-//! - Deaths are in [`super::deaths`], control lines in [`super::control`], and `stop`,
-//!   sweeps, pruning and provider faults in [`super::calls`].
+//! - Deaths are in [`super::deaths`], control lines in [`super::control`], creates in
+//!   [`super::making`], and `stop`, sweeps, pruning and provider faults in [`super::calls`].
 //! - **The ledger lives on a tmpfs** (`/dev/shm` where there is one): every claim and every
 //!   session ending is fsynced, which on a disk costs more than the rest of a step; the model
 //!   checks the rules, not durability.
@@ -34,19 +34,18 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::ops::{box_id, Crash, Forge, Make, PROVIDERS};
+use super::ops::{box_id, Crash, PROVIDERS};
 use super::oracle::Oracle;
 use crate::fleet::memory::MemoryStore;
 use crate::fleet::SessionRecord;
 use crate::identity::death::OwnerWatch;
 use crate::identity::Identity;
-use crate::labels;
 use crate::ledger::faults::Faults;
 use crate::ledger::{Record, StateDir};
 use crate::protocol::{LineReader, Target};
-use crate::providers::fake::{self, Fake};
+use crate::providers::fake::Fake;
 use crate::providers::proxy_claim::Claim as ProxyClaim;
-use crate::providers::{Kind, Provider};
+use crate::providers::Provider;
 use crate::reclaim::Options;
 use crate::watch::fleet::Registration;
 use crate::watch::{service, Ended, Triggers};
@@ -126,11 +125,13 @@ pub(super) struct World {
     pub(super) store: Arc<MemoryStore>,
     pub(super) sessions: BTreeMap<usize, Session>,
     /// Where each sandbox was made (provider index).
-    made: BTreeMap<usize, usize>,
+    pub(super) made: BTreeMap<usize, usize>,
     /// When each dead owner's reclaim began (its first removal call, else its sidecar's end).
     pub reclaim_began: BTreeMap<usize, Instant>,
     /// Fences written so far ([`super::control`]).
     pub(super) fences: usize,
+    /// Objects made so far: each one's identity ([`crate::providers::Sandbox::identity`]).
+    pub(super) generation: u64,
 }
 
 impl World {
@@ -144,6 +145,7 @@ impl World {
                 Arc::new(Fake {
                     name: Some((*name).to_string()),
                     ttl: i == 0,
+                    reuses_ids: true,
                     ..Default::default()
                 })
             })
@@ -162,6 +164,7 @@ impl World {
             made: BTreeMap::new(),
             reclaim_began: BTreeMap::new(),
             fences: 0,
+            generation: 0,
         }
     }
 
@@ -387,69 +390,19 @@ impl World {
         }
     }
 
-    fn put(&mut self, x: usize, provider: usize, labels: BTreeMap<String, String>) {
-        let p = provider % self.fakes.len();
-        let mut sandbox = fake::sandbox(&box_id(x), Kind::Instance, None);
-        sandbox.provider = PROVIDERS[p].to_string();
-        sandbox.labels = labels;
-        self.fakes[p].sandboxes.lock().unwrap().push(sandbox);
-        self.made.insert(x, p);
-    }
-
-    pub(super) async fn create(
-        &mut self,
-        s: usize,
-        x: usize,
-        provider: usize,
-        how: Make,
-        o: &mut Oracle,
-    ) -> Result<(), String> {
-        let Some(session) = self.sessions.get(&s).filter(|_| o.alive(s)) else {
-            return Ok(());
-        };
-        let mut labels = session.labels.clone();
-        match how {
-            Make::Labelled { detached } | Make::Proxy { detached } => {
-                if detached {
-                    labels.insert(labels::DETACHED.into(), "true".into());
-                }
-                if matches!(how, Make::Proxy { .. }) && !self.guarded(s) {
-                    return Ok(());
-                }
-                self.put(x, provider, labels);
-                o.create(x, Some(s), detached);
-                if let Make::Proxy { .. } = how {
-                    let acked = self.proxy_claim(s, x, detached).await;
-                    o.claim(s, x, acked);
-                }
-                Ok(())
-            }
-            Make::ThenClaimed => {
-                if !self.guarded(s) {
-                    return Ok(());
-                }
-                self.put(x, provider, BTreeMap::new());
-                o.create(x, None, false);
-                self.claim(s, x, o).await
-            }
-        }
-    }
-
-    pub(super) fn stranger(&mut self, x: usize, provider: usize, forge: Forge, o: &mut Oracle) {
-        let (labels, label) = match forge {
-            Forge::Of(s) => match self.sessions.get(&s) {
-                Some(v) => (v.labels.clone(), Some(s)),
-                None => (BTreeMap::new(), None),
-            },
-            Forge::None => (BTreeMap::new(), None),
-        };
-        self.put(x, provider, labels);
-        o.create(x, label, false);
-    }
-
     pub(super) fn target(&self, x: usize) -> Option<Target> {
         let p = *self.made.get(&x)?;
         Target::new(PROVIDERS[p], &box_id(x)).ok()
+    }
+
+    /// What a proxy claims for sandbox `x`: its id pinned to the object there now (the Docker
+    /// proxy pins a volume to the `CreatedAt` of its create's answer).
+    pub(super) fn pinned(&self, x: usize) -> Option<Target> {
+        let p = *self.made.get(&x)?;
+        let id = box_id(x);
+        let all = self.fakes[p].sandboxes.lock().unwrap();
+        let now = all.iter().find(|s| s.id == id)?;
+        Target::new(PROVIDERS[p], &self.fakes[p].claim_id(now)).ok()
     }
 
     /// Every session's ledger state, by model name.

@@ -6,9 +6,12 @@
 //! Decisions:
 //! - A session in the ledger stands as its journal says: its owner judged from its `start`
 //!   record, its sidecar alive while the journal's lock is held, ended when its state is not
-//!   `active` (at its last record's time, in whole seconds as Docker dates a container: a
-//!   sandbox created in the same second as the end counts as created while it lived; the
-//!   settle pass covers such late creates anyway).
+//!   `active`: at the record that ended its active life (its reclaim's start), not its last
+//!   record, which a sweep finishing a pending reclaim keeps moving (a stranger's container
+//!   made from the session's image while it was pending would otherwise count as made while
+//!   it lived); in whole seconds as Docker dates a container: a sandbox created in the same
+//!   second as the end counts as created while it lived (the settle pass covers such late
+//!   creates anyway).
 //! - A session not in the ledger is judged by the owner label its sandbox carries; with no
 //!   readable label it is unknown. No fleet lease is known here: the fleet pass adds its own.
 //! - A detach counts when its session owns the sandbox: the session whose label it carries,
@@ -23,11 +26,13 @@ use crate::ledger::{SessionState, SessionView, StateDir};
 use crate::protocol::Target;
 use crate::providers::{Provider, Sandbox};
 
-/// When a ledger session ended (unix seconds, its last record's, rounded down as Docker
-/// rounds a container's creation time), if it is no longer active.
+/// When a ledger session ended (unix seconds, of the record that ended its active life,
+/// rounded down as Docker rounds a container's creation time), if it is no longer active.
 pub(crate) fn ended_at(view: &SessionView) -> Option<i64> {
-    (view.state != SessionState::Active)
-        .then(|| i64::try_from(view.updated_ms / 1000).unwrap_or(i64::MAX))
+    (view.state != SessionState::Active).then(|| {
+        let ms = view.ended_ms.unwrap_or(view.updated_ms);
+        i64::try_from(ms / 1000).unwrap_or(i64::MAX)
+    })
 }
 
 /// The ledger's sessions and the judge, read at most once.

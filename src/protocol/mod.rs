@@ -103,6 +103,20 @@ impl Target {
             id: id.to_string(),
         })
     }
+
+    /// Whether `self` (a journaled claim) is `sent` itself, or `sent` *pinned*: the sidecar
+    /// journals a claim of an id its provider reuses (a Docker volume's name) as `ID@IDENTITY`,
+    /// the object it named when it arrived (`crate::providers::Provider::pins`). How a
+    /// journaled claim answers the line that asked for it, and what a release of `ID` ends.
+    pub fn answers(&self, sent: &Target) -> bool {
+        self.provider == sent.provider
+            && (self.id == sent.id
+                || self
+                    .id
+                    .strip_prefix(sent.id.as_str())
+                    .and_then(|rest| rest.strip_prefix('@'))
+                    .is_some_and(|identity| !identity.is_empty() && !identity.contains('@')))
+    }
 }
 
 impl fmt::Display for Target {

@@ -103,6 +103,7 @@ impl Listed {
     fn into_sandbox(self) -> Sandbox {
         Sandbox {
             inherited: false,
+            identity: None,
             provider: "e2b".into(),
             kind: Kind::Instance,
             id: self.sandbox_id,

@@ -41,6 +41,14 @@ pub(crate) struct Fake {
     pub fault_retry_after: Mutex<Option<Duration>>,
     /// Every list and remove call takes this long first.
     pub latency: Mutex<Duration>,
+    /// The sandguard labels of the image each sandbox (by id) was created from: listed, it
+    /// carries them as Docker's containers do, read by the one inheritance rule
+    /// (`crate::labels::inherited`).
+    pub images: Mutex<std::collections::HashMap<String, crate::labels::inherited::Labels>>,
+    /// Its ids are names anyone may take again once free (a Docker volume's): each sandbox
+    /// carries an [`Sandbox::identity`], claims are pinned to it (`ID@IDENTITY`), and a
+    /// removal of a pinned one is refused when the id names another object now.
+    pub reuses_ids: bool,
 }
 
 impl Fake {
@@ -120,6 +128,7 @@ impl Provider for Fake {
         {
             return Err(ProviderError::transient("daemon unreachable"));
         }
+        let images = self.images.lock().unwrap();
         Ok(self
             .sandboxes
             .lock()
@@ -127,6 +136,7 @@ impl Provider for Fake {
             .iter()
             .filter(|s| selector.matches(&s.labels))
             .cloned()
+            .map(|s| seen_through(s, &images))
             .collect())
     }
     async fn remove(&self, s: &Sandbox) -> Result<(), ProviderError> {
@@ -157,6 +167,15 @@ impl Provider for Fake {
             });
         }
         let mut all = self.sandboxes.lock().unwrap();
+        if let Some(now) = all
+            .iter()
+            .find(|x| x.id == s.id && !super::same_identity(s, x))
+        {
+            return Err(ProviderError::Refused(format!(
+                "{} now is not the one claimed ({:?}, not {:?})",
+                s.id, now.identity, s.identity
+            )));
+        }
         let before = all.len();
         all.retain(|x| x.id != s.id);
         if all.len() == before {
@@ -175,7 +194,11 @@ impl Provider for Fake {
             .lock()
             .unwrap()
             .push((s.id.clone(), Instant::now()));
-        if self.sandboxes.lock().unwrap().iter().any(|x| x.id == s.id) {
+        let all = self.sandboxes.lock().unwrap();
+        if all
+            .iter()
+            .any(|x| x.id == s.id && super::same_identity(s, x))
+        {
             Ok(())
         } else {
             Err(ProviderError::gone(format!("{} not found", s.id)))
@@ -183,12 +206,61 @@ impl Provider for Fake {
     }
     fn names(&self, claimed: &Sandbox, listed: &Sandbox) -> bool {
         claimed.kind == listed.kind
+            && super::same_identity(claimed, listed)
             && if self.prefix_ids {
                 listed.id.starts_with(&claimed.id)
             } else {
                 listed.id == claimed.id
             }
     }
+    fn parse_claim(&self, id: &str) -> Result<Sandbox, super::Refusal> {
+        let (bare, identity) = match id.split_once('@') {
+            Some((bare, identity)) if self.reuses_ids => (bare, Some(identity)),
+            _ => (id, None),
+        };
+        if identity.is_some_and(|i| i.is_empty() || !i.bytes().all(|b| b.is_ascii_digit())) {
+            return Err(super::Refusal(format!("bad identity in {id:?}")));
+        }
+        let mut sandbox = super::ids::parse(self.name(), super::ids::GENERIC, bare)?;
+        sandbox.identity = identity.map(str::to_string);
+        Ok(sandbox)
+    }
+    fn claim_id(&self, sandbox: &Sandbox) -> String {
+        match &sandbox.identity {
+            Some(identity) => format!("{}@{identity}", sandbox.id),
+            None => sandbox.id.clone(),
+        }
+    }
+    fn pins(&self, claimed: &Sandbox) -> bool {
+        self.reuses_ids && claimed.identity.is_none()
+    }
+    async fn describe(&self, claimed: &Sandbox) -> Result<super::Described, ProviderError> {
+        self.slow().await;
+        let images = self.images.lock().unwrap();
+        let found = self
+            .sandboxes
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|s| s.id == claimed.id)
+            .cloned();
+        Ok(match found {
+            Some(s) => super::Described::Found(seen_through(s, &images)),
+            None => super::Described::Gone,
+        })
+    }
+}
+
+/// A sandbox as the fake lists it: its labels read with its image's, if it has one.
+fn seen_through(
+    mut s: Sandbox,
+    images: &std::collections::HashMap<String, crate::labels::inherited::Labels>,
+) -> Sandbox {
+    if let Some(image) = images.get(&s.id) {
+        (s.labels, s.inherited) =
+            crate::labels::inherited::own_labels(std::mem::take(&mut s.labels), image);
+    }
+    s
 }
 
 /// A sandbox of the fake provider, labelled with `session` when given.
@@ -198,6 +270,7 @@ pub(crate) fn sandbox(id: &str, kind: Kind, session: Option<&str>) -> Sandbox {
         .unwrap_or_default();
     Sandbox {
         inherited: false,
+        identity: None,
         provider: "fake".into(),
         kind,
         id: id.into(),

@@ -83,6 +83,11 @@ pub struct Sandbox {
     /// container started from an image committed with a session's labels): it counts only
     /// for a sandbox created while that session lived (`crate::ownership`, rule 3).
     pub inherited: bool,
+    /// What tells this object from a later one of the same id, where the provider reuses ids
+    /// (a Docker volume's only id is its name: its creation time). `None` where the id is the
+    /// identity. A claim that carries one (`ID@IDENTITY`, [`Provider::pins`]) names only the
+    /// object that had it ([`Provider::names`]).
+    pub identity: Option<String>,
 }
 
 impl Sandbox {
@@ -90,6 +95,7 @@ impl Sandbox {
     pub fn claimed(provider: &str, kind: Kind, id: &str) -> Sandbox {
         Sandbox {
             inherited: false,
+            identity: None,
             provider: provider.to_string(),
             kind,
             id: id.to_string(),
@@ -213,6 +219,18 @@ impl From<Result<Vec<Sandbox>, ProviderError>> for Listing {
     }
 }
 
+/// What a provider says now of the one sandbox a claim names ([`Provider::describe`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Described {
+    /// It exists, as a listing would show it: its labels as ownership reads them, and its
+    /// [`Sandbox::identity`] where the provider reuses ids.
+    Found(Sandbox),
+    /// Nothing has that id (or name) now.
+    Gone,
+    /// The provider cannot look up one sandbox: the claim is judged as it stands.
+    Unsupported,
+}
+
 /// A sandbox provider. Object-safe, so the registry holds drivers and plugins alike.
 #[async_trait::async_trait]
 pub trait Provider: Send + Sync {
@@ -250,9 +268,29 @@ pub trait Provider: Send + Sync {
     /// default; Docker also accepts a unique id prefix, as its own API does. Whatever a
     /// driver accepts, `claimed.id` must be a prefix of `listed.id` (or equal to it): the
     /// ledger's index of claims looks a sandbox's claimers up by the prefixes of its id
-    /// (`ownership::known`).
+    /// (`ownership::known`). A claim that carries an [`Sandbox::identity`] names only the
+    /// object with that identity: a name is not an identity.
     fn names(&self, claimed: &Sandbox, listed: &Sandbox) -> bool {
-        claimed.kind == listed.kind && claimed.id == listed.id
+        claimed.kind == listed.kind && claimed.id == listed.id && same_identity(claimed, listed)
+    }
+    /// Whether a claim of `claimed` is pinned to the object it names when it arrives: where
+    /// the provider reuses the id (a Docker volume's name), the sidecar looks the object up
+    /// ([`Provider::describe`]) and journals the claim with its identity
+    /// (`ID@IDENTITY`, [`Provider::claim_id`]), so that it never names an object made later
+    /// under the same id. Never, by default: ids are identities.
+    fn pins(&self, claimed: &Sandbox) -> bool {
+        let _ = claimed;
+        false
+    }
+    /// What the provider says now of the one sandbox `claimed` names: the reclaim asks it of
+    /// a claim that no listing answered for (listings find only what carries a session
+    /// label), so that the judgement sees the labels it carries (`sandguard.detached=true`,
+    /// another session's) and, where ids are names, whether it still is the object claimed;
+    /// the sidecar asks it to pin a claim ([`Provider::pins`]). [`Described::Unsupported`] by
+    /// default.
+    async fn describe(&self, claimed: &Sandbox) -> Result<Described, ProviderError> {
+        let _ = claimed;
+        Ok(Described::Unsupported)
     }
     /// Removes one resource for good. `Err(Gone)` means it was not there (anymore).
     async fn remove(&self, sandbox: &Sandbox) -> Result<(), ProviderError>;
@@ -287,6 +325,14 @@ pub trait Provider: Send + Sync {
             self.name()
         )))
     }
+}
+
+/// Whether `listed` has the identity the claim `claimed` carries, if it carries one.
+pub(crate) fn same_identity(claimed: &Sandbox, listed: &Sandbox) -> bool {
+    claimed
+        .identity
+        .as_ref()
+        .is_none_or(|i| listed.identity.as_ref() == Some(i))
 }
 
 /// The provider called `name` among `providers` (the one lookup every path uses).

@@ -37,6 +37,10 @@ pub enum Hold {
     Claim,
     /// Created with `sandguard.detached=true`: it outlives its owner; only its TTL ends it.
     Detach,
+    /// Removed by the program through the proxy: the session no longer holds it, and its
+    /// claim is released at once, so the ledger never keeps a claim on an id (a volume's name)
+    /// that no longer names what was made.
+    Release,
 }
 
 impl Hold {

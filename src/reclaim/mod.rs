@@ -37,7 +37,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use crate::labels::Selector;
-use crate::providers::{Provider, Refusal, Sandbox, SandboxKey};
+use crate::providers::{Described, Provider, ProviderError, Refusal, Sandbox, SandboxKey};
 
 pub(crate) use list::list_all;
 pub(crate) use options::Options;
@@ -195,6 +195,7 @@ async fn one_provider(
         seen: done.clone(),
         claims,
         matched: HashSet::new(),
+        bare: Vec::new(),
     };
     let wide = !judged.claims.is_empty();
     let prelisted = plan.listed.as_ref().and_then(|listed| {
@@ -205,7 +206,10 @@ async fn one_provider(
         }
     });
     if let Some(found) = prelisted {
-        let (targets, mut removals) = judged.sort(found, true);
+        let (mut targets, mut removals) = judged.sort(found, true);
+        let (described, refused) = judged.describe(options).await;
+        targets.extend(described);
+        removals.extend(refused);
         removals.extend(remove::remove_from(provider, targets, options, deadline, pace).await);
         return (removals, None);
     }
@@ -246,7 +250,10 @@ async fn one_provider(
             }
             None => listing.await,
         };
-        let (targets, refused) = judged.sort(attempt.found, attempt.retry.is_none());
+        let (mut targets, refused) = judged.sort(attempt.found, attempt.retry.is_none());
+        removals.extend(refused);
+        let (described, refused) = judged.describe(options).await;
+        targets.extend(described);
         removals.extend(refused);
         removals.extend(remove::remove_from(provider, targets, options, deadline, pace).await);
         match attempt.retry {
@@ -269,17 +276,20 @@ struct Judged<'a> {
     claims: Vec<Sandbox>,
     /// The claims a listed sandbox answered for.
     matched: HashSet<usize>,
+    /// Claims no complete listing answered for, to be looked up one by one ([`Judged::describe`]).
+    bare: Vec<Sandbox>,
 }
 
 impl Judged<'_> {
     /// What of `found` the judgement removes, and the claims it refuses (reported, final);
-    /// with `complete`, the claims nothing listed answered for are judged too, bare.
+    /// with `complete`, the claims nothing listed answered for are set aside to be looked up
+    /// ([`Judged::describe`]).
     fn sort(&mut self, found: Vec<Sandbox>, complete: bool) -> (Vec<Sandbox>, Vec<Removal>) {
         let mut targets = Vec::new();
         let mut refused = Vec::new();
         for s in found {
             for (n, c) in self.claims.iter().enumerate() {
-                if c.id == s.id || self.provider.names(c, &s) {
+                if self.provider.names(c, &s) {
                     self.matched.insert(n);
                 }
             }
@@ -290,8 +300,53 @@ impl Judged<'_> {
                 .filter(|n| self.matched.insert(*n))
                 .map(|n| self.claims[n].clone())
                 .collect();
-            for c in bare {
-                self.decide(c, &mut targets, &mut refused);
+            self.bare.extend(bare);
+        }
+        (targets, refused)
+    }
+
+    /// The claims no listing answered for, each looked up ([`Provider::describe`]) and judged
+    /// as the provider describes it: by the labels it carries (a listing finds only what
+    /// carries a session label, so a claimed container labelled `sandguard.detached=true`
+    /// alone is seen only here), and, where ids are names, only when it still is the object
+    /// claimed. A provider that cannot look one up has the claim judged as it stands; one that
+    /// fails to leaves it unfinished (nobody can tell what it carries).
+    async fn describe(&mut self, options: &Options) -> (Vec<Sandbox>, Vec<Removal>) {
+        use futures_util::stream::{self, StreamExt};
+        let bare = std::mem::take(&mut self.bare);
+        let provider = self.provider;
+        let described: Vec<(Sandbox, Result<Described, ProviderError>)> = stream::iter(bare)
+            .map(|c| async move {
+                let d = provider.describe(&c).await;
+                (c, d)
+            })
+            .buffer_unordered(options.window(provider.name()).max(1))
+            .collect()
+            .await;
+        let mut targets = Vec::new();
+        let mut refused = Vec::new();
+        for (claim, answer) in described {
+            match answer {
+                Ok(Described::Found(s)) if provider.names(&claim, &s) => {
+                    self.decide(s, &mut targets, &mut refused);
+                }
+                Ok(Described::Found(s)) => refused.push(not_the_one(claim, &s)),
+                Ok(Described::Gone) => refused.push(Removal {
+                    sandbox: claim,
+                    outcome: Outcome::Gone,
+                    attempts: 0,
+                }),
+                Ok(Described::Unsupported) => self.decide(claim, &mut targets, &mut refused),
+                Err(ProviderError::Refused(why)) => refused.push(Removal {
+                    sandbox: claim,
+                    outcome: Outcome::Refused(Refusal(why)),
+                    attempts: 0,
+                }),
+                Err(e) => refused.push(Removal {
+                    sandbox: claim,
+                    outcome: Outcome::Unfinished(e.into()),
+                    attempts: 0,
+                }),
             }
         }
         (targets, refused)
@@ -302,10 +357,7 @@ impl Judged<'_> {
             return;
         }
         let claimed = self.plan.claimed(self.provider, &s)
-            || self
-                .claims
-                .iter()
-                .any(|c| c.id == s.id || self.provider.names(c, &s));
+            || self.claims.iter().any(|c| self.provider.names(c, &s));
         let judgement = self.plan.judge(self.provider, &s, claimed);
         if judgement.removes() {
             self.seen.insert(key(&s));
@@ -347,6 +399,25 @@ impl Judged<'_> {
 
 fn key(s: &Sandbox) -> SandboxKey {
     s.key()
+}
+
+/// A claim whose id now names another object than the one claimed (a volume made since under
+/// the same name): refused, final; what is there now is not the session's by this claim.
+fn not_the_one(claim: Sandbox, now: &Sandbox) -> Removal {
+    let why = format!(
+        "{} {} {:?} now is not the one claimed (claimed: {}, there now: {}): a name is not an \
+         identity",
+        claim.provider,
+        claim.kind.as_str(),
+        claim.id,
+        claim.identity.as_deref().unwrap_or("?"),
+        now.identity.as_deref().unwrap_or("?"),
+    );
+    Removal {
+        sandbox: claim,
+        outcome: Outcome::Refused(Refusal(why)),
+        attempts: 0,
+    }
 }
 
 /// Keeps one record per sandbox, preferring a final outcome (a second pass that found a

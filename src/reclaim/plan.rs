@@ -78,19 +78,25 @@ impl Plan {
         plan
     }
 
-    /// Whether `s` (listed or claimed on `provider`) was detached.
+    /// Whether `s` (listed or claimed on `provider`) was detached: by a detach that names it
+    /// either way (a prefix of its id, or it a prefix of the detach's), or by its id alone
+    /// (sparing too much is safe), unless the detach was pinned to another object of that
+    /// id (a volume removed and made again under its name is not the one detached).
     pub(super) fn keeps(&self, provider: &dyn Provider, s: &Sandbox) -> bool {
         self.keep.iter().any(|k| {
             k.provider == s.provider
-                && (k.id == s.id || provider.names(k, s) || provider.names(s, k))
+                && ((k.id == s.id && crate::providers::same_identity(k, s))
+                    || provider.names(k, s)
+                    || provider.names(s, k))
         })
     }
 
-    /// Whether the owner claimed `s`.
+    /// Whether the owner claimed `s` (as the provider reads its claims: a pinned one names
+    /// only the object it was pinned to).
     pub(super) fn claimed(&self, provider: &dyn Provider, s: &Sandbox) -> bool {
         self.claims
             .iter()
-            .any(|c| c.provider == s.provider && (c.id == s.id || provider.names(c, s)))
+            .any(|c| c.provider == s.provider && provider.names(c, s))
     }
 
     /// The one judgement ([`crate::ownership`]) on `s` for this session's reclaim; `claimed`:

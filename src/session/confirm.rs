@@ -155,8 +155,17 @@ fn answer(line: &[u8], command: &Command, target: &Target) -> Option<Result<(), 
     let entry = crate::ledger::decode_line(line)?;
     let is = |p: &str, i: &str| p == target.provider && i == target.id;
     match (command, entry) {
+        // A claim may be journaled pinned to the object it names (`Target::answers`).
         (Command::Claim(_), Record::Claim { provider, id })
-        | (Command::Detach(_), Record::Detach { provider, id })
+            if (Target {
+                provider: provider.clone(),
+                id: id.clone(),
+            })
+            .answers(target) =>
+        {
+            Some(Ok(()))
+        }
+        (Command::Detach(_), Record::Detach { provider, id })
         | (Command::Release(_), Record::Release { provider, id })
             if is(&provider, &id) =>
         {

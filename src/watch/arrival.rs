@@ -12,7 +12,7 @@ use crate::ownership::detach;
 use crate::ownership::{self, known::Known};
 use crate::protocol::{Command, Target};
 use crate::providers::proxy_claim::{Claim as ProxyClaim, Hold};
-use crate::providers::Provider;
+use crate::providers::{Described, Provider};
 
 /// The providers' managed sandboxes, listed at most once per batch of control lines.
 #[derive(Default)]
@@ -71,7 +71,7 @@ impl<C: Clock> Sidecar<C> {
         let found = listed.of(provider.as_ref()).await;
         let sandbox = found
             .iter()
-            .find(|s| s.id == named.id || provider.names(&named, s))
+            .find(|s| provider.names(&named, s))
             .cloned()
             .unwrap_or_else(|| crate::providers::Sandbox {
                 provider: t.provider.clone(),
@@ -86,6 +86,48 @@ impl<C: Clock> Sidecar<C> {
             Ok(()) => true,
             Err(why) => self.refuse(t, why.to_string()),
         }
+    }
+
+    /// The claim `t` as it is journaled: where its provider reuses ids ([`Provider::pins`]: a
+    /// Docker volume's name), pinned to the object the id names now (`ID@IDENTITY`), so the
+    /// claim never names one made later under the same id. `None` when there is nothing to
+    /// pin it to (nothing of that id exists, or the provider cannot say in time): refused,
+    /// journaled with the reason, so the owner hears it (a claim that names whatever comes
+    /// to carry a name would be worse than none).
+    pub(super) async fn pin(&mut self, t: Target) -> Option<Target> {
+        let provider = crate::providers::by_name(&self.providers, &t.provider).cloned();
+        let Some((provider, named)) =
+            provider.and_then(|p| p.parse_claim(&t.id).ok().map(|named| (p, named)))
+        else {
+            return Some(t); // refused by `accept`, with the reason
+        };
+        if !provider.pins(&named) {
+            return Some(t);
+        }
+        let what = format!(
+            "{} {}",
+            named.kind.as_str(),
+            crate::protocol::echo(t.id.as_bytes())
+        );
+        let why = match tokio::time::timeout(CLAIM_LOOKUP, provider.describe(&named)).await {
+            Ok(Ok(Described::Found(now))) => {
+                return Some(Target {
+                    provider: t.provider.clone(),
+                    id: provider.claim_id(&now),
+                })
+            }
+            Ok(Ok(Described::Unsupported)) => return Some(t),
+            Ok(Ok(Described::Gone)) => format!(
+                "no {what} exists: a claim names the object there when it is made, and there is none"
+            ),
+            Ok(Err(e)) => format!("cannot tell which {what} it names now ({e}); claim it again"),
+            Err(_) => format!(
+                "cannot tell which {what} it names now ({} did not answer within {CLAIM_LOOKUP:?}); claim it again",
+                t.provider
+            ),
+        };
+        self.refuse(&t, why);
+        None
     }
 
     /// Whether the session owns what a `detach` line names ([`detach::ownership`]); when it
@@ -116,13 +158,15 @@ impl<C: Clock> Sidecar<C> {
     /// A create seen by a proxy (Docker's or the cloud one): claimed as if the owner had written
     /// the line (or detached, when the create asked for `sandguard.detached=true`: detach wins
     /// over any claim, so such a create is never journaled as a claim), then acknowledged
-    /// (once on disk) so the proxy hands the service's answer to the client.
+    /// (once on disk) so the proxy hands the service's answer to the client. A removal the
+    /// program made through a proxy is released the same way.
     pub(super) fn on_proxy_claim<R>(&mut self, claim: Option<ProxyClaim>, t: &mut Triggers<R>) {
         match claim {
             Some(c) => {
                 self.apply(match c.hold {
                     Hold::Claim => Command::Claim(c.target),
                     Hold::Detach => Command::Detach(c.target),
+                    Hold::Release => Command::Release(c.target),
                 });
                 self.sync();
                 let _ = c.ack.send(());

@@ -276,9 +276,13 @@ impl<C: Clock> Sidecar<C> {
             match line {
                 // A claim, or a detach (the owner's "mine, keep it"), of what another session
                 // that may live holds would take it from that session: refused.
+                // Pinned first (an id that is a name, to the object it names now), so that
+                // whether another session holds it is judged of that object.
                 Some(Ok(Command::Claim(c))) => {
-                    if self.may_claim(&c, &known, &mut listed).await {
-                        self.apply(Command::Claim(c));
+                    if let Some(pinned) = self.pin(c).await {
+                        if self.may_claim(&pinned, &known, &mut listed).await {
+                            self.apply(Command::Claim(pinned));
+                        }
                     }
                 }
                 Some(Ok(Command::Detach(c))) => {
@@ -334,9 +338,7 @@ impl<C: Clock> Sidecar<C> {
             Command::Release(t) => {
                 if self.accept(&t) {
                     self.write(&Record::release(&t));
-                    self.share(|h| {
-                        h.claims.remove(&t);
-                    });
+                    self.share(|h| h.claims.retain(|c| !c.answers(&t)));
                 }
             }
             Command::Detach(t) => {
@@ -346,7 +348,7 @@ impl<C: Clock> Sidecar<C> {
                         id: t.id.clone(),
                     });
                     self.share(|h| {
-                        h.claims.remove(&t);
+                        h.claims.retain(|c| !c.answers(&t));
                         h.detached.insert(t);
                     });
                 }

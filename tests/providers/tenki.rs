@@ -173,6 +173,7 @@ fn renew_keeps_the_timeout_a_ttl_from_now() {
         assert!(matches!(again, Err(ProviderError::Gone(_))), "{again:?}");
         let unknown = Sandbox {
             inherited: false,
+            identity: None,
             id: "00000000-0000-4000-8000-000000000000".into(),
             ..found[0].clone()
         };

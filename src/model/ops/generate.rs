@@ -73,7 +73,7 @@ pub(crate) fn generate(seed: u64, len: usize) -> Vec<Op> {
             .copied()
             .filter(|&s| sessions[s].sidecar)
             .collect();
-        let op = match rng.below(27) {
+        let op = match rng.below(29) {
             0 | 1 if sessions.len() < 3 => {
                 let crash = crash(&mut rng, 20);
                 // A crashed start may leave the owner unguarded: the sketch says so, so that
@@ -132,6 +132,7 @@ pub(crate) fn generate(seed: u64, len: usize) -> Vec<Op> {
                     x: boxes - 1,
                     provider: rng.below(2),
                     how,
+                    image: image(&mut rng, sessions.len()),
                 }
             }
             7 | 8 => {
@@ -146,6 +147,7 @@ pub(crate) fn generate(seed: u64, len: usize) -> Vec<Op> {
                     x: boxes - 1,
                     provider: rng.below(2),
                     forge,
+                    image: image(&mut rng, sessions.len()),
                 }
             }
             9 | 10 if !guarded.is_empty() && boxes > 0 => {
@@ -200,6 +202,21 @@ pub(crate) fn generate(seed: u64, len: usize) -> Vec<Op> {
                 sessions[s].sidecar = false;
                 Op::SidecarDies { s }
             }
+            27 if !live.is_empty() && boxes > 0 => {
+                let s = rng.pick(&live);
+                let own: Vec<usize> = (0..boxes).filter(|&x| makers[x] == Some(s)).collect();
+                if own.is_empty() {
+                    continue;
+                }
+                Op::Removes {
+                    s,
+                    x: rng.pick(&own),
+                    proxy: rng.chance(50),
+                }
+            }
+            28 if boxes > 0 => Op::Reuse {
+                x: rng.below(boxes),
+            },
             17..=19 | 26 => Op::Sweep {
                 prune: rng.chance(40),
                 crash: crash(&mut rng, 15),
@@ -229,6 +246,19 @@ pub(crate) fn generate(seed: u64, len: usize) -> Vec<Op> {
         ops.push(op);
     }
     ops
+}
+
+/// The image a create uses, a third of the time: any subset of a session's labels (the
+/// creator's own or another's) and `sandguard.detached=true`.
+fn image(rng: &mut Rng, sessions: usize) -> Option<Image> {
+    if !rng.chance(33) {
+        return None;
+    }
+    let session = rng.chance(60).then(|| rng.below(sessions));
+    Some(Image {
+        session,
+        detached: session.is_none() || rng.chance(50),
+    })
 }
 
 /// A crash among an actor's journal writes, `percent` of the time: mostly a death (anywhere

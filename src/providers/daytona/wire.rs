@@ -68,6 +68,7 @@ impl Item {
     pub(super) fn into_sandbox(self) -> Sandbox {
         Sandbox {
             inherited: false,
+            identity: None,
             provider: NAME.into(),
             kind: Kind::Instance,
             expires_at: self.destroy_at(),

@@ -10,9 +10,20 @@
 //! | `HEX` (12 to 64 lowercase hex digits) | a container, by id or unique id prefix |
 //! | `network/HEX` | a network, likewise |
 //! | `volume/NAME` (Docker's rule `[a-zA-Z0-9][a-zA-Z0-9_.-]+`) | a volume: volumes have only names |
+//! | `volume/NAME@CREATED` | the volume of that name created at `CREATED` (unix seconds) |
 //!
 //! Anything else is refused for good. Uppercase hex is refused too: Docker ids are lowercase,
 //! so `ABC…` could only ever match a name.
+//!
+//! **A volume's name is not its identity**: once removed, anyone may make another volume of
+//! the same name, and a claim of the name alone would name it. So a volume claim is *pinned*
+//! to the volume it named when it was made: the Docker proxy claims what it made as
+//! `volume/NAME@CREATED` (its `CreatedAt` from the create's answer), and the sidecar pins a
+//! `volume/NAME` line to the volume of that name there at that moment
+//! (`crate::providers::Provider::pins`). A pinned claim names only the volume created at that
+//! time ([`names`]), and before one is removed it is inspected and refused when it is another
+//! ([`resolve`]). Docker dates volumes in whole seconds: two volumes of one name made within
+//! the same second cannot be told apart by its API.
 //!
 //! Before a container or network is removed, claimed or listed, its id is [`resolve`]d: the
 //! object is inspected and accepted only when the inspected full `Id` starts with the given
@@ -43,44 +54,63 @@ fn is_volume_name(s: &str) -> bool {
         && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
-/// What the claimed `id` names (its kind and the bare id or volume name), or why it names
-/// nothing sandguard may remove.
-pub(super) fn parse(id: &str) -> Result<(Kind, &str), String> {
+/// What the claimed `id` names (a sandbox of its kind, id or volume name, and the identity a
+/// pinned volume claim carries), or why it names nothing sandguard may remove.
+pub(super) fn parse(id: &str) -> Result<Sandbox, String> {
     let (kind, rest) = match id.split_once('/') {
         Some(("network", rest)) => (Kind::Network, rest),
         Some(("volume", rest)) => (Kind::Volume, rest),
         _ => (Kind::Instance, id),
     };
+    let (rest, identity) = match (kind, rest.split_once('@')) {
+        (Kind::Volume, Some((name, created))) => (name, Some(created)),
+        _ => (rest, None),
+    };
     let valid = match kind {
-        Kind::Volume => is_volume_name(rest),
+        Kind::Volume => {
+            is_volume_name(rest)
+                && identity.is_none_or(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+        }
         Kind::Instance | Kind::Network => is_id(rest),
     };
-    if valid {
-        Ok((kind, rest))
-    } else {
-        Err(format!(
+    if !valid {
+        return Err(format!(
             "refusing docker claim {id:?}: a claim must name an id, never a name \
-             (a container id of 12 to 64 hex digits, network/ID, or volume/NAME)"
-        ))
+             (a container id of 12 to 64 hex digits, network/ID, or volume/NAME[@CREATED])"
+        ));
+    }
+    let mut sandbox = Sandbox::claimed("docker", kind, rest);
+    sandbox.identity = identity.map(str::to_string);
+    Ok(sandbox)
+}
+
+/// The claim that names `sandbox`: what [`parse`] reads back as the same kind (a volume pinned
+/// to its identity, when it has one).
+pub(super) fn render(sandbox: &Sandbox) -> String {
+    let id = &sandbox.id;
+    match (sandbox.kind, &sandbox.identity) {
+        (Kind::Instance, _) => id.to_string(),
+        (Kind::Network, _) => format!("network/{id}"),
+        (Kind::Volume, Some(created)) => format!("volume/{id}@{created}"),
+        (Kind::Volume, None) => format!("volume/{id}"),
     }
 }
 
-/// The claim that names a `kind` with `id`: what [`parse`] reads back as the same kind.
-pub(super) fn render(kind: Kind, id: &str) -> String {
-    match kind {
-        Kind::Instance => id.to_string(),
-        Kind::Network => format!("network/{id}"),
-        Kind::Volume => format!("volume/{id}"),
-    }
+/// A volume's identity: its creation time in unix seconds, as Docker dates it.
+pub(super) fn volume_identity(created_at: Option<i64>) -> Option<String> {
+    created_at.map(|t| t.to_string())
 }
 
 /// Whether `listed` is what the claim (or detach) `claimed` names: the same kind, and for
 /// containers and networks a listed full id that starts with the claimed id (as Docker's own
-/// prefix lookup would); volumes by exact name.
+/// prefix lookup would); volumes by exact name, and the same identity when the claim is
+/// pinned.
 pub(super) fn names(claimed: &Sandbox, listed: &Sandbox) -> bool {
     claimed.kind == listed.kind
         && match claimed.kind {
-            Kind::Volume => claimed.id == listed.id,
+            Kind::Volume => {
+                claimed.id == listed.id && crate::providers::same_identity(claimed, listed)
+            }
             Kind::Instance | Kind::Network => {
                 is_id(&claimed.id) && listed.id.starts_with(&claimed.id)
             }
@@ -92,13 +122,13 @@ pub(super) fn names(claimed: &Sandbox, listed: &Sandbox) -> bool {
 pub(super) async fn resolve(
     docker: &Docker,
     host: &str,
-    kind: Kind,
-    id: &str,
+    sandbox: &Sandbox,
 ) -> Result<String, ProviderError> {
+    let (kind, id) = (sandbox.kind, sandbox.id.as_str());
     let noun = match kind {
         Kind::Instance => "container",
         Kind::Network => "network",
-        Kind::Volume => return Ok(id.to_string()),
+        Kind::Volume => return volume(docker, host, sandbox).await,
     };
     // Final: the claim names something that is not ours, now or ever.
     let refuse = |detail: &str| {
@@ -135,31 +165,71 @@ pub(super) async fn resolve(
     }
 }
 
+/// The name of the volume `sandbox` names, checked, when it is pinned, against the volume of
+/// that name now: another one (made since under the same name) is refused.
+async fn volume(docker: &Docker, host: &str, sandbox: &Sandbox) -> Result<String, ProviderError> {
+    let name = &sandbox.id;
+    let Some(claimed) = &sandbox.identity else {
+        return Ok(name.clone());
+    };
+    let inspected = docker
+        .inspect_volume(name)
+        .await
+        .map_err(|e| classify(host, &format!("inspect volume {name} on"), e))?;
+    let now = volume_identity(
+        inspected
+            .created_at
+            .as_deref()
+            .and_then(crate::timefmt::parse_rfc3339),
+    );
+    if now.as_ref() == Some(claimed) {
+        return Ok(name.clone());
+    }
+    Err(ProviderError::Refused(format!(
+        "refusing to remove docker volume {name:?}: it is not the volume claimed (created at \
+         {claimed}), but one made later under the same name (created at {}): a name is not an \
+         identity",
+        now.as_deref().unwrap_or("an unknown time")
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const NET: &str = "0123456789abcdef0123";
 
+    fn parsed(id: &str) -> Result<(Kind, String, Option<String>), String> {
+        parse(id).map(|s| (s.kind, s.id, s.identity))
+    }
+
     #[test]
     fn claims_name_ids_never_names() {
-        assert_eq!(parse("0123456789ab"), Ok((Kind::Instance, "0123456789ab")));
+        let ok = |kind, id: &str| Ok((kind, id.to_string(), None));
+        assert_eq!(parsed("0123456789ab"), ok(Kind::Instance, "0123456789ab"));
         let full = "f".repeat(64);
-        assert_eq!(parse(&full), Ok((Kind::Instance, full.as_str())));
-        assert_eq!(parse(&format!("network/{NET}")), Ok((Kind::Network, NET)));
-        for (kind, id) in [
-            (Kind::Instance, NET),
-            (Kind::Network, NET),
-            (Kind::Volume, "v_1.x"),
+        assert_eq!(parsed(&full), ok(Kind::Instance, &full));
+        assert_eq!(parsed(&format!("network/{NET}")), ok(Kind::Network, NET));
+        for (kind, id, identity) in [
+            (Kind::Instance, NET, None),
+            (Kind::Network, NET, None),
+            (Kind::Volume, "v_1.x", None),
+            (Kind::Volume, "v_1.x", Some("1764864565")),
         ] {
+            let mut s = Sandbox::claimed("docker", kind, id);
+            s.identity = identity.map(str::to_string);
             assert_eq!(
-                parse(&render(kind, id)),
-                Ok((kind, id)),
+                parsed(&render(&s)),
+                Ok((kind, id.to_string(), s.identity.clone())),
                 "{kind:?} reads back"
             );
         }
-        assert_eq!(parse("volume/v1"), Ok((Kind::Volume, "v1")));
-        assert_eq!(parse("volume/a_b.c-d"), Ok((Kind::Volume, "a_b.c-d")));
+        assert_eq!(parsed("volume/v1"), ok(Kind::Volume, "v1"));
+        assert_eq!(parsed("volume/a_b.c-d"), ok(Kind::Volume, "a_b.c-d"));
+        assert_eq!(
+            parsed("volume/v1@17"),
+            Ok((Kind::Volume, "v1".to_string(), Some("17".to_string())))
+        );
         for refused in [
             "web",                 // a container name
             "0123456789a",         // 11 digits: too short to be a unique prefix
@@ -173,10 +243,14 @@ mod tests {
             "volume/-x", // and an alphanumeric first one
             "volume/a/b",
             "volume/a b",
+            "volume/v1@",     // a pin with no identity
+            "volume/v1@x",    // an identity is a time
+            "volume/v1@1@2",  // one pin
+            "0123456789ab@1", // containers are not pinned: their ids are identities
             "container/0123456789ab",
             "",
         ] {
-            let err = parse(refused).expect_err(refused);
+            let err = parsed(refused).expect_err(refused);
             assert!(err.contains("never a name"), "{err}");
         }
     }
@@ -194,5 +268,17 @@ mod tests {
         assert!(names(&sb(Kind::Instance, NET), &sb(Kind::Instance, &full)));
         assert!(names(&sb(Kind::Volume, "v1"), &sb(Kind::Volume, "v1")));
         assert!(!names(&sb(Kind::Volume, "v"), &sb(Kind::Volume, "v1")));
+        // A pinned claim names the volume created then, not one made later under its name.
+        let at = |t: &str| Sandbox {
+            identity: Some(t.to_string()),
+            ..sb(Kind::Volume, "v1")
+        };
+        assert!(names(&at("100"), &at("100")));
+        assert!(!names(&at("100"), &at("101")));
+        assert!(!names(&at("100"), &sb(Kind::Volume, "v1")));
+        assert!(
+            names(&sb(Kind::Volume, "v1"), &at("101")),
+            "a bare name names any"
+        );
     }
 }

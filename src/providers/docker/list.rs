@@ -100,6 +100,7 @@ impl DockerProvider {
             .filter_map(|n| {
                 Some(Sandbox {
                     inherited: false,
+                    identity: None,
                     provider: "docker".into(),
                     kind: Kind::Network,
                     id: n.id?,
@@ -129,27 +130,34 @@ impl DockerProvider {
             .volumes
             .unwrap_or_default()
             .into_iter()
-            .map(|v| Sandbox {
-                inherited: false,
-                provider: "docker".into(),
-                kind: Kind::Volume,
-                id: v.name,
-                status: "volume".into(),
-                created_at: v
-                    .created_at
-                    .as_deref()
-                    .and_then(crate::timefmt::parse_rfc3339),
-                expires_at: None,
-                image: None,
-                labels: sorted(v.labels),
-            })
+            .map(volume)
             .collect())
+    }
+}
+
+/// One volume as a sandbox: its name is its id, its creation time its identity (`claim`).
+pub(super) fn volume(v: bollard::models::Volume) -> Sandbox {
+    let created_at = v
+        .created_at
+        .as_deref()
+        .and_then(crate::timefmt::parse_rfc3339);
+    Sandbox {
+        inherited: false,
+        identity: super::claim::volume_identity(created_at),
+        provider: "docker".into(),
+        kind: Kind::Volume,
+        id: v.name,
+        status: "volume".into(),
+        created_at,
+        expires_at: None,
+        image: None,
+        labels: sorted(v.labels),
     }
 }
 
 /// One listed container as a sandbox, its inherited sandguard labels dropped; `None` when it
 /// has no id; an error when its image could not be checked (see `image`).
-fn container(
+pub(super) fn container(
     c: ContainerSummary,
     images: &HashMap<String, Result<Image, ProviderError>>,
 ) -> Result<Option<Sandbox>, ProviderError> {
@@ -191,6 +199,7 @@ fn container(
     };
     Ok(Some(Sandbox {
         inherited,
+        identity: None,
         provider: "docker".into(),
         kind: Kind::Instance,
         id,
@@ -233,7 +242,7 @@ pub(super) fn combined(mut errors: Vec<ProviderError>) -> Option<ProviderError> 
     Some(first.map_message(more))
 }
 
-fn sorted(labels: HashMap<String, String>) -> BTreeMap<String, String> {
+pub(super) fn sorted(labels: HashMap<String, String>) -> BTreeMap<String, String> {
     labels.into_iter().collect()
 }
 

@@ -14,7 +14,11 @@
 //!   on its own, so one that fails does not hide the others ([`Provider::list_parts`]). A
 //!   container's `sandguard.*` labels inherited from its image are not ownership and are
 //!   dropped (`image`).
-//! - Claims (`claim`): a container id, `network/ID` or `volume/NAME`, never a name.
+//! - Claims (`claim`): a container id, `network/ID` or `volume/NAME`, never a name; a volume
+//!   claim is pinned to the volume it named when it was made (`volume/NAME@CREATED`): a name is
+//!   not an identity.
+//! - One claimed object looked up (`describe`): for a claim no listing answered for, its labels
+//!   and identity as a listing would show them, for the judgement.
 //! - Following (`follow`, sidecars only): the session's containers as Docker's event stream
 //!   creates and destroys them, so the reclaim at death removes them before it lists, and a
 //!   full id the stream proves exists is removed without the inspect below.
@@ -27,6 +31,7 @@
 //!   is the reclaim path's job ([`super::Kind`]).
 
 mod claim;
+mod describe;
 mod error;
 mod follow;
 mod image;
@@ -41,7 +46,8 @@ use bollard::{ClientVersion, Docker};
 use tokio::sync::OnceCell;
 
 use super::{
-    Capabilities, Entry, EntryState, Kind, Listing, Provider, ProviderError, Refusal, Sandbox,
+    Capabilities, Described, Entry, EntryState, Kind, Listing, Provider, ProviderError, Refusal,
+    Sandbox,
 };
 use crate::config::DockerSettings;
 use crate::labels::Selector;
@@ -215,13 +221,20 @@ impl Provider for DockerProvider {
     }
 
     fn parse_claim(&self, id: &str) -> Result<Sandbox, Refusal> {
-        claim::parse(id)
-            .map(|(kind, id)| Sandbox::claimed("docker", kind, id))
-            .map_err(Refusal)
+        claim::parse(id).map_err(Refusal)
     }
 
     fn claim_id(&self, sandbox: &Sandbox) -> String {
-        claim::render(sandbox.kind, &sandbox.id)
+        claim::render(sandbox)
+    }
+
+    /// A volume claim without its identity: volumes have only names (`claim`).
+    fn pins(&self, claimed: &Sandbox) -> bool {
+        claimed.kind == Kind::Volume && claimed.identity.is_none()
+    }
+
+    async fn describe(&self, claimed: &Sandbox) -> Result<Described, ProviderError> {
+        self.describe_one(claimed).await
     }
 
     fn names(&self, claimed: &Sandbox, listed: &Sandbox) -> bool {
@@ -235,7 +248,7 @@ impl Provider for DockerProvider {
         let id = if sandbox.kind == Kind::Instance && self.followed.exists(&sandbox.id) {
             sandbox.id.clone()
         } else {
-            claim::resolve(docker, &self.host, sandbox.kind, &sandbox.id).await?
+            claim::resolve(docker, &self.host, sandbox).await?
         };
         let result = match sandbox.kind {
             Kind::Instance => {

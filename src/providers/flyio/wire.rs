@@ -74,6 +74,7 @@ impl Machine {
         });
         Some(Sandbox {
             inherited: false,
+            identity: None,
             provider: NAME.into(),
             kind: Kind::Instance,
             id: self.id,

@@ -229,6 +229,7 @@ fn to_sandbox(info: SandboxInfo) -> Sandbox {
         .collect();
     Sandbox {
         inherited: false,
+        identity: None,
         provider: NAME.into(),
         kind: Kind::Instance,
         status: status_word(info.task_info.as_ref()).into(),

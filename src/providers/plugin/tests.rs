@@ -112,6 +112,7 @@ esac"#;
     plugin.remove(&listed[0]).await.unwrap();
     let other = Sandbox {
         inherited: false,
+        identity: None,
         id: "x9".into(),
         ..listed[0].clone()
     };

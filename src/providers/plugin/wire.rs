@@ -54,6 +54,7 @@ impl Listed {
     pub(super) fn into_sandbox(self, provider: &str) -> Sandbox {
         Sandbox {
             inherited: false,
+            identity: None,
             provider: provider.to_string(),
             kind: Kind::Instance,
             id: self.id,

@@ -91,6 +91,7 @@ impl Session {
         .cloned();
         Sandbox {
             inherited: false,
+            identity: None,
             provider: NAME.into(),
             kind: Kind::Instance,
             created_at: self

@@ -122,9 +122,8 @@ impl Volume {
     /// A detach when the container it is made for is detached, or its own labels ask for it.
     pub(crate) fn hold(&self, container: Hold) -> Hold {
         match (container, &self.labels) {
-            (Hold::Detach, _) => Hold::Detach,
             (Hold::Claim, Some(labels)) => Hold::of(labels),
-            (Hold::Claim, None) => Hold::Claim,
+            (other, _) => other,
         }
     }
 
