@@ -187,10 +187,19 @@ exec sleep 3600
     let [session, c, kept, net, vol] = <[String; 5]>::try_from(ids).unwrap();
     let mut r = Resources::default();
     r.adopt_container(&kept);
-    let (net_claim, vol_claim) = (format!("network/{net}"), format!("volume/{vol}"));
+    let net_claim = format!("network/{net}");
 
     // While the owner lives: everything claimed, watched by the sidecar, the detached one left.
     let alive = fates(&s, &session);
+    // The volume's claim is pinned to the volume the proxy made: `volume/NAME@CREATED`.
+    let vol_claim = alive
+        .iter()
+        .map(|row| row.0.clone())
+        .find(|id| {
+            id.strip_prefix(&format!("volume/{vol}@"))
+                .is_some_and(|t| t.parse::<i64>().is_ok())
+        })
+        .unwrap_or_else(|| panic!("no pinned claim of volume {vol} in {alive:?}"));
     for (id, kind) in [
         (&c, "instance"),
         (&net_claim, "network"),

@@ -505,6 +505,50 @@ exec sleep 3600
     );
 }
 
+/// A claimed container that carries `sandguard.detached=true` but no session label is kept at
+/// its owner's death: listings find only what carries a session label, so a claim no listing
+/// answered for was removed without a look at its labels (found by the model test's images).
+/// Now such a claim is looked up first and judged by what it carries.
+#[test]
+fn a_claimed_container_labelled_detached_alone_survives_its_owner() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("td-claimed-detached");
+    let mut made = Made::default();
+    let ids = s.path().join("ids");
+    let script = format!(
+        r#"set -e
+kept=$(docker run -d --network none --label sandguard.detached=true {IMAGE} sleep 3600)
+plain=$(docker run -d --network none {IMAGE} sleep 3600)
+sandguard claim docker "$kept"
+sandguard claim docker "$plain"
+printf '%s\n' "$kept" "$plain" "$SANDGUARD_SESSION" > {ids}.tmp
+mv {ids}.tmp {ids}
+exec sleep 3600
+"#,
+        ids = ids.display()
+    );
+    let mut owner = crate::wrapper::guarded_with(&s, &["--no-docker-proxy"], &script);
+    let got = wait_for_file(&ids, &mut owner);
+    let [kept, plain, session] = <[String; 3]>::try_from(got).unwrap();
+    for c in [&kept, &plain] {
+        made.undo(&["rm", "-f", c]);
+    }
+    unsafe_kill(owner.id() as i32, libc::SIGKILL);
+    let _ = owner.wait();
+    eventually(Duration::from_secs(15), "the session ends", || {
+        crate::promises::session_row(&mut sandguard(&s), &session)["state"] == "reclaimed"
+    });
+    assert!(
+        !container_exists(&plain),
+        "the plain claim was not reclaimed"
+    );
+    assert!(
+        container_exists(&kept),
+        "a claimed container labelled sandguard.detached=true was removed"
+    );
+}
+
 #[test]
 fn a_container_whose_image_cannot_be_inspected_is_neither_owned_nor_dropped() {
     require_docker();

@@ -219,6 +219,90 @@ echo \"$c\" > $OUT/ids.tmp; mv $OUT/ids.tmp $OUT/ids"
     f.none();
 }
 
+/// A volume's name is not its identity. The program makes two named volumes through the
+/// proxy (claimed), then removes one through the proxy and the other behind its back (on the
+/// daemon's own socket). Someone outside any session then makes two unlabelled volumes of the
+/// same names and writes to them (another terminal's `docker compose up`). The owner's death
+/// leaves both, with their data: the removal through the proxy released its claim at once,
+/// and the other claim is pinned to the volume the proxy made, so it never names the
+/// stranger's. Before, the reclaim removed both by name ("removed … (claimed)").
+#[test]
+fn a_stranger_volume_that_reuses_a_claimed_name_survives_the_reclaim() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("tp-reused");
+    let mut made = Made::default();
+    let mut f = Faults::default();
+    let u = unique();
+    let (released, pinned) = (format!("sg-tp-rel-{u}"), format!("sg-tp-pin-{u}"));
+    made.volumes.extend([released.clone(), pinned.clone()]);
+    let real =
+        std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into());
+    let mut o = owner(
+        &s,
+        &format!(
+            "a=$(docker run -d --network none -v {released}:/data {IMAGE} sleep 3600)
+b=$(docker run -d --network none -v {pinned}:/data {IMAGE} sleep 3600)
+docker rm -f \"$a\" \"$b\" > /dev/null
+docker volume rm {released} > /dev/null
+DOCKER_HOST={real} docker volume rm {pinned} > /dev/null
+printf '%s\\n%s\\n' \"$a\" \"$b\" > $OUT/ids.tmp; mv $OUT/ids.tmp $OUT/ids"
+        ),
+    );
+    made.containers.extend(o.lines.clone());
+    let journal = o.journal();
+    f.check(
+        journal.contains(&format!(
+            r#""ev":"release","provider":"docker","id":"volume/{released}""#
+        )),
+        format!("the removal through the proxy released the claim: {journal}"),
+    );
+    f.check(
+        journal.contains(&format!(
+            r#""ev":"release","provider":"docker","id":"{}""#,
+            o.lines[0]
+        )),
+        "the container removed through the proxy was released too",
+    );
+    f.check(
+        journal.contains(&format!(r#""id":"volume/{pinned}@"#)),
+        format!("the volume claim is pinned to the volume made: {journal}"),
+    );
+
+    // A stranger takes both names again, in a later second than the proxy's volumes.
+    std::thread::sleep(Duration::from_millis(1100));
+    for v in [&released, &pinned] {
+        assert!(
+            docker(&["volume", "create", v]).0,
+            "docker volume create {v}"
+        );
+        let mount = format!("{v}:/data");
+        let fill = ["run", "--rm", "--network", "none", "-v", &mount, IMAGE];
+        assert!(docker(&[&fill[..], &["sh", "-c", "echo theirs > /data/file"]].concat()).0);
+    }
+
+    o.kill_and_wait();
+    for v in [&released, &pinned] {
+        f.check(
+            volume_exists(v),
+            format!("the stranger's volume {v} was removed"),
+        );
+        f.eq(volume_file(v).as_str(), "theirs", "with its data");
+    }
+    let shown = run(sandguard(&s).args(["sessions", "show", &o.session]));
+    f.check(
+        !shown
+            .stdout
+            .lines()
+            .any(|l| l.contains(&pinned) && l.contains("removed")),
+        format!(
+            "sessions show says a stranger's volume was removed: {}",
+            shown.stdout
+        ),
+    );
+    f.none();
+}
+
 #[test]
 fn implicit_named_volumes_are_labelled_claimed_and_reclaimed() {
     require_docker();

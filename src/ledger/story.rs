@@ -177,6 +177,9 @@ struct Teller {
     /// telling a journal of n claims is linear, not quadratic (a sidecar given 100 000 claims
     /// used to spend minutes here, 2026-12-03).
     index: HashMap<Target, usize>,
+    /// Where each sandbox claimed pinned (`ID@IDENTITY`) is, by its id alone: a release or a
+    /// detach of `ID` is the same sandbox's (`Target::answers`).
+    pinned: HashMap<Target, usize>,
     /// The session's state as the view folds it (`None`: active), for [`Resumed::after`].
     state: Option<SessionState>,
     /// An `end` was seen in this life: a `reclaim_start` no longer changes the state.
@@ -324,7 +327,10 @@ impl Teller {
     /// Records the sandbox's latest fate; returns its index.
     fn set(&mut self, target: Target, fate: Fate, at_ms: u64) -> usize {
         let claims = matches!(fate, Fate::Claimed | Fate::Detached);
-        if let Some(&i) = self.index.get(&target) {
+        let by_id = matches!(fate, Fate::Released | Fate::Detached)
+            .then(|| self.pinned.get(&target))
+            .flatten();
+        if let Some(&i) = self.index.get(&target).or(by_id) {
             let (s, told) = &mut self.sandboxes[i];
             s.fate = fate;
             s.at_ms = at_ms;
@@ -332,6 +338,13 @@ impl Teller {
             return i;
         }
         self.index.insert(target.clone(), self.sandboxes.len());
+        if let Some((id, _)) = target.id.split_once('@') {
+            let bare = Target {
+                provider: target.provider.clone(),
+                id: id.to_string(),
+            };
+            self.pinned.insert(bare, self.sandboxes.len());
+        }
         self.sandboxes.push((
             SandboxStory {
                 target,

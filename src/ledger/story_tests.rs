@@ -329,3 +329,31 @@ fn a_journaled_cause_wins_over_the_inference_and_keeps_the_exit() {
     ]);
     assert_eq!(s.ending.unwrap().words(), "owner exited with status 3");
 }
+
+#[test]
+fn a_release_of_an_id_ends_the_claim_pinned_to_it() {
+    let s = story(&[
+        r#"{"t":2,"ev":"claim","provider":"docker","id":"volume/v1@100"}"#,
+        r#"{"t":3,"ev":"claim","provider":"docker","id":"volume/v2@100"}"#,
+        r#"{"t":4,"ev":"release","provider":"docker","id":"volume/v1"}"#,
+        r#"{"t":5,"ev":"detach","provider":"docker","id":"volume/v2"}"#,
+    ]);
+    assert_eq!(
+        fates(&s),
+        [
+            ("volume/v1@100", Origin::Claimed, Fate::Released),
+            ("volume/v2@100", Origin::Claimed, Fate::Detached),
+        ]
+    );
+    let view = crate::ledger::fold_journal(
+        "s",
+        format!(
+            "{START}\n{}\n{}\n",
+            r#"{"t":2,"ev":"claim","provider":"docker","id":"volume/v1@100"}"#,
+            r#"{"t":4,"ev":"release","provider":"docker","id":"volume/v1"}"#
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    assert!(view.claims.is_empty(), "{:?}", view.claims);
+}

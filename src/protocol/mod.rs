@@ -221,6 +221,21 @@ mod tests {
     }
 
     #[test]
+    fn a_pinned_claim_answers_the_id_it_was_pinned_from() {
+        let t = |id: &str| Target::new("docker", id).unwrap();
+        assert!(t("volume/v1").answers(&t("volume/v1")));
+        assert!(t("volume/v1@17").answers(&t("volume/v1")));
+        assert!(t("volume/v1@17").answers(&t("volume/v1@17")));
+        assert!(!t("volume/v1").answers(&t("volume/v1@17")));
+        assert!(!t("volume/v10@17").answers(&t("volume/v1")));
+        assert!(!t("volume/v1@").answers(&t("volume/v1")));
+        assert!(!t("volume/v1@1@2").answers(&t("volume/v1")));
+        assert!(!Target::new("e2b", "volume/v1@17")
+            .unwrap()
+            .answers(&t("volume/v1")));
+    }
+
+    #[test]
     fn commands_round_trip() {
         let long_id = "x".repeat(MAX_ID);
         let commands = [

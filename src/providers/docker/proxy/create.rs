@@ -96,8 +96,14 @@ fn object(body: &[u8]) -> Result<Option<Vec<(String, Json)>>, String> {
 }
 
 /// The id an answer names if this session made the object: `Id` (volumes: `Name`), and,
-/// where the answer carries labels, `sandguard.session` equal to `session`.
-pub(crate) fn claimable(kind: Create, answer: &[u8], session: &str) -> Option<String> {
+/// where the answer carries labels, `sandguard.session` equal to `session`; with, for a
+/// volume, its identity: its `CreatedAt` in unix seconds, which the claim is pinned to (a
+/// volume's name is not its identity, `super::super::claim`).
+pub(crate) fn claimable(
+    kind: Create,
+    answer: &[u8],
+    session: &str,
+) -> Option<(String, Option<String>)> {
     let value: serde_json::Value = serde_json::from_slice(answer).ok()?;
     let id = value.get(if kind == Create::Volume { "Name" } else { "Id" })?;
     let id = id.as_str().filter(|id| !id.is_empty())?;
@@ -106,7 +112,12 @@ pub(crate) fn claimable(kind: Create, answer: &[u8], session: &str) -> Option<St
         // A volume answer always carries its labels; without them, nothing proves it is ours.
         None => kind != Create::Volume,
     };
-    ours.then(|| id.to_string())
+    let created = (kind == Create::Volume)
+        .then(|| value.get("CreatedAt")?.as_str())
+        .flatten()
+        .and_then(crate::timefmt::parse_rfc3339)
+        .map(|t| t.to_string());
+    ours.then(|| (id.to_string(), created))
 }
 
 /// A named volume a container create would bring into being.

@@ -190,16 +190,21 @@ fn volume_create_bodies() {
 #[test]
 fn claims_only_what_this_session_made() {
     let c = |kind, answer: &str| claimable(kind, answer.as_bytes(), "s1");
+    let id = |id: &str| Some((id.to_string(), None));
     assert_eq!(
-        c(Create::Container, r#"{"Id":"abc","Warnings":[]}"#).as_deref(),
-        Some("abc")
+        c(Create::Container, r#"{"Id":"abc","Warnings":[]}"#),
+        id("abc")
     );
-    assert_eq!(
-        c(Create::Network, r#"{"Id":"n1","Warning":""}"#).as_deref(),
-        Some("n1")
-    );
+    assert_eq!(c(Create::Network, r#"{"Id":"n1","Warning":""}"#), id("n1"));
     let mine = r#"{"Name":"v1","Labels":{"sandguard.session":"s1"}}"#;
-    assert_eq!(c(Create::Volume, mine).as_deref(), Some("v1"));
+    assert_eq!(c(Create::Volume, mine), id("v1"));
+    // A volume is pinned to its creation time.
+    let dated =
+        r#"{"CreatedAt":"2026-12-04T16:49:25Z","Name":"v1","Labels":{"sandguard.session":"s1"}}"#;
+    assert_eq!(
+        c(Create::Volume, dated),
+        Some(("v1".to_string(), Some("1796402965".to_string())))
+    );
     for other in [
         r#"{"Name":"v1","Labels":{"sandguard.session":"s2"}}"#,
         r#"{"Name":"v1","Labels":{"a":"b"}}"#,

@@ -21,6 +21,9 @@
 //!   through the old hijack) cannot reach the container: hyper's server reads it as the next
 //!   request, which is judged like any other or refused as malformed. A client that needs
 //!   stdin asks for the upgrade, as every current client does.
+//! - A removal (`DELETE` of a container, network or volume) goes on as it came; a prune has
+//!   its answer read whole. When the daemon says the object is gone, its claim is released
+//!   before the answer reaches the client ([`removal`]).
 //! - Every other request goes on with its body streamed as it arrives, and its answer comes
 //!   back streamed (`logs -f`, `events`, pulls); an upgrade answered `101` becomes a raw copy
 //!   both ways ([`Conn::splice`]).
@@ -36,7 +39,7 @@ use hyper::{Method, Request, Response, StatusCode, Version};
 use super::create;
 use super::target::{self, Create, Route};
 use super::upstream::{as_is, Conn};
-use super::{claim, volumes, Body, Hold, Shared, MAX_HEAD};
+use super::{claim, removal, volumes, Body, Hold, Shared, MAX_HEAD};
 use crate::providers::proxy_headers::strip_hop_by_hop;
 use crate::providers::proxy_stamp::{collect, TooLarge, MAX_CREATE_BODY};
 
@@ -82,6 +85,15 @@ pub(super) async fn handle(req: Request<Incoming>, conn: &Conn) -> Response<Body
     let upgrade = req.headers().contains_key(UPGRADE) && req.version() == Version::HTTP_11;
     let result = match route {
         Route::Create { .. } | Route::Commit => rewrite(req, &target, &route, conn).await,
+        Route::Remove { kind, given } => {
+            let resp = pass(req, &target, upgrade, conn).await;
+            let status = resp.status();
+            if status.is_success() || status == StatusCode::NOT_FOUND {
+                removal::removed(&conn.shared, kind, &given).await;
+            }
+            Ok(resp)
+        }
+        Route::Prune { kind } => Ok(prune(req, &target, kind, conn).await),
         _ => Ok(pass(req, &target, upgrade, conn).await),
     };
     result.unwrap_or_else(Refusal::answer)
@@ -190,6 +202,10 @@ async fn rewrite(
     let (parts, body) = req.into_parts();
     let body = whole(body).await?;
     let (new_target, body, hold) = rewritten(target, route, &body, &conn.shared).await?;
+    let name = match route {
+        Route::Create { kind, .. } => removal::given_name(*kind, target, &body),
+        _ => None,
+    };
     let target = new_target.as_deref().unwrap_or(target);
     let resp = match send_whole(parts, target, body, conn).await {
         Ok(resp) => resp,
@@ -197,29 +213,67 @@ async fn rewrite(
     };
     match route {
         Route::Create { kind, .. } if resp.status().is_success() => {
-            Ok(claimed(resp, *kind, hold, &conn.shared).await)
+            Ok(claimed(resp, *kind, hold, name, &conn.shared).await)
         }
         _ => Ok(as_is(resp)),
     }
 }
 
-/// A create's answer, read whole and claimed when it names what this session made.
+/// A create's answer, read whole and claimed when it names what this session made; `name`:
+/// what the create named it.
 async fn claimed(
     resp: Response<Incoming>,
     kind: Create,
     hold: Hold,
+    name: Option<String>,
     shared: &Shared,
 ) -> Response<Body> {
-    let (mut parts, body) = resp.into_parts();
-    let Ok(data) = collect(body, MAX_CREATE_BODY).await else {
-        return answer(
-            502,
-            "sandguard: the Docker daemon's create answer could not be read",
-        );
+    let (parts, data) = match read_answer(resp, "create").await {
+        Ok(read) => read,
+        Err(resp) => return resp,
     };
-    if let Some(id) = create::claimable(kind, &data, &shared.session) {
-        claim(shared, kind, &id, hold).await;
+    if let Some(made) = create::claimable(kind, &data, &shared.session) {
+        claim(shared, kind, made, name, hold).await;
     }
+    rebuilt(parts, data)
+}
+
+/// A prune: passed on, and what its answer names as deleted released (`removal`).
+async fn prune(req: Request<Incoming>, target: &str, kind: Create, conn: &Conn) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    let resp = match conn.send(parts, target, Either::Left(body), false).await {
+        Ok(resp) => resp,
+        Err(resp) => return resp,
+    };
+    if !resp.status().is_success() {
+        return as_is(resp);
+    }
+    let (parts, data) = match read_answer(resp, "prune").await {
+        Ok(read) => read,
+        Err(resp) => return resp,
+    };
+    removal::pruned(&conn.shared, kind, &data).await;
+    rebuilt(parts, data)
+}
+
+/// An answer read whole (at most [`MAX_CREATE_BODY`]), or the proxy's own answer saying it
+/// could not be.
+async fn read_answer(
+    resp: Response<Incoming>,
+    what: &str,
+) -> Result<(hyper::http::response::Parts, Bytes), Response<Body>> {
+    let (parts, body) = resp.into_parts();
+    match collect(body, MAX_CREATE_BODY).await {
+        Ok(data) => Ok((parts, data)),
+        Err(_) => Err(answer(
+            502,
+            &format!("sandguard: the Docker daemon's {what} answer could not be read"),
+        )),
+    }
+}
+
+/// An answer read whole, sent on with a fresh `Content-Length`.
+fn rebuilt(mut parts: hyper::http::response::Parts, data: Bytes) -> Response<Body> {
     strip_hop_by_hop(&mut parts.headers, false);
     parts.headers.insert(CONTENT_LENGTH, data.len().into());
     Response::from_parts(parts, Either::Right(Full::from(data)))

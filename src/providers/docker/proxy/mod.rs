@@ -51,12 +51,18 @@
 //! - A raw bidirectional copy happens only after an upgrade (`101 Switching Protocols`), each
 //!   direction half-closed when its source ends. Any I/O error ends that one connection only.
 //!
-//! Claims name networks as `network/ID` and volumes as `volume/NAME` (see
-//! `Provider::parse_claim` of the Docker driver), so a reclaim removes the right kind of object.
+//! - A removal the program makes through the proxy (`DELETE` of a container, network or
+//!   volume, or a prune) releases the claim of what went, journaled before the answer reaches
+//!   the program ([`removal`]).
+//!
+//! Claims name networks as `network/ID` and volumes as `volume/NAME@CREATED`, pinned to the
+//! volume the create made (see `Provider::parse_claim` of the Docker driver: a volume's name
+//! is not its identity), so a reclaim removes the right kind of object, and only that one.
 
 pub(crate) mod create;
 mod forward;
 pub(crate) mod json;
+mod removal;
 pub(crate) mod target;
 mod upstream;
 mod volumes;
@@ -124,6 +130,8 @@ struct Shared {
     /// The session id (`sandguard.session` in `labels`): what a claimable answer must carry.
     session: String,
     claims: mpsc::UnboundedSender<Claim>,
+    /// What this proxy claimed, to release what the program removes (`removal`).
+    claimed: removal::Claimed,
 }
 
 /// A bound proxy, not yet serving.
@@ -220,6 +228,7 @@ impl Proxy {
             labels,
             session,
             claims,
+            claimed: removal::Claimed::default(),
         });
         Ok(Proxy { listener, shared })
     }
@@ -269,23 +278,33 @@ async fn serve(client: UnixStream, shared: Arc<Shared>) {
 const MAX_HEAD: usize = 64 * 1024;
 
 /// Tells the sidecar about a created object (a claim, or a detach as `hold` says) and waits
-/// until it is journaled.
-async fn claim(shared: &Shared, kind: Create, id: &str, hold: Hold) {
-    let id = match kind {
-        Create::Container => id.to_string(),
-        Create::Network => format!("network/{id}"),
-        Create::Volume => format!("volume/{id}"),
+/// until it is journaled: its `id` (a volume's name), pinned to `created` where the object's
+/// id is a name (a volume); `name`: the name it was created with, by which the program may
+/// remove it (`removal`).
+async fn claim(
+    shared: &Shared,
+    kind: Create,
+    (id, created): (String, Option<String>),
+    name: Option<String>,
+    hold: Hold,
+) {
+    let claimed = match (kind, &created) {
+        (Create::Container, _) => id.clone(),
+        (Create::Network, _) => format!("network/{id}"),
+        (Create::Volume, Some(created)) => format!("volume/{id}@{created}"),
+        (Create::Volume, None) => format!("volume/{id}"),
     };
-    let target = match Target::new("docker", &id) {
+    let target = match Target::new("docker", &claimed) {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!("docker proxy: not claimed ({e}); its labels still mark it");
             return;
         }
     };
+    shared.claimed.made(kind, &id, name);
     // Not acknowledged: the daemon's answer goes on all the same; the labels mark the object.
     if let Err(e) = claim_target(&shared.claims, target, hold).await {
-        tracing::debug!("docker proxy: {id} not claimed ({e}); its labels still mark it");
+        tracing::debug!("docker proxy: {claimed} not claimed ({e}); its labels still mark it");
     }
 }
 

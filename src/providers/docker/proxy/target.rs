@@ -36,6 +36,17 @@ pub enum Route {
     Attach,
     /// `[/vX.Y]/exec/{id}/start`: hijacked as an attach is, unless its body asks to detach.
     ExecStart,
+    /// `DELETE [/vX.Y]/{containers,networks,volumes}/{id}`: what the program removes itself;
+    /// its claim is released once the daemon says it is gone. `given` is the id or name as
+    /// the request named it.
+    Remove {
+        kind: Create,
+        given: String,
+    },
+    /// `POST [/vX.Y]/{containers,networks,volumes}/prune`: the answer names what went.
+    Prune {
+        kind: Create,
+    },
     Other,
 }
 
@@ -53,11 +64,25 @@ pub fn route(method: &str, target: &str) -> Result<Route, &'static str> {
         _ => (String::new(), &segments[..]),
     };
     let post = method.eq_ignore_ascii_case("POST");
+    let delete = method.eq_ignore_ascii_case("DELETE");
     let create = |kind| Route::Create {
         kind,
         version: version.clone(),
     };
+    let kind = |plural: &str| match plural {
+        "containers" => Some(Create::Container),
+        "networks" => Some(Create::Network),
+        "volumes" => Some(Create::Volume),
+        _ => None,
+    };
     Ok(match rest {
+        [plural, "prune"] if post && kind(plural).is_some() => Route::Prune {
+            kind: kind(plural).unwrap_or(Create::Container),
+        },
+        [plural, given] if delete && kind(plural).is_some() => Route::Remove {
+            kind: kind(plural).unwrap_or(Create::Container),
+            given: (*given).to_string(),
+        },
         ["containers", "create"] if post => create(Create::Container),
         ["networks", "create"] if post => create(Create::Network),
         ["volumes", "create"] if post => create(Create::Volume),
@@ -213,6 +238,37 @@ mod tests {
         assert!(route("POST", "%2Fv1.41/containers/create").is_err());
         assert!(route("POST", ":/containers/create").is_err());
         assert!(route("POST", "1x:/containers/create").is_err());
+    }
+
+    #[test]
+    fn removals_and_prunes() {
+        let remove = |kind, given: &str| {
+            Ok(Route::Remove {
+                kind,
+                given: given.into(),
+            })
+        };
+        assert_eq!(
+            route("DELETE", "/v1.41/volumes/v1?force=1"),
+            remove(Create::Volume, "v1")
+        );
+        assert_eq!(
+            route("delete", "/containers/%61bc"),
+            remove(Create::Container, "abc")
+        );
+        assert_eq!(
+            route("DELETE", "/networks/n1"),
+            remove(Create::Network, "n1")
+        );
+        assert_eq!(route("GET", "/volumes/v1"), Ok(Route::Other));
+        assert_eq!(route("DELETE", "/images/i1"), Ok(Route::Other));
+        assert_eq!(
+            route("POST", "/v1.41/volumes/prune"),
+            Ok(Route::Prune {
+                kind: Create::Volume
+            })
+        );
+        assert_eq!(route("GET", "/volumes/prune"), Ok(Route::Other));
     }
 
     #[test]

@@ -66,7 +66,7 @@ pub(super) async fn precreate(
         return Err(Refusal::new(status, message));
     }
     match create::claimable(Create::Volume, &answer, &shared.session) {
-        Some(id) => claim(shared, Create::Volume, &id, hold).await,
+        Some(made) => claim(shared, Create::Volume, made, None, hold).await,
         None => tracing::debug!("docker proxy: volume {name:?} existed already; not claimed"),
     }
     Ok(())
