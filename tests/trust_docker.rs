@@ -549,6 +549,67 @@ exec sleep 3600
     );
 }
 
+/// `sandguard claim docker volume/NAME` names the volume of that name when the claim is made:
+/// the sidecar pins it (`volume/NAME@CREATED`, and `claim` confirms it as the line it
+/// answers), so after the volume is removed behind sandguard's back and someone makes another
+/// of the same name, the reclaim leaves that one. A claim of a volume that does not exist is
+/// refused, and says why.
+#[test]
+fn a_volume_claimed_by_name_names_the_volume_there_then() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("td-volume-pin");
+    let mut made = Made::default();
+    let u = unique();
+    let (vol, missing) = (format!("sg-td-pin-{u}"), format!("sg-td-none-{u}"));
+    made.undo(&["volume", "rm", "-f", &vol]);
+    let ids = s.path().join("ids");
+    let script = format!(
+        r#"set -e
+docker volume create {vol} > /dev/null
+sandguard claim docker volume/{vol}
+if sandguard claim docker volume/{missing} 2> {ids}.err; then echo claimed > {ids}.err; fi
+docker volume rm {vol} > /dev/null
+echo "$SANDGUARD_SESSION" > {ids}.tmp
+mv {ids}.tmp {ids}
+exec sleep 3600
+"#,
+        ids = ids.display()
+    );
+    let mut owner = crate::wrapper::guarded_with(&s, &["--no-docker-proxy"], &script);
+    let got = wait_for_file(&ids, &mut owner);
+    let session = got[0].clone();
+    let refused = std::fs::read_to_string(s.path().join("ids.err")).unwrap();
+    assert!(
+        refused.contains("refused") && refused.contains("no volume"),
+        "a claim of a missing volume: {refused}"
+    );
+    let journal = std::fs::read_to_string(
+        s.path()
+            .join("state/sandguard/sessions")
+            .join(format!("{session}.journal")),
+    )
+    .unwrap();
+    assert!(
+        journal.contains(&format!(
+            r#""ev":"claim","provider":"docker","id":"volume/{vol}@"#
+        )),
+        "{journal}"
+    );
+    // Someone else takes the name again, in a later second.
+    std::thread::sleep(Duration::from_millis(1100));
+    docker_ok(&["volume", "create", &vol]);
+    unsafe_kill(owner.id() as i32, libc::SIGKILL);
+    let _ = owner.wait();
+    eventually(Duration::from_secs(15), "the session ends", || {
+        crate::promises::session_row(&mut sandguard(&s), &session)["state"] == "reclaimed"
+    });
+    assert!(
+        volume_exists(&vol),
+        "the reclaim removed a stranger's volume that only shares a claimed name"
+    );
+}
+
 #[test]
 fn a_container_whose_image_cannot_be_inspected_is_neither_owned_nor_dropped() {
     require_docker();
