@@ -41,17 +41,19 @@
 //!               from proto/modal.proto), plugin/; cloud_proxy/ (the E2B and Daytona API
 //!               proxy: stamps creates, claims their ids); what both proxies share:
 //!               proxy_accept.rs (the accept loop), proxy_stamp.rs (stamping), proxy_claim.rs
-//!               (how a proxy hands the sidecar a claim)
+//!               (how a proxy hands the sidecar a claim, a detach or a release)
 //! ledger/       the state directory: journals, locks, the boots this machine ran, pruning;
 //!               cause.rs (EndCause: why a session ended, journaled on reclaim_start),
-//!               story.rs (a journal told as a history)
+//!               story.rs (a journal told as a history), faults.rs (tests: writes that fail
+//!               as a process dying there, or a full disk, would leave them)
 //! protocol/     control lines (and their bounded reader), the sidecar's ready line, the
 //!               SessionId rule (a leaf: the ledger and the labels carry it too)
 //! config/       file + environment + flags → one Settings (dotenv.rs: Daytona's ./.env)
 //! identity/     owner identity, liveness (alive / dead / unknown), death.rs (watching a
 //!               live owner die: pidfd, /proc fallback)
 //! labels.rs     the label keys a session stamps and the selector (a leaf every layer reads,
-//!               so at the root rather than under session/)
+//!               so at the root rather than under session/); labels/inherited.rs (which
+//!               labels a sandbox carries from its image count as its creator's)
 //! unix/         the only module with unsafe: fd, process, signal; host.rs (this machine's,
 //!               boot's and pid namespace's ids, below identity and config)
 //! timefmt.rs    RFC 3339 and uptimes
