@@ -207,7 +207,7 @@ async fn one_provider(
     });
     if let Some(found) = prelisted {
         let (mut targets, mut removals) = judged.sort(found, true);
-        let (described, refused) = judged.describe(options).await;
+        let (described, refused) = judged.describe(options, deadline, pace).await;
         targets.extend(described);
         removals.extend(refused);
         removals.extend(remove::remove_from(provider, targets, options, deadline, pace).await);
@@ -252,7 +252,7 @@ async fn one_provider(
         };
         let (mut targets, refused) = judged.sort(attempt.found, attempt.retry.is_none());
         removals.extend(refused);
-        let (described, refused) = judged.describe(options).await;
+        let (described, refused) = judged.describe(options, deadline, pace).await;
         targets.extend(described);
         removals.extend(refused);
         removals.extend(remove::remove_from(provider, targets, options, deadline, pace).await);
@@ -310,14 +310,21 @@ impl Judged<'_> {
     /// carries a session label, so a claimed container labelled `sandguard.detached=true`
     /// alone is seen only here), and, where ids are names, only when it still is the object
     /// claimed. A provider that cannot look one up has the claim judged as it stands; one that
-    /// fails to leaves it unfinished (nobody can tell what it carries).
-    async fn describe(&mut self, options: &Options) -> (Vec<Sandbox>, Vec<Removal>) {
+    /// keeps failing to (retried as a removal is, until the deadline) leaves it unfinished:
+    /// nobody can tell what it carries.
+    async fn describe(
+        &mut self,
+        options: &Options,
+        deadline: Instant,
+        pace: &pace::Pace,
+    ) -> (Vec<Sandbox>, Vec<Removal>) {
         use futures_util::stream::{self, StreamExt};
         let bare = std::mem::take(&mut self.bare);
         let provider = self.provider;
         let described: Vec<(Sandbox, Result<Described, ProviderError>)> = stream::iter(bare)
             .map(|c| async move {
-                let d = provider.describe(&c).await;
+                let call = || provider.describe(&c);
+                let (d, _) = remove::retrying(provider, options, deadline, pace, call).await;
                 (c, d)
             })
             .buffer_unordered(options.window(provider.name()).max(1))
@@ -331,7 +338,7 @@ impl Judged<'_> {
                     self.decide(s, &mut targets, &mut refused);
                 }
                 Ok(Described::Found(s)) => refused.push(not_the_one(claim, &s)),
-                Ok(Described::Gone) => refused.push(Removal {
+                Ok(Described::Gone) | Err(ProviderError::Gone(_)) => refused.push(Removal {
                     sandbox: claim,
                     outcome: Outcome::Gone,
                     attempts: 0,

@@ -117,24 +117,45 @@ async fn remove_one(
     deadline: Instant,
     pace: &Pace,
 ) -> Removal {
+    let call = || provider.remove(&sandbox);
+    let (result, attempts) = retrying(provider, options, deadline, pace, call).await;
+    let outcome = match result {
+        Ok(()) => Outcome::Removed,
+        Err(ProviderError::Gone(_)) => Outcome::Gone,
+        Err(e @ ProviderError::Fatal(_)) => Outcome::Failed(e.into()),
+        Err(ProviderError::Refused(e)) => Outcome::Refused(Refusal(e)),
+        Err(e @ ProviderError::Transient { .. }) => Outcome::Unfinished(e.into()),
+    };
+    finish(sandbox, outcome, attempts)
+}
+
+/// Calls `call` (one request to `provider`) under its pace until it answers, fails for good,
+/// or the deadline comes: transient failures are retried with [`backoff`], a `Retry-After`
+/// honoured (the pace held closed for it, and a throttled answer slows the provider down).
+/// The last answer (at the deadline, the last transient failure) and the attempts made. The
+/// one retry loop of a removal, and of the look-up of a claim before it is judged.
+pub(super) async fn retrying<T, F, Fut>(
+    provider: &dyn Provider,
+    options: &Options,
+    deadline: Instant,
+    pace: &Pace,
+    mut call: F,
+) -> (Result<T, ProviderError>, u32)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, ProviderError>>,
+{
     let mut attempts = 0;
     loop {
         let slot = pace.slot().await;
         attempts += 1;
-        let failure = match provider.remove(&sandbox).await {
-            Ok(()) => {
+        let failure = match call().await {
+            answer @ (Ok(_) | Err(ProviderError::Gone(_))) => {
                 slot.succeeded();
-                return finish(sandbox, Outcome::Removed, attempts);
+                return (answer, attempts);
             }
-            Err(ProviderError::Gone(_)) => {
-                slot.succeeded();
-                return finish(sandbox, Outcome::Gone, attempts);
-            }
-            Err(e @ ProviderError::Fatal(_)) => {
-                return finish(sandbox, Outcome::Failed(e.into()), attempts)
-            }
-            Err(ProviderError::Refused(e)) => {
-                return finish(sandbox, Outcome::Refused(Refusal(e)), attempts)
+            Err(e @ (ProviderError::Fatal(_) | ProviderError::Refused(_))) => {
+                return (Err(e), attempts)
             }
             Err(e @ ProviderError::Transient { .. }) => e,
         };
@@ -152,9 +173,13 @@ async fn remove_one(
         }
         let delay = backoff(options, attempts).max(retry_after.unwrap_or_default());
         if Instant::now() + delay >= deadline {
-            return finish(sandbox, Outcome::Unfinished(failure.into()), attempts);
+            return (Err(failure), attempts);
         }
-        tracing::debug!(provider = provider.name(), id = %sandbox.id, attempt = attempts, "retrying in {delay:?}: {failure}");
+        tracing::debug!(
+            provider = provider.name(),
+            attempt = attempts,
+            "retrying in {delay:?}: {failure}"
+        );
         tokio::time::sleep(delay).await;
     }
 }

@@ -162,3 +162,48 @@ async fn a_second_pass_listing_failure_is_kept() {
     assert_eq!(report.list_failures.len(), 1, "{report:?}");
     assert!(!report.is_clean());
 }
+
+/// A claim no listing answered for is looked up and judged by what it carries: labelled
+/// `sandguard.detached=true` alone, it stays; gone, it is gone; its id now naming another
+/// object than the one the claim was pinned to, it is refused and that object stays.
+#[tokio::test(start_paused = true)]
+async fn a_claim_no_listing_found_is_judged_by_what_it_carries() {
+    let mut detached = sandbox("d", Kind::Instance, None);
+    detached
+        .labels
+        .insert(crate::labels::DETACHED.into(), "true".into());
+    let mut reused = sandbox("v", Kind::Instance, None);
+    reused.identity = Some("2".into());
+    let mut pinned = sandbox("v", Kind::Instance, None);
+    pinned.identity = Some("1".into());
+    let p = Arc::new(Fake {
+        sandboxes: std::sync::Mutex::new(vec![
+            detached,
+            reused,
+            sandbox("c", Kind::Instance, None),
+        ]),
+        reuses_ids: true,
+        ..Default::default()
+    });
+    let providers: Vec<Arc<dyn Provider>> = vec![p.clone()];
+    let mut plan = plan("s");
+    plan.claims = vec![
+        sandbox("d", Kind::Instance, None),
+        sandbox("c", Kind::Instance, None),
+        sandbox("gone", Kind::Instance, None),
+        pinned,
+    ];
+    let report = reclaim(&providers, &plan, async { vec![] }, &options()).await;
+    let outcome = |id: &str| {
+        report
+            .removals
+            .iter()
+            .find(|r| r.sandbox.id == id)
+            .map(|r| r.outcome.as_str())
+    };
+    assert_eq!(outcome("c"), Some("removed"));
+    assert_eq!(outcome("gone"), Some("gone"));
+    assert_eq!(outcome("v"), Some("refused"));
+    assert_eq!(outcome("d"), None, "a detached one is kept without a word");
+    assert_eq!(p.remaining(), vec!["d", "v"]);
+}
