@@ -29,7 +29,8 @@
 //!               is watch/fleet.rs
 //! ownership/    the one ownership judgement: whether a sandbox may be removed or renewed,
 //!               and why; every path that removes or renews asks it (DESIGN's trust rules)
-//! reclaim/      the one removal path: mod.rs (the passes), plan.rs (Plan, Listed), report.rs
+//! reclaim/      the one removal path: mod.rs (the passes), judged.rs (one provider's share
+//!               judged, claims looked up first), plan.rs (Plan, Listed), report.rs
 //!               (Outcome, Failure: what the provider said, Report), options.rs, list.rs
 //!               (listings retried until the deadline), remove.rs (retries), target.rs
 //!               (which ledger target names a sandbox), pace.rs (each
