@@ -155,10 +155,11 @@ fn left_behind(world: &World, op: Op, o: &Oracle, seen: &Before) -> Found {
     if !(swept && seen.healthy && world.healthy()) {
         return None;
     }
+    let remote = matches!(op, Op::FleetSweep { here: false, .. });
     let (x, why) = o
         .boxes
         .keys()
-        .find_map(|&x| Some((x, o.must_be_gone(x)?)))?;
+        .find_map(|&x| Some((x, o.must_be_gone(x, remote)?)))?;
     Some((
         Invariant::LeftBehind,
         format!(

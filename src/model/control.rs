@@ -114,8 +114,10 @@ impl World {
                 !v.claims.iter().any(|c| c.answers(t))
             })
             .await
-            .is_some()
+            == Some(true)
         {
+            // Only a release the journal shows: one its sidecar died before writing
+            // releases nothing, and the sidecar started again still holds the claim.
             o.release(s, x);
         }
         Ok(())
@@ -127,7 +129,8 @@ impl World {
         x: usize,
         o: &mut Oracle,
     ) -> Result<(), String> {
-        let done = |v: &SessionView, t: &Target| v.detached.contains(t);
+        // Pinned to the object there, as a claim is (`Target::answers`).
+        let done = |v: &SessionView, t: &Target| v.detached.iter().any(|d| d.answers(t));
         if self.line(s, "detach", x, done).await == Some(true) {
             o.detach(s, x);
         }

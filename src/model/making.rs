@@ -199,7 +199,7 @@ impl World {
         o: &mut Oracle,
     ) {
         let (carried, inherited) = self.image(image).await;
-        let (labels, label) = match forge {
+        let (labels, label, from_image) = match forge {
             // A copy of the labels its image carries cannot be told from the image's: the
             // inheritance rule decides, as for the image's own.
             Forge::Of(s)
@@ -207,15 +207,18 @@ impl World {
                     .get(labels::SESSION)
                     .is_some_and(|v| *v == World::session_id(s)) =>
             {
-                (self.sessions[&s].labels.clone(), inherited)
+                (self.sessions[&s].labels.clone(), inherited, true)
             }
             Forge::Of(s) => match self.sessions.get(&s) {
-                Some(v) => (v.labels.clone(), Some(s)),
-                None => (BTreeMap::new(), inherited),
+                Some(v) => (v.labels.clone(), Some(s), false),
+                None => (BTreeMap::new(), inherited, true),
             },
-            Forge::None => (BTreeMap::new(), inherited),
+            Forge::None => (BTreeMap::new(), inherited, true),
         };
         self.put(x, provider, labels, carried);
         o.create(x, label, image.is_some_and(|i| i.detached));
+        if from_image {
+            o.inherited(x);
+        }
     }
 }

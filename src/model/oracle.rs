@@ -50,8 +50,12 @@ pub(super) struct Session {
 pub(super) struct Sandbox {
     /// The session whose labels its creator set.
     pub label: Option<usize>,
-    /// `sandguard.detached=true`, set by its creator.
+    /// `sandguard.detached=true`, set by its creator or carried from its image.
     pub detached_label: bool,
+    /// `label` came from its image, not its creator (it counts: the box was made while that
+    /// session lived). A fleet sweep on another host cannot date the session's end, so it
+    /// never counts such a label: it is not required to remove the box.
+    pub inherited: bool,
     /// Sessions whose claim stands (the rules allow it).
     pub claimed: BTreeSet<usize>,
     /// Of those, the ones the sidecar confirmed: a sweep can know them from the ledger.
@@ -229,10 +233,19 @@ impl Oracle {
         Err(format!("its owners {} live", names(&owners)))
     }
 
-    /// Whether a sweep against healthy providers must have removed `x`: why, if so.
-    pub(super) fn must_be_gone(&self, x: usize) -> Option<String> {
+    /// `x`'s label is one its image carried (see [`Sandbox::inherited`]).
+    pub(super) fn inherited(&mut self, x: usize) {
+        if let Some(b) = self.boxes.get_mut(&x) {
+            b.inherited = b.label.is_some();
+        }
+    }
+
+    /// Whether a sweep against healthy providers must have removed `x`: why, if so. `remote`:
+    /// a fleet sweep on another host, which leaves what only an inherited label makes a dead
+    /// session's.
+    pub(super) fn must_be_gone(&self, x: usize, remote: bool) -> Option<String> {
         let b = self.boxes.get(&x)?;
-        if b.gone || b.is_detached() {
+        if b.gone || b.is_detached() || (remote && b.inherited && b.confirmed.is_empty()) {
             return None;
         }
         let known: BTreeSet<usize> = b

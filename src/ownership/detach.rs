@@ -23,7 +23,9 @@
 //!   carries the session's label is never left to be reclaimed because a listing failed.
 //! - A claim names a sandbox the way the provider matches ids (a Docker id prefix names the
 //!   container it starts), in either direction: a claim of `3f2a…` owns a detach of the full
-//!   id, and a claim of the full id owns a detach of a prefix of it.
+//!   id, and a claim of the full id owns a detach of a prefix of it. A claim pinned to an
+//!   identity (a Docker volume made then) owns only a detach of that object: the sidecar pins
+//!   a detach as it pins a claim, so a name a stranger took again is not the session's.
 
 use crate::protocol::Target;
 use crate::providers::{Provider, Sandbox};
@@ -54,7 +56,7 @@ pub(crate) fn ownership<'a>(
     let sandbox = listed
         .unwrap_or_default()
         .iter()
-        .find(|s| s.id == named.id || provider.names(&named, s));
+        .find(|s| provider.names(&named, s));
     if sandbox.is_some_and(|s| s.session() == Some(session)) {
         return Ownership::Owned;
     }
@@ -63,7 +65,7 @@ pub(crate) fn ownership<'a>(
         .into_iter()
         .filter(|c| c.provider == target.provider)
         .filter_map(|c| provider.parse_claim(&c.id).ok())
-        .any(|c| c.id == it.id || provider.names(&c, it) || provider.names(&named, &c));
+        .any(|c| provider.names(&c, it) || provider.names(&named, &c));
     match (claimed, listed) {
         (true, _) => Ownership::Owned,
         (false, Some(_)) => Ownership::NotOwned,

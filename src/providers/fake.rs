@@ -190,18 +190,20 @@ impl Provider for Fake {
         if !self.ttl {
             return Err(ProviderError::fatal("fake has no server-side TTL"));
         }
-        self.renewals
-            .lock()
-            .unwrap()
-            .push((s.id.clone(), Instant::now()));
         let all = self.sandboxes.lock().unwrap();
-        if all
-            .iter()
-            .any(|x| x.id == s.id && super::same_identity(s, x))
-        {
-            Ok(())
-        } else {
-            Err(ProviderError::gone(format!("{} not found", s.id)))
+        let now = all.iter().find(|x| x.id == s.id);
+        // A renewal of an object that is gone is still logged (a call after a death is one
+        // whatever it finds); one that names an object made since under the same id renews
+        // nothing of it, and is not.
+        if now.is_none_or(|x| super::same_identity(s, x)) {
+            self.renewals
+                .lock()
+                .unwrap()
+                .push((s.id.clone(), Instant::now()));
+        }
+        match now {
+            Some(x) if super::same_identity(s, x) => Ok(()),
+            _ => Err(ProviderError::gone(format!("{} not found", s.id))),
         }
     }
     fn names(&self, claimed: &Sandbox, listed: &Sandbox) -> bool {

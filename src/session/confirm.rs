@@ -155,8 +155,10 @@ fn answer(line: &[u8], command: &Command, target: &Target) -> Option<Result<(), 
     let entry = crate::ledger::decode_line(line)?;
     let is = |p: &str, i: &str| p == target.provider && i == target.id;
     match (command, entry) {
-        // A claim may be journaled pinned to the object it names (`Target::answers`).
+        // A claim or a detach may be journaled pinned to the object it names
+        // (`Target::answers`).
         (Command::Claim(_), Record::Claim { provider, id })
+        | (Command::Detach(_), Record::Detach { provider, id })
             if (Target {
                 provider: provider.clone(),
                 id: id.clone(),
@@ -165,12 +167,11 @@ fn answer(line: &[u8], command: &Command, target: &Target) -> Option<Result<(), 
         {
             Some(Ok(()))
         }
-        (Command::Detach(_), Record::Detach { provider, id })
-        | (Command::Release(_), Record::Release { provider, id })
-            if is(&provider, &id) =>
-        {
+        (Command::Release(_), Record::Release { provider, id }) if is(&provider, &id) => {
             Some(Ok(()))
         }
+        // A claim pinned when it arrived may be refused as pinned (another session holds
+        // that object).
         (
             _,
             Record::Refused {
@@ -178,7 +179,14 @@ fn answer(line: &[u8], command: &Command, target: &Target) -> Option<Result<(), 
                 id,
                 reason,
             },
-        ) if is(&provider, &id) => Some(Err(reason)),
+        ) if (Target {
+            provider: provider.clone(),
+            id: id.clone(),
+        })
+        .answers(target) =>
+        {
+            Some(Err(reason))
+        }
         _ => None,
     }
 }

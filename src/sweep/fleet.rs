@@ -339,8 +339,9 @@ async fn end_session(
     let claims = s.holdings.claims.difference(&s.holdings.detached);
     let mut plan = Plan::for_session(&s.record.id, providers, claims, &s.holdings.detached);
     plan.listed = Some(listed.clone());
-    plan.known = Some(known.clone());
     plan.own.sidecar = ownership::Sidecar::Gone;
+    plan.own.ended_at = fleet_end(known, &s.record.id);
+    plan.known = Some(known.clone());
     let before = Before {
         providers: Some(s.record.providers.clone()),
         ..Default::default()
@@ -358,6 +359,21 @@ async fn end_session(
         cause: EndCause::Sweep,
     };
     ending.run().await
+}
+
+/// When a session the fleet store reclaims ended, for a label its sandboxes only inherited
+/// (trust rule 3: it counts for a sandbox created while the session lived): as this
+/// machine's ledger says, when it holds the session (a `--fleet` sweep on the session's own
+/// host); otherwise the store cannot say (a lease expires, it is not dated), and no inherited
+/// label counts: a stranger's container made from the session's image after its death must
+/// never be taken for the session's. The session's own containers made from its own image
+/// with its labels are then left to their TTL and to its machine's sweep (what its proxy
+/// made is claimed, and goes by its claim).
+fn fleet_end(known: &Known, id: &str) -> Option<i64> {
+    match known.view(id) {
+        Some(view) => crate::ownership::known::ended_at(view),
+        None => Some(i64::MIN),
+    }
 }
 
 #[cfg(test)]

@@ -277,7 +277,8 @@ impl<C: Clock> Sidecar<C> {
                 // A claim, or a detach (the owner's "mine, keep it"), of what another session
                 // that may live holds would take it from that session: refused.
                 // Pinned first (an id that is a name, to the object it names now), so that
-                // whether another session holds it is judged of that object.
+                // whether another session holds it, or this one owns it, is judged of that
+                // object (a detach too: a name taken again by a stranger is not ours to keep).
                 Some(Ok(Command::Claim(c))) => {
                     if let Some(pinned) = self.pin(c).await {
                         if self.may_claim(&pinned, &known, &mut listed).await {
@@ -286,10 +287,12 @@ impl<C: Clock> Sidecar<C> {
                     }
                 }
                 Some(Ok(Command::Detach(c))) => {
-                    if self.may_claim(&c, &known, &mut listed).await
-                        && self.owns(&c, &mut listed).await
-                    {
-                        self.apply(Command::Detach(c));
+                    if let Some(pinned) = self.pin(c).await {
+                        if self.may_claim(&pinned, &known, &mut listed).await
+                            && self.owns(&pinned, &mut listed).await
+                        {
+                            self.apply(Command::Detach(pinned));
+                        }
                     }
                 }
                 Some(Ok(command)) => {
