@@ -76,6 +76,31 @@ fn outcomes(stdout: &str) -> BTreeMap<String, (String, String)> {
         .collect()
 }
 
+/// A guarded program without the Docker proxy (its labels are its own, as `docker run
+/// --label` sets them) that runs `script`, then writes the words `ids` names (shell words,
+/// `$SANDGUARD_SESSION` among them), one per line, and sleeps: the program and those lines.
+fn guarded_script(s: &Scratch, script: &str, ids: &[&str]) -> (crate::wrapper::Job, Vec<String>) {
+    let out = s.path().join("ids");
+    let words: Vec<String> = ids.iter().map(|w| format!("\"{w}\"")).collect();
+    let script = format!(
+        "set -e\n{script}\nprintf '%s\\n' {} > {out}.tmp\nmv {out}.tmp {out}\nexec sleep 3600\n",
+        words.join(" "),
+        out = out.display()
+    );
+    let mut owner = crate::wrapper::guarded_with(s, &["--no-docker-proxy"], &script);
+    let got = wait_for_file(&out, &mut owner);
+    (owner, got)
+}
+
+/// SIGKILLs a guarded program and waits until its session reads `reclaimed`.
+fn kill_until_reclaimed(s: &Scratch, mut owner: crate::wrapper::Job, session: &str) {
+    unsafe_kill(owner.id() as i32, libc::SIGKILL);
+    let _ = owner.wait();
+    eventually(Duration::from_secs(15), "the session ends", || {
+        crate::promises::session_row(&mut sandguard(s), session)["state"] == "reclaimed"
+    });
+}
+
 #[test]
 fn a_network_claim_never_reaches_a_stranger_named_like_an_id() {
     require_docker();
@@ -441,21 +466,15 @@ fn a_detach_the_image_carries_too_is_honoured_everywhere() {
         &image,
     ]);
     docker_ok(&["rm", &base]);
-    let ids = s.path().join("ids");
-    // Without the proxy: the labels are the program's own, as `docker run --label` sets them.
-    let script = format!(
-        r#"set -e
-L=$(echo "$SANDGUARD_LABELS" | sed 's/^/--label /; s/,/ --label /g')
+    let (owner, got) = guarded_script(
+        &s,
+        &format!(
+            r#"L=$(echo "$SANDGUARD_LABELS" | sed 's/^/--label /; s/,/ --label /g')
 kept=$(docker run -d --network none $L --label sandguard.detached=true {image} sleep 3600)
-plain=$(docker run -d --network none $L {IMAGE} sleep 3600)
-printf '%s\n' "$kept" "$plain" "$SANDGUARD_SESSION" > {ids}.tmp
-mv {ids}.tmp {ids}
-exec sleep 3600
-"#,
-        ids = ids.display()
+plain=$(docker run -d --network none $L {IMAGE} sleep 3600)"#
+        ),
+        &["$kept", "$plain", "$SANDGUARD_SESSION"],
     );
-    let mut owner = crate::wrapper::guarded_with(&s, &["--no-docker-proxy"], &script);
-    let got = wait_for_file(&ids, &mut owner);
     let [kept, plain, session] = <[String; 3]>::try_from(got).unwrap();
     for c in [&kept, &plain] {
         made.undo(&["rm", "-f", c]);
@@ -464,11 +483,7 @@ exec sleep 3600
     assert!(shown.contains(r#""sandguard.detached":"true""#), "{shown}");
 
     // The owner dies: its sidecar reclaims the session, the detached one stays.
-    unsafe_kill(owner.id() as i32, libc::SIGKILL);
-    let _ = owner.wait();
-    eventually(Duration::from_secs(15), "the session ends", || {
-        crate::promises::session_row(&mut sandguard(&s), &session)["state"] == "reclaimed"
-    });
+    kill_until_reclaimed(&s, owner, &session);
     assert!(!container_exists(&plain), "the reclaim did not run");
     assert!(
         container_exists(&kept),
@@ -515,30 +530,21 @@ fn a_claimed_container_labelled_detached_alone_survives_its_owner() {
     let _g = shared();
     let s = Scratch::new("td-claimed-detached");
     let mut made = Made::default();
-    let ids = s.path().join("ids");
-    let script = format!(
-        r#"set -e
-kept=$(docker run -d --network none --label sandguard.detached=true {IMAGE} sleep 3600)
+    let (owner, got) = guarded_script(
+        &s,
+        &format!(
+            r#"kept=$(docker run -d --network none --label sandguard.detached=true {IMAGE} sleep 3600)
 plain=$(docker run -d --network none {IMAGE} sleep 3600)
 sandguard claim docker "$kept"
-sandguard claim docker "$plain"
-printf '%s\n' "$kept" "$plain" "$SANDGUARD_SESSION" > {ids}.tmp
-mv {ids}.tmp {ids}
-exec sleep 3600
-"#,
-        ids = ids.display()
+sandguard claim docker "$plain""#
+        ),
+        &["$kept", "$plain", "$SANDGUARD_SESSION"],
     );
-    let mut owner = crate::wrapper::guarded_with(&s, &["--no-docker-proxy"], &script);
-    let got = wait_for_file(&ids, &mut owner);
     let [kept, plain, session] = <[String; 3]>::try_from(got).unwrap();
     for c in [&kept, &plain] {
         made.undo(&["rm", "-f", c]);
     }
-    unsafe_kill(owner.id() as i32, libc::SIGKILL);
-    let _ = owner.wait();
-    eventually(Duration::from_secs(15), "the session ends", || {
-        crate::promises::session_row(&mut sandguard(&s), &session)["state"] == "reclaimed"
-    });
+    kill_until_reclaimed(&s, owner, &session);
     assert!(
         !container_exists(&plain),
         "the plain claim was not reclaimed"
@@ -563,23 +569,20 @@ fn a_volume_claimed_by_name_names_the_volume_there_then() {
     let u = unique();
     let (vol, missing) = (format!("sg-td-pin-{u}"), format!("sg-td-none-{u}"));
     made.undo(&["volume", "rm", "-f", &vol]);
-    let ids = s.path().join("ids");
-    let script = format!(
-        r#"set -e
-docker volume create {vol} > /dev/null
+    let err = s.path().join("claim.err");
+    let (owner, got) = guarded_script(
+        &s,
+        &format!(
+            "docker volume create {vol} > /dev/null
 sandguard claim docker volume/{vol}
-if sandguard claim docker volume/{missing} 2> {ids}.err; then echo claimed > {ids}.err; fi
-docker volume rm {vol} > /dev/null
-echo "$SANDGUARD_SESSION" > {ids}.tmp
-mv {ids}.tmp {ids}
-exec sleep 3600
-"#,
-        ids = ids.display()
+if sandguard claim docker volume/{missing} 2> {err}; then echo claimed > {err}; fi
+docker volume rm {vol} > /dev/null",
+            err = err.display()
+        ),
+        &["$SANDGUARD_SESSION"],
     );
-    let mut owner = crate::wrapper::guarded_with(&s, &["--no-docker-proxy"], &script);
-    let got = wait_for_file(&ids, &mut owner);
     let session = got[0].clone();
-    let refused = std::fs::read_to_string(s.path().join("ids.err")).unwrap();
+    let refused = std::fs::read_to_string(&err).unwrap();
     assert!(
         refused.contains("refused") && refused.contains("no volume"),
         "a claim of a missing volume: {refused}"
@@ -599,11 +602,7 @@ exec sleep 3600
     // Someone else takes the name again, in a later second.
     std::thread::sleep(Duration::from_millis(1100));
     docker_ok(&["volume", "create", &vol]);
-    unsafe_kill(owner.id() as i32, libc::SIGKILL);
-    let _ = owner.wait();
-    eventually(Duration::from_secs(15), "the session ends", || {
-        crate::promises::session_row(&mut sandguard(&s), &session)["state"] == "reclaimed"
-    });
+    kill_until_reclaimed(&s, owner, &session);
     assert!(
         volume_exists(&vol),
         "the reclaim removed a stranger's volume that only shares a claimed name"

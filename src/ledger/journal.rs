@@ -367,17 +367,15 @@ mod tests {
         }
     }
 
+    /// The journal of session `abc` in `dir`, made durable, with no faults.
+    fn made(dir: &Path) -> Result<Journal, LedgerError> {
+        create(dir, "abc", &start(), Durable::Now, &Faults::default())
+    }
+
     #[test]
     fn create_publishes_a_locked_journal_holding_its_start_record() {
         let tmp = TempDir::new("journal-create");
-        let j = create(
-            tmp.path(),
-            "abc",
-            &start(),
-            Durable::Now,
-            &Faults::default(),
-        )
-        .unwrap();
+        let j = made(tmp.path()).unwrap();
         assert_eq!(j.path(), tmp.path().join("abc.journal"));
         assert!(!tmp.path().join("abc.new").exists());
         let text = fs::read_to_string(j.path()).unwrap();
@@ -387,31 +385,13 @@ mod tests {
         );
         let probe = File::open(j.path()).unwrap();
         assert!(!unix::try_lock_shared(&probe).unwrap());
-        assert!(matches!(
-            create(
-                tmp.path(),
-                "abc",
-                &start(),
-                Durable::Now,
-                &Faults::default()
-            ),
-            Err(LedgerError::Exists { .. })
-        ));
+        assert!(matches!(made(tmp.path()), Err(LedgerError::Exists { .. })));
     }
 
     #[test]
     fn adopting_after_a_torn_write_mends_the_line_first() {
         let tmp = TempDir::new("journal-mend");
-        let path = create(
-            tmp.path(),
-            "abc",
-            &start(),
-            Durable::Now,
-            &Faults::default(),
-        )
-        .unwrap()
-        .path()
-        .to_owned();
+        let path = made(tmp.path()).unwrap().path().to_owned();
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(b"{\"t\":5,\"ev\":\"cla").unwrap();
         let mut j = adopt("abc", &path, &Faults::default()).unwrap();
@@ -425,14 +405,7 @@ mod tests {
     #[test]
     fn unknown_records_are_refused_without_touching_the_file() {
         let tmp = TempDir::new("journal-unknown");
-        let mut j = create(
-            tmp.path(),
-            "abc",
-            &start(),
-            Durable::Now,
-            &Faults::default(),
-        )
-        .unwrap();
+        let mut j = made(tmp.path()).unwrap();
         let before = fs::read(j.path()).unwrap();
         assert!(matches!(
             j.append(&Record::Unknown),
