@@ -42,6 +42,13 @@ impl Selector {
         }
     }
 
+    /// Every sandbox a provider holds, labelled or not. Only to read what a claimed sandbox
+    /// carries when its provider cannot look one up (`crate::reclaim`): never the selector
+    /// of a removal, which is decided by labels and claims, never by "everything".
+    pub(crate) fn anything() -> Selector {
+        Selector { terms: Vec::new() }
+    }
+
     /// The sandboxes of one session.
     pub fn session(id: &str) -> Selector {
         Selector {

@@ -49,6 +49,9 @@ pub(crate) struct Fake {
     /// carries an [`Sandbox::identity`], claims are pinned to it (`ID@IDENTITY`), and a
     /// removal of a pinned one is refused when the id names another object now.
     pub reuses_ids: bool,
+    /// It cannot look up one sandbox ([`Provider::describe`] answers `Unsupported`), as a
+    /// plugin cannot.
+    pub no_lookup: bool,
 }
 
 impl Fake {
@@ -237,6 +240,9 @@ impl Provider for Fake {
         self.reuses_ids && claimed.identity.is_none()
     }
     async fn describe(&self, claimed: &Sandbox) -> Result<super::Described, ProviderError> {
+        if self.no_lookup {
+            return Ok(super::Described::Unsupported);
+        }
         self.slow().await;
         let images = self.images.lock().unwrap();
         let found = self

@@ -7,6 +7,7 @@ use std::collections::HashSet;
 use tokio::time::Instant;
 
 use super::{key, pace, remove, Failure, ListFailure, Options, Outcome, Plan, Removal};
+use crate::labels::Selector;
 use crate::providers::{Described, Provider, ProviderError, Refusal, Sandbox, SandboxKey};
 
 /// The judging state of one provider's share of a pass.
@@ -70,11 +71,11 @@ impl<'a> Judged<'a> {
 
     /// The claims no listing answered for, each looked up ([`Provider::describe`]) and judged
     /// as the provider describes it: by the labels it carries (a listing finds only what
-    /// carries a session label, so a claimed container labelled `sandguard.detached=true`
-    /// alone is seen only here), and, where ids are names, only when it still is the object
-    /// claimed. A provider that cannot look one up has the claim judged as it stands; one that
-    /// keeps failing to (retried as a removal is, until the deadline) leaves it unfinished:
-    /// nobody can tell what it carries.
+    /// carries a session label, so a claimed sandbox labelled `sandguard.detached=true` alone
+    /// is seen only here), and, where ids are names, only when it still is the object
+    /// claimed. A provider that cannot look one up is listed once, whole, for all of them
+    /// ([`Judged::seen_in`]). A look-up that keeps failing (retried as a removal is, until the
+    /// deadline) leaves its claim unfinished: nobody can tell what it carries.
     pub(super) async fn describe(
         &mut self,
         options: &Options,
@@ -93,9 +94,14 @@ impl<'a> Judged<'a> {
             .buffer_unordered(options.window(provider.name()).max(1))
             .collect()
             .await;
+        let (unsupported, described): (Vec<_>, Vec<_>) = described
+            .into_iter()
+            .partition(|(_, d)| matches!(d, Ok(Described::Unsupported)));
+        let unsupported: Vec<Sandbox> = unsupported.into_iter().map(|(c, _)| c).collect();
+        let listed = self.seen_in(unsupported, options, deadline, pace).await;
         let mut targets = Vec::new();
         let mut refused = Vec::new();
-        for (claim, answer) in described {
+        for (claim, answer) in described.into_iter().chain(listed) {
             match answer {
                 Ok(Described::Found(s)) if provider.names(&claim, &s) => {
                     self.decide(s, &mut targets, &mut refused);
@@ -120,6 +126,41 @@ impl<'a> Judged<'a> {
             }
         }
         (targets, refused)
+    }
+
+    /// `claims` as one listing of everything the provider holds shows them
+    /// ([`Selector::anything`]), for a provider that cannot look up one sandbox: each found
+    /// there is described by it; one not found is judged as it stands
+    /// ([`Described::Unsupported`]: its removal says whether it exists); a listing that keeps
+    /// failing leaves them all unfinished.
+    async fn seen_in(
+        &self,
+        claims: Vec<Sandbox>,
+        options: &Options,
+        deadline: Instant,
+        pace: &pace::Pace,
+    ) -> Vec<(Sandbox, Result<Described, ProviderError>)> {
+        if claims.is_empty() {
+            return Vec::new();
+        }
+        let provider = self.provider;
+        let anything = Selector::anything();
+        let call = || provider.list(&anything);
+        let (listed, _) = remove::retrying(provider, options, deadline, pace, call).await;
+        claims
+            .into_iter()
+            .map(|c| {
+                let answer = match &listed {
+                    Ok(all) => Ok(all
+                        .iter()
+                        .find(|s| provider.names(&c, s))
+                        .cloned()
+                        .map_or(Described::Unsupported, Described::Found)),
+                    Err(e) => Err(e.clone()),
+                };
+                (c, answer)
+            })
+            .collect()
     }
 
     fn decide(&mut self, s: Sandbox, targets: &mut Vec<Sandbox>, refused: &mut Vec<Removal>) {

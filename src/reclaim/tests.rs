@@ -207,3 +207,38 @@ async fn a_claim_no_listing_found_is_judged_by_what_it_carries() {
     assert_eq!(outcome("d"), None, "a detached one is kept without a word");
     assert_eq!(p.remaining(), vec!["d", "v"]);
 }
+
+/// A provider that cannot look up one sandbox is listed once, whole, for the claims no
+/// listing by label found: a claimed sandbox labelled `sandguard.detached=true` alone stays;
+/// the plain one goes; one listed nowhere is judged as it stands (its removal finds it gone).
+#[tokio::test(start_paused = true)]
+async fn a_provider_without_look_ups_is_listed_whole_for_its_claims() {
+    let mut detached = sandbox("d", Kind::Instance, None);
+    detached
+        .labels
+        .insert(crate::labels::DETACHED.into(), "true".into());
+    let p = Arc::new(Fake {
+        sandboxes: std::sync::Mutex::new(vec![detached, sandbox("c", Kind::Instance, None)]),
+        no_lookup: true,
+        ..Default::default()
+    });
+    let providers: Vec<Arc<dyn Provider>> = vec![p.clone()];
+    let mut plan = plan("s");
+    plan.claims = vec![
+        sandbox("d", Kind::Instance, None),
+        sandbox("c", Kind::Instance, None),
+        sandbox("gone", Kind::Instance, None),
+    ];
+    let report = reclaim(&providers, &plan, async { vec![] }, &options()).await;
+    let outcome = |id: &str| {
+        report
+            .removals
+            .iter()
+            .find(|r| r.sandbox.id == id)
+            .map(|r| r.outcome.as_str())
+    };
+    assert_eq!(outcome("c"), Some("removed"));
+    assert_eq!(outcome("gone"), Some("gone"));
+    assert_eq!(outcome("d"), None, "a detached one is kept without a word");
+    assert_eq!(p.remaining(), vec!["d"]);
+}

@@ -113,3 +113,42 @@ exec sleep 3600
     );
     assert!(container_exists(&kept));
 }
+
+/// A claimed E2B sandbox whose metadata carries `sandguard.detached=true` and no session
+/// survives its owner's SIGKILL. The E2B driver cannot look up one sandbox, and a listing by
+/// session label never finds one without a session label, so the reclaim judged the claim
+/// without its metadata and removed it; now such claims are read from one whole listing.
+#[test]
+fn a_claimed_e2b_sandbox_labelled_detached_alone_survives_its_owner() {
+    const KEY: &str = "e2b_0123456789abcdef0123456789abcdef";
+    let _g = shared();
+    let (emu, e2b) = crate::support::e2b::start(KEY);
+    let s = Scratch::new("p12-e2b-detached");
+    let config = cloud_config(&s, "");
+    let u = unique();
+    let (kept, plain) = (format!("sbkept{u}"), format!("sbplain{u}"));
+    e2b.insert(&kept, &[(sandguard::labels::DETACHED, "true")]);
+    e2b.insert(&plain, &[]);
+    let ids = s.path().join("ids");
+    let script = format!(
+        "set -e\nsandguard claim e2b {kept}\nsandguard claim e2b {plain}\necho \"$SANDGUARD_SESSION\" > {ids}.tmp\nmv {ids}.tmp {ids}\nexec sleep 3600\n",
+        ids = ids.display()
+    );
+    let env = [
+        ("SANDGUARD_CONFIG", config.to_str().unwrap()),
+        ("E2B_API_KEY", KEY),
+        ("E2B_API_URL", emu.url.as_str()),
+    ];
+    let mut owner = crate::wrapper::guarded_env(&s, &env, &[], &script);
+    let session = wait_for_file(&ids, &mut owner)[0].clone();
+    unsafe_kill(owner.id() as i32, libc::SIGKILL);
+    let _ = owner.wait();
+    eventually(Duration::from_secs(15), "the session ends", || {
+        session_row(&mut sandguard(&s), &session)["state"] == "reclaimed"
+    });
+    assert!(!e2b.exists(&plain), "the plain claim was not reclaimed");
+    assert!(
+        e2b.exists(&kept),
+        "a claimed sandbox whose metadata says detached was removed"
+    );
+}
