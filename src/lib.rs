@@ -13,8 +13,9 @@
 //!               error.rs (one Error, one exit code mapping); init.rs (the wrapper as pid 1);
 //!               watch/terminal.rs (the sidecar's words on the wrapper's stderr)
 //! session/      spawn.rs (the one way a sidecar is started, and its typed ready
-//!               line), confirm.rs (the one confirmed claim, release, detach), guard.rs (the
-//!               Rust SDK helper)
+//!               line), handoff.rs (what the wrapper hands its sidecar, one typed value
+//!               encoded and decoded there), confirm.rs (the one confirmed claim, release,
+//!               detach), guard.rs (the Rust SDK helper)
 //! watch/        the sidecar: start/ (how it begins, up to ready), its event loop (mod.rs),
 //!               arrival.rs (claims and detaches judged as they come), end.rs (the session's
 //!               end), triggers.rs (what the loop waits on), service.rs (the library service

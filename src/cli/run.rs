@@ -142,8 +142,8 @@ pub(super) fn run(args: Args, settings: Result<Settings, ConfigError>) -> Result
     Err(err)
 }
 
-/// A session handed to its sidecar: what CMD is told, and the control pipe's write end.
-struct Handed {
+/// A session its sidecar took over: what CMD is told, and the control pipe's write end.
+struct TakenOver {
     session: String,
     env: Vec<(String, String)>,
     control: OwnedFd,
@@ -152,7 +152,7 @@ struct Handed {
 /// Makes the session and starts its sidecar without waiting for it
 /// ([`crate::watch::start::handoff`]): the session id, what the program gets from the
 /// proxies, and the control pipe's write end.
-fn hand_off(args: &Args, settings: &Settings, me: &Identity) -> Result<Handed, Error> {
+fn hand_off(args: &Args, settings: &Settings, me: &Identity) -> Result<TakenOver, Error> {
     let modes = (
         args.options.docker_proxy(settings),
         args.options.cloud_proxy(settings),
@@ -172,9 +172,9 @@ fn hand_off(args: &Args, settings: &Settings, me: &Identity) -> Result<Handed, E
             return Err(own_failure(format!("cannot make the control pipe: {e}")));
         }
     };
-    match spawn.start_handed(&handoff.session, control_r, &handoff.fds()) {
+    match spawn.start_handed(&handoff.session, control_r, handoff.handoff()) {
         Ok(()) => {
-            let handed = Handed {
+            let handed = TakenOver {
                 session: handoff.session.clone(),
                 env: handoff.env(),
                 control: control_w,

@@ -42,11 +42,12 @@ use std::io::Write;
 use super::{Error, Exit};
 use crate::config::{ConfigError, HumanDuration, ProxyMode, Settings};
 use crate::protocol::{ByeOutcome, ReadyLine};
-use crate::providers::cloud_proxy::Api;
+use crate::session::handoff::Handoff;
 use crate::session::SessionId;
 use crate::unix::{self, Forked};
-use crate::watch::start::{start, Handed, StartError, StartPlan};
+use crate::watch::start::{start, StartError, StartPlan};
 use crate::watch::EndReport;
+use std::os::fd::{OwnedFd, RawFd};
 
 mod pod;
 mod terminal;
@@ -108,83 +109,33 @@ pub(super) struct Args {
     /// Fork away from the parent and log to the state directory (used by the wrapper)
     #[arg(long, hide = true)]
     pub daemonize: bool,
-    /// The wrapper's handoff (`crate::session::handoff`): the session's journal, created by
-    /// the wrapper, open at this descriptor
-    #[arg(long, hide = true, value_name = "N", requires = "session")]
-    pub journal_fd: Option<i32>,
-    /// The handoff's Docker proxy listener
-    #[arg(long, hide = true, value_name = "N", requires_all = ["journal_fd", "docker_socket"])]
-    pub docker_proxy_fd: Option<i32>,
-    /// The path the handoff's Docker proxy listener is bound to
-    #[arg(long, hide = true, value_name = "PATH", requires = "docker_proxy_fd")]
-    pub docker_socket: Option<std::path::PathBuf>,
+    /// The wrapper's handoff, one value (`crate::session::handoff`): the session's journal,
+    /// created by the wrapper, the owner's pidfd and the proxies' listeners, open at the
+    /// descriptors it names
+    #[arg(long, hide = true, value_name = "VALUE", value_parser = Handoff::decode, requires = "session")]
+    pub handoff: Option<Handoff<RawFd>>,
     /// The directory whose `.env` files the settings read, instead of the current one (the
     /// wrapper's, which the handed-over sidecar does not start in)
     #[arg(long, hide = true, value_name = "DIR")]
     pub dotenv_dir: Option<std::path::PathBuf>,
-    /// The handoff's pidfd of the owner
-    #[arg(long, hide = true, value_name = "N", requires = "journal_fd")]
-    pub owner_pidfd: Option<i32>,
-    /// The handoff's E2B proxy listener
-    #[arg(long, hide = true, value_name = "N", requires = "journal_fd")]
-    pub e2b_proxy_fd: Option<i32>,
-    /// The handoff's Daytona proxy listener
-    #[arg(long, hide = true, value_name = "N", requires = "journal_fd")]
-    pub daytona_proxy_fd: Option<i32>,
 }
 
 impl Args {
     /// The descriptors the handoff names.
     fn handed_fds(&self) -> Vec<i32> {
-        [
-            self.journal_fd,
-            self.owner_pidfd,
-            self.docker_proxy_fd,
-            self.e2b_proxy_fd,
-            self.daytona_proxy_fd,
-        ]
-        .into_iter()
-        .flatten()
-        .collect()
+        self.handoff
+            .iter()
+            .flat_map(|h| h.each().copied())
+            .collect()
     }
 
-    /// What the wrapper handed over, taken from the descriptors named.
-    fn handed(&self) -> Result<Option<Handed>, StartError> {
-        let Some(journal) = self.journal_fd else {
-            return Ok(None);
-        };
-        let take = |fd: i32, what: &str| {
-            unix::take_fd(fd)
-                .map_err(|e| StartError::Failed(format!("the handed {what} at {fd}: {e}")))
-        };
-        let journal = std::fs::File::from(take(journal, "journal")?);
-        let docker = match (self.docker_proxy_fd, &self.docker_socket) {
-            (Some(fd), Some(socket)) => Some((
-                std::os::unix::net::UnixListener::from(take(fd, "Docker proxy")?),
-                socket.clone(),
-            )),
-            _ => None,
-        };
-        let mut cloud = Vec::new();
-        for (api, fd) in [
-            (Api::E2b, self.e2b_proxy_fd),
-            (Api::Daytona, self.daytona_proxy_fd),
-        ] {
-            if let Some(fd) = fd {
-                let listener = std::net::TcpListener::from(take(fd, api.name())?);
-                cloud.push((api, listener));
-            }
-        }
-        let owner_pidfd = match self.owner_pidfd {
-            Some(fd) => Some(take(fd, "owner's pidfd")?),
-            None => None,
-        };
-        Ok(Some(Handed {
-            journal,
-            docker,
-            cloud,
-            owner_pidfd,
-        }))
+    /// What the wrapper handed over, its descriptors taken.
+    fn handed(&self) -> Result<Option<Handoff<OwnedFd>>, StartError> {
+        self.handoff
+            .clone()
+            .map(Handoff::take)
+            .transpose()
+            .map_err(StartError::Failed)
     }
 }
 
@@ -199,7 +150,7 @@ pub(super) fn run(args: Args, settings: Result<Settings, ConfigError>) -> Result
     if args.daemonize {
         // A handoff's sidecar was detached by the wrapper's spawn already
         // (`crate::session::spawn`): it is nobody's child, and forks no more.
-        if args.journal_fd.is_none() {
+        if args.handoff.is_none() {
             match unix::fork_single_threaded() {
                 Ok(Forked::Parent(_)) => return Ok(Exit::Ok),
                 Ok(Forked::Child) => {}

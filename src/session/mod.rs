@@ -7,6 +7,7 @@
 
 pub(crate) mod confirm;
 pub(crate) mod guard;
+pub(crate) mod handoff;
 pub(crate) mod spawn;
 
 use std::collections::BTreeMap;

@@ -13,11 +13,11 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::handoff::Handoff;
 use crate::config::ProxyMode;
 use crate::identity::Identity;
 use crate::protocol::ReadyLine;
 use crate::unix;
-use crate::watch::start::handoff::Handing;
 
 /// The descriptor number the sidecar reads control lines from.
 pub(crate) const CONTROL_FD: i32 = 3;
@@ -161,7 +161,7 @@ impl Spawn {
         }
     }
 
-    /// Starts the sidecar of the session the wrapper made (`session`, with what `handing`
+    /// Starts the sidecar of the session the wrapper made (`session`, with what `handoff`
     /// lends: `crate::watch::start::handoff`), detached at once, and does not wait for it:
     /// returns as soon as the process between was reaped, so the caller can exec the program
     /// right away ([`unix::spawn_detached`]: the sidecar is nobody's child, in `/`, in a new
@@ -172,7 +172,7 @@ impl Spawn {
         &self,
         session: &str,
         control: OwnedFd,
-        handing: &Handing<'_>,
+        handoff: Handoff<BorrowedFd<'_>>,
     ) -> Result<(), SpawnError> {
         let mut args = self.args(session);
         // Each handed descriptor is passed under a number of its own, 10 or above, so that
@@ -183,28 +183,10 @@ impl Spawn {
                 source,
             })
         };
-        let mut kept = Vec::new();
-        let mut pass = |flag: String, fd: BorrowedFd<'_>| -> Result<(), SpawnError> {
-            let fd = dup(fd)?;
-            args.push(flag.into());
-            args.push(fd.as_raw_fd().to_string().into());
-            kept.push(fd);
-            Ok(())
-        };
-        pass("--journal-fd".into(), handing.journal)?;
-        if let Some(fd) = handing.owner_pidfd {
-            pass("--owner-pidfd".into(), fd)?;
-        }
-        if let Some((fd, _)) = handing.docker {
-            pass("--docker-proxy-fd".into(), fd)?;
-        }
-        for (api, fd) in &handing.cloud {
-            pass(format!("--{}-proxy-fd", api.name()), *fd)?;
-        }
-        if let Some((_, socket)) = handing.docker {
-            args.push("--docker-socket".into());
-            args.push(socket.as_os_str().to_owned());
-        }
+        let kept = handoff.try_map(|fd, _| dup(fd))?;
+        let value = kept.raw().encode().map_err(SpawnError::NotReady)?;
+        args.push("--handoff".into());
+        args.push(value.into());
         args.push("--daemonize".into());
         // It starts in `/`: its `.env` files are the wrapper's directory's, as the wrapper's.
         if let Ok(dir) = std::env::current_dir() {
@@ -238,7 +220,7 @@ impl Spawn {
         let [stdin, stdout, stderr, control] =
             [stdin, stdout, stderr, control].map(|fd| dup(fd.as_fd()));
         let (stdin, stdout, stderr, control) = (stdin?, stdout?, stderr?, control?);
-        let raw: Vec<i32> = kept.iter().map(AsRawFd::as_raw_fd).collect();
+        let raw: Vec<i32> = kept.each().map(AsRawFd::as_raw_fd).collect();
         unix::spawn_detached(
             &self.binary,
             &args,

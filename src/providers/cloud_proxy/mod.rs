@@ -96,6 +96,13 @@ pub(crate) enum Route {
 }
 
 impl Api {
+    /// The API of that provider name, if it has a proxy.
+    pub(crate) fn named(name: &str) -> Option<Api> {
+        [Api::E2b, Api::Daytona]
+            .into_iter()
+            .find(|a| a.name() == name)
+    }
+
     /// The provider's name, as claims and `sandguard claim` name it.
     pub(crate) fn name(self) -> &'static str {
         match self {

@@ -91,7 +91,7 @@ pub(crate) fn start_session(
 }
 
 /// The journal the wrapper created for `session` and handed over open
-/// ([`super::Handed`]), made durable.
+/// (`crate::session::handoff::Handoff`), made durable.
 pub(crate) fn take_handed(
     settings: &Settings,
     session: &str,

@@ -5,7 +5,8 @@
 //! proxies listen, and the SDK waits for that line. The wrapper cannot afford the wait: a
 //! second start of the binary, its runtime, two disk flushes and the plugin scan took 5–6 ms
 //! before the program could run. So the wrapper does the part the program depends on, and
-//! hands it over ([`prepare`], then `crate::session::spawn::Spawn::start_handed`):
+//! hands it over ([`prepare`], then `crate::session::spawn::Spawn::start_handed` with the one
+//! typed value `crate::session::handoff::Handoff`):
 //!
 //! - **The journal**, created under the session's name with its `start` record, its lock
 //!   held, written but not synced ([`crate::ledger::StateDir::create_session_unsynced`]):
@@ -31,16 +32,17 @@
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
+use crate::session::handoff::Handoff;
+
 use super::proxies::{self, Bound};
 use super::StartError;
 use crate::config::{ProxyMode, Settings};
 use crate::identity::Identity;
 use crate::ledger::{Journal, Record, StateDir};
-use crate::providers::cloud_proxy::Api;
 use crate::session;
 
 /// A new session made by the wrapper, not yet handed to a sidecar.
-pub(crate) struct Handoff {
+pub(crate) struct Made {
     pub session: String,
     journal: Journal,
     bound: Bound,
@@ -58,7 +60,7 @@ pub(crate) fn prepare(
     grace: std::time::Duration,
     modes: (ProxyMode, ProxyMode),
     warn: &mut dyn FnMut(&str),
-) -> Result<Handoff, StartError> {
+) -> Result<Made, StartError> {
     let failure = |e: String| StartError::Failed(e);
     let session =
         session::new_id().map_err(|e| failure(format!("cannot make a session id: {e}")))?;
@@ -74,7 +76,7 @@ pub(crate) fn prepare(
         .map_err(|e| failure(e.to_string()))?;
     // The Docker daemon is looked at even with its proxy off: the wrapper's user hears.
     match proxies::bind(settings, modes, (&session, journal.path()), true, warn) {
-        Ok(bound) => Ok(Handoff {
+        Ok(bound) => Ok(Made {
             session,
             journal,
             bound,
@@ -87,21 +89,21 @@ pub(crate) fn prepare(
     }
 }
 
-impl Handoff {
+impl Made {
     /// What the program gets from the proxies (`DOCKER_HOST`, …).
     pub(crate) fn env(&self) -> Vec<(String, String)> {
         self.bound.env()
     }
 
-    /// The descriptors to hand over: the journal, then the proxies' listeners.
-    pub(crate) fn fds(&self) -> Handing<'_> {
-        Handing {
+    /// What to hand over, lent: the journal, the owner's pidfd, the proxies' listeners.
+    pub(crate) fn handoff(&self) -> Handoff<BorrowedFd<'_>> {
+        Handoff {
             journal: self.journal.file().as_fd(),
             docker: self
                 .bound
                 .docker
                 .as_ref()
-                .map(|d| (d.listener.as_fd(), d.dir.socket())),
+                .map(|d| (d.listener.as_fd(), d.dir.socket().to_path_buf())),
             cloud: self
                 .bound
                 .cloud
@@ -116,7 +118,7 @@ impl Handoff {
     /// with the sidecar's, the same open file) and the proxy directory is left to the
     /// sidecar to remove.
     pub(crate) fn handed(self) {
-        let Handoff { journal, bound, .. } = self;
+        let Made { journal, bound, .. } = self;
         drop(journal);
         if let Some(docker) = bound.docker {
             std::mem::forget(docker.dir);
@@ -129,12 +131,4 @@ impl Handoff {
         super::begin::take_back(self.journal.path());
         drop(self.bound);
     }
-}
-
-/// What [`Handoff::fds`] lends to the spawn.
-pub(crate) struct Handing<'a> {
-    pub journal: BorrowedFd<'a>,
-    pub docker: Option<(BorrowedFd<'a>, &'a std::path::Path)>,
-    pub cloud: Vec<(Api, BorrowedFd<'a>)>,
-    pub owner_pidfd: Option<BorrowedFd<'a>>,
 }

@@ -8,7 +8,7 @@
 //!    already gone: the session still begins, and reclaims at once);
 //! 2. create the session's journal, its `start` record fsynced and its lock held, or resume a
 //!    session whose sidecar is gone ([`begin`]), or take the journal the wrapper created and
-//!    make it durable ([`Handed`]); from here a daemonized sidecar logs beside the journal;
+//!    make it durable (`StartPlan::handed`); from here a daemonized sidecar logs beside the journal;
 //! 3. open the control pipe, the owner's death source and SIGTERM;
 //! 4. bind the proxies ([`proxies`]), their warnings told to the caller, or serve the ones
 //!    the wrapper bound;
@@ -36,6 +36,7 @@ use crate::protocol::LineReader;
 use crate::providers::docker::proxy::Claim;
 use crate::providers::Registry;
 use crate::reclaim::Options;
+use crate::session::handoff::Handoff;
 use crate::session::{self, SessionId};
 
 /// Why a sidecar could not begin: the configuration or the command line (exit 2), or
@@ -67,21 +68,11 @@ pub(crate) struct StartPlan {
     /// Someone hears the warnings: the Docker daemon is looked at even with its proxy off.
     pub heard: bool,
     /// What the wrapper made before it execed the program (`crate::session::handoff`): the
-    /// session's journal and the proxies' listeners. `None`: this sidecar makes them.
-    pub handed: Option<Handed>,
-}
-
-/// What a wrapper hands its sidecar: the new session's journal, open, locked and written but
-/// not yet synced (`crate::ledger::StateDir::create_session_unsynced`), and the listeners of
-/// the proxies it decided to serve (`proxies::bind`), the program already pointed at them.
-#[derive(Debug)]
-pub(crate) struct Handed {
-    pub journal: std::fs::File,
-    /// The Docker proxy's listener and its socket's path.
-    pub docker: Option<(std::os::unix::net::UnixListener, std::path::PathBuf)>,
-    pub cloud: Vec<(crate::providers::cloud_proxy::Api, std::net::TcpListener)>,
-    /// A pidfd the owner opened of itself while alive (`None` where the kernel has none).
-    pub owner_pidfd: Option<OwnedFd>,
+    /// session's journal, open, locked and written but not yet synced
+    /// (`crate::ledger::StateDir::create_session_unsynced`), the owner's pidfd, and the
+    /// listeners of the proxies it decided to serve (`proxies::bind`), the program already
+    /// pointed at them. `None`: this sidecar makes them.
+    pub handed: Option<Handoff<OwnedFd>>,
 }
 
 /// A sidecar whose session is on disk and whose proxies listen, not yet announced.
@@ -129,8 +120,17 @@ pub(crate) async fn start(
         // back, whatever fails (a sweep finds the session and judges its owner).
         Some(handed) => {
             owner_pidfd = handed.owner_pidfd;
-            let journal = begin::take_handed(settings, &session, handed.journal)?;
-            let bound = proxies::Bound::handed(settings, handed.docker, handed.cloud)?;
+            let journal = std::fs::File::from(handed.journal);
+            let journal = begin::take_handed(settings, &session, journal)?;
+            let docker = handed
+                .docker
+                .map(|(fd, socket)| (std::os::unix::net::UnixListener::from(fd), socket));
+            let cloud = handed
+                .cloud
+                .into_iter()
+                .map(|(api, fd)| (api, std::net::TcpListener::from(fd)))
+                .collect();
+            let bound = proxies::Bound::handed(settings, docker, cloud)?;
             (journal, None, Some(bound))
         }
         None => {
