@@ -226,6 +226,7 @@ pub(crate) fn kill_sidecar(session: &str) {
 
 /// Kills the sidecar of a session on drop if it still runs: a test that fails because its
 /// sidecar never saw the owner die must not leave that sidecar behind.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) struct SidecarReaper(pub String);
 
 impl Drop for SidecarReaper {

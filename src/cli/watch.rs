@@ -30,11 +30,13 @@
 //! ended clean or reclaimed (or the sidecar was stopped by SIGTERM), 1 when work is left
 //! pending.
 //!
-//! `--daemonize` (used by the wrapper) forks once more before anything else, so the sidecar is
-//! nobody's child (not the guarded program's), closes every descriptor it inherited but
-//! stdin, stdout (the ready line), stderr and the control pipe (a parent waiting for EOF on a
-//! pipe the wrapper had must not wait for the reclaim), moves to `/` (its working directory
-//! must not keep a filesystem busy), and sends its diagnostics to
+//! `--daemonize` (the SDKs' way to start it) forks once more before anything else, so the
+//! sidecar is nobody's child (not the guarded program's); `--detached` (the Rust side's one
+//! way, `crate::session::spawn`) says its spawner made it so already. Either then closes every
+//! descriptor it inherited but stdin, stdout (the ready line), stderr, the control pipe and
+//! what a handoff names (a parent waiting for EOF on a pipe the wrapper had must not wait for
+//! the reclaim), moves to `/` (its working directory must not keep a filesystem busy), and
+//! sends its diagnostics to
 //! `<state dir>/sessions/<session>.log`. SIGINT and SIGHUP are ignored in every case.
 
 use std::io::Write;
@@ -106,13 +108,17 @@ pub(super) struct Args {
     /// With --report: no line at the end
     #[arg(long, hide = true)]
     pub quiet: bool,
-    /// Fork away from the parent and log to the state directory (used by the wrapper)
+    /// Fork away from the parent and log to the state directory (the SDKs' way)
     #[arg(long, hide = true)]
     pub daemonize: bool,
+    /// Started detached already (the Rust side's one way, `crate::session::spawn`): as
+    /// --daemonize, without the fork
+    #[arg(long, hide = true, conflicts_with = "daemonize")]
+    pub detached: bool,
     /// The wrapper's handoff, one value (`crate::session::handoff`): the session's journal,
-    /// created by the wrapper, the owner's pidfd and the proxies' listeners, open at the
+    /// created by the wrapper, the owner's exit watch and the proxies' listeners, open at the
     /// descriptors it names
-    #[arg(long, hide = true, value_name = "VALUE", value_parser = Handoff::decode, requires = "session")]
+    #[arg(long, hide = true, value_name = "VALUE", value_parser = Handoff::decode, requires_all = ["session", "detached"])]
     pub handoff: Option<Handoff<RawFd>>,
     /// The directory whose `.env` files the settings read, instead of the current one (the
     /// wrapper's, which the handed-over sidecar does not start in)
@@ -147,10 +153,9 @@ pub(super) fn run(args: Args, settings: Result<Settings, ConfigError>) -> Result
         true => Terminal::take_stderr(),
         false => Terminal::none(),
     };
-    if args.daemonize {
-        // A handoff's sidecar was detached by the wrapper's spawn already
-        // (`crate::session::spawn`): it is nobody's child, and forks no more.
-        if args.handoff.is_none() {
+    if args.daemonize || args.detached {
+        // `--detached`: the spawner made it nobody's child already (`crate::session::spawn`).
+        if args.daemonize {
             match unix::fork_single_threaded() {
                 Ok(Forked::Parent(_)) => return Ok(Exit::Ok),
                 Ok(Forked::Child) => {}
@@ -227,7 +232,7 @@ async fn serve(args: Args, settings: Settings, mut terminal: Terminal) -> Result
         grace: args.grace.map(|g| g.0),
         docker_proxy: args.docker_proxy.unwrap_or(ProxyMode::Off),
         cloud_proxy: args.cloud_proxy.unwrap_or(ProxyMode::Off),
-        log_beside_journal: args.daemonize,
+        log_beside_journal: args.daemonize || args.detached,
         heard: terminal.reports(),
         handed: args.handed()?,
     };

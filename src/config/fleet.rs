@@ -201,9 +201,7 @@ impl HostSettings {
         if machine.chars().any(|c| c != '0') {
             return machine.clone();
         }
-        std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .ok()
+        crate::unix::hostname()
             .filter(|h| check_host_id(h).is_ok())
             .unwrap_or_else(|| machine.clone())
     }

@@ -1,24 +1,27 @@
-//! How the sidecar sees its owner die: by events, not by polling.
+//! How the sidecar sees its owner die: by events, not by polling. The event source is the
+//! platform's exit watch (`crate::unix::watch_exit`: a pidfd on Linux ≥ 5.3, a kqueue
+//! `EVFILT_PROC` filter on macOS), a descriptor that becomes readable the moment the process
+//! exits; tokio's `AsyncFd` waits on it with no timer. Everything here is the same on both.
 //!
-//! - A pidfd on the owner (`pidfd_open`, Linux ≥ 5.3) becomes readable the moment the process
-//!   exits; tokio's `AsyncFd` waits on it with no timer.
-//! - The identity is re-read *after* the pidfd is open: if the pid already belongs to another
+//! - The identity is re-read *after* the watch is open: if the pid already belongs to another
 //!   process (the owner died and the pid was reused before we looked), the start time differs
-//!   and the owner is judged dead at once. A pidfd refers to one process for good, so after
+//!   and the owner is judged dead at once. The watch refers to one process for good, so after
 //!   that check no reuse can fool it.
-//! - Where `pidfd_open` is unavailable (old kernels, seccomp), `/proc/PID/stat` is polled
+//! - Where the watch is unavailable (Linux before 5.3, a seccomp profile that refuses
+//!   `pidfd_open`), the process table (`/proc/PID/stat`; `proc_pidinfo` on macOS) is polled
 //!   every [`POLL_EVERY`] as the fallback, with a warning.
 //! - Only a proven death counts ([`Liveness::Dead`]): an owner whose identity cannot be
-//!   checked (its `/proc` entry hidden) is watched on, never taken for gone.
+//!   checked (its `/proc` entry hidden, another user's process on macOS) is watched on, never
+//!   taken for gone.
 //! - How the owner ended ([`Exit`]: its status, or the signal that killed it) is read from the
-//!   pidfd by an [`ExitProbe`] (`PIDFD_INFO_EXIT`, Linux ≥ 6.15), which needs no parent: the
+//!   watch by an [`ExitProbe`] (Linux ≥ 6.15: `PIDFD_INFO_EXIT`), which needs no parent: the
 //!   sidecar is not the owner's parent. The kernel tells it only once the owner's parent has
-//!   reaped it, which a shell or a supervisor does at once but which comes after the pidfd
+//!   reaped it, which a shell or a supervisor does at once but which comes after the watch
 //!   woke the sidecar. So the death is acted on at once and the status is learned beside the
 //!   reclaim, never before it: the probe asks every [`PROBE_EVERY`] for at most
-//!   [`PROBE_FOR`]. On an older kernel, by polling, for an owner gone before the watch began,
-//!   or for a zombie nobody reaps in time, it is not known, and nothing is guessed: the owner
-//!   "exited".
+//!   [`PROBE_FOR`]. On an older kernel, on macOS (whose kqueue tells a parent only), by
+//!   polling, for an owner gone before the watch began, or for a zombie nobody reaps in time,
+//!   it is not known, and nothing is guessed: the owner "exited".
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
@@ -26,6 +29,7 @@ use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 
 use crate::identity::{Identity, Liveness};
+use crate::unix::{EXIT_WATCH, POLLED};
 
 /// The fallback's polling interval.
 pub(crate) const POLL_EVERY: Duration = Duration::from_millis(250);
@@ -125,13 +129,13 @@ fn signal_name(signal: i32) -> Option<&'static str> {
 /// Why the owner is considered gone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Gone {
-    /// The process exited (seen by its pidfd or by polling).
+    /// The process exited (seen by its exit watch or by polling).
     Exited,
     /// It was already gone, or the pid belongs to another process, when the watch began.
     GoneAtStart,
 }
 
-/// Learns how the owner ended, from a pidfd of its own (see the module docs).
+/// Learns how the owner ended, from an exit watch of its own (see the module docs).
 #[derive(Debug)]
 pub(crate) struct ExitProbe(OwnedFd);
 
@@ -141,7 +145,7 @@ impl ExitProbe {
     pub(crate) async fn wait(self, within: Duration) -> Option<Exit> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            match crate::unix::pidfd_exit_status(self.0.as_fd()) {
+            match crate::unix::exit_status(self.0.as_fd()) {
                 Ok(Some(status)) => return Exit::from_wait_status(status),
                 Err(_) => return None,
                 Ok(None) if tokio::time::Instant::now() >= deadline => return None,
@@ -153,7 +157,8 @@ impl ExitProbe {
 
 /// Prepared death source: call [`OwnerWatch::wait`] to wait for the owner's end.
 pub(crate) enum OwnerWatch {
-    Pidfd(AsyncFd<std::os::fd::OwnedFd>, Identity),
+    /// The platform's exit watch, registered with tokio.
+    Event(AsyncFd<std::os::fd::OwnedFd>, Identity),
     Poll(Identity),
     AlreadyGone,
 }
@@ -161,17 +166,17 @@ pub(crate) enum OwnerWatch {
 impl OwnerWatch {
     /// Opens the best death source for `owner`. Must run inside a tokio runtime.
     pub(crate) fn open(owner: &Identity) -> OwnerWatch {
-        match crate::unix::pidfd_open(owner.pid) {
+        match crate::unix::watch_exit(owner.pid) {
             Ok(fd) => {
-                // Re-read after opening: the pidfd now pins one process; make sure it is ours.
+                // Re-read after opening: the watch now pins one process; make sure it is ours.
                 if owner.liveness() == Liveness::Dead {
                     return OwnerWatch::AlreadyGone;
                 }
-                match crate::unix::async_pidfd(fd) {
-                    Ok(afd) => OwnerWatch::Pidfd(afd, owner.clone()),
+                match crate::unix::async_exit_watch(fd) {
+                    Ok(afd) => OwnerWatch::Event(afd, owner.clone()),
                     Err(e) => {
                         tracing::warn!(
-                            "cannot watch the owner's pidfd ({e}); polling /proc instead"
+                            "cannot wait on the owner's {EXIT_WATCH} ({e}); polling {POLLED} instead"
                         );
                         OwnerWatch::Poll(owner.clone())
                     }
@@ -180,7 +185,7 @@ impl OwnerWatch {
             Err(e) if e.raw_os_error() == Some(libc::ESRCH) => OwnerWatch::AlreadyGone,
             Err(e) => {
                 tracing::warn!(
-                    "pidfd_open is unavailable ({e}); polling /proc every {POLL_EVERY:?} instead"
+                    "{EXIT_WATCH} is unavailable ({e}); polling {POLLED} every {POLL_EVERY:?} instead"
                 );
                 if owner.liveness() == Liveness::Dead {
                     OwnerWatch::AlreadyGone
@@ -191,25 +196,28 @@ impl OwnerWatch {
         }
     }
 
-    /// Watches `owner` through `pidfd`, a pidfd the owner opened of itself and handed over
-    /// (the wrapper's, `crate::watch::start::handoff`): it names that very process whatever
+    /// Watches `owner` through `pidfd`, an exit watch the owner opened of itself and handed
+    /// over (the wrapper's, `crate::watch::start::handoff`; `crate::unix::watch_self`, a pidfd,
+    /// so Linux only): it names that very process whatever
     /// became of its pid since, so no identity check is needed, and how it exited can still be
     /// read after its parent reaped it.
     pub(crate) fn open_pidfd(pidfd: std::os::fd::OwnedFd, owner: &Identity) -> OwnerWatch {
-        match crate::unix::async_pidfd(pidfd) {
-            Ok(afd) => OwnerWatch::Pidfd(afd, owner.clone()),
+        match crate::unix::async_exit_watch(pidfd) {
+            Ok(afd) => OwnerWatch::Event(afd, owner.clone()),
             Err(e) => {
-                tracing::warn!("cannot watch the owner's pidfd ({e}); watching its pid instead");
+                tracing::warn!(
+                    "cannot wait on the owner's {EXIT_WATCH} ({e}); watching its pid instead"
+                );
                 OwnerWatch::open(owner)
             }
         }
     }
 
-    /// A probe of how the owner ends, where a pidfd watches it (a second descriptor of the
-    /// same pidfd, so the watch can be moved into its own future).
+    /// A probe of how the owner ends, where an exit watch watches it (a second descriptor of
+    /// the same watch, so the watch can be moved into its own future).
     pub(crate) fn exit_probe(&self) -> Option<ExitProbe> {
         match self {
-            OwnerWatch::Pidfd(afd, _) => afd.get_ref().try_clone().ok().map(ExitProbe),
+            OwnerWatch::Event(afd, _) => afd.get_ref().try_clone().ok().map(ExitProbe),
             _ => None,
         }
     }
@@ -218,13 +226,13 @@ impl OwnerWatch {
     pub(crate) async fn wait(&mut self) -> Gone {
         match self {
             OwnerWatch::AlreadyGone => Gone::GoneAtStart,
-            OwnerWatch::Pidfd(afd, owner) => match afd.readable().await {
+            OwnerWatch::Event(afd, owner) => match afd.readable().await {
                 // Readable means exited; the guard is dropped without clearing readiness, so a
                 // second call returns at once too.
                 Ok(_) => Gone::Exited,
                 Err(e) => {
                     tracing::warn!(
-                        "waiting on the owner's pidfd failed ({e}); polling /proc instead"
+                        "waiting on the owner's {EXIT_WATCH} failed ({e}); polling {POLLED} instead"
                     );
                     poll_until_gone(owner).await
                 }
@@ -257,7 +265,7 @@ mod tests {
             .unwrap();
         let owner = Identity::of_pid(child.id()).unwrap();
         let mut watch = OwnerWatch::open(&owner);
-        assert!(matches!(watch, OwnerWatch::Pidfd(..)));
+        assert!(matches!(watch, OwnerWatch::Event(..)));
         let gone = tokio::time::timeout(Duration::from_secs(5), watch.wait())
             .await
             .unwrap();

@@ -76,7 +76,7 @@ impl Identity {
     /// The identity of `pid` on this machine now, or `None` if it does not exist.
     pub fn of_pid(pid: u32) -> Option<Identity> {
         let host = Host::current();
-        let stat = ProcStat::read(pid)?;
+        let stat = crate::unix::process_stat(pid)?;
         Some(Identity {
             machine: host.machine.clone(),
             boot: host.boot.clone(),
@@ -150,7 +150,7 @@ pub struct Judge {
 }
 
 // What `kill(pid, 0)` says, as `unix::probe_pid` answers it.
-pub(crate) use crate::unix::Probe;
+pub(crate) use crate::unix::{Probe, ProcStat};
 
 impl Judge {
     /// A judge for this host that knows `known_boots` (short boot ids) besides the current one.
@@ -163,7 +163,7 @@ impl Judge {
 
     /// Whether the process `id` names still runs; see the module docs.
     pub fn liveness(&self, id: &Identity) -> Liveness {
-        self.liveness_with(id, ProcStat::read, crate::unix::probe_pid)
+        self.liveness_with(id, crate::unix::process_stat, crate::unix::probe_pid)
     }
 
     /// Judges an owner label; an unreadable label is unknown.
@@ -194,46 +194,13 @@ impl Judge {
             _ => return Liveness::Unknown,
         }
         match read(id.pid) {
-            Some(stat) if stat.start_time == id.start_time && !stat.exited() => Liveness::Alive,
+            Some(stat) if stat.start_time == id.start_time && !stat.exited => Liveness::Alive,
             Some(_) => Liveness::Dead,
             None => match probe(id.pid) {
                 Probe::NoSuchProcess => Liveness::Dead,
                 Probe::Hidden => Liveness::Unknown,
             },
         }
-    }
-}
-
-/// The two fields of `/proc/PID/stat` that identity needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ProcStat {
-    /// Field 3: `R`, `S`, `D`, `Z`, …
-    pub state: char,
-    /// Field 22: start time in clock ticks after boot.
-    pub start_time: u64,
-}
-
-impl ProcStat {
-    /// Reads `/proc/PID/stat`; `None` when it cannot be read (no such process, or hidden).
-    pub(crate) fn read(pid: u32) -> Option<ProcStat> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        ProcStat::parse(&text)
-    }
-
-    /// Parses the fields after the *last* `)`: the command name may itself contain spaces and
-    /// parentheses.
-    pub(crate) fn parse(text: &str) -> Option<ProcStat> {
-        let rest = &text[text.rfind(')')? + 1..];
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        // `rest` starts at field 3, so field N is at index N - 3.
-        let state = fields.first()?.chars().next()?;
-        let start_time = fields.get(22 - 3)?.parse().ok()?;
-        Some(ProcStat { state, start_time })
-    }
-
-    /// A zombie (`Z`) or dead (`X`) process has exited; only its parent has not reaped it yet.
-    pub(crate) fn exited(&self) -> bool {
-        matches!(self.state, 'Z' | 'X')
     }
 }
 

@@ -2,21 +2,6 @@
 
 use super::*;
 
-const STAT: &str = "4242 (a (weird) name) S 1 4242 4242 0 -1 4194560 120 0 0 0 1 0 0 0 20 0 1 0 987654 1000 100 18446744073709551615";
-
-#[test]
-fn stat_is_read_after_the_last_parenthesis() {
-    let s = ProcStat::parse(STAT).unwrap();
-    assert_eq!(
-        s,
-        ProcStat {
-            state: 'S',
-            start_time: 987654
-        }
-    );
-    assert!(ProcStat::parse("12 (x) S 1").is_none());
-}
-
 #[test]
 fn the_label_round_trips_and_is_label_safe() {
     let id = Identity {
@@ -67,7 +52,7 @@ fn owner() -> Identity {
 }
 
 const RUNNING: ProcStat = ProcStat {
-    state: 'S',
+    exited: false,
     start_time: 100,
 };
 
@@ -87,7 +72,7 @@ fn alive_needs_the_same_machine_boot_namespace_pid_and_start_time() {
     };
     assert_eq!(j.liveness_with(&owner(), at(reused), gone), Liveness::Dead);
     let zombie = ProcStat {
-        state: 'Z',
+        exited: true,
         ..RUNNING
     };
     assert_eq!(j.liveness_with(&owner(), at(zombie), gone), Liveness::Dead);

@@ -1,16 +1,19 @@
-//! The one way a sidecar is started, for the wrapper and for every SDK helper: `sandguard
-//! watch --daemonize` in its own session (`setsid`, so the terminal's Ctrl-C and hang-up never
-//! reach it), stdio away from the terminal, the control pipe's read end at descriptor
-//! [`CONTROL_FD`], the owner's identity pinned with `--owner-start`; then its one typed
-//! [`ReadyLine`], waited for at most [`READY_TIMEOUT`].
+//! The one way a sidecar is started, for the wrapper, for pid 1 and for the Rust guard
+//! ([`Spawn::launch`]): `sandguard watch --detached` started by the platform's detached start
+//! (`crate::unix::spawn_detached`): in its own session (`setsid`, so the terminal's Ctrl-C
+//! and hang-up never reach it), nobody's child (the process between is reaped here, so the
+//! caller, and the program it may exec, inherits no child), in `/`, stdio away from the
+//! terminal, the control pipe's read end at descriptor [`CONTROL_FD`], the owner's identity
+//! pinned with `--owner-start`. Then either its one typed [`ReadyLine`] is waited for, at
+//! most [`READY_TIMEOUT`] ([`Spawn::start`]), or, when the wrapper made the session itself
+//! and hands it over ([`Spawn::start_handed`], one typed [`Handoff`]), nothing is.
 //!
-//! The sidecar forks away at once (so it is nobody's child); the intermediate process is
-//! reaped here, so the caller (and the program it execs) inherits no child.
+//! The SDKs in other languages start `watch --daemonize` with their own process APIs; that
+//! sidecar forks itself away instead (`crate::cli::watch`).
 
 use std::io::{IsTerminal, Read};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::handoff::Handoff;
@@ -123,30 +126,8 @@ impl Spawn {
             Some(s) => s.clone(),
             None => super::new_id().map_err(SpawnError::SessionId)?,
         };
-        let mut cmd = self.command(&session);
-        cmd.arg("--daemonize");
-        let stderr = match self.report {
-            Some(report) => {
-                cmd.arg("--report");
-                if report.quiet {
-                    cmd.arg("--quiet");
-                }
-                std::io::stderr()
-                    .as_fd()
-                    .try_clone_to_owned()
-                    .map_or_else(|_| Stdio::null(), Stdio::from)
-            }
-            None => Stdio::null(),
-        };
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::from(ready_w))
-            .stderr(stderr);
-        let mut child = unix::spawn_in_new_session(&mut cmd, control_r.as_raw_fd(), CONTROL_FD)
-            .map_err(|source| self.start_error(source))?;
-        // Closes our copy of the ready pipe's write end, so EOF means the sidecar died.
-        drop(cmd);
-        drop(control_r);
-        let _ = child.wait();
+        self.launch(&session, control_r, None, ready_w)?;
+        // `launch` closed its copy of the ready pipe's write end: EOF means the sidecar died.
         match ReadyLine::parse(&read_ready(&ready_r)?) {
             ReadyLine::Ready { session: said, env } if said == session => Ok(Ready {
                 session,
@@ -162,65 +143,77 @@ impl Spawn {
     }
 
     /// Starts the sidecar of the session the wrapper made (`session`, with what `handoff`
-    /// lends: `crate::watch::start::handoff`), detached at once, and does not wait for it:
-    /// returns as soon as the process between was reaped, so the caller can exec the program
-    /// right away ([`unix::spawn_detached`]: the sidecar is nobody's child, in `/`, in a new
-    /// session). The sidecar reads control lines from `control`; its stderr is the caller's
-    /// only when that is a terminal and the end's line is wanted (warnings were the caller's
-    /// to print).
+    /// lends: `crate::watch::start::handoff`) and does not wait for it: returns as soon as it
+    /// is started, so the caller can exec the program right away. The sidecar reads control
+    /// lines from `control`; its stdout is `/dev/null` (no ready line: the wrapper made the
+    /// session itself).
     pub(crate) fn start_handed(
         &self,
         session: &str,
         control: OwnedFd,
         handoff: Handoff<BorrowedFd<'_>>,
     ) -> Result<(), SpawnError> {
+        let stdout = null(true).map_err(|source| self.start_error(source))?;
+        self.launch(session, control, Some(handoff), stdout)
+    }
+
+    /// The one way a sidecar is started, for both of the above: the platform's detached start
+    /// ([`unix::spawn_detached`]: nobody's child, in `/`, in a new session, nothing waited for
+    /// but the process between), `watch --detached` with `stdout` (the ready pipe, or
+    /// `/dev/null` after a handoff), the control pipe at [`CONTROL_FD`], and `handoff`'s
+    /// descriptors open at the numbers its one argument names. Its stderr is the caller's for
+    /// a [`Report`]: always without a handoff (its warnings at start are the caller's to see),
+    /// and after a handoff only when that stderr is a terminal and the end's line is wanted
+    /// (the wrapper printed the warnings itself).
+    fn launch(
+        &self,
+        session: &str,
+        control: OwnedFd,
+        handoff: Option<Handoff<BorrowedFd<'_>>>,
+        stdout: OwnedFd,
+    ) -> Result<(), SpawnError> {
         let mut args = self.args(session);
-        // Each handed descriptor is passed under a number of its own, 10 or above, so that
-        // moving stdio and the control pipe (0 to 3) cannot land on one of them.
+        // Each descriptor handed over is passed under a number of its own, 10 or above, so
+        // that moving stdio and the control pipe (0 to 3) cannot land on one of them.
         let dup = |fd: BorrowedFd<'_>| {
             unix::dup_above(fd, 10).map_err(|source| SpawnError::Pipe {
                 what: "handoff",
                 source,
             })
         };
-        let kept = handoff.try_map(|fd, _| dup(fd))?;
-        let value = kept.raw().encode().map_err(SpawnError::NotReady)?;
-        args.push("--handoff".into());
-        args.push(value.into());
-        args.push("--daemonize".into());
-        // It starts in `/`: its `.env` files are the wrapper's directory's, as the wrapper's.
-        if let Ok(dir) = std::env::current_dir() {
-            args.push("--dotenv-dir".into());
-            args.push(dir.into());
+        let kept = handoff.map(|h| h.try_map(|fd, _| dup(fd))).transpose()?;
+        if let Some(kept) = &kept {
+            let value = kept.raw().encode().map_err(SpawnError::NotReady)?;
+            args.push("--handoff".into());
+            args.push(value.into());
         }
-        let null = |write: bool| {
-            std::fs::OpenOptions::new()
-                .read(!write)
-                .write(write)
-                .open("/dev/null")
-                .map(OwnedFd::from)
-                .map_err(|source| self.start_error(source))
-        };
-        let (stdin, stdout) = (null(false)?, null(true)?);
-        let terminal = self
-            .report
-            .filter(|r| !r.quiet)
-            .filter(|_| std::io::stderr().is_terminal())
-            .and_then(|_| std::io::stderr().as_fd().try_clone_to_owned().ok());
-        let stderr = match terminal {
-            Some(fd) => {
+        let caller = || std::io::stderr().as_fd().try_clone_to_owned().ok();
+        let stderr = match self.report {
+            Some(report) if kept.is_none() => {
                 args.push("--report".into());
-                fd
+                if report.quiet {
+                    args.push("--quiet".into());
+                }
+                caller()
             }
-            None => null(true)?,
+            Some(report) if !report.quiet && std::io::stderr().is_terminal() => {
+                args.push("--report".into());
+                caller()
+            }
+            _ => None,
         };
+        let stderr = match stderr {
+            Some(fd) => fd,
+            None => null(true).map_err(|source| self.start_error(source))?,
+        };
+        let stdin = null(false).map_err(|source| self.start_error(source))?;
         // The sources of stdio and of the control pipe too are 10 or above: with a standard
-        // descriptor closed when the wrapper started, one of them could otherwise be 0 to 3
+        // descriptor closed when the caller started, one of them could otherwise be 0 to 3
         // and be overwritten by another's move before its own.
         let [stdin, stdout, stderr, control] =
             [stdin, stdout, stderr, control].map(|fd| dup(fd.as_fd()));
         let (stdin, stdout, stderr, control) = (stdin?, stdout?, stderr?, control?);
-        let raw: Vec<i32> = kept.each().map(AsRawFd::as_raw_fd).collect();
+        let raw: Vec<i32> = kept.iter().flat_map(|k| k.each().map(AsRawFd::as_raw_fd)).collect();
         unix::spawn_detached(
             &self.binary,
             &args,
@@ -231,15 +224,7 @@ impl Spawn {
         .map_err(|source| self.start_error(source))
     }
 
-    /// `sandguard [--config F] watch …` for `session`, without how it is detached nor its
-    /// stdio.
-    fn command(&self, session: &str) -> Command {
-        let mut cmd = Command::new(&self.binary);
-        cmd.args(self.args(session));
-        cmd
-    }
-
-    /// [`Spawn::command`]'s arguments.
+    /// `[--config F] watch --detached …` for `session`, without its handoff nor its stdio.
     fn args(&self, session: &str) -> Vec<std::ffi::OsString> {
         let mut args: Vec<std::ffi::OsString> = Vec::new();
         if let Some(config) = &self.config {
@@ -275,6 +260,12 @@ impl Spawn {
             args.push("--grace".into());
             args.push(format!("{}ms", grace.as_millis()).into());
         }
+        args.push("--detached".into());
+        // It starts in `/`: its `.env` files are the caller's directory's, as the caller's.
+        if let Ok(dir) = std::env::current_dir() {
+            args.push("--dotenv-dir".into());
+            args.push(dir.into());
+        }
         args
     }
 
@@ -284,6 +275,15 @@ impl Spawn {
             source,
         }
     }
+}
+
+/// `/dev/null`, for reading or for writing.
+fn null(write: bool) -> std::io::Result<OwnedFd> {
+    std::fs::OpenOptions::new()
+        .read(!write)
+        .write(write)
+        .open("/dev/null")
+        .map(OwnedFd::from)
 }
 
 /// The first line the sidecar writes, waited for at most [`READY_TIMEOUT`].

@@ -7,16 +7,13 @@
 
 #![allow(unsafe_code)]
 
-use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
+use nix::fcntl::{fcntl, FcntlArg, FdFlag};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-/// A pipe whose both ends are close-on-exec: `(read, write)`.
-pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    Ok(nix::unistd::pipe2(OFlag::O_CLOEXEC)?)
-}
+pub use super::os::pipe;
 
 /// Sets or clears `FD_CLOEXEC`: the wrapper leaves the control pipe's write end open across
 /// the exec of the guarded program. Allocates nothing (nix's errors are plain numbers), so a
@@ -85,27 +82,22 @@ pub(crate) fn take_fd(fd: RawFd) -> io::Result<OwnedFd> {
 }
 
 /// Whether the pipe whose write end is `fd` has lost its last reader (`poll` reports
-/// `POLLERR` on a write end then): `sandguard claim` stops waiting for a sidecar that died.
+/// `POLLERR` on a write end then on Linux; `POLLHUP` is taken too, which is how a BSD-derived
+/// kernel such as macOS's may say it): `sandguard claim` stops waiting for a sidecar that died.
 pub(crate) fn pipe_has_no_reader(fd: BorrowedFd<'_>) -> bool {
     let mut pfd = [PollFd::new(fd, PollFlags::empty())];
     let n = nix::poll::poll(&mut pfd, PollTimeout::ZERO).unwrap_or(0);
     n > 0
         && pfd[0]
             .revents()
-            .is_some_and(|r| r.contains(PollFlags::POLLERR))
+            .is_some_and(|r| r.intersects(PollFlags::POLLERR | PollFlags::POLLHUP))
 }
 
 /// Closes every descriptor from 3 up except `keep`: a daemonized sidecar must not hold the
 /// wrapper's other pipes open (a parent waiting for their EOF would hang until the reclaim
 /// ends) nor anything else it inherited.
 pub(crate) fn close_descriptors_except(keep: &[RawFd]) {
-    let mut open: Vec<RawFd> = match std::fs::read_dir("/proc/self/fd") {
-        Ok(dir) => dir
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse().ok())
-            .collect(),
-        Err(_) => (3..1024).collect(),
-    };
+    let mut open: Vec<RawFd> = super::os::open_descriptors().unwrap_or_else(|| (3..1024).collect());
     open.retain(|fd| *fd > 2 && !keep.contains(fd));
     for fd in open {
         // Sound although nix takes the bare number: no descriptor of this process's own is

@@ -13,11 +13,13 @@ use std::sync::OnceLock;
 pub(crate) struct Host {
     pub machine: String,
     pub boot: String,
-    /// This process's pid namespace; `None` when `/proc/self/ns/pid` cannot be read.
+    /// This process's pid namespace (Linux: the inode of `/proc/self/ns/pid`, `None` when it
+    /// cannot be read; macOS, which has none: always 0).
     pub pidns: Option<u64>,
 }
 
-/// A machine id used when none can be read (some containers have no `/etc/machine-id`). Owners
+/// A machine id used when none can be read (some containers have no `/etc/machine-id`; a Mac
+/// whose `gethostuuid` fails). Owners
 /// carrying it are always judged [`crate::identity::Liveness::Unknown`] by everyone else, and
 /// by this machine.
 pub(crate) const UNKNOWN_MACHINE: &str = "0000000000000000";
@@ -27,16 +29,14 @@ impl Host {
     pub(crate) fn current() -> &'static Host {
         static HOST: OnceLock<Host> = OnceLock::new();
         HOST.get_or_init(|| {
-            let machine = ["/etc/machine-id", "/var/lib/dbus/machine-id"]
-                .iter()
-                .find_map(|p| std::fs::read_to_string(p).ok())
+            let machine = super::os::machine_id()
                 .map(|s| short_hex(&s))
                 .filter(|s| s.len() == 16)
                 .unwrap_or_else(|| UNKNOWN_MACHINE.to_string());
             Host {
                 machine,
                 boot: current_boot(),
-                pidns: pid_namespace(),
+                pidns: super::os::pid_namespace(),
             }
         })
     }
@@ -44,15 +44,9 @@ impl Host {
 
 /// This boot's id in its short form (empty when it cannot be read).
 pub(crate) fn current_boot() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+    super::os::boot_id()
         .map(|s| short_hex(&s))
         .unwrap_or_default()
-}
-
-/// The inode of this process's pid namespace.
-fn pid_namespace() -> Option<u64> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
 }
 
 /// The first 16 hex digits of an id, lower-case, dashes and whitespace dropped.

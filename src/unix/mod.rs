@@ -1,29 +1,57 @@
-//! The operating system's calls, behind safe functions grouped by what they touch: [`fd`]
-//! (descriptors), [`process`] (processes and their groups), [`signal`] (dispositions, masks,
-//! pid 1's signals, SIGPIPE-free writes), `host.rs` (this machine's, boot's and pid namespace's
-//! ids, read from the files the OS keeps), and here the rest (random bytes, the boot clock,
-//! file locks, the user).
+//! The platform layer: the operating system's calls, behind safe functions the rest of the
+//! crate uses without knowing which system it runs on. What differs between Linux and macOS is
+//! in one file each, `linux.rs` and `macos.rs`, chosen by `cfg(target_os)` as the private
+//! module `os`, with the same names and meanings; nothing outside this module says
+//! `target_os`. The rest is POSIX and shared: [`fd`] (descriptors), [`process`] (processes and
+//! their groups, the detached start), [`signal`] (dispositions, masks, pid 1's signals,
+//! SIGPIPE-free writes), `host.rs` (this machine's, boot's and pid namespace's ids), and here
+//! random bytes, file locks, the user, and the platform's own calls re-exported.
+//!
+//! The small interface each platform fills ([`os`]'s items, both files):
+//! - **the owner's exit**: [`watch_exit`] (a descriptor readable once a pid exits: a pidfd on
+//!   Linux, a kqueue with `EVFILT_PROC`/`NOTE_EXIT` on macOS; `ESRCH` when it is gone),
+//!   [`watch_self`] (one a process can hand over: Linux only), [`exit_status`] (how it ended:
+//!   `PIDFD_GET_INFO` on Linux, unknown on macOS);
+//! - **a process's identity**: [`process_stat`] (its start time and whether it has exited:
+//!   `/proc/PID/stat`, `proc_pidinfo`), and the host's machine, boot and pid namespace;
+//! - **the lease clock**, which counts time asleep: [`sleep_counting_clock`]
+//!   (`CLOCK_BOOTTIME`, macOS's `CLOCK_MONOTONIC`);
+//! - **the fast detached start**'s two steps (`clone(CLONE_VM | CLONE_VFORK)`; `fork` and
+//!   `posix_spawn`), close-on-exec pipes ([`pipe`]), the open descriptors, which signals
+//!   exist, and handing back start-up pages ([`release_startup_pages`], Linux only).
 //!
 //! The calls go through crates, not libc by hand: `nix` for what it wraps (signals and sigsets,
-//! fork, setsid, kill, pipe2, fcntl, fstat, poll, the clocks, tcsetpgrp); `rustix` for three
-//! calls nix lacks or gets wrong for us: `pidfd_open` (not in nix), `waitpid` (nix's
+//! fork, setsid, kill, pipes, fcntl, fstat, poll, the clocks, tcsetpgrp, kqueue); `rustix` for
+//! three calls nix lacks or gets wrong for us: `pidfd_open` (not in nix), `waitpid` (nix's
 //! `WaitStatus` refuses a child killed by a realtime signal, after reaping it) and `flock`
 //! (nix's only undeprecated form is a guard that unlocks on drop, where our locks last until the
 //! file closes); `signal-hook` for pid 1's signals, outside tokio; `getrandom` (ring's) for
 //! random bytes.
 //!
 //! This is still the only module allowed `unsafe`, kept for what no safe wrapper does: `fork`,
-//! a `pre_exec` hook, setting a signal disposition (nix's `signal` is `unsafe fn` even for
-//! `SIG_IGN`), `sigpending` and `sigtimedwait` (not in nix), the `PIDFD_GET_INFO` ioctl,
-//! `madvise`, tokio's `AsyncFd` registration, and taking ownership of an inherited descriptor
-//! number. Those blocks sit in [`fd`], [`process`] and [`signal`], the only files that allow
-//! `unsafe` (this one and the tests do not), each with a `SAFETY:` comment; the rest of the
-//! crate calls the safe wrappers here.
+//! the detached start, setting a signal disposition (nix's `signal` is `unsafe fn` even for
+//! `SIG_IGN`), `sigpending`, the `PIDFD_GET_INFO` ioctl, `proc_pidinfo`, `gethostuuid`,
+//! `sysctlbyname`, `madvise`, tokio's `AsyncFd` registration, and taking ownership of an
+//! inherited descriptor number. Those blocks sit in the files that say
+//! `#![allow(unsafe_code)]` (this one and the tests do not), each with a `SAFETY:` comment; the
+//! rest of the crate calls the safe wrappers here.
 
 mod fd;
 mod host;
 mod process;
 mod signal;
+
+#[cfg(target_os = "linux")]
+#[path = "linux.rs"]
+mod os;
+#[cfg(target_os = "macos")]
+#[path = "macos.rs"]
+mod os;
+
+pub(crate) use os::{
+    exit_status, process_stat, release_startup_pages, sleep_counting_clock, watch_exit, watch_self,
+    EXIT_WATCH, POLLED,
+};
 
 pub use fd::*;
 pub(crate) use host::*;
@@ -32,7 +60,6 @@ pub use signal::*;
 
 use rustix::fs::FlockOperation;
 use std::io;
-use std::time::Duration;
 
 /// Fills `buf` with random bytes from the kernel (`getrandom(2)`, through the `getrandom`
 /// crate, which retries on `EINTR` and short reads), for session ids and jitter.
@@ -51,13 +78,15 @@ pub fn random_hex(n: usize) -> io::Result<String> {
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// `CLOCK_BOOTTIME`: monotonic, and unlike `CLOCK_MONOTONIC` it keeps counting while the
-/// machine is suspended, which is what a lease grace must measure. It exists on every Linux
-/// since 2.6.39, so the call cannot fail; zero if it ever did.
-pub(crate) fn boottime() -> Duration {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
-        .map(Duration::from)
-        .unwrap_or_default()
+/// What [`process_stat`] says of a process: whether it has exited (a zombie its parent has not
+/// reaped yet) and its start time, which with the pid names one process for good. The start
+/// time's unit is the platform's (Linux: clock ticks after boot, field 22 of `/proc/PID/stat`;
+/// macOS: microseconds since the epoch): only ever compared with another reading on the same
+/// machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProcStat {
+    pub exited: bool,
+    pub start_time: u64,
 }
 
 /// Tries to take an exclusive `flock(2)` on `file` without waiting. `Ok(false)` when another
@@ -84,6 +113,15 @@ fn try_flock(file: &std::fs::File, op: FlockOperation) -> io::Result<bool> {
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// This machine's host name (`gethostname(3)`), `None` when it is not UTF-8.
+pub(crate) fn hostname() -> Option<String> {
+    nix::unistd::gethostname()
+        .ok()?
+        .into_string()
+        .ok()
+        .map(|h| h.trim().to_string())
 }
 
 /// The effective user id of this process: the owner the state directory must have.

@@ -1,10 +1,9 @@
-//! Processes: pidfds, forking, new sessions and process groups, the terminal's foreground
-//! group, reaping, signalling, and probing whether a pid exists.
+//! Processes, the same on Linux and macOS: the detached start (its two platform steps in
+//! `linux.rs` and `macos.rs`), forking, new sessions and process groups, the terminal's
+//! foreground group, reaping, signalling, and probing whether a pid exists.
 //!
-//! nix for most; rustix for `pidfd_open` (nix has none) and `waitpid` (nix turns the status of
-//! a child killed by a realtime signal into `EINVAL`, after the child is reaped, so pid 1 would
-//! lose CMD's end). `PIDFD_GET_INFO` has no wrapper anywhere: a raw ioctl, with nix computing
-//! its request number. Signals are passed as numbers (what signal-hook hands pid 1); one that
+//! nix for most; rustix for `waitpid` (nix turns the status of a child killed by a realtime
+//! signal into `EINVAL`, after the child is reaped, so pid 1 would lose CMD's end). Signals are passed as numbers (what signal-hook hands pid 1); one that
 //! nix's `Signal` does not name (a realtime one) is not sent, and no caller sends one.
 
 #![allow(unsafe_code)]
@@ -24,76 +23,12 @@ fn nix_pid(pid: u32) -> Option<Pid> {
         .map(Pid::from_raw)
 }
 
-/// `pidfd_open(2)`: a descriptor that becomes readable when `pid` exits. `Err` with
-/// `ENOSYS` on kernels before 5.3, `ESRCH` when there is no such process.
-pub(crate) fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
-    let pid = i32::try_from(pid)
-        .ok()
-        .and_then(rustix::process::Pid::from_raw)
-        .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
-    Ok(rustix::process::pidfd_open(
-        pid,
-        rustix::process::PidfdFlags::empty(),
-    )?)
-}
-
-/// `struct pidfd_info` as Linux 6.13 defined it (`PIDFD_INFO_SIZE_VER0`, 64 bytes); later
-/// kernels accept this size and fill what fits, `exit_code` included.
-#[repr(C)]
-#[derive(Default)]
-struct PidfdInfo {
-    mask: u64,
-    cgroupid: u64,
-    /// `pid`, `tgid`, `ppid`, `ruid`, `rgid`, `euid`, `egid`, `suid`, `sgid`, `fsuid`, `fsgid`.
-    ids: [u32; 11],
-    exit_code: i32,
-}
-
-const _: () = assert!(std::mem::size_of::<PidfdInfo>() == 64);
-
-/// `PIDFD_INFO_EXIT`: ask for (and, in the answer's mask, got) the exit status.
-const PIDFD_INFO_EXIT: u64 = 1 << 3;
-/// `PIDFD_GET_INFO`: `_IOWR(PIDFS_IOCTL_MAGIC = 0xFF, 11, struct pidfd_info)`.
-const PIDFD_GET_INFO: libc::Ioctl =
-    nix::request_code_readwrite!(0xFF, 11, std::mem::size_of::<PidfdInfo>()) as libc::Ioctl;
-const _: () = assert!(
-    PIDFD_GET_INFO as u32 == 0xC040_FF0B,
-    "the number Linux 6.13 defines"
-);
-
-/// The wait status (as `waitpid(2)` encodes it) of the process `pidfd` refers to:
-/// `PIDFD_GET_INFO` asking for `PIDFD_INFO_EXIT` (Linux ≥ 6.15). Whoever holds the pidfd may
-/// read it, not only the parent, but only once the parent has reaped the process:
-/// `Ok(None)` while it runs or is a zombie. `Err` where the kernel cannot tell: no
-/// `PIDFD_GET_INFO` (`ENOTTY`, `EINVAL`), or a kernel without the exit information whose
-/// process was reaped (`ESRCH`).
-pub(crate) fn pidfd_exit_status(pidfd: std::os::fd::BorrowedFd<'_>) -> io::Result<Option<i32>> {
-    use std::os::fd::AsRawFd;
-    let mut info = PidfdInfo {
-        mask: PIDFD_INFO_EXIT,
-        ..PidfdInfo::default()
-    };
-    // SAFETY: `info` is a live, writable `struct pidfd_info` of the size the request number
-    // encodes; the kernel writes at most that many bytes into it and keeps no pointer to it.
-    let r = unsafe {
-        libc::ioctl(
-            pidfd.as_raw_fd(),
-            PIDFD_GET_INFO,
-            std::ptr::addr_of_mut!(info),
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((info.mask & PIDFD_INFO_EXIT != 0).then_some(info.exit_code))
-}
-
-/// Registers a pidfd with tokio's reactor so it can be awaited for readability (the owner's
-/// exit). Must run inside a tokio runtime.
-pub(crate) fn async_pidfd(fd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+/// Registers an exit watch ([`super::watch_exit`]) with tokio's reactor so it can be awaited
+/// for readability (the owner's exit). Must run inside a tokio runtime.
+pub(crate) fn async_exit_watch(fd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
     // SAFETY: the AsyncFd takes ownership of the OwnedFd, so the descriptor stays open and
-    // refers to the same pidfd for the AsyncFd's whole life, and OwnedFd::as_raw_fd always
-    // returns that one descriptor.
+    // refers to the same pidfd or kqueue for the AsyncFd's whole life, and
+    // OwnedFd::as_raw_fd always returns that one descriptor.
     unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
         .map_err(|e| e.into_parts().1)
 }
@@ -123,9 +58,11 @@ pub(crate) fn fork_single_threaded() -> io::Result<Forked> {
     }
 }
 
-/// Spawns `cmd` as the sidecar: in a new session (`setsid`, so the terminal's Ctrl-C and
-/// hang-up never reach it), with `control` placed at descriptor `target` and left open across
-/// its exec.
+/// Spawns `cmd` (`watch --daemonize …`) as the SDKs in other languages start a sidecar
+/// (Python's `start_new_session` with `pass_fds`, Node's `detached` with a descriptor in
+/// `stdio`): in a new session, with `control` placed at descriptor `target` and left open
+/// across its exec. The crate itself starts sidecars one way only (`crate::session::spawn`);
+/// this is kept for the tests and benchmarks that start one as an SDK does.
 pub fn spawn_in_new_session(
     cmd: &mut std::process::Command,
     control: RawFd,
@@ -164,14 +101,24 @@ struct Detach {
 }
 
 /// Starts `program` with `args` detached, and waits only for the process between: that one
-/// shares this process's memory (`clone(CLONE_VM | CLONE_VFORK)`, as posix_spawn does: no
-/// copy of the address space to make, none to tear down), makes a new session (`setsid`),
+/// (on Linux it shares this process's memory, `clone(CLONE_VM | CLONE_VFORK)`, as glibc's
+/// posix_spawn does: no copy of the address space to make, none to tear down; on macOS a
+/// `fork` of this single-threaded process) makes a new session (`setsid`),
 /// puts `stdio` at 0 to 2 and `control.0` at `control.1`, leaves `keep` open across exec
-/// (their close-on-exec flag cleared in it only), moves to `/`, unblocks every signal and
-/// puts SIGPIPE back to its default (as std's spawn does); then forks the last process, which
-/// execs `program` (the environment is this process's), and exits. This process resumes when
-/// it has exited and reaps it, so the sidecar is nobody's child and the caller, about to exec
-/// the guarded program, inherits none.
+/// (their close-on-exec flag cleared in it only) and moves to `/`; then starts the last
+/// process (Linux: a raw fork that execs; macOS: `posix_spawn`), which runs `program` with
+/// this process's environment, and exits. This process resumes when it has exited and reaps
+/// it, so the sidecar is nobody's child and the caller, about to exec the guarded program,
+/// inherits none.
+///
+/// Signals: every one is blocked in the calling thread while the process between exists, so
+/// no handler of this process (pid 1's, a library user's) ever runs in a process that shares
+/// its memory; the program starts with every signal unblocked, SIGPIPE at its default (as
+/// std's spawn does) and every caught signal back at its default ([`reset_signals`], as
+/// glibc's posix_spawn does), set where the memory is no longer shared. So this is also sound
+/// for a caller with other threads (the Rust guard in someone's program, pid 1): the process
+/// between only makes system calls on what was prepared here, and on macOS, where it is a
+/// `fork` of such a caller, the same holds (no lock, no allocation in it).
 ///
 /// Unlike std's spawn, nothing waits for the exec: the wrapper's program starts while the
 /// sidecar's binary is still loading. A failed exec ends the last process with status 127
@@ -207,25 +154,24 @@ pub(crate) fn spawn_detached(
         keep: keep.to_vec(),
         root: c(std::ffi::OsStr::new("/"))?,
     };
-    // The process between runs on a stack of its own, in this memory.
+    // The process between runs on a stack of its own where it shares this memory (Linux).
     let mut stack = vec![0u8; 64 * 1024];
     // SAFETY: the top of a live allocation, aligned down to 16 bytes as the ABI wants.
     let top = unsafe { stack.as_mut_ptr().add(stack.len()) };
     let top = ((top as usize) & !15) as *mut libc::c_void;
-    // SAFETY: `between` only reads `detach` (alive until this returns: CLONE_VFORK suspends
-    // this thread until the process between has exited) and makes system calls; the wrapper
-    // runs no other thread. Its stack is `stack`, which outlives it for the same reason.
-    let pid = unsafe {
-        libc::clone(
+    let unblocked = SigSet::all().thread_swap_mask(SigmaskHow::SIG_SETMASK)?;
+    // SAFETY: `between` only reads `detach` and makes system calls, with every signal blocked;
+    // `detach` and `stack` live until the process between has exited (waited for below, or,
+    // on Linux, before `start_between` returns).
+    let started = unsafe {
+        super::os::start_between(
             between,
-            top,
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
             std::ptr::addr_of!(detach) as *mut libc::c_void,
+            top,
         )
     };
-    if pid < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let _ = unblocked.thread_set_mask();
+    let pid = started?;
     drop(argv_owned);
     let pid = nix_pid(pid as u32).ok_or_else(|| io::Error::from(io::ErrorKind::Other))?;
     loop {
@@ -280,20 +226,40 @@ extern "C" fn between(arg: *mut libc::c_void) -> libc::c_int {
         if libc::chdir(d.root.as_ptr()) < 0 {
             return 127;
         }
+        match super::os::start_last(d.path.as_ptr(), d.argv.as_ptr()) {
+            true => 0,
+            false => 127,
+        }
+    }
+}
+
+/// In a process about to exec (or, on macOS, to `posix_spawn`) the sidecar, in memory of its
+/// own: every caught signal back at its default, SIGPIPE too, then every signal unblocked. The
+/// exec would reset the caught ones anyway; doing it first means a signal pending since the
+/// start cannot run the caller's handler here. Only `sigaction` and `sigprocmask` calls.
+///
+/// # Safety
+/// Only in a child process between its fork and its exec.
+pub(super) unsafe fn reset_signals() {
+    // SAFETY: plain system calls on stack values; signal numbers the system does not have
+    // are refused with EINVAL and skipped.
+    unsafe {
+        for signal in 1..65 {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(signal, std::ptr::null(), &mut old) != 0 {
+                continue;
+            }
+            if signal == libc::SIGPIPE
+                || (old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN)
+            {
+                let mut default: libc::sigaction = std::mem::zeroed();
+                default.sa_sigaction = libc::SIG_DFL;
+                libc::sigaction(signal, &default, std::ptr::null_mut());
+            }
+        }
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        // A plain fork by system call (no library fork handlers in a process sharing its
-        // parent's memory): the last process gets its own copy, and only execs.
-        match libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_long, 0, 0, 0, 0) {
-            0 => {
-                libc::execv(d.path.as_ptr(), d.argv.as_ptr());
-                libc::_exit(127)
-            }
-            n if n < 0 => 127,
-            _ => 0,
-        }
     }
 }
 
@@ -386,71 +352,4 @@ pub(crate) fn send_signal(pid: u32, signal: c_int) {
     if let (Some(pid), Ok(signal)) = (nix_pid(pid), Signal::try_from(signal)) {
         let _ = nix::sys::signal::kill(pid, signal);
     }
-}
-
-/// Hands back the pages of this program's own read-only mappings (its code and constants)
-/// that start-up touched: they are clean copies of the executable, which the kernel re-reads
-/// from the page cache if they are ever needed again. A long-lived idle process (the sidecar)
-/// then holds only what it uses, not everything its start-up ran through (the command-line
-/// parser, the config reader). Only mappings with no private copy in them are touched: never
-/// a writable one, nor a read-only one that was written before it was sealed (the relocated
-/// RELRO data). Returns the bytes released.
-pub(crate) fn release_startup_pages() -> usize {
-    let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
-        return 0;
-    };
-    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
-        return 0;
-    };
-    let mut released = 0;
-    for (range, anonymous) in clean_mappings(&smaps, &exe) {
-        if anonymous != 0 {
-            continue;
-        }
-        let (start, end) = range;
-        // SAFETY: the range is one whole mapping of this process, read from /proc/self/smaps:
-        // the executable's, private, read-only and without a single private (written) page,
-        // so MADV_DONTNEED only drops clean pages and the next access re-reads them, unchanged,
-        // from the file. No memory anyone holds a reference into changes.
-        let rc =
-            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
-        if rc == 0 {
-            released += end - start;
-        }
-    }
-    released
-}
-
-/// The executable's read-only mappings in `smaps`: each one's range and its `Anonymous:` size
-/// (the pages that are private copies, not the file's).
-fn clean_mappings(smaps: &str, exe: &std::path::Path) -> Vec<((usize, usize), u64)> {
-    let mut out = Vec::new();
-    let mut current: Option<(usize, usize)> = None;
-    for line in smaps.lines() {
-        let mut fields = line.split_whitespace();
-        let first = fields.next().unwrap_or("");
-        if let Some((start, end)) = first.split_once('-') {
-            // A mapping's header: `start-end perms offset dev inode path`.
-            let perms = fields.next().unwrap_or("");
-            let path = fields.nth(3).unwrap_or("");
-            current = match (
-                usize::from_str_radix(start, 16),
-                usize::from_str_radix(end, 16),
-            ) {
-                (Ok(s), Ok(e)) if std::path::Path::new(path) == exe && !perms.contains('w') => {
-                    Some((s, e))
-                }
-                _ => None,
-            };
-        } else if first == "Anonymous:" {
-            if let Some(range) = current.take() {
-                let kib = fields
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(u64::MAX);
-                out.push((range, kib));
-            }
-        }
-    }
-    out
 }

@@ -5,8 +5,8 @@
 //! to a socket pair that the init loop polls with a timeout) rather than the block-everything
 //! and `sigtimedwait` of tini: signal-hook is the crate the design names for signals outside
 //! tokio, and nix has no `sigtimedwait`. What that changes, and how it is kept from mattering,
-//! is on [`InitSignals`]. `sigpending` and `sigtimedwait` remain raw calls in
-//! [`write_without_sigpipe`], for want of any wrapper.
+//! is on [`InitSignals`]. `sigpending` remains a raw call in [`write_without_sigpipe`], for
+//! want of any wrapper.
 
 #![allow(unsafe_code)]
 
@@ -45,10 +45,12 @@ fn set_disposition(signal: c_int, handler: SigHandler) -> io::Result<()> {
 const FAULTS: [Signal; 3] = [Signal::SIGILL, Signal::SIGFPE, Signal::SIGSEGV];
 
 /// The signals an init process forwards to its child: every catchable one below the realtime
-/// range but `SIGCHLD` (which it handles itself) and the [`FAULTS`].
+/// range (Linux; macOS has none) but `SIGCHLD` (which it handles itself), the [`FAULTS`] and
+/// those the C library keeps for itself.
 fn forwarded_signals() -> impl Iterator<Item = c_int> {
-    (1..libc::SIGRTMIN()).filter(|&s| {
-        !matches!(s, libc::SIGKILL | libc::SIGSTOP | libc::SIGCHLD | 32 | 33)
+    (1..super::os::signals_end()).filter(|&s| {
+        !matches!(s, libc::SIGKILL | libc::SIGSTOP | libc::SIGCHLD)
+            && !super::os::reserved_signal(s)
             && !FAULTS.iter().any(|f| *f as c_int == s)
     })
 }
@@ -99,7 +101,7 @@ impl InitSignals {
 ///
 /// SIGPIPE is blocked in the calling thread for the write (the kernel sends it to the writing
 /// thread); if the write failed with `EPIPE`, the SIGPIPE it raised is taken off the pending
-/// set (`sigtimedwait` with a zero timeout) before the old mask comes back. A SIGPIPE that was
+/// set ([`take_pending`]) before the old mask comes back. A SIGPIPE that was
 /// already pending before the call is left for the program. A write of at most `PIPE_BUF`
 /// bytes to a pipe is still one atomic `write`.
 pub(crate) fn write_without_sigpipe(fd: BorrowedFd<'_>, bytes: &[u8]) -> io::Result<()> {
@@ -109,7 +111,7 @@ pub(crate) fn write_without_sigpipe(fd: BorrowedFd<'_>, bytes: &[u8]) -> io::Res
     let was_pending = is_pending(Signal::SIGPIPE);
     let result = write_all(fd, bytes);
     if !was_pending && matches!(&result, Err(e) if e.raw_os_error() == Some(libc::EPIPE)) {
-        take_pending(&pipe_only);
+        take_pending(Signal::SIGPIPE);
     }
     let _ = old.thread_set_mask();
     result
@@ -125,20 +127,13 @@ pub(super) fn is_pending(signal: Signal) -> bool {
     }
 }
 
-/// Takes one pending signal of `set` off the pending set, if there is one, without waiting.
-fn take_pending(set: &SigSet) {
-    let zero = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    loop {
-        // SAFETY: a valid set and timeout of ours; a null siginfo pointer is allowed. (nix has
-        // no sigtimedwait.)
-        let taken = unsafe { libc::sigtimedwait(set.as_ref(), std::ptr::null_mut(), &zero) };
-        // EAGAIN: nothing pending (already taken); EINTR: another signal came first.
-        if taken >= 0 || Errno::last() != Errno::EINTR {
-            return;
-        }
+/// Takes the pending `signal` (blocked in this thread) off the pending set, if it is there,
+/// without waiting: `sigwait(3)` returns at once for a signal already pending, and is only
+/// called when `sigpending` says it is. (Linux's `sigtimedwait` with a zero timeout would do
+/// it in one call, but macOS has none; this form is POSIX and safe through nix.)
+fn take_pending(signal: Signal) {
+    if is_pending(signal) {
+        let _ = SigSet::from(signal).wait();
     }
 }
 

@@ -8,7 +8,6 @@
 //!   return `ENOSYS`, as an old kernel or a container runtime's filter would.
 
 use std::process::Command;
-use std::time::Duration;
 
 use sandguard::labels::SESSION;
 
@@ -109,85 +108,96 @@ fn release_and_detach_outside_a_session_exit_2() {
     }
 }
 
-/// Makes `pidfd_open` fail with `ENOSYS` in what `cmd` starts (and everything that inherits
-/// from it). Only the native syscall number is filtered; that is the one sandguard calls.
-fn without_pidfd_open(cmd: &mut Command) {
-    use std::os::unix::process::CommandExt;
-    let op = |code: u32, k: u32, jt: u8, jf: u8| libc::sock_filter {
-        code: code as u16,
-        jt,
-        jf,
-        k,
-    };
-    let filter = [
-        // A = seccomp_data.nr
-        op(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0, 0, 0),
-        op(
-            libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
-            libc::SYS_pidfd_open as u32,
-            0,
-            1,
-        ),
-        op(
-            libc::BPF_RET | libc::BPF_K,
-            libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
-            0,
-            0,
-        ),
-        op(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW, 0, 0),
-    ];
-    // SAFETY: the closure runs between fork and exec and makes only two prctl(2) calls, which
-    // are async-signal-safe; the program it points to lives in the closure, for the call.
-    unsafe {
-        cmd.pre_exec(move || {
-            let program = libc::sock_fprog {
-                len: filter.len() as u16,
-                filter: filter.as_ptr() as *mut libc::sock_filter,
-            };
-            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
-                || libc::prctl(
-                    libc::PR_SET_SECCOMP,
-                    libc::SECCOMP_MODE_FILTER,
-                    &program as *const libc::sock_fprog,
-                ) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-}
+/// Linux's fallback: a seccomp filter takes its exit watch (`pidfd_open`) away.
+#[cfg(target_os = "linux")]
+mod polling {
+    use std::process::Command;
+    use std::time::Duration;
 
-#[test]
-fn the_proc_polling_fallback_sees_the_owner_die() {
-    require_docker();
-    let _g = shared();
-    let s = Scratch::new("p15-poll");
-    let mut wrapper = sandguard(&s);
-    without_pidfd_open(&mut wrapper);
-    let mut owner = Owner::start(wrapper, &s);
-    let _reaper = super::SidecarReaper(owner.session.clone());
-    let log = s
-        .path()
-        .join("state/sandguard/sessions")
-        .join(format!("{}.log", owner.session));
-    let text = std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(
-        text.contains("pidfd_open is unavailable") && text.contains("polling /proc"),
-        "the sidecar fell back to polling: {text}"
-    );
-    let mut r = Resources::default();
-    let labels = owner.label_pairs();
-    let container = r.container(&super::pairs(&labels));
-    owner.kill();
-    eventually(
-        Duration::from_secs(5),
-        "the owner's container is reclaimed by the polling sidecar",
-        || !container_exists(&container),
-    );
-    eventually(
-        Duration::from_secs(10),
-        "the session ends reclaimed",
-        || session_row(&mut sandguard(&s), &owner.session)["state"] == "reclaimed",
-    );
+    use super::session_row;
+    use crate::support::*;
+
+    /// Makes `pidfd_open` fail with `ENOSYS` in what `cmd` starts (and everything that inherits
+    /// from it). Only the native syscall number is filtered; that is the one sandguard calls.
+    /// Linux's: a seccomp filter, on Linux's exit watch.
+    fn without_pidfd_open(cmd: &mut Command) {
+        use std::os::unix::process::CommandExt;
+        let op = |code: u32, k: u32, jt: u8, jf: u8| libc::sock_filter {
+            code: code as u16,
+            jt,
+            jf,
+            k,
+        };
+        let filter = [
+            // A = seccomp_data.nr
+            op(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0, 0, 0),
+            op(
+                libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+                libc::SYS_pidfd_open as u32,
+                0,
+                1,
+            ),
+            op(
+                libc::BPF_RET | libc::BPF_K,
+                libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+                0,
+                0,
+            ),
+            op(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW, 0, 0),
+        ];
+        // SAFETY: the closure runs between fork and exec and makes only two prctl(2) calls, which
+        // are async-signal-safe; the program it points to lives in the closure, for the call.
+        unsafe {
+            cmd.pre_exec(move || {
+                let program = libc::sock_fprog {
+                    len: filter.len() as u16,
+                    filter: filter.as_ptr() as *mut libc::sock_filter,
+                };
+                if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                    || libc::prctl(
+                        libc::PR_SET_SECCOMP,
+                        libc::SECCOMP_MODE_FILTER,
+                        &program as *const libc::sock_fprog,
+                    ) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+
+    #[test]
+    fn the_proc_polling_fallback_sees_the_owner_die() {
+        require_docker();
+        let _g = shared();
+        let s = Scratch::new("p15-poll");
+        let mut wrapper = sandguard(&s);
+        without_pidfd_open(&mut wrapper);
+        let mut owner = Owner::start(wrapper, &s);
+        let _reaper = crate::promises::SidecarReaper(owner.session.clone());
+        let log = s
+            .path()
+            .join("state/sandguard/sessions")
+            .join(format!("{}.log", owner.session));
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            text.contains("pidfd_open is unavailable") && text.contains("polling /proc"),
+            "the sidecar fell back to polling: {text}"
+        );
+        let mut r = Resources::default();
+        let labels = owner.label_pairs();
+        let container = r.container(&crate::promises::pairs(&labels));
+        owner.kill();
+        eventually(
+            Duration::from_secs(5),
+            "the owner's container is reclaimed by the polling sidecar",
+            || !container_exists(&container),
+        );
+        eventually(
+            Duration::from_secs(10),
+            "the session ends reclaimed",
+            || session_row(&mut sandguard(&s), &owner.session)["state"] == "reclaimed",
+        );
+    }
 }

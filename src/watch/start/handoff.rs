@@ -80,7 +80,7 @@ pub(crate) fn prepare(
             session,
             journal,
             bound,
-            owner_pidfd: crate::unix::pidfd_open(std::process::id()).ok(),
+            owner_pidfd: crate::unix::watch_self(),
         }),
         Err(e) => {
             super::begin::take_back(journal.path());
