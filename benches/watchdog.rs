@@ -25,9 +25,22 @@
 //!    daemon after its program exits) is not measured. Figures are medians; the ratio is the
 //!    ratio of the medians.
 //!
+//! 3. **Why the detached start is a hand-written `clone` on Linux** (issue 38): the time the
+//!    wrapper spends starting its sidecar before it can exec the program, three ways, each
+//!    starting `sandguard --version` (the same binary, the same exec), `PAIRS` × 4 rounds in
+//!    turn, medians:
+//!    - *clone*: `unix::spawn_detached`, what the wrapper does (the process between shares
+//!      the wrapper's memory, `clone(CLONE_VM | CLONE_VFORK)`; nothing waits for the exec);
+//!    - *posix_spawn + wait*: std's spawn with nothing to run between fork and exec (glibc's
+//!      posix_spawn, itself a `CLONE_VM | CLONE_VFORK` clone) and a wait for the child's end,
+//!      which any self-exec stub needs (nextest's way: a stub process that does the setsid and
+//!      the second fork, then exits): its exec and exit are the least such a stub costs;
+//!    - *fork + wait*: std's spawn with a `pre_exec` (a copy of the address space), the way
+//!      SDKs start `watch --daemonize`, with the same wait.
+//!
 //! Run: `cargo bench --bench watchdog` (needs `docker info` to work, the test image that
 //! `tests/run.sh` builds, and `tini`, which `benches/run.sh` installs). `RUNS=200` and
-//! `PAIRS=100` for more runs; `ONLY=latency` or `ONLY=wrapper` runs one part.
+//! `PAIRS=100` for more runs; `ONLY=latency`, `ONLY=wrapper` or `ONLY=start` runs one part.
 //!
 //! **Before and after**: `BEFORE=/path/to/an/older/sandguard` runs that binary too, in the same
 //! run, interleaved with this one (every P1 run and every P4 round measures both in turn), and
@@ -78,7 +91,75 @@ fn main() {
     if run("latency") {
         latency(exe, before, &state, env_n("RUNS", 100));
     }
+    if run("start") {
+        start(exe, env_n("PAIRS", 50) * 4);
+    }
     let _ = std::fs::remove_dir_all(&state);
+}
+
+/// The detached start against its alternatives (see the module docs, 3).
+#[allow(unsafe_code)]
+fn start(exe: &str, rounds: usize) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let null = || {
+        std::fs::File::options()
+            .write(true)
+            .open("/dev/null")
+            .unwrap()
+    };
+    let args = [std::ffi::OsString::from("--version")];
+    let clone = || {
+        let (out, control) = (null(), null());
+        let fd = out.as_raw_fd();
+        sandguard::testing::unix::spawn_detached(
+            Path::new(exe),
+            &args,
+            [fd, fd, fd],
+            (control.as_raw_fd(), 3),
+            &[],
+        )
+        .unwrap();
+    };
+    let posix_spawn = || {
+        let status = Command::new(exe)
+            .args(&args)
+            .stdout(null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    let fork = || {
+        let mut cmd = Command::new(exe);
+        cmd.args(&args).stdout(null());
+        // SAFETY: an empty hook; its presence alone makes std fork instead of posix_spawn.
+        unsafe { cmd.pre_exec(|| Ok(())) };
+        assert!(cmd.status().unwrap().success());
+    };
+    let ways: [(&str, &dyn Fn()); 3] = [
+        ("clone", &clone),
+        ("posix_spawn + wait", &posix_spawn),
+        ("fork + wait", &fork),
+    ];
+    let mut times = vec![Vec::new(); ways.len()];
+    for round in 0..rounds {
+        for k in 0..ways.len() {
+            let i = (k + round) % ways.len();
+            // The previous start's last process is still loading: let it finish.
+            std::thread::sleep(Duration::from_millis(5));
+            let t = Instant::now();
+            (ways[i].1)();
+            times[i].push(t.elapsed());
+        }
+    }
+    for (i, (name, _)) in ways.iter().enumerate() {
+        let m = median(&times[i]);
+        println!(
+            "start, {name}: median {:.3} ms over {rounds} ({:.1}× clone)",
+            ms(m),
+            m.as_secs_f64() / median(&times[0]).as_secs_f64()
+        );
+    }
 }
 
 /// P4: the five commands in turn (see the module docs).

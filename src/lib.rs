@@ -164,8 +164,8 @@ pub mod testing {
     }
     pub mod unix {
         pub use crate::unix::{
-            default_signal, geteuid, pipe, random_bytes, random_hex, spawn_in_new_session,
-            try_lock_exclusive,
+            default_signal, geteuid, pipe, random_bytes, random_hex, spawn_detached,
+            spawn_in_new_session, try_lock_exclusive,
         };
     }
 }

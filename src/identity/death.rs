@@ -196,13 +196,13 @@ impl OwnerWatch {
         }
     }
 
-    /// Watches `owner` through `pidfd`, an exit watch the owner opened of itself and handed
+    /// Watches `owner` through `watch`, an exit watch the owner opened of itself and handed
     /// over (the wrapper's, `crate::watch::start::handoff`; `crate::unix::watch_self`, a pidfd,
     /// so Linux only): it names that very process whatever
     /// became of its pid since, so no identity check is needed, and how it exited can still be
     /// read after its parent reaped it.
-    pub(crate) fn open_pidfd(pidfd: std::os::fd::OwnedFd, owner: &Identity) -> OwnerWatch {
-        match crate::unix::async_exit_watch(pidfd) {
+    pub(crate) fn open_handed(watch: std::os::fd::OwnedFd, owner: &Identity) -> OwnerWatch {
+        match crate::unix::async_exit_watch(watch) {
             Ok(afd) => OwnerWatch::Event(afd, owner.clone()),
             Err(e) => {
                 tracing::warn!(

@@ -25,8 +25,9 @@ use crate::providers::cloud_proxy::Api;
 pub(crate) struct Handoff<F> {
     /// The new session's journal: open, locked, its `start` written but not synced.
     pub journal: F,
-    /// A pidfd the owner opened of itself while alive (`None` where the kernel has none).
-    pub owner_pidfd: Option<F>,
+    /// An exit watch the owner opened of itself while alive (`crate::unix::watch_self`; `None`
+    /// where the platform has none to hand).
+    pub owner_exit: Option<F>,
     /// The Docker proxy's listener and its socket's path.
     pub docker: Option<(F, PathBuf)>,
     /// The cloud proxies' listeners.
@@ -41,9 +42,9 @@ impl<F> Handoff<F> {
     ) -> Result<Handoff<G>, E> {
         Ok(Handoff {
             journal: f(self.journal, "journal")?,
-            owner_pidfd: self
-                .owner_pidfd
-                .map(|fd| f(fd, "owner's pidfd"))
+            owner_exit: self
+                .owner_exit
+                .map(|fd| f(fd, "owner's exit watch"))
                 .transpose()?,
             docker: match self.docker {
                 Some((fd, socket)) => Some((f(fd, "Docker proxy")?, socket)),
@@ -60,7 +61,7 @@ impl<F> Handoff<F> {
     /// Every descriptor it holds.
     pub(crate) fn each(&self) -> impl Iterator<Item = &F> {
         std::iter::once(&self.journal)
-            .chain(&self.owner_pidfd)
+            .chain(&self.owner_exit)
             .chain(self.docker.as_ref().map(|(fd, _)| fd))
             .chain(self.cloud.iter().map(|(_, fd)| fd))
     }
@@ -72,7 +73,7 @@ impl<F: AsRawFd> Handoff<F> {
         let raw = |fd: &F| fd.as_raw_fd();
         Handoff {
             journal: raw(&self.journal),
-            owner_pidfd: self.owner_pidfd.as_ref().map(raw),
+            owner_exit: self.owner_exit.as_ref().map(raw),
             docker: self.docker.as_ref().map(|(fd, s)| (raw(fd), s.clone())),
             cloud: self.cloud.iter().map(|(api, fd)| (*api, raw(fd))).collect(),
         }
@@ -85,7 +86,7 @@ impl<F: AsRawFd> Handoff<F> {
 struct Wire {
     journal: RawFd,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    owner_pidfd: Option<RawFd>,
+    owner_exit: Option<RawFd>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     docker: Option<(RawFd, PathBuf)>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -105,7 +106,7 @@ impl Handoff<RawFd> {
         }
         let wire = Wire {
             journal: self.journal,
-            owner_pidfd: self.owner_pidfd,
+            owner_exit: self.owner_exit,
             docker: self.docker.clone(),
             cloud: self
                 .cloud
@@ -130,7 +131,7 @@ impl Handoff<RawFd> {
             .collect::<Result<_, String>>()?;
         let handoff = Handoff {
             journal: wire.journal,
-            owner_pidfd: wire.owner_pidfd,
+            owner_exit: wire.owner_exit,
             docker: wire.docker,
             cloud,
         };
@@ -156,7 +157,7 @@ mod tests {
     fn a_handoff_reads_back_as_it_was_written() {
         let handoff = Handoff {
             journal: 11,
-            owner_pidfd: Some(12),
+            owner_exit: Some(12),
             docker: Some((13, PathBuf::from("/st ate/a,b:c/docker.sock"))),
             cloud: vec![(Api::E2b, 14), (Api::Daytona, 15)],
         };
@@ -169,7 +170,7 @@ mod tests {
         assert_eq!(back.cloud, handoff.cloud);
         let bare = Handoff {
             journal: 10,
-            owner_pidfd: None,
+            owner_exit: None,
             docker: None,
             cloud: vec![],
         };

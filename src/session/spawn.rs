@@ -213,7 +213,10 @@ impl Spawn {
         let [stdin, stdout, stderr, control] =
             [stdin, stdout, stderr, control].map(|fd| dup(fd.as_fd()));
         let (stdin, stdout, stderr, control) = (stdin?, stdout?, stderr?, control?);
-        let raw: Vec<i32> = kept.iter().flat_map(|k| k.each().map(AsRawFd::as_raw_fd)).collect();
+        let raw: Vec<i32> = kept
+            .iter()
+            .flat_map(|k| k.each().map(AsRawFd::as_raw_fd))
+            .collect();
         unix::spawn_detached(
             &self.binary,
             &args,

@@ -123,7 +123,7 @@ struct Detach {
 /// Unlike std's spawn, nothing waits for the exec: the wrapper's program starts while the
 /// sidecar's binary is still loading. A failed exec ends the last process with status 127
 /// unseen; `program` is this very binary (`current_exe`), checked executable just before.
-pub(crate) fn spawn_detached(
+pub fn spawn_detached(
     program: &std::path::Path,
     args: &[std::ffi::OsString],
     stdio: [RawFd; 3],

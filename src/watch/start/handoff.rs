@@ -25,10 +25,12 @@
 //! - The sidecar starts in `/` (it must never hold the user's directory), and is told the
 //!   wrapper's directory for the `.env` files its settings read (`watch --dotenv-dir`), so
 //!   both find the same credentials.
-//! - The owner is this process, and it hands the sidecar a pidfd of itself: the sidecar
-//!   watches that very process (an owner that exited before the sidecar watches is an exit,
-//!   reclaimed at once, its status still readable after its parent reaped it). Without pidfds
-//!   the sidecar judges the pid and start time as always.
+//! - The owner is this process, and it hands the sidecar an exit watch of itself
+//!   (`crate::unix::watch_self`, a pidfd on Linux): the sidecar watches that very process (an
+//!   owner that exited before the sidecar watches is an exit, reclaimed at once, its status
+//!   still readable after its parent reaped it). Where there is none (a kernel without
+//!   pidfds; macOS, whose kqueues cannot be handed over) the sidecar opens its own watch on the
+//!   pid and judges the start time, as always.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
@@ -46,10 +48,10 @@ pub(crate) struct Made {
     pub session: String,
     journal: Journal,
     bound: Bound,
-    /// A pidfd of this process (the owner), so the sidecar watches the very process that
-    /// handed over and can read how it exited even once its parent reaped it (`None` where
-    /// the kernel has no pidfds: the sidecar judges the pid and start time then).
-    owner_pidfd: Option<OwnedFd>,
+    /// An exit watch of this process (the owner), so the sidecar watches the very process
+    /// that handed over and can read how it exited even once its parent reaped it (`None`
+    /// where the platform has none to hand: the sidecar judges the pid and start time then).
+    owner_exit: Option<OwnedFd>,
 }
 
 /// Creates the session's journal and binds its proxies (see the module docs); `warn` hears
@@ -80,7 +82,7 @@ pub(crate) fn prepare(
             session,
             journal,
             bound,
-            owner_pidfd: crate::unix::watch_self(),
+            owner_exit: crate::unix::watch_self(),
         }),
         Err(e) => {
             super::begin::take_back(journal.path());
@@ -95,7 +97,8 @@ impl Made {
         self.bound.env()
     }
 
-    /// What to hand over, lent: the journal, the owner's pidfd, the proxies' listeners.
+    /// What to hand over, lent: the journal, the owner's exit watch, the proxies'
+    /// listeners.
     pub(crate) fn handoff(&self) -> Handoff<BorrowedFd<'_>> {
         Handoff {
             journal: self.journal.file().as_fd(),
@@ -110,7 +113,7 @@ impl Made {
                 .iter()
                 .map(|c| (c.api, c.listener.as_fd()))
                 .collect(),
-            owner_pidfd: self.owner_pidfd.as_ref().map(AsFd::as_fd),
+            owner_exit: self.owner_exit.as_ref().map(AsFd::as_fd),
         }
     }
 

@@ -69,7 +69,7 @@ pub(crate) struct StartPlan {
     pub heard: bool,
     /// What the wrapper made before it execed the program (`crate::session::handoff`): the
     /// session's journal, open, locked and written but not yet synced
-    /// (`crate::ledger::StateDir::create_session_unsynced`), the owner's pidfd, and the
+    /// (`crate::ledger::StateDir::create_session_unsynced`), the owner's exit watch, and the
     /// listeners of the proxies it decided to serve (`proxies::bind`), the program already
     /// pointed at them. `None`: this sidecar makes them.
     pub handed: Option<Handoff<OwnedFd>>,
@@ -114,12 +114,12 @@ pub(crate) async fn start(
     .to_string();
     let grace = plan.grace.unwrap_or(settings.watch.grace);
     let handed = plan.handed.take();
-    let mut owner_pidfd = None;
+    let mut owner_exit = None;
     let (journal, resumed, bound) = match handed {
         // The program already runs with the session's labels: from here nothing is taken
         // back, whatever fails (a sweep finds the session and judges its owner).
         Some(handed) => {
-            owner_pidfd = handed.owner_pidfd;
+            owner_exit = handed.owner_exit;
             let journal = std::fs::File::from(handed.journal);
             let journal = begin::take_handed(settings, &session, journal)?;
             let docker = handed
@@ -148,7 +148,7 @@ pub(crate) async fn start(
         &plan,
         control,
         (&session, &owner),
-        (&journal, bound, owner_pidfd),
+        (&journal, bound, owner_exit),
         warn,
     );
     let opened = undo.unless_ok(opened)?;
@@ -173,21 +173,21 @@ struct Opened {
 }
 
 /// `bound`: the proxies the wrapper bound, served as they are; `None`: decided and bound here.
-/// `owner_pidfd`: the owner's pidfd the wrapper handed over, watched instead of its pid.
+/// `owner_exit`: the owner's exit watch the wrapper handed over, watched instead of its pid.
 fn open(
     settings: &Settings,
     plan: &StartPlan,
     control: Option<OwnedFd>,
     (session, owner): (&str, &Identity),
-    (journal, bound, owner_pidfd): (&Journal, Option<proxies::Bound>, Option<OwnedFd>),
+    (journal, bound, owner_exit): (&Journal, Option<proxies::Bound>, Option<OwnedFd>),
     warn: &mut dyn FnMut(&str),
 ) -> Result<Opened, StartError> {
     let control = match control {
         Some(fd) => Some(open_control(fd).map_err(StartError::Failed)?),
         None => None,
     };
-    let owner_watch = match owner_pidfd {
-        Some(pidfd) => OwnerWatch::open_pidfd(pidfd, owner),
+    let owner_watch = match owner_exit {
+        Some(watch) => OwnerWatch::open_handed(watch, owner),
         None => OwnerWatch::open(owner),
     };
     let stop =
