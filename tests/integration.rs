@@ -12,6 +12,7 @@ mod cloud_proxy;
 mod config_errors;
 mod docker_context;
 mod docker_ps_stop;
+mod docker_sockets;
 mod fleet;
 mod guard;
 mod image;

@@ -164,7 +164,13 @@ The Docker daemon, unix:///path or tcp://host:port; wins over every context.
 .TP
 DOCKER_CONTEXT
 A Docker context whose endpoint is the daemon; then [providers.docker] host; then the current
-context of \fBdocker context use\fR; then /var/run/docker.sock.
+context of \fBdocker context use\fR; then the first engine socket that exists. On macOS, in
+this order: Docker Desktop's ~/.docker/run/docker.sock; Colima's default/docker.sock under
+$COLIMA_HOME, ~/.colima or ~/.config/colima; OrbStack's ~/.orbstack/run/docker.sock; Rancher
+Desktop's ~/.rd/docker.sock; Podman machine's $TMPDIR/podman/podman-machine-default-api.sock,
+then ~/.local/share/containers/podman/machine/podman.sock; /var/run/docker.sock. On Linux,
+/var/run/docker.sock. With none, unix:///var/run/docker.sock. \fBsandguard providers\fR says
+which was chosen, why, and which others exist.
 .TP
 DOCKER_CONFIG
 The Docker CLI's config directory, where contexts are found (default: ~/.docker).
@@ -189,4 +195,7 @@ Tenki's credential and its API URL.
 .TP
 HOME, XDG_CONFIG_HOME, XDG_STATE_HOME
 Where the config file, the ledger and the Docker CLI's config are looked for.
+.TP
+COLIMA_HOME, TMPDIR, XDG_DATA_HOME
+Where Colima's and Podman machine's sockets are looked for on macOS.
 "#;

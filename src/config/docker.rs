@@ -1,6 +1,6 @@
-//! Where the Docker daemon is: `DOCKER_HOST`, the Docker CLI's contexts, the config file, or
-//! the default socket, resolved once for the Docker driver and the `--docker-proxy` upstream
-//! alike.
+//! Where the Docker daemon is: `DOCKER_HOST`, the Docker CLI's contexts, the config file, the
+//! sockets the engines make where their users find them ([`sockets`]), or the default socket,
+//! resolved once for the Docker driver and the `--docker-proxy` upstream alike.
 //!
 //! The Docker CLI picks its context from `--context`, else the default context when `--host` or
 //! `DOCKER_HOST` is set, else `DOCKER_CONTEXT`, else `currentContext` in its `config.json`
@@ -11,44 +11,89 @@
 //!
 //! Decisions:
 //! - Precedence: `DOCKER_HOST` > `DOCKER_CONTEXT` > `[providers.docker] host` >
-//!   `currentContext` in the Docker CLI's `config.json` > `unix:///var/run/docker.sock`. The two
+//!   `currentContext` in the Docker CLI's `config.json` > the engines' sockets, in one order
+//!   per platform, the first that exists ([`sockets`]: on macOS Docker Desktop, Colima,
+//!   OrbStack, Rancher Desktop, Podman machine, then `/var/run/docker.sock`; on Linux
+//!   `/var/run/docker.sock`) > `unix:///var/run/docker.sock` when none exists. The two
 //!   environment variables keep the Docker CLI's order and beat the file, as every environment
 //!   variable does in sandguard. The file's `host` beats `currentContext`: it was written for
 //!   sandguard on purpose, while `currentContext` is the Docker CLI's ambient state (and is
-//!   what a user without a `host` key gets, which is the case contexts are for).
+//!   what a user without a `host` key gets, which is the case contexts are for). A context,
+//!   current or named, beats every socket: it is what the user's own `docker` talks to, and
+//!   the desktop engines make their context current when they start.
+//! - Resolution always ends in an address and what chose it ([`DockerHost::via`], printed by
+//!   `sandguard providers`); [`Origin`] says whether something named it, a socket was found,
+//!   or nothing was (the Docker driver is then not configured unless `enabled = true`).
 //! - The context named `default` is no context: the next source applies (the file's `host`,
-//!   else the default socket), as the Docker CLI's `default` context is its non-context
+//!   else the sockets), as the Docker CLI's `default` context is its non-context
 //!   configuration.
 //! - A context that cannot be followed (its `meta.json` missing or unreadable, not JSON, or
 //!   without `Endpoints.docker.Host`), or a `config.json` that exists but cannot be read, is
 //!   an error naming the context and the file. It is not a configuration error of sandguard
 //!   as a whole (cloud providers still work): the Docker driver reports it on every use and
-//!   `--docker-proxy` refuses to start. Never a silent fall back to the default socket.
+//!   `--docker-proxy` refuses to start. Never a silent fall back to a socket.
 //! - A context with TLS material (`contexts/tls/<sha256 of N>/docker/`, what `docker context
 //!   create --docker "…,ca=…,cert=…,key=…"` stores) is refused, naming the context and that
 //!   directory: sandguard's Docker client speaks no TLS yet, and speaking plain HTTP to a TLS
 //!   port fails with an answer nobody can read. `ssh://` endpoints are used as they are, and the
 //!   driver refuses the scheme, naming it.
 
+pub(crate) mod sockets;
+
 use std::path::{Path, PathBuf};
 
 use super::Env;
+
+/// The socket a Docker daemon listens on when nothing says otherwise.
+pub(crate) const DEFAULT_SOCKET: &str = "/var/run/docker.sock";
+/// [`DEFAULT_SOCKET`] as an address.
+pub(crate) const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
 
 /// The daemon's address and what chose it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DockerHost {
     /// `unix:///path` or `tcp://host:port`; `Err`: the source could not be followed, and why.
     pub address: Result<String, String>,
-    /// What chose it, for messages: `DOCKER_HOST`, `context "colima" (DOCKER_CONTEXT)`, …
+    /// What chose it, for messages: `DOCKER_HOST`, `context "colima" (DOCKER_CONTEXT)`,
+    /// `Colima's socket, the first engine socket found …`, …
     pub via: String,
+    pub origin: Origin,
 }
 
-/// The daemon sandguard talks to; `None` when nothing names one (the default socket then).
-pub(crate) fn resolve(file_host: Option<String>, env: &dyn Env) -> Option<DockerHost> {
+/// How the address was arrived at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// `DOCKER_HOST`, a Docker context or `[providers.docker] host` named it.
+    Named,
+    /// An engine's socket that exists ([`sockets::search`]).
+    Found,
+    /// Nothing named a daemon and no engine socket exists at any of `looked`: the default
+    /// address, which nothing listens on.
+    Default { looked: Vec<PathBuf> },
+}
+
+/// The daemon sandguard talks to, on the platform this binary was built for.
+pub(crate) fn resolve(file_host: Option<String>, env: &dyn Env) -> DockerHost {
+    resolve_on(sockets::Platform::CURRENT, file_host, env)
+}
+
+/// The daemon sandguard talks to on `platform`: what names one, else the first engine socket
+/// that exists, else the default address.
+pub(crate) fn resolve_on(
+    platform: sockets::Platform,
+    file_host: Option<String>,
+    env: &dyn Env,
+) -> DockerHost {
+    named(file_host, env).unwrap_or_else(|| sockets::search(&sockets::candidates(platform, env)))
+}
+
+/// The daemon `DOCKER_HOST`, a context or the file's `host` names; `None` when none does.
+fn named(file_host: Option<String>, env: &dyn Env) -> Option<DockerHost> {
     if let Some(host) = env.var("DOCKER_HOST") {
         return Some(DockerHost {
             address: Ok(host),
             via: "DOCKER_HOST".into(),
+            origin: Origin::Named,
         });
     }
     if let Some(name) = env.var("DOCKER_CONTEXT") {
@@ -61,6 +106,7 @@ pub(crate) fn resolve(file_host: Option<String>, env: &dyn Env) -> Option<Docker
         return Some(DockerHost {
             address: Ok(host),
             via: "[providers.docker] host".into(),
+            origin: Origin::Named,
         });
     }
     let dir = config_dir(env)?;
@@ -84,6 +130,7 @@ pub(crate) fn resolve(file_host: Option<String>, env: &dyn Env) -> Option<Docker
                  {message}"
             )),
             via: file.display().to_string(),
+            origin: Origin::Named,
         }),
     }
 }
@@ -131,7 +178,11 @@ fn follow(name: &str, by: &str, dir: Option<&Path>) -> DockerHost {
                 })
         }
     };
-    DockerHost { address, via }
+    DockerHost {
+        address,
+        via,
+        origin: Origin::Named,
+    }
 }
 
 /// `<dir>/contexts/meta/<sha256(name)>/meta.json`.
@@ -218,24 +269,21 @@ mod tests {
             ("DOCKER_CONTEXT", "env"),
             ("DOCKER_CONFIG", d),
         ]);
-        assert_eq!(addr(resolve(file(), &all)).unwrap(), "unix:///host.sock");
+        assert_eq!(addr(named(file(), &all)).unwrap(), "unix:///host.sock");
         let ctx = env(&[("DOCKER_CONTEXT", "env"), ("DOCKER_CONFIG", d)]);
-        assert_eq!(addr(resolve(file(), &ctx)).unwrap(), "unix:///env.sock");
+        assert_eq!(addr(named(file(), &ctx)).unwrap(), "unix:///env.sock");
         let cur = env(&[("DOCKER_CONFIG", d)]);
-        assert_eq!(addr(resolve(file(), &cur)).unwrap(), "unix:///file.sock");
-        let found = resolve(None, &cur).unwrap();
+        assert_eq!(addr(named(file(), &cur)).unwrap(), "unix:///file.sock");
+        let found = named(None, &cur).unwrap();
         assert_eq!(found.address.unwrap(), "unix:///cur.sock");
         assert!(found.via.contains("currentContext"), "{}", found.via);
         // `default` is no context.
         let default = env(&[("DOCKER_CONTEXT", "default"), ("DOCKER_CONFIG", d)]);
-        assert_eq!(
-            addr(resolve(file(), &default)).unwrap(),
-            "unix:///file.sock"
-        );
+        assert_eq!(addr(named(file(), &default)).unwrap(), "unix:///file.sock");
         std::fs::write(dir.join("config.json"), r#"{"currentContext":"default"}"#).unwrap();
-        assert_eq!(resolve(None, &cur), None);
+        assert_eq!(named(None, &cur), None);
         std::fs::remove_file(dir.join("config.json")).unwrap();
-        assert_eq!(resolve(None, &cur), None);
+        assert_eq!(named(None, &cur), None);
         // ~/.docker without DOCKER_CONFIG.
         std::fs::create_dir_all(dir.join(".docker")).unwrap();
         context(
@@ -244,7 +292,7 @@ mod tests {
             r#"{"Endpoints":{"docker":{"Host":"tcp://127.0.0.1:1"}}}"#,
         );
         let home = env(&[("HOME", d), ("DOCKER_CONTEXT", "home")]);
-        assert_eq!(addr(resolve(None, &home)).unwrap(), "tcp://127.0.0.1:1");
+        assert_eq!(addr(named(None, &home)).unwrap(), "tcp://127.0.0.1:1");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -259,7 +307,7 @@ mod tests {
             ("k8s", "no Docker endpoint"),
             ("junk", "not JSON"),
         ] {
-            let e = resolve(
+            let e = named(
                 None,
                 &env(&[("DOCKER_CONTEXT", name), ("DOCKER_CONFIG", d)]),
             )
@@ -274,11 +322,64 @@ mod tests {
             assert!(e.contains(why), "{e}");
         }
         std::fs::write(dir.join("config.json"), "not json").unwrap();
-        let e = resolve(None, &env(&[("DOCKER_CONFIG", d)]))
+        let e = named(None, &env(&[("DOCKER_CONFIG", d)]))
             .unwrap()
             .address
             .unwrap_err();
         assert!(e.contains("config.json"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A fake Mac whose every engine socket is live: `DOCKER_HOST`, `DOCKER_CONTEXT`, the
+    /// file's `host` and `currentContext` each still win; with none of them (or the `default`
+    /// context) the first socket of the order does.
+    #[test]
+    fn docker_host_and_contexts_beat_every_socket() {
+        use sockets::tests::FakeMac;
+        use sockets::Platform;
+        let mac = FakeMac::new("beat");
+        let list = mac.list();
+        let _listeners: Vec<_> = list.iter().map(|c| FakeMac::bind(&c.path)).collect();
+        let docker = mac.root.join("home/.docker");
+        context(
+            &docker,
+            "cur",
+            r#"{"Endpoints":{"docker":{"Host":"unix:///cur.sock"}}}"#,
+        );
+        context(
+            &docker,
+            "env",
+            r#"{"Endpoints":{"docker":{"Host":"unix:///env.sock"}}}"#,
+        );
+        let with = |pairs: &[(&str, &str)]| {
+            let mut e = mac.env.clone();
+            e.extend(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+            e
+        };
+        let on_mac = |file: Option<&str>, env: &HashMap<String, String>| {
+            let host = resolve_on(Platform::MacOs, file.map(str::to_string), env);
+            (host.address.unwrap(), host.origin)
+        };
+        let desktop = format!("unix://{}", list[0].path.display());
+        assert_eq!(on_mac(None, &mac.env), (desktop.clone(), Origin::Found));
+        let default = with(&[("DOCKER_CONTEXT", "default")]);
+        assert_eq!(on_mac(None, &default).0, desktop);
+
+        std::fs::write(docker.join("config.json"), r#"{"currentContext":"cur"}"#).unwrap();
+        assert_eq!(
+            on_mac(None, &mac.env),
+            ("unix:///cur.sock".into(), Origin::Named)
+        );
+        assert_eq!(
+            on_mac(Some("unix:///file.sock"), &mac.env).0,
+            "unix:///file.sock"
+        );
+        let ctx = with(&[("DOCKER_CONTEXT", "env")]);
+        assert_eq!(
+            on_mac(Some("unix:///file.sock"), &ctx).0,
+            "unix:///env.sock"
+        );
+        let host = with(&[("DOCKER_CONTEXT", "env"), ("DOCKER_HOST", "tcp://h:1")]);
+        assert_eq!(on_mac(Some("unix:///file.sock"), &host).0, "tcp://h:1");
     }
 }

@@ -133,7 +133,7 @@ impl Settings {
             },
             docker: DockerSettings {
                 enabled: d.enabled,
-                host: docker::resolve(d.host, env),
+                host: Some(docker::resolve(d.host, env)),
                 api_version: env.var("DOCKER_API_VERSION").or(d.api_version),
                 timeout: d.timeout.map_or(Duration::from_secs(30), |d| d.0),
             },
@@ -220,6 +220,14 @@ fn plugins(file: std::collections::BTreeMap<String, FilePlugin>) -> Vec<PluginSe
 
 /// `$XDG_STATE_HOME/sandguard`, else `~/.local/state/sandguard`; `/var/lib/sandguard` for root
 /// without a home.
+///
+/// The same on macOS, rather than `~/Library/Application Support/sandguard`: sandguard is a
+/// command-line tool, its config is already found the XDG way on both platforms
+/// (`~/.config/sandguard`), and the shorter path matters there, as the Docker proxy's socket
+/// lives under it (`sessions/<session>.docker/docker.sock`) and macOS's `sun_path` holds 103
+/// bytes: under `/Users/NAME/.local/state/sandguard` it fits for a user name of up to 12 bytes,
+/// under `~/Library/Application Support/sandguard` for no user at all (106 bytes with an empty
+/// name). A longer path moves the socket to the temp dir or `/tmp` (`providers::docker::proxy`).
 fn default_state_dir(env: &dyn Env) -> PathBuf {
     if let Some(xdg) = env.var("XDG_STATE_HOME") {
         return Path::new(&xdg).join("sandguard");

@@ -2,11 +2,14 @@
 //!
 //! - Address: `DOCKER_HOST` (`unix://` or `tcp://`), else the Docker context `DOCKER_CONTEXT`
 //!   names, else `[providers.docker] host`, else the Docker CLI's current context (`docker
-//!   context use`), else `unix:///var/run/docker.sock` (`crate::config::docker` says why in
-//!   that order). The driver is configured when an address was named, when `enabled = true`,
-//!   or when the default socket exists; `enabled = false` switches it off. A context that
-//!   cannot be followed leaves the driver configured and failing every call with an error
-//!   naming the context and its file, never falling back to the default socket.
+//!   context use`), else the first engine socket that exists (Docker Desktop, Colima, …, then
+//!   `/var/run/docker.sock` on macOS; `/var/run/docker.sock` on Linux), else
+//!   `unix:///var/run/docker.sock` (`crate::config::docker` says why in that order). The
+//!   driver is configured when an address was named or a socket found, or when `enabled =
+//!   true`; `enabled = false` switches it off. A context that cannot be followed leaves the
+//!   driver configured and failing every call with an error naming the context and its file,
+//!   never falling back to a socket. What chose the address is in every `check` (`sandguard
+//!   providers`), reachable or not, and in a debug line when the registry is built.
 //! - API version: `DOCKER_API_VERSION` or `api_version` pins it; otherwise it is negotiated
 //!   with the daemon once per process, so Engine API 1.41 (Docker 20.10) and newer all work.
 //! - Listing (`list`): containers in every state (`all=true`), networks and volumes, each
@@ -49,12 +52,11 @@ use super::{
     Capabilities, Described, Entry, EntryState, Kind, Listing, Provider, ProviderError, Refusal,
     Sandbox,
 };
+use crate::config::docker::{Origin, DEFAULT_HOST};
 use crate::config::DockerSettings;
 use crate::labels::Selector;
 use error::{classify, short};
 
-/// Where the daemon listens when nothing says otherwise.
-pub(crate) const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
 /// What bollard's client starts at before negotiation lowers it to what the daemon speaks.
 const NEWEST_API: ClientVersion = ClientVersion {
     major_version: 1,
@@ -62,34 +64,43 @@ const NEWEST_API: ClientVersion = ClientVersion {
 };
 
 /// Whether Docker is configured: enabled in the config, or a daemon named (`DOCKER_HOST`, a
-/// context, the file's `host`), or the default socket present; never when disabled.
+/// context, the file's `host`) or an engine's socket found; never when disabled. Settings
+/// without a resolved host (built by hand) are the default address, not looked for.
 pub(crate) fn configured(settings: &DockerSettings) -> bool {
     match settings.enabled {
         Some(enabled) => enabled,
-        None => {
-            settings.host.is_some()
-                || std::path::Path::new(DEFAULT_HOST.trim_start_matches("unix://")).exists()
-        }
+        None => settings
+            .host
+            .as_ref()
+            .is_some_and(|h| !matches!(h.origin, Origin::Default { .. })),
     }
 }
 
 /// Builds the registry entry from settings: configured or not, and why.
 pub(crate) fn entry(settings: &DockerSettings) -> Entry {
-    let named = settings.host.is_some();
     let host = address(settings);
-    let state = match settings.enabled {
-        Some(false) => EntryState::Unconfigured(
+    if let Some(h) = &settings.host {
+        tracing::debug!(
+            "Docker daemon: {} ({})",
+            h.address.as_deref().unwrap_or("-"),
+            h.via
+        );
+    }
+    let state = match (settings.enabled, configured(settings)) {
+        (Some(false), _) => EntryState::Unconfigured(
             "disabled in config ([providers.docker] enabled = false)".into(),
         ),
-        Some(true) => EntryState::Configured(Arc::new(DockerProvider::new(host, settings))),
-        None if named => EntryState::Configured(Arc::new(DockerProvider::new(host, settings))),
-        None if std::path::Path::new(DEFAULT_HOST.trim_start_matches("unix://")).exists() => {
-            EntryState::Configured(Arc::new(DockerProvider::new(host, settings)))
+        (_, true) => EntryState::Configured(Arc::new(DockerProvider::new(host, settings))),
+        (_, false) => {
+            let looked = match settings.host.as_ref().map(|h| &h.origin) {
+                Some(Origin::Default { looked }) => crate::config::docker::sockets::shown(looked),
+                _ => DEFAULT_HOST.trim_start_matches("unix://").to_string(),
+            };
+            EntryState::Unconfigured(format!(
+                "no DOCKER_HOST, no Docker context, no [providers.docker] host, and no engine \
+                 socket exists at {looked}"
+            ))
         }
-        None => EntryState::Unconfigured(format!(
-            "no DOCKER_HOST, no Docker context, no [providers.docker] host, and {} does not exist",
-            DEFAULT_HOST.trim_start_matches("unix://")
-        )),
     };
     Entry {
         name: "docker",
@@ -275,12 +286,24 @@ impl Provider for DockerProvider {
         })
     }
 
+    /// The daemon's version, at which address and what chose it; a daemon that does not
+    /// answer is said with what chose its address too (a stale engine socket: the others
+    /// present are named there), unless the address could not be had at all (that error
+    /// names its source already).
     async fn check(&self) -> Result<String, ProviderError> {
-        let docker = self.client().await?;
-        let version = docker
-            .version()
+        let version = async {
+            self.client()
+                .await?
+                .version()
+                .await
+                .map_err(|e| classify(&self.host, "query", e))
+        };
+        let version = version
             .await
-            .map_err(|e| classify(&self.host, "query", e))?;
+            .map_err(|e| match (&self.unusable, &self.via) {
+                (None, Some(via)) => noting(e, via),
+                _ => e,
+            })?;
         let via = self
             .via
             .as_ref()
@@ -292,6 +315,18 @@ impl Provider for DockerProvider {
             self.host
         ))
     }
+}
+
+/// `e`, its message followed by ` (from {via})`, its kind kept.
+fn noting(mut e: ProviderError, via: &str) -> ProviderError {
+    let from = format!(" (from {via})");
+    match &mut e {
+        ProviderError::Gone(d)
+        | ProviderError::Fatal(d)
+        | ProviderError::Transient { message: d, .. } => d.message.push_str(&from),
+        ProviderError::Refused(m) => m.push_str(&from),
+    }
+    e
 }
 
 fn parse_api_version(v: &str) -> Result<ClientVersion, ProviderError> {

@@ -155,13 +155,10 @@ impl SocketDir {
     /// Creates `dir` (mode 0700; it must not exist) and listens on `dir/docker.sock` (0600),
     /// without serving yet (std's listener: the wrapper binds it before it execs the program
     /// and hands it to the sidecar, `crate::session::handoff`). A path too long for a unix
-    /// socket falls back to a fresh directory `fallback` in the temp dir.
+    /// socket falls back to a fresh directory `fallback` ([`socket_dir`]).
     pub(crate) fn bind(dir: &Path, fallback: &str) -> io::Result<(StdUnixListener, SocketDir)> {
         use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-        let mut dir = dir.to_path_buf();
-        if dir.join("docker.sock").as_os_str().len() > MAX_SOCKET_PATH {
-            dir = std::env::temp_dir().join(fallback);
-        }
+        let dir = socket_dir(dir, fallback, &std::env::temp_dir())?;
         let at = |e: io::Error, p: &Path| io::Error::new(e.kind(), format!("{}: {e}", p.display()));
         std::fs::DirBuilder::new()
             .mode(0o700)
@@ -193,8 +190,39 @@ impl Drop for SocketDir {
     }
 }
 
-/// The longest socket path sun_path holds comfortably (108 bytes on Linux, 104 on macOS).
-const MAX_SOCKET_PATH: usize = 100;
+/// The longest path a Unix socket can be bound at, in bytes: `sun_path` of `struct
+/// sockaddr_un` less the NUL that ends it (std refuses a path that leaves no room for it).
+/// `sun_path` is 108 bytes on Linux (unix(7), `<sys/un.h>`: `UNIX_PATH_MAX`) and 104 on macOS
+/// (unix(4), `<sys/un.h>`), as on the BSDs, whose value every other Unix gets here.
+#[cfg(target_os = "linux")]
+const MAX_SOCKET_PATH: usize = 108 - 1;
+#[cfg(not(target_os = "linux"))]
+const MAX_SOCKET_PATH: usize = 104 - 1;
+
+/// Where the proxy's socket directory goes: `dir`, else `fallback` in `temp`, else `fallback`
+/// in `/tmp`, the first whose `docker.sock` fits in [`MAX_SOCKET_PATH`]. `/tmp` is there for
+/// macOS, whose per-user temp dir (`/var/folders/…/T/`, about 49 bytes) leaves no room for
+/// the fallback's name (78 bytes with the socket); the name is random and the directory is
+/// made 0700 where none exists, so a shared `/tmp` is as safe as a private one.
+fn socket_dir(dir: &Path, fallback: &str, temp: &Path) -> io::Result<PathBuf> {
+    let fits = |d: &PathBuf| d.join("docker.sock").as_os_str().len() <= MAX_SOCKET_PATH;
+    let places = [
+        dir.to_path_buf(),
+        temp.join(fallback),
+        Path::new("/tmp").join(fallback),
+    ];
+    places.into_iter().find(fits).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{}: too long for a unix socket ({MAX_SOCKET_PATH} bytes at most here), and so \
+                 is {fallback} in {} and in /tmp",
+                dir.join("docker.sock").display(),
+                temp.display()
+            ),
+        )
+    })
+}
 
 impl Proxy {
     /// [`SocketDir::bind`], then [`Proxy::serve`].
@@ -310,3 +338,50 @@ async fn claim(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod socket_path {
+    use super::*;
+
+    /// A path of exactly [`MAX_SOCKET_PATH`] bytes binds on this system; one byte more is
+    /// refused: the limit is the system's, not a guess.
+    #[test]
+    fn the_limit_is_what_this_system_binds() {
+        let base = std::env::temp_dir().join(format!("sg-sun-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&base).unwrap();
+        let at = |len: usize| {
+            let name = "s".repeat(len - base.as_os_str().len() - 1);
+            base.join(name)
+        };
+        let longest = at(MAX_SOCKET_PATH);
+        assert_eq!(longest.as_os_str().len(), MAX_SOCKET_PATH);
+        assert!(StdUnixListener::bind(&longest).is_ok());
+        assert!(StdUnixListener::bind(at(MAX_SOCKET_PATH + 1)).is_err());
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_path_too_long_moves_to_the_temp_dir_then_to_tmp() {
+        let session = "0123456789abcdef0123456789abcdef";
+        let fallback = format!("sandguard-{session}-0123456789abcdef.docker");
+        let home = |user: &str| {
+            PathBuf::from(format!(
+                "/Users/{user}/.local/state/sandguard/sessions/{session}.docker"
+            ))
+        };
+        let mac_temp = Path::new("/var/folders/7b/f9yh3wzs2nb20tm_0zlnmp5h0000gn/T/");
+        // A Mac user name of up to 12 bytes keeps the socket in the state dir under macOS's
+        // 104-byte sun_path (103 bytes and the NUL).
+        let twelve = home("twelve_bytes").join("docker.sock");
+        assert_eq!(twelve.as_os_str().len(), 103);
+        let short = home("me");
+        assert_eq!(socket_dir(&short, &fallback, mac_temp).unwrap(), short);
+        let long = home(&"u".repeat(MAX_SOCKET_PATH));
+        let tmp = socket_dir(&long, &fallback, Path::new("/tmp")).unwrap();
+        assert_eq!(tmp, Path::new("/tmp").join(&fallback));
+        assert_eq!(socket_dir(&long, &fallback, mac_temp).unwrap(), tmp);
+        let e = socket_dir(&long, &"f".repeat(MAX_SOCKET_PATH), mac_temp).unwrap_err();
+        assert!(e.to_string().contains("too long for a unix socket"), "{e}");
+    }
+}

@@ -1,0 +1,209 @@
+//! The sockets Docker-compatible engines make where their users find them, looked for when
+//! nothing names a daemon (no `DOCKER_HOST`, no context, no `[providers.docker] host`).
+//!
+//! One list per platform ([`candidates`]), a plain function of the platform and the
+//! environment, so the macOS list is built and tested on Linux too; [`Platform::CURRENT`]
+//! picks the list at build time. The first candidate that is a socket wins ([`search`]).
+//!
+//! Decisions:
+//! - macOS, in this order (each path from the engine's own sources or documentation):
+//!   1. Docker Desktop: `~/.docker/run/docker.sock`, where Docker Desktop 4.13 and later
+//!      listen (docs.docker.com, "Mac permission requirements": `/var/run/docker.sock` is
+//!      only a link to it, made when "Allow the default Docker socket" is on). First: it is
+//!      the engine most Macs run, and what `/var/run/docker.sock` usually links to.
+//!   2. Colima: `<colima dir>/default/docker.sock`, the default profile's socket (Colima's
+//!      FAQ, "Docker socket location", v0.4.0 and later; `HostSocketFile` in its
+//!      `environment/container/docker/context.go`). The colima dir is `$COLIMA_HOME`, else
+//!      `~/.colima`, else `$XDG_CONFIG_HOME/colima` (`~/.config/colima`), the order of
+//!      `configBaseDir` in Colima's `config/files.go` and of its FAQ; each is a candidate in
+//!      that order. Other profiles (`colima start -p NAME`) are found by the `colima-NAME`
+//!      context Colima makes current when it starts, before this list is read.
+//!   3. OrbStack: `~/.orbstack/run/docker.sock`, the endpoint of the `orbstack` context
+//!      OrbStack creates.
+//!   4. Rancher Desktop: `~/.rd/docker.sock`, the host end of the Lima forward of the VM's
+//!      `/var/run/docker.sock` (`altAppHome` is `~/.rd` in Rancher Desktop's `rdctl paths`;
+//!      the forward is set up in its Lima backend).
+//!   5. Podman machine, the Docker-compatible API socket:
+//!      `$TMPDIR/podman/podman-machine-default-api.sock` (`/tmp` without `TMPDIR`), where
+//!      Podman 5 and later forward the default machine's API (`apiSocket` in podman's
+//!      `pkg/machine/vmconfigs/sockets_darwin.go`, runtime dir `$TMPDIR/podman` in
+//!      `pkg/machine/env`; since commit e58cb97, "Change API socket to be machine name
+//!      isolated", in 5.0.0); then `$XDG_DATA_HOME/containers/podman/machine/podman.sock`
+//!      (`~/.local/share/…`), the per-user link to the running machine's socket that Podman
+//!      keeps when `podman-mac-helper` is installed (`setupForwardingLinks` in
+//!      `pkg/machine/shim/networking_unix.go`). Podman 4's sockets (`…/machine/qemu/
+//!      podman.sock`, `…/machine/<name>/podman.sock`) are not looked for: a Podman 4 machine
+//!      does not run under Podman 5, so those paths belong to installs two major versions
+//!      old; `DOCKER_HOST` reaches them.
+//!   6. `/var/run/docker.sock`: on a Mac a link that whichever engine was allowed to make it
+//!      made (Docker Desktop, `podman-mac-helper`, OrbStack, Rancher Desktop's administrative
+//!      access), so an engine's own socket, earlier in the list, names the engine better.
+//! - Linux, and every other Unix: `/var/run/docker.sock` alone for now. The list is the one
+//!   place where rootless Docker (`$XDG_RUNTIME_DIR/docker.sock`) and Podman's sockets go,
+//!   one line each, before the default.
+//! - "Exists as a socket" is `stat` following links (a link to a live socket counts; a
+//!   dangling link, a regular file or a directory does not). Nothing is connected to while
+//!   resolving: resolution stays one `stat` per candidate on every start, and a choice that
+//!   changed with whichever daemon happened to answer would be a guess. A stale socket that
+//!   wins shows as unreachable in `sandguard providers`, naming the others present.
+//! - When several exist, the first wins and the others are named in [`DockerHost::via`]
+//!   (a link to the chosen socket is said to be one), with what to set to choose another.
+//!   When none exists, the address is [`DEFAULT_HOST`] and `via` names every path looked at.
+//! - Path variables that are not absolute (`HOME=relative`) are ignored, as the XDG base
+//!   directory spec says of its own: a relative path would be resolved against whatever the
+//!   working directory happens to be.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use super::{DockerHost, Origin, DEFAULT_HOST, DEFAULT_SOCKET};
+use crate::config::Env;
+
+/// Whose list of sockets [`candidates`] gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Platform {
+    /// Linux, and any other Unix that is not macOS: the default socket only, for now.
+    Linux,
+    /// macOS: the desktop engines' sockets in the user's home, then the default socket.
+    MacOs,
+}
+
+impl Platform {
+    /// The platform this binary was built for.
+    pub(crate) const CURRENT: Platform = if cfg!(target_os = "macos") {
+        Platform::MacOs
+    } else {
+        Platform::Linux
+    };
+}
+
+/// One place an engine's socket may be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Candidate {
+    /// Whose socket it is, as messages say it: `Colima's socket`, `the default socket`.
+    pub(crate) name: &'static str,
+    pub(crate) path: PathBuf,
+}
+
+const DESKTOP: &str = "Docker Desktop's socket";
+const COLIMA: &str = "Colima's socket";
+const ORBSTACK: &str = "OrbStack's socket";
+const RANCHER: &str = "Rancher Desktop's socket";
+const PODMAN: &str = "Podman machine's socket";
+const DEFAULT: &str = "the default socket";
+
+/// Where to look on `platform`, in order, each path once. A candidate whose variables are
+/// unset (no `HOME`, no `COLIMA_HOME`) is left out.
+pub(crate) fn candidates(platform: Platform, env: &dyn Env) -> Vec<Candidate> {
+    let home = absolute(env, "HOME");
+    let listed: Vec<(&'static str, Option<PathBuf>)> = match platform {
+        Platform::MacOs => {
+            let colima = absolute(env, "COLIMA_HOME");
+            let config = absolute(env, "XDG_CONFIG_HOME").or_else(|| under(&home, ".config"));
+            let data = absolute(env, "XDG_DATA_HOME").or_else(|| under(&home, ".local/share"));
+            let tmp = absolute(env, "TMPDIR").unwrap_or_else(|| PathBuf::from("/tmp"));
+            vec![
+                (DESKTOP, under(&home, ".docker/run/docker.sock")),
+                (COLIMA, under(&colima, "default/docker.sock")),
+                (COLIMA, under(&home, ".colima/default/docker.sock")),
+                (COLIMA, under(&config, "colima/default/docker.sock")),
+                (ORBSTACK, under(&home, ".orbstack/run/docker.sock")),
+                (RANCHER, under(&home, ".rd/docker.sock")),
+                (
+                    PODMAN,
+                    Some(tmp.join("podman/podman-machine-default-api.sock")),
+                ),
+                (
+                    PODMAN,
+                    under(&data, "containers/podman/machine/podman.sock"),
+                ),
+                (DEFAULT, Some(PathBuf::from(DEFAULT_SOCKET))),
+            ]
+        }
+        Platform::Linux => vec![
+            // Rootless Docker and Podman's sockets go here, one line each (issue 39).
+            (DEFAULT, Some(PathBuf::from(DEFAULT_SOCKET))),
+        ],
+    };
+    let mut seen = HashSet::new();
+    listed
+        .into_iter()
+        .filter_map(|(name, path)| Some(Candidate { name, path: path? }))
+        .filter(|c| seen.insert(c.path.clone()))
+        .collect()
+}
+
+/// The first of `candidates` that is a socket, naming the others that are too; else the
+/// default address, naming where it looked.
+pub(crate) fn search(candidates: &[Candidate]) -> DockerHost {
+    let present: Vec<&Candidate> = candidates.iter().filter(|c| is_socket(&c.path)).collect();
+    let Some((chosen, others)) = present.split_first() else {
+        let looked: Vec<PathBuf> = candidates.iter().map(|c| c.path.clone()).collect();
+        return DockerHost {
+            address: Ok(DEFAULT_HOST.to_string()),
+            via: format!(
+                "the default address: no engine socket exists at {}",
+                shown(&looked)
+            ),
+            origin: Origin::Default { looked },
+        };
+    };
+    let mut via = format!(
+        "{}, the first engine socket found in sandguard's order",
+        chosen.name
+    );
+    if !others.is_empty() {
+        let chosen_target = std::fs::canonicalize(&chosen.path).ok();
+        let mut distinct = false;
+        let named: Vec<String> = others
+            .iter()
+            .map(|o| {
+                let same =
+                    chosen_target.is_some() && std::fs::canonicalize(&o.path).ok() == chosen_target;
+                distinct |= !same;
+                let link = if same {
+                    " (a link to the same socket)"
+                } else {
+                    ""
+                };
+                format!("{} {}{link}", o.name, o.path.display())
+            })
+            .collect();
+        via.push_str(&format!("; also present: {}", named.join(", ")));
+        if distinct {
+            via.push_str("; set DOCKER_HOST or a Docker context to use another");
+        }
+    }
+    DockerHost {
+        address: Ok(format!("unix://{}", chosen.path.display())),
+        via,
+        origin: Origin::Found,
+    }
+}
+
+/// Whether `path` is a socket, following links.
+fn is_socket(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket())
+}
+
+/// `$name` as a path, when it is set and absolute.
+fn absolute(env: &dyn Env, name: &str) -> Option<PathBuf> {
+    env.var(name).map(PathBuf::from).filter(|p| p.is_absolute())
+}
+
+fn under(base: &Option<PathBuf>, rest: &str) -> Option<PathBuf> {
+    base.as_ref().map(|b| b.join(rest))
+}
+
+/// Paths as a message lists them.
+pub(crate) fn shown(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+pub(crate) mod tests;
