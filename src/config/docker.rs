@@ -74,7 +74,7 @@ pub enum Origin {
 
 /// The daemon sandguard talks to, on the platform this binary was built for.
 pub(crate) fn resolve(file_host: Option<String>, env: &dyn Env) -> DockerHost {
-    resolve_on(sockets::Platform::CURRENT, file_host, env)
+    resolve_on(crate::unix::PLATFORM, file_host, env)
 }
 
 /// The daemon sandguard talks to on `platform`: what names one, else the first engine socket

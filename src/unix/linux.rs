@@ -14,6 +14,14 @@ use std::time::Duration;
 
 use super::ProcStat;
 
+/// The platform, for what is not a call but a convention (where engines put their sockets).
+pub(crate) const PLATFORM: super::Platform = super::Platform::Linux;
+
+/// The longest path a Unix socket can be bound at, in bytes: `sun_path` of `struct
+/// sockaddr_un` (108 bytes, unix(7), `UNIX_PATH_MAX`) less the NUL that ends it (std refuses
+/// a path that leaves no room for it).
+pub(crate) const MAX_SOCKET_PATH: usize = 108 - 1;
+
 /// What the exit watch is called in warnings (`… is unavailable (ENOSYS); polling …`).
 pub(crate) const EXIT_WATCH: &str = "pidfd_open";
 /// What the fallback polls, in the same warnings.

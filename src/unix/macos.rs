@@ -28,6 +28,13 @@ use nix::sys::event::{EvFlags, EventFilter, FilterFlag, KEvent, Kqueue};
 
 use super::ProcStat;
 
+/// The platform, for what is not a call but a convention (where engines put their sockets).
+pub(crate) const PLATFORM: super::Platform = super::Platform::MacOs;
+
+/// The longest path a Unix socket can be bound at, in bytes: `sun_path` of `struct
+/// sockaddr_un` (104 bytes, unix(4), `<sys/un.h>`) less the NUL that ends it.
+pub(crate) const MAX_SOCKET_PATH: usize = 104 - 1;
+
 /// What the exit watch is called in warnings.
 pub(crate) const EXIT_WATCH: &str = "kqueue EVFILT_PROC";
 /// What the fallback polls, in the same warnings.

@@ -50,7 +50,7 @@ mod os;
 
 pub(crate) use os::{
     exit_status, process_stat, release_startup_pages, sleep_counting_clock, watch_exit, watch_self,
-    EXIT_WATCH, POLLED,
+    EXIT_WATCH, MAX_SOCKET_PATH, PLATFORM, POLLED,
 };
 
 pub use fd::*;
@@ -76,6 +76,18 @@ pub fn random_hex(n: usize) -> io::Result<String> {
     let mut buf = vec![0u8; n];
     random_bytes(&mut buf)?;
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Which platform this is, for the few conventions that are not calls: where the engines a
+/// user runs put their Docker sockets (`crate::config::docker`). Both are always compiled, so
+/// each platform's conventions are tested on the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Platform {
+    // Each is built on the other platform only by the tests of its conventions.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    Linux,
+    #[cfg_attr(not(target_os = "macos"), allow(dead_code))]
+    MacOs,
 }
 
 /// What [`process_stat`] says of a process: whether it has exited (a zombie its parent has not

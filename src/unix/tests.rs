@@ -53,12 +53,13 @@ fn a_detached_start_hands_over_no_mask_and_no_handler() {
     let dir = std::env::temp_dir().join(format!("sandguard-detach-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("status");
+    let written = out.clone();
     std::thread::spawn(move || {
         // The caller's state: SIGUSR1 caught, SIGUSR2 blocked, SIGPIPE ignored (as Rust does).
         let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let id = signal_hook::flag::register(libc::SIGUSR1, flag).unwrap();
         SigSet::from(Signal::SIGUSR2).thread_block().unwrap();
-        let file = std::fs::File::create(&out).unwrap();
+        let file = std::fs::File::create(&written).unwrap();
         let null = std::fs::File::open("/dev/null").unwrap();
         let script = "grep -E '^(SigBlk|SigCgt|SigIgn)' /proc/self/status";
         spawn_detached(

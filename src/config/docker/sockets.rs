@@ -2,7 +2,7 @@
 //! nothing names a daemon (no `DOCKER_HOST`, no context, no `[providers.docker] host`).
 //!
 //! One list per platform ([`candidates`]), a plain function of the platform and the
-//! environment, so the macOS list is built and tested on Linux too; [`Platform::CURRENT`]
+//! environment, so the macOS list is built and tested on Linux too; [`crate::unix::PLATFORM`]
 //! picks the list at build time. The first candidate that is a socket wins ([`search`]).
 //!
 //! Decisions:
@@ -59,23 +59,10 @@ use std::path::{Path, PathBuf};
 use super::{DockerHost, Origin, DEFAULT_HOST, DEFAULT_SOCKET};
 use crate::config::Env;
 
-/// Whose list of sockets [`candidates`] gives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Platform {
-    /// Linux, and any other Unix that is not macOS: the default socket only, for now.
-    Linux,
-    /// macOS: the desktop engines' sockets in the user's home, then the default socket.
-    MacOs,
-}
-
-impl Platform {
-    /// The platform this binary was built for.
-    pub(crate) const CURRENT: Platform = if cfg!(target_os = "macos") {
-        Platform::MacOs
-    } else {
-        Platform::Linux
-    };
-}
+/// Whose list of sockets [`candidates`] gives: Linux (the default socket only, for now) or
+/// macOS (the desktop engines' sockets in the user's home, then the default socket); this
+/// binary's is [`crate::unix::PLATFORM`].
+pub(crate) use crate::unix::Platform;
 
 /// One place an engine's socket may be.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -190,14 +190,9 @@ impl Drop for SocketDir {
     }
 }
 
-/// The longest path a Unix socket can be bound at, in bytes: `sun_path` of `struct
-/// sockaddr_un` less the NUL that ends it (std refuses a path that leaves no room for it).
-/// `sun_path` is 108 bytes on Linux (unix(7), `<sys/un.h>`: `UNIX_PATH_MAX`) and 104 on macOS
-/// (unix(4), `<sys/un.h>`), as on the BSDs, whose value every other Unix gets here.
-#[cfg(target_os = "linux")]
-const MAX_SOCKET_PATH: usize = 108 - 1;
-#[cfg(not(target_os = "linux"))]
-const MAX_SOCKET_PATH: usize = 104 - 1;
+/// The longest path a Unix socket can be bound at, in bytes (the platform's: 107 on Linux,
+/// 103 on macOS).
+const MAX_SOCKET_PATH: usize = crate::unix::MAX_SOCKET_PATH;
 
 /// Where the proxy's socket directory goes: `dir`, else `fallback` in `temp`, else `fallback`
 /// in `/tmp`, the first whose `docker.sock` fits in [`MAX_SOCKET_PATH`]. `/tmp` is there for
