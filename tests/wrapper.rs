@@ -283,6 +283,29 @@ fn the_session_is_in_the_environment_and_claim_outside_a_session_fails() {
     );
 }
 
+/// The SDKs in other languages label their sandboxes with the owner label
+/// `sandguard identity --pid` prints where they cannot read `/proc` themselves (macOS): it
+/// must be, to the character, the one the wrapper gives its program, or the sidecar would
+/// take those sandboxes for someone else's.
+#[test]
+fn the_identity_the_sdks_ask_for_is_the_owner_label_the_wrapper_gives() {
+    let s = Scratch::new("identity");
+    let exe = env!("CARGO_BIN_EXE_sandguard");
+    let script = format!("echo $SANDGUARD_LABELS; {exe} identity --pid $$");
+    let out = run(sandguard(&s).args(["--", "sh", "-c", &script]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    let given = lines[0]
+        .split(',')
+        .find_map(|l| l.strip_prefix("sandguard.owner="))
+        .unwrap_or_else(|| panic!("no owner label in {lines:?}"));
+    assert_eq!(lines.get(1), Some(&given), "{lines:?}");
+
+    let out = run(sandguard(&s).args(["identity", "--pid", "4194304"]));
+    assert_eq!(out.code, 1, "no such process: {}", out.stderr);
+    assert!(out.stdout.is_empty() && out.stderr.contains("no process 4194304"));
+}
+
 #[test]
 fn malformed_and_oversized_control_lines_change_nothing() {
     require_docker();

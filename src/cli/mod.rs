@@ -89,6 +89,14 @@ enum Command {
     Completions(docs::CompletionArgs),
     /// Print the man page (roff)
     Man,
+    /// Print the owner label (`sandguard.owner`) of process PID as sandguard computes it, for
+    /// the SDKs in other languages where they cannot read it themselves (macOS: no `/proc`)
+    #[command(hide = true)]
+    Identity {
+        /// The process
+        #[arg(long, value_name = "PID")]
+        pid: u32,
+    },
 }
 
 /// A parsed command line with its settings resolved (or the reason they could not be).
@@ -225,6 +233,15 @@ fn dispatch(command: Command, settings: &Settings) -> Result<Exit, Error> {
     match command {
         Command::Completions(args) => return docs::completions(args),
         Command::Man => return docs::man(),
+        Command::Identity { pid } => {
+            return match crate::identity::Identity::of_pid(pid) {
+                Some(id) => {
+                    println!("{}", id.to_label());
+                    Ok(Exit::Ok)
+                }
+                None => Err(Error::Failed(format!("no process {pid} can be read here"))),
+            }
+        }
         Command::Sessions(args) => return sessions::run(args, settings),
         _ => {}
     }
