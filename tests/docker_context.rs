@@ -73,7 +73,7 @@ fn endpoint(host: &str) -> String {
 }
 
 /// `sandguard` with none of the Docker CLI's variables from the harness.
-fn bare(s: &Scratch) -> Command {
+pub(crate) fn bare(s: &Scratch) -> Command {
     let mut cmd = sandguard(s);
     cmd.env_remove("DOCKER_HOST")
         .env_remove("DOCKER_CONTEXT")
@@ -81,7 +81,8 @@ fn bare(s: &Scratch) -> Command {
     cmd
 }
 
-fn docker_detail(out: &Run) -> serde_json::Value {
+/// The `docker` row of `sandguard providers --json`.
+pub(crate) fn docker_detail(out: &Run) -> serde_json::Value {
     json(&out.stdout)["providers"]
         .as_array()
         .unwrap()

@@ -3,29 +3,8 @@
 //! socket looked for), and a daemon that does not answer is reported with what chose its
 //! address. The macOS list and the order are unit tests (`config::docker::sockets`).
 
-use std::process::Command;
-
+use crate::docker_context::{bare, docker_detail as docker_row};
 use crate::support::*;
-
-/// `sandguard` with none of the Docker CLI's variables from the harness, its home a scratch
-/// directory (no context is current).
-fn bare(s: &Scratch) -> Command {
-    let mut cmd = sandguard(s);
-    cmd.env_remove("DOCKER_HOST")
-        .env_remove("DOCKER_CONTEXT")
-        .env_remove("DOCKER_CONFIG");
-    cmd
-}
-
-fn docker_row(out: &Run) -> serde_json::Value {
-    json(&out.stdout)["providers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "docker")
-        .unwrap()
-        .clone()
-}
 
 #[test]
 fn providers_names_the_socket_it_found_and_why() {
