@@ -72,7 +72,8 @@ installed with this module (the environment's scripts directory), ``sandguard`` 
 ``sandguard.__version__`` is the installed wheel's version, which maturin takes from
 Cargo.toml: the same as ``sandguard --version`` says.
 
-The package has no dependencies and needs Linux (``/proc``).
+The package has no dependencies; it runs on Linux and macOS (where the owner label is asked of
+the binary, ``sandguard identity``, for want of ``/proc``).
 
 The package's modules, one concept each (all private; everything public is re-exported
 here, and ``import sandguard`` is the one import a program needs):

@@ -62,7 +62,8 @@ class Guard:
         strict: bool = False,
     ) -> None:
         self.pid = os.getpid()
-        self._owner = owner_label(self.pid)
+        self._binary = binary or find_binary()
+        self._owner = owner_label(self.pid, self._binary)
         self.session = secrets.token_hex(16)
         self._wait = wait
         self._lock = threading.Lock()
@@ -75,7 +76,6 @@ class Guard:
         self.outcome: Optional[Outcome] = None
         self._env: Dict[str, str] = {}
         flags = ["--docker-proxy"] * bool(docker_proxy) + ["--cloud-proxy"] * bool(cloud_proxy)
-        self._binary = binary or find_binary()
         self._control, self._stdout, ready = spawn(
             self._binary, self.session, self.pid, self._owner, config, grace, ready_timeout,
             flags,

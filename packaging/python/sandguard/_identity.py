@@ -10,6 +10,8 @@ may hold one), and the pid namespace's inode.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from typing import Optional
 
 from ._outcome import SandguardError
@@ -65,11 +67,38 @@ def _pid_namespace() -> Optional[int]:
         return None
 
 
-def owner_label(pid: Optional[int] = None) -> str:
+def owner_label(pid: Optional[int] = None, binary: Optional[str] = None) -> str:
     """The ``sandguard.owner`` label of a process (default: this one), exactly as the sidecar
     computes it: ``<machine16>-<boot16>-<pid>-<start>-<pidns>``, where ``pidns`` is the pid
-    namespace the pid is numbered in (a sweep in another namespace judges it "unknown")."""
+    namespace the pid is numbered in (a sweep in another namespace judges it "unknown").
+
+    On Linux it is read here, from ``/proc``, as the Rust side reads it. Elsewhere (macOS has no
+    ``/proc``; its start time comes from ``proc_pidinfo``) the sandguard ``binary`` is asked
+    (``sandguard identity --pid PID``), so the label is the platform layer's own, not a second
+    copy of it."""
     pid = os.getpid() if pid is None else pid
+    if not sys.platform.startswith("linux"):
+        if binary is None:
+            raise SandguardError("the owner label needs the sandguard binary on this platform")
+        return _ask(binary, pid)
     base = f"{_machine()}-{_boot()}-{pid}-{_start_time(pid)}"
     ns = _pid_namespace()
     return base if ns is None else f"{base}-{ns}"
+
+
+def _ask(binary: str, pid: int) -> str:
+    """``sandguard identity --pid PID``: the label as the binary computes it."""
+    try:
+        done = subprocess.run(
+            [binary, "identity", "--pid", str(pid)],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise SandguardError(f"cannot run {binary} identity: {e}") from e
+    label = done.stdout.strip()
+    if done.returncode != 0 or not label:
+        raise SandguardError(f"{binary} identity --pid {pid} failed: {done.stderr.strip()}")
+    return label

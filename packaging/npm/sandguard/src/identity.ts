@@ -7,6 +7,7 @@
  * since a process name may hold one), and the pid namespace's inode.
  */
 
+import { execFileSync } from "node:child_process";
 import { readFileSync, statSync } from "node:fs";
 import { SandguardError } from "./errors";
 
@@ -52,9 +53,27 @@ export function startTime(pid: number): string {
 
 /**
  * The `sandguard.owner` label of a process (default: this one), exactly as the sidecar
- * computes it: `<machine16>-<boot16>-<pid>-<start>-<pidns>`.
+ * computes it: `<machine16>-<boot16>-<pid>-<start>-<pidns>`. On Linux it is read here from
+ * `/proc`, as the Rust side reads it; elsewhere (macOS has no `/proc`) the sandguard `binary`
+ * is asked (`sandguard identity --pid PID`), so the label is the platform layer's own.
  */
-export function ownerLabel(pid: number = process.pid): string {
+export function ownerLabel(pid: number = process.pid, binary?: string): string {
+  if (process.platform !== "linux") {
+    if (binary === undefined) {
+      throw new SandguardError("the owner label needs the sandguard binary on this platform");
+    }
+    try {
+      const label = execFileSync(binary, ["identity", "--pid", String(pid)], {
+        encoding: "utf8",
+        stdio: ["ignore", "pipe", "pipe"],
+        timeout: 10_000,
+      }).trim();
+      if (label !== "") return label;
+    } catch (e) {
+      throw new SandguardError(`${binary} identity --pid ${pid} failed: ${String(e)}`);
+    }
+    throw new SandguardError(`${binary} identity --pid ${pid} printed nothing`);
+  }
   const boot = shortHex(read("/proc/sys/kernel/random/boot_id") ?? "");
   const base = `${machine()}-${boot}-${pid}-${startTime(pid)}`;
   try {
