@@ -490,7 +490,7 @@ export async function guard(options: GuardOptions = {}): Promise<Guard> {
   }
   const binary = options.binary ?? findBinary();
   const session = randomBytes(16).toString("hex");
-  const owner = ownerLabel(process.pid);
+  const owner = ownerLabel(process.pid, binary);
   const start = owner.split("-")[3];
   const argv: string[] = [];
   if (options.config !== undefined) argv.push("--config", options.config);
