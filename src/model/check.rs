@@ -10,7 +10,10 @@
 //!   the start or at the end of the step): a faulty provider may leave work pending.
 //! - **Renewals are judged against the start of the dead owner's reclaim** (its first removal
 //!   call after the death), not the death: a keeper round already under way when the owner
-//!   dies may finish; none may start once the reclaim has begun.
+//!   dies may finish; none may start once the reclaim has begun. A renewal counts against the
+//!   object its call was pinned to: a live claimer of an object a stranger's reuse replaced
+//!   may go on renewing the gone one (the provider answers "not found"), and that is no
+//!   renewal of the new object's dead owner's (seed 782593264 counted it as one).
 //! - **"Final" is checked when a session first reads final**, against what it owned then.
 
 use std::collections::BTreeSet;
@@ -72,8 +75,22 @@ impl Checks {
             .clone();
         let new = renewals.iter().skip(self.renewals_seen);
         self.renewals_seen = renewals.len();
-        for (id, at) in new {
+        for (id, identity, at) in new {
             let Some(x) = number(id) else { continue };
+            // A renewal pinned to an earlier object under the same id (one a stranger's reuse
+            // replaced) renews what the oracle no longer follows: that object was gone before
+            // this one was made, and its claimers are not this one's owners.
+            if identity.as_ref().is_some_and(|i| world.latest.get(&x) != Some(i)) {
+                continue;
+            }
+            // Made carrying `sandguard.detached=true`: no keeper ever renews it, whoever
+            // claims it (a `detach` command's renewal already in flight is judged as a death's).
+            if o.boxes.get(&x).is_some_and(|b| b.detached_label) {
+                return Some((
+                    Invariant::RenewedDetached,
+                    format!("{id} was renewed, but it carries sandguard.detached=true"),
+                ));
+            }
             // The renewal is after the death only if it came after the last of its owners'
             // reclaims began (an owner that died in this step may have renewed it before).
             let owners = o.owners(x);

@@ -88,6 +88,7 @@ impl World {
         sandbox.created_at = Some(crate::timefmt::now_unix());
         self.generation += 1;
         sandbox.identity = Some(self.generation.to_string());
+        self.latest.insert(x, self.generation.to_string());
         sandbox.labels = image.clone();
         sandbox.labels.extend(labels);
         self.fakes[p]

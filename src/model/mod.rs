@@ -10,8 +10,9 @@
 //!    Detached sandboxes are never removable, so this also says "nothing detached is removed".
 //! 2. **Nothing of a dead owner is left**: after a sweep (local, or `--fleet`) that ran while
 //!    every provider was healthy, no sandbox whose every owner is dead is still there.
-//! 3. **No renewal after a death**: no sandbox owned only by dead sessions is renewed after
-//!    its owner's reclaim began (the first removal call after the death).
+//! 3. **No renewal after a death, none of a detached sandbox**: no sandbox owned only by dead
+//!    sessions is renewed after its owner's reclaim began (the first removal call after the
+//!    death), and none made carrying `sandguard.detached=true` is ever renewed.
 //! 4. **Final means done**: when a session's ledger state first reads final (`reclaimed`,
 //!    `clean`), nothing it owns (and did not detach) is left on any provider.
 //! 5. (with 1) **A name is not an identity**: a program may remove its own sandbox (through
@@ -80,6 +81,7 @@ enum Invariant {
     RemovedNotItsOwn,
     LeftBehind,
     RenewedAfterDeath,
+    RenewedDetached,
     FinalTooSoon,
     /// A sidecar started again after a crash was refused for good (`world::WEDGED`).
     Wedged,

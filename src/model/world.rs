@@ -126,6 +126,8 @@ pub(super) struct World {
     pub(super) sessions: BTreeMap<usize, Session>,
     /// Where each sandbox was made (provider index).
     pub(super) made: BTreeMap<usize, usize>,
+    /// The identity of the object made last under each sandbox's id.
+    pub(super) latest: BTreeMap<usize, String>,
     /// When each dead owner's reclaim began (its first removal call, else its sidecar's end).
     pub reclaim_began: BTreeMap<usize, Instant>,
     /// Fences written so far ([`super::control`]).
@@ -162,6 +164,7 @@ impl World {
             store: Arc::new(MemoryStore::default()),
             sessions: BTreeMap::new(),
             made: BTreeMap::new(),
+            latest: BTreeMap::new(),
             reclaim_began: BTreeMap::new(),
             fences: 0,
             generation: 0,

@@ -33,8 +33,8 @@ pub(crate) struct Fake {
     pub name: Option<String>,
     /// Whether it has a server-side TTL ([`Capabilities::ttl`]); renewals go to `renewals`.
     pub ttl: bool,
-    /// Every renewal call: id, when.
-    pub renewals: Mutex<Vec<(String, Instant)>>,
+    /// Every renewal call: id, the identity it was pinned to, when.
+    pub renewals: Mutex<Vec<(String, Option<String>, Instant)>>,
     /// This many further removal calls fail transiently (503, or 429 with
     /// `fault_retry_after`), whenever they come: a fault switched on during a test.
     pub fail_removes: AtomicU32,
@@ -202,7 +202,7 @@ impl Provider for Fake {
             self.renewals
                 .lock()
                 .unwrap()
-                .push((s.id.clone(), Instant::now()));
+                .push((s.id.clone(), s.identity.clone(), Instant::now()));
         }
         match now {
             Some(x) if super::same_identity(s, x) => Ok(()),

@@ -152,3 +152,51 @@ fn a_claimed_e2b_sandbox_labelled_detached_alone_survives_its_owner() {
         "a claimed sandbox whose metadata says detached was removed"
     );
 }
+
+/// The TTL keeper reads a claim as the reclaim does: a claimed E2B sandbox whose metadata
+/// carries `sandguard.detached=true` and no session is never renewed (its own timeout is what
+/// should end it), while a plain claimed one is. The keeper renewed both: a listing by session
+/// label never finds the detached one, and the claim was renewed as a sandbox without labels.
+#[test]
+fn a_claimed_e2b_sandbox_labelled_detached_alone_is_never_renewed() {
+    const KEY: &str = "e2b_0123456789abcdef0123456789abcdef";
+    let _g = shared();
+    let (emu, e2b) = crate::support::e2b::start(KEY);
+    let s = Scratch::new("p12-e2b-renew");
+    let config = cloud_config(&s, "\n[watch]\nrenew_every = \"1s\"\n");
+    let u = unique();
+    let (kept, plain) = (format!("sbkeptttl{u}"), format!("sbplainttl{u}"));
+    e2b.insert(&kept, &[(sandguard::labels::DETACHED, "true")]);
+    e2b.insert(&plain, &[]);
+    let ids = s.path().join("ids");
+    let script = format!(
+        "set -e\nsandguard claim e2b {kept}\nsandguard claim e2b {plain}\necho \"$SANDGUARD_SESSION\" > {ids}.tmp\nmv {ids}.tmp {ids}\nexec sleep 3600\n",
+        ids = ids.display()
+    );
+    let env = [
+        ("SANDGUARD_CONFIG", config.to_str().unwrap()),
+        ("E2B_API_KEY", KEY),
+        ("E2B_API_URL", emu.url.as_str()),
+    ];
+    let mut owner = crate::wrapper::guarded_env(&s, &env, &[], &script);
+    wait_for_file(&ids, &mut owner);
+    let renewals = |id: &str| {
+        let path = format!("/sandboxes/{id}/timeout");
+        emu.hits()
+            .iter()
+            .filter(|h| h.method == "POST" && h.path == path)
+            .count()
+    };
+    eventually(
+        Duration::from_secs(15),
+        "the plain claim is renewed twice",
+        || renewals(&plain) >= 2,
+    );
+    unsafe_kill(owner.id() as i32, libc::SIGKILL);
+    let _ = owner.wait();
+    assert_eq!(
+        renewals(&kept),
+        0,
+        "a claimed sandbox whose metadata says detached was renewed"
+    );
+}

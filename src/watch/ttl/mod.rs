@@ -20,6 +20,8 @@
 //! - No TTL-capable provider configured: no keeper, no timer, no wake-ups.
 //! - Failures are logged and retried on the next round; they never touch the watch loop,
 //!   which runs apart from this task.
+//! - A claim no listing by label answered for is looked up as the reclaim looks it up
+//!   ([`claimed`]), so that the judgement reads the labels it carries.
 //! - The owner's claims reach the keeper through [`SharedHoldings`], which the loop updates
 //!   in place (O(log n) a claim) and the keeper copies once a round: a claim never copies the
 //!   whole set.
@@ -34,6 +36,7 @@ use crate::labels::Selector;
 use crate::ownership::{self, Asker, Facts, Verdict};
 use crate::providers::{Provider, ProviderError, Sandbox};
 
+mod claimed;
 mod halt;
 
 pub(crate) use halt::{Halt, Halting};
@@ -143,28 +146,39 @@ impl Keeper {
             tracing::warn!("cannot list {} to renew TTLs: {}", f.provider, f.error);
         }
         let provider = provider.as_ref();
-        for claim in claims {
-            // A claim that names nothing listed carries no sandguard label; unjudged while
-            // the listing failed.
-            if failures.is_empty() && !targets.iter().any(|s| s.id == claim.id) {
-                if let Ok(mut s) = provider.parse_claim(&claim.id) {
-                    s.provider = claim.provider.clone();
-                    targets.push(s);
-                }
-            }
-        }
-        // The one judgement decides each renewal, with the owner as the watch last saw it.
-        let owner = if self.halt.is_ending() {
-            Liveness::Dead
-        } else {
-            Liveness::Alive
-        };
+        // Whether claim (or detach) `t` names listed `s`, as the provider reads its ids: a
+        // claim pinned to an identity (`ID@IDENTITY`) or made by an id prefix names a sandbox
+        // listed under another spelling.
         let names = |t: &crate::protocol::Target, s: &Sandbox| {
             t.provider == s.provider
                 && (t.id == s.id
                     || provider
                         .parse_claim(&t.id)
                         .is_ok_and(|named| provider.names(&named, s)))
+        };
+        // The claims nothing listed answered for (unjudged while the listing failed), looked
+        // up as the reclaim looks them up ([`claimed`]), so that the judgement reads what
+        // they carry. Matched as the provider names, not by the claim's spelling: a pinned
+        // claim compared as a string named nothing listed (found by the model, seed
+        // 922308247), and an unlisted claim was renewed as a sandbox without labels,
+        // `sandguard.detached=true` unseen (seed 301994710).
+        if failures.is_empty() {
+            let unlisted: Vec<Sandbox> = claims
+                .iter()
+                .filter(|claim| !targets.iter().any(|s| names(claim, s)))
+                .filter_map(|claim| {
+                    let mut s = provider.parse_claim(&claim.id).ok()?;
+                    s.provider = claim.provider.clone();
+                    Some(s)
+                })
+                .collect();
+            targets.extend(claimed::look_up(provider, unlisted).await);
+        }
+        // The one judgement decides each renewal, with the owner as the watch last saw it.
+        let owner = if self.halt.is_ending() {
+            Liveness::Dead
+        } else {
+            Liveness::Alive
         };
         targets.retain(|s| {
             let mut facts = Facts::of(s);

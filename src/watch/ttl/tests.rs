@@ -145,3 +145,54 @@ fn no_ttl_provider_means_no_keeper() {
     )
     .is_none());
 }
+
+/// A claim pinned to its object's identity (`ID@IDENTITY`, where ids are names) is matched to
+/// the sandbox listed under the bare id, so that the labels it carries are judged: one that
+/// carries `sandguard.detached=true` is not renewed, one without labels is.
+#[tokio::test(start_paused = true)]
+async fn a_pinned_claim_is_judged_by_the_labels_of_the_sandbox_it_names() {
+    use crate::providers::fake::{sandbox, Fake};
+    let mut detached = sandbox("d", Kind::Instance, Some("dead"));
+    detached.identity = Some("1".into());
+    detached
+        .labels
+        .insert(crate::labels::DETACHED.into(), "true".into());
+    let mut plain = sandbox("p", Kind::Instance, None);
+    plain.identity = Some("2".into());
+    let fake = Arc::new(Fake {
+        sandboxes: Mutex::new(vec![detached, plain]),
+        ttl: true,
+        reuses_ids: true,
+        ..Default::default()
+    });
+    let claim = |id: &str| Target {
+        provider: "fake".into(),
+        id: id.into(),
+    };
+    let holdings = Holdings {
+        claims: [claim("d@1"), claim("p@2")].into(),
+        detached: Default::default(),
+    };
+    let halting = Halting::default();
+    let providers: Vec<Arc<dyn Provider>> = vec![fake.clone()];
+    let keeper = Keeper::new(
+        &providers,
+        "s",
+        Duration::from_secs(600),
+        Duration::from_secs(60),
+        Arc::new(std::sync::Mutex::new(holdings)),
+        halting.halt(),
+    )
+    .unwrap();
+    let task = tokio::spawn(keeper.run());
+    tokio::time::sleep(FIRST_ROUND + Duration::from_secs(1)).await;
+    task.abort();
+    let renewed: Vec<String> = fake
+        .renewals
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(id, identity, _)| format!("{id}@{}", identity.as_deref().unwrap_or("")))
+        .collect();
+    assert_eq!(renewed, vec!["p@2"]);
+}
