@@ -165,3 +165,45 @@ console.log(JSON.stringify({ refused, outcome: await g.close() }));
   assert.equal(said.outcome.state, "clean");
   assert.equal(exists(id), true, "the other session's container is not touched");
 });
+
+// Issue 38: on macOS there is no /proc, so the helper asks the binary for the owner label
+// (`sandguard identity --pid`) and looks for `@sandguard/darwin-ARCH`. With process.platform
+// saying darwin, that path runs here whole, against the Linux binary: the label it gets is
+// the one read from /proc, and the sidecar reclaims node's container after a SIGKILL.
+test("process.platform darwin: the platform package is @sandguard/darwin-ARCH, the owner label comes from the binary, and node's SIGKILL is reclaimed", async (t) => {
+  const program = start(
+    "darwin.cjs",
+    `
+const sandguard = require("sandguard");
+const { execFileSync } = require("node:child_process");
+const binary = sandguard.findBinary();
+Object.defineProperty(process, "platform", { value: "win32" });
+sandguard.guard({ binary }).then(
+  () => console.log(JSON.stringify({ win32: "started" })),
+  (e) => {
+    console.log(JSON.stringify({ win32: e.message }));
+    Object.defineProperty(process, "platform", { value: "darwin" });
+    const platform = sandguard.platformPackage();
+    return sandguard.guard({ binary }).then((g) => {
+      const id = execFileSync("docker", ["run", "-d", ...g.labelArgs(), ${JSON.stringify(IMAGE)}, "sleep", "600"], { encoding: "utf8" }).trim();
+      const asked = execFileSync(binary, ["identity", "--pid", String(process.pid)], { encoding: "utf8" }).trim();
+      console.log(JSON.stringify({ id, platform, owner: g.labels["sandguard.owner"], asked }));
+      setInterval(() => {}, 1000);
+    });
+  },
+);
+`,
+    guardedEnv(scratch()),
+  );
+  const { win32 } = await program.said("win32", 30_000);
+  assert.match(win32, /sandguard runs on Linux and macOS only \(this is win32\)/);
+  const { id, platform, owner, asked } = await program.said("id", 30_000);
+  t.after(() => removeQuietly(id));
+  assert.equal(platform, `@sandguard/darwin-${process.arch}`);
+  assert.equal(owner, asked, "the label the sidecar guards is the one the binary gives");
+  assert.match(owner, /^[0-9a-f]{16}-[0-9a-f]{16}-\d+-\d+-\d+$/);
+  assert.equal(exists(id), true);
+  program.kill("SIGKILL");
+  await program.exited;
+  await eventually("the container is gone after node's SIGKILL", () => !exists(id));
+});

@@ -5,7 +5,9 @@ program's sandboxes for someone else's; and the macOS path is the one a Linux ru
 asking directly."""
 
 import json
+import signal
 import subprocess
+import time
 
 LABELS = r'''
 import json, os, shutil
@@ -29,3 +31,47 @@ def test_asking_for_a_process_that_does_not_exist_is_an_error(pyenv, env):
     out = subprocess.run([str(pyenv / "bin" / "python"), "-c", script], env=env, check=True,
                          stdout=subprocess.PIPE, text=True).stdout
     assert out.startswith("refused:") and "4194304" in out, out
+
+
+MACOS_PATH = r'''
+import json, os, subprocess, sys
+sys.platform = "darwin"  # the helper's macOS path: no /proc read, the binary asked
+import sandguard
+from sandguard import _identity
+g = sandguard.guard(renew_every=None)
+cid = subprocess.run(
+    ["docker", "run", "-d", "--network", "none", *g.label_args(),
+     "sandguard-test/busybox:latest", "sleep", "600"],
+    check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
+sys.platform = "linux"
+print(json.dumps({"cid": cid, "owner": g.labels["sandguard.owner"],
+                  "read": _identity.owner_label()}), flush=True)
+sys.stdin.read()
+'''
+
+
+def test_a_program_guarded_the_macos_way_is_reclaimed_when_killed(tmp_path, pyenv, env,
+                                                                 docker_ready):
+    """The whole helper with ``sys.platform`` saying macOS: its owner label comes from the
+    binary (the same as the one read from ``/proc``), and the sidecar, watching the owner it
+    names, reclaims its container when it is SIGKILLed."""
+    import signal
+    import time
+    proc = subprocess.Popen([str(pyenv / "bin" / "python"), "-c", MACOS_PATH], env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert line, proc.communicate()[1]
+    said = json.loads(line)
+    assert said["owner"] == said["read"], said
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        left = subprocess.run(["docker", "ps", "-aq", "--no-trunc"], check=True,
+                              stdout=subprocess.PIPE, text=True).stdout.split()
+        if said["cid"] not in left:
+            return
+        time.sleep(0.1)
+    subprocess.run(["docker", "rm", "-f", said["cid"]], stdout=subprocess.DEVNULL)
+    raise AssertionError(f"{said['cid']} outlived its SIGKILLed owner by 30 s")

@@ -5,8 +5,9 @@
  * 1. `$SANDGUARD_BIN`: an explicit choice beats anything installed (esbuild's
  *    `ESBUILD_BINARY_PATH` and Biome's `BIOME_BINARY` come first there too);
  * 2. the platform package npm installed from this package's `optionalDependencies`:
- *    `@sandguard/linux-x64-gnu`, `…-arm64-gnu`, `…-x64-musl`, `…-arm64-musl`, each holding
- *    `bin/sandguard` (npm installs only the one whose `os`, `cpu` and `libc` match);
+ *    `@sandguard/linux-x64-gnu`, `…-arm64-gnu`, `…-x64-musl`, `…-arm64-musl`,
+ *    `@sandguard/darwin-arm64`, `darwin-x64`, each holding `bin/sandguard` (npm installs only
+ *    the one whose `os`, `cpu` and `libc` match; macOS has one C library, so no `libc`);
  * 3. `sandguard` on `PATH`.
  * None there is a {@link SandguardError} naming all three. `guard({ binary })` overrides all.
  */
@@ -43,11 +44,15 @@ function libc(): "gnu" | "musl" {
   return libcOfThisNode;
 }
 
-/** The platform package for this machine, e.g. `@sandguard/linux-x64-gnu`; `null` where none is built. */
+/**
+ * The platform package for this machine, e.g. `@sandguard/linux-x64-gnu` or
+ * `@sandguard/darwin-arm64`; `null` where none is built.
+ */
 export function platformPackage(): string | null {
-  if (process.platform !== "linux") return null;
   if (process.arch !== "x64" && process.arch !== "arm64") return null;
-  return `@sandguard/linux-${process.arch}-${libc()}`;
+  if (process.platform === "linux") return `@sandguard/linux-${process.arch}-${libc()}`;
+  if (process.platform === "darwin") return `@sandguard/darwin-${process.arch}`;
+  return null;
 }
 
 function executable(path: string): boolean {
@@ -92,7 +97,7 @@ export function findBinary(): string {
   const name = platformPackage();
   const pkg =
     name === null
-      ? `no platform package exists for ${process.platform}-${process.arch} (sandguard runs on Linux, x64 and arm64)`
+      ? `no platform package exists for ${process.platform}-${process.arch} (sandguard runs on Linux and macOS, x64 and arm64)`
       : `the platform package ${name} is not installed (npm skips optionalDependencies with --no-optional or --omit=optional)`;
   throw new SandguardError(
     `cannot find the sandguard binary: ${pkg}; SANDGUARD_BIN is not set; and no sandguard is on PATH`,

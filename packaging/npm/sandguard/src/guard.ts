@@ -485,8 +485,8 @@ export class Guard {
  * {@link SandguardError} when the sidecar cannot start or is not ready in time.
  */
 export async function guard(options: GuardOptions = {}): Promise<Guard> {
-  if (process.platform !== "linux") {
-    throw new SandguardError(`sandguard runs on Linux only (this is ${process.platform})`);
+  if (process.platform !== "linux" && process.platform !== "darwin") {
+    throw new SandguardError(`sandguard runs on Linux and macOS only (this is ${process.platform})`);
   }
   const binary = options.binary ?? findBinary();
   const session = randomBytes(16).toString("hex");
