@@ -1,11 +1,13 @@
 //! The packaging files are checked by the tools that will read them: the systemd units by
-//! `systemd-analyze verify` (Debian's systemd; tests/run.sh installs it), and they run the
-//! sweep the README says they run, from where README's Install puts the binary. The
+//! `systemd-analyze verify` (Debian's systemd; tests/run.sh installs it), the launchd agent by
+//! a plist parser (Python's `plistlib`) and its command by `/bin/sh`, as launchd would run it;
+//! they run the sweep the README says they run, from where README's Install puts the binary. The
 //! man page packagers install (`sandguard man`) names no page that does not exist and has
 //! EXIT STATUS and ENVIRONMENT; `--version` names the commit of a git checkout.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use crate::support::{run, sandguard, Scratch};
 
@@ -13,6 +15,105 @@ fn packaging(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("packaging")
         .join(rel)
+}
+
+const LAUNCHD_AGENT: &str = "launchd/io.github.sandguard.sweep.plist";
+
+/// A plist as JSON, parsed by Python's `plistlib` (expat underneath: a malformed file, an XML
+/// comment with `--` in it included, fails here as it would fail launchd).
+fn plist(path: &Path) -> serde_json::Value {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import json, plistlib, sys; print(json.dumps(plistlib.load(open(sys.argv[1], 'rb'))))",
+        ])
+        .arg(path)
+        .output()
+        .expect("python3 (tests/run.sh installs it)");
+    assert!(
+        out.status.success(),
+        "{} is not a valid plist: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The launchd agent's `/bin/sh -c COMMAND`: the COMMAND.
+fn launchd_command(agent: &serde_json::Value) -> String {
+    let argv: Vec<&str> = agent["ProgramArguments"]
+        .as_array()
+        .expect("ProgramArguments is an array")
+        .iter()
+        .map(|a| a.as_str().expect("ProgramArguments holds strings"))
+        .collect();
+    match argv.as_slice() {
+        ["/bin/sh", "-c", command] => (*command).to_string(),
+        _ => panic!("ProgramArguments is not /bin/sh -c COMMAND: {argv:?}"),
+    }
+}
+
+/// The agent parses and keeps the sweep running, and its command, run by `/bin/sh` in an
+/// environment like launchd's (HOME, a system PATH, nothing else), runs
+/// `~/.cargo/bin/sandguard sweep --every 5m` (a stub there that records its arguments) and
+/// appends what it prints to `~/Library/Logs`.
+#[test]
+fn the_launchd_agent_parses_and_its_command_runs_the_sweep_from_cargo_bin() {
+    let agent = plist(&packaging(LAUNCHD_AGENT));
+    assert_eq!(agent["Label"], "io.github.sandguard.sweep");
+    assert_eq!(agent["RunAtLoad"], true);
+    assert_eq!(agent["KeepAlive"], true);
+    assert_eq!(agent["ProcessType"], "Background");
+    assert!(
+        agent["ThrottleInterval"].as_u64().is_some_and(|t| t >= 10),
+        "ThrottleInterval: {}",
+        agent["ThrottleInterval"]
+    );
+    let command = launchd_command(&agent);
+
+    let s = Scratch::new("launchd");
+    let home = s.path().join("home");
+    let bin = home.join(".cargo/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    // Every Mac has it; the agent does not make it.
+    std::fs::create_dir_all(home.join("Library/Logs")).unwrap();
+    let args = s.path().join("args");
+    let stub = bin.join("sandguard");
+    std::fs::write(
+        &stub,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$@\" > '{}'\necho 'a verdict on stdout'\necho 'a warning on stderr' >&2\n",
+            args.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let out = Command::new("/bin/sh")
+        .args(["-c", &command])
+        .env_clear()
+        .env("HOME", &home)
+        .env("PATH", "/usr/bin:/bin:/usr/sbin:/sbin")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The shell's own complaint (no such file) goes to the log too: the redirection comes first.
+    let log = std::fs::read_to_string(home.join("Library/Logs/sandguard-sweep.log"));
+    assert!(
+        out.status.success(),
+        "{command}: {:?}\n{said}\nlog: {log:?}",
+        out.status
+    );
+    assert!(said.is_empty(), "everything goes to the log:\n{said}");
+    let ran = std::fs::read_to_string(&args)
+        .unwrap_or_else(|e| panic!("{command} did not run {}: {e}", stub.display()));
+    assert_eq!(ran.lines().collect::<Vec<_>>(), ["sweep", "--every", "5m"]);
+    assert_eq!(log.unwrap(), "a verdict on stdout\na warning on stderr\n");
 }
 
 #[test]
@@ -164,8 +265,8 @@ fn version_names_the_commit_it_was_built_from() {
 }
 
 /// Every packaging file runs the binary from where README's Install puts it: `cargo install`'s
-/// `~/.cargo/bin` for the systemd units and the cron line, the image's `/usr/local/bin` (its
-/// entrypoint) for the Kubernetes manifests. And no launchd agent pretends macOS works.
+/// `~/.cargo/bin` for the systemd units, the launchd agent and the cron line, the image's
+/// `/usr/local/bin` (its entrypoint) for the Kubernetes manifests.
 #[test]
 fn the_packaging_files_run_the_binary_where_the_install_puts_it() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -180,7 +281,7 @@ fn the_packaging_files_run_the_binary_where_the_install_puts_it() {
         install.contains("| `cargo install --locked --path .` (this checkout) | `~/.cargo/bin/` |")
     );
     assert!(install.contains("`/usr/local/bin/` in the image"));
-    assert!(install.contains("**macOS is not supported yet**"));
+    assert!(install.contains("the launchd agent"));
     for unit in ["sandguard-sweep.service", "sandguard-sweep-once.service"] {
         let text = std::fs::read_to_string(packaging("systemd").join(unit)).unwrap();
         let exec = text.lines().find_map(|l| l.strip_prefix("ExecStart="));
@@ -193,5 +294,9 @@ fn the_packaging_files_run_the_binary_where_the_install_puts_it() {
     assert!(read("packaging/container/Containerfile")
         .contains(r#"ENTRYPOINT ["/usr/local/bin/sandguard"]"#));
     assert!(read("packaging/container/build.sh").contains(r#""$root/usr/local/bin/sandguard""#));
-    assert!(!packaging("launchd").exists(), "macOS is not supported yet");
+    let agent = launchd_command(&plist(&packaging(LAUNCHD_AGENT)));
+    assert!(
+        agent.starts_with(r#"exec "$HOME/.cargo/bin/sandguard" "#),
+        "{LAUNCHD_AGENT}: {agent}"
+    );
 }
