@@ -35,10 +35,13 @@ def test_asking_for_a_process_that_does_not_exist_is_an_error(pyenv, env):
 
 MACOS_PATH = r'''
 import json, os, subprocess, sys
-sys.platform = "darwin"  # the helper's macOS path: no /proc read, the binary asked
 import sandguard
 from sandguard import _identity
-g = sandguard.guard(renew_every=None)
+# Found first: the standard library's sysconfig cannot find its paths once sys.platform says
+# darwin on Linux. Then the helper's macOS path: no /proc read, the binary asked.
+binary = sandguard.find_binary()
+sys.platform = "darwin"
+g = sandguard.guard(binary=binary, renew_every=None)
 cid = subprocess.run(
     ["docker", "run", "-d", "--network", "none", *g.label_args(),
      "sandguard-test/busybox:latest", "sleep", "600"],
