@@ -114,17 +114,23 @@ exec sleep 3600
     assert!(container_exists(&kept));
 }
 
-/// A claimed E2B sandbox whose metadata carries `sandguard.detached=true` and no session
-/// survives its owner's SIGKILL. The E2B driver cannot look up one sandbox, and a listing by
-/// session label never finds one without a session label, so the reclaim judged the claim
-/// without its metadata and removed it; now such claims are read from one whole listing.
-#[test]
-fn a_claimed_e2b_sandbox_labelled_detached_alone_survives_its_owner() {
+/// A guarded script that claims two E2B sandboxes it did not create and sleeps: `kept`, whose
+/// metadata carries `sandguard.detached=true` and no session, and `plain`, with none.
+struct TwoClaims {
+    emu: crate::support::emu::Emulator,
+    e2b: std::sync::Arc<crate::support::e2b::State>,
+    s: Scratch,
+    kept: String,
+    plain: String,
+    owner: crate::wrapper::Job,
+    session: String,
+}
+
+fn two_claims(name: &str, config: &str) -> TwoClaims {
     const KEY: &str = "e2b_0123456789abcdef0123456789abcdef";
-    let _g = shared();
     let (emu, e2b) = crate::support::e2b::start(KEY);
-    let s = Scratch::new("p12-e2b-detached");
-    let config = cloud_config(&s, "");
+    let s = Scratch::new(name);
+    let config = cloud_config(&s, config);
     let u = unique();
     let (kept, plain) = (format!("sbkept{u}"), format!("sbplain{u}"));
     e2b.insert(&kept, &[(sandguard::labels::DETACHED, "true")]);
@@ -141,14 +147,33 @@ fn a_claimed_e2b_sandbox_labelled_detached_alone_survives_its_owner() {
     ];
     let mut owner = crate::wrapper::guarded_env(&s, &env, &[], &script);
     let session = wait_for_file(&ids, &mut owner)[0].clone();
-    unsafe_kill(owner.id() as i32, libc::SIGKILL);
-    let _ = owner.wait();
+    TwoClaims {
+        emu,
+        e2b,
+        s,
+        kept,
+        plain,
+        owner,
+        session,
+    }
+}
+
+/// A claimed E2B sandbox whose metadata carries `sandguard.detached=true` and no session
+/// survives its owner's SIGKILL. The E2B driver cannot look up one sandbox, and a listing by
+/// session label never finds one without a session label, so the reclaim judged the claim
+/// without its metadata and removed it; now such claims are read from one whole listing.
+#[test]
+fn a_claimed_e2b_sandbox_labelled_detached_alone_survives_its_owner() {
+    let _g = shared();
+    let mut t = two_claims("p12-e2b-detached", "");
+    unsafe_kill(t.owner.id() as i32, libc::SIGKILL);
+    let _ = t.owner.wait();
     eventually(Duration::from_secs(15), "the session ends", || {
-        session_row(&mut sandguard(&s), &session)["state"] == "reclaimed"
+        session_row(&mut sandguard(&t.s), &t.session)["state"] == "reclaimed"
     });
-    assert!(!e2b.exists(&plain), "the plain claim was not reclaimed");
+    assert!(!t.e2b.exists(&t.plain), "the plain claim was not reclaimed");
     assert!(
-        e2b.exists(&kept),
+        t.e2b.exists(&t.kept),
         "a claimed sandbox whose metadata says detached was removed"
     );
 }
@@ -159,30 +184,12 @@ fn a_claimed_e2b_sandbox_labelled_detached_alone_survives_its_owner() {
 /// label never finds the detached one, and the claim was renewed as a sandbox without labels.
 #[test]
 fn a_claimed_e2b_sandbox_labelled_detached_alone_is_never_renewed() {
-    const KEY: &str = "e2b_0123456789abcdef0123456789abcdef";
     let _g = shared();
-    let (emu, e2b) = crate::support::e2b::start(KEY);
-    let s = Scratch::new("p12-e2b-renew");
-    let config = cloud_config(&s, "\n[watch]\nrenew_every = \"1s\"\n");
-    let u = unique();
-    let (kept, plain) = (format!("sbkeptttl{u}"), format!("sbplainttl{u}"));
-    e2b.insert(&kept, &[(sandguard::labels::DETACHED, "true")]);
-    e2b.insert(&plain, &[]);
-    let ids = s.path().join("ids");
-    let script = format!(
-        "set -e\nsandguard claim e2b {kept}\nsandguard claim e2b {plain}\necho \"$SANDGUARD_SESSION\" > {ids}.tmp\nmv {ids}.tmp {ids}\nexec sleep 3600\n",
-        ids = ids.display()
-    );
-    let env = [
-        ("SANDGUARD_CONFIG", config.to_str().unwrap()),
-        ("E2B_API_KEY", KEY),
-        ("E2B_API_URL", emu.url.as_str()),
-    ];
-    let mut owner = crate::wrapper::guarded_env(&s, &env, &[], &script);
-    wait_for_file(&ids, &mut owner);
+    let mut t = two_claims("p12-e2b-renew", "\n[watch]\nrenew_every = \"1s\"\n");
     let renewals = |id: &str| {
         let path = format!("/sandboxes/{id}/timeout");
-        emu.hits()
+        t.emu
+            .hits()
             .iter()
             .filter(|h| h.method == "POST" && h.path == path)
             .count()
@@ -190,13 +197,13 @@ fn a_claimed_e2b_sandbox_labelled_detached_alone_is_never_renewed() {
     eventually(
         Duration::from_secs(15),
         "the plain claim is renewed twice",
-        || renewals(&plain) >= 2,
+        || renewals(&t.plain) >= 2,
     );
-    unsafe_kill(owner.id() as i32, libc::SIGKILL);
-    let _ = owner.wait();
     assert_eq!(
-        renewals(&kept),
+        renewals(&t.kept),
         0,
         "a claimed sandbox whose metadata says detached was renewed"
     );
+    unsafe_kill(t.owner.id() as i32, libc::SIGKILL);
+    let _ = t.owner.wait();
 }

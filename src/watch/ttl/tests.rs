@@ -44,8 +44,8 @@ impl Provider for Ttl {
 }
 
 /// A keeper of session `s` over `p` (grace 10 min, every minute), stopped by `halting`.
-fn keeper(p: &Arc<Ttl>, holdings: Holdings, halting: &Halting) -> Keeper {
-    let providers: Vec<Arc<dyn Provider>> = vec![p.clone()];
+fn keeper(p: Arc<dyn Provider>, holdings: Holdings, halting: &Halting) -> Keeper {
+    let providers = vec![p];
     Keeper::new(
         &providers,
         "s",
@@ -86,7 +86,7 @@ async fn labelled_and_claimed_sandboxes_are_renewed_detached_ones_are_not() {
         .into(),
     };
     let halting = Halting::default();
-    let keeper = keeper(&p, holdings, &halting);
+    let keeper = keeper(p.clone(), holdings, &halting);
     let task = tokio::spawn(keeper.run());
     tokio::time::sleep(FIRST_ROUND + Duration::from_secs(61)).await;
     task.abort();
@@ -114,7 +114,7 @@ async fn nothing_is_renewed_once_the_watch_ended() {
         renewed: Mutex::new(vec![]),
     });
     let halting = Halting::default();
-    let keeper = keeper(&p, Holdings::default(), &halting);
+    let keeper = keeper(p.clone(), Holdings::default(), &halting);
     let task = tokio::spawn(keeper.run());
     tokio::time::sleep(FIRST_ROUND + Duration::from_secs(1)).await;
     assert_eq!(p.renewed.lock().unwrap().len(), 1);
@@ -174,16 +174,7 @@ async fn a_pinned_claim_is_judged_by_the_labels_of_the_sandbox_it_names() {
         detached: Default::default(),
     };
     let halting = Halting::default();
-    let providers: Vec<Arc<dyn Provider>> = vec![fake.clone()];
-    let keeper = Keeper::new(
-        &providers,
-        "s",
-        Duration::from_secs(600),
-        Duration::from_secs(60),
-        Arc::new(std::sync::Mutex::new(holdings)),
-        halting.halt(),
-    )
-    .unwrap();
+    let keeper = keeper(fake.clone(), holdings, &halting);
     let task = tokio::spawn(keeper.run());
     tokio::time::sleep(FIRST_ROUND + Duration::from_secs(1)).await;
     task.abort();
