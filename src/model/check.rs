@@ -80,7 +80,10 @@ impl Checks {
             // A renewal pinned to an earlier object under the same id (one a stranger's reuse
             // replaced) renews what the oracle no longer follows: that object was gone before
             // this one was made, and its claimers are not this one's owners.
-            if identity.as_ref().is_some_and(|i| world.latest.get(&x) != Some(i)) {
+            if identity
+                .as_ref()
+                .is_some_and(|i| world.latest.get(&x) != Some(i))
+            {
                 continue;
             }
             // Made carrying `sandguard.detached=true`: no keeper ever renews it, whoever
