@@ -14,26 +14,38 @@
 #      (`e2b`, `daytona`, `modal`, pinned) are installed first into their own venv, and its
 #      interpreter exported as SANDGUARD_SDK_PYTHON, for the tests that drive the provider
 #      emulators with them;
-#   2. the Python wheel: `maturin build --release` (the `sandguard` binary plus the pure-Python
+#   2. the macOS targets, aarch64-apple-darwin and x86_64-apple-darwin (no Mac runs here):
+#      `cargo clippy --all-targets -- -D warnings` for each, with zig as ring's C compiler
+#      (packaging/darwin/zig-cc), in the target directory's `darwin/` so that the Linux build
+#      is not touched; one pass or failure per target;
+#   3. the Python wheel: `maturin build --release` (the `sandguard` binary plus the pure-Python
 #      helper module), in the same target directory as step 1 so that only the release build
-#      of the crate and its dependencies is added, and nothing when it is already built;
-#   3. `pytest tests/python`: the wheel installed into a fresh venv, and guarded Python
+#      of the crate and its dependencies is added, and nothing when it is already built; then
+#      the two macOS wheels (`maturin build --zig`, linked against the stand-ins in
+#      packaging/darwin/frameworks), each checked by packaging/darwin/check: its tag, and a
+#      Mach-O executable for its CPU that loads only system libraries, is signed ad hoc on
+#      arm64 and asks for the macOS the tag promises;
+#   4. `pytest tests/python`: the wheel installed into a fresh venv, and guarded Python
 #      programs that create containers and then die or exit;
-#   4. the npm packages (`packaging/npm/build.sh`, `npm pack`) installed from their tarballs
+#   5. the npm packages (`packaging/npm/build.sh`, `npm pack`) installed from their tarballs
 #      into a scratch project, and `node --test tests/node`: guarded Node programs, with the
-#      E2B SDK and testcontainers-node from npm.
-# maturin and pytest come from PyPI into a venv under the target directory (kept, so a second
-# run installs nothing). Extra arguments go to `cargo test`, e.g. `tests/run.sh -- stop_all`;
-# SANDGUARD_SKIP_FUZZ=1 skips step 0, SANDGUARD_SKIP_PYTHON=1 steps 2 to 4 and
-# SANDGUARD_SKIP_NODE=1 step 4 (each says so, and the closing count says what was skipped).
+#      E2B SDK and testcontainers-node from npm; first, the macOS platform packages
+#      (`@sandguard/darwin-arm64`, `@sandguard/darwin-x64`) made from the macOS wheels'
+#      binaries and checked the same way (os, cpu, no libc; the Mach-O binary).
+# maturin, pytest and zig (PyPI's `ziglang`) come from PyPI into a venv under the target
+# directory (kept, so a second run installs nothing); the macOS Rust targets from rustup.
+# Extra arguments go to `cargo test`, e.g. `tests/run.sh -- stop_all`;
+# SANDGUARD_SKIP_FUZZ=1 skips step 0, SANDGUARD_SKIP_DARWIN=1 step 2 and the macOS packages
+# of steps 3 and 5, SANDGUARD_SKIP_PYTHON=1 steps 3 to 5 and SANDGUARD_SKIP_NODE=1 step 5
+# (each says so, and the closing count says what was skipped).
 # When CI is set, a skip is refused: CI runs every layer.
 #
 # Tests marked #[ignore] need root (giving a directory to another user); they run here, which
 # needs root anyway, with `--include-ignored`.
 #
-# The last line adds up every layer, fuzz targets, unit tests, integration tests, Python tests
-# and Node tests: `tests/run.sh: N passed, N failed (…)`, also when a layer failed and the run
-# stopped.
+# The last line adds up every layer, fuzz targets, unit tests, integration tests, macOS
+# targets linted, Python tests, the macOS packages' checks and Node tests:
+# `tests/run.sh: N passed, N failed (…)`, also when a layer failed and the run stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -116,6 +128,95 @@ sdk_python() {
   echo "$venv/bin/python"
 }
 
+# The `sandguard` a wheel carries (its .data/scripts), written to OUT, executable.
+wheel_binary() { # WHEEL OUT
+  "$tools/bin/python" -c 'import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+name = next(n for n in z.namelist() if n.endswith(".data/scripts/sandguard"))
+open(sys.argv[2], "wb").write(z.read(name))' "$1" "$2"
+  chmod 755 "$2"
+}
+
+# The macOS targets (step 2, and the macOS packages of steps 3 and 5). The wheel tag is the
+# minimum macOS rustc builds for (and maturin's default MACOSX_DEPLOYMENT_TARGET), which
+# packaging/darwin/check finds again in the linked binary; the npm platform is npm's
+# process.platform-process.arch on that Mac.
+DARWIN_TARGETS=(aarch64-apple-darwin x86_64-apple-darwin)
+declare -A DARWIN_WHEEL_TAG=([aarch64-apple-darwin]=macosx_11_0_arm64
+  [x86_64-apple-darwin]=macosx_10_12_x86_64)
+declare -A DARWIN_NPM=([aarch64-apple-darwin]=darwin-arm64 [x86_64-apple-darwin]=darwin-x64)
+# zig as the macOS C compiler and linker: the version these builds were checked with.
+ZIG_PIN='ziglang>=0.17,<0.18'
+
+# What the macOS steps need: the Rust targets (rustup) and zig in the tools venv.
+darwin_tools() { # VENV
+  local venv=$1 installed t missing=()
+  if ! command -v rustup >/dev/null 2>&1; then
+    log "the macOS targets come from rustup, and there is no rustup here"
+    return 1
+  fi
+  installed=$(rustup target list --installed)
+  for t in "${DARWIN_TARGETS[@]}"; do
+    grep -qx "$t" <<<"$installed" || missing+=("$t")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "rustup target add ${missing[*]}"
+    rustup target add "${missing[@]}"
+  fi
+  if ! "$venv/bin/python" -m ziglang version >/dev/null 2>&1; then
+    command -v python3 >/dev/null 2>&1 || apt_install python3 python3-venv python3-pip
+    python3 -m venv "$venv" 2>/dev/null || { apt_install python3-venv; python3 -m venv "$venv"; }
+    log "installing zig ($ZIG_PIN) into $venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "$ZIG_PIN"
+  fi
+}
+
+# Step 2 for one target: clippy over the whole crate, tests included, with zig compiling
+# ring's C through packaging/darwin/zig-cc (CC_<target>, which cc-rs reads).
+darwin_clippy() { # TARGET
+  local started
+  started=$(date +%s)
+  log "cargo clippy --target $1 (zig as the C compiler)"
+  env "CC_${1//-/_}=$PWD/packaging/darwin/zig-cc" SANDGUARD_ZIG_PYTHON="$tools/bin/python" \
+    CARGO_TARGET_DIR="$target/darwin" \
+    cargo clippy --locked --all-targets --target "$1" -- -D warnings || return
+  log "clippy for $1 passed in $(( $(date +%s) - started )) s"
+}
+
+# Step 3 for one target: the macOS wheel, built by maturin with zig as the linker (maturin sets
+# MACOSX_DEPLOYMENT_TARGET and zig's target from it), the frameworks resolved against the
+# stand-ins in packaging/darwin/frameworks; then checked. stdout: one line per check.
+darwin_wheel() { # TARGET
+  local started tag=${DARWIN_WHEEL_TAG[$1]} whl
+  started=$(date +%s)
+  log "building the Python wheel for $1 (maturin build --zig)"
+  if ! CARGO_TARGET_DIR=$target/darwin CARGO_ZIGBUILD_PYTHON_PATH=$tools/bin/python \
+    "$tools/bin/maturin" build --release --locked --target "$1" --zig --out "$target/darwin/wheels" \
+    -- -C "link-arg=-F$PWD/packaging/darwin/frameworks" >&2; then
+    echo "FAILED: the wheel for $1 was not built"
+    return 1
+  fi
+  log "wheel for $1 built in $(( $(date +%s) - started )) s"
+  whl=$(ls "$target/darwin/wheels"/sandguard-*-"$tag".whl) ||
+    { echo "FAILED: no wheel tagged $tag"; return 1; }
+  "$tools/bin/python" packaging/darwin/check wheel "$whl" "$1" "$tag"
+}
+
+# Step 5 for one target: the npm platform package holding the macOS wheel's binary, built by
+# packaging/npm/build.sh into OUT (not the Linux packages' directory, which the Node tests
+# install from), then checked. stdout: one line per check.
+darwin_npm_package() { # TARGET OUT
+  local platform=${DARWIN_NPM[$1]} whl bin
+  whl=$(ls "$target/darwin/wheels"/sandguard-*-"${DARWIN_WHEEL_TAG[$1]}".whl) ||
+    { echo "FAILED: no macOS wheel for $1 to take the binary from"; return 1; }
+  bin=$2/unpacked/$1/sandguard
+  mkdir -p "${bin%/*}"
+  wheel_binary "$whl" "$bin"
+  packaging/npm/build.sh "$2" "$bin" "$platform" >&2 ||
+    { echo "FAILED: packaging/npm/build.sh did not build @sandguard/$platform"; return 1; }
+  "$tools/bin/python" packaging/darwin/check npm "$(ls "$2"/sandguard-"$platform"-[0-9]*.tgz)" "$1"
+}
+
 # Every layer's counts, added up in the closing line.
 passed=0
 failed=0
@@ -145,7 +246,7 @@ cargo_counts() { # LOG
 }
 
 if [ -n "${CI:-}" ]; then
-  for var in SANDGUARD_SKIP_FUZZ SANDGUARD_SKIP_PYTHON SANDGUARD_SKIP_NODE; do
+  for var in SANDGUARD_SKIP_FUZZ SANDGUARD_SKIP_DARWIN SANDGUARD_SKIP_PYTHON SANDGUARD_SKIP_NODE; do
     if [ -n "${!var:-}" ]; then
       log "$var is set, but CI is set too: CI runs every layer"
       exit 2
@@ -197,16 +298,34 @@ read -r p f < <(cargo_counts "$logs/cargo")
 tally "cargo tests" "$p" "$f"
 [ "$rc" -eq 0 ] || exit "$rc"
 
+# Step 2: the macOS targets, linted. Their own target directory ($target/darwin), so that
+# nothing built for Linux above or below is built again; each target passes or fails alone.
+target=${CARGO_TARGET_DIR:-$PWD/target}
+tools=$target/python-tools
+darwin=1
+if [ "${SANDGUARD_SKIP_DARWIN:-}" = 1 ]; then
+  log "SANDGUARD_SKIP_DARWIN=1: the macOS targets' lint and the macOS packages were NOT run"
+  skipped+=("darwin")
+  darwin=
+else
+  darwin_tools "$tools"
+  p=0 f=0
+  for t in "${DARWIN_TARGETS[@]}"; do
+    if darwin_clippy "$t"; then p=$((p + 1)); else f=$((f + 1)); log "clippy FAILED for $t"; fi
+  done
+  tally "macOS clippy" "$p" "$f"
+  [ "$f" -eq 0 ] || exit 1
+fi
+
 if [ "${SANDGUARD_SKIP_PYTHON:-}" = 1 ]; then
   log "SANDGUARD_SKIP_PYTHON=1: the Python wheel and its tests, and the npm package and its tests (which carry the wheel's binary), were NOT run"
   skipped+=("python" "node")
+  [ -z "$darwin" ] || skipped+=("darwin-packages")
   exit 0
 fi
 
-# Step 2: the wheel, as users install it. The target directory is cargo's (step 1), so the
+# Step 3: the wheel, as users install it. The target directory is cargo's (step 1), so the
 # dependencies it shares with the debug build are fetched once; only the release build is new.
-target=${CARGO_TARGET_DIR:-$PWD/target}
-tools=$target/python-tools
 python_tools "$tools"
 rm -rf "$target/wheels"
 log "building the Python wheel (maturin build --release)"
@@ -215,7 +334,21 @@ CARGO_TARGET_DIR=$target "$tools/bin/maturin" build --release --locked --out "$t
 log "wheel built in $(( $(date +%s) - started )) s"
 wheel=$(ls "$target"/wheels/sandguard-*.whl)
 
-# Step 3: the helper's tests against that wheel (a fresh venv, the real Docker daemon). The
+# The macOS wheels: a release build per target in $target/darwin, and packaging/darwin/check's
+# lines (the tag; the binary's CPU, libraries, signature and minimum macOS) counted.
+if [ -n "$darwin" ]; then
+  rm -rf "$target/darwin/wheels"
+  set +e
+  for t in "${DARWIN_TARGETS[@]}"; do
+    darwin_wheel "$t" | tee -a "$logs/darwin-wheels"
+  done
+  set -e
+  tally "macOS wheel checks" "$(grep -c '^ok: ' "$logs/darwin-wheels" || true)" \
+    "$(grep -c '^FAILED: ' "$logs/darwin-wheels" || true)"
+  ! grep -q '^FAILED: ' "$logs/darwin-wheels" || exit 1
+fi
+
+# Step 4: the helper's tests against that wheel (a fresh venv, the real Docker daemon). The
 # Docker proxy's test also installs docker-py (`docker` from PyPI) into that venv.
 # -p no:cacheprovider: no .pytest_cache in the work tree.
 set +e
@@ -230,7 +363,7 @@ read -r p f < <(awk '{ for (i = 2; i <= NF; i++) { w = $i; sub(/,$/, "", w)
 tally "python tests" "$p" "$f"
 python_rc=$rc
 
-# Step 4: the npm packages, as users install them: `packaging/npm/build.sh` compiles the
+# Step 5: the npm packages, as users install them: `packaging/npm/build.sh` compiles the
 # TypeScript helper and packs it (`npm pack`) with a platform package holding the wheel's own
 # binary; both tarballs are installed into a scratch project with the vendors' packages from
 # npm (pinned: the E2B SDK, and testcontainers-node 11.x, since 12.0.4 crashes at require on
@@ -239,6 +372,7 @@ python_rc=$rc
 if [ "${SANDGUARD_SKIP_NODE:-}" = 1 ]; then
   log "SANDGUARD_SKIP_NODE=1: the npm package and its tests were NOT run"
   skipped+=("node")
+  [ -z "$darwin" ] || skipped+=("darwin-npm")
   exit "$python_rc"
 fi
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || apt_install nodejs npm
@@ -249,13 +383,22 @@ if ! node -e 'const [a, b] = process.versions.node.split(".").map(Number); proce
 fi
 npm_out=$target/npm
 rm -rf "$npm_out/unpacked" && mkdir -p "$npm_out/unpacked"
-"$tools/bin/python" -c 'import sys, zipfile
-z = zipfile.ZipFile(sys.argv[1])
-name = next(n for n in z.namelist() if n.endswith(".data/scripts/sandguard"))
-open(sys.argv[2], "wb").write(z.read(name))' "$wheel" "$npm_out/unpacked/sandguard"
-chmod 755 "$npm_out/unpacked/sandguard"
+wheel_binary "$wheel" "$npm_out/unpacked/sandguard"
 rm -f "$npm_out"/sandguard-*.tgz
 packaging/npm/build.sh "$npm_out" "$npm_out/unpacked/sandguard"
+# The macOS platform packages, from the macOS wheels' binaries, checked; in a directory of
+# their own, so that the Linux packages' directory holds what the Node tests install.
+if [ -n "$darwin" ]; then
+  rm -rf "$target/darwin/npm/unpacked" && rm -f "$target/darwin/npm"/sandguard-*.tgz
+  set +e
+  for t in "${DARWIN_TARGETS[@]}"; do
+    darwin_npm_package "$t" "$target/darwin/npm" | tee -a "$logs/darwin-npm"
+  done
+  set -e
+  tally "macOS npm checks" "$(grep -c '^ok: ' "$logs/darwin-npm" || true)" \
+    "$(grep -c '^FAILED: ' "$logs/darwin-npm" || true)"
+  ! grep -q '^FAILED: ' "$logs/darwin-npm" || exit 1
+fi
 project=$target/node-tests
 rm -rf "$project" && mkdir -p "$project"
 printf '{ "name": "sandguard-node-tests", "private": true }\n' >"$project/package.json"

@@ -4,7 +4,10 @@
 # - `sandguard-VERSION.tgz`: the TypeScript helper compiled to CommonJS (dist/*.js, with its
 #   .d.ts types) and its ES module face (dist/index.mjs), made by `npm pack`;
 # - `sandguard-PLATFORM-VERSION.tgz`: the platform package `@sandguard/PLATFORM` holding
-#   BINARY as bin/sandguard (PLATFORM defaults to this machine's, e.g. linux-x64-gnu).
+#   BINARY as bin/sandguard (PLATFORM defaults to this machine's, e.g. linux-x64-gnu). PLATFORM
+#   is OS-CPU[-LIBC] in npm's words (process.platform, process.arch): its package.json says
+#   os [OS] and cpu [CPU], and libc [glibc or musl] only when LIBC is given, as on Linux;
+#   darwin-arm64 and darwin-x64 have none (npm's libc field is Linux's).
 # Both land in OUT. TypeScript (pinned) is installed from npm into OUT/tools once. The
 # packages' version must be Cargo.toml's: a mismatch stops the build.
 set -euo pipefail
@@ -23,8 +26,12 @@ node -e '
   }' "$here/sandguard/package.json" "$version"
 if [ -z "$platform" ]; then
   platform=$(node -e '
-    const gnu = process.report.getReport().header.glibcVersionRuntime ? "gnu" : "musl";
-    console.log(`${process.platform}-${process.arch}-${gnu}`)')
+    if (process.platform !== "linux") {
+      console.log(`${process.platform}-${process.arch}`);
+    } else {
+      const gnu = process.report.getReport().header.glibcVersionRuntime ? "gnu" : "musl";
+      console.log(`${process.platform}-${process.arch}-${gnu}`);
+    }')
 fi
 
 tools=$out/tools
@@ -47,9 +54,14 @@ rm "$build/node_modules"
 # The platform package.
 plat=$out/build/platform
 rm -rf "$plat" && mkdir -p "$plat/bin"
-IFS=- read -r _os cpu libc <<<"$platform"
-sed -e "s/PLATFORM/$platform/g" -e "s/VERSION/$version/" -e "s/\"CPU\"/\"$cpu\"/" \
-  -e "s/\"LIBC\"/\"$(echo "$libc" | sed 's/gnu/glibc/')\"/" "$here/platform-package.json" >"$plat/package.json"
+IFS=- read -r os cpu libc <<<"$platform"
+if [ -n "$libc" ]; then
+  libc_field=(-e "s/\"LIBC\"/\"$(echo "$libc" | sed 's/gnu/glibc/')\"/")
+else
+  libc_field=(-e '/"libc":/d')
+fi
+sed -e "s/PLATFORM/$platform/g" -e "s/VERSION/$version/" -e "s/\"OS\"/\"$os\"/" -e "s/\"CPU\"/\"$cpu\"/" \
+  "${libc_field[@]}" "$here/platform-package.json" >"$plat/package.json"
 cp "$binary" "$plat/bin/sandguard"
 chmod 755 "$plat/bin/sandguard"
 (cd "$plat" && npm pack --silent --pack-destination "$out" >/dev/null)
