@@ -38,9 +38,22 @@
 //!   6. `/var/run/docker.sock`: on a Mac a link that whichever engine was allowed to make it
 //!      made (Docker Desktop, `podman-mac-helper`, OrbStack, Rancher Desktop's administrative
 //!      access), so an engine's own socket, earlier in the list, names the engine better.
-//! - Linux, and every other Unix: `/var/run/docker.sock` alone for now. The list is the one
-//!   place where rootless Docker (`$XDG_RUNTIME_DIR/docker.sock`) and Podman's sockets go,
-//!   one line each, before the default.
+//! - Linux, and every other Unix, in this order:
+//!   1. rootless Docker: `$XDG_RUNTIME_DIR/docker.sock`, where `dockerd-rootless.sh` listens
+//!      (Docker's "Rootless mode" docs; the `rootless` context its setup tool makes names the
+//!      same socket, and a current context is read before this list);
+//!   2. rootless Podman: `$XDG_RUNTIME_DIR/podman/podman.sock`, the user unit `podman.socket`'s
+//!      `%t/podman/podman.sock` and `podman system service`'s default for a user;
+//!   3. rootful Podman: `/run/podman/podman.sock`, the system unit's socket;
+//!   4. `/var/run/docker.sock`, rootful dockerd's (and, with `podman-docker`, a link to 3).
+//!
+//!   A user's own engine comes before the system's: a socket in the user's runtime directory
+//!   is one the user started, while the system sockets are root's, often unreadable to the
+//!   user, and with the Docker proxy (the default) the program reaches the engine chosen
+//!   here whatever its client's own default. When several exist, `via` names the others (see
+//!   below): never a silent guess. Without `XDG_RUNTIME_DIR` (cron, `su`, a service without a
+//!   login) the runtime directory is `/run/user/<uid>`, where `pam_systemd` makes it and
+//!   where Podman looks itself when the variable is unset.
 //! - "Exists as a socket" is `stat` following links (a link to a live socket counts; a
 //!   dangling link, a regular file or a directory does not). Nothing is connected to while
 //!   resolving: resolution stays one `stat` per candidate on every start, and a choice that
@@ -59,9 +72,9 @@ use std::path::{Path, PathBuf};
 use super::{DockerHost, Origin, DEFAULT_HOST, DEFAULT_SOCKET};
 use crate::config::Env;
 
-/// Whose list of sockets [`candidates`] gives: Linux (the default socket only, for now) or
-/// macOS (the desktop engines' sockets in the user's home, then the default socket); this
-/// binary's is [`crate::unix::PLATFORM`].
+/// Whose list of sockets [`candidates`] gives: Linux (the user's rootless engines, then the
+/// system's) or macOS (the desktop engines' sockets in the user's home, then the default
+/// socket); this binary's is [`crate::unix::PLATFORM`].
 pub(crate) use crate::unix::Platform;
 
 /// One place an engine's socket may be.
@@ -77,7 +90,13 @@ const COLIMA: &str = "Colima's socket";
 const ORBSTACK: &str = "OrbStack's socket";
 const RANCHER: &str = "Rancher Desktop's socket";
 const PODMAN: &str = "Podman machine's socket";
+const ROOTLESS_DOCKER: &str = "rootless Docker's socket";
+const ROOTLESS_PODMAN: &str = "rootless Podman's socket";
+const ROOTFUL_PODMAN: &str = "rootful Podman's socket";
 const DEFAULT: &str = "the default socket";
+
+/// Rootful Podman's socket (its system unit `podman.socket`).
+const PODMAN_SYSTEM_SOCKET: &str = "/run/podman/podman.sock";
 
 /// Where to look on `platform`, in order, each path once. A candidate whose variables are
 /// unset (no `HOME`, no `COLIMA_HOME`) is left out.
@@ -107,10 +126,17 @@ pub(crate) fn candidates(platform: Platform, env: &dyn Env) -> Vec<Candidate> {
                 (DEFAULT, Some(PathBuf::from(DEFAULT_SOCKET))),
             ]
         }
-        Platform::Linux => vec![
-            // Rootless Docker and Podman's sockets go here, one line each (issue 39).
-            (DEFAULT, Some(PathBuf::from(DEFAULT_SOCKET))),
-        ],
+        Platform::Linux => {
+            let runtime = absolute(env, "XDG_RUNTIME_DIR").or_else(|| {
+                Some(PathBuf::from(format!("/run/user/{}", crate::unix::geteuid())))
+            });
+            vec![
+                (ROOTLESS_DOCKER, under(&runtime, "docker.sock")),
+                (ROOTLESS_PODMAN, under(&runtime, "podman/podman.sock")),
+                (ROOTFUL_PODMAN, Some(PathBuf::from(PODMAN_SYSTEM_SOCKET))),
+                (DEFAULT, Some(PathBuf::from(DEFAULT_SOCKET))),
+            ]
+        }
     };
     let mut seen = HashSet::new();
     listed

@@ -196,23 +196,92 @@ fn with_none_the_default_address_names_every_place_looked_at() {
     }
 }
 
+/// A fake Linux user: a runtime directory (`XDG_RUNTIME_DIR`) under a scratch root.
+fn fake_linux(tag: &str) -> FakeMac {
+    let mut fake = FakeMac::new(tag);
+    let runtime = fake.root.join("run-user").display().to_string();
+    fake.env.insert("XDG_RUNTIME_DIR".into(), runtime);
+    fake
+}
+
+/// The Linux list for `fake`, its system sockets moved under the root so that the machine
+/// running the test has no say.
+fn linux_list(fake: &FakeMac) -> Vec<Candidate> {
+    candidates(Platform::Linux, &fake.env)
+        .into_iter()
+        .map(|c| match c.path.starts_with(&fake.root) {
+            true => c,
+            false => Candidate {
+                path: fake.root.join(c.path.strip_prefix("/").unwrap()),
+                ..c
+            },
+        })
+        .collect()
+}
+
 #[test]
-fn the_linux_list_is_the_default_socket_whatever_the_home_holds() {
-    let mac = FakeMac::new("linux");
-    let _listeners: Vec<UnixListener> = mac.list().iter().map(|c| FakeMac::bind(&c.path)).collect();
-    let list = candidates(Platform::Linux, &mac.env);
+fn the_linux_order_is_rootless_docker_rootless_podman_rootful_podman_default() {
+    let fake = fake_linux("linux-order");
+    let runtime = fake.root.join("run-user");
     assert_eq!(
-        list,
-        [Candidate {
-            name: "the default socket",
-            path: PathBuf::from("/var/run/docker.sock"),
-        }]
+        candidates(Platform::Linux, &fake.env),
+        [
+            Candidate {
+                name: ROOTLESS_DOCKER,
+                path: runtime.join("docker.sock"),
+            },
+            Candidate {
+                name: ROOTLESS_PODMAN,
+                path: runtime.join("podman/podman.sock"),
+            },
+            Candidate {
+                name: ROOTFUL_PODMAN,
+                path: PathBuf::from("/run/podman/podman.sock"),
+            },
+            Candidate {
+                name: DEFAULT,
+                path: PathBuf::from("/var/run/docker.sock"),
+            },
+        ]
     );
-    // Found here when this machine's daemon listens there, the default address otherwise:
-    // /var/run/docker.sock either way, never a socket of the home.
-    let host = crate::config::docker::resolve_on(Platform::Linux, None, &mac.env);
-    assert_eq!(host.address.as_deref(), Ok("unix:///var/run/docker.sock"));
-    assert!(host.via.contains("/var/run/docker.sock") || host.origin == Origin::Found);
+    // Each found in that order: bound one at a time, last first, each new one wins and names
+    // the ones after it as also present.
+    let list = linux_list(&fake);
+    let mut listeners = Vec::new();
+    for (n, c) in list.iter().enumerate().rev() {
+        listeners.push(FakeMac::bind(&c.path));
+        let host = search(&list);
+        assert_eq!(host.address.as_deref(), Ok(address(c).as_str()), "{c:?}");
+        assert!(host.via.starts_with(c.name), "{}", host.via);
+        for later in &list[n + 1..] {
+            assert!(host.via.contains(&later.path.display().to_string()), "{}", host.via);
+        }
+    }
+}
+
+#[test]
+fn without_a_runtime_directory_the_users_is_run_user_uid() {
+    let none: HashMap<String, String> = HashMap::new();
+    let run = PathBuf::from(format!("/run/user/{}", crate::unix::geteuid()));
+    let paths: Vec<PathBuf> = candidates(Platform::Linux, &none)
+        .into_iter()
+        .map(|c| c.path)
+        .collect();
+    assert_eq!(&paths[..2], [run.join("docker.sock"), run.join("podman/podman.sock")]);
+    let relative: HashMap<String, String> = [("XDG_RUNTIME_DIR", "run")]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    assert_eq!(candidates(Platform::Linux, &relative), candidates(Platform::Linux, &none));
+}
+
+#[test]
+fn the_linux_list_holds_no_socket_of_the_home() {
+    let fake = fake_linux("linux-home");
+    let _listeners: Vec<UnixListener> = fake.list().iter().map(|c| FakeMac::bind(&c.path)).collect();
+    assert!(candidates(Platform::Linux, &fake.env)
+        .iter()
+        .all(|c| !c.path.starts_with(fake.root.join("home"))));
 }
 
 #[test]
