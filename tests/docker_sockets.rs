@@ -76,6 +76,9 @@ fn a_socket_in_the_users_runtime_directory_wins_and_the_default_is_named() {
     let why = "(from rootless Podman's socket, the first engine socket found in sandguard's \
                order; also present: the default socket /var/run/docker.sock; set DOCKER_HOST \
                or a Docker context to use another)";
-    assert!(detail.contains(&format!("unix://{}", socket.display())), "{detail}");
+    assert!(
+        detail.contains(&format!("unix://{}", socket.display())),
+        "{detail}"
+    );
     assert!(detail.ends_with(why), "{detail}");
 }

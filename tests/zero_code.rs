@@ -414,3 +414,45 @@ fn a_provider_named_but_not_configured_is_exit_2_saying_how_to_configure_it() {
     let unknown = run(sandguard(&s).args(["ps", "--provider", "dokker"]));
     assert_eq!(unknown.code, 1, "{}", unknown.stderr);
 }
+
+/// With the Docker proxy served, the program gets `TESTCONTAINERS_RYUK_DISABLED=true`, so
+/// testcontainers starts no Ryuk (an image to pull, the socket mounted into it); a value the
+/// user set is left as it is, `keep_ryuk = true` sets nothing, and neither does a run without
+/// the proxy.
+#[test]
+fn the_docker_proxy_turns_ryuk_off_unless_the_user_said_otherwise() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("zero-ryuk");
+    let said = |cmd: &mut Command| {
+        let out = run(cmd.args(["--", "sh", "-c", "echo \"[$TESTCONTAINERS_RYUK_DISABLED]\""]));
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        out.stdout.trim().to_string()
+    };
+    let plain = || {
+        let mut cmd = sandguard(&s);
+        cmd.env_remove("TESTCONTAINERS_RYUK_DISABLED")
+            .arg("--no-cloud-proxy");
+        cmd
+    };
+    assert_eq!(said(&mut plain()), "[true]");
+    assert_eq!(
+        said(plain().env("TESTCONTAINERS_RYUK_DISABLED", "false")),
+        "[false]"
+    );
+    assert_eq!(said(plain().arg("--no-docker-proxy")), "[]");
+    let config = s.path().join("keep-ryuk.toml");
+    std::fs::write(&config, "[watch]\nkeep_ryuk = true\n").unwrap();
+    assert_eq!(said(plain().env("SANDGUARD_CONFIG", &config)), "[]");
+    std::fs::write(&config, "[watch]\nkeep_ryuk = \"yes\"\n").unwrap();
+    let bad = run(plain()
+        .env("SANDGUARD_CONFIG", &config)
+        .args(["--", "true"]));
+    assert_eq!(bad.code, 125, "{}", bad.stderr);
+    assert!(
+        bad.stderr
+            .contains("keep-ryuk.toml:2: key `watch.keep_ryuk`"),
+        "{}",
+        bad.stderr
+    );
+}

@@ -40,6 +40,7 @@ pub(super) struct FileWatch {
     pub(super) renew_every: Option<HumanDuration>,
     pub(super) docker_proxy: Option<super::ProxyMode>,
     pub(super) cloud_proxy: Option<super::ProxyMode>,
+    pub(super) keep_ryuk: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -90,7 +90,38 @@ pub struct WatchSettings {
     pub docker_proxy: ProxyMode,
     /// Serve the cloud API proxy (E2B, Daytona) to that program (`cloud_proxy`), likewise.
     pub cloud_proxy: ProxyMode,
+    /// What a program served the Docker proxy gets for Testcontainers' Ryuk ([`Ryuk`]).
+    pub ryuk: Ryuk,
 }
+
+/// Testcontainers' own reaper, Ryuk, beside the Docker proxy.
+///
+/// Decisions:
+/// - **Off by default where the proxy is served**: the program gets
+///   `TESTCONTAINERS_RYUK_DISABLED=true` with `DOCKER_HOST`. Ryuk is a container that
+///   testcontainers (Python, Node, Java, Go) starts first, from an image that cannot be pulled
+///   offline or in an air-gapped CI, with the Docker socket mounted into it (privileged under
+///   SELinux, unreachable on many rootless engines); through the proxy everything
+///   testcontainers makes is labelled and reclaimed the moment the program dies, so Ryuk adds
+///   a pull and a 10 s reaping delay and nothing else.
+/// - **The user's word wins**: `TESTCONTAINERS_RYUK_DISABLED` already set (to anything) in
+///   sandguard's environment, which is the program's, is left as it is
+///   ([`Ryuk::UsersOwn`]); `keep_ryuk = true` under `[watch]` never sets it
+///   ([`Ryuk::Kept`]), for those who want both reapers.
+/// - Nothing is set when the Docker proxy is not served: without it sandguard reclaims only
+///   what carries the labels or was claimed, and Ryuk is what reaps the rest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ryuk {
+    /// The program gets `TESTCONTAINERS_RYUK_DISABLED=true` with the Docker proxy.
+    Disabled,
+    /// `keep_ryuk = true`.
+    Kept,
+    /// `TESTCONTAINERS_RYUK_DISABLED` was set already.
+    UsersOwn,
+}
+
+/// The variable testcontainers reads to skip starting Ryuk.
+pub(crate) const RYUK_DISABLED: &str = "TESTCONTAINERS_RYUK_DISABLED";
 
 /// Whether the wrapper serves a proxy to the program it runs.
 ///

@@ -110,6 +110,13 @@ impl Settings {
                     .map_or(Duration::from_secs(60), |d| d.0),
                 docker_proxy: ProxyMode::from_file(file.watch.docker_proxy),
                 cloud_proxy: ProxyMode::from_file(file.watch.cloud_proxy),
+                ryuk: if file.watch.keep_ryuk == Some(true) {
+                    super::Ryuk::Kept
+                } else if env.var(super::RYUK_DISABLED).is_some() {
+                    super::Ryuk::UsersOwn
+                } else {
+                    super::Ryuk::Disabled
+                },
             },
             reclaim: ReclaimSettings {
                 concurrency: r.concurrency.map_or(16, |c| c.0),

@@ -65,6 +65,7 @@ fn the_documented_example_parses_and_states_the_defaults() {
         "renew_every",
         "docker_proxy",
         "cloud_proxy",
+        "keep_ryuk",
         "[sweep]",
         "prune_after",
         "rate",

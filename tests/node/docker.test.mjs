@@ -60,14 +60,15 @@ const { GenericContainer } = await import("testcontainers");
 const container = await new GenericContainer(${JSON.stringify(IMAGE)}).withCommand(["sleep", "600"]).start();
 const plain = execFileSync("docker", ["--host", "unix:///var/run/docker.sock", "run", "-d", ${JSON.stringify(IMAGE)}, "sleep", "600"], { encoding: "utf8" }).trim();
 await g.claim("docker", plain);
-console.log(JSON.stringify({ made: [container.getId(), plain], host: process.env.DOCKER_HOST }));
+console.log(JSON.stringify({ made: [container.getId(), plain], host: process.env.DOCKER_HOST, ryuk: process.env.TESTCONTAINERS_RYUK_DISABLED }));
 setInterval(() => {}, 1000);
 `,
     guardedEnv(scratch()),
   );
-  const { made, host } = await program.said("made", 90_000);
+  const { made, host, ryuk } = await program.said("made", 90_000);
   t.after(() => removeQuietly(...made));
   assert.match(host, /^unix:\/\/.*docker\.sock$/, "guard({ dockerProxy: true }) exported the proxy as DOCKER_HOST");
+  assert.equal(ryuk, "true", "and TESTCONTAINERS_RYUK_DISABLED, so testcontainers started no Ryuk");
   assert.deepEqual(made.map(exists), [true, true], "both containers run while node lives");
   assert.equal(docker("inspect", "--format", "{{index .Config.Labels \"sandguard.session\"}}", made[0]).length, 32, "the proxy stamped the session's label");
   program.kill("SIGKILL");

@@ -27,11 +27,12 @@ export function scratch() {
 }
 
 /**
- * What testcontainers-node needs on this machine, none of it about sandguard: no Ryuk (its
- * image cannot be pulled here; sandguard is what reclaims), and the host named outright (the
- * test daemon runs without a bridge network, where testcontainers looks for a gateway).
+ * What testcontainers-node needs on this machine, none of it about sandguard: the host named
+ * outright (the test daemon runs without a bridge network, where testcontainers looks for a
+ * gateway). Not TESTCONTAINERS_RYUK_DISABLED: the Docker proxy gives the program that itself
+ * (Ryuk's image could not be pulled here, so a test through the proxy fails without it).
  */
-const TESTCONTAINERS = { TESTCONTAINERS_RYUK_DISABLED: "true", TESTCONTAINERS_HOST_OVERRIDE: "localhost" };
+const TESTCONTAINERS = { TESTCONTAINERS_HOST_OVERRIDE: "localhost" };
 
 /**
  * The environment of a guarded program: its own HOME, config and state, no SANDGUARD_* of the
@@ -40,7 +41,7 @@ const TESTCONTAINERS = { TESTCONTAINERS_RYUK_DISABLED: "true", TESTCONTAINERS_HO
 export function guardedEnv(dir, extra = {}) {
   const env = {};
   for (const [k, v] of Object.entries(process.env)) {
-    if (!k.startsWith("SANDGUARD_") && k !== "DOCKER_HOST" && !k.startsWith("E2B_")) env[k] = v;
+    if (!k.startsWith("SANDGUARD_") && !k.startsWith("E2B_") && k !== "DOCKER_HOST" && k !== "TESTCONTAINERS_RYUK_DISABLED") env[k] = v;
   }
   env.PATH = (process.env.PATH ?? "")
     .split(":")

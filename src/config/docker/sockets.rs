@@ -128,7 +128,10 @@ pub(crate) fn candidates(platform: Platform, env: &dyn Env) -> Vec<Candidate> {
         }
         Platform::Linux => {
             let runtime = absolute(env, "XDG_RUNTIME_DIR").or_else(|| {
-                Some(PathBuf::from(format!("/run/user/{}", crate::unix::geteuid())))
+                Some(PathBuf::from(format!(
+                    "/run/user/{}",
+                    crate::unix::geteuid()
+                )))
             });
             vec![
                 (ROOTLESS_DOCKER, under(&runtime, "docker.sock")),

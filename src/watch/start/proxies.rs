@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::StartError;
-use crate::config::{ProxyMode, Settings};
+use crate::config::{ProxyMode, Ryuk, Settings, RYUK_DISABLED};
 use crate::providers::cloud_proxy::{self, Api, CloudProxy, Upstream as CloudUpstream};
 use crate::providers::docker::proxy::{Claim, Proxy, SocketDir, Upstream};
 use crate::unix;
@@ -37,6 +37,7 @@ type Claims = tokio::sync::mpsc::UnboundedSender<Claim>;
 pub(crate) struct DockerProxy {
     pub proxy: Proxy,
     pub dir: SocketDir,
+    ryuk: Ryuk,
 }
 
 /// What the session serves, and what its program gets from it.
@@ -48,17 +49,22 @@ pub(crate) struct Served {
 impl Served {
     /// The `NAME=VALUE`s of the ready line.
     pub(crate) fn env(&self) -> Vec<(String, String)> {
-        let docker = self.docker.iter().map(|p| docker_host(&p.dir));
+        let docker = self.docker.iter().flat_map(|p| docker_env(&p.dir, p.ryuk));
         docker
             .chain(self.cloud.iter().map(CloudProxy::assignment))
             .collect()
     }
 }
 
-/// `DOCKER_HOST` for the proxy listening in `dir`.
-fn docker_host(dir: &SocketDir) -> (String, String) {
+/// What a program gets from the Docker proxy listening in `dir`: `DOCKER_HOST`, and
+/// `TESTCONTAINERS_RYUK_DISABLED=true` unless `ryuk` says otherwise ([`Ryuk`] has why).
+fn docker_env(dir: &SocketDir, ryuk: Ryuk) -> Vec<(String, String)> {
     let host = format!("unix://{}", dir.socket().display());
-    ("DOCKER_HOST".to_string(), host)
+    let mut env = vec![("DOCKER_HOST".to_string(), host)];
+    if ryuk == Ryuk::Disabled {
+        env.push((RYUK_DISABLED.to_string(), "true".to_string()));
+    }
+    env
 }
 
 /// The Docker proxy's listener, bound, not served.
@@ -66,6 +72,7 @@ pub(crate) struct BoundDocker {
     pub listener: std::os::unix::net::UnixListener,
     pub dir: SocketDir,
     upstream: Upstream,
+    ryuk: Ryuk,
 }
 
 /// One cloud proxy's listener, bound, not served.
@@ -84,7 +91,7 @@ pub(crate) struct Bound {
 impl Bound {
     /// What the program gets (`DOCKER_HOST`, `E2B_API_URL`, …): the ready line's `NAME=VALUE`s.
     pub(crate) fn env(&self) -> Vec<(String, String)> {
-        let docker = self.docker.iter().map(|p| docker_host(&p.dir));
+        let docker = self.docker.iter().flat_map(|p| docker_env(&p.dir, p.ryuk));
         let cloud = self.cloud.iter().filter_map(|c| {
             let address = c.listener.local_addr().ok()?;
             Some(cloud_proxy::assignment(c.api, address, &c.upstream))
@@ -107,6 +114,7 @@ impl Bound {
                     listener,
                     dir,
                     upstream,
+                    ryuk: ryuk(settings),
                 })
             }
             None => None,
@@ -204,7 +212,11 @@ pub(crate) fn serve(
         Some(b) => {
             let proxy = Proxy::serve(b.listener, b.upstream, labels.clone(), tx.clone())
                 .map_err(|e| StartError::Failed(format!("cannot serve the Docker proxy: {e}")))?;
-            Some(DockerProxy { proxy, dir: b.dir })
+            Some(DockerProxy {
+                proxy,
+                dir: b.dir,
+                ryuk: b.ryuk,
+            })
         }
         None => None,
     };
@@ -306,7 +318,23 @@ fn bind_docker(
         listener,
         dir,
         upstream,
+        ryuk: ryuk(settings),
     })
+}
+
+/// What the settings say of Ryuk, said in the debug log (once a proxy is bound).
+fn ryuk(settings: &Settings) -> Ryuk {
+    let ryuk = settings.watch.ryuk;
+    match ryuk {
+        Ryuk::Disabled => tracing::debug!(
+            "the program gets {RYUK_DISABLED}=true with the Docker proxy: testcontainers \
+             starts no Ryuk, and what it makes through the proxy is reclaimed \
+             (keep_ryuk = true under [watch] keeps Ryuk)"
+        ),
+        Ryuk::Kept => tracing::debug!("keep_ryuk = true: {RYUK_DISABLED} is not set"),
+        Ryuk::UsersOwn => tracing::debug!("{RYUK_DISABLED} is set already: left as it is"),
+    }
+    ryuk
 }
 
 fn cloud_settings(settings: &Settings, api: Api) -> &crate::config::CloudSettings {

@@ -254,7 +254,11 @@ fn the_linux_order_is_rootless_docker_rootless_podman_rootful_podman_default() {
         assert_eq!(host.address.as_deref(), Ok(address(c).as_str()), "{c:?}");
         assert!(host.via.starts_with(c.name), "{}", host.via);
         for later in &list[n + 1..] {
-            assert!(host.via.contains(&later.path.display().to_string()), "{}", host.via);
+            assert!(
+                host.via.contains(&later.path.display().to_string()),
+                "{}",
+                host.via
+            );
         }
     }
 }
@@ -267,18 +271,25 @@ fn without_a_runtime_directory_the_users_is_run_user_uid() {
         .into_iter()
         .map(|c| c.path)
         .collect();
-    assert_eq!(&paths[..2], [run.join("docker.sock"), run.join("podman/podman.sock")]);
+    assert_eq!(
+        &paths[..2],
+        [run.join("docker.sock"), run.join("podman/podman.sock")]
+    );
     let relative: HashMap<String, String> = [("XDG_RUNTIME_DIR", "run")]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    assert_eq!(candidates(Platform::Linux, &relative), candidates(Platform::Linux, &none));
+    assert_eq!(
+        candidates(Platform::Linux, &relative),
+        candidates(Platform::Linux, &none)
+    );
 }
 
 #[test]
 fn the_linux_list_holds_no_socket_of_the_home() {
     let fake = fake_linux("linux-home");
-    let _listeners: Vec<UnixListener> = fake.list().iter().map(|c| FakeMac::bind(&c.path)).collect();
+    let _listeners: Vec<UnixListener> =
+        fake.list().iter().map(|c| FakeMac::bind(&c.path)).collect();
     assert!(candidates(Platform::Linux, &fake.env)
         .iter()
         .all(|c| !c.path.starts_with(fake.root.join("home"))));
