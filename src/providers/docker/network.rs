@@ -19,6 +19,15 @@
 //!   resolve that name to a container (by name or id prefix), it is sent only after the same
 //!   name was checked to resolve to none. An endpoint without a name is named by its
 //!   container's id (which 404'd).
+//! - **The endpoints are looked at before the removal, on every engine.** Podman (4.3, its
+//!   Docker-compatible API) removes a network that live containers are attached to, answering
+//!   204 and leaving them without it, where Docker refuses: sandguard would cut a stranger's
+//!   container off its network. So the network is inspected first: stale endpoints are
+//!   force-disconnected as above, and while a live (or unknown) container is attached the
+//!   removal is not sent and is reported as transient, as Docker's refusal is, for the reclaim
+//!   to retry until its deadline. One inspect more per network removal; a container attaching
+//!   between the inspect and the removal is still refused by Docker, and on Podman is the one
+//!   window left.
 
 use bollard::errors::Error as BollardError;
 use bollard::models::NetworkDisconnectRequest;
@@ -30,6 +39,14 @@ use crate::providers::ProviderError;
 /// Removes the network with the full id `id`.
 pub(super) async fn remove(docker: &Docker, host: &str, id: &str) -> Result<(), ProviderError> {
     let doing = format!("remove network {} on", short(id));
+    let (cleared, attached) = endpoints(docker, id).await;
+    if attached > 0 {
+        return Err(ProviderError::transient(format!(
+            "cannot {doing} {host}: it has active endpoints ({attached} live container(s) \
+             attached){}",
+            cleared_note(cleared)
+        )));
+    }
     let err = match docker.remove_network(id).await {
         Ok(()) => return Ok(()),
         Err(e) => e,
@@ -37,14 +54,16 @@ pub(super) async fn remove(docker: &Docker, host: &str, id: &str) -> Result<(), 
     if !has_active_endpoints(&err) {
         return Err(classify(host, &doing, err));
     }
-    let cleared = clear_stale_endpoints(docker, id).await;
-    let mut message = classify(host, &doing, err).to_string();
-    if cleared > 0 {
-        message.push_str(&format!(
-            "; force-disconnected {cleared} endpoint(s) of containers that no longer exist"
-        ));
-    }
+    let (cleared, _) = endpoints(docker, id).await;
+    let message = format!("{}{}", classify(host, &doing, err), cleared_note(cleared));
     Err(ProviderError::transient(message))
+}
+
+fn cleared_note(cleared: usize) -> String {
+    match cleared {
+        0 => String::new(),
+        n => format!("; force-disconnected {n} endpoint(s) of containers that no longer exist"),
+    }
 }
 
 /// Docker's refusal to remove a network that containers are still attached to.
@@ -56,9 +75,11 @@ fn has_active_endpoints(err: &BollardError) -> bool {
     )
 }
 
-/// Force-disconnects the network's stale endpoints (module docs); how many it did. Failures
-/// only leave the endpoint there: the network's removal is retried anyway.
-async fn clear_stale_endpoints(docker: &Docker, network: &str) -> usize {
+/// Force-disconnects the network's stale endpoints (module docs): how many it did, and how
+/// many endpoints of live (or unknown) containers are attached. A disconnect that fails only
+/// leaves the endpoint there: the removal is retried anyway. A network that cannot be
+/// inspected counts none: its removal says what the daemon thinks.
+async fn endpoints(docker: &Docker, network: &str) -> (usize, usize) {
     let inspected = match docker
         .inspect_network(
             network,
@@ -69,10 +90,10 @@ async fn clear_stale_endpoints(docker: &Docker, network: &str) -> usize {
         Ok(n) => n,
         Err(e) => {
             tracing::debug!(network = short(network), "cannot inspect endpoints: {e}");
-            return 0;
+            return (0, 0);
         }
     };
-    let mut cleared = 0;
+    let (mut cleared, mut attached) = (0, 0);
     for (key, endpoint) in inspected.containers.unwrap_or_default() {
         let name = endpoint.name.unwrap_or_default();
         let container = match key.strip_prefix("ep-") {
@@ -83,6 +104,7 @@ async fn clear_stale_endpoints(docker: &Docker, network: &str) -> usize {
             None => continue,
         };
         if !is_stale(docker, container, &name).await {
+            attached += 1;
             continue;
         }
         let target = if name.is_empty() { key.clone() } else { name };
@@ -98,10 +120,13 @@ async fn clear_stale_endpoints(docker: &Docker, network: &str) -> usize {
                 );
                 cleared += 1;
             }
-            Err(e) => tracing::debug!(network = short(network), "disconnecting {target:?}: {e}"),
+            Err(e) => {
+                tracing::debug!(network = short(network), "disconnecting {target:?}: {e}");
+                attached += 1;
+            }
         }
     }
-    cleared
+    (cleared, attached)
 }
 
 fn is_full_id(key: &str) -> bool {
