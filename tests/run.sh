@@ -14,6 +14,11 @@
 #      (`e2b`, `daytona`, `modal`, pinned) are installed first into their own venv, and its
 #      interpreter exported as SANDGUARD_SDK_PYTHON, for the tests that drive the provider
 #      emulators with them;
+#   1b. the engine tests (tests/engines.txt: the kill matrix, the Docker proxy with the docker
+#      CLI, ps/stop/sweep, networks and volumes) again, on rootless Podman: Debian's podman,
+#      an unprivileged user made for it, its `podman system service` in a network namespace
+#      of its own (start_rootless_podman says what this machine needs for it); then
+#      `sandguard providers` run as that user finds the socket itself;
 #   2. the macOS targets, aarch64-apple-darwin and x86_64-apple-darwin (no Mac runs here):
 #      `cargo clippy --all-targets -- -D warnings` for each, with zig as ring's C compiler
 #      (packaging/darwin/zig-cc), in the target directory's `darwin/` so that the Linux build
@@ -35,9 +40,10 @@
 # maturin, pytest and zig (PyPI's `ziglang`) come from PyPI into a venv under the target
 # directory (kept, so a second run installs nothing); the macOS Rust targets from rustup.
 # Extra arguments go to `cargo test`, e.g. `tests/run.sh -- stop_all`;
-# SANDGUARD_SKIP_FUZZ=1 skips step 0, SANDGUARD_SKIP_DARWIN=1 step 2 and the macOS packages
-# of steps 3 and 5, SANDGUARD_SKIP_PYTHON=1 steps 3 to 5 and SANDGUARD_SKIP_NODE=1 step 5
-# (each says so, and the closing count says what was skipped).
+# SANDGUARD_SKIP_FUZZ=1 skips step 0, SANDGUARD_SKIP_PODMAN=1 step 1b,
+# SANDGUARD_SKIP_DARWIN=1 step 2 and the macOS packages of steps 3 and 5,
+# SANDGUARD_SKIP_PYTHON=1 steps 3 to 5 and SANDGUARD_SKIP_NODE=1 step 5 (each says so, and
+# the closing count says what was skipped).
 # When CI is set, a skip is refused: CI runs every layer.
 #
 # Tests marked #[ignore] need root (giving a directory to another user); they run here, which
@@ -83,6 +89,7 @@ static_busybox() {
   return 1
 }
 
+# The test image, on the engine DOCKER_HOST names (dockerd's by default).
 build_test_image() {
   docker image inspect sandguard-test/busybox:latest >/dev/null 2>&1 && return 0
   local bb root
@@ -91,9 +98,50 @@ build_test_image() {
   mkdir -p "$root/bin" "$root/tmp"
   cp "$bb" "$root/bin/busybox"
   for applet in sh sleep true false cat echo kill ls; do ln -s busybox "$root/bin/$applet"; done
-  log "importing sandguard-test/busybox:latest from $bb"
+  log "importing sandguard-test/busybox:latest from $bb${DOCKER_HOST:+ into $DOCKER_HOST}"
   tar -C "$root" -c . | docker import - sandguard-test/busybox:latest >/dev/null
   rm -rf "$root"
+}
+
+# Rootless Podman for step 1b: Debian's podman, an unprivileged user made for it (subordinate
+# ids from useradd, else added), and `podman system service` as that user, listening where
+# rootless Podman listens, $XDG_RUNTIME_DIR/podman/podman.sock. Three things this machine
+# lacks and a desktop login has: the runtime directory is a tmpfs of its own, as pam_systemd
+# mounts it (Podman's rootless network namespace bind-mounts it, which fails on a plain
+# directory of /run: "failed to mount runtime directory for rootless netns"); /dev/net/tun is
+# 0666, Debian's mode (slirp4netns opens it as the user for every container on a network);
+# and the service runs in a network namespace of its own with nothing but loopback, so that
+# test containers reach no network, as dockerd's --bridge=none gives them. Prints the socket.
+PODMAN_USER=sandguard-podman
+start_rootless_podman() {
+  local uid gid runtime socket
+  command -v podman >/dev/null 2>&1 || apt_install podman
+  command -v newuidmap >/dev/null 2>&1 || apt_install uidmap
+  command -v slirp4netns >/dev/null 2>&1 || apt_install slirp4netns
+  id "$PODMAN_USER" >/dev/null 2>&1 || useradd --create-home --shell /bin/sh "$PODMAN_USER"
+  grep -q "^$PODMAN_USER:" /etc/subuid 2>/dev/null || usermod --add-subuids 200000-265535 "$PODMAN_USER"
+  grep -q "^$PODMAN_USER:" /etc/subgid 2>/dev/null || usermod --add-subgids 200000-265535 "$PODMAN_USER"
+  uid=$(id -u "$PODMAN_USER") gid=$(id -g "$PODMAN_USER")
+  runtime=/run/user/$uid socket=$runtime/podman/podman.sock
+  mkdir -p "$runtime"
+  mountpoint -q "$runtime" || mount -t tmpfs -o "mode=700,uid=$uid,gid=$gid" tmpfs "$runtime"
+  [ -c /dev/net/tun ] && chmod 0666 /dev/net/tun
+  if [ ! -S "$socket" ] || ! DOCKER_HOST=unix://$socket docker version >/dev/null 2>&1; then
+    log "starting rootless Podman's service as $PODMAN_USER at $socket (no network)"
+    unshare --net -- su -s /bin/sh "$PODMAN_USER" -c "cd && mkdir -p $runtime/podman &&
+      XDG_RUNTIME_DIR=$runtime exec podman system service --time=0 unix://$socket" \
+      >/tmp/sandguard-podman.log 2>&1 &
+    for _ in $(seq 1 120); do
+      DOCKER_HOST=unix://$socket docker version >/dev/null 2>&1 && break
+      sleep 0.5
+    done
+  fi
+  if ! DOCKER_HOST=unix://$socket docker version >/dev/null 2>&1; then
+    log "rootless Podman did not come up; its log follows"
+    tail -n 50 /tmp/sandguard-podman.log >&2 || true
+    return 1
+  fi
+  echo "$socket"
 }
 
 # The venv that holds the Python test tools (maturin, pytest); not the one the tests install
@@ -246,7 +294,7 @@ cargo_counts() { # LOG
 }
 
 if [ -n "${CI:-}" ]; then
-  for var in SANDGUARD_SKIP_FUZZ SANDGUARD_SKIP_DARWIN SANDGUARD_SKIP_PYTHON SANDGUARD_SKIP_NODE; do
+  for var in SANDGUARD_SKIP_FUZZ SANDGUARD_SKIP_PODMAN SANDGUARD_SKIP_DARWIN SANDGUARD_SKIP_PYTHON SANDGUARD_SKIP_NODE; do
     if [ -n "${!var:-}" ]; then
       log "$var is set, but CI is set too: CI runs every layer"
       exit 2
@@ -297,6 +345,50 @@ set -e
 read -r p f < <(cargo_counts "$logs/cargo")
 tally "cargo tests" "$p" "$f"
 [ "$rc" -eq 0 ] || exit "$rc"
+
+# Step 1b: the engine tests again, on rootless Podman (start_rootless_podman): the tests
+# tests/engines.txt names, from the binary step 1 built, with DOCKER_HOST at Podman's socket
+# for the tests, their docker CLI and sandguard alike; then sandguard run as that user, with
+# nothing naming a daemon, finds Podman's socket in its runtime directory itself. A name that
+# matches no test counts as a failure.
+if [ "${SANDGUARD_SKIP_PODMAN:-}" = 1 ]; then
+  log "SANDGUARD_SKIP_PODMAN=1: the engine tests on rootless Podman were NOT run"
+  skipped+=("podman")
+else
+  socket=$(start_rootless_podman)
+  DOCKER_HOST=unix://$socket build_test_image
+  mapfile -t engine_tests < <(grep -v -e '^#' -e '^$' tests/engines.txt)
+  set +e
+  DOCKER_HOST=unix://$socket cargo test --locked --test integration -- --exact \
+    --include-ignored "${engine_tests[@]}" 2>&1 | tee "$logs/podman"
+  rc=${PIPESTATUS[0]}
+  set -e
+  read -r p f < <(cargo_counts "$logs/podman")
+  if [ $((p + f)) -ne ${#engine_tests[@]} ]; then
+    log "tests/engines.txt names ${#engine_tests[@]} tests, and $((p + f)) ran"
+    f=$((${#engine_tests[@]} - p)) rc=1
+  fi
+  # Discovery, as the user: no DOCKER_HOST, no context, and XDG_RUNTIME_DIR as a login sets
+  # it. The binary is copied where the user can run it (the checkout may be private).
+  runtime=${socket%/podman/podman.sock}
+  check=$(mktemp /tmp/sandguard-podman-check.XXXXXX)
+  install -m 755 "${CARGO_TARGET_DIR:-$PWD/target}/debug/sandguard" "$check"
+  found=$(env -u DOCKER_HOST -u DOCKER_CONTEXT -u DOCKER_CONFIG -u SANDGUARD_CONFIG \
+    -u SANDGUARD_STATE_DIR HOME="$(getent passwd "$PODMAN_USER" | cut -d: -f6)" \
+    XDG_RUNTIME_DIR="$runtime" setpriv --reuid "$PODMAN_USER" --regid "$PODMAN_USER" \
+    --init-groups "$check" providers --json 2>&1 || true)
+  rm -f "$check"
+  if grep -q "rootless Podman's socket, the first engine socket found" <<<"$found" &&
+    grep -q '"reachable": *true' <<<"$found"; then
+    log "sandguard run as $PODMAN_USER found rootless Podman's socket at $socket"
+    p=$((p + 1))
+  else
+    log "sandguard run as $PODMAN_USER did not find rootless Podman's socket: $found"
+    f=$((f + 1)) rc=1
+  fi
+  tally "podman engine tests" "$p" "$f"
+  [ "$rc" -eq 0 ] || exit "$rc"
+fi
 
 # Step 2: the macOS targets, linted. Their own target directory ($target/darwin), so that
 # nothing built for Linux above or below is built again; each target passes or fails alone.

@@ -156,8 +156,10 @@ fn a_network_held_by_a_live_stranger_is_left_and_the_stranger_untouched() {
     let mut r = Resources::default();
     let net = r.network(&[(SESSION, &session)]);
     let stranger = r.container_with(&[], &["--network", &net]);
+    // Asked of the network: its `Containers` are keyed by container id on Docker and Podman
+    // alike (a container's own `Networks` are keyed by name on Podman).
     let attached = |c: &str| {
-        docker_ok(&["inspect", "-f", "{{json .NetworkSettings.Networks}}", c]).contains(&net)
+        docker_ok(&["network", "inspect", "-f", "{{json .Containers}}", &net]).contains(c)
     };
     assert!(attached(&stranger));
     let config = short_deadline(&s);
