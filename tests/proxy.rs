@@ -198,11 +198,13 @@ fn proxy_survives_malformed_requests_and_clients_that_vanish() {
 
 #[test]
 fn proxy_path_is_on_the_ready_line() {
-    // The SDK-facing contract: `watch --docker-proxy` says `ready SESSION DOCKER_HOST=unix://…`.
+    // The SDK-facing contract: `watch --docker-proxy` says `ready SESSION
+    // DOCKER_HOST=unix://… TESTCONTAINERS_RYUK_DISABLED=true`.
     let s = Scratch::new("proxy-ready");
     let session = format!("proxyready{}", unique());
     let mut cmd = sandguard(&s);
     cmd.env("PATH", path_with_sandguard())
+        .env_remove("TESTCONTAINERS_RYUK_DISABLED")
         .args(["watch", "--docker-proxy", "--owner-pid", "1", "--session"])
         .arg(&session)
         .stdin(std::process::Stdio::null())
@@ -216,8 +218,9 @@ fn proxy_path_is_on_the_ready_line() {
     // SIGTERM: the sidecar stops (reclaiming nothing) and removes its socket.
     unsafe_kill(watch.id() as i32, libc::SIGTERM);
     let _ = watch.wait();
-    assert_eq!(words.len(), 3, "{line:?}");
+    assert_eq!(words.len(), 4, "{line:?}");
     assert_eq!(&words[..2], ["ready", session.as_str()]);
+    assert_eq!(words[3], "TESTCONTAINERS_RYUK_DISABLED=true", "{line:?}");
     let socket = words[2].strip_prefix("DOCKER_HOST=unix://").unwrap();
     assert!(socket.ends_with("/docker.sock"), "{line:?}");
     assert!(

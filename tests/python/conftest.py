@@ -67,7 +67,8 @@ def env(tmp_path, pyenv):
     """The environment of a guarded program: its own HOME, config and state, the venv first
     on PATH, and no SANDGUARD_BIN (the helper must find the wheel's binary itself)."""
     e = {k: v for k, v in os.environ.items()
-         if not k.startswith("SANDGUARD_") and k not in ("DOCKER_API_VERSION", "VIRTUAL_ENV")}
+         if not k.startswith("SANDGUARD_")
+         and k not in ("DOCKER_API_VERSION", "VIRTUAL_ENV", "TESTCONTAINERS_RYUK_DISABLED")}
     e.update(
         HOME=str(tmp_path),
         XDG_CONFIG_HOME=str(tmp_path / "config"),

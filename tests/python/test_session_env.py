@@ -52,7 +52,7 @@ import json, os, subprocess, sys
 import sandguard
 
 NAMES = ["SANDGUARD_SESSION", "SANDGUARD_LABELS", "SANDGUARD_FD", "SANDGUARD_CONFIG",
-         "DOCKER_HOST"]
+         "DOCKER_HOST", "TESTCONTAINERS_RYUK_DISABLED"]
 def snapshot():
     return {k: os.environ.get(k) for k in NAMES}
 
@@ -89,6 +89,7 @@ def test_the_guard_exports_the_session_and_puts_the_environment_back(tmp_path, p
     assert during["SANDGUARD_CONFIG"] == str(config), "an absolute path"
     assert during["DOCKER_HOST"].startswith("unix://") and during["DOCKER_HOST"].endswith(
         "docker.sock") and during["DOCKER_HOST"] != info["before"]["DOCKER_HOST"], during
+    assert during["TESTCONTAINERS_RYUK_DISABLED"] == "true", "with the Docker proxy, no Ryuk"
     assert info["env"] == during, "g.env is what was exported"
     for name, value in info["env"].items():
         assert child[name] == value, f"the child inherits {name}"
@@ -97,6 +98,7 @@ def test_the_guard_exports_the_session_and_puts_the_environment_back(tmp_path, p
     assert after["SANDGUARD_FD"] is None
     assert after["SANDGUARD_CONFIG"] is None
     assert after["DOCKER_HOST"] == "unix:///var/run/docker.sock"
+    assert after["TESTCONTAINERS_RYUK_DISABLED"] is None
     assert after["SANDGUARD_LABELS"] == "changed-by-the-program"
     assert info["outcome"] == ["clean", True, []]
 
