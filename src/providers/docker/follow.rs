@@ -43,6 +43,14 @@
 //!   backoff: held knowledge never outlives the stream that proved it.
 //! - A lookup that answers after the container's `destroy` fills nothing; one that failed
 //!   (an image that could not be checked) leaves the container to the listing at death.
+//! - **Podman says `remove` where Docker says `destroy`.** Podman's Docker-compatible
+//!   `/events` (4.3) sends a container's removal as `remove` and never `destroy`, and its
+//!   `event` filter matches the name it sends. Both are subscribed to and both end the
+//!   following (Docker has no container event named `remove`). Without it, on Podman every
+//!   followed id stayed held after its container went, and since Podman resolves a reference
+//!   by full id and then by *name*, the removal at death by that id reached a stranger named
+//!   with it (`trust_docker::follow::a_stranger_named_like_a_followed_container_that_went_is_kept`,
+//!   run on Podman by `tests/run.sh` step 1b, failed so before 2026-12-05).
 //! - Only sidecars follow (`watch::service`); `ps`, `stop` and sweeps list and inspect as
 //!   before.
 //! - [`Followed::known`] gives the containers in the order their `create` events came, the
@@ -220,7 +228,7 @@ impl DockerProvider {
                             ("type".to_string(), vec!["container".to_string()]),
                             (
                                 "event".to_string(),
-                                vec!["create".to_string(), "destroy".to_string()],
+                                ["create", "destroy", "remove"].map(String::from).to_vec(),
                             ),
                             (
                                 "label".to_string(),
@@ -241,7 +249,7 @@ impl DockerProvider {
                         let id = event.actor.and_then(|a| a.id).unwrap_or_default();
                         match event.action.as_deref() {
                             Some("create") => self.followed.create(&id),
-                            Some("destroy") => self.followed.destroy(&id),
+                            Some("destroy" | "remove") => self.followed.destroy(&id),
                             _ => {}
                         }
                     }
