@@ -191,6 +191,53 @@ fn heads_the_proxy_cannot_parse_are_refused_with_nothing_forwarded() {
     f.none();
 }
 
+/// Podman's own API creates what the proxy cannot stamp: every request there but a read is
+/// refused with a `sandguard:` answer, and on Podman (tests/engines.txt) nothing is created;
+/// a read passes through to the engine.
+#[test]
+fn podmans_own_api_is_refused_but_for_reads() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("tp-libpod");
+    let mut made = Made::default();
+    let mut f = Faults::default();
+    let o = proxy_owner(&s);
+    let u = unique();
+    // Podman's SpecGenerator: lowercase keys, `labels` among them.
+    let spec = |marker: &str| {
+        format!(
+            r#"{{"image":"{IMAGE}","command":["sleep","3600"],"netns":{{"nsmode":"none"}},"labels":{{"sg-tp":"{marker}"}}}}"#
+        )
+    };
+    let cases = [
+        (
+            "/v4.0.0/libpod/containers/create",
+            "a libpod container create",
+        ),
+        ("/libpod/containers/create", "one without a version"),
+        ("/v4.0.0/libpod%2Fcontainers/create", "an encoded slash"),
+    ];
+    for (i, (target, what)) in cases.iter().enumerate() {
+        let marker = format!("{u}-{i}");
+        made.markers.push(marker.clone());
+        let answer = raw(&o.socket, &post(target, spec(&marker).as_bytes()));
+        refused(&mut f, &answer, 403, &marker, what);
+        f.check(
+            answer.contains("/libpod/"),
+            format!("{what}: names the API"),
+        );
+    }
+    let ping = raw(
+        &o.socket,
+        b"GET /v4.0.0/libpod/_ping HTTP/1.1\r\nHost: d\r\nConnection: close\r\n\r\n",
+    );
+    f.check(
+        status(&ping) != 403 && !ping.contains("sandguard:"),
+        format!("a libpod read passes: {ping}"),
+    );
+    f.none();
+}
+
 #[test]
 fn create_bodies_the_proxy_cannot_stamp_are_refused() {
     require_docker();

@@ -94,6 +94,7 @@ pub(super) async fn handle(req: Request<Incoming>, conn: &Conn) -> Response<Body
             Ok(resp)
         }
         Route::Prune { kind } => Ok(prune(req, &target, kind, conn).await),
+        Route::Libpod => Err(Refusal::new(403, target::LIBPOD_REFUSED)),
         _ => Ok(pass(req, &target, upgrade, conn).await),
     };
     result.unwrap_or_else(Refusal::answer)

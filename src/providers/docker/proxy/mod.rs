@@ -48,6 +48,8 @@
 //! - A create the proxy cannot stamp is refused, never passed on unstamped: a head hyper cannot
 //!   parse (400, or 431 over 64 KiB; the connection then closes), a body over 8 MiB (413) or
 //!   one it cannot read as Docker would (400).
+//! - Podman's own API (`[/vX.Y]/libpod/…`), but for reads, is refused (403, `sandguard:`):
+//!   its creates are not stamped ([`target::LIBPOD_REFUSED`] says why that is enough).
 //! - A raw bidirectional copy happens only after an upgrade (`101 Switching Protocols`), each
 //!   direction half-closed when its source ends. Any I/O error ends that one connection only.
 //!

@@ -47,8 +47,27 @@ pub enum Route {
     Prune {
         kind: Create,
     },
+    /// Any request but `GET` or `HEAD` under `[/vX.Y]/libpod/`: Podman's own API, which the
+    /// proxy does not stamp (refused, [`LIBPOD_REFUSED`]).
+    Libpod,
     Other,
 }
+
+/// Why a request to Podman's own API is refused. Podman serves two APIs on one socket: the
+/// Docker-compatible one, which the proxy stamps, and its own (`/libpod/…`), whose creates
+/// (`containers/create`, `pods/create`, `networks/create`, `volumes/create`, `kube/play`, a
+/// checkpoint `restore` with `import`, `quadlets`, …) carry labels under other keys and are
+/// answered in other shapes. Rather than pass on a create it cannot stamp, the proxy refuses
+/// every request there that could change anything (all but `GET` and `HEAD`), the way it
+/// refuses any request it cannot judge. No Docker client sends them (the docker CLI,
+/// docker-py, testcontainers and compose speak the compatible API, which Podman serves in
+/// full); Podman's own clients read `CONTAINER_HOST`, not the `DOCKER_HOST` the proxy is
+/// given, and reach the engine directly, where what they make is sandguard's only if it
+/// carries `$SANDGUARD_LABELS` (the label path).
+pub(crate) const LIBPOD_REFUSED: &str =
+    "sandguard: the Docker proxy serves the Docker API and does not \
+     label what Podman's own API (/libpod/) would create; use the Docker-compatible API \
+     (DOCKER_HOST), or reach Podman directly and label what you create with $SANDGUARD_LABELS";
 
 /// Routes a request by its method and raw target. `Err` names why Go would refuse it.
 pub fn route(method: &str, target: &str) -> Result<Route, &'static str> {
@@ -75,7 +94,9 @@ pub fn route(method: &str, target: &str) -> Result<Route, &'static str> {
         "volumes" => Some(Create::Volume),
         _ => None,
     };
+    let read = method.eq_ignore_ascii_case("GET") || method.eq_ignore_ascii_case("HEAD");
     Ok(match rest {
+        ["libpod", ..] if !read => Route::Libpod,
         [plural, "prune"] if post && kind(plural).is_some() => Route::Prune {
             kind: kind(plural).unwrap_or(Create::Container),
         },
@@ -228,6 +249,27 @@ mod tests {
             c("/v1.41/containers/create?/x"),
             create(Create::Container, "/v1.41")
         );
+    }
+
+    #[test]
+    fn podmans_own_api_is_refused_unless_it_only_reads() {
+        for (method, target) in [
+            ("POST", "/v4.0.0/libpod/containers/create"),
+            ("POST", "/libpod/pods/create"),
+            ("post", "/v5.0.0/libpod/kube/play"),
+            ("POST", "http://d/v4.0.0/libpod%2Fvolumes/create"),
+            ("DELETE", "/v4.0.0/libpod/containers/abc"),
+            ("PUT", "/libpod/containers/abc/archive"),
+        ] {
+            assert_eq!(
+                route(method, target),
+                Ok(Route::Libpod),
+                "{method} {target}"
+            );
+        }
+        assert_eq!(route("GET", "/v4.0.0/libpod/_ping"), Ok(Route::Other));
+        assert_eq!(route("HEAD", "/libpod/_ping"), Ok(Route::Other));
+        assert_eq!(route("POST", "/v1.41/LIBPOD/pods/create"), Ok(Route::Other));
     }
 
     #[test]
