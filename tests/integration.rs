@@ -19,6 +19,7 @@ mod image;
 mod model_docker;
 mod packaging;
 mod plugins;
+mod podman;
 mod promises;
 mod providers;
 mod proxy;

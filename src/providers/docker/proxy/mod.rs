@@ -111,7 +111,7 @@ impl Upstream {
         ))
     }
 
-    async fn connect(&self) -> io::Result<Box<dyn Io>> {
+    pub(crate) async fn connect(&self) -> io::Result<Box<dyn Io>> {
         Ok(match self {
             Upstream::Unix(p) => Box::new(UnixStream::connect(p).await?),
             Upstream::Tcp(a) => {
@@ -123,7 +123,8 @@ impl Upstream {
     }
 }
 
-trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+/// A connection to the daemon, over a unix socket or TCP.
+pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 struct Shared {
