@@ -20,6 +20,9 @@
 #      an unprivileged user made for it, its `podman system service` in a network namespace
 #      of its own (start_rootless_podman says what this machine needs for it); then
 #      `sandguard providers` run as that user finds the socket itself;
+#   1c. the same engine tests (not Podman's pods) on rootless Docker: Debian's dockerd under
+#      RootlessKit (`dockerd-rootless.sh`), run by an unprivileged user of its own, the same
+#      way (start_rootless_docker);
 #   2. the macOS targets, aarch64-apple-darwin and x86_64-apple-darwin (no Mac runs here):
 #      `cargo clippy --all-targets -- -D warnings` for each, with zig as ring's C compiler
 #      (packaging/darwin/zig-cc), in the target directory's `darwin/` so that the Linux build
@@ -41,7 +44,7 @@
 # maturin, pytest and zig (PyPI's `ziglang`) come from PyPI into a venv under the target
 # directory (kept, so a second run installs nothing); the macOS Rust targets from rustup.
 # Extra arguments go to `cargo test`, e.g. `tests/run.sh -- stop_all`;
-# SANDGUARD_SKIP_FUZZ=1 skips step 0, SANDGUARD_SKIP_PODMAN=1 step 1b,
+# SANDGUARD_SKIP_FUZZ=1 skips step 0, SANDGUARD_SKIP_ENGINES=1 steps 1b and 1c,
 # SANDGUARD_SKIP_DARWIN=1 step 2 and the macOS packages of steps 3 and 5,
 # SANDGUARD_SKIP_PYTHON=1 steps 3 to 5 and SANDGUARD_SKIP_NODE=1 step 5 (each says so, and
 # the closing count says what was skipped).
@@ -142,6 +145,50 @@ start_rootless_podman() {
   if ! DOCKER_HOST=unix://$socket docker version >/dev/null 2>&1; then
     log "rootless Podman did not come up; its log follows"
     tail -n 50 /tmp/sandguard-podman.log >&2 || true
+    return 1
+  fi
+  echo "$socket"
+}
+
+# Rootless Docker for step 1c: Debian's dockerd, run by `dockerd-rootless.sh` (docker.io's
+# contrib) under RootlessKit as an unprivileged user made for it, listening where rootless
+# Docker listens, $XDG_RUNTIME_DIR/docker.sock. As for Podman: a tmpfs runtime directory, a
+# network namespace of its own with nothing but loopback (slirp4netns gives the daemon's
+# namespace a NAT to it, so containers reach no network), and the daemon's own flags as
+# start_docker's (--bridge=none --iptables=false). Prints the socket.
+ROOTLESS_DOCKER_USER=sandguard-docker
+start_rootless_docker() {
+  local uid gid runtime socket script=/usr/share/docker.io/contrib/dockerd-rootless.sh
+  [ -x "$script" ] || apt_install docker.io
+  command -v rootlesskit >/dev/null 2>&1 || apt_install rootlesskit
+  command -v newuidmap >/dev/null 2>&1 || apt_install uidmap
+  command -v slirp4netns >/dev/null 2>&1 || apt_install slirp4netns
+  id "$ROOTLESS_DOCKER_USER" >/dev/null 2>&1 ||
+    useradd --create-home --shell /bin/sh "$ROOTLESS_DOCKER_USER"
+  grep -q "^$ROOTLESS_DOCKER_USER:" /etc/subuid 2>/dev/null ||
+    usermod --add-subuids 300000-365535 "$ROOTLESS_DOCKER_USER"
+  grep -q "^$ROOTLESS_DOCKER_USER:" /etc/subgid 2>/dev/null ||
+    usermod --add-subgids 300000-365535 "$ROOTLESS_DOCKER_USER"
+  uid=$(id -u "$ROOTLESS_DOCKER_USER") gid=$(id -g "$ROOTLESS_DOCKER_USER")
+  runtime=/run/user/$uid socket=$runtime/docker.sock
+  mkdir -p "$runtime"
+  mountpoint -q "$runtime" || mount -t tmpfs -o "mode=700,uid=$uid,gid=$gid" tmpfs "$runtime"
+  [ -c /dev/net/tun ] && chmod 0666 /dev/net/tun
+  if [ ! -S "$socket" ] || ! DOCKER_HOST=unix://$socket docker version >/dev/null 2>&1; then
+    log "starting rootless Docker as $ROOTLESS_DOCKER_USER at $socket (no network)"
+    unshare --net -- su -s /bin/sh "$ROOTLESS_DOCKER_USER" -c "cd &&
+      XDG_RUNTIME_DIR=$runtime PATH=${script%/*}:/usr/sbin:/usr/bin:/sbin:/bin \
+      DOCKERD_ROOTLESS_ROOTLESSKIT_NET=slirp4netns \
+      exec dockerd-rootless.sh --bridge=none --iptables=false" \
+      >/tmp/sandguard-rootless-docker.log 2>&1 &
+    for _ in $(seq 1 120); do
+      DOCKER_HOST=unix://$socket docker version >/dev/null 2>&1 && break
+      sleep 0.5
+    done
+  fi
+  if ! DOCKER_HOST=unix://$socket docker version >/dev/null 2>&1; then
+    log "rootless Docker did not come up; its log follows"
+    tail -n 50 /tmp/sandguard-rootless-docker.log >&2 || true
     return 1
   fi
   echo "$socket"
@@ -297,7 +344,7 @@ cargo_counts() { # LOG
 }
 
 if [ -n "${CI:-}" ]; then
-  for var in SANDGUARD_SKIP_FUZZ SANDGUARD_SKIP_PODMAN SANDGUARD_SKIP_DARWIN SANDGUARD_SKIP_PYTHON SANDGUARD_SKIP_NODE; do
+  for var in SANDGUARD_SKIP_FUZZ SANDGUARD_SKIP_ENGINES SANDGUARD_SKIP_DARWIN SANDGUARD_SKIP_PYTHON SANDGUARD_SKIP_NODE; do
     if [ -n "${!var:-}" ]; then
       log "$var is set, but CI is set too: CI runs every layer"
       exit 2
@@ -350,48 +397,59 @@ read -r p f < <(cargo_counts "$logs/cargo")
 tally "cargo tests" "$p" "$f"
 [ "$rc" -eq 0 ] || exit "$rc"
 
-# Step 1b: the engine tests again, on rootless Podman (start_rootless_podman): the tests
-# tests/engines.txt names, from the binary step 1 built, with DOCKER_HOST at Podman's socket
-# for the tests, their docker CLI and sandguard alike; then sandguard run as that user, with
-# nothing naming a daemon, finds Podman's socket in its runtime directory itself. A name that
-# matches no test counts as a failure.
-if [ "${SANDGUARD_SKIP_PODMAN:-}" = 1 ]; then
-  log "SANDGUARD_SKIP_PODMAN=1: the engine tests on rootless Podman were NOT run"
-  skipped+=("podman")
-else
-  socket=$(start_rootless_podman)
+# Steps 1b and 1c: the engine tests again on a second and third engine, each run by an
+# unprivileged user of its own: the tests tests/engines.txt names (those under podman:: on
+# Podman only), from the binary step 1 built, with DOCKER_HOST at the engine's socket for the
+# tests, their docker CLI and sandguard alike; then sandguard run as that user, with nothing
+# naming a daemon, finds the engine's socket in its runtime directory itself (what it says
+# must name WHY). A name that matches no test counts as a failure.
+engine_layer() { # NAME USER SOCKET WHY EXCLUDE
+  local name=$1 user=$2 socket=$3 why=$4 exclude=$5 rc p f runtime check found
   DOCKER_HOST=unix://$socket build_test_image
-  mapfile -t engine_tests < <(grep -v -e '^#' -e '^$' tests/engines.txt)
+  mapfile -t engine_tests < <(grep -v -e '^#' -e '^$' ${exclude:+-e "$exclude"} tests/engines.txt)
   set +e
   DOCKER_HOST=unix://$socket cargo test --locked --test integration -- --exact \
-    --include-ignored "${engine_tests[@]}" 2>&1 | tee "$logs/podman"
+    --include-ignored "${engine_tests[@]}" 2>&1 | tee "$logs/$user"
   rc=${PIPESTATUS[0]}
   set -e
-  read -r p f < <(cargo_counts "$logs/podman")
+  read -r p f < <(cargo_counts "$logs/$user")
   if [ $((p + f)) -ne ${#engine_tests[@]} ]; then
-    log "tests/engines.txt names ${#engine_tests[@]} tests, and $((p + f)) ran"
+    log "tests/engines.txt names ${#engine_tests[@]} tests for $name, and $((p + f)) ran"
     f=$((${#engine_tests[@]} - p)) rc=1
   fi
   # Discovery, as the user: no DOCKER_HOST, no context, and XDG_RUNTIME_DIR as a login sets
   # it. The binary is copied where the user can run it (the checkout may be private).
-  runtime=${socket%/podman/podman.sock}
-  check=$(mktemp /tmp/sandguard-podman-check.XXXXXX)
+  runtime=/run/user/$(id -u "$user")
+  check=$(mktemp /tmp/sandguard-engine-check.XXXXXX)
   install -m 755 "${CARGO_TARGET_DIR:-$PWD/target}/debug/sandguard" "$check"
   found=$(env -u DOCKER_HOST -u DOCKER_CONTEXT -u DOCKER_CONFIG -u SANDGUARD_CONFIG \
-    -u SANDGUARD_STATE_DIR HOME="$(getent passwd "$PODMAN_USER" | cut -d: -f6)" \
-    XDG_RUNTIME_DIR="$runtime" setpriv --reuid "$PODMAN_USER" --regid "$PODMAN_USER" \
+    -u SANDGUARD_STATE_DIR HOME="$(getent passwd "$user" | cut -d: -f6)" \
+    XDG_RUNTIME_DIR="$runtime" setpriv --reuid "$user" --regid "$user" \
     --init-groups "$check" providers --json 2>&1 || true)
   rm -f "$check"
-  if grep -q "rootless Podman's socket, the first engine socket found" <<<"$found" &&
+  if grep -q "$why, the first engine socket found" <<<"$found" &&
     grep -q '"reachable": *true' <<<"$found"; then
-    log "sandguard run as $PODMAN_USER found rootless Podman's socket at $socket"
+    log "sandguard run as $user found $why at $socket"
     p=$((p + 1))
   else
-    log "sandguard run as $PODMAN_USER did not find rootless Podman's socket: $found"
+    log "sandguard run as $user did not find $why: $found"
     f=$((f + 1)) rc=1
   fi
-  tally "podman engine tests" "$p" "$f"
+  tally "$name engine tests" "$p" "$f"
   [ "$rc" -eq 0 ] || exit "$rc"
+}
+
+if [ "${SANDGUARD_SKIP_ENGINES:-}" = 1 ]; then
+  log "SANDGUARD_SKIP_ENGINES=1: the engine tests on rootless Podman and rootless Docker were NOT run"
+  skipped+=("podman" "rootless-docker")
+else
+  # Step 1b: rootless Podman (start_rootless_podman), with the tests of its pods.
+  socket=$(start_rootless_podman)
+  engine_layer podman "$PODMAN_USER" "$socket" "rootless Podman's socket" ""
+  # Step 1c: rootless Docker (start_rootless_docker), without them.
+  socket=$(start_rootless_docker)
+  engine_layer "rootless docker" "$ROOTLESS_DOCKER_USER" "$socket" \
+    "rootless Docker's socket" "^podman::"
 fi
 
 # Step 2: the macOS targets, linted. Their own target directory ($target/darwin), so that
