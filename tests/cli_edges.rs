@@ -312,6 +312,21 @@ exec sleep 3600
     assert_eq!((fate.as_str(), cause.as_str()), ("stopped", "-"));
     assert_eq!(words, "removed by hand (sandguard stop) (claimed)");
     assert_eq!(find(&alive, &b).2, "claimed");
+    // `sessions` no longer counts what was stopped as held: only `b` is.
+    let held = json(&run(sandguard(&s).args(["sessions", "--json"])).stdout);
+    let claims: Vec<&str> = held["sessions"][0]["claims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        claims.len() == 1 && b.starts_with(claims[0]) && claims[0].len() >= 12,
+        "{held}"
+    );
+    let table = run(sandguard(&s).arg("sessions")).stdout;
+    let row = table.lines().find(|l| l.starts_with(&session)).unwrap();
+    assert_eq!(row.split_whitespace().nth(4), Some("1"), "HELD: {table}");
 
     // The owner dies: the reclaim finds `a` gone, and it is still told as stopped by hand.
     unsafe_kill(child.id() as i32, libc::SIGKILL);
@@ -493,5 +508,71 @@ fn sweep_every_prints_a_verdict_only_when_it_changes() {
         out.lines().any(|l| l.starts_with("Sweep:")
             && l.contains("unchanged since the last pass, not repeated")),
         "{out}"
+    );
+}
+
+#[test]
+fn sessions_are_listed_newest_first_bounded_and_filtered_by_state() {
+    let _g = shared();
+    let s = Scratch::new("sessions-limit");
+    let mut made = Vec::new();
+    for _ in 0..3 {
+        let out = run(sandguard(&s).args([
+            "--no-docker-proxy",
+            "--no-cloud-proxy",
+            "--",
+            "sh",
+            "-c",
+            "echo $SANDGUARD_SESSION",
+        ]));
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        made.push(out.stdout.trim().to_string());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let listed = |args: &[&str]| {
+        let out = run(sandguard(&s).args(["sessions", "--json"]).args(args));
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        let v = json(&out.stdout);
+        let ids: Vec<String> = v["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["session"].as_str().unwrap().to_string())
+            .collect();
+        (ids, v["not_shown"].as_u64().unwrap())
+    };
+    let newest_first: Vec<String> = made.iter().rev().cloned().collect();
+    assert_eq!(
+        listed(&[]),
+        (newest_first.clone(), 0),
+        "all, the newest first"
+    );
+    assert_eq!(listed(&["--limit", "2"]), (newest_first[..2].to_vec(), 1));
+    assert_eq!(listed(&["--limit", "0"]).0, newest_first);
+    eventually(Duration::from_secs(10), "every session ended", || {
+        listed(&["--state", "active"]).0.is_empty()
+    });
+    let ended = json(&run(sandguard(&s).args(["sessions", "--json"])).stdout);
+    let state = ended["sessions"][0]["state"].as_str().unwrap().to_string();
+    assert_eq!(listed(&["--state", &state]).0, newest_first);
+
+    // The table says what it left out.
+    let table = run(sandguard(&s).args(["sessions", "--limit", "1"]));
+    assert!(table.stdout.contains(&made[2]) && !table.stdout.contains(&made[0]));
+    assert!(
+        table
+            .stdout
+            .contains("2 older session(s) not shown (--limit 0 shows all)"),
+        "{}",
+        table.stdout
+    );
+    let none = run(sandguard(&s).args(["sessions", "--state", "pending"]));
+    assert_eq!(none.stdout, "No sessions in that state.\n");
+    let bad = run(sandguard(&s).args(["sessions", "--state", "dead"]));
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(
+        bad.stderr.contains("unknown state \"dead\""),
+        "{}",
+        bad.stderr
     );
 }

@@ -59,53 +59,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-log() { printf 'tests/run.sh: %s\n' "$*" >&2; }
-apt_updated=
-apt_install() {
-  if [ -z "$apt_updated" ]; then
-    log "apt-get update"
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    apt_updated=1
-  fi
-  log "installing $*"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
-}
-
-start_docker() {
-  docker info >/dev/null 2>&1 && return 0
-  command -v dockerd >/dev/null 2>&1 || apt_install docker.io
-  command -v docker >/dev/null 2>&1 || apt_install docker.io
-  log "starting dockerd (no bridge, no iptables)"
-  nohup dockerd --bridge=none --iptables=false >/tmp/sandguard-dockerd.log 2>&1 &
-  for _ in $(seq 1 120); do
-    docker info >/dev/null 2>&1 && return 0
-    sleep 0.5
-  done
-  log "dockerd did not come up; its log follows"
-  tail -n 50 /tmp/sandguard-dockerd.log >&2 || true
-  return 1
-}
-
-static_busybox() {
-  for b in /bin/busybox /usr/bin/busybox; do
-    if [ -x "$b" ] && ! ldd "$b" >/dev/null 2>&1; then echo "$b"; return 0; fi
-  done
-  return 1
-}
-
-# The test image, on the engine DOCKER_HOST names (dockerd's by default).
-build_test_image() {
-  docker image inspect sandguard-test/busybox:latest >/dev/null 2>&1 && return 0
-  local bb root
-  bb=$(static_busybox) || { apt_install busybox-static; bb=$(static_busybox); }
-  root=$(mktemp -d)
-  mkdir -p "$root/bin" "$root/tmp"
-  cp "$bb" "$root/bin/busybox"
-  for applet in sh sleep true false cat echo kill ls; do ln -s busybox "$root/bin/$applet"; done
-  log "importing sandguard-test/busybox:latest from $bb${DOCKER_HOST:+ into $DOCKER_HOST}"
-  tar -C "$root" -c . | docker import - sandguard-test/busybox:latest >/dev/null
-  rm -rf "$root"
-}
+# start_docker, build_test_image, apt_install and log: the set-up README's quick start runs.
+ENGINE_LOG_PREFIX=tests/run.sh
+# shellcheck source=tests/engine.sh
+. tests/engine.sh
 
 # Rootless Podman for step 1b: Debian's podman, an unprivileged user made for it (subordinate
 # ids from useradd, else added), and `podman system service` as that user, listening where
@@ -360,9 +317,33 @@ command -v redis-server >/dev/null 2>&1 || apt_install redis-server
 command -v redis-cli >/dev/null 2>&1 || apt_install redis-tools
 # tests/fleet.rs reads packaging/kubernetes/ with a YAML parser.
 python3 -c 'import yaml' 2>/dev/null || apt_install python3-yaml
+logs=$(mktemp -d)
+
+# Step Q: README's first command, as written (the first command line of its quick start),
+# before anything here started a daemon or made the image: on a fresh machine it is the
+# command's own set-up (tests/engine.sh) that does. It runs on a terminal (script(1)), as a
+# user types it, so that the closing line sandguard writes to the terminal can be read; the
+# terminal stays open 5 s after the command ends, as a user's does, for the sidecar's line
+# (it comes after the reclaim). The line must be README's comment under it.
+quick=$(awk '/<!-- readme: run quick-start -->/ { block = 1; next }
+  block && /^```/ { if (open) exit; open = 1; next }
+  open && !/^#/ && NF { print; exit }' README.md)
+said=$(awk '/<!-- readme: run quick-start -->/ { block = 1; next }
+  block && /^# sandguard: / { sub(/^# /, ""); print; exit }' README.md)
+command -v script >/dev/null 2>&1 || apt_install bsdutils
+log "README's first command: $quick"
+set +e
+script -qfec "$quick"$'\n'"sleep 5" /dev/null </dev/null 2>&1 | tr -d '\r' | tee "$logs/quick"
+set -e
+if grep -qxF "$said" "$logs/quick"; then
+  tally "quick start" 1 0
+else
+  log "README's first command did not print: $said"
+  tally "quick start" 0 1
+  exit 1
+fi
 start_docker
 build_test_image
-logs=$(mktemp -d)
 
 # Step 0: the fuzz targets, a bounded time each.
 if [ "${SANDGUARD_SKIP_FUZZ:-}" = 1 ]; then

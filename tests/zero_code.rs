@@ -219,6 +219,28 @@ fn a_default_that_cannot_be_served_is_one_warning_and_asked_for_it_is_exit_125_l
         lines[0]
     );
 
+    // Asked for, a proxy to a daemon that does not answer is not served: exit 125 before the
+    // program runs, saying why.
+    let marker = s.path().join("ran");
+    let asked = run(sandguard(&s).env("DOCKER_HOST", nowhere).args([
+        "run",
+        "--docker-proxy",
+        "--",
+        "touch",
+        marker.to_str().unwrap(),
+    ]));
+    assert_eq!(asked.code, 125, "{}", asked.stderr);
+    assert!(!marker.exists(), "the program ran");
+    assert!(
+        asked.stderr.starts_with("sandguard: ")
+            && asked
+                .stderr
+                .contains(&format!("no Docker daemon answers at {nowhere}"))
+            && asked.stderr.contains("--docker-proxy"),
+        "{}",
+        asked.stderr
+    );
+
     // A Docker context that cannot be followed: a warning by default, an error asked for.
     let docker_config = s.path().join("docker-config");
     std::fs::create_dir_all(&docker_config).unwrap();
@@ -269,7 +291,7 @@ fn a_default_that_cannot_be_served_is_one_warning_and_asked_for_it_is_exit_125_l
         cloud.stderr
     );
 
-    // Neither failed start left a session behind; the two that ran ended.
+    // No failed start left a session behind; the two that ran ended.
     let sessions = run(sandguard(&s).args(["sessions", "--json"]));
     assert_eq!(sessions.code, 0, "{}", sessions.stderr);
     let listed = json(&sessions.stdout)["sessions"]

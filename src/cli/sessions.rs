@@ -10,6 +10,14 @@
 //! says so, and points to `sessions show ID` for every sandbox. `--fleet` counts the claims the
 //! store mirrors, under the same name and note.
 //!
+//! Decisions (the list): the newest session first, as `docker ps` and `git log` put what a
+//! user just did on top. On a terminal at most 20 rows unless `--limit N` says otherwise
+//! (`--limit 0`: all), with a line counting the older ones not shown; piped, and with
+//! `--json`, all unless `--limit` is given (a script reads everything), and `--json` says
+//! `not_shown`. `--state` keeps one state (`active`, `reclaiming`, `pending`, `reclaimed`,
+//! `clean`; anything else is bad usage, exit 2). What `sandguard stop` removed by hand is no
+//! longer held: `HELD` and `claims` leave it out ([`held`]).
+//!
 //! `sandguard sessions --prune [--older-than D]` deletes the sessions that ended (reclaimed or
 //! clean) more than D ago (default: `[sweep] prune_after`, 7 days), as every sweep does; a
 //! pending session, or one whose sidecar lives, is never deleted.
@@ -27,7 +35,7 @@ use super::output::{self, sanitize, Exit};
 use super::Error;
 use crate::config::Settings;
 use crate::identity::Liveness;
-use crate::ledger::StateDir;
+use crate::ledger::{SessionState, SessionView, StateDir};
 use crate::timefmt;
 
 #[derive(Debug, clap::Args)]
@@ -47,6 +55,22 @@ pub(super) struct Args {
     /// The sessions of the fleet store ([fleet] store), on every machine
     #[arg(long, conflicts_with = "prune")]
     fleet: bool,
+    /// Show at most N sessions, the newest first (0: all; default: 20 on a terminal, else all)
+    #[arg(long, value_name = "N", conflicts_with_all = ["prune", "fleet"])]
+    limit: Option<usize>,
+    /// Only the sessions in this state
+    #[arg(long, value_name = "STATE", value_parser = state_arg, conflicts_with_all = ["prune", "fleet"])]
+    state: Option<SessionState>,
+}
+
+/// How many sessions a table on a terminal shows when `--limit` is not given.
+const TERMINAL_LIMIT: usize = 20;
+
+/// `--state`: one of the ledger's states, as the table spells them.
+fn state_arg(s: &str) -> Result<SessionState, String> {
+    SessionState::parse(s).ok_or_else(|| {
+        format!("unknown state {s:?}: expected active, reclaiming, pending, reclaimed or clean")
+    })
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -116,19 +140,55 @@ pub(super) fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
         return Ok(Exit::Ok);
     }
     let judge = state.judge();
-    let rows: Vec<SessionJson> = state
+    let mut views: Vec<SessionView> = state
         .sessions()?
         .into_iter()
-        .map(|v| row(v, &judge))
+        .filter(|v| args.state.is_none_or(|s| v.state == s))
+        .collect();
+    views.reverse(); // the newest first
+    let limit = match args.limit {
+        Some(0) => usize::MAX,
+        Some(n) => n,
+        None if !args.json && std::io::IsTerminal::is_terminal(&std::io::stdout()) => {
+            TERMINAL_LIMIT
+        }
+        None => usize::MAX,
+    };
+    let not_shown = views.len().saturating_sub(limit);
+    let rows: Vec<SessionJson> = views
+        .into_iter()
+        .take(limit)
+        .map(|v| row(held(&state, v), &judge))
         .collect();
     if args.json {
-        output::emit_json(&serde_json::json!({ "sessions": rows }));
+        output::emit_json(&serde_json::json!({ "sessions": rows, "not_shown": not_shown }));
     } else if rows.is_empty() {
-        output::emit("No sessions.\n");
+        output::emit(match args.state {
+            Some(_) => "No sessions in that state.\n",
+            None => "No sessions.\n",
+        });
     } else {
-        output::emit(&table(&rows));
+        let mut text = table(&rows);
+        if not_shown > 0 {
+            text.push_str(&format!(
+                "{not_shown} older session(s) not shown (--limit 0 shows all).\n"
+            ));
+        }
+        output::emit(&text);
     }
     Ok(Exit::Ok)
+}
+
+/// `view` with the claims `sandguard stop` removed by hand taken out of what it holds
+/// ([`StateDir::stopped`]): a session whose sandboxes were all stopped holds none, though its
+/// journal, which only its sidecar writes, still lists them as claims (a reclaim finds them
+/// gone). A side file that cannot be read leaves the view as it is, with a warning.
+pub(super) fn held(state: &StateDir, mut view: SessionView) -> SessionView {
+    match state.stopped(&view.id) {
+        Ok(stopped) => view.claims.retain(|t| !stopped.contains(t)),
+        Err(e) => tracing::warn!("session {}: {e}", view.id),
+    }
+    view
 }
 
 pub(super) fn row(v: crate::ledger::SessionView, judge: &crate::identity::Judge) -> SessionJson {

@@ -125,7 +125,7 @@ pub(super) fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
     let unlisted = view.unlisted.clone();
     if args.json {
         output::emit_json(&ShowJson {
-            session: row(view, &judge),
+            session: row(super::sessions::held(&state, view), &judge),
             ending,
             sandboxes,
             unlisted,

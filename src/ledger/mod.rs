@@ -58,7 +58,7 @@ pub(crate) use record::{now_ms, Record, SessionState};
 pub(crate) use view::SessionView;
 
 use crate::identity::Judge;
-use crate::protocol::echo;
+use crate::protocol::{echo, Target};
 use crate::unix;
 
 /// The file listing the boots this machine has run.
@@ -276,6 +276,21 @@ impl StateDir {
         }
         stops::append(&journal.with_extension("stopped"), records)?;
         Ok(true)
+    }
+
+    /// What `sandguard stop` removed of session `id`, by hand ([`Record::Stopped`] in its side
+    /// file of stops, as each claim names its sandbox); empty when it has none. History for
+    /// display only: a reclaim never reads it ([`stops`]).
+    pub fn stopped(&self, id: &str) -> Result<BTreeSet<Target>, LedgerError> {
+        let text = stops::read(&self.journal_path(id)?.with_extension("stopped"))?;
+        Ok(text
+            .split(|&b| b == b'\n')
+            .filter_map(|l| record::Entry::decode(l).ok())
+            .filter_map(|e| match e.record {
+                Record::Stopped { provider, id, .. } => Some(Target { provider, id }),
+                _ => None,
+            })
+            .collect())
     }
 
     /// Every session, oldest first. A journal that cannot be read is skipped with a warning, so

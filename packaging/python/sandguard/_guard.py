@@ -355,7 +355,8 @@ def guard(
             wait.
         ready_timeout: how long to wait for the sidecar to be ready.
         docker_proxy: serve a Docker API proxy that labels and claims what it creates
-            (``--docker-proxy``); its address is exported as ``DOCKER_HOST``.
+            (``--docker-proxy``); its address is exported as ``DOCKER_HOST``. The guard
+            fails to start when no Docker daemon answers (the proxy would reach nothing).
         cloud_proxy: serve the cloud providers' API proxies (``--cloud-proxy``); their
             addresses are exported as the ready line names them (``E2B_API_URL``, ...).
         strict: ``close()`` (and the end of the ``with`` block) raises

@@ -3,11 +3,17 @@
 //!
 //! - **Docker**: when Docker is configured ([`crate::providers::docker::configured`]) the
 //!   sidecar connects once to the daemon's address (at most [`PROBE_TIMEOUT`]), before
-//!   `ready`. A daemon that does not answer is one warning, whatever the mode: sandguard can
-//!   neither see nor reclaim containers there. In auto mode the proxy is then not served; asked
-//!   for (`On`) it is, and its clients get the daemon's errors through it. Docker not
-//!   configured at all (no daemon named and no default socket) is no warning in auto mode: a
-//!   machine without Docker is not a misconfiguration.
+//!   `ready`. A daemon that does not answer is one warning in auto mode and with the proxy
+//!   off: sandguard can neither see nor reclaim containers there, and in auto mode the proxy
+//!   is then not served. Asked for (`On`: `--docker-proxy`, `docker_proxy = true`), a daemon
+//!   that does not answer, or none configured, is the start's failure (the wrapper exits 125
+//!   before the program runs, leaving no session): whoever asks for the proxy means the
+//!   program to reach Docker through it, and a proxy to nothing would only turn that into the
+//!   program's own errors and a session left `pending` by reclaims that cannot reach the
+//!   daemon either (issue 40; until 2026-12-05 it was served anyway). A daemon still starting
+//!   (Docker Desktop after a login) is what auto mode is for. Docker not configured at all (no
+//!   daemon named and no default socket) is no warning in auto mode: a machine without
+//!   Docker is not a misconfiguration.
 //! - **Cloud**: a proxy for each of E2B and Daytona whose credential is set. In auto mode a
 //!   proxy that cannot be bound is a warning and the others are still served; none
 //!   configured is silence. Asked for, either is an error, as before.
@@ -177,12 +183,24 @@ pub(crate) fn bind(
         ProxyMode::Off if !look_anyway => Look::NotLooked,
         _ => look_at_docker(settings),
     };
-    if let Look::Silent(why) = &look {
-        let off = match docker {
-            ProxyMode::Auto => "; the Docker proxy is off for this program",
-            _ => "",
-        };
-        warn(&format!("{why}{off}"));
+    match (&look, docker) {
+        (Look::Silent(why), ProxyMode::On) => {
+            return Err(failure(format!(
+                "{why}; --docker-proxy (docker_proxy = true) needs a daemon that answers"
+            )));
+        }
+        (Look::Absent, ProxyMode::On) => {
+            return Err(failure(
+                "--docker-proxy (docker_proxy = true) needs a Docker daemon, and none is \
+                 configured (see `sandguard providers`)"
+                    .to_string(),
+            ));
+        }
+        (Look::Silent(why), ProxyMode::Auto) => {
+            warn(&format!("{why}; the Docker proxy is off for this program"));
+        }
+        (Look::Silent(why), _) => warn(why),
+        _ => {}
     }
     let docker = match (docker, look) {
         (ProxyMode::On, _) => Some(bind_docker(settings, session, journal).map_err(failure)?),

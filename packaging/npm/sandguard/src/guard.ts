@@ -82,7 +82,8 @@ export interface GuardOptions {
   readyTimeout?: number;
   /**
    * Serve a Docker API proxy that labels and claims what it creates (`--docker-proxy`); its
-   * address is exported as `DOCKER_HOST`. `"auto"`: only when a Docker daemon answers.
+   * address is exported as `DOCKER_HOST`; `true` fails the guard's start when no Docker
+   * daemon answers. `"auto"`: only when a Docker daemon answers.
    */
   dockerProxy?: boolean | "auto";
   /**
