@@ -236,7 +236,9 @@ fn a_default_that_cannot_be_served_is_one_warning_and_asked_for_it_is_exit_125_l
             && asked
                 .stderr
                 .contains(&format!("no Docker daemon answers at {nowhere}"))
-            && asked.stderr.contains("--docker-proxy"),
+            && asked
+                .stderr
+                .contains("cannot start the Docker proxy (--docker-proxy"),
         "{}",
         asked.stderr
     );

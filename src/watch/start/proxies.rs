@@ -186,13 +186,13 @@ pub(crate) fn bind(
     match (&look, docker) {
         (Look::Silent(why), ProxyMode::On) => {
             return Err(failure(format!(
-                "{why}; --docker-proxy (docker_proxy = true) needs a daemon that answers"
+                "cannot start the Docker proxy (--docker-proxy, docker_proxy = true): {why}"
             )));
         }
         (Look::Absent, ProxyMode::On) => {
             return Err(failure(
-                "--docker-proxy (docker_proxy = true) needs a Docker daemon, and none is \
-                 configured (see `sandguard providers`)"
+                "cannot start the Docker proxy (--docker-proxy, docker_proxy = true): no \
+                 Docker daemon is configured or found (see `sandguard providers`)"
                     .to_string(),
             ));
         }
