@@ -7,11 +7,11 @@
 //! remove alone: the driver removes the pod, unless the pod holds a container that is not
 //! the session's (`src/providers/docker/pod.rs`).
 
-use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
 
 use crate::support::*;
+use crate::trust_docker::{outcomes, short_deadline};
 use crate::wrapper::{guarded_env, unsafe_kill, wait_for_file};
 use sandguard::labels::SESSION;
 
@@ -89,19 +89,6 @@ impl Drop for Pods {
                 .output();
         }
     }
-}
-
-/// The results of `stop --json`, by id: (outcome, error).
-fn outcomes(stdout: &str) -> BTreeMap<String, (String, String)> {
-    json(stdout)["results"]
-        .as_array()
-        .expect("results")
-        .iter()
-        .map(|r| {
-            let field = |k: &str| r[k].as_str().unwrap_or_default().to_string();
-            (field("instance_id"), (field("outcome"), field("error")))
-        })
-        .collect()
 }
 
 /// A program makes a pod with its session's labels (`$SANDGUARD_LABELS`, one `--label` each)
@@ -200,12 +187,7 @@ fn a_pod_holding_a_strangers_container_is_left_until_it_goes() {
         "600",
     ]);
     let infra = podman(&["pod", "inspect", "--format", "{{.InfraContainerID}}", &pod]);
-    let config = s.path().join("short.toml");
-    std::fs::write(
-        &config,
-        "[reclaim]\ndeadline = \"3s\"\nretry_initial = \"100ms\"\nretry_max = \"500ms\"\nsettle = \"0\"\n",
-    )
-    .unwrap();
+    let config = short_deadline(&s);
     let stop = || {
         run(sandguard(&s).arg("--config").arg(&config).args([
             "stop",

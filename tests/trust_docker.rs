@@ -19,7 +19,7 @@ use crate::wrapper::{guarded, unsafe_kill, wait_for_file};
 use sandguard::labels::SESSION;
 
 /// Short reclaim limits, so a network that cannot go is reported within seconds.
-fn short_deadline(s: &Scratch) -> PathBuf {
+pub(crate) fn short_deadline(s: &Scratch) -> PathBuf {
     let path = s.path().join("short.toml");
     std::fs::write(
         &path,
@@ -59,7 +59,7 @@ impl Drop for Made {
 }
 
 /// The results of `stop --json`, by id: (outcome, error).
-fn outcomes(stdout: &str) -> BTreeMap<String, (String, String)> {
+pub(crate) fn outcomes(stdout: &str) -> BTreeMap<String, (String, String)> {
     json(stdout)["results"]
         .as_array()
         .expect("results")
