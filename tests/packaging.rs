@@ -271,17 +271,27 @@ fn version_names_the_commit_it_was_built_from() {
 fn the_packaging_files_run_the_binary_where_the_install_puts_it() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let read = |rel: &str| std::fs::read_to_string(root.join(rel)).unwrap();
+    // README's Install section and the book's Install chapter both carry the table.
     let readme = read("README.md");
     let install = readme
         .split("\n## Install\n")
         .nth(1)
         .and_then(|rest| rest.split("\n## ").next())
         .expect("README.md has an Install section");
-    assert!(
-        install.contains("| `cargo install --locked --path .` (this checkout) | `~/.cargo/bin/` |")
-    );
-    assert!(install.contains("`/usr/local/bin/` in the image"));
-    assert!(install.contains("the launchd agent"));
+    let chapter = read("book/src/install.md");
+    for (what, install) in [
+        ("README.md's Install", install),
+        ("book/src/install.md", &chapter),
+    ] {
+        assert!(
+            install.contains(
+                "| `cargo install --locked --path .` (this checkout) | `~/.cargo/bin/` |"
+            ),
+            "{what}"
+        );
+        assert!(install.contains("`/usr/local/bin/` in the image"), "{what}");
+        assert!(install.contains("the launchd agent"), "{what}");
+    }
     for unit in ["sandguard-sweep.service", "sandguard-sweep-once.service"] {
         let text = std::fs::read_to_string(packaging("systemd").join(unit)).unwrap();
         let exec = text.lines().find_map(|l| l.strip_prefix("ExecStart="));

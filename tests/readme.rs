@@ -1,10 +1,13 @@
-//! README's code blocks, run as written: the snippets are read out of README.md itself, so the
-//! documentation and what the tests run cannot drift apart.
+//! The documentation's code blocks, run as written: the snippets are read out of README.md and
+//! the book's chapters (book/src/*.md) themselves, so the documentation and what the tests run
+//! cannot drift apart.
 //!
-//! Every fenced block in README.md is preceded by a marker line: `<!-- readme: run NAME -->`
-//! (a test here, or in tests/python/test_readme.py, runs it) or `<!-- readme: not run
-//! (reason) -->`. A block without a marker fails [`every_block_is_run_or_says_why_not`], so a
-//! new snippet cannot slip in untested by accident.
+//! Every fenced block in README.md and in every chapter is preceded by a marker line:
+//! `<!-- readme: run NAME -->` (a test here, or in tests/python/test_readme.py,
+//! tests/node/readme.test.mjs and the tests that call [`block`], runs it) or `<!-- readme: not
+//! run (reason) -->`. A block without a marker fails [`every_block_is_run_or_says_why_not`], so
+//! a new snippet cannot slip in untested by accident; a name used twice, in one file or across
+//! files, fails [`every_run_name_is_used_once`].
 //!
 //! The snippets use the image name `busybox`; the daemon has only the test image, which these
 //! tests tag as `busybox:latest` (a local tag, nothing is pulled).
@@ -16,9 +19,23 @@ use std::time::Duration;
 use crate::support::*;
 use crate::wrapper::path_with_sandguard;
 
-/// The README's text.
-fn readme() -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap()
+/// The documentation, in a fixed order: README.md, then every `book/src/*.md` by file name.
+/// Each as (its path in the repository, its text).
+pub(crate) fn docs() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut chapters: Vec<String> = std::fs::read_dir(root.join("book/src"))
+        .expect("the book's chapters, book/src/")
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".md"))
+        .collect();
+    chapters.sort();
+    std::iter::once("README.md".to_string())
+        .chain(chapters.into_iter().map(|name| format!("book/src/{name}")))
+        .map(|rel| {
+            let text = std::fs::read_to_string(root.join(&rel)).unwrap();
+            (rel, text)
+        })
+        .collect()
 }
 
 /// Every fenced block: (the marker line before it, its language, its body).
@@ -45,14 +62,20 @@ pub(crate) fn blocks(text: &str) -> Vec<(Option<String>, String, String)> {
     out
 }
 
-/// The body of the block marked `<!-- readme: run NAME … -->`.
+/// The NAME of a `<!-- readme: run NAME … -->` marker (`None` for `not run` and the rest).
+fn run_name(marker: &str) -> Option<&str> {
+    let rest = marker.strip_prefix("<!-- readme: run ")?;
+    rest.split(|c: char| c.is_whitespace()).next()
+}
+
+/// The body of the block marked `<!-- readme: run NAME … -->`, in README.md or a chapter.
 pub(crate) fn block(name: &str) -> String {
-    let want = format!("<!-- readme: run {name}");
-    blocks(&readme())
-        .into_iter()
-        .find(|(m, _, _)| m.as_deref().is_some_and(|m| m.starts_with(&want)))
+    docs()
+        .iter()
+        .flat_map(|(_, text)| blocks(text))
+        .find(|(m, _, _)| m.as_deref().and_then(run_name) == Some(name))
         .map_or_else(
-            || panic!("README has no block marked `{want} -->`"),
+            || panic!("neither README.md nor book/src/*.md has a block marked `<!-- readme: run {name} -->`"),
             |(_, _, body)| body,
         )
 }
@@ -83,12 +106,55 @@ fn labelled(session: &str) -> Vec<String> {
 
 #[test]
 fn every_block_is_run_or_says_why_not() {
-    for (marker, lang, body) in blocks(&readme()) {
-        let first = body.lines().next().unwrap_or("");
-        assert!(
-            marker.is_some(),
-            "a ```{lang} block in README.md (starting {first:?}) has no `<!-- readme: run NAME -->` or `<!-- readme: not run (why) -->` line before it"
-        );
+    let docs = docs();
+    assert!(
+        docs.iter().any(|(path, _)| path == "book/src/SUMMARY.md"),
+        "the book is there: {:?}",
+        docs.iter().map(|(p, _)| p).collect::<Vec<_>>()
+    );
+    for (path, text) in &docs {
+        for (marker, lang, body) in blocks(text) {
+            let first = body.lines().next().unwrap_or("");
+            let marker = marker.unwrap_or_else(|| panic!(
+                "a ```{lang} block in {path} (starting {first:?}) has no `<!-- readme: run NAME -->` or `<!-- readme: not run (why) -->` line before it"
+            ));
+            assert!(
+                run_name(&marker).is_some_and(|n| !n.is_empty() && n != "-->")
+                    || marker.starts_with("<!-- readme: not run ("),
+                "a ```{lang} block in {path} (starting {first:?}) has a marker that is neither `run NAME` nor `not run (why)`: {marker}"
+            );
+        }
+    }
+}
+
+/// A `run NAME` marker names one block among README.md and every chapter: [`block`] takes the
+/// first, so a second of the same name would never run.
+#[test]
+fn every_run_name_is_used_once() {
+    let mut seen = std::collections::HashMap::new();
+    for (path, text) in docs() {
+        for (marker, _, _) in blocks(&text) {
+            if let Some(name) = marker.as_deref().and_then(run_name) {
+                if let Some(first) = seen.insert(name.to_string(), path.clone()) {
+                    panic!("`<!-- readme: run {name} -->` is in {first} and in {path}");
+                }
+            }
+        }
+    }
+    // The names the tests read: here, tests/cloud_proxy.rs, tests/fleet/deploy.rs,
+    // tests/python/test_readme.py and tests/node/readme.test.mjs.
+    for name in [
+        "quick-start",
+        "claim",
+        "labels-by-hand",
+        "plugin-config",
+        "plugin-script",
+        "cloud_agent",
+        "fleet-config",
+        "python-guard",
+        "node-guard",
+    ] {
+        assert!(seen.contains_key(name), "no block is marked `run {name}`");
     }
 }
 

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Runs sandguard's whole test suite on a fresh machine.
 #
-# What the tests need, and this script provides when it is missing:
+# What the tests need, and this script provides when it is missing (tests/engine.sh):
 #   - a Docker daemon: installs Debian's docker.io and starts `dockerd --bridge=none
 #     --iptables=false` (no default bridge, no NAT: test containers reach no network);
 #   - the test image sandguard-test/busybox:latest, built from a static busybox with
 #     `docker import` (nothing is pulled);
 # then runs, in this order (each step must pass, or the script stops with its status):
+#   Q. README's first command as written (its quick start's first line, on a terminal by
+#      script(1)), before anything here has started a daemon: its own set-up step
+#      (tests/engine.sh) must start one; the terminal must be told of the reclaim;
 #   0. `fuzz/run.sh`: every cargo-fuzz target for FUZZ_SECONDS (default 30) on its committed
 #      corpus, on the stable toolchain (it installs cargo-fuzz when missing, and builds under
 #      the target directory's `fuzz/`); first, so that a test runner's summary stays last;
@@ -27,6 +30,8 @@
 #      `cargo clippy --all-targets -- -D warnings` for each, with zig as ring's C compiler
 #      (packaging/darwin/zig-cc), in the target directory's `darwin/` so that the Linux build
 #      is not touched; one pass or failure per target;
+#   2b. the book (book/, mdBook): `mdbook build book` into the target directory, mdbook from
+#      crates.io (`cargo install --locked`, under the target directory) when not on PATH;
 #   3. the Python wheel: `maturin build --release` (the `sandguard` binary plus the pure-Python
 #      helper module), in the same target directory as step 1 so that only the release build
 #      of the crate and its dependencies is added, and nothing when it is already built; then
@@ -450,6 +455,28 @@ else
   done
   tally "macOS clippy" "$p" "$f"
   [ "$f" -eq 0 ] || exit 1
+fi
+
+# Step 2b: the book (book/, the manual README links into), built with mdbook: the one on
+# PATH, else the one installed from crates.io into $target/mdbook (kept, so a second run
+# installs nothing). Built here, before the steps that a skip ends the run at, so that every
+# run builds it; the output goes to the target directory, never into the checkout.
+mdbook=$(command -v mdbook || true)
+if [ -z "$mdbook" ]; then
+  mdbook=$target/mdbook/bin/mdbook
+  if [ ! -x "$mdbook" ]; then
+    log "installing mdbook 0.4.52 from crates.io into $target/mdbook"
+    cargo install --locked mdbook@0.4.52 --root "$target/mdbook"
+  fi
+fi
+book_out=$target/book
+[[ $book_out = /* ]] || book_out=$PWD/$book_out
+if "$mdbook" build book -d "$book_out"; then
+  tally "book" 1 0
+else
+  tally "book" 0 1
+  log "mdbook build book FAILED"
+  exit 1
 fi
 
 if [ "${SANDGUARD_SKIP_PYTHON:-}" = 1 ]; then

@@ -47,19 +47,14 @@ fn the_kubernetes_manifests_run_the_fleet_sweep_and_a_native_sidecar() {
     assert_eq!(p["spec"]["shareProcessNamespace"], true);
 }
 
-/// README's `[fleet]` example is a valid config: `sandguard sessions --fleet` reads it, and
-/// fails only for want of that Redis (exit 1, the password masked), not for the config.
+/// The documentation's `[fleet]` example (the block marked `run fleet-config`, in the book's
+/// fleet chapter) is a valid config: `sandguard sessions --fleet` reads it, and fails only for
+/// want of that Redis (exit 1, the password masked), not for the config.
 #[test]
 fn the_readmes_fleet_config_is_a_valid_config() {
-    let readme =
-        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-            .unwrap();
-    let (_, _, text) = crate::readme::blocks(&readme)
-        .into_iter()
-        .find(|(m, _, _)| m.as_deref().is_some_and(|m| m.contains("run fleet-config")))
-        .expect("README has the fleet-config block");
+    let text = crate::readme::block("fleet-config");
     let s = Scratch::new("fleet-readme");
-    // The README's Redis does not exist here: point its host at a closed loopback port.
+    // The example's Redis does not exist here: point its host at a closed loopback port.
     let text = text.replace("redis.internal:6380", "127.0.0.1:1");
     let config = s.path().join("fleet.toml");
     std::fs::write(&config, text).unwrap();

@@ -1,29 +1,42 @@
-// README's Node snippet (the block marked `<!-- readme: run node-guard -->`), run as README.md
-// writes it, from the package npm installed, against the real daemon: the three containers it
-// makes (labelled, claimed, claimed by a child) are gone once `close()` has resolved. The
-// block is read out of README.md, so the two cannot drift apart (tests/readme.rs checks that
-// every block is either run or says why not).
+// The documentation's Node snippet (the block marked `<!-- readme: run node-guard -->`, in the
+// book's SDK chapter), run as it is written, from the package npm installed, against the real
+// daemon: the three containers it makes (labelled, claimed, claimed by a child) are gone once
+// `close()` has resolved. The block is read out of the documentation (README.md and
+// book/src/*.md), so the two cannot drift apart (tests/readme.rs checks that every block is
+// either run or says why not).
 
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { docker, exists, guardedEnv, IMAGE, removeQuietly, run, scratch } from "./support.mjs";
 
-const README = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "README.md");
+const REPO = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 
-function block(name) {
-  const lines = readFileSync(README, "utf8").split("\n");
-  const want = `<!-- readme: run ${name}`;
-  const at = lines.findIndex((l) => l.trim().startsWith(want));
-  assert.ok(at >= 0, `README has no block marked ${want}`);
-  assert.ok(lines[at + 1].startsWith("```"), `no code block after ${want}`);
-  const end = lines.findIndex((l, i) => i > at + 1 && l.startsWith("```"));
-  return lines.slice(at + 2, end).join("\n");
+// The documentation, in tests/readme.rs's order: README.md, then book/src/*.md by name.
+function docs() {
+  const chapters = readdirSync(join(REPO, "book", "src"))
+    .filter((name) => name.endsWith(".md"))
+    .sort()
+    .map((name) => join(REPO, "book", "src", name));
+  return [join(REPO, "README.md"), ...chapters];
 }
 
-test("README's Node snippet runs as written, and what it made is gone when close() resolves", async (t) => {
+function block(name) {
+  const want = `<!-- readme: run ${name}`;
+  for (const path of docs()) {
+    const lines = readFileSync(path, "utf8").split("\n");
+    const at = lines.findIndex((l) => l.trim().startsWith(want) && l.trim().split(/\s+/)[3] === name);
+    if (at < 0) continue;
+    assert.ok(lines[at + 1].startsWith("```"), `no code block after ${want} in ${path}`);
+    const end = lines.findIndex((l, i) => i > at + 1 && l.startsWith("```"));
+    return lines.slice(at + 2, end).join("\n");
+  }
+  assert.fail(`neither README.md nor book/src/*.md has a block marked ${want}`);
+}
+
+test("the documentation's Node snippet runs as written, and what it made is gone when close() resolves", async (t) => {
   // The snippet says `busybox`: a local tag of the test image (nothing is pulled).
   docker("tag", IMAGE, "busybox:latest");
   const since = docker("system", "info", "--format", "{{.SystemTime}}");

@@ -180,10 +180,16 @@ mod polling {
             .path()
             .join("state/sandguard/sessions")
             .join(format!("{}.log", owner.session));
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        assert!(
-            text.contains("pidfd_open is unavailable") && text.contains("polling /proc"),
-            "the sidecar fell back to polling: {text}"
+        // The sidecar writes its log while the program already runs (it is not waited for):
+        // read until the line is there, not once.
+        let fell_back = || {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            text.contains("pidfd_open is unavailable") && text.contains("polling /proc")
+        };
+        eventually(
+            Duration::from_secs(10),
+            "the sidecar fell back to polling",
+            fell_back,
         );
         let mut r = Resources::default();
         let labels = owner.label_pairs();

@@ -1,8 +1,9 @@
-"""README's Python snippet (the block marked `<!-- readme: run python-guard -->`), run as
-README.md writes it, with the wheel's helper, against the real daemon: everything it made is
-gone when its `with` block ends. The block is read out of README.md, so the two cannot drift
-apart (tests/readme.rs does the same for the shell snippets and checks that every block is
-either run or says why not).
+"""The documentation's Python snippet (the block marked `<!-- readme: run python-guard -->`,
+in the book's SDK chapter), run as it is written, with the wheel's helper, against the real
+daemon: everything it made is gone when its `with` block ends. The block is read out of the
+documentation (README.md and book/src/*.md), so the two cannot drift apart (tests/readme.rs
+does the same for the shell snippets and checks that every block is either run or says why
+not).
 
 It runs as a user who never activated the venv runs it: the venv's python called by its path,
 and no `sandguard` anywhere on PATH (not the venv's bin, not any other): the snippet's child
@@ -18,15 +19,22 @@ REPO = Path(__file__).resolve().parents[2]
 IMAGE = "sandguard-test/busybox:latest"
 
 
+def docs() -> list:
+    """The documentation, in tests/readme.rs's order: README.md, then book/src/*.md by name."""
+    return [REPO / "README.md", *sorted((REPO / "book" / "src").glob("*.md"))]
+
+
 def readme_block(name: str) -> str:
-    lines = (REPO / "README.md").read_text().splitlines()
     want = f"<!-- readme: run {name}"
-    for i, line in enumerate(lines):
-        if line.strip().startswith(want):
-            assert lines[i + 1].startswith("```"), f"no code block after {want!r}"
-            end = next(j for j in range(i + 2, len(lines)) if lines[j].startswith("```"))
-            return "\n".join(lines[i + 2:end])
-    raise AssertionError(f"README has no block marked {want!r}")
+    for path in docs():
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            words = line.strip().split()
+            if line.strip().startswith(want) and len(words) > 3 and words[3] == name:
+                assert lines[i + 1].startswith("```"), f"no code block after {want!r} in {path}"
+                end = next(j for j in range(i + 2, len(lines)) if lines[j].startswith("```"))
+                return "\n".join(lines[i + 2:end])
+    raise AssertionError(f"neither README.md nor book/src/*.md has a block marked {want!r}")
 
 
 def exists(cid: str) -> bool:
