@@ -24,25 +24,20 @@
 //!   when that session's journal is in this state directory: `sessions show` then says "removed
 //!   by hand" instead of "claimed". It goes to the session's side file of stops, never its
 //!   journal, so a live sidecar is neither waited for nor disturbed
-//!   ([`crate::ledger::StateDir::note_stopped`]). A sandbox is named as its claim named it (a
+//!   ([`crate::reclaim::stop::note_stops`], in the library). A sandbox is named as its claim named it (a
 //!   Docker id prefix, `network/…`: [`reclaim::ledger_target`]), so the story has one line
 //!   for it. This is best effort:
 //!   the removal is done either way, and a ledger that cannot be written is a warning that
 //!   changes neither the output nor the exit status. A dry run writes nothing.
-
-use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use serde::Serialize;
 
 use super::output::{self, sanitize, ErrorJson, Exit, ResultJson};
 use super::Error;
 use crate::config::Settings;
-use crate::ledger::{Record, StateDir};
-use crate::providers::{Provider, Refusal, Registry, Sandbox};
+use crate::providers::{Refusal, Registry, Sandbox};
 use crate::reclaim::stop::{self, Asked, Chosen, Miss, NotFound};
 use crate::reclaim::{self, ListFailure, Options, Removal};
-use crate::session::SessionId;
 
 #[derive(Debug, clap::Args)]
 pub(super) struct Args {
@@ -136,7 +131,7 @@ pub(super) async fn run(
         )
         .await
     };
-    note_stops(settings, &providers, &removals);
+    stop::note_stops(&settings.state_dir, &providers, &removals);
     let clean = failures.is_empty() && removals.iter().all(|r| r.outcome.is_final());
     if args.json {
         print_json(&args, &targets, &kept, &removals, &failures, clean);
@@ -156,50 +151,6 @@ fn print_kept(kept: &[(Sandbox, String)]) {
             s.kind.as_str(),
             output::display_id(s)
         );
-    }
-}
-
-/// Tells each session's ledger what was removed from it; see the module docs.
-fn note_stops(settings: &Settings, providers: &[Arc<dyn Provider>], removals: &[Removal]) {
-    let mut by_session: BTreeMap<&str, Vec<&Removal>> = BTreeMap::new();
-    for r in removals.iter().filter(|r| r.outcome.is_success()) {
-        if let Some(session) = r.sandbox.session() {
-            by_session.entry(session).or_default().push(r);
-        }
-    }
-    // No state directory: no session of ours to tell (and none is created for this).
-    if by_session.is_empty() || !settings.state_dir.exists() {
-        return;
-    }
-    let state = match StateDir::open(&settings.state_dir) {
-        Ok(state) => state,
-        Err(e) => return tracing::warn!("cannot record the stops in the ledger: {e}"),
-    };
-    for (session, removed) in by_session {
-        // A label that is not a session id names no journal; a session whose journal is not
-        // here is another machine's (or was pruned).
-        if SessionId::parse(session).is_err() {
-            continue;
-        }
-        let Ok(view) = state.read_session(session) else {
-            continue;
-        };
-        let records: Vec<Record> = removed
-            .iter()
-            .map(|r| Record::Stopped {
-                provider: r.sandbox.provider.clone(),
-                id: reclaim::ledger_target(
-                    providers,
-                    &r.sandbox,
-                    view.claims.iter().chain(&view.detached),
-                )
-                .id,
-                outcome: r.outcome.as_str().to_string(),
-            })
-            .collect();
-        if let Err(e) = state.note_stopped(session, &records) {
-            tracing::warn!("cannot record the stops of session {session} in the ledger: {e}");
-        }
     }
 }
 

@@ -14,14 +14,17 @@
 //!   keeps every detached sandbox (by its label or by a `detach` in any session's ledger),
 //!   with the reason.
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::{list_all, ListFailure};
+use super::{list_all, ListFailure, Removal};
 use crate::labels::Selector;
+use crate::ledger::{Record, StateDir};
 use crate::ownership::known::Known;
 use crate::ownership::{self, Asker};
 use crate::providers::{Provider, Sandbox};
+use crate::session::SessionId;
 
 /// What the user asked `stop` for.
 #[derive(Debug, Clone, Copy)]
@@ -121,5 +124,51 @@ fn pick(found: Vec<Sandbox>, id: &str) -> Result<Sandbox, (Miss, String)> {
                     .join(", ")
             ),
         )),
+    }
+}
+
+/// Tells each session's ledger what `stop` removed from it, in the session's side file of
+/// stops ([`StateDir::note_stopped`]), when that session's journal is in `state_dir`. Best
+/// effort: a ledger that cannot be written is a warning (the removal is done either way).
+pub(crate) fn note_stops(state_dir: &Path, providers: &[Arc<dyn Provider>], removals: &[Removal]) {
+    let mut by_session: BTreeMap<&str, Vec<&Removal>> = BTreeMap::new();
+    for r in removals.iter().filter(|r| r.outcome.is_success()) {
+        if let Some(session) = r.sandbox.session() {
+            by_session.entry(session).or_default().push(r);
+        }
+    }
+    // No state directory: no session of ours to tell (and none is created for this).
+    if by_session.is_empty() || !state_dir.exists() {
+        return;
+    }
+    let state = match StateDir::open(state_dir) {
+        Ok(state) => state,
+        Err(e) => return tracing::warn!("cannot record the stops in the ledger: {e}"),
+    };
+    for (session, removed) in by_session {
+        // A label that is not a session id names no journal; a session whose journal is not
+        // here is another machine's (or was pruned).
+        if SessionId::parse(session).is_err() {
+            continue;
+        }
+        let Ok(view) = state.read_session(session) else {
+            continue;
+        };
+        let records: Vec<Record> = removed
+            .iter()
+            .map(|r| Record::Stopped {
+                provider: r.sandbox.provider.clone(),
+                id: super::ledger_target(
+                    providers,
+                    &r.sandbox,
+                    view.claims.iter().chain(&view.detached),
+                )
+                .id,
+                outcome: r.outcome.as_str().to_string(),
+            })
+            .collect();
+        if let Err(e) = state.note_stopped(session, &records) {
+            tracing::warn!("cannot record the stops of session {session} in the ledger: {e}");
+        }
     }
 }
