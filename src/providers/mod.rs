@@ -286,7 +286,7 @@ pub trait Provider: Send + Sync {
     /// a claim that no listing answered for (listings find only what carries a session
     /// label), so that the judgement sees the labels it carries (`sandguard.detached=true`,
     /// another session's) and, where ids are names, whether it still is the object claimed;
-    /// the sidecar asks it to pin a claim ([`Provider::pins`]). [`Described::Unsupported`] by
+    /// the sidecar asks it to pin a claim ([`Provider::pins`]). `Described::Unsupported` by
     /// default.
     async fn describe(&self, claimed: &Sandbox) -> Result<Described, ProviderError> {
         let _ = claimed;

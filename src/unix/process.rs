@@ -114,7 +114,7 @@ struct Detach {
 /// Signals: every one is blocked in the calling thread while the process between exists, so
 /// no handler of this process (pid 1's, a library user's) ever runs in a process that shares
 /// its memory; the program starts with every signal unblocked, SIGPIPE at its default (as
-/// std's spawn does) and every caught signal back at its default ([`reset_signals`], as
+/// std's spawn does) and every caught signal back at its default (`reset_signals`, as
 /// glibc's posix_spawn does), set where the memory is no longer shared. So this is also sound
 /// for a caller with other threads (the Rust guard in someone's program, pid 1): the process
 /// between only makes system calls on what was prepared here, and on macOS, where it is a
