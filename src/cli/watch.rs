@@ -37,7 +37,8 @@
 //! what a handoff names (a parent waiting for EOF on a pipe the wrapper had must not wait for
 //! the reclaim), moves to `/` (its working directory must not keep a filesystem busy), and
 //! sends its diagnostics to
-//! `<state dir>/sessions/<session>.log`. SIGINT and SIGHUP are ignored in every case.
+//! `<state dir>/sessions/<session>.log`. SIGINT and SIGHUP are ignored in every case. That
+//! part is the library's ([`crate::watch::daemon`]); this file parses, calls and prints.
 
 use std::io::Write;
 
@@ -46,7 +47,8 @@ use crate::config::{ConfigError, HumanDuration, ProxyMode, Settings};
 use crate::protocol::{ByeOutcome, ReadyLine};
 use crate::session::handoff::Handoff;
 use crate::session::SessionId;
-use crate::unix::{self, Forked};
+use crate::unix;
+use crate::watch::daemon::{self, Became};
 use crate::watch::start::{start, StartError, StartPlan};
 use crate::watch::EndReport;
 use std::os::fd::{OwnedFd, RawFd};
@@ -154,31 +156,20 @@ pub(super) fn run(args: Args, settings: Result<Settings, ConfigError>) -> Result
         false => Terminal::none(),
     };
     if args.daemonize || args.detached {
-        // `--detached`: the spawner made it nobody's child already (`crate::session::spawn`).
-        if args.daemonize {
-            match unix::fork_single_threaded() {
-                Ok(Forked::Parent(_)) => return Ok(Exit::Ok),
-                Ok(Forked::Child) => {}
-                Err(e) => return fail(StartError::Failed(format!("cannot fork: {e}"))),
-            }
-        }
         let keep: Vec<i32> = args
             .control_fd
             .into_iter()
             .chain(terminal.fd())
             .chain(args.handed_fds())
             .collect();
-        unix::close_descriptors_except(&keep);
-        if let Err(e) = std::env::set_current_dir("/") {
-            return fail(StartError::Failed(format!("cannot change to /: {e}")));
+        match daemon::daemonize(args.daemonize, &keep) {
+            Ok(Became::Parent) => return Ok(Exit::Ok),
+            Ok(Became::Sidecar) => {}
+            Err(e) => return fail(e),
         }
     }
-    for signal in [libc::SIGINT, libc::SIGHUP] {
-        if let Err(e) = unix::ignore_signal(signal) {
-            return fail(StartError::Failed(format!(
-                "cannot ignore signal {signal}: {e}"
-            )));
-        }
+    if let Err(e) = daemon::ignore_terminal_signals() {
+        return fail(e);
     }
     let settings = match settings {
         Ok(s) => s,

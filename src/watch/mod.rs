@@ -41,6 +41,7 @@
 //! finds is reclaimed, journaled and logged, and not reported to the owner, which has gone.
 
 mod arrival;
+pub(crate) mod daemon;
 mod end;
 pub(crate) mod fleet;
 pub(crate) mod lease;
