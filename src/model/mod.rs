@@ -28,6 +28,8 @@
 //! Running it: `cargo test --lib model`. `SANDGUARD_MODEL_CASES=N` sets how many histories
 //! (default [`DEFAULT_CASES`]), `SANDGUARD_MODEL_JOBS=J` how many run at once (default
 //! [`DEFAULT_JOBS`]), `SANDGUARD_MODEL_SEED=S` replays the one history of seed `S`,
+//! `SANDGUARD_MODEL_BASE=B` the whole run whose seeds came from base `B` (every run prints its
+//! base first, so a run that hung or was killed replays too),
 //! and `SANDGUARD_MODEL_KEEP_GOING=1` runs every case and reports one minimal history for each
 //! way a rule broke ([`Violation::key`]: how the bugs on a branch are catalogued) instead of
 //! stopping at the first. A failing history prints its seed and is shrunk (operations dropped
@@ -281,9 +283,16 @@ fn random_histories_keep_the_trust_rules() {
         Some(seed) => vec![seed],
         None => {
             let cases = env("SANDGUARD_MODEL_CASES").map_or(DEFAULT_CASES, |n| n as usize);
-            let base = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64);
+            let base = env("SANDGUARD_MODEL_BASE").unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| d.as_nanos() as u64)
+            });
+            // Printed first, so that a run that hangs or is killed can be replayed whole.
+            eprintln!(
+                "model: seeds from base {base} (replay this run: SANDGUARD_MODEL_BASE={base} \
+                 SANDGUARD_MODEL_CASES={cases} cargo test --lib model)"
+            );
             let mut rng = ops::Rng::new(base);
             (0..cases).map(|_| rng.next() % 1_000_000_000).collect()
         }
