@@ -15,17 +15,19 @@
 //!   /libpod/pods/{id}?force=true&timeout=0`, which kills and removes its members, then the
 //!   infra container). `timeout=0` as `docker rm -f` kills at once: without it Podman waits
 //!   each container's stop timeout (10 s for the infra container on Podman 4.3, measured:
-//!   10.58 s against 0.18 s). The infra container was judged ours (its labels are the pod's), so the pod
-//!   is ours; its members are another matter.
-//! - **A pod holding a container that is not the session's is left.** A member counts as the
-//!   session's when it carries the infra container's `sandguard.session` value and is not
-//!   detached; such members are in this same reclaim (they carry the labels), so a force
-//!   removal of the pod only takes what is being taken anyway. A member without the labels
-//!   (a stranger's container that joined the pod by name, or one the program made without
-//!   them), a detached member (detach wins everywhere), or one whose inspect failed (unknown
-//!   is not dead) keeps the pod: the removal is not sent and is reported as transient, naming
-//!   the pod and those members, like a network a live stranger is attached to (`network`).
-//!   Once they have gone, the next reclaim or sweep removes the pod.
+//!   10.58 s against 0.18 s).
+//! - **The pod goes only once it holds nothing but its infra container.** The infra
+//!   container was judged the session's by the one judgement (its labels are the pod's); its
+//!   members are judged one by one by that same judgement, as every listed container is, and
+//!   this driver decides nothing of them. So while any other member still exists, or could
+//!   not be looked at (unknown is not dead), the pod's removal is not sent and is reported as
+//!   transient, naming the pod and those members, like a network a live container is
+//!   attached to (`network`). The session's own members are removed by the same reclaim and
+//!   the retry then finds the pod empty; a stranger's container that joined the pod by name,
+//!   a detached member, or one whose session label only came from its image is never taken
+//!   by the pod's force removal: it keeps the pod until it goes. (Until 2026-12-05 the driver
+//!   compared the members' labels itself, a second judgement that missed detaches in the
+//!   ledger and labels inherited from an image.)
 //! - The members are read from the pod's inspect and each inspected on its own, one request
 //!   at a time: a pod holds a handful of containers, and this runs once per pod. A container
 //!   joining the pod between those inspects and the removal is the one window left, as with
@@ -46,7 +48,6 @@ use serde::Deserialize;
 
 use super::error::{classify_status, short};
 use super::proxy::Upstream;
-use crate::labels::{DETACHED, SESSION};
 use crate::providers::ProviderError;
 
 /// Podman's refusal to remove a pod's infra container alone.
@@ -59,7 +60,7 @@ pub(super) fn is_infra_refusal(err: &BollardError) -> bool {
 }
 
 /// Removes the pod whose infra container is `id` (full id), unless it holds containers that
-/// are not the session's (module docs).
+/// are still there (module docs).
 pub(super) async fn remove(host: &str, timeout: Duration, id: &str) -> Result<(), ProviderError> {
     let libpod = Libpod::new(host, timeout)?;
     let doing = format!("remove container {} on {host}", short(id));
@@ -80,32 +81,21 @@ pub(super) async fn remove(host: &str, timeout: Duration, id: &str) -> Result<()
             return Err(ProviderError::transient(format!("cannot {doing}: {why}")));
         }
     };
-    let session = infra.config.labels.get(SESSION);
-    let mut foreign = Vec::new();
+    let mut remaining = Vec::new();
     for member in pod.containers.iter().filter(|m| m.id != id) {
-        let ours = match libpod
-            .get::<Container>(&format!("containers/{}/json", member.id))
-            .await
-        {
-            Ok(Answer::Found(c)) => {
-                session.is_some()
-                    && c.config.labels.get(SESSION) == session
-                    && c.config.labels.get(DETACHED).map(String::as_str) != Some("true")
-            }
-            Ok(Answer::Missing(_)) => true, // gone already
-            Err(_) => false,                // unknown is not dead
-        };
-        if !ours {
-            foreign.push(format!("{} ({})", member.name, short(&member.id)));
+        let path = format!("containers/{}/json", member.id);
+        if !matches!(libpod.get::<Container>(&path).await, Ok(Answer::Missing(_))) {
+            remaining.push(format!("{} ({})", member.name, short(&member.id)));
         }
     }
     let name = format!("{} ({})", pod.name, short(&pod_id));
-    if !foreign.is_empty() {
+    if !remaining.is_empty() {
         return Err(ProviderError::transient(format!(
-            "cannot {doing}: it is the infra container of Podman pod {name}, which also holds \
-             {} container(s) not of this session: {}; the pod is left as it is",
-            foreign.len(),
-            foreign.join(", ")
+            "cannot {doing}: it is the infra container of Podman pod {name}, which still holds \
+             {} other container(s): {}; the pod goes once they have (what is not of this \
+             session keeps it)",
+            remaining.len(),
+            remaining.join(", ")
         )));
     }
     let (status, body) = libpod
@@ -147,14 +137,6 @@ pub(super) async fn remove(host: &str, timeout: Duration, id: &str) -> Result<()
 struct Container {
     #[serde(rename = "Pod", default)]
     pod: Option<String>,
-    #[serde(rename = "Config", default)]
-    config: Config,
-}
-
-#[derive(Deserialize, Default)]
-struct Config {
-    #[serde(rename = "Labels", default, deserialize_with = "null_is_empty")]
-    labels: HashMap<String, String>,
 }
 
 #[derive(Deserialize)]
