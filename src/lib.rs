@@ -93,6 +93,7 @@ mod model;
 mod ownership;
 mod protocol;
 mod providers;
+mod proxy;
 mod reclaim;
 mod session;
 mod sweep;
@@ -148,15 +149,18 @@ pub mod testing {
         pub mod tenki {
             pub use crate::providers::tenki::{parse_list_body, session_tag, TenkiProvider};
         }
+    }
+    /// The API proxies' pure steps, for the fuzz targets.
+    pub mod proxy {
         pub mod docker {
-            pub use crate::providers::docker::proxy::create::{
+            pub use crate::proxy::docker::create::{
                 commit_target, named_volumes, scrub_commit, stamp,
             };
-            pub use crate::providers::docker::proxy::json::Json;
-            pub use crate::providers::docker::proxy::target::route;
+            pub use crate::proxy::docker::target::route;
         }
-        pub mod proxy_stamp {
-            pub use crate::providers::proxy_stamp::{take, Keys};
+        pub use crate::proxy::json::Json;
+        pub mod stamp {
+            pub use crate::proxy::stamp::{take, Keys};
         }
     }
     pub mod timefmt {

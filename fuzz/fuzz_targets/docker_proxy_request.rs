@@ -9,11 +9,11 @@
 use std::collections::BTreeMap;
 
 use libfuzzer_sys::fuzz_target;
-use sandguard::testing::providers::docker::Json;
-use sandguard::testing::providers::docker::{
+use sandguard::testing::proxy::Json;
+use sandguard::testing::proxy::docker::{
     commit_target, named_volumes, route, scrub_commit, stamp,
 };
-use sandguard::testing::providers::proxy_stamp::{take, Keys};
+use sandguard::testing::proxy::stamp::{take, Keys};
 
 fuzz_target!(|data: &[u8]| {
     let split = data.iter().position(|&b| b == b'\n').unwrap_or(data.len());

@@ -19,7 +19,7 @@
 //!
 //! With `--docker-proxy` (or `[watch] docker_proxy = true`) the sidecar also serves a Docker
 //! API proxy, and with `--cloud-proxy` (or `[watch] cloud_proxy = true`) the cloud API proxy
-//! (E2B, Daytona: [`crate::providers::cloud_proxy`]); each variable CMD gets from them
+//! (E2B, Daytona: [`crate::proxy::cloud`]); each variable CMD gets from them
 //! (`DOCKER_HOST`, `E2B_API_URL`, `DAYTONA_API_URL`) is exported, the same `NAME=VALUE`s an
 //! SDK's sidecar puts on its `ready` line.
 //!

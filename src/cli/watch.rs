@@ -15,9 +15,9 @@
 //! adopted it) it says `error …` and exits 1, once a reader had
 //! [`crate::watch::start::begin::RESUME_PATIENCE`] to let go.
 //!
-//! With `--docker-proxy`, the Docker API proxy ([`crate::providers::docker::proxy`]) is listening before
+//! With `--docker-proxy`, the Docker API proxy ([`crate::proxy::docker`]) is listening before
 //! `ready`, and the ready line carries its address: `ready SESSION DOCKER_HOST=unix:///…/docker.sock`.
-//! With `--cloud-proxy`, the cloud API proxy ([`crate::providers::cloud_proxy`]) listens on a
+//! With `--cloud-proxy`, the cloud API proxy ([`crate::proxy::cloud`]) listens on a
 //! loopback port for each of E2B and Daytona that is configured (their base URLs read here,
 //! before the program's variables point elsewhere), and the ready line carries
 //! `E2B_API_URL=…` / `DAYTONA_API_URL=…`; with neither configured the sidecar does not start

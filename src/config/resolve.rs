@@ -234,7 +234,7 @@ fn plugins(file: std::collections::BTreeMap<String, FilePlugin>) -> Vec<PluginSe
 /// lives under it (`sessions/<session>.docker/docker.sock`) and macOS's `sun_path` holds 103
 /// bytes: under `/Users/NAME/.local/state/sandguard` it fits for a user name of up to 12 bytes,
 /// under `~/Library/Application Support/sandguard` for no user at all (106 bytes with an empty
-/// name). A longer path moves the socket to the temp dir or `/tmp` (`providers::docker::proxy`).
+/// name). A longer path moves the socket to the temp dir or `/tmp` (`proxy::docker`).
 fn default_state_dir(env: &dyn Env) -> PathBuf {
     if let Some(xdg) = env.var("XDG_STATE_HOME") {
         return Path::new(&xdg).join("sandguard");

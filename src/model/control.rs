@@ -16,7 +16,7 @@ use super::oracle::Oracle;
 use super::world::{World, PATIENCE};
 use crate::ledger::SessionView;
 use crate::protocol::Target;
-use crate::providers::proxy_claim::{Claim as ProxyClaim, Hold};
+use crate::proxy::claim::{Claim as ProxyClaim, Hold};
 
 /// The provider of the fences: none of the world's providers is called so.
 const FENCE: &str = "fence";

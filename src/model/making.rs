@@ -23,8 +23,8 @@ use super::world::World;
 use crate::labels;
 use crate::ledger::SessionState;
 use crate::providers::fake;
-use crate::providers::proxy_claim::Hold;
 use crate::providers::Kind;
+use crate::proxy::claim::Hold;
 
 impl World {
     /// Session `s`'s program removes its sandbox `x` itself; through the proxy, the claim is

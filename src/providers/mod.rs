@@ -11,7 +11,6 @@
 //! present. Unconfigured providers are skipped silently by `ps`, `stop` and reclaim, and shown
 //! with the reason by `sandguard providers`.
 
-pub(crate) mod cloud_proxy;
 pub(crate) mod daytona;
 pub(crate) mod docker;
 pub(crate) mod e2b;
@@ -23,10 +22,6 @@ pub(crate) mod http;
 pub(crate) mod ids;
 pub(crate) mod modal;
 pub(crate) mod plugin;
-pub(crate) mod proxy_accept;
-pub(crate) mod proxy_claim;
-pub(crate) mod proxy_headers;
-pub(crate) mod proxy_stamp;
 pub(crate) mod redact;
 mod registry;
 pub(crate) mod retry;

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::providers::cloud_proxy::Api;
+use crate::proxy::cloud::Api;
 
 /// What the wrapper hands its sidecar (see the module docs); `F` is how a descriptor is held.
 #[derive(Debug, Clone)]

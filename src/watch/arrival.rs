@@ -11,8 +11,8 @@ use crate::ledger::Record;
 use crate::ownership::detach;
 use crate::ownership::{self, known::Known};
 use crate::protocol::{Command, Target};
-use crate::providers::proxy_claim::{Claim as ProxyClaim, Hold};
 use crate::providers::{Described, Provider};
+use crate::proxy::claim::{Claim as ProxyClaim, Hold};
 
 /// The providers' managed sandboxes, listed at most once per batch of control lines.
 #[derive(Default)]

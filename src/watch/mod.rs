@@ -4,7 +4,7 @@
 //! - the control pipe (claims, releases, detaches, heartbeats, `bye`), read line by line;
 //!   EOF is a *wake-up*, not a verdict: the owner's identity is checked, and a program that
 //!   merely closed its descriptors is watched on;
-//! - claims from the Docker API proxy ([`crate::providers::docker::proxy`]), applied exactly like a `claim` line and
+//! - claims from the Docker API proxy ([`crate::proxy::docker`]), applied exactly like a `claim` line and
 //!   acknowledged once journaled;
 //! - the owner's death ([`crate::identity::death::OwnerWatch`]: a pidfd, `/proc` polling only as fallback);
 //! - the lease ([`lease::Lease`]), armed only once heartbeats start;

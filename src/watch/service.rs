@@ -27,9 +27,9 @@ use super::lease::{BootClock, Lease};
 use super::ttl::Keeper;
 use super::{ByeReport, EndReport, Ended, Sidecar, Triggers};
 use crate::ledger::Journal;
-use crate::providers::cloud_proxy::CloudProxy;
-use crate::providers::docker::proxy::Proxy;
 use crate::providers::Provider;
+use crate::proxy::cloud::CloudProxy;
+use crate::proxy::docker::Proxy;
 use crate::reclaim::Options;
 
 /// How long after start the sidecar connects to the providers that want it

@@ -20,7 +20,7 @@ struct Harness {
     pipe: tokio::io::DuplexStream,
     kill_owner: Option<oneshot::Sender<()>>,
     stop: Option<oneshot::Sender<()>>,
-    proxy: tokio::sync::mpsc::UnboundedSender<crate::providers::proxy_claim::Claim>,
+    proxy: tokio::sync::mpsc::UnboundedSender<crate::proxy::claim::Claim>,
     run: tokio::task::JoinHandle<Ended>,
     dir: std::path::PathBuf,
     /// What the TTL keeper is told: `true` once the watch ended.
@@ -173,9 +173,9 @@ async fn a_proxy_claim_is_acknowledged_and_reclaimed() {
     let (ack, acked) = oneshot::channel();
     let target = crate::protocol::Target::new("fake", "made").unwrap();
     h.proxy
-        .send(crate::providers::proxy_claim::Claim {
+        .send(crate::proxy::claim::Claim {
             target,
-            hold: crate::providers::proxy_claim::Hold::Claim,
+            hold: crate::proxy::claim::Hold::Claim,
             ack,
         })
         .unwrap();

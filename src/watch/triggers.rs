@@ -12,8 +12,8 @@ use tokio::io::AsyncRead;
 use crate::identity::death::{ExitProbe, Gone};
 use crate::ledger::Record;
 use crate::protocol::{Command, LineReader, ProtocolError, Target};
-use crate::providers::proxy_claim::Claim as ProxyClaim;
 use crate::providers::{Provider, Sandbox};
+use crate::proxy::claim::Claim as ProxyClaim;
 use crate::reclaim::ending::{self, SharedJournal};
 
 /// The events the loop waits on, injected.
@@ -24,7 +24,7 @@ pub(crate) struct Triggers<R> {
     /// where nothing can tell.
     pub exit: Option<ExitProbe>,
     pub control: Option<LineReader<R>>,
-    /// Claims from the Docker API proxy ([`crate::providers::docker::proxy`]), when it runs.
+    /// Claims from the Docker API proxy ([`crate::proxy::docker`]), when it runs.
     pub proxy: Option<tokio::sync::mpsc::UnboundedReceiver<ProxyClaim>>,
     pub stop: Pin<Box<dyn Future<Output = ()> + Send>>,
 }

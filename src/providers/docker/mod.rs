@@ -61,6 +61,7 @@
 //!   engine directly, is sandguard's when it carries `$SANDGUARD_LABELS`.
 
 mod claim;
+pub(crate) mod daemon;
 mod describe;
 mod error;
 mod follow;
@@ -68,7 +69,6 @@ mod image;
 mod list;
 mod network;
 mod pod;
-pub(crate) mod proxy;
 
 use std::sync::Arc;
 

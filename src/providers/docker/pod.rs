@@ -46,8 +46,8 @@ use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
 use serde::Deserialize;
 
+use super::daemon::Upstream;
 use super::error::{classify_status, short};
-use super::proxy::Upstream;
 use crate::providers::ProviderError;
 
 /// Podman's refusal to remove a pod's infra container alone.

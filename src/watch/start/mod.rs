@@ -33,8 +33,8 @@ use crate::identity::death::{Gone, OwnerWatch};
 use crate::identity::Identity;
 use crate::ledger::{Journal, SessionView};
 use crate::protocol::LineReader;
-use crate::providers::docker::proxy::Claim;
 use crate::providers::Registry;
+use crate::proxy::docker::Claim;
 use crate::reclaim::Options;
 use crate::session::handoff::Handoff;
 use crate::session::{self, SessionId};
@@ -84,7 +84,7 @@ pub(crate) struct Started {
     plan: service::SidecarService,
     triggers: Triggers<tokio::net::unix::pipe::Receiver>,
     /// Kept until the end: the Docker proxy's socket directory is removed on drop.
-    _socket_dir: Option<crate::providers::docker::proxy::SocketDir>,
+    _socket_dir: Option<crate::proxy::docker::SocketDir>,
 }
 
 impl Started {

@@ -30,8 +30,9 @@ use std::time::Duration;
 
 use super::StartError;
 use crate::config::{ProxyMode, Ryuk, Settings, RYUK_DISABLED};
-use crate::providers::cloud_proxy::{self, Api, CloudProxy, Upstream as CloudUpstream};
-use crate::providers::docker::proxy::{Claim, Proxy, SocketDir, Upstream};
+use crate::providers::docker::daemon::Upstream;
+use crate::proxy::cloud::{self, Api, CloudProxy, Upstream as CloudUpstream};
+use crate::proxy::docker::{Claim, Proxy, SocketDir};
 use crate::unix;
 
 /// How long the look at the Docker daemon waits for a connection.
@@ -100,7 +101,7 @@ impl Bound {
         let docker = self.docker.iter().flat_map(|p| docker_env(&p.dir, p.ryuk));
         let cloud = self.cloud.iter().filter_map(|c| {
             let address = c.listener.local_addr().ok()?;
-            Some(cloud_proxy::assignment(c.api, address, &c.upstream))
+            Some(cloud::assignment(c.api, address, &c.upstream))
         });
         docker.chain(cloud).collect()
     }
@@ -376,8 +377,8 @@ fn bind_cloud(
         if cloud.token.is_none() && cloud.secret.is_none() {
             continue;
         }
-        let listening = CloudUpstream::parse(&cloud.url)
-            .and_then(|upstream| Ok((upstream, cloud_proxy::listen()?)));
+        let listening =
+            CloudUpstream::parse(&cloud.url).and_then(|upstream| Ok((upstream, cloud::listen()?)));
         match listening {
             Ok((upstream, listener)) => bound.push(BoundCloud {
                 api,

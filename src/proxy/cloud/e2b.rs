@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 
 use super::{Hold, Route, UNKNOWN_CREATE};
-use crate::providers::proxy_stamp::{id_at, merge, Keys};
+use crate::proxy::stamp::{id_at, merge, Keys};
 
 /// The variable the `e2b` SDKs read their API's base URL from.
 pub(crate) const VARIABLE: &str = "E2B_API_URL";

@@ -40,8 +40,8 @@ use super::create;
 use super::target::{self, Create, Route};
 use super::upstream::{as_is, Conn};
 use super::{claim, removal, volumes, Body, Hold, Shared, MAX_HEAD};
-use crate::providers::proxy_headers::strip_hop_by_hop;
-use crate::providers::proxy_stamp::{collect, TooLarge, MAX_CREATE_BODY};
+use crate::proxy::headers::strip_hop_by_hop;
+use crate::proxy::stamp::{collect, TooLarge, MAX_CREATE_BODY};
 
 /// A request the proxy answers itself instead of forwarding it.
 #[derive(Debug)]

@@ -1,8 +1,8 @@
 //! Forwarding one request to the real API and its answer back, as HTTP/1.1 asks of an
 //! intermediary: hop-by-hop headers stay on their hop, `Host` is the upstream's, bodies stream.
 
-use crate::providers::proxy_headers::strip_hop_by_hop;
 use crate::providers::retry::error_chain;
+use crate::proxy::headers::strip_hop_by_hop;
 use http_body_util::Either;
 use hyper::body::Incoming;
 use hyper::header::{HeaderMap, CONNECTION, HOST, UPGRADE};

@@ -2,7 +2,7 @@
 //! label map, read as the service reads it (the Docker daemon's `Labels`, E2B's `metadata`,
 //! Daytona's `labels`). [`stamp`] is the step itself, on a parsed object; [`merge`] is it on a
 //! cloud create's raw body. The Docker proxy reads its bodies itself (`null` is a config to Go)
-//! and then takes the same step (`docker::proxy::create::stamp`).
+//! and then takes the same step (`proxy::docker::create::stamp`).
 //!
 //! The body is kept as [`Json`] (objects as ordered pairs, duplicates included), so every key
 //! the service could take for the label map is seen. A Go service (E2B) decodes with
@@ -24,8 +24,8 @@ use std::collections::BTreeMap;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::{Body, Bytes};
 
-use crate::providers::docker::proxy::json::{go_field, go_map, insert, Json};
-use crate::providers::proxy_claim::Hold;
+use crate::proxy::claim::Hold;
+use crate::proxy::json::{go_field, go_map, insert, Json};
 
 /// The largest create (or commit) body buffered for stamping; a larger one is refused (413).
 pub(crate) const MAX_CREATE_BODY: u64 = 8 * 1024 * 1024;

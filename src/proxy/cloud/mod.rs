@@ -30,7 +30,7 @@
 //!   proxy does not know is never passed on unstamped. The create call is the one request
 //!   buffered (at most [`MAX_CREATE_BODY`]): the session's labels are merged into its
 //!   `metadata` / `labels`, the session's values winning, the program's other keys kept
-//!   (`providers::proxy_stamp`, the step the Docker proxy takes too); its `Accept-Encoding` is
+//!   (`proxy::stamp`, the step the Docker proxy takes too); its `Accept-Encoding` is
 //!   dropped, so the answer comes uncompressed and its id can be read (the program gets it
 //!   uncompressed too). A create it cannot stamp is refused, never passed on unstamped: a
 //!   body over the bound (413), one that is not a JSON object (400), and a fork (E2B's and
@@ -41,12 +41,12 @@
 //!   carry `sandguard.detached=true` is handed over as a detach, [`Hold::Detach`], so it
 //!   outlives its owner) and the answer reaches the program only after
 //!   the sidecar acknowledged it (journaled, fsynced). No acknowledgement within
-//!   [`ACK_TIMEOUT`](crate::providers::proxy_claim::ACK_TIMEOUT) (a sidecar that is reclaiming, a disk that hangs), or an answer whose id
+//!   [`ACK_TIMEOUT`](crate::proxy::claim::ACK_TIMEOUT) (a sidecar that is reclaiming, a disk that hangs), or an answer whose id
 //!   cannot be read, answers 503 with the reason: the program never holds a sandbox sandguard
 //!   did not claim (the sandbox carries the session's labels, so a sweep finds it). Other
 //!   answers, errors included (4xx, 5xx, 429 with their headers), pass through unchanged.
 //!
-//! - Connections are accepted by the loop both proxies share (`providers::proxy_accept`),
+//! - Connections are accepted by the loop both proxies share (`proxy::accept`),
 //!   each served by hyper's HTTP/1 server with upgrades.
 //!
 //! The proxy is a convenience for programs that are not hostile: a program holds its own API
@@ -68,8 +68,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-pub(crate) use crate::providers::proxy_claim::{Claim, Hold};
-use crate::providers::proxy_stamp::{collect, TooLarge, MAX_CREATE_BODY};
+pub(crate) use crate::proxy::claim::{Claim, Hold};
+use crate::proxy::stamp::{collect, TooLarge, MAX_CREATE_BODY};
 
 /// A body as the proxy passes it: streamed, or built here (a stamped create, an error).
 pub(crate) type Body = Either<Incoming, Full<Bytes>>;
@@ -243,7 +243,7 @@ impl CloudProxy {
             .set_nonblocking(true)
             .and_then(|()| TcpListener::from_std(listener))
             .map_err(|e| format!("cannot serve on {address}: {e}"))?;
-        let base = crate::providers::docker::proxy::target::clean(&upstream.base)
+        let base = crate::proxy::path::clean(&upstream.base)
             .into_iter()
             .map(str::to_string)
             .collect();
@@ -270,7 +270,7 @@ impl CloudProxy {
     /// Serves until dropped; dropping the future ends every connection with it.
     pub(crate) async fn run(self) {
         let shared = self.shared;
-        crate::providers::proxy_accept::serve("cloud proxy", self.listener, move |client| {
+        crate::proxy::accept::serve("cloud proxy", self.listener, move |client| {
             serve(client, shared.clone())
         })
         .await;
@@ -304,7 +304,7 @@ async fn handle(req: Request<Incoming>, shared: &Shared) -> Response<Body> {
 /// base path.
 fn route(req: &Request<Incoming>, shared: &Shared) -> Route {
     let post = req.method().as_str().eq_ignore_ascii_case("POST");
-    let Ok(decoded) = crate::providers::docker::proxy::target::decode(req.uri().path()) else {
+    let Ok(decoded) = crate::proxy::path::decode(req.uri().path()) else {
         // The services refuse such a path too; a POST might have been a create.
         return match post {
             true => Route::Refuse("its path has a bad % escape"),
@@ -314,7 +314,7 @@ fn route(req: &Request<Incoming>, shared: &Shared) -> Route {
     let Ok(path) = String::from_utf8(decoded) else {
         return Route::Pass; // no sandbox route has bytes that are not UTF-8
     };
-    let segments = crate::providers::docker::proxy::target::clean(&path);
+    let segments = crate::proxy::path::clean(&path);
     // The base path is part of the service's routes, matched in any ASCII case like them.
     let under = segments.len() >= shared.base.len()
         && segments
@@ -390,10 +390,10 @@ fn unclaimed(api: Api, why: &str) -> Response<Body> {
 }
 
 /// Sends a claim (or a detach, as `hold` says) to the sidecar and waits (at most
-/// [`ACK_TIMEOUT`](crate::providers::proxy_claim::ACK_TIMEOUT)) until it is journaled.
+/// [`ACK_TIMEOUT`](crate::proxy::claim::ACK_TIMEOUT)) until it is journaled.
 async fn claim(shared: &Shared, id: &str, hold: Hold) -> Result<(), String> {
     let target = crate::protocol::Target::new(shared.api.name(), id).map_err(|e| e.to_string())?;
-    crate::providers::proxy_claim::claim(&shared.claims, target, hold)
+    crate::proxy::claim::claim(&shared.claims, target, hold)
         .await
         .map_err(|e| e.to_string())
 }

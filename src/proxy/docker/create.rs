@@ -1,7 +1,7 @@
 //! The bodies the proxy rewrites and the answers it claims from.
 //!
 //! - A create body gets the session's labels: every top-level key Go would decode into
-//!   `Labels` (any spelling under case folding, any number of them; see [`super::json`]) is
+//!   `Labels` (any spelling under case folding, any number of them; see [`crate::proxy::json`]) is
 //!   merged, in order, into one `Labels` object with the session's values winning, so a later
 //!   `labels` key cannot override `sandguard.session`. An empty body or `null` (which Go
 //!   decodes into an empty config, and a volume create then makes a volume) is stamped as
@@ -29,12 +29,12 @@ use std::collections::BTreeMap;
 
 use percent_encoding::utf8_percent_encode;
 
-use super::json::{go_field, go_map, insert, Json};
 use super::target::Create;
 use crate::labels;
 use crate::providers::http::NOT_UNRESERVED;
-use crate::providers::proxy_claim::Hold;
-use crate::providers::proxy_stamp::{self, Keys};
+use crate::proxy::claim::Hold;
+use crate::proxy::json::{go_field, go_map, insert, Json};
+use crate::proxy::stamp::{self, Keys};
 
 /// Docker's label map: the `Labels` field, found as Go's `encoding/json` finds it.
 const LABELS: Keys = Keys::Go("Labels");
@@ -47,7 +47,7 @@ pub(crate) const COMMIT_CHANGE: &str =
 /// sidecar journals for what it creates (`Hold::of` the merged labels).
 pub fn stamp(body: &[u8], labels: &BTreeMap<String, String>) -> Result<(Json, Hold), String> {
     let mut pairs = object(body)?.unwrap_or_default();
-    let hold = proxy_stamp::stamp(&mut pairs, LABELS, labels)?;
+    let hold = stamp::stamp(&mut pairs, LABELS, labels)?;
     Ok((Json::Object(pairs), hold))
 }
 
@@ -59,7 +59,7 @@ pub fn scrub_commit(body: &[u8]) -> Result<Vec<u8>, String> {
     if !pairs.iter().any(|(k, _)| go_field(k, "Labels")) {
         return Ok(body.to_vec());
     }
-    let merged = proxy_stamp::take(&mut pairs, LABELS)?.map(|mut m| {
+    let merged = stamp::take(&mut pairs, LABELS)?.map(|mut m| {
         m.retain(|(k, _)| !is_sandguard(k));
         Json::Object(m)
     });
@@ -98,7 +98,7 @@ fn object(body: &[u8]) -> Result<Option<Vec<(String, Json)>>, String> {
 /// The id an answer names if this session made the object: `Id` (volumes: `Name`), and,
 /// where the answer carries labels, `sandguard.session` equal to `session`; with, for a
 /// volume, its identity: its `CreatedAt` in unix seconds, which the claim is pinned to (a
-/// volume's name is not its identity, `super::super::claim`).
+/// volume's name is not its identity, `crate::providers::docker::claim`).
 pub(crate) fn claimable(
     kind: Create,
     answer: &[u8],

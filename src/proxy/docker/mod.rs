@@ -2,11 +2,11 @@
 //!
 //! The sidecar listens on a private unix socket (mode 0600 in a 0700 directory) and the
 //! guarded program gets `DOCKER_HOST` pointing at it. Connections are accepted by the loop both
-//! proxies share (`providers::proxy_accept`) and each is served by hyper's HTTP/1 server, with
+//! proxies share (`proxy::accept`) and each is served by hyper's HTTP/1 server, with
 //! keep-alive and upgrades; each request is judged and answered in [`forward`], and sent on the
 //! client connection's own connection to the real daemon through hyper's client
 //! ([`upstream`]). Creates are stamped by the step both proxies share
-//! (`providers::proxy_stamp`), and claims go through `providers::proxy_claim`.
+//! (`proxy::stamp`), and claims go through `proxy::claim`.
 //!
 //! Why hyper on both sides (issue #24, point 6): every byte the daemon receives before an
 //! upgrade is a request hyper parsed, the proxy judged, and hyper wrote anew, so no framing
@@ -63,7 +63,6 @@
 
 pub(crate) mod create;
 mod forward;
-pub(crate) mod json;
 mod removal;
 pub(crate) mod target;
 mod upstream;
@@ -79,53 +78,14 @@ use std::sync::Arc;
 use http_body_util::{Either, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
 use crate::protocol::Target;
-use crate::providers::proxy_claim::claim as claim_target;
-pub(crate) use crate::providers::proxy_claim::{Claim, Hold};
+use crate::providers::docker::daemon::Upstream;
+use crate::proxy::claim::claim as claim_target;
+pub(crate) use crate::proxy::claim::{Claim, Hold};
 use target::Create;
-
-/// Where the real daemon listens.
-#[derive(Debug, Clone)]
-pub(crate) enum Upstream {
-    Unix(PathBuf),
-    Tcp(String),
-}
-
-impl Upstream {
-    /// From a Docker host address: `unix:///path`, `tcp://host:port` or `http://host:port`.
-    pub(crate) fn parse(host: &str) -> Result<Upstream, String> {
-        if let Some(path) = host.strip_prefix("unix://") {
-            return Ok(Upstream::Unix(PathBuf::from(path)));
-        }
-        for scheme in ["tcp://", "http://"] {
-            if let Some(addr) = host.strip_prefix(scheme) {
-                return Ok(Upstream::Tcp(addr.trim_end_matches('/').to_string()));
-            }
-        }
-        Err(format!(
-            "the Docker proxy cannot forward to {host:?}: use unix:///path or tcp://host:port"
-        ))
-    }
-
-    pub(crate) async fn connect(&self) -> io::Result<Box<dyn Io>> {
-        Ok(match self {
-            Upstream::Unix(p) => Box::new(UnixStream::connect(p).await?),
-            Upstream::Tcp(a) => {
-                let s = tokio::net::TcpStream::connect(a).await?;
-                s.set_nodelay(true)?;
-                Box::new(s)
-            }
-        })
-    }
-}
-
-/// A connection to the daemon, over a unix socket or TCP.
-pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 struct Shared {
     upstream: Upstream,
@@ -262,7 +222,7 @@ impl Proxy {
     /// Serves until dropped; dropping the future ends every connection with it.
     pub(crate) async fn run(self) {
         let shared = self.shared;
-        crate::providers::proxy_accept::serve("docker proxy", self.listener, move |client| {
+        crate::proxy::accept::serve("docker proxy", self.listener, move |client| {
             serve(client, shared.clone())
         })
         .await;

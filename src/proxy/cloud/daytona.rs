@@ -24,7 +24,7 @@
 use std::collections::BTreeMap;
 
 use super::{Hold, Route, UNKNOWN_CREATE};
-use crate::providers::proxy_stamp::{id_at, merge, Keys};
+use crate::proxy::stamp::{id_at, merge, Keys};
 
 /// The variable the `daytona` SDKs read their API's base URL from.
 pub(crate) const VARIABLE: &str = "DAYTONA_API_URL";

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::labels;
 use crate::protocol::Target;
-use crate::providers::docker::proxy::json::Json;
+use crate::proxy::json::Json;
 
 /// A claim from a proxy; the sidecar answers on `ack` once it is journaled.
 #[derive(Debug)]

@@ -5,7 +5,7 @@
 //! journaled (and acknowledged) before the answer reaches the program, exactly as a create's
 //! claim is. So the ledger never keeps a claim on an id that no longer names what was made: a
 //! volume's name, once free, may be taken by anyone (and its pinned claim would be refused
-//! anyway, `super::super::claim`), and `sessions show` says the program removed it.
+//! anyway, `crate::providers::docker::claim`), and `sessions show` says the program removed it.
 //!
 //! Decisions:
 //! - **Only what this proxy claimed is released**, found by what the request names: a full id
@@ -106,9 +106,7 @@ pub(super) async fn pruned(shared: &Shared, kind: Create, answer: &[u8]) {
 
 async fn release(shared: &Shared, target: Target) {
     let id = target.id.clone();
-    if let Err(e) =
-        crate::providers::proxy_claim::claim(&shared.claims, target, Hold::Release).await
-    {
+    if let Err(e) = crate::proxy::claim::claim(&shared.claims, target, Hold::Release).await {
         tracing::debug!("docker proxy: the release of {id} was not journaled ({e})");
     }
 }
@@ -121,7 +119,7 @@ pub(super) fn given_name(kind: Create, target: &str, body: &[u8]) -> Option<Stri
             let query = target.split_once('?')?.1;
             query.split('&').find_map(|pair| {
                 let value = pair.strip_prefix("name=")?;
-                let bytes = super::target::decode(&value.replace('+', " ")).ok()?;
+                let bytes = crate::proxy::path::decode(&value.replace('+', " ")).ok()?;
                 String::from_utf8(bytes).ok().filter(|n| !n.is_empty())
             })
         }

@@ -24,8 +24,8 @@
 //!   connection: [`Conn::finish`] waits for them once the client is served, and dropping the
 //!   connection's future (the proxy ending) aborts them.
 
-use crate::providers::proxy_headers::strip_hop_by_hop;
 use crate::providers::retry::error_chain;
+use crate::proxy::headers::strip_hop_by_hop;
 use std::sync::{Arc, Mutex};
 
 use http_body_util::Either;
