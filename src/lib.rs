@@ -159,6 +159,7 @@ pub mod testing {
             pub use crate::proxy::docker::target::route;
         }
         pub use crate::proxy::json::Json;
+        pub use crate::proxy::refusal::Unstampable;
         pub mod stamp {
             pub use crate::proxy::stamp::{take, Keys};
         }

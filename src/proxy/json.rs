@@ -32,8 +32,8 @@ pub enum Json {
 
 impl Json {
     /// Parses a whole body: one value, nothing but whitespace after it.
-    pub fn parse(bytes: &[u8]) -> Result<Json, String> {
-        serde_json::from_slice(bytes).map_err(|e| e.to_string())
+    pub fn parse(bytes: &[u8]) -> Result<Json, serde_json::Error> {
+        serde_json::from_slice(bytes)
     }
 
     pub fn to_vec(&self) -> Vec<u8> {

@@ -24,8 +24,11 @@
 pub(crate) mod accept;
 pub(crate) mod claim;
 pub(crate) mod cloud;
+pub(crate) mod create;
 pub(crate) mod docker;
 pub(crate) mod headers;
 pub(crate) mod json;
 pub(crate) mod path;
+pub(crate) mod refusal;
 pub(crate) mod stamp;
+pub(crate) mod tasks;

@@ -26,6 +26,7 @@ use hyper::body::{Body, Bytes};
 
 use crate::proxy::claim::Hold;
 use crate::proxy::json::{go_field, go_map, insert, Json};
+use crate::proxy::refusal::Unstampable;
 
 /// The largest create (or commit) body buffered for stamping; a larger one is refused (413).
 pub(crate) const MAX_CREATE_BODY: u64 = 8 * 1024 * 1024;
@@ -67,7 +68,7 @@ pub(crate) fn merge(
     body: &[u8],
     keys: Keys,
     labels: &BTreeMap<String, String>,
-) -> Result<(Vec<u8>, Hold), String> {
+) -> Result<(Vec<u8>, Hold), Unstampable> {
     let mut pairs = object(body)?;
     let hold = stamp(&mut pairs, keys, labels)?;
     Ok((Json::Object(pairs).to_vec(), hold))
@@ -80,7 +81,7 @@ pub(crate) fn stamp(
     pairs: &mut Vec<(String, Json)>,
     keys: Keys,
     labels: &BTreeMap<String, String>,
-) -> Result<Hold, String> {
+) -> Result<Hold, Unstampable> {
     let mut merged = take(pairs, keys)?.unwrap_or_default();
     for (k, v) in labels {
         insert(&mut merged, k, Json::str(v));
@@ -95,7 +96,7 @@ pub(crate) fn stamp(
 pub fn take(
     pairs: &mut Vec<(String, Json)>,
     keys: Keys,
-) -> Result<Option<Vec<(String, Json)>>, String> {
+) -> Result<Option<Vec<(String, Json)>>, Unstampable> {
     let found = match keys {
         Keys::Go(name) => go_merged(pairs, name)?,
         Keys::Exact(name) => last(pairs, name)?,
@@ -120,29 +121,31 @@ fn matches(keys: Keys, key: &str) -> bool {
 }
 
 /// The body's top-level object (an empty body is `{}`).
-fn object(body: &[u8]) -> Result<Vec<(String, Json)>, String> {
+fn object(body: &[u8]) -> Result<Vec<(String, Json)>, Unstampable> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(Vec::new());
     }
-    match Json::parse(body).map_err(|e| format!("its body is not JSON: {e}"))? {
+    match Json::parse(body).map_err(|e| Unstampable::NotJson(e.to_string()))? {
         Json::Object(pairs) => Ok(pairs),
-        _ => Err("its body is not a JSON object".into()),
+        _ => Err(Unstampable::NotObject),
     }
 }
 
-fn go_merged(pairs: &[(String, Json)], name: &str) -> Result<Option<Vec<(String, Json)>>, String> {
+type Map = Option<Vec<(String, Json)>>;
+
+fn go_merged(pairs: &[(String, Json)], name: &'static str) -> Result<Map, Unstampable> {
     let mut merged = None;
     for (_, v) in pairs.iter().filter(|(k, _)| go_field(k, name)) {
-        go_map(&mut merged, v).map_err(|e| format!("its `{name}` is {e}"))?;
+        go_map(&mut merged, v).map_err(|_| Unstampable::Labels(name))?;
     }
     Ok(merged)
 }
 
-fn last(pairs: &[(String, Json)], name: &str) -> Result<Option<Vec<(String, Json)>>, String> {
+fn last(pairs: &[(String, Json)], name: &'static str) -> Result<Map, Unstampable> {
     match pairs.iter().rev().find(|(k, _)| k == name) {
         None | Some((_, Json::Null)) => Ok(None),
         Some((_, Json::Object(map))) => Ok(Some(map.clone())),
-        Some(_) => Err(format!("its `{name}` is not an object")),
+        Some(_) => Err(Unstampable::Labels(name)),
     }
 }
 

@@ -24,6 +24,7 @@
 use std::collections::BTreeMap;
 
 use super::{Hold, Route, UNKNOWN_CREATE};
+use crate::proxy::refusal::Unstampable;
 use crate::proxy::stamp::{id_at, merge, Keys};
 
 /// The variable the `daytona` SDKs read their API's base URL from.
@@ -54,7 +55,7 @@ pub(crate) fn route(post: bool, rest: &[&str]) -> Route {
 pub(crate) fn stamp(
     body: &[u8],
     labels: &BTreeMap<String, String>,
-) -> Result<(Vec<u8>, Hold), String> {
+) -> Result<(Vec<u8>, Hold), Unstampable> {
     merge(body, Keys::Exact("labels"), labels)
 }
 

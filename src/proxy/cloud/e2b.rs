@@ -18,6 +18,7 @@
 use std::collections::BTreeMap;
 
 use super::{Hold, Route, UNKNOWN_CREATE};
+use crate::proxy::refusal::Unstampable;
 use crate::proxy::stamp::{id_at, merge, Keys};
 
 /// The variable the `e2b` SDKs read their API's base URL from.
@@ -53,7 +54,7 @@ fn is_version(segment: &str) -> bool {
 pub(crate) fn stamp(
     body: &[u8],
     labels: &BTreeMap<String, String>,
-) -> Result<(Vec<u8>, Hold), String> {
+) -> Result<(Vec<u8>, Hold), Unstampable> {
     merge(body, Keys::Go("metadata"), labels)
 }
 

@@ -10,7 +10,9 @@ use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode, Uri};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioExecutor;
+
+use crate::proxy::tasks::Tasks;
 
 use super::{answer, Body, Shared};
 
@@ -43,7 +45,11 @@ fn wants_upgrade(headers: &HeaderMap) -> bool {
 
 /// A request passed on unchanged (but for its hop's headers); an upgrade answered `101` is
 /// then copied raw both ways.
-pub(super) async fn pass(mut req: Request<Incoming>, shared: &Shared) -> Response<Body> {
+pub(super) async fn pass(
+    mut req: Request<Incoming>,
+    shared: &Shared,
+    tasks: &Tasks,
+) -> Response<Body> {
     let upgrade = wants_upgrade(req.headers());
     let client_side = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (parts, body) = req.into_parts();
@@ -52,13 +58,7 @@ pub(super) async fn pass(mut req: Request<Incoming>, shared: &Shared) -> Respons
         Err(r) => return r,
     };
     if let (Some(client_side), StatusCode::SWITCHING_PROTOCOLS) = (client_side, resp.status()) {
-        let upstream_side = hyper::upgrade::on(&mut resp);
-        tokio::spawn(async move {
-            if let (Ok(c), Ok(u)) = tokio::join!(client_side, upstream_side) {
-                let (mut c, mut u) = (TokioIo::new(c), TokioIo::new(u));
-                let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
-            }
-        });
+        tasks.splice("cloud proxy", client_side, hyper::upgrade::on(&mut resp));
         let (parts, body) = resp.into_parts();
         return Response::from_parts(parts, Either::Left(body));
     }

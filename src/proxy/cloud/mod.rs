@@ -47,7 +47,11 @@
 //!   answers, errors included (4xx, 5xx, 429 with their headers), pass through unchanged.
 //!
 //! - Connections are accepted by the loop both proxies share (`proxy::accept`),
-//!   each served by hyper's HTTP/1 server with upgrades.
+//!   each served by hyper's HTTP/1 server with upgrades; a websocket's raw copy is a task of
+//!   its connection (`proxy::tasks`), as the Docker proxy's are.
+//! - A create goes through the pipeline both proxies run (`proxy::create`: read, stamp,
+//!   decide, forward, claim); this API's part of it is [`Creating`], and its refusals
+//!   (`proxy::refusal`) are answered in the shape both SDKs show.
 //!
 //! The proxy is a convenience for programs that are not hostile: a program holds its own API
 //! key and can always call the real API directly.
@@ -62,17 +66,20 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http_body_util::{Either, Full};
-use hyper::body::{Bytes, Incoming};
+use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
+use crate::protocol::Target;
 pub(crate) use crate::proxy::claim::{Claim, Hold};
-use crate::proxy::stamp::{collect, TooLarge, MAX_CREATE_BODY};
+use crate::proxy::create::{self as pipeline, Creates, Stamped, Unclaimed};
+use crate::proxy::refusal::{Refusal, Unstampable};
+use crate::proxy::stamp::MAX_CREATE_BODY;
+use crate::proxy::tasks::Tasks;
 
-/// A body as the proxy passes it: streamed, or built here (a stamped create, an error).
-pub(crate) type Body = Either<Incoming, Full<Bytes>>;
+pub(crate) use crate::proxy::create::Body;
 
 /// Which API a proxy speaks; only [`e2b`] and [`daytona`] know their wire formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,7 +140,7 @@ impl Api {
         self,
         body: &[u8],
         labels: &BTreeMap<String, String>,
-    ) -> Result<(Vec<u8>, Hold), String> {
+    ) -> Result<(Vec<u8>, Hold), Unstampable> {
         match self {
             Api::E2b => e2b::stamp(body, labels),
             Api::Daytona => daytona::stamp(body, labels),
@@ -278,11 +285,17 @@ impl CloudProxy {
 }
 
 /// One client connection, HTTP/1.1 with keep-alive and upgrades; errors end only it.
+/// Then the tasks it started (a websocket's raw copy) are waited for: they end when their
+/// streams do, and are aborted with the proxy.
 async fn serve(client: tokio::net::TcpStream, shared: Arc<Shared>) {
-    let service = hyper::service::service_fn(move |req| {
-        let shared = shared.clone();
-        async move { Ok::<_, Infallible>(handle(req, &shared).await) }
-    });
+    let tasks = Arc::new(Tasks::default());
+    let service = {
+        let tasks = tasks.clone();
+        hyper::service::service_fn(move |req| {
+            let (shared, tasks) = (shared.clone(), tasks.clone());
+            async move { Ok::<_, Infallible>(handle(req, &shared, &tasks).await) }
+        })
+    };
     let served = hyper::server::conn::http1::Builder::new()
         .serve_connection(TokioIo::new(client), service)
         .with_upgrades()
@@ -290,13 +303,19 @@ async fn serve(client: tokio::net::TcpStream, shared: Arc<Shared>) {
     if let Err(e) = served {
         tracing::debug!("cloud proxy: connection ended: {e}");
     }
+    tasks.finish().await;
 }
 
-async fn handle(req: Request<Incoming>, shared: &Shared) -> Response<Body> {
+async fn handle(req: Request<Incoming>, shared: &Shared, tasks: &Tasks) -> Response<Body> {
     match route(&req, shared) {
-        Route::Pass => forward::pass(req, shared).await,
-        Route::Create => create(req, shared).await,
-        Route::Refuse(why) => answer(400, &refusal(shared.api, why)),
+        Route::Pass => forward::pass(req, shared, tasks).await,
+        Route::Create => {
+            let (parts, body) = req.into_parts();
+            pipeline::create(&Creating(shared), parts, body)
+                .await
+                .unwrap_or_else(|r| refused(shared.api, &r))
+        }
+        Route::Refuse(why) => answer(400, &refusal_message(shared.api, why)),
     }
 }
 
@@ -327,7 +346,7 @@ fn route(req: &Request<Incoming>, shared: &Shared) -> Route {
     shared.api.route(post, &segments[shared.base.len()..])
 }
 
-fn refusal(api: Api, why: &str) -> String {
+fn refusal_message(api: Api, why: &str) -> String {
     format!(
         "sandguard: refused a {} sandbox create it cannot stamp with the session's labels ({why}); \
          nothing was created",
@@ -335,47 +354,72 @@ fn refusal(api: Api, why: &str) -> String {
     )
 }
 
-/// Stamps a create, forwards it, and claims the answer's id before handing the answer over.
-async fn create(req: Request<Incoming>, shared: &Shared) -> Response<Body> {
-    let (parts, body) = req.into_parts();
-    let body = match collect(body, MAX_CREATE_BODY).await {
-        Ok(b) => b,
-        Err(TooLarge(true)) => {
-            let why = format!("its body is over {MAX_CREATE_BODY} bytes");
-            return answer(413, &refusal(shared.api, &why));
-        }
-        Err(TooLarge(false)) => {
-            return answer(400, &refusal(shared.api, "its body could not be read"))
-        }
+/// A refusal of the pipeline's, in the words of [`refusal`].
+fn refused(api: Api, refusal: &Refusal) -> Response<Body> {
+    let why = match refusal {
+        Refusal::TooLarge => format!("its body is over {MAX_CREATE_BODY} bytes"),
+        Refusal::Unstampable(why) => why.to_string(),
+        other => other.to_string(),
     };
-    let (stamped, hold) = match shared.api.stamp(&body, &shared.labels) {
-        Ok(s) => s,
-        Err(why) => return answer(400, &refusal(shared.api, &why)),
-    };
-    let mut parts = parts;
-    parts
-        .headers
-        .insert(hyper::header::CONTENT_LENGTH, stamped.len().into());
-    // The answer must be read for its id: asked for as it is, never compressed.
-    parts.headers.remove(hyper::header::ACCEPT_ENCODING);
-    let answered = match forward::send(parts, Either::Right(Full::from(stamped)), shared).await {
-        Ok(resp) => resp,
-        Err(resp) => return resp,
-    };
-    if !answered.status().is_success() {
-        return forward::answer_as_is(answered.map(Either::Left));
+    answer(refusal.status(), &refusal_message(api, &why))
+}
+
+/// A sandbox create, through the pipeline both proxies share ([`pipeline`]): this API's part.
+struct Creating<'a>(&'a Shared);
+
+impl Creates for Creating<'_> {
+    type Made = ();
+
+    async fn stamp(&self, body: &[u8]) -> Result<Stamped<()>, Refusal> {
+        let (body, hold) = self.0.api.stamp(body, &self.0.labels)?;
+        Ok(Stamped {
+            body,
+            hold,
+            made: (),
+        })
     }
-    let (parts, body) = answered.into_parts();
-    let Ok(body) = collect(body, MAX_CREATE_BODY).await else {
-        return unclaimed(shared.api, "its create answer could not be read");
-    };
-    let Some(id) = shared.api.created(&body) else {
-        return unclaimed(shared.api, "its create answer names no sandbox id");
-    };
-    if let Err(why) = claim(shared, &id, hold).await {
-        return unclaimed(shared.api, &format!("sandbox {id} was not claimed: {why}"));
+
+    /// The answer must be read for its id: asked for as it is, never compressed.
+    async fn forward(
+        &self,
+        mut parts: hyper::http::request::Parts,
+        body: Vec<u8>,
+    ) -> Result<Response<Incoming>, Response<Body>> {
+        parts.headers.remove(hyper::header::ACCEPT_ENCODING);
+        forward::send(parts, Either::Right(Full::from(body)), self.0).await
     }
-    forward::answer_as_is(Response::from_parts(parts, Either::Right(Full::from(body))))
+
+    fn as_is(&self, answer: Response<Incoming>) -> Response<Body> {
+        forward::answer_as_is(answer.map(Either::Left))
+    }
+
+    fn created(&self, (): (), answer: &[u8]) -> Result<Target, Unclaimed> {
+        let id = self.0.api.created(answer).ok_or(Unclaimed::NotOurs)?;
+        Target::new(self.0.api.name(), &id).map_err(|why| Unclaimed::BadId { id, why })
+    }
+
+    fn claims(&self) -> &mpsc::UnboundedSender<Claim> {
+        &self.0.claims
+    }
+
+    fn unreadable(&self) -> Response<Body> {
+        unclaimed(self.0.api, "its create answer could not be read")
+    }
+
+    /// Withheld: the program never holds a sandbox sandguard did not claim.
+    fn unclaimed(&self, why: Unclaimed) -> Option<Response<Body>> {
+        let api = self.0.api;
+        Some(match why {
+            Unclaimed::NotOurs => unclaimed(api, "its create answer names no sandbox id"),
+            Unclaimed::BadId { id, why } => {
+                unclaimed(api, &format!("sandbox {id} was not claimed: {why}"))
+            }
+            Unclaimed::NotAcknowledged(target, why) => unclaimed(
+                api,
+                &format!("sandbox {} was not claimed: {why}", target.id),
+            ),
+        })
+    }
 }
 
 /// A 503 for a create that may have made a sandbox sandguard could not claim.
@@ -387,15 +431,6 @@ fn unclaimed(api: Api, why: &str) -> Response<Body> {
         api.name()
     );
     answer(503, &message)
-}
-
-/// Sends a claim (or a detach, as `hold` says) to the sidecar and waits (at most
-/// [`ACK_TIMEOUT`](crate::proxy::claim::ACK_TIMEOUT)) until it is journaled.
-async fn claim(shared: &Shared, id: &str, hold: Hold) -> Result<(), String> {
-    let target = crate::protocol::Target::new(shared.api.name(), id).map_err(|e| e.to_string())?;
-    crate::proxy::claim::claim(&shared.claims, target, hold)
-        .await
-        .map_err(|e| e.to_string())
 }
 
 /// An answer of the proxy's own: `{"code": N, "message": "..."}`, which both SDKs show.

@@ -165,6 +165,19 @@ async fn bound(claims: mpsc::UnboundedSender<Claim>) -> CloudProxy {
         .unwrap()
 }
 
+/// The pipeline's claim step for an answer naming `id`: the target read as the proxy reads
+/// it, sent, and waited for.
+async fn claim(shared: &Shared, id: &str, hold: Hold) -> Result<(), String> {
+    let creating = Creating(shared);
+    let answer = format!(r#"{{"sandboxID":"{id}"}}"#);
+    let target = creating
+        .created((), answer.as_bytes())
+        .map_err(|e| format!("{e:?}"))?;
+    crate::proxy::claim::claim(creating.claims(), target, hold)
+        .await
+        .map_err(|e| e.to_string())
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_claim_without_an_acknowledgement_is_an_error_never_a_silent_pass() {
     let (tx, rx) = mpsc::unbounded_channel();

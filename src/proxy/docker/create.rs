@@ -34,6 +34,7 @@ use crate::labels;
 use crate::providers::http::NOT_UNRESERVED;
 use crate::proxy::claim::Hold;
 use crate::proxy::json::{go_field, go_map, insert, Json};
+use crate::proxy::refusal::Unstampable;
 use crate::proxy::stamp::{self, Keys};
 
 /// Docker's label map: the `Labels` field, found as Go's `encoding/json` finds it.
@@ -45,14 +46,14 @@ pub(crate) const COMMIT_CHANGE: &str =
 
 /// A create body with the session's labels merged into its one `Labels` key, and what the
 /// sidecar journals for what it creates (`Hold::of` the merged labels).
-pub fn stamp(body: &[u8], labels: &BTreeMap<String, String>) -> Result<(Json, Hold), String> {
+pub fn stamp(body: &[u8], labels: &BTreeMap<String, String>) -> Result<(Json, Hold), Unstampable> {
     let mut pairs = object(body)?.unwrap_or_default();
     let hold = stamp::stamp(&mut pairs, LABELS, labels)?;
     Ok((Json::Object(pairs), hold))
 }
 
 /// A commit body without sandguard's labels (an empty or `null` body stays as it is).
-pub fn scrub_commit(body: &[u8]) -> Result<Vec<u8>, String> {
+pub fn scrub_commit(body: &[u8]) -> Result<Vec<u8>, Unstampable> {
     let Some(mut pairs) = object(body)? else {
         return Ok(body.to_vec());
     };
@@ -84,14 +85,14 @@ fn is_sandguard(key: &str) -> bool {
 }
 
 /// The body's top-level object; `None` for a body Go reads as an empty config.
-fn object(body: &[u8]) -> Result<Option<Vec<(String, Json)>>, String> {
+fn object(body: &[u8]) -> Result<Option<Vec<(String, Json)>>, Unstampable> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
-    match Json::parse(body).map_err(|e| format!("its body is not JSON Docker reads alike: {e}"))? {
+    match Json::parse(body).map_err(|e| Unstampable::NotJson(e.to_string()))? {
         Json::Object(pairs) => Ok(Some(pairs)),
         Json::Null => Ok(None),
-        _ => Err("its body is not a JSON object".into()),
+        _ => Err(Unstampable::NotObject),
     }
 }
 
@@ -159,13 +160,13 @@ impl Volume {
 }
 
 /// The named volumes a container create body mounts, each once (the first mention wins).
-pub fn named_volumes(body: &Json) -> Result<Vec<Volume>, String> {
+pub fn named_volumes(body: &Json) -> Result<Vec<Volume>, Unstampable> {
     let Json::Object(pairs) = body else {
         return Ok(Vec::new());
     };
     let mut host: Option<HostConfig> = None;
     for (_, v) in pairs.iter().filter(|(k, _)| go_field(k, "HostConfig")) {
-        pointer(&mut host, v).map_err(|e| format!("its HostConfig cannot be read: {e}"))?;
+        pointer(&mut host, v).map_err(Unstampable::HostConfig)?;
     }
     let Some(host) = host else {
         return Ok(Vec::new());

@@ -36,32 +36,19 @@ use hyper::header::{HeaderValue, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, UPGRA
 use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, StatusCode, Version};
 
-use super::create;
 use super::target::{self, Create, Route};
 use super::upstream::{as_is, Conn};
-use super::{claim, removal, volumes, Body, Hold, Shared, MAX_HEAD};
-use crate::proxy::headers::strip_hop_by_hop;
-use crate::proxy::stamp::{collect, TooLarge, MAX_CREATE_BODY};
+use super::{claimed_target, create, removal, volumes, Body, MAX_HEAD};
+use crate::protocol::Target;
+use crate::proxy::create::{self as pipeline, Creates, Stamped, Unclaimed};
+use crate::proxy::refusal::Refusal;
+use crate::proxy::stamp::{collect, MAX_CREATE_BODY};
 
-/// A request the proxy answers itself instead of forwarding it.
-#[derive(Debug)]
-pub(super) struct Refusal {
-    pub status: u16,
-    pub message: String,
-}
-
-impl Refusal {
-    pub(super) fn new(status: u16, message: impl Into<String>) -> Refusal {
-        Refusal {
-            status,
-            message: message.into(),
-        }
-    }
-
-    fn answer(self) -> Response<Body> {
-        tracing::info!("docker proxy: refused ({}): {}", self.status, self.message);
-        answer(self.status, &self.message)
-    }
+/// A refusal, answered in Docker's shape and logged.
+fn refused(refusal: Refusal) -> Response<Body> {
+    let status = refusal.status();
+    tracing::info!("docker proxy: refused ({status}): {refusal}");
+    answer(status, &format!("sandguard: {refusal}"))
 }
 
 /// An answer of the proxy's own, closing the connection; the JSON body carries `message`.
@@ -79,12 +66,22 @@ pub(super) fn answer(status: u16, message: &str) -> Response<Body> {
 pub(super) async fn handle(req: Request<Incoming>, conn: &Conn) -> Response<Body> {
     let (target, route) = match judge(&req) {
         Ok(judged) => judged,
-        Err(refusal) => return refusal.answer(),
+        Err(refusal) => return refused(refusal),
     };
     // Docker looks for the header alone; hyper switches only an HTTP/1.1 connection.
     let upgrade = req.headers().contains_key(UPGRADE) && req.version() == Version::HTTP_11;
     let result = match route {
-        Route::Create { .. } | Route::Commit => rewrite(req, &target, &route, conn).await,
+        Route::Create { kind, version } => {
+            let (parts, body) = req.into_parts();
+            let creating = Creating {
+                conn,
+                target: &target,
+                kind,
+                version: &version,
+            };
+            pipeline::create(&creating, parts, body).await
+        }
+        Route::Commit => commit(req, &target, conn).await,
         Route::Remove { kind, given } => {
             let resp = pass(req, &target, upgrade, conn).await;
             let status = resp.status();
@@ -94,21 +91,21 @@ pub(super) async fn handle(req: Request<Incoming>, conn: &Conn) -> Response<Body
             Ok(resp)
         }
         Route::Prune { kind } => Ok(prune(req, &target, kind, conn).await),
-        Route::Libpod => Err(Refusal::new(403, target::LIBPOD_REFUSED)),
+        Route::Libpod => Err(Refusal::said(403, target::LIBPOD_REFUSED)),
         _ => Ok(pass(req, &target, upgrade, conn).await),
     };
-    result.unwrap_or_else(Refusal::answer)
+    result.unwrap_or_else(refused)
 }
 
 /// The target to send (origin form) and its route; a refusal for what cannot be judged.
 fn judge(req: &Request<Incoming>) -> Result<(String, Route), Refusal> {
-    let refuse = |why: &str| Err(Refusal::new(400, format!("sandguard: {why}")));
+    let refuse = |why: &str| Err(Refusal::said(400, format!("sandguard: {why}")));
     if req.method() == Method::CONNECT {
         return refuse("the Docker API has no CONNECT");
     }
     if head_size(req) > MAX_HEAD {
         let why = "sandguard: the request head is over 64 KiB";
-        return Err(Refusal::new(431, why));
+        return Err(Refusal::said(431, why));
     }
     if req
         .headers()
@@ -160,19 +157,83 @@ async fn pass(
     as_is(resp)
 }
 
-/// A request body read whole for rewriting or judging; `413` over [`MAX_CREATE_BODY`].
-async fn whole(body: Incoming) -> Result<Bytes, Refusal> {
-    collect(body, MAX_CREATE_BODY)
-        .await
-        .map_err(|TooLarge(over)| match over {
-            true => {
-                let mb = MAX_CREATE_BODY >> 20;
-                let why =
-                    format!("sandguard: a create or commit body over {mb} MiB cannot be stamped");
-                Refusal::new(413, why)
+/// A container, network or volume create, through the pipeline both proxies share
+/// ([`pipeline`]): Docker's part of it.
+struct Creating<'a> {
+    conn: &'a Conn,
+    /// The request target, as judged and sent.
+    target: &'a str,
+    kind: Create,
+    /// The API version prefix as routed, for the proxy's own volume creates.
+    version: &'a str,
+}
+
+impl Creates for Creating<'_> {
+    /// The name the create gave the object, by which the program may remove it (`removal`).
+    type Made = Option<String>;
+
+    /// The session's labels merged into `Labels`; a container's named volumes are made
+    /// first, labelled and claimed (`volumes`).
+    async fn stamp(&self, body: &[u8]) -> Result<Stamped<Option<String>>, Refusal> {
+        let shared = &self.conn.shared;
+        let (stamped, hold) = create::stamp(body, &shared.labels)?;
+        if self.kind == Create::Container {
+            for v in &create::named_volumes(&stamped)? {
+                volumes::precreate(shared, self.version, v, hold).await?;
             }
-            false => Refusal::new(400, "sandguard: its body could not be read"),
-        })
+        }
+        let body = stamped.to_vec();
+        let made = removal::given_name(self.kind, self.target, &body);
+        Ok(Stamped { body, hold, made })
+    }
+
+    async fn forward(
+        &self,
+        parts: Parts,
+        body: Vec<u8>,
+    ) -> Result<Response<Incoming>, Response<Body>> {
+        send_whole(parts, self.target, body, self.conn).await
+    }
+
+    fn as_is(&self, answer: Response<Incoming>) -> Response<Body> {
+        as_is(answer)
+    }
+
+    /// Claimed only when the answer names what this session made (`create::claimable`).
+    fn created(&self, name: Option<String>, answer: &[u8]) -> Result<Target, Unclaimed> {
+        let shared = &self.conn.shared;
+        let made = create::claimable(self.kind, answer, &shared.session);
+        let (id, created) = made.ok_or(Unclaimed::NotOurs)?;
+        let target = claimed_target(self.kind, &id, created.as_deref())?;
+        shared.claimed.made(self.kind, &id, name);
+        Ok(target)
+    }
+
+    fn claims(&self) -> &tokio::sync::mpsc::UnboundedSender<super::Claim> {
+        &self.conn.shared.claims
+    }
+
+    fn unreadable(&self) -> Response<Body> {
+        answer(
+            502,
+            "sandguard: the Docker daemon's create answer could not be read",
+        )
+    }
+
+    /// The daemon's answer goes on all the same: the object carries the session's labels.
+    fn unclaimed(&self, why: Unclaimed) -> Option<Response<Body>> {
+        match why {
+            Unclaimed::NotOurs => {}
+            Unclaimed::BadId { id, why } => {
+                tracing::warn!("docker proxy: {id} not claimed ({why}); its labels still mark it");
+            }
+            Unclaimed::NotAcknowledged(target, e) => tracing::debug!(
+                "docker proxy: {} not claimed ({e}); its labels still mark it",
+                target.id
+            ),
+        }
+        None
+    }
 }
 
 /// Sends a request with a body of the proxy's making (a fresh `Content-Length`).
@@ -192,51 +253,22 @@ async fn send_whole(
         .await
 }
 
-/// Reads a create or commit body, rewrites it and sends it on; a create's `2xx` answer is
-/// claimed before the client sees it.
-async fn rewrite(
+/// A commit: its body read whole ([`pipeline::read`]) and kept free of sandguard's labels,
+/// one more `changes` instruction blanking them in the image; nothing to claim.
+async fn commit(
     req: Request<Incoming>,
     target: &str,
-    route: &Route,
     conn: &Conn,
 ) -> Result<Response<Body>, Refusal> {
     let (parts, body) = req.into_parts();
-    let body = whole(body).await?;
-    let (new_target, body, hold) = rewritten(target, route, &body, &conn.shared).await?;
-    let name = match route {
-        Route::Create { kind, .. } => removal::given_name(*kind, target, &body),
-        _ => None,
-    };
-    let target = new_target.as_deref().unwrap_or(target);
-    let resp = match send_whole(parts, target, body, conn).await {
-        Ok(resp) => resp,
-        Err(resp) => return Ok(resp),
-    };
-    match route {
-        Route::Create { kind, .. } if resp.status().is_success() => {
-            Ok(claimed(resp, *kind, hold, name, &conn.shared).await)
-        }
-        _ => Ok(as_is(resp)),
-    }
-}
-
-/// A create's answer, read whole and claimed when it names what this session made; `name`:
-/// what the create named it.
-async fn claimed(
-    resp: Response<Incoming>,
-    kind: Create,
-    hold: Hold,
-    name: Option<String>,
-    shared: &Shared,
-) -> Response<Body> {
-    let (parts, data) = match read_answer(resp, "create").await {
-        Ok(read) => read,
-        Err(resp) => return resp,
-    };
-    if let Some(made) = create::claimable(kind, &data, &shared.session) {
-        claim(shared, kind, made, name, hold).await;
-    }
-    rebuilt(parts, data)
+    let body = pipeline::read(body).await?;
+    let body = create::scrub_commit(&body)
+        .map_err(|e| Refusal::said(400, format!("sandguard: cannot rewrite this commit: {e}")))?;
+    let target = create::commit_target(target);
+    Ok(match send_whole(parts, &target, body, conn).await {
+        Ok(resp) => as_is(resp),
+        Err(resp) => resp,
+    })
 }
 
 /// A prune: passed on, and what its answer names as deleted released (`removal`).
@@ -254,7 +286,7 @@ async fn prune(req: Request<Incoming>, target: &str, kind: Create, conn: &Conn) 
         Err(resp) => return resp,
     };
     removal::pruned(&conn.shared, kind, &data).await;
-    rebuilt(parts, data)
+    pipeline::rebuilt(parts, data)
 }
 
 /// An answer read whole (at most [`MAX_CREATE_BODY`]), or the proxy's own answer saying it
@@ -270,43 +302,5 @@ async fn read_answer(
             502,
             &format!("sandguard: the Docker daemon's {what} answer could not be read"),
         )),
-    }
-}
-
-/// An answer read whole, sent on with a fresh `Content-Length`.
-fn rebuilt(mut parts: hyper::http::response::Parts, data: Bytes) -> Response<Body> {
-    strip_hop_by_hop(&mut parts.headers, false);
-    parts.headers.insert(CONTENT_LENGTH, data.len().into());
-    Response::from_parts(parts, Either::Right(Full::from(data)))
-}
-
-/// The new target (commits only) and body of a create or commit, and what the sidecar is to
-/// journal for what it creates; a container's named volumes are made first.
-async fn rewritten(
-    target: &str,
-    route: &Route,
-    body: &[u8],
-    shared: &Shared,
-) -> Result<(Option<String>, Vec<u8>, Hold), Refusal> {
-    fn cannot(what: &'static str) -> impl Fn(String) -> Refusal {
-        move |e| Refusal::new(400, format!("sandguard: cannot {what}: {e}"))
-    }
-    match route {
-        Route::Create { kind, version } => {
-            let (stamped, hold) =
-                create::stamp(body, &shared.labels).map_err(cannot("stamp this create"))?;
-            if *kind == Create::Container {
-                let named = create::named_volumes(&stamped)
-                    .map_err(cannot("read this container's volumes"))?;
-                for v in &named {
-                    volumes::precreate(shared, version, v, hold).await?;
-                }
-            }
-            Ok((None, stamped.to_vec(), hold))
-        }
-        _ => {
-            let body = create::scrub_commit(body).map_err(cannot("rewrite this commit"))?;
-            Ok((Some(create::commit_target(target)), body, Hold::Claim))
-        }
     }
 }

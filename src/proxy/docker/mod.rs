@@ -5,8 +5,9 @@
 //! proxies share (`proxy::accept`) and each is served by hyper's HTTP/1 server, with
 //! keep-alive and upgrades; each request is judged and answered in [`forward`], and sent on the
 //! client connection's own connection to the real daemon through hyper's client
-//! ([`upstream`]). Creates are stamped by the step both proxies share
-//! (`proxy::stamp`), and claims go through `proxy::claim`.
+//! ([`upstream`]). Creates go through the pipeline both proxies run (`proxy::create`: read,
+//! stamp, decide, forward, claim), Docker's part of it in [`forward`]; refusals are
+//! `proxy::refusal`'s, answered in Docker's shape.
 //!
 //! Why hyper on both sides (issue #24, point 6): every byte the daemon receives before an
 //! upgrade is a request hyper parsed, the proxy judged, and hyper wrote anew, so no framing
@@ -75,8 +76,6 @@ use std::os::unix::net::UnixListener as StdUnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use http_body_util::{Either, Full};
-use hyper::body::{Bytes, Incoming};
 use hyper_util::rt::TokioIo;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
@@ -229,9 +228,7 @@ impl Proxy {
     }
 }
 
-/// A body as the proxy passes it: streamed as it arrives, or built here (a stamped create,
-/// an answer read whole to be claimed, the proxy's own answer).
-type Body = Either<Incoming, Full<Bytes>>;
+use crate::proxy::create::Body;
 
 /// One client connection: hyper's HTTP/1 server, keep-alive and upgrades, until the client
 /// leaves; errors end only this connection. Then the tasks it started (its daemon
@@ -263,34 +260,41 @@ async fn serve(client: UnixStream, shared: Arc<Shared>) {
 /// The longest request head read (hyper's read buffer); a longer one is answered `431`.
 const MAX_HEAD: usize = 64 * 1024;
 
-/// Tells the sidecar about a created object (a claim, or a detach as `hold` says) and waits
-/// until it is journaled: its `id` (a volume's name), pinned to `created` where the object's
-/// id is a name (a volume); `name`: the name it was created with, by which the program may
-/// remove it (`removal`).
-async fn claim(
-    shared: &Shared,
+/// The claim's target for an object this proxy made: its `id` (a volume's name), pinned to
+/// `created` where the object's id is a name (a volume).
+fn claimed_target(
     kind: Create,
-    (id, created): (String, Option<String>),
-    name: Option<String>,
-    hold: Hold,
-) {
-    let claimed = match (kind, &created) {
-        (Create::Container, _) => id.clone(),
+    id: &str,
+    created: Option<&str>,
+) -> Result<Target, crate::proxy::create::Unclaimed> {
+    let claimed = match (kind, created) {
+        (Create::Container, _) => id.to_string(),
         (Create::Network, _) => format!("network/{id}"),
         (Create::Volume, Some(created)) => format!("volume/{id}@{created}"),
         (Create::Volume, None) => format!("volume/{id}"),
     };
-    let target = match Target::new("docker", &claimed) {
+    Target::new("docker", &claimed).map_err(|why| crate::proxy::create::Unclaimed::BadId {
+        id: claimed.clone(),
+        why,
+    })
+}
+
+/// Tells the sidecar about a volume made for a container create (a claim, or a detach as
+/// `hold` says) and waits until it is journaled. Not acknowledged, the container create goes
+/// on all the same: the volume carries the session's labels.
+async fn claim_volume(shared: &Shared, (id, created): (String, Option<String>), hold: Hold) {
+    let target = match claimed_target(Create::Volume, &id, created.as_deref()) {
         Ok(t) => t,
         Err(e) => {
-            tracing::warn!("docker proxy: not claimed ({e}); its labels still mark it");
+            tracing::warn!(
+                "docker proxy: volume {id} not claimed ({e:?}); its labels still mark it"
+            );
             return;
         }
     };
-    shared.claimed.made(kind, &id, name);
-    // Not acknowledged: the daemon's answer goes on all the same; the labels mark the object.
+    shared.claimed.made(Create::Volume, &id, None);
     if let Err(e) = claim_target(&shared.claims, target, hold).await {
-        tracing::debug!("docker proxy: {claimed} not claimed ({e}); its labels still mark it");
+        tracing::debug!("docker proxy: volume {id} not claimed ({e}); its labels still mark it");
     }
 }
 

@@ -28,6 +28,7 @@ use crate::providers::retry::error_chain;
 use crate::proxy::headers::strip_hop_by_hop;
 use std::sync::{Arc, Mutex};
 
+use crate::proxy::tasks::Tasks;
 use http_body_util::Either;
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
@@ -36,7 +37,6 @@ use hyper::http::request::Parts;
 use hyper::upgrade::OnUpgrade;
 use hyper::{Request, Response, Uri, Version};
 use hyper_util::rt::TokioIo;
-use tokio::task::JoinSet;
 
 use super::forward::answer;
 use super::{Body, Shared};
@@ -46,7 +46,7 @@ pub(super) struct Conn {
     pub shared: Arc<Shared>,
     /// The daemon connection, between requests (taken while one is sent).
     daemon: Mutex<Option<SendRequest<Body>>>,
-    tasks: Mutex<JoinSet<()>>,
+    tasks: Tasks,
 }
 
 impl Conn {
@@ -54,19 +54,14 @@ impl Conn {
         Conn {
             shared,
             daemon: Mutex::new(None),
-            tasks: Mutex::new(JoinSet::new()),
+            tasks: Tasks::default(),
         }
     }
 
     /// Closes the daemon connection (once idle) and waits for this connection's tasks.
     pub(super) async fn finish(&self) {
         drop(lock(&self.daemon).take());
-        let mut tasks = std::mem::take(&mut *lock(&self.tasks));
-        while tasks.join_next().await.is_some() {}
-    }
-
-    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
-        lock(&self.tasks).spawn(task);
+        self.tasks.finish().await;
     }
 
     /// Sends a judged request to the daemon as `target` (origin form); `upgrade` keeps its
@@ -119,7 +114,7 @@ impl Conn {
             .handshake(io)
             .await
             .map_err(std::io::Error::other)?;
-        self.spawn(async move {
+        self.tasks.spawn(async move {
             if let Err(e) = driver.with_upgrades().await {
                 tracing::debug!("docker proxy: daemon connection ended: {e}");
             }
@@ -129,18 +124,7 @@ impl Conn {
 
     /// Copies both upgraded streams raw, once hyper hands them over.
     pub(super) fn splice(&self, client: OnUpgrade, daemon: OnUpgrade) {
-        self.spawn(async move {
-            let (client, daemon) = match tokio::join!(client, daemon) {
-                (Ok(c), Ok(d)) => (c, d),
-                (Err(e), _) | (_, Err(e)) => {
-                    return tracing::debug!("docker proxy: upgrade failed: {e}");
-                }
-            };
-            let (mut client, mut daemon) = (TokioIo::new(client), TokioIo::new(daemon));
-            if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut daemon).await {
-                tracing::debug!("docker proxy: raw stream ended: {e}");
-            }
-        });
+        self.tasks.splice("docker proxy", client, daemon);
     }
 }
 

@@ -25,9 +25,9 @@ use hyper::Request;
 use hyper_util::rt::TokioIo;
 
 use super::create::Volume;
-use super::forward::Refusal;
 use super::target::Create;
-use super::{claim, create, Hold, Shared};
+use super::{claim_volume, create, Hold, Shared};
+use crate::proxy::refusal::Refusal;
 
 /// The largest answer read for a volume create.
 const MAX_ANSWER: usize = 1024 * 1024;
@@ -53,7 +53,7 @@ pub(super) async fn precreate(
         Err(e) => {
             let message =
                 format!("sandguard: cannot create volume {name:?} for this container: {e}");
-            return Err(Refusal::new(502, message));
+            return Err(Refusal::said(502, message));
         }
     };
     if !(200..300).contains(&status) {
@@ -63,10 +63,10 @@ pub(super) async fn precreate(
             .unwrap_or_else(|| String::from_utf8_lossy(&answer).trim().to_string());
         let message =
             format!("sandguard: cannot create volume {name:?} for this container: {said}");
-        return Err(Refusal::new(status, message));
+        return Err(Refusal::said(status, message));
     }
     match create::claimable(Create::Volume, &answer, &shared.session) {
-        Some(made) => claim(shared, Create::Volume, made, None, hold).await,
+        Some(made) => claim_volume(shared, made, hold).await,
         None => tracing::debug!("docker proxy: volume {name:?} existed already; not claimed"),
     }
     Ok(())
