@@ -47,7 +47,7 @@ use crate::providers::{Registry, SandboxKey};
 use crate::reclaim::Options;
 use crate::sweep::fleet::FleetSweep;
 use crate::sweep::service::{self, Report};
-use crate::sweep::{Decision, Pass, StoreFailure, StoreKind, Verdict};
+use crate::sweep::{Decision, Pass, SessionVerdict, StoreFailure, StoreKind};
 
 #[derive(Debug, clap::Args)]
 pub(super) struct Args {
@@ -108,7 +108,7 @@ struct DecisionJson<'a> {
     session: &'a str,
     provider: Option<&'a str>,
     instance_id: Option<&'a str>,
-    verdict: Verdict,
+    verdict: SessionVerdict,
     reason: &'a str,
     lease_left_ms: Option<u64>,
 }
@@ -216,14 +216,14 @@ type Subject = (String, Option<SandboxKey>);
 /// The verdicts of the previous pass of `--every`, to print only what changed.
 #[derive(Default)]
 struct Seen {
-    last: HashMap<Subject, (Verdict, String)>,
+    last: HashMap<Subject, (SessionVerdict, String)>,
 }
 
 impl Seen {
     /// For each decision of `pass`, whether it is news (see the module docs); remembers this
     /// pass's verdicts, and only those, for the next.
     fn news(&mut self, pass: &Pass) -> Vec<bool> {
-        let now: HashMap<Subject, (Verdict, String)> = pass
+        let now: HashMap<Subject, (SessionVerdict, String)> = pass
             .decisions
             .iter()
             .map(|d| {
@@ -269,10 +269,10 @@ fn text(args: &Args, pass: &Pass, news: &[bool], watcher: Option<&str>) -> Strin
     let mut text = String::new();
     for (d, _) in pass.decisions.iter().zip(news).filter(|(_, new)| **new) {
         let verb = match (&d.verdict, args.dry_run) {
-            (Verdict::Reclaim, true) => "would reclaim",
-            (Verdict::Reclaim, false) => "reclaim",
-            (Verdict::Adopt, _) => "adopt",
-            (Verdict::Leave, _) => "leave",
+            (SessionVerdict::Reclaim, true) => "would reclaim",
+            (SessionVerdict::Reclaim, false) => "reclaim",
+            (SessionVerdict::Adopt, _) => "adopt",
+            (SessionVerdict::Leave, _) => "leave",
         };
         let what = match &d.sandbox {
             Some(k) => format!(
@@ -300,7 +300,7 @@ fn text(args: &Args, pass: &Pass, news: &[bool], watcher: Option<&str>) -> Strin
         });
     }
     let tally = pass.tally();
-    let count = |k: Verdict| tally.get(&k).copied().unwrap_or(0);
+    let count = |k: SessionVerdict| tally.get(&k).copied().unwrap_or(0);
     let failed = pass
         .removals
         .iter()
@@ -319,9 +319,9 @@ fn text(args: &Args, pass: &Pass, news: &[bool], watcher: Option<&str>) -> Strin
     };
     text.push_str(&format!(
         "Sweep{dry}: {} to reclaim, {} adopted, {} left alone{quiet}; {} removed, {} could not be removed.\n",
-        count(Verdict::Reclaim),
-        count(Verdict::Adopt),
-        count(Verdict::Leave),
+        count(SessionVerdict::Reclaim),
+        count(SessionVerdict::Adopt),
+        count(SessionVerdict::Leave),
         pass.removals.len() - failed,
         failed
     ));

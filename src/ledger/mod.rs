@@ -115,6 +115,25 @@ pub(crate) fn io_err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) ->
     move |source| LedgerError::Io { op, path, source }
 }
 
+/// One state of a journal file: its inode, length and modification time. An append changes
+/// its length (and time); a journal replaced under its name (a creation's rename) its inode.
+/// What a reader folded at one stamp holds until the stamp changes: a journal is append-only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stamp {
+    ino: u64,
+    len: u64,
+    mtime_ns: i128,
+}
+
+/// What [`StateDir::reread_session`] found.
+#[derive(Debug)]
+pub(crate) enum Reread {
+    /// The journal is as it was: only whether a sidecar holds its lock now.
+    Same { sidecar_alive: bool },
+    /// It changed (or was not read before): read again, at this stamp.
+    Read(Stamp, Box<SessionView>),
+}
+
 /// Held by the one sweep that may run now; dropping it lets the next one in.
 #[derive(Debug)]
 pub struct SweepLock(#[allow(dead_code)] File);
@@ -302,24 +321,69 @@ impl StateDir {
     /// Every session but `but` (its journal is not even read: a sidecar asking about others
     /// already knows its own, and rereading it for every batch of claims would grow with it).
     pub(crate) fn sessions_but(&self, but: Option<&str>) -> Result<Vec<SessionView>, LedgerError> {
-        let dir = &self.sessions;
         let mut views = Vec::new();
-        for entry in fs::read_dir(dir).map_err(io_err("list sessions in", dir))? {
-            let entry = entry.map_err(io_err("list sessions in", dir))?;
-            let name = entry.file_name();
-            let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".journal")) else {
-                continue;
-            };
-            if check_id(id).is_err() || but == Some(id) {
+        for id in self.session_ids()? {
+            if but == Some(id.as_str()) {
                 continue;
             }
-            match self.read_session(id) {
+            match self.read_session(&id) {
                 Ok(view) => views.push(view),
                 Err(e) => tracing::warn!("skipping session {id}: {e}"),
             }
         }
         views.sort_by(|a, b| (a.started_ms, &a.id).cmp(&(b.started_ms, &b.id)));
         Ok(views)
+    }
+
+    /// The ids of every session that has a journal, in no order.
+    pub(crate) fn session_ids(&self) -> Result<Vec<String>, LedgerError> {
+        let dir = &self.sessions;
+        let mut ids = Vec::new();
+        for entry in fs::read_dir(dir).map_err(io_err("list sessions in", dir))? {
+            let entry = entry.map_err(io_err("list sessions in", dir))?;
+            let name = entry.file_name();
+            let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".journal")) else {
+                continue;
+            };
+            if check_id(id).is_ok() {
+                ids.push(id.to_string());
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Session `id` read again only if its journal changed since it was read with `seen`
+    /// ([`Stamp`]); its lock is probed every time, since a sidecar dies (or a sweep adopts
+    /// the session) without writing a line.
+    pub(crate) fn reread_session(
+        &self,
+        id: &str,
+        seen: Option<Stamp>,
+    ) -> Result<Reread, LedgerError> {
+        let path = self.journal_path(id)?;
+        let mut file = File::open(&path).map_err(io_err("open journal", &path))?;
+        // Probed before the stamp is taken and the text read, as `read_journal` does.
+        let free = unix::try_lock_shared(&file).map_err(io_err("probe the lock of", &path))?;
+        let meta = file.metadata().map_err(io_err("inspect journal", &path))?;
+        // Taken before the text is read: a line appended meanwhile is in the text but not in
+        // the stamp, so the next look reads again (never the reverse).
+        let stamp = Stamp {
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+        };
+        if seen == Some(stamp) {
+            return Ok(Reread::Same {
+                sidecar_alive: !free,
+            });
+        }
+        let mut text = Vec::new();
+        io::Read::read_to_end(&mut file, &mut text).map_err(io_err("read journal", &path))?;
+        let Some(mut view) = view::fold(id, &text) else {
+            return Err(LedgerError::NoStart { path });
+        };
+        view.sidecar_alive = !free;
+        Ok(Reread::Read(stamp, Box::new(view)))
     }
 
     /// Waits until no other sweep runs (`sweep.lock` in the state directory) and holds that

@@ -56,7 +56,7 @@ pub(crate) fn ownership<'a>(
     let sandbox = listed
         .unwrap_or_default()
         .iter()
-        .find(|s| provider.names(&named, s));
+        .find(|s| named.names(provider, s));
     if sandbox.is_some_and(|s| s.session() == Some(session)) {
         return Ownership::Owned;
     }
@@ -65,7 +65,7 @@ pub(crate) fn ownership<'a>(
         .into_iter()
         .filter(|c| c.provider == target.provider)
         .filter_map(|c| provider.parse_claim(&c.id).ok())
-        .any(|c| provider.names(&c, it) || provider.names(&named, &c));
+        .any(|c| c.names(provider, it) || named.names(provider, &c));
     match (claimed, listed) {
         (true, _) => Ownership::Owned,
         (false, Some(_)) => Ownership::NotOwned,

@@ -18,11 +18,12 @@
 //!   or a session that had claimed it (see [`Known::detached`]).
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, OnceLock};
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use super::{Facts, Session, Sidecar};
 use crate::identity::{Judge, Liveness};
-use crate::ledger::{SessionState, SessionView, StateDir};
+use crate::ledger::{Reread, SessionState, SessionView, Stamp, StateDir};
 use crate::protocol::Target;
 use crate::providers::{Provider, Sandbox};
 
@@ -41,22 +42,141 @@ pub(crate) struct Known {
     root: Option<std::path::PathBuf>,
     state: OnceLock<Option<StateDir>>,
     judge: OnceLock<Judge>,
-    views: OnceLock<Vec<SessionView>>,
+    /// The sessions, with their claims indexed when first needed.
+    views: OnceLock<Arc<Views>>,
     /// A session whose journal is not read ([`Known::but`]).
     but: Option<String>,
-    /// The sessions' claims by provider and the id each names (see [`Known::claimers`]),
-    /// built from `views` when first needed.
-    claims: OnceLock<ClaimIndex>,
+    /// Where a sidecar keeps the other sessions between its batches of claims
+    /// ([`Known::cached`]).
+    cache: Option<Arc<Cache>>,
     providers: Vec<Arc<dyn Provider>>,
 }
 
-/// Provider → the id a claim names, as the provider parses it → (the view's index, the claim).
-type ClaimIndex = HashMap<String, HashMap<String, Vec<(usize, Target)>>>;
+/// The ledger's sessions as one read saw them, and their claims indexed by provider and the
+/// id each names (see [`Known::claimers`]), built when first needed. Shared, unchanged, by
+/// every batch of a sidecar while no journal changed ([`Cache`]).
+#[derive(Default)]
+struct Views {
+    list: Vec<SessionView>,
+    claims: OnceLock<ClaimIndex>,
+}
+
+/// Provider → its claims by the id each names.
+type ClaimIndex = HashMap<String, ByProvider>;
+
+/// One provider's claims: the id a claim names, as the provider parses it → (the view's
+/// index, the claim); and the lengths of those ids, so that a sandbox's id is looked up by
+/// the prefixes some claim can be, not by every prefix of it (64 hashes for a Docker id).
+#[derive(Default)]
+struct ByProvider {
+    by_id: HashMap<String, Vec<(usize, Target)>>,
+    lengths: BTreeSet<usize>,
+}
+
+/// Other sessions as a sidecar last read them, kept between its batches of claims.
+///
+/// Decisions (issue 41, P8):
+/// - A journal is read again only when its [`Stamp`] (inode, length, modification time)
+///   changed: it is append-only, so a view folded at one stamp is that journal's truth until
+///   it changes. Its lock is probed at every batch all the same: a sidecar dies, or a sweep
+///   adopts its session, without writing a line, and whether a session may live (the claim
+///   rule: a claim never steals) depends on it.
+/// - A session whose journal appeared or went away, or changed, or whose lock changed hands,
+///   makes the next batch build the views and their claim index again from what is cached
+///   (only the changed journals are read): a stale answer never stands in for a journal that
+///   moved. While nothing changed, a batch reuses the index as it is: a claim then costs the
+///   same whatever the other sessions hold (100 000 claims beside 25 000 of another session
+///   cost 6.75 s of CPU, most of it reading that journal again for every batch).
+/// - The state directory and the judge of owners are kept for the sidecar's life: the boots
+///   this machine ran change only when it boots again, which a sidecar does not survive.
+#[derive(Default)]
+pub(crate) struct Cache {
+    inner: Mutex<Cached>,
+}
+
+#[derive(Default)]
+struct Cached {
+    state: Option<StateDir>,
+    judge: Option<Judge>,
+    /// Each session's journal as last read.
+    journals: HashMap<String, (Stamp, SessionView)>,
+    /// What the last batch was given, while nothing changed.
+    built: Option<Arc<Views>>,
+}
+
+impl Cache {
+    /// The sessions of the state directory at `root` but `but`, read again only where their
+    /// journals changed; `None` when the ledger cannot be opened or listed (logged).
+    fn views(&self, root: &Path, but: Option<&str>) -> Option<Arc<Views>> {
+        let mut c = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        if c.state.is_none() {
+            c.state = StateDir::open(root)
+                .map_err(|e| tracing::warn!("cannot open the ledger to judge claims: {e}"))
+                .ok();
+        }
+        let state = c.state.clone()?;
+        let ids = state
+            .session_ids()
+            .map_err(|e| tracing::warn!("cannot read the ledger to judge claims: {e}"))
+            .ok()?;
+        let ids: Vec<String> = ids
+            .into_iter()
+            .filter(|id| Some(id.as_str()) != but)
+            .collect();
+        let mut changed = ids.len() != c.journals.len();
+        let mut journals = HashMap::with_capacity(ids.len());
+        for id in ids {
+            let seen = c.journals.remove(&id);
+            let reread = state.reread_session(&id, seen.as_ref().map(|(stamp, _)| *stamp));
+            match (reread, seen) {
+                (Ok(Reread::Same { sidecar_alive }), Some((stamp, mut view))) => {
+                    changed |= view.sidecar_alive != sidecar_alive;
+                    view.sidecar_alive = sidecar_alive;
+                    journals.insert(id, (stamp, view));
+                }
+                (Ok(Reread::Read(stamp, view)), _) => {
+                    changed = true;
+                    journals.insert(id, (stamp, *view));
+                }
+                (Ok(Reread::Same { .. }), None) => changed = true,
+                (Err(e), _) => {
+                    changed = true;
+                    tracing::warn!("skipping session {id}: {e}");
+                }
+            }
+        }
+        // One that went away since (pruned) is not kept.
+        changed |= !c.journals.is_empty();
+        c.journals = journals;
+        if changed || c.built.is_none() {
+            let mut list: Vec<SessionView> = c.journals.values().map(|(_, v)| v.clone()).collect();
+            list.sort_by(|a, b| (a.started_ms, &a.id).cmp(&(b.started_ms, &b.id)));
+            c.built = Some(Arc::new(Views {
+                list,
+                claims: OnceLock::new(),
+            }));
+        }
+        c.built.clone()
+    }
+
+    fn judge(&self, root: &Path) -> Judge {
+        let mut c = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        if c.judge.is_none() {
+            c.judge = Some(match StateDir::open(root) {
+                Ok(state) => state.judge(),
+                Err(_) => Judge::new(Default::default()),
+            });
+        }
+        c.judge
+            .clone()
+            .unwrap_or_else(|| Judge::new(Default::default()))
+    }
+}
 
 impl std::fmt::Debug for Known {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Known")
-            .field("sessions", &self.views.get().map(Vec::len))
+            .field("sessions", &self.views.get().map(|v| v.list.len()))
             .finish_non_exhaustive()
     }
 }
@@ -70,8 +190,8 @@ impl Known {
             state: OnceLock::new(),
             judge: OnceLock::new(),
             views: OnceLock::new(),
-            claims: OnceLock::new(),
             but: None,
+            cache: None,
             providers: providers.to_vec(),
         }
     }
@@ -91,9 +211,19 @@ impl Known {
         providers: &[Arc<dyn Provider>],
     ) -> Known {
         let known = Known::lazy(None, providers);
-        let _ = known.views.set(views);
+        let _ = known.views.set(Arc::new(Views {
+            list: views,
+            claims: OnceLock::new(),
+        }));
         let _ = known.judge.set(judge);
         known
+    }
+
+    /// The same, reading other sessions through `cache`, which a sidecar keeps between its
+    /// batches of claims ([`Cache`]): only the journals that changed are read again.
+    pub(crate) fn cached(mut self, cache: &Arc<Cache>) -> Known {
+        self.cache = Some(cache.clone());
+        self
     }
 
     fn state(&self) -> Option<&StateDir> {
@@ -108,21 +238,35 @@ impl Known {
     }
 
     fn judge(&self) -> &Judge {
-        self.judge.get_or_init(|| match self.state() {
-            Some(state) => state.judge(),
-            None => Judge::new(Default::default()),
+        self.judge.get_or_init(|| match (&self.cache, &self.root) {
+            (Some(cache), Some(root)) => cache.judge(root),
+            _ => match self.state() {
+                Some(state) => state.judge(),
+                None => Judge::new(Default::default()),
+            },
         })
     }
 
     /// The ledger's sessions.
     pub(crate) fn views(&self) -> &[SessionView] {
+        &self.read().list
+    }
+
+    fn read(&self) -> &Views {
         self.views.get_or_init(|| {
+            if let (Some(cache), Some(root)) = (&self.cache, &self.root) {
+                return cache.views(root, self.but.as_deref()).unwrap_or_default();
+            }
             let Some(state) = self.state() else {
-                return Vec::new();
+                return Arc::default();
             };
-            state.sessions_but(self.but.as_deref()).unwrap_or_else(|e| {
+            let list = state.sessions_but(self.but.as_deref()).unwrap_or_else(|e| {
                 tracing::warn!("cannot read the ledger to judge claims: {e}");
                 Vec::new()
+            });
+            Arc::new(Views {
+                list,
+                claims: OnceLock::new(),
             })
         })
     }
@@ -175,12 +319,15 @@ impl Known {
     /// [`Known::names`], the one answer, as before.
     pub(crate) fn claimers<'a>(&'a self, sandbox: &Sandbox, but: &str) -> Vec<(&'a str, Session)> {
         let views = self.views();
-        let Some(by_id) = self.claim_index().get(&sandbox.provider) else {
+        let Some(index) = self.claim_index().get(&sandbox.provider) else {
             return Vec::new();
         };
         let mut found = BTreeSet::new();
-        let prefixes = (1..=sandbox.id.len()).filter(|&end| sandbox.id.is_char_boundary(end));
-        for claims in prefixes.filter_map(|end| by_id.get(&sandbox.id[..end])) {
+        let prefixes = index
+            .lengths
+            .range(1..=sandbox.id.len())
+            .filter(|&&end| sandbox.id.is_char_boundary(end));
+        for claims in prefixes.filter_map(|&end| index.by_id.get(&sandbox.id[..end])) {
             for (n, t) in claims {
                 if views[*n].id != but && self.names(t, sandbox) {
                     found.insert(*n);
@@ -196,18 +343,15 @@ impl Known {
     /// Every session's claims by provider and named id (see [`Known::claimers`]). A claim no
     /// provider here can read names by its id as written, as [`Sandbox::named_by`] reads it.
     fn claim_index(&self) -> &ClaimIndex {
-        self.claims.get_or_init(|| {
+        self.read().claims.get_or_init(|| {
             let mut index = ClaimIndex::new();
             for (n, view) in self.views().iter().enumerate() {
                 for t in &view.claims {
                     let id = Sandbox::from_claim(&self.providers, t)
                         .map_or_else(|_| t.id.clone(), |named| named.id);
-                    index
-                        .entry(t.provider.clone())
-                        .or_default()
-                        .entry(id)
-                        .or_default()
-                        .push((n, t.clone()));
+                    let of = index.entry(t.provider.clone()).or_default();
+                    of.lengths.insert(id.len());
+                    of.by_id.entry(id).or_default().push((n, t.clone()));
                 }
             }
             index
@@ -255,3 +399,6 @@ impl Known {
         facts
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -278,8 +278,10 @@ fn orphan(facts: &Facts<'_>) -> Judgement {
     }
 }
 
-/// What a sweep does with a whole session whose state is not final.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a sweep does with a whole session whose state is not final (serialised in
+/// `sweep --json` as `reclaim`, `adopt`, `leave`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub(crate) enum SessionVerdict {
     /// Its owner is gone: reclaim it.
     Reclaim,
@@ -288,9 +290,106 @@ pub(crate) enum SessionVerdict {
     Leave,
 }
 
+/// A whole session as a sweep found it: how it stands, and where it was found, which decides
+/// what a begun reclaim means and what the reason names (its owner's pid, the host that held
+/// its fleet lease).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Found<'a> {
+    pub session: Session,
+    pub place: Place<'a>,
+}
+
+/// Where a sweep found a session.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Place<'a> {
+    /// Nowhere but in a sandbox's label: judged by how it stands alone.
+    Label,
+    /// This machine's ledger, its sidecar gone: its state and its owner's pid.
+    Ledger {
+        state: crate::ledger::SessionState,
+        pid: u32,
+    },
+    /// The fleet store: its state there, the host whose sidecar registered it, its owner's
+    /// pid, and whether its lease is still held (renewed by that host's sidecar).
+    Fleet {
+        state: crate::fleet::FleetState,
+        host: &'a str,
+        pid: u32,
+        held: bool,
+    },
+}
+
+impl From<&Session> for Found<'_> {
+    fn from(session: &Session) -> Self {
+        Found {
+            session: *session,
+            place: Place::Label,
+        }
+    }
+}
+
 /// Whether a session nobody guards may be reclaimed (rule 5): proof of life beats a lease,
-/// unknown is not dead.
-pub(crate) fn judge_session(session: &Session) -> (SessionVerdict, Reason) {
+/// unknown is not dead. Where it was found adds (the sweeps print the reason as given):
+/// - **ledger**: a reclaim that was begun (`pending`, or `reclaiming` by a process that died)
+///   is finished, whatever the owner; a live owner is adopted, and the reasons say its
+///   sidecar is gone (a ledger session's lease is never known here: [`Lease::None`]);
+/// - **fleet store**: a session that ended, or whose lease a host still holds, or whose
+///   sidecar was stopped while its owner lived (only its own host's sweep judges it), is
+///   left; one whose lease expired is reclaimed unless this machine sees its owner alive,
+///   which is this machine's sweep's to adopt, never the fleet pass's.
+pub(crate) fn judge_session<'a>(found: impl Into<Found<'a>>) -> (SessionVerdict, Reason) {
+    use crate::ledger::SessionState;
+    let Found { session, place } = found.into();
+    match place {
+        Place::Label => by_owner(&session),
+        Place::Ledger {
+            state: SessionState::Pending,
+            ..
+        } => (SessionVerdict::Reclaim, Reason::ReclaimPending),
+        Place::Ledger {
+            state: SessionState::Reclaiming,
+            ..
+        } => (SessionVerdict::Reclaim, Reason::ReclaimUnfinished),
+        Place::Ledger { pid, .. } => match by_owner(&session) {
+            (SessionVerdict::Reclaim, Reason::OwnerDead) => {
+                (SessionVerdict::Reclaim, Reason::OwnerDeadSidecarGone)
+            }
+            (SessionVerdict::Adopt, _) => (SessionVerdict::Adopt, Reason::SidecarGone { pid }),
+            other => other,
+        },
+        Place::Fleet {
+            state,
+            host,
+            pid,
+            held,
+        } => {
+            let host = host.to_string();
+            if state.is_final() {
+                return (SessionVerdict::Leave, Reason::Ended(state.as_str()));
+            }
+            if held {
+                return (SessionVerdict::Leave, Reason::LeaseHeld { host });
+            }
+            if state == crate::fleet::FleetState::Stopped {
+                return (SessionVerdict::Leave, Reason::StoppedOnHost { host });
+            }
+            match by_owner(&session) {
+                (SessionVerdict::Reclaim, _) => (
+                    SessionVerdict::Reclaim,
+                    Reason::FleetLeaseExpired {
+                        host,
+                        state: state.as_str(),
+                    },
+                ),
+                (SessionVerdict::Adopt, _) => (SessionVerdict::Leave, Reason::LivesHere { pid }),
+                other => other,
+            }
+        }
+    }
+}
+
+/// Rule 5 on how a session stands, wherever it was found.
+fn by_owner(session: &Session) -> (SessionVerdict, Reason) {
     if session.sidecar == Sidecar::Alive {
         return (SessionVerdict::Leave, Reason::SidecarAlive);
     }

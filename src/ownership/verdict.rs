@@ -41,6 +41,35 @@ pub(crate) enum Reason {
     LeaseExpired,
     SidecarAlive,
     AfterDeath,
+    /// A ledger session's reclaim left sandboxes pending.
+    ReclaimPending,
+    /// A ledger session's reclaim began and its process died.
+    ReclaimUnfinished,
+    /// A ledger session's owner is dead, and its sidecar gone.
+    OwnerDeadSidecarGone,
+    /// A ledger session's owner (this pid) lives, and its sidecar is gone.
+    SidecarGone {
+        pid: u32,
+    },
+    /// A fleet session that ended, in this state.
+    Ended(&'static str),
+    /// A fleet session whose lease this host's sidecar holds.
+    LeaseHeld {
+        host: String,
+    },
+    /// A fleet session whose sidecar on this host was stopped while its owner lived.
+    StoppedOnHost {
+        host: String,
+    },
+    /// A fleet session whose lease expired (its host, the state the store has).
+    FleetLeaseExpired {
+        host: String,
+        state: &'static str,
+    },
+    /// A fleet session whose lease expired, but whose owner (this pid) lives on this machine.
+    LivesHere {
+        pid: u32,
+    },
 }
 
 impl Reason {
@@ -83,6 +112,25 @@ impl fmt::Display for Reason {
             Reason::LeaseExpired => f.write_str("its fleet lease expired and its owner cannot be judged from here"),
             Reason::SidecarAlive => f.write_str("its session's sidecar lives"),
             Reason::AfterDeath => f.write_str("its owner is dead: nothing is renewed after a death"),
+            Reason::ReclaimPending => f.write_str("a reclaim is pending"),
+            Reason::ReclaimUnfinished => f.write_str("a reclaim started and never finished"),
+            Reason::OwnerDeadSidecarGone => f.write_str("its owner is dead and its sidecar is gone"),
+            Reason::SidecarGone { pid } => {
+                write!(f, "its owner (pid {pid}) lives but its sidecar is gone")
+            }
+            Reason::Ended(state) => write!(f, "it ended {state}"),
+            Reason::LeaseHeld { host } => write!(f, "its fleet lease is held by host {host}"),
+            Reason::StoppedOnHost { host } => write!(
+                f,
+                "its sidecar on host {host} was stopped while its owner lived: its host's sweep judges it"
+            ),
+            Reason::FleetLeaseExpired { host, state } => {
+                write!(f, "its fleet lease expired (host {host}, {state})")
+            }
+            Reason::LivesHere { pid } => write!(
+                f,
+                "its fleet lease expired, but its owner (pid {pid}) lives on this machine: this machine's sweep adopts it"
+            ),
         }
     }
 }

@@ -117,17 +117,29 @@ impl Sandbox {
     }
 
     /// Whether the claim (or detach) `target` names this sandbox as its provider reads ids (a
-    /// Docker id prefix); by the id alone when no provider here can read the claim. The one
-    /// answer for the ownership judgement and the ledger's name of a sandbox.
+    /// Docker id prefix): the claim parsed ([`Sandbox::from_claim`]), then
+    /// [`Sandbox::names`]; by the id alone when no provider here can read the claim.
     pub fn named_by(&self, providers: &[Arc<dyn Provider>], target: &Target) -> bool {
         if target.provider != self.provider {
             return false;
         }
         let provider = by_name(providers, &self.provider);
         match (provider, Sandbox::from_claim(providers, target)) {
-            (Some(p), Ok(named)) => p.names(&named, self),
+            (Some(p), Ok(named)) => named.names(p.as_ref(), self),
             _ => target.id == self.id,
         }
+    }
+
+    /// Whether this claim (or detach), as its provider parsed it ([`Provider::parse_claim`]),
+    /// names `listed`: the same provider, and that provider's [`Provider::names`] (exact by
+    /// default, Docker's id prefix, a pinned identity). The one answer to "does claim C name
+    /// sandbox S": [`Sandbox::named_by`] reads a ledger target through it, and every path
+    /// that holds parsed claims (the reclaim's plan and judging, the TTL keeper's look-up, a
+    /// claim or detach as it arrives, a detach's owner) asks it. Where two claims are
+    /// compared ("do they name one object": a detach of a prefix of what was claimed), it is
+    /// asked both ways.
+    pub(crate) fn names(&self, provider: &dyn Provider, listed: &Sandbox) -> bool {
+        self.provider == listed.provider && provider.names(self, listed)
     }
 
     /// The sandbox a claimed target names, as its provider reads the id (a Docker

@@ -276,5 +276,4 @@ fn describe(state: SessionState) -> &'static str {
 }
 
 #[cfg(test)]
-#[path = "ending_tests.rs"]
 mod tests;

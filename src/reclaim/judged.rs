@@ -53,7 +53,7 @@ impl<'a> Judged<'a> {
         let mut refused = Vec::new();
         for s in found {
             for (n, c) in self.claims.iter().enumerate() {
-                if self.provider.names(c, &s) {
+                if c.names(self.provider, &s) {
                     self.matched.insert(n);
                 }
             }
@@ -103,7 +103,7 @@ impl<'a> Judged<'a> {
         let mut refused = Vec::new();
         for (claim, answer) in described.into_iter().chain(listed) {
             match answer {
-                Ok(Described::Found(s)) if provider.names(&claim, &s) => {
+                Ok(Described::Found(s)) if claim.names(provider, &s) => {
                     self.decide(s, &mut targets, &mut refused);
                 }
                 Ok(Described::Found(s)) => refused.push(not_the_one(claim, &s)),
@@ -153,7 +153,7 @@ impl<'a> Judged<'a> {
                 let answer = match &listed {
                     Ok(all) => Ok(all
                         .iter()
-                        .find(|s| provider.names(&c, s))
+                        .find(|s| c.names(provider, s))
                         .cloned()
                         .map_or(Described::Unsupported, Described::Found)),
                     Err(e) => Err(e.clone()),
@@ -168,7 +168,7 @@ impl<'a> Judged<'a> {
             return;
         }
         let claimed = self.plan.claimed(self.provider, &s)
-            || self.claims.iter().any(|c| self.provider.names(c, &s));
+            || self.claims.iter().any(|c| c.names(self.provider, &s));
         let judgement = self.plan.judge(self.provider, &s, claimed);
         if judgement.removes() {
             self.seen.insert(key(&s));

@@ -86,17 +86,15 @@ impl Plan {
         self.keep.iter().any(|k| {
             k.provider == s.provider
                 && ((k.id == s.id && crate::providers::same_identity(k, s))
-                    || provider.names(k, s)
-                    || provider.names(s, k))
+                    || k.names(provider, s)
+                    || s.names(provider, k))
         })
     }
 
     /// Whether the owner claimed `s` (as the provider reads its claims: a pinned one names
     /// only the object it was pinned to).
     pub(super) fn claimed(&self, provider: &dyn Provider, s: &Sandbox) -> bool {
-        self.claims
-            .iter()
-            .any(|c| c.provider == s.provider && provider.names(c, s))
+        self.claims.iter().any(|c| c.names(provider, s))
     }
 
     /// The one judgement ([`crate::ownership`]) on `s` for this session's reclaim; `claimed`:

@@ -57,11 +57,11 @@ use std::time::Duration;
 
 use futures_util::stream::{self, StreamExt};
 
-use super::{Decision, Pass, StoreError, StoreFailure, StoreKind, Verdict};
+use super::{Decision, Pass, SessionVerdict, StoreError, StoreFailure, StoreKind};
 use crate::fleet::{FleetSession, FleetState, Lock, Store};
 use crate::identity::Judge;
 use crate::ledger::{EndCause, LedgerError, SessionState};
-use crate::ownership::{self, known::Known, SessionVerdict};
+use crate::ownership::{self, known::Known};
 use crate::providers::Provider;
 use crate::reclaim::ending::{Before, Ending};
 use crate::reclaim::{self, Listed, Options, Plan};
@@ -99,7 +99,7 @@ pub(crate) async fn pass(
     let mut dead = Vec::new();
     for s in sessions {
         let (verdict, reason) = judge(&s, &judge_owner);
-        if verdict == Verdict::Reclaim && !dry_run {
+        if verdict == SessionVerdict::Reclaim && !dry_run {
             dead.push((s, reason));
         } else if !s.state.is_final() {
             out.decisions.push(decision(&s, verdict, reason));
@@ -127,7 +127,7 @@ pub(crate) async fn pass(
     out
 }
 
-fn decision(s: &FleetSession, verdict: Verdict, reason: String) -> Decision {
+fn decision(s: &FleetSession, verdict: SessionVerdict, reason: String) -> Decision {
     Decision {
         session: s.record.id.clone(),
         sandbox: None,
@@ -137,7 +137,9 @@ fn decision(s: &FleetSession, verdict: Verdict, reason: String) -> Decision {
     }
 }
 
-fn judge(s: &FleetSession, judge: &Judge) -> (Verdict, String) {
+/// A fleet session, as the one judgement decides it ([`ownership::judge_session`], found in
+/// the store): its reason printed as given.
+fn judge(s: &FleetSession, judge: &Judge) -> (SessionVerdict, String) {
     // Whatever can write to the store wrote this name: only printable ASCII reaches a reason.
     let host: String = s
         .record
@@ -146,48 +148,26 @@ fn judge(s: &FleetSession, judge: &Judge) -> (Verdict, String) {
         .filter(char::is_ascii_graphic)
         .take(128)
         .collect();
-    if s.state.is_final() {
-        return (Verdict::Leave, format!("it ended {}", s.state.as_str()));
-    }
     // The time left is no part of the reason: it moves on every pass, and would make the
     // same verdict news every time. The decision carries it apart ([`decision`]).
-    if s.lease_left.is_some() {
-        return (
-            Verdict::Leave,
-            format!("its fleet lease is held by host {host}"),
-        );
-    }
-    if s.state == FleetState::Stopped {
-        return (
-            Verdict::Leave,
-            format!("its sidecar on host {host} was stopped while its owner lived: its host's sweep judges it"),
-        );
-    }
-    // The lease expired: the judgement decides, and proof of life beats it (an owner this
-    // machine sees alive is its own sweep's to adopt, never the fleet's to reclaim).
-    let session = ownership::Session {
-        owner: judge.label(&s.record.owner),
-        sidecar: ownership::Sidecar::Gone,
-        ended_at: None,
-        lease: ownership::Lease::Expired,
+    // Where the lease expired, the judgement decides, and proof of life beats it (an owner
+    // this machine sees alive is its own sweep's to adopt, never the fleet's to reclaim).
+    let found = ownership::Found {
+        session: ownership::Session {
+            owner: judge.label(&s.record.owner),
+            sidecar: ownership::Sidecar::Gone,
+            ended_at: None,
+            lease: ownership::Lease::Expired,
+        },
+        place: ownership::Place::Fleet {
+            state: s.state,
+            host: &host,
+            pid: s.record.pid,
+            held: s.lease_left.is_some(),
+        },
     };
-    match ownership::judge_session(&session) {
-        (SessionVerdict::Reclaim, _) => (
-            Verdict::Reclaim,
-            format!(
-                "its fleet lease expired (host {host}, {})",
-                s.state.as_str()
-            ),
-        ),
-        (SessionVerdict::Adopt, _) => (
-            Verdict::Leave,
-            format!(
-                "its fleet lease expired, but its owner (pid {}) lives on this machine: this machine's sweep adopts it",
-                s.record.pid
-            ),
-        ),
-        (SessionVerdict::Leave, why) => (Verdict::Leave, why.to_string()),
-    }
+    let (verdict, why) = ownership::judge_session(found);
+    (verdict, why.to_string())
 }
 
 /// A lock token: 64 random bits, or the pid and time when the kernel gives none.
@@ -238,7 +218,7 @@ async fn reclaim_into(
         Ok(Lock::Busy) => {
             out.decisions.push(decision(
                 s,
-                Verdict::Leave,
+                SessionVerdict::Leave,
                 "another sweeper is reclaiming it".into(),
             ));
             return;
@@ -246,7 +226,7 @@ async fn reclaim_into(
         Err(e) => return fail(out, e.into()),
     };
     let (verdict, now) = judge(&fresh, &Judge::new(Default::default()));
-    if verdict != Verdict::Reclaim {
+    if verdict != SessionVerdict::Reclaim {
         let _ = store.unlock(id, &token, None).await;
         if !fresh.state.is_final() {
             out.decisions.push(decision(&fresh, verdict, now));
@@ -254,7 +234,7 @@ async fn reclaim_into(
         return;
     }
     out.decisions
-        .push(decision(&fresh, Verdict::Reclaim, reason));
+        .push(decision(&fresh, SessionVerdict::Reclaim, reason));
     if let Err(e) = store
         .set_state(id, SessionState::Reclaiming.into(), &fleet.host)
         .await

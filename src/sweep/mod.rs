@@ -42,12 +42,11 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::Serialize;
-
 use crate::labels::Selector;
 use crate::ledger::{EndCause, Journal, LedgerError, SessionState, SessionView, StateDir};
 use crate::ownership::known::Known;
-use crate::ownership::{self, Asker, Reason, SessionVerdict};
+pub(crate) use crate::ownership::SessionVerdict;
+use crate::ownership::{self, Asker, Place, Reason};
 use crate::providers::{Provider, Sandbox, SandboxKey};
 use crate::reclaim::ending::{Before, Ending};
 use crate::reclaim::{self, ListFailure, Options, Plan, Removal};
@@ -57,18 +56,6 @@ pub(crate) use failure::{StoreError, StoreFailure, StoreKind};
 /// How long a sweep waits for a session's journal that someone else holds (a `sessions`
 /// reader, say) before it counts the session as not reclaimed.
 pub(crate) const ADOPT_PATIENCE: Duration = Duration::from_secs(1);
-
-/// What a sweep decided about one session or one sandbox.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum Verdict {
-    /// Remove (or, with a session, reclaim it).
-    Reclaim,
-    /// Its owner lives and its sidecar is gone: watch it (with `--every`).
-    Adopt,
-    /// Leave it alone.
-    Leave,
-}
 
 /// One decision, with the reason a user would want to read.
 ///
@@ -80,7 +67,7 @@ pub(crate) struct Decision {
     pub session: String,
     /// `None` for a whole ledger session; the sandbox for a provider finding.
     pub sandbox: Option<SandboxKey>,
-    pub verdict: Verdict,
+    pub verdict: SessionVerdict,
     pub reason: String,
     /// A fleet session whose lease another host holds: how long the lease had left when this
     /// pass read it (its sidecar renews it every third of the lease).
@@ -111,7 +98,7 @@ impl Pass {
     }
 
     /// Counts of decisions by verdict, for the summary line.
-    pub(crate) fn tally(&self) -> BTreeMap<Verdict, usize> {
+    pub(crate) fn tally(&self) -> BTreeMap<SessionVerdict, usize> {
         let mut t = BTreeMap::new();
         for d in &self.decisions {
             *t.entry(d.verdict).or_insert(0) += 1;
@@ -190,9 +177,9 @@ fn judge_ledger(known: &Known, out: &mut Pass) -> (Vec<SessionView>, HashSet<Str
         });
         covered.insert(view.id.clone());
         match verdict {
-            Verdict::Reclaim => to_reclaim.push(view.clone()),
-            Verdict::Adopt => out.adopt.push(view.clone()),
-            Verdict::Leave => {}
+            SessionVerdict::Reclaim => to_reclaim.push(view.clone()),
+            SessionVerdict::Adopt => out.adopt.push(view.clone()),
+            SessionVerdict::Leave => {}
         }
     }
     (to_reclaim, covered)
@@ -214,9 +201,9 @@ fn judge_found(
             continue;
         }
         let verdict = if judgement.removes() {
-            Verdict::Reclaim
+            SessionVerdict::Reclaim
         } else {
-            Verdict::Leave
+            SessionVerdict::Leave
         };
         out.decisions.push(Decision {
             session,
@@ -225,36 +212,26 @@ fn judge_found(
             reason: judgement.reason.to_string(),
             lease_left: None,
         });
-        if verdict == Verdict::Reclaim {
+        if verdict == SessionVerdict::Reclaim {
             orphans.push(sandbox);
         }
     }
     orphans
 }
 
-/// A ledger session nobody guards: a reclaim that was begun is finished; otherwise the
-/// judgement decides by its owner ([`ownership::judge_session`]).
-fn judge_session(view: &SessionView, known: &Known) -> (Verdict, String) {
-    match view.state {
-        SessionState::Pending => return (Verdict::Reclaim, "a reclaim is pending".into()),
-        SessionState::Reclaiming => {
-            return (
-                Verdict::Reclaim,
-                "a reclaim started and never finished".into(),
-            )
-        }
-        _ => {}
-    }
-    match ownership::judge_session(&known.standing(view)) {
-        (SessionVerdict::Reclaim, why) => {
-            (Verdict::Reclaim, format!("{why} and its sidecar is gone"))
-        }
-        (SessionVerdict::Adopt, _) => (
-            Verdict::Adopt,
-            format!("its owner (pid {}) lives but its sidecar is gone", view.pid),
-        ),
-        (SessionVerdict::Leave, why) => (Verdict::Leave, why.to_string()),
-    }
+/// A ledger session nobody guards, as the one judgement decides it
+/// ([`ownership::judge_session`]: a reclaim that was begun is finished; otherwise its owner
+/// decides); its reason is printed as given.
+fn judge_session(view: &SessionView, known: &Known) -> (SessionVerdict, String) {
+    let found = ownership::Found {
+        session: known.standing(view),
+        place: Place::Ledger {
+            state: view.state,
+            pid: view.pid,
+        },
+    };
+    let (verdict, why) = ownership::judge_session(found);
+    (verdict, why.to_string())
 }
 
 /// Takes a session's journal (and lock), waiting up to [`ADOPT_PATIENCE`] for a reader that

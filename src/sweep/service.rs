@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use tokio::task::JoinSet;
 
-use super::{Decision, Pass, Verdict};
+use super::{Decision, Pass, SessionVerdict};
 use crate::fleet::Store;
 use crate::identity::death::OwnerWatch;
 use crate::identity::Identity;
@@ -183,7 +183,7 @@ fn adopt(
                 decisions: vec![Decision {
                     session: view.id.clone(),
                     sandbox: None,
-                    verdict: Verdict::Reclaim,
+                    verdict: SessionVerdict::Reclaim,
                     reason: format!(
                         "its owner (pid {}) died while this sweep watched it",
                         view.pid

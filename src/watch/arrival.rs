@@ -71,7 +71,7 @@ impl<C: Clock> Sidecar<C> {
         let found = listed.of(provider.as_ref()).await;
         let sandbox = found
             .iter()
-            .find(|s| provider.names(&named, s))
+            .find(|s| named.names(provider.as_ref(), s))
             .cloned()
             .unwrap_or_else(|| crate::providers::Sandbox {
                 provider: t.provider.clone(),

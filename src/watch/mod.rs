@@ -61,7 +61,7 @@ use futures_util::FutureExt;
 use tokio::io::AsyncRead;
 
 use crate::ledger::{EndCause, Journal, Record, SessionState};
-use crate::ownership::known::Known;
+use crate::ownership::known::{self, Known};
 use crate::protocol::{ByeOutcome, Command, ProtocolError, Target};
 use crate::providers::Provider;
 use crate::reclaim::{Options, Report};
@@ -117,6 +117,9 @@ pub(crate) struct Sidecar<C> {
     end_report: Option<EndReport>,
     /// Stops the TTL keeper the moment the watch ends, before the reclaim.
     halting: ttl::Halting,
+    /// Other sessions as the last batch of claims read them: a journal is read again only
+    /// when it changed ([`known::Cache`]).
+    others: Arc<known::Cache>,
 }
 
 impl<C: Clock> Sidecar<C> {
@@ -139,6 +142,7 @@ impl<C: Clock> Sidecar<C> {
             bye_report: None,
             end_report: None,
             halting: ttl::Halting::default(),
+            others: Arc::default(),
         }
     }
 
@@ -270,8 +274,10 @@ impl<C: Clock> Sidecar<C> {
         let mut bye = None;
         let mut line = first;
         // Other sessions' claims and the providers' labels, read (once for the batch) only if
-        // a claim comes.
-        let known = Known::lazy(self.state_root(), &self.providers).but(&self.session);
+        // a claim comes; a journal that did not change since the last batch is not read again.
+        let known = Known::lazy(self.state_root(), &self.providers)
+            .but(&self.session)
+            .cached(&self.others);
         let mut listed = Listings::default();
         for _ in 0..BATCH {
             match line {

@@ -2,7 +2,7 @@
 
 use super::*;
 
-fn pass(decisions: &[(&str, Verdict, &str)]) -> Pass {
+fn pass(decisions: &[(&str, SessionVerdict, &str)]) -> Pass {
     Pass {
         decisions: decisions
             .iter()
@@ -29,7 +29,7 @@ fn a_watchers_report_says_whose_it_is_and_every_removal() {
     watched.decisions.push(Decision {
         session: "s".into(),
         sandbox: None,
-        verdict: Verdict::Reclaim,
+        verdict: SessionVerdict::Reclaim,
         reason: "its owner (pid 7) died while this sweep watched it".into(),
         lease_left: None,
     });
@@ -60,7 +60,7 @@ fn a_held_lease_is_said_once_with_its_time_left_and_not_again_as_it_counts_down(
         decisions: vec![Decision {
             session: "f".into(),
             sandbox: None,
-            verdict: Verdict::Leave,
+            verdict: SessionVerdict::Leave,
             reason: "its fleet lease is held by host a".into(),
             lease_left: Some(std::time::Duration::from_millis(ms)),
         }],
@@ -94,10 +94,10 @@ fn a_held_lease_is_said_once_with_its_time_left_and_not_again_as_it_counts_down(
 #[test]
 fn a_verdict_is_news_when_new_changed_or_back_after_a_pass_without_it() {
     let mut seen = Seen::default();
-    let (leave, lives) = (Verdict::Leave, "its owner lives");
+    let (leave, lives) = (SessionVerdict::Leave, "its owner lives");
     assert_eq!(seen.news(&pass(&[("a", leave, lives)])), [true]);
     assert_eq!(seen.news(&pass(&[("a", leave, lives)])), [false]);
-    let both = pass(&[("a", Verdict::Reclaim, "dead"), ("b", leave, lives)]);
+    let both = pass(&[("a", SessionVerdict::Reclaim, "dead"), ("b", leave, lives)]);
     assert_eq!(seen.news(&both), [true, true]);
     assert_eq!(seen.news(&pass(&[("b", leave, "detached")])), [true]);
     assert_eq!(seen.news(&pass(&[])), Vec::<bool>::new());

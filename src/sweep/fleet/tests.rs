@@ -96,10 +96,10 @@ async fn expired_leases_are_reclaimed_once_and_live_stopped_or_locked_ones_left(
             .find(|d| d.session == id)
             .map(|d| d.verdict)
     };
-    assert_eq!(verdict("dead"), Some(Verdict::Reclaim));
-    assert_eq!(verdict("alive"), Some(Verdict::Leave));
-    assert_eq!(verdict("stopped"), Some(Verdict::Leave));
-    assert_eq!(verdict("busy"), Some(Verdict::Leave));
+    assert_eq!(verdict("dead"), Some(SessionVerdict::Reclaim));
+    assert_eq!(verdict("alive"), Some(SessionVerdict::Leave));
+    assert_eq!(verdict("stopped"), Some(SessionVerdict::Leave));
+    assert_eq!(verdict("busy"), Some(SessionVerdict::Leave));
     let dead = store.session("dead").await.unwrap().unwrap();
     assert_eq!(
         (dead.state, dead.reclaims),
@@ -142,7 +142,7 @@ async fn an_owner_seen_alive_here_is_never_reclaimed_for_an_expired_lease() {
         .iter()
         .find(|d| d.session == "alive")
         .unwrap();
-    assert_eq!(decision.verdict, Verdict::Leave);
+    assert_eq!(decision.verdict, SessionVerdict::Leave);
     assert!(
         decision.reason.contains("lives on this machine"),
         "{}",
@@ -189,7 +189,10 @@ fn a_held_lease_gives_one_reason_whatever_its_time_left() {
     assert_eq!(first, later);
     assert_eq!(
         first,
-        (Verdict::Leave, "its fleet lease is held by host a".into())
+        (
+            SessionVerdict::Leave,
+            "its fleet lease is held by host a".into()
+        )
     );
     let d = decision(&held(2747), first.0, first.1);
     assert_eq!(d.lease_left, Some(Duration::from_millis(2747)));

@@ -34,7 +34,7 @@ pub(super) async fn look_up(provider: &dyn Provider, claims: Vec<Sandbox>) -> Ve
     let mut unsupported = Vec::new();
     for (claim, answer) in described {
         match answer {
-            Ok(Described::Found(s)) if provider.names(&claim, &s) => found.push(s),
+            Ok(Described::Found(s)) if claim.names(provider, &s) => found.push(s),
             Ok(Described::Found(_) | Described::Gone) | Err(ProviderError::Gone(_)) => {}
             Ok(Described::Unsupported) => unsupported.push(claim),
             Err(e) => tracing::warn!(
@@ -50,7 +50,7 @@ pub(super) async fn look_up(provider: &dyn Provider, claims: Vec<Sandbox>) -> Ve
     match provider.list(&Selector::anything()).await {
         Ok(all) => found.extend(unsupported.into_iter().map(|c| {
             all.iter()
-                .find(|s| provider.names(&c, s))
+                .find(|s| c.names(provider, s))
                 .cloned()
                 .unwrap_or(c)
         })),

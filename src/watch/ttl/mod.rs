@@ -146,15 +146,12 @@ impl Keeper {
             tracing::warn!("cannot list {} to renew TTLs: {}", f.provider, f.error);
         }
         let provider = provider.as_ref();
-        // Whether claim (or detach) `t` names listed `s`, as the provider reads its ids: a
-        // claim pinned to an identity (`ID@IDENTITY`) or made by an id prefix names a sandbox
-        // listed under another spelling.
+        // Whether claim (or detach) `t` names listed `s`: the one answer
+        // ([`Sandbox::named_by`]: a claim pinned to an identity (`ID@IDENTITY`) or made by an
+        // id prefix names a sandbox listed under another spelling), or the id as written.
+        let providers = &self.providers;
         let names = |t: &crate::protocol::Target, s: &Sandbox| {
-            t.provider == s.provider
-                && (t.id == s.id
-                    || provider
-                        .parse_claim(&t.id)
-                        .is_ok_and(|named| provider.names(&named, s)))
+            (t.provider == s.provider && t.id == s.id) || s.named_by(providers, t)
         };
         // The claims nothing listed answered for (unjudged while the listing failed), looked
         // up as the reclaim looks them up ([`claimed`]), so that the judgement reads what
