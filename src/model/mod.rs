@@ -58,8 +58,10 @@ mod control;
 mod deaths;
 mod making;
 mod ops;
-mod oracle;
 mod world;
+
+/// The one oracle of the ownership rules, shared with the integration tests' model.
+use crate::testing::oracle;
 
 use ops::Op;
 /// The seeded PRNG, for other generated tests too.

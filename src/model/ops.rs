@@ -15,7 +15,8 @@ use std::fmt;
 mod generate;
 
 pub(super) use generate::generate;
-pub(crate) use generate::Rng;
+/// The one seeded generator of the test suites (`crate::testing::rng`).
+pub(crate) use crate::testing::rng::Rng;
 
 /// How the program makes a sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,9 @@
-//! The oracle: DESIGN's trust rules ("Concepts", "Trust rules", "Sweep", "Many machines")
-//! over a small abstract state, written from the rules and not from the code.
+//! The one oracle of the ownership rules: DESIGN's trust rules ("Concepts", "Trust rules", "Sweep", "Many machines")
+//! over a small abstract state, written from the rules and not from the code. Both model tests
+//! ask it: the in-process one (`src/model`, thousands of histories against the fake
+//! provider) and the one through the real binary (`tests/reclaim/model.rs`, the real Docker
+//! daemon and the E2B emulator); the unit tests of the judgement (`src/ownership/tests.rs`)
+//! check the code's branches one at a time, not against it.
 //!
 //! The state is who lives (each session's owner and sidecar) and, for each sandbox, what
 //! makes it someone's: the session whose labels its creator set, the claims the rules let
@@ -38,16 +42,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::ops::box_id;
-
 #[derive(Debug, Clone)]
-pub(super) struct Session {
+pub struct Session {
     pub owner_alive: bool,
     pub sidecar_alive: bool,
 }
 
 #[derive(Debug, Clone, Default)]
-pub(super) struct Sandbox {
+pub struct Sandbox {
     /// The session whose labels its creator set.
     pub label: Option<usize>,
     /// `sandguard.detached=true`, set by its creator or carried from its image.
@@ -68,19 +70,19 @@ pub(super) struct Sandbox {
 }
 
 impl Sandbox {
-    pub(super) fn is_detached(&self) -> bool {
+    pub fn is_detached(&self) -> bool {
         self.detached_label || self.detached
     }
 }
 
 #[derive(Debug, Clone, Default)]
-pub(super) struct Oracle {
+pub struct Oracle {
     pub sessions: BTreeMap<usize, Session>,
     pub boxes: BTreeMap<usize, Sandbox>,
 }
 
 impl Oracle {
-    pub(super) fn start(&mut self, s: usize) {
+    pub fn start(&mut self, s: usize) {
         self.sessions.insert(
             s,
             Session {
@@ -90,11 +92,11 @@ impl Oracle {
         );
     }
 
-    pub(super) fn alive(&self, s: usize) -> bool {
+    pub fn alive(&self, s: usize) -> bool {
         self.sessions.get(&s).is_some_and(|x| x.owner_alive)
     }
 
-    pub(super) fn create(&mut self, x: usize, label: Option<usize>, detached_label: bool) {
+    pub fn create(&mut self, x: usize, label: Option<usize>, detached_label: bool) {
         self.boxes.insert(
             x,
             Sandbox {
@@ -106,14 +108,14 @@ impl Oracle {
     }
 
     /// `x` was removed by its program, or a stranger: gone.
-    pub(super) fn gone(&mut self, x: usize) {
+    pub fn gone(&mut self, x: usize) {
         if let Some(b) = self.boxes.get_mut(&x) {
             b.gone = true;
         }
     }
 
     /// Whether a claim of `x` by `s` stands, by the rules.
-    pub(super) fn claim_stands(&self, s: usize, x: usize) -> bool {
+    pub fn claim_stands(&self, s: usize, x: usize) -> bool {
         let Some(b) = self.boxes.get(&x) else {
             return false;
         };
@@ -125,7 +127,7 @@ impl Oracle {
     /// A claim of `x` by `s`; `confirmed`: the sidecar journaled it (not refused). A claim
     /// names the object `x` is when it is made, and nothing made later under its id (a
     /// `create` of `x` replaces the box: the new object holds no claim).
-    pub(super) fn claim(&mut self, s: usize, x: usize, confirmed: bool) {
+    pub fn claim(&mut self, s: usize, x: usize, confirmed: bool) {
         let stands = self.claim_stands(s, x);
         let dead: BTreeSet<usize> = self
             .boxes
@@ -161,7 +163,7 @@ impl Oracle {
         }
     }
 
-    pub(super) fn release(&mut self, s: usize, x: usize) {
+    pub fn release(&mut self, s: usize, x: usize) {
         if let Some(b) = self.boxes.get_mut(&x) {
             b.claimed.remove(&s);
             b.confirmed.remove(&s);
@@ -170,7 +172,7 @@ impl Oracle {
     }
 
     /// A confirmed `detach` of `x` by `s`.
-    pub(super) fn detach(&mut self, s: usize, x: usize) {
+    pub fn detach(&mut self, s: usize, x: usize) {
         let owns = self.owners(x).contains(&s);
         if let Some(b) = self.boxes.get_mut(&x) {
             b.stolen.remove(&s);
@@ -182,7 +184,7 @@ impl Oracle {
         }
     }
 
-    pub(super) fn owner_dies(&mut self, s: usize) {
+    pub fn owner_dies(&mut self, s: usize) {
         if let Some(x) = self.sessions.get_mut(&s) {
             x.owner_alive = false;
             x.sidecar_alive = false;
@@ -190,20 +192,20 @@ impl Oracle {
     }
 
     /// A new sidecar guards session `s` again (its owner alive).
-    pub(super) fn restart(&mut self, s: usize) {
+    pub fn restart(&mut self, s: usize) {
         if let Some(x) = self.sessions.get_mut(&s) {
             x.sidecar_alive = true;
         }
     }
 
-    pub(super) fn sidecar_dies(&mut self, s: usize) {
+    pub fn sidecar_dies(&mut self, s: usize) {
         if let Some(x) = self.sessions.get_mut(&s) {
             x.sidecar_alive = false;
         }
     }
 
     /// Every session that owns `x`: its label's, and every claim that stands.
-    pub(super) fn owners(&self, x: usize) -> BTreeSet<usize> {
+    pub fn owners(&self, x: usize) -> BTreeSet<usize> {
         self.boxes.get(&x).map_or_else(BTreeSet::new, |b| {
             b.label
                 .into_iter()
@@ -213,7 +215,19 @@ impl Oracle {
     }
 
     /// Whether a sidecar or a sweep on this host may remove `x` now; why not, if not.
-    pub(super) fn may_remove(&self, x: usize) -> Result<(), String> {
+    pub fn may_remove(&self, x: usize) -> Result<(), String> {
+        self.may_ever_remove(x)?;
+        let owners = self.owners(x);
+        if owners.iter().any(|&s| !self.alive(s)) {
+            return Ok(());
+        }
+        Err(format!("its owners {} live", names(&owners)))
+    }
+
+    /// Whether any path but a `stop` naming `x` may remove it at all, whoever lives: only
+    /// when a session owns it (its label, or a claim that stands) and it is not detached; why
+    /// not, if not. [`Oracle::may_remove`] adds when: once an owner is dead.
+    pub fn may_ever_remove(&self, x: usize) -> Result<(), String> {
         let Some(b) = self.boxes.get(&x) else {
             return Err("the model never made it".into());
         };
@@ -223,18 +237,14 @@ impl Oracle {
         if b.detached {
             return Err("its owner detached it (only its TTL ends it)".into());
         }
-        let owners = self.owners(x);
-        if owners.is_empty() {
+        if self.owners(x).is_empty() {
             return Err("no session owns it (no label of ours, no claim that stands)".into());
         }
-        if owners.iter().any(|&s| !self.alive(s)) {
-            return Ok(());
-        }
-        Err(format!("its owners {} live", names(&owners)))
+        Ok(())
     }
 
     /// `x`'s label is one its image carried (see [`Sandbox::inherited`]).
-    pub(super) fn inherited(&mut self, x: usize) {
+    pub fn inherited(&mut self, x: usize) {
         if let Some(b) = self.boxes.get_mut(&x) {
             b.inherited = b.label.is_some();
         }
@@ -243,7 +253,7 @@ impl Oracle {
     /// Whether a sweep against healthy providers must have removed `x`: why, if so. `remote`:
     /// a fleet sweep on another host, which leaves what only an inherited label makes a dead
     /// session's.
-    pub(super) fn must_be_gone(&self, x: usize, remote: bool) -> Option<String> {
+    pub fn must_be_gone(&self, x: usize, remote: bool) -> Option<String> {
         let b = self.boxes.get(&x)?;
         if b.gone || b.is_detached() || (remote && b.inherited && b.confirmed.is_empty()) {
             return None;
@@ -258,18 +268,18 @@ impl Oracle {
         (all_dead && no_live_claim).then(|| format!("its owners {} are dead", names(&known)))
     }
 
-    /// Whether `stop` given `given` may remove `x`: a managed sandbox (one carrying a
-    /// session label) whose id is `given` or starts with it; an empty id names nothing.
-    /// Which one a prefix names depends on what the listing found (a provider that failed
-    /// hides its sandboxes), so any it is a prefix of may go.
-    pub(super) fn stop_may_take(&self, given: &str, x: usize) -> bool {
+    /// Whether `stop` given `given` may remove `x`, whose id is `id`: a managed sandbox (one
+    /// carrying a session label) whose id is `given` or starts with it; an empty id names
+    /// nothing. Which one a prefix names depends on what the listing found (a provider that
+    /// failed hides its sandboxes), so any it is a prefix of may go.
+    pub fn stop_may_take(&self, given: &str, x: usize, id: &str) -> bool {
         !given.is_empty()
-            && box_id(x).starts_with(given)
+            && id.starts_with(given)
             && self.boxes.get(&x).is_some_and(|b| b.label.is_some())
     }
 
     /// Whether `stop --all --session S` may remove `x`.
-    pub(super) fn stop_all_takes(&self, s: usize, x: usize) -> bool {
+    pub fn stop_all_takes(&self, s: usize, x: usize) -> bool {
         self.boxes
             .get(&x)
             .is_some_and(|b| b.label == Some(s) && !b.is_detached())
@@ -278,7 +288,7 @@ impl Oracle {
     /// Whether a fleet sweep on another host may remove `x`, when the sessions `lapsed` have
     /// no fleet lease: from there the owner cannot be seen, so an owner whose lease ran out
     /// may be reclaimed (not what is detached).
-    pub(super) fn fleet_elsewhere_takes(&self, x: usize, lapsed: &BTreeSet<usize>) -> bool {
+    pub fn fleet_elsewhere_takes(&self, x: usize, lapsed: &BTreeSet<usize>) -> bool {
         self.boxes
             .get(&x)
             .is_some_and(|b| !b.is_detached() && self.owners(x).iter().any(|s| lapsed.contains(s)))
@@ -287,7 +297,7 @@ impl Oracle {
     /// Whether a renewal of `x` now could be a live session's: an owner lives, or a session
     /// that took it with a claim the rules forbid (its keeper renews what it holds; that
     /// theft is the bug, and it is caught when the thief dies).
-    pub(super) fn renewable(&self, x: usize) -> bool {
+    pub fn renewable(&self, x: usize) -> bool {
         self.boxes.get(&x).is_some_and(|b| {
             self.owners(x)
                 .iter()
@@ -297,7 +307,7 @@ impl Oracle {
     }
 
     /// Whether a session holding a forbidden claim on `x` lives.
-    pub(super) fn thief_lives(&self, x: usize) -> bool {
+    pub fn thief_lives(&self, x: usize) -> bool {
         self.boxes
             .get(&x)
             .is_some_and(|b| b.stolen.iter().any(|&s| self.alive(s)))
