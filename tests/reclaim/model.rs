@@ -9,9 +9,10 @@
 //! them (labelled, labelled detached, unlabelled then claimed), by strangers (unlabelled,
 //! forged with a session's labels), claims of another session's sandbox, detaches, a session's
 //! own `docker commit`, `stop ID` (empty, `.`, a prefix), `stop --all --session`, sweeps,
-//! owner deaths (SIGKILL, a plain exit) and E2B deletes failing with 503. The oracle knows,
-//! for each sandbox, who owns it by the rules (a label owns; a claim adopts only what no
-//! session owns; detach wins) and checks after every step that nothing it protects is gone,
+//! owner deaths (SIGKILL, a plain exit) and E2B deletes failing with 503. The oracle
+//! (`sandguard::testing::oracle`, the in-process model's) knows, for each sandbox, who owns it
+//! by the rules (a label owns; a claim adopts, never steals; detach wins), and after every step
+//! the test checks that nothing it protects is gone,
 //! and, once an owner's session has ended, that nothing it owned is left.
 //!
 //! `SANDGUARD_MODEL_DOCKER_SEED` replays one history; `SANDGUARD_MODEL_DOCKER_CASES` sets how
@@ -23,22 +24,11 @@ use std::time::Duration;
 use crate::support::*;
 use crate::watch::wrapper::{path_with_sandguard, Job};
 
-/// A small deterministic generator (xorshift64*), so a seed replays its history exactly.
-struct Rng(u64);
+use sandguard::testing::oracle::Oracle;
+use sandguard::testing::rng::Rng;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
-/// Who a container belongs to by the rules.
+/// Who a container was made for: the generator's sketch, to pick plausible steps (which
+/// session may claim it); whether it may go is the oracle's to say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Owner {
     Session(usize),
@@ -52,7 +42,8 @@ struct Made {
     /// Carries the owning session's label (what `stop --all --session` lists).
     labelled: bool,
     detached: bool,
-    /// `stop ID` named it: the user may remove what they name, detached or not.
+    /// `stop ID` named it: the user may remove what they name, detached or not (a fact of
+    /// the history the oracle does not model for real ids).
     named: bool,
     /// An E2B sandbox (in the emulator), not a Docker container.
     cloud: bool,
@@ -95,6 +86,8 @@ struct World {
     made: Vec<Made>,
     res: Resources,
     log: Vec<String>,
+    /// The one oracle of the ownership rules; sandboxes are named by their index in `made`.
+    oracle: Oracle,
     /// Images committed by the history, removed at its end.
     images: Vec<String>,
     emu: crate::support::emu::Emulator,
@@ -131,6 +124,7 @@ impl World {
             made: Vec::new(),
             res: Resources::default(),
             log: Vec::new(),
+            oracle: Oracle::default(),
             images: Vec::new(),
             emu,
             e2b,
@@ -195,6 +189,7 @@ impl World {
             sent: 0,
             over: false,
         });
+        self.oracle.start(n);
     }
 
     /// Has session `n` run `sandguard LINE` and waits for its status.
@@ -245,6 +240,13 @@ impl World {
         } else {
             self.res.container(&pairs)
         };
+        // A label owns: the labels are those of the session the sandbox is made for (a
+        // stranger forging them hands it to that session).
+        let label = match owner {
+            Owner::Session(n) if !labels.is_empty() => Some(n),
+            _ => None,
+        };
+        self.oracle.create(self.made.len(), label, detached);
         self.made.push(Made {
             id,
             owner,
@@ -254,6 +256,15 @@ impl World {
             cloud,
         });
         self.made.len() - 1
+    }
+
+    /// Session `n` claims sandbox `c` (through its owner's `sandguard claim`); the sidecar
+    /// confirms what the rules let stand.
+    fn claim(&mut self, n: usize, c: usize) {
+        let line = format!("claim {} {}", self.made[c].provider(), self.made[c].id);
+        self.tell(n, &line);
+        let stands = self.oracle.claim_stands(n, c);
+        self.oracle.claim(n, c, stands);
     }
 
     fn exists(&self, m: &Made) -> bool {
@@ -283,6 +294,7 @@ impl World {
                 && matches!(row["state"].as_str(), Some("reclaimed" | "clean"))
         });
         self.sessions[n].over = true;
+        self.oracle.owner_dies(n);
     }
 
     /// Every journal and log of the ledger, for a failure's report.
@@ -311,19 +323,16 @@ impl World {
                 self.ledger_text()
             )
         };
-        for m in &self.made {
+        for (x, m) in self.made.iter().enumerate() {
             let exists = self.exists(m);
-            let removable = m.named
-                || match m.owner {
-                    Owner::Stranger => false,
-                    Owner::Session(_) => !m.detached,
-                };
-            if !exists && !removable {
-                fail(format!("{m:?} was removed"));
+            if !exists && !m.named {
+                if let Err(why) = self.oracle.may_ever_remove(x) {
+                    fail(format!("{m:?} was removed, but {why}"));
+                }
             }
-            if let Owner::Session(n) = m.owner {
-                if self.sessions[n].over && !m.detached && !m.named && exists {
-                    fail(format!("{m:?} is left after its session ended"));
+            if exists && !m.named {
+                if let Some(why) = self.oracle.must_be_gone(x, false) {
+                    fail(format!("{m:?} is left after its session ended: {why}"));
                 }
             }
         }
@@ -355,8 +364,7 @@ impl World {
                     self.log.push(format!(
                         "session {n} creates a {what} labelled detached and claims it"
                     ));
-                    let line = format!("claim {} {}", self.made[c].provider(), self.made[c].id);
-                    self.tell(n, &line);
+                    self.claim(n, c);
                 } else {
                     self.log
                         .push(format!("session {n} creates a {what} labelled detached"));
@@ -367,8 +375,7 @@ impl World {
                     "session {n} creates an unlabelled {what} and claims it"
                 ));
                 let c = self.create(&[], Owner::Session(n), false, cloud);
-                let line = format!("claim {} {}", self.made[c].provider(), self.made[c].id);
-                self.tell(n, &line);
+                self.claim(n, c);
             }
             4 if rng.below(3) == 0 => {
                 // A provider fault: E2B answers its next deletes 503 (the reclaim retries).
@@ -401,8 +408,7 @@ impl World {
                         "session {n} claims container {c} ({:?})",
                         self.made[c].owner
                     ));
-                    let line = format!("claim {} {}", self.made[c].provider(), self.made[c].id);
-                    self.tell(n, &line);
+                    self.claim(n, c);
                     if self.made[c].owner == Owner::Stranger {
                         self.made[c].owner = Owner::Session(n);
                     }
@@ -426,6 +432,7 @@ impl World {
                     );
                     self.tell(n, &line);
                     self.made[c].detached = true;
+                    self.oracle.detach(n, c);
                 }
             }
             7 => {
@@ -551,7 +558,7 @@ fn random_histories_against_the_real_daemon_keep_the_trust_rules() {
         }
     };
     for seed in seeds {
-        let mut rng = Rng(seed);
+        let mut rng = Rng::new(seed);
         let mut world = World::new(seed);
         let steps = 4 + rng.below(6);
         for _ in 0..steps {

@@ -234,7 +234,7 @@ fn the_journal_survives_a_thousand_random_sidecar_kills() {
     .unwrap();
     let me = std::process::id().to_string();
     let state = s.path().join("state/sandguard");
-    let mut seed: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut rng = sandguard::testing::rng::Rng::new(0x2545_F491_4F6C_DD1D);
     let mut total_journaled = 0;
     let mut torn_lines = 0;
     for round in 0..1000 {
@@ -265,10 +265,7 @@ fn the_journal_survives_a_thousand_random_sidecar_kills() {
             .unwrap();
         assert_eq!(ready.trim(), format!("ready {session}"));
         // Stream claims, and kill the sidecar after a random 0-20 ms.
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        let kill_after = Duration::from_micros(seed % 20_000);
+        let kill_after = Duration::from_micros(rng.next() % 20_000);
         let mut pipe = std::fs::File::from(write_end);
         let start = Instant::now();
         let mut sent = 0;
