@@ -499,6 +499,7 @@ impl World {
                 .unwrap();
             let new = String::from_utf8_lossy(&out.stdout).trim().to_string();
             self.res.adopt_container(&new);
+            self.oracle.create(self.made.len(), Some(n), false);
             self.made.push(Made {
                 id: new,
                 owner: Owner::Session(n),

@@ -50,24 +50,7 @@ fn an_owner_in_another_pid_namespace_is_unknown_not_dead() {
     let inner = Scratch::new("trust-ns-inner");
     let host = Scratch::new("trust-ns-host");
     let ids = inner.path().join("ids");
-    let script = format!(
-        "set -e\n{LABEL_ARGS}\n\
-         c=$(docker run -d --network none $L {IMAGE} sleep 600)\n\
-         echo \"$c\" > {ids}.tmp; mv {ids}.tmp {ids}\n\
-         sleep 600",
-        ids = ids.display()
-    );
-    let mut unshare = Command::new("unshare");
-    unshare
-        .args(["--pid", "--fork", "--mount-proc"])
-        .arg(env!("CARGO_BIN_EXE_sandguard"))
-        .args(["--", "sh", "-c", &script]);
-    for (k, v) in sandguard(&inner).get_envs() {
-        match v {
-            Some(v) => unshare.env(k, v),
-            None => unshare.env_remove(k),
-        };
-    }
+    let mut unshare = crate::watch::sidecar::unshared_owner(&inner, &ids);
     let job = unshare
         .env("PATH", path_with_sandguard())
         .process_group(0)
@@ -243,6 +226,26 @@ esac
     script
 }
 
+/// `sandguard -- sh -c SCRIPT` with the plugin and `config`, its owner SIGKILLed (and waited
+/// for) once it has written `file`; the lines of `file`.
+fn killed_owner(s: &Scratch, config: &Path, script: &str, file: &Path) -> Vec<String> {
+    let mut cmd = sandguard(s);
+    with_plugin(s, &mut cmd);
+    let job = cmd
+        .env("SANDGUARD_CONFIG", config)
+        .args(["--", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut owner = crate::watch::wrapper::Job(job);
+    let got = wait_for_file(file, &mut owner);
+    unsafe_kill(owner.id() as i32, libc::SIGKILL);
+    let _ = owner.wait();
+    got
+}
+
 fn with_plugin(s: &Scratch, cmd: &mut Command) {
     cmd.env(
         "PATH",
@@ -274,21 +277,8 @@ fn a_sweep_of_one_provider_does_not_end_a_session_pending_on_another() {
          exec sleep 600",
         ids = ids.display()
     );
-    let mut cmd = sandguard(&s);
-    with_plugin(&s, &mut cmd);
-    let job = cmd
-        .env("SANDGUARD_CONFIG", &config)
-        .args(["--", "sh", "-c", &script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut owner = crate::watch::wrapper::Job(job);
-    let got = wait_for_file(&ids, &mut owner);
+    let got = killed_owner(&s, &config, &script, &ids);
     let (container, session_id) = (&got[0], &got[1]);
-    unsafe_kill(owner.id() as i32, libc::SIGKILL);
-    let _ = owner.wait();
     assert_eq!(
         wait_state(&s, session_id, &["pending", "reclaimed"]),
         "pending"
@@ -334,20 +324,7 @@ fn sweeping_an_unfinishable_session_does_not_grow_its_journal() {
         "sandguard claim flaky box-1\necho \"$SANDGUARD_SESSION\" > {o}/s.tmp; mv {o}/s.tmp {o}/s\nexec sleep 600",
         o = out.display()
     );
-    let mut cmd = sandguard(&s);
-    with_plugin(&s, &mut cmd);
-    let job = cmd
-        .env("SANDGUARD_CONFIG", &config)
-        .args(["--", "sh", "-c", &script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut owner = crate::watch::wrapper::Job(job);
-    let session_id = wait_for_file(&out.join("s"), &mut owner).remove(0);
-    unsafe_kill(owner.id() as i32, libc::SIGKILL);
-    let _ = owner.wait();
+    let session_id = killed_owner(&s, &config, &script, &out.join("s")).remove(0);
     assert_eq!(
         wait_state(&s, &session_id, &["pending", "reclaimed"]),
         "pending"

@@ -53,6 +53,31 @@ fn sidecar_of(session: &str) -> u32 {
     crate::watch::wrapper::sidecar_pid(session)
 }
 
+/// `sandguard -- sh -c SCRIPT` as pid 1 of a new pid namespace (`unshare --pid --fork
+/// --mount-proc`), with `s`'s isolated environment: the script starts one container with the
+/// session's labels, writes its id to `ids`, and sleeps.
+pub(crate) fn unshared_owner(s: &Scratch, ids: &Path) -> Command {
+    let script = format!(
+        "set -e\n{LABEL_ARGS}\n\
+         c=$(docker run -d --network none $L {IMAGE} sleep 600)\n\
+         echo \"$c\" > {ids}.tmp; mv {ids}.tmp {ids}\n\
+         sleep 600",
+        ids = ids.display()
+    );
+    let mut unshare = Command::new("unshare");
+    unshare
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(env!("CARGO_BIN_EXE_sandguard"))
+        .args(["--", "sh", "-c", &script]);
+    for (k, v) in sandguard(s).get_envs() {
+        match v {
+            Some(v) => unshare.env(k, v),
+            None => unshare.env_remove(k),
+        };
+    }
+    unshare
+}
+
 /// #4a: `sandguard detach docker <12-hex prefix>` spares the container it names, whose full
 /// id is 64 hex digits; before, the prefix was compared as given and the container removed.
 #[test]
@@ -281,24 +306,7 @@ fn as_pid_1_the_wrapper_stays_init_until_the_reclaim_is_done() {
     let _g = shared();
     let s = Scratch::new("trust-pid1");
     let ids = s.path().join("ids");
-    let script = format!(
-        "set -e\n{LABEL_ARGS}\n\
-         c=$(docker run -d --network none $L {IMAGE} sleep 600)\n\
-         echo \"$c\" > {ids}.tmp; mv {ids}.tmp {ids}\n\
-         sleep 600",
-        ids = ids.display()
-    );
-    let mut unshare = Command::new("unshare");
-    unshare
-        .args(["--pid", "--fork", "--mount-proc"])
-        .arg(env!("CARGO_BIN_EXE_sandguard"))
-        .args(["--", "sh", "-c", &script]);
-    for (k, v) in sandguard(&s).get_envs() {
-        match v {
-            Some(v) => unshare.env(k, v),
-            None => unshare.env_remove(k),
-        };
-    }
+    let mut unshare = unshared_owner(&s, &ids);
     let mut job = unshare
         .env("PATH", crate::watch::wrapper::path_with_sandguard())
         .stdin(Stdio::null())
