@@ -173,4 +173,11 @@ pub mod testing {
             spawn_in_new_session, try_lock_exclusive,
         };
     }
+
+    // --- The model tests' shared pieces (tests by subsystem, issue 41 point 4): the one
+    // seeded generator and the one oracle of the ownership rules, used by the in-process model
+    // (`src/model`, a unit test) and the integration tests (`tests/reclaim/model.rs`). Files
+    // of their own, `src/testing/`, since `src/model` is compiled for unit tests only.
+    pub mod oracle;
+    pub mod rng;
 }

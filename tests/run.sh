@@ -19,7 +19,7 @@
 #      emulators with them;
 #   1b. the engine tests (tests/engines.txt: the kill matrix, the Docker proxy with the docker
 #      CLI, ps/stop/sweep, networks and volumes) again, with the tests of Podman's pods
-#      (tests/podman.rs, which step 1 skips), on rootless Podman: Debian's podman,
+#      (tests/providers/docker/podman.rs, which step 1 skips), on rootless Podman: Debian's podman,
 #      an unprivileged user made for it, its `podman system service` in a network namespace
 #      of its own (start_rootless_podman says what this machine needs for it); then
 #      `sandguard providers` run as that user finds the socket itself;
@@ -316,11 +316,11 @@ fi
 
 command -v systemd-analyze >/dev/null 2>&1 || apt_install systemd
 command -v flock >/dev/null 2>&1 || apt_install util-linux
-# The fleet tests (tests/fleet.rs) start their own redis-server on a loopback port, with a
+# The fleet tests (tests/fleet/) start their own redis-server on a loopback port, with a
 # password and no persistence, and stop it at the end; redis-cli reads the store back.
 command -v redis-server >/dev/null 2>&1 || apt_install redis-server
 command -v redis-cli >/dev/null 2>&1 || apt_install redis-tools
-# tests/fleet.rs reads packaging/kubernetes/ with a YAML parser.
+# tests/fleet/ reads packaging/kubernetes/ with a YAML parser.
 python3 -c 'import yaml' 2>/dev/null || apt_install python3-yaml
 logs=$(mktemp -d)
 
@@ -369,11 +369,11 @@ SANDGUARD_SDK_PYTHON=$(sdk_python "${CARGO_TARGET_DIR:-$PWD/target}/sdk-venv")
 export SANDGUARD_SDK_PYTHON
 
 # Step 1: the Rust suite (ignored tests too: they need root, which this script has).
-# The tests of what only Podman has (tests/podman.rs, pods) are left to step 1b.
+# The tests of what only Podman has (tests/providers/docker/podman.rs, pods) are left to step 1b.
 args=("$@")
 case " $* " in
-  *" -- "*) args+=(--include-ignored --skip podman::) ;;
-  *) args+=(-- --include-ignored --skip podman::) ;;
+  *" -- "*) args+=(--include-ignored --skip providers::docker::podman::) ;;
+  *) args+=(-- --include-ignored --skip providers::docker::podman::) ;;
 esac
 set +e
 cargo test --locked "${args[@]}" 2>&1 | tee "$logs/cargo"
@@ -384,7 +384,7 @@ tally "cargo tests" "$p" "$f"
 [ "$rc" -eq 0 ] || exit "$rc"
 
 # Steps 1b and 1c: the engine tests again on a second and third engine, each run by an
-# unprivileged user of its own: the tests tests/engines.txt names (those under podman:: on
+# unprivileged user of its own: the tests tests/engines.txt names (those under providers::docker::podman:: on
 # Podman only), from the binary step 1 built, with DOCKER_HOST at the engine's socket for the
 # tests, their docker CLI and sandguard alike; then sandguard run as that user, with nothing
 # naming a daemon, finds the engine's socket in its runtime directory itself (what it says
@@ -435,7 +435,7 @@ else
   # Step 1c: rootless Docker (start_rootless_docker), without them.
   socket=$(start_rootless_docker)
   engine_layer "rootless docker" "$ROOTLESS_DOCKER_USER" "$socket" \
-    "rootless Docker's socket" "^podman::"
+    "rootless Docker's socket" "^providers::docker::podman::"
 fi
 
 # Step 2: the macOS targets, linted. Their own target directory ($target/darwin), so that

@@ -15,7 +15,7 @@
 # Prints the image's name on stdout once it is built; docker's output goes to stderr. The
 # image is labelled with the OCI annotations for its version and source commit, taken from
 # `sandguard --version`. DOCKER=podman (or another docker-compatible CLI) may stand in for
-# docker; only docker is tested (tests/image.rs). Why this shape: packaging/README.md.
+# docker; only docker is tested (tests/cli/image.rs). Why this shape: packaging/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 

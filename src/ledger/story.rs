@@ -397,5 +397,4 @@ impl Teller {
 }
 
 #[cfg(test)]
-#[path = "story_tests.rs"]
 mod tests;

@@ -277,5 +277,4 @@ fn started(
 }
 
 #[cfg(test)]
-#[path = "view_tests.rs"]
 mod tests;

@@ -19,7 +19,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::ops::{box_id, Crash, Cut, Fault};
-use super::world::{options, World, FORKS, LEASE, PATIENCE};
+use super::world::{options, sweep_options, World, FORKS, LEASE, PATIENCE};
 use crate::fleet::Store;
 use crate::reclaim;
 use crate::reclaim::stop::Asked;
@@ -78,7 +78,7 @@ impl World {
         let plan = crate::sweep::service::SweepService {
             state,
             providers: self.providers.clone(),
-            options: options(None),
+            options: sweep_options(self.healthy()),
             every: Duration::from_secs(60),
             dry_run: false,
             prune_after: prune.then_some(Duration::ZERO),

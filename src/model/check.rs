@@ -205,7 +205,7 @@ pub(super) fn removable(
                 ops::Cut::Prefix(n) => ops::prefix(named, n),
                 ops::Cut::Empty => String::new(),
             };
-            before.stop_may_take(&given, x)
+            before.stop_may_take(&given, x, &box_id(x))
         }
         Op::StopAll { s } => before.stop_all_takes(s, x),
         Op::Removes { x: named, .. } => named == x,

@@ -14,8 +14,9 @@ use std::fmt;
 
 mod generate;
 
+/// The one seeded generator of the test suites (`crate::testing::rng`).
+pub(crate) use crate::testing::rng::Rng;
 pub(super) use generate::generate;
-pub(crate) use generate::Rng;
 
 /// How the program makes a sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

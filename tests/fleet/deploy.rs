@@ -7,7 +7,7 @@ use super::*;
 /// native sidecar registered in the same store.
 #[test]
 fn the_kubernetes_manifests_run_the_fleet_sweep_and_a_native_sidecar() {
-    let load = crate::image::kubernetes_manifest;
+    let load = crate::cli::image::kubernetes_manifest;
     let from_secret = |env: &serde_json::Value, var: &str| {
         env.as_array().unwrap().iter().any(|e| {
             e["name"] == var && e["valueFrom"]["secretKeyRef"]["name"] == "sandguard-fleet"
@@ -29,7 +29,7 @@ fn the_kubernetes_manifests_run_the_fleet_sweep_and_a_native_sidecar() {
     let sidecar = &p["spec"]["initContainers"][0];
     assert_eq!(sidecar["restartPolicy"], "Always", "a native sidecar");
     // The image has no shell: its entrypoint, sandguard, is given `watch` and its options
-    // (tests/image.rs runs them in the image).
+    // (tests/cli/image.rs runs them in the image).
     assert!(sidecar["command"].is_null(), "{sidecar}");
     assert_eq!(sidecar["args"][0], "watch");
     assert_eq!(sidecar["args"][1], "--owner-pid-file");
@@ -52,7 +52,7 @@ fn the_kubernetes_manifests_run_the_fleet_sweep_and_a_native_sidecar() {
 /// want of that Redis (exit 1, the password masked), not for the config.
 #[test]
 fn the_readmes_fleet_config_is_a_valid_config() {
-    let text = crate::readme::block("fleet-config");
+    let text = crate::cli::readme::block("fleet-config");
     let s = Scratch::new("fleet-readme");
     // The example's Redis does not exist here: point its host at a closed loopback port.
     let text = text.replace("redis.internal:6380", "127.0.0.1:1");

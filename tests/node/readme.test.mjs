@@ -2,7 +2,7 @@
 // book's SDK chapter), run as it is written, from the package npm installed, against the real
 // daemon: the three containers it makes (labelled, claimed, claimed by a child) are gone once
 // `close()` has resolved. The block is read out of the documentation (README.md and
-// book/src/*.md), so the two cannot drift apart (tests/readme.rs checks that every block is
+// book/src/*.md), so the two cannot drift apart (tests/cli/readme.rs checks that every block is
 // either run or says why not).
 
 import assert from "node:assert/strict";
@@ -14,7 +14,7 @@ import { docker, exists, guardedEnv, IMAGE, removeQuietly, run, scratch } from "
 
 const REPO = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 
-// The documentation, in tests/readme.rs's order: README.md, then book/src/*.md by name.
+// The documentation, in tests/cli/readme.rs's order: README.md, then book/src/*.md by name.
 function docs() {
   const chapters = readdirSync(join(REPO, "book", "src"))
     .filter((name) => name.endsWith(".md"))

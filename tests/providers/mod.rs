@@ -1,3 +1,8 @@
+//! The providers' drivers and their emulators. The Docker driver's tests are in `docker/`
+//! (ownership on the daemon, contexts, sockets, Podman's pods), plugin providers' in
+//! `plugins.rs` and `plugin_removals.rs`; the rest of this folder is the cloud providers'
+//! conformance suite.
+//!
 //! The cloud providers' conformance suite: the real `sandguard` binary against each provider's
 //! emulator (`tests/support/`), no Docker involved.
 //!
@@ -17,9 +22,12 @@
 mod suite;
 
 mod daytona;
+pub(crate) mod docker;
 mod e2b;
 mod flyio;
 mod modal;
+mod plugin_removals;
+mod plugins;
 mod tenki;
 
 use std::path::PathBuf;

@@ -6,7 +6,7 @@ and is claimed; ``close()`` reclaims that sandbox and puts ``E2B_API_URL`` back.
 The E2B API here is a small server in this test process that records what reaches it: the
 real wire format's create (``POST /sandboxes``, answered with a ``sandboxID``), listing and
 delete, nothing more. The full E2B emulator and the vendor's SDK through the proxy are the
-Rust suite's (tests/cloud_proxy.rs)."""
+Rust suite's (tests/proxy/cloud.rs)."""
 
 import json
 import os

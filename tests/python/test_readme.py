@@ -1,7 +1,7 @@
 """The documentation's Python snippet (the block marked `<!-- readme: run python-guard -->`,
 in the book's SDK chapter), run as it is written, with the wheel's helper, against the real
 daemon: everything it made is gone when its `with` block ends. The block is read out of the
-documentation (README.md and book/src/*.md), so the two cannot drift apart (tests/readme.rs
+documentation (README.md and book/src/*.md), so the two cannot drift apart (tests/cli/readme.rs
 does the same for the shell snippets and checks that every block is either run or says why
 not).
 
@@ -20,7 +20,7 @@ IMAGE = "sandguard-test/busybox:latest"
 
 
 def docs() -> list:
-    """The documentation, in tests/readme.rs's order: README.md, then book/src/*.md by name."""
+    """The documentation, in tests/cli/readme.rs's order: README.md, then book/src/*.md by name."""
     return [REPO / "README.md", *sorted((REPO / "book" / "src").glob("*.md"))]
 
 

@@ -6,7 +6,7 @@
 //! and the provider's own shape of a 429 and of a 5xx. The server applies [`Faults`] before
 //! the API sees a request: an outage (every request answered 503), dropped connections (closed
 //! without an answer), latency, a rate limiter (a token bucket per route, [`Bucket`]), 429s
-//! with the provider's retry header, and 5xx. The random draws come from a seeded generator,
+//! with the provider's retry header, and 5xx. The random draws come from the one seeded generator (`sandguard::testing::rng`),
 //! so a run is repeatable. One more fault is about what an answer says rather than whether it
 //! comes: with [`Faults::echo_auth`], every error answer (4xx or 5xx, the API's own or an
 //! injected one) quotes the request's credential headers verbatim in its message, as a
@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+use sandguard::testing::rng::Rng;
 
 // By path: the benches include this file by path too, where a plain `mod` would look beside it.
 #[path = "emu/echo.rs"]
@@ -203,7 +205,7 @@ struct Shared {
     blocked_until: Mutex<HashMap<String, (Instant, Instant)>>,
     /// Per route: the tokens of its bucket, and when they were counted.
     buckets: Mutex<HashMap<String, (f64, Instant)>>,
-    rng: Mutex<u64>,
+    rng: Mutex<Rng>,
 }
 
 /// A running emulator; it stops with the test process.
@@ -220,7 +222,7 @@ impl Emulator {
             hits: Mutex::new(Vec::new()),
             blocked_until: Mutex::new(HashMap::new()),
             buckets: Mutex::new(HashMap::new()),
-            rng: Mutex::new(0x9E37_79B9_7F4A_7C15),
+            rng: Mutex::new(Rng::new(0x9E37_79B9_7F4A_7C15)),
         });
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
         listener.set_nonblocking(true).expect("nonblocking");
@@ -269,7 +271,7 @@ async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
         let (faults, draw) = {
             let f = shared.faults.lock().unwrap().clone();
             let mut rng = shared.rng.lock().unwrap();
-            let draws = [next(&mut rng), next(&mut rng), next(&mut rng)];
+            let draws = [rng.unit(), rng.unit(), rng.unit()];
             (f, draws)
         };
         if !faults.latency.is_zero() {
@@ -354,16 +356,6 @@ fn take_token(
         reset: Duration::from_secs_f64((burst - *tokens) / rate),
     };
     Some((Duration::from_secs_f64((1.0 - *tokens) / rate), limit))
-}
-
-/// A uniform draw in [0, 1) (xorshift64*).
-fn next(state: &mut u64) -> f64 {
-    let mut x = *state;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *state = x;
-    (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
 }
 
 async fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Request> {

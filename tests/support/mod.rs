@@ -12,6 +12,7 @@ pub mod emu;
 pub mod fifo;
 pub mod flyio;
 pub mod modal;
+pub mod plugin;
 pub mod sdk;
 pub mod tenki;
 

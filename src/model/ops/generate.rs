@@ -1,43 +1,12 @@
-//! The seeded generator of histories: [`generate`], and the PRNG it draws from ([`Rng`]).
+//! The seeded generator of histories: [`generate`], drawing from the one PRNG of the test
+//! suites ([`Rng`], `crate::testing::rng`: a seed printed as one number replays the same
+//! history on any machine).
 //!
 //! Decisions:
-//! - **A small PRNG of our own** (SplitMix64): no dependency, and a seed printed as one
-//!   number replays the same history on any machine.
 //! - The generator keeps a sketch of who lives (owners, sidecars) only to pick plausible
-//!   operations; the oracle ([`crate::model::oracle`]) is what judges them.
+//!   operations; the oracle (`crate::testing::oracle`) is what judges them.
 
 use super::*;
-
-/// SplitMix64: small, fast, and good enough to pick operations.
-#[derive(Debug, Clone)]
-pub(crate) struct Rng(u64);
-
-impl Rng {
-    pub(crate) fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub(crate) fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A number below `n` (`n` > 0).
-    pub(crate) fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    pub(crate) fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-
-    pub(crate) fn pick<T: Copy>(&mut self, from: &[T]) -> T {
-        from[self.below(from.len())]
-    }
-}
 
 /// The generator's sketch of a session.
 #[derive(Clone, Copy)]

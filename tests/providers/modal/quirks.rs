@@ -96,7 +96,7 @@ fn a_claimed_v2_id_is_terminated_through_v2_never_taken_for_gone_by_v1() {
     let script = format!("echo \"$SANDGUARD_SESSION\"; sandguard claim modal {claimed}");
     let out = run(rig
         .cmd()
-        .env("PATH", crate::wrapper::path_with_sandguard())
+        .env("PATH", crate::watch::wrapper::path_with_sandguard())
         .args(["--", "sh", "-c", &script]));
     ok(&out);
     let session = out.stdout.lines().next().unwrap_or_default().to_string();

@@ -1,0 +1,21 @@
+//! The commands a user types and what they answer, through the real binary: `ps`, `stop`,
+//! `providers`, `sessions` and `sessions show`, bad configuration, the rough edges, secrets
+//! kept out of every output, the documentation's snippets run as written, and what packagers
+//! ship (systemd and launchd units, the man page, the container image).
+//!
+//! - [`ps_stop`]: `ps`, `stop` and `providers` against the real daemon.
+//! - [`answers`]: session ids, `sessions show` and refused detaches, answered honestly.
+//! - [`edges`]: `ps --session/--state`, `sessions show`, log levels, verdicts said once.
+//! - [`config_errors`]: bad configuration exits 2 naming file, line and key.
+//! - [`security`]: secrets, unsafe state directories, look-alikes.
+//! - [`readme`]: README's and the book's code blocks, run.
+//! - [`packaging`], [`image`]: the packaging files and the container image.
+
+mod answers;
+mod config_errors;
+mod edges;
+pub(crate) mod image;
+mod packaging;
+mod ps_stop;
+pub(crate) mod readme;
+mod security;

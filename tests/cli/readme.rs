@@ -1,0 +1,313 @@
+//! The documentation's code blocks, run as written: the snippets are read out of README.md and
+//! the book's chapters (book/src/*.md) themselves, so the documentation and what the tests run
+//! cannot drift apart.
+//!
+//! Every fenced block in README.md and in every chapter is preceded by a marker line:
+//! `<!-- readme: run NAME -->` (a test here, or in tests/python/test_readme.py,
+//! tests/node/readme.test.mjs and the tests that call [`block`], runs it) or `<!-- readme: not
+//! run (reason) -->`. A block without a marker fails [`every_block_is_run_or_says_why_not`], so
+//! a new snippet cannot slip in untested by accident; a name used twice, in one file or across
+//! files, fails [`every_run_name_is_used_once`].
+//!
+//! The snippets use the image name `busybox`; the daemon has only the test image, which these
+//! tests tag as `busybox:latest` (a local tag, nothing is pulled).
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::support::*;
+use crate::watch::wrapper::path_with_sandguard;
+
+/// The documentation, in a fixed order: README.md, then every `book/src/*.md` by file name.
+/// Each as (its path in the repository, its text).
+pub(crate) fn docs() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut chapters: Vec<String> = std::fs::read_dir(root.join("book/src"))
+        .expect("the book's chapters, book/src/")
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".md"))
+        .collect();
+    chapters.sort();
+    std::iter::once("README.md".to_string())
+        .chain(chapters.into_iter().map(|name| format!("book/src/{name}")))
+        .map(|rel| {
+            let text = std::fs::read_to_string(root.join(&rel)).unwrap();
+            (rel, text)
+        })
+        .collect()
+}
+
+/// Every fenced block: (the marker line before it, its language, its body).
+pub(crate) fn blocks(text: &str) -> Vec<(Option<String>, String, String)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        if let Some(lang) = lines[i].strip_prefix("```") {
+            let marker = i
+                .checked_sub(1)
+                .map(|j| lines[j].trim())
+                .filter(|l| l.starts_with("<!-- readme:"))
+                .map(str::to_string);
+            let end = (i + 1..lines.len())
+                .find(|&j| lines[j].starts_with("```"))
+                .expect("every fence is closed");
+            out.push((marker, lang.to_string(), lines[i + 1..end].join("\n")));
+            i = end + 1;
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The NAME of a `<!-- readme: run NAME … -->` marker (`None` for `not run` and the rest).
+fn run_name(marker: &str) -> Option<&str> {
+    let rest = marker.strip_prefix("<!-- readme: run ")?;
+    rest.split(|c: char| c.is_whitespace()).next()
+}
+
+/// The body of the block marked `<!-- readme: run NAME … -->`, in README.md or a chapter.
+pub(crate) fn block(name: &str) -> String {
+    docs()
+        .iter()
+        .flat_map(|(_, text)| blocks(text))
+        .find(|(m, _, _)| m.as_deref().and_then(run_name) == Some(name))
+        .map_or_else(
+            || panic!("neither README.md nor book/src/*.md has a block marked `<!-- readme: run {name} -->`"),
+            |(_, _, body)| body,
+        )
+}
+
+/// `busybox:latest` as a local tag of the test image.
+fn busybox() {
+    require_docker();
+    let ok = Command::new("docker")
+        .args(["tag", IMAGE, "busybox:latest"])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "docker tag {IMAGE} busybox:latest");
+}
+
+/// The ids of running containers labelled `sandguard.session=SESSION`.
+fn labelled(session: &str) -> Vec<String> {
+    let out = Command::new("docker")
+        .args(["ps", "-aq", "--no-trunc", "--filter"])
+        .arg(format!("label=sandguard.session={session}"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn every_block_is_run_or_says_why_not() {
+    let docs = docs();
+    assert!(
+        docs.iter().any(|(path, _)| path == "book/src/SUMMARY.md"),
+        "the book is there: {:?}",
+        docs.iter().map(|(p, _)| p).collect::<Vec<_>>()
+    );
+    for (path, text) in &docs {
+        for (marker, lang, body) in blocks(text) {
+            let first = body.lines().next().unwrap_or("");
+            let marker = marker.unwrap_or_else(|| panic!(
+                "a ```{lang} block in {path} (starting {first:?}) has no `<!-- readme: run NAME -->` or `<!-- readme: not run (why) -->` line before it"
+            ));
+            assert!(
+                run_name(&marker).is_some_and(|n| !n.is_empty() && n != "-->")
+                    || marker.starts_with("<!-- readme: not run ("),
+                "a ```{lang} block in {path} (starting {first:?}) has a marker that is neither `run NAME` nor `not run (why)`: {marker}"
+            );
+        }
+    }
+}
+
+/// A `run NAME` marker names one block among README.md and every chapter: [`block`] takes the
+/// first, so a second of the same name would never run.
+#[test]
+fn every_run_name_is_used_once() {
+    let mut seen = std::collections::HashMap::new();
+    for (path, text) in docs() {
+        for (marker, _, _) in blocks(&text) {
+            if let Some(name) = marker.as_deref().and_then(run_name) {
+                if let Some(first) = seen.insert(name.to_string(), path.clone()) {
+                    panic!("`<!-- readme: run {name} -->` is in {first} and in {path}");
+                }
+            }
+        }
+    }
+    // The names the tests read: here, tests/proxy/cloud.rs, tests/fleet/deploy.rs,
+    // tests/python/test_readme.py and tests/node/readme.test.mjs.
+    for name in [
+        "quick-start",
+        "claim",
+        "labels-by-hand",
+        "plugin-config",
+        "plugin-script",
+        "cloud_agent",
+        "fleet-config",
+        "python-guard",
+        "node-guard",
+    ] {
+        assert!(seen.contains_key(name), "no block is marked `run {name}`");
+    }
+}
+
+/// Quick start: `sandguard -- sh -c 'docker run -d sandguard-test/busybox …; sleep 3'`; the
+/// container is gone once the program has exited. `cargo run --release --` stands for the
+/// binary this test was built with; the block's other command (`tests/run.sh`) is what runs
+/// this test.
+#[test]
+fn the_quick_start_guards_a_program() {
+    busybox();
+    let _g = shared();
+    let s = Scratch::new("readme-quick");
+    let text = block("quick-start");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("tests/engine.sh && cargo run --release -- "))
+        .expect("the quick start runs `tests/engine.sh && cargo run --release -- …`");
+    // The set-up half is tests/run.sh's own (it ran before this test, and CI runs the whole
+    // line as written on its clean clone); the rest is run here.
+    let command = line.replacen("tests/engine.sh && cargo run --release --", "sandguard", 1);
+    // The README's command itself, as a user types it (stderr a pipe here: no closing line).
+    let out = run(Command::new("sh")
+        .env("PATH", path_with_sandguard())
+        .env("HOME", s.path())
+        .env("XDG_STATE_HOME", s.path().join("state"))
+        .env("XDG_CONFIG_HOME", s.path().join("config"))
+        .env_remove("SANDGUARD_CONFIG")
+        .args(["-c", &command]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let id = out.stdout.trim().to_string();
+    assert!(!id.is_empty(), "docker run printed the container's id");
+    eventually(
+        Duration::from_secs(10),
+        "the container is reclaimed, though nothing labelled it",
+        || !container_exists(&id),
+    );
+    let comment = text
+        .lines()
+        .find(|l| l.starts_with("# sandguard: "))
+        .expect("the quick start shows what the terminal is told");
+    assert_eq!(
+        comment, "# sandguard: removed 1 sandbox the program left (docker 1)",
+        "what README shows is what tests/proxy/zero_code.rs sees on a terminal (there: 2 of 2)"
+    );
+}
+
+/// Claiming what cannot carry labels, in a shell script under a session: the claimed
+/// container is reclaimed when the script is killed.
+#[test]
+fn the_claim_snippet_claims_an_unlabelled_container() {
+    busybox();
+    let _g = shared();
+    let s = Scratch::new("readme-claim");
+    let ids = s.path().join("ids");
+    let script = format!(
+        "set -e\n{}\necho \"$id\" > {ids}.tmp; mv {ids}.tmp {ids}\nexec sleep 600",
+        block("claim"),
+        ids = ids.display()
+    );
+    let mut owner = crate::watch::wrapper::guarded(&s, &script);
+    let id = crate::watch::wrapper::wait_for_file(&ids, &mut owner).remove(0);
+    let mut r = Resources::default();
+    r.adopt_container(&id);
+    assert!(container_exists(&id));
+    crate::watch::wrapper::unsafe_kill(owner.id() as i32, libc::SIGKILL);
+    let _ = owner.wait();
+    eventually(
+        Duration::from_secs(10),
+        "the claimed container is reclaimed",
+        || !container_exists(&id),
+    );
+}
+
+/// Guarding a container by hand with a label, then `ps` and `stop --all --session`.
+#[test]
+fn guarding_a_container_by_hand_with_a_label() {
+    busybox();
+    let _g = shared();
+    let s = Scratch::new("readme-labels");
+    let mut script = block("labels-by-hand");
+    // A session name of this run's own, so parallel runs cannot meet.
+    let session = format!("my-session-{}", unique());
+    script = script.replace("my-session", &session);
+    let out = Command::new("sh")
+        .args(["-ec", &script])
+        .envs(sandguard(&s).get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .env("PATH", path_with_sandguard())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&session),
+        "`sandguard ps` shows the container:\n{stdout}"
+    );
+    assert!(stdout.contains("1 stopped."), "{stdout}");
+    assert!(labelled(&session).is_empty());
+}
+
+/// The plugin script, installed as `sandguard-provider-acme`, and the config table that
+/// names a plugin's command: both work as README says.
+#[test]
+fn the_plugin_example_and_its_config_work() {
+    let s = Scratch::new("readme-plugin");
+    let bin = s.path().join("bin");
+    let dir = s.path().join("acme");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = bin.join("acme-sandguard");
+    std::fs::write(&script, block("plugin-script")).unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(
+        dir.join("sb-1.json"),
+        r#"{"id":"sb-1","status":"running","labels":{"sandguard.session":"abc"}}"#,
+    )
+    .unwrap();
+    std::fs::write(dir.join("other.json"), r#"{"id":"other","labels":{}}"#).unwrap();
+    // The config block as README writes it, with the command pointed at this copy.
+    let config = s.path().join("acme.toml");
+    let table = block("plugin-config").replace(
+        "/usr/local/bin/acme-sandguard",
+        &script.display().to_string(),
+    );
+    std::fs::write(
+        &config,
+        format!("{table}\n[providers.docker]\nenabled = false\n"),
+    )
+    .unwrap();
+    let sg = || {
+        let mut c = sandguard(&s);
+        c.env("SANDGUARD_CONFIG", &config).env("ACME_DIR", &dir);
+        c
+    };
+    let out = run(sg().args(["ps", "--json", "--provider", "acme"]));
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let v = json(&out.stdout);
+    let ids: Vec<&str> = v["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|x| x["instance_id"].as_str())
+        .collect();
+    assert_eq!(ids, ["sb-1"], "{v}");
+    let out = run(sg().args(["stop", "--all", "--session", "abc", "--provider", "acme"]));
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(!dir.join("sb-1.json").exists(), "the plugin removed sb-1");
+    assert!(
+        dir.join("other.json").exists(),
+        "an unlabelled sandbox is never touched"
+    );
+}

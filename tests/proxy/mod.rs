@@ -1,0 +1,18 @@
+//! The zero-code proxies: the Docker Engine API proxy (`--docker-proxy`) with the unmodified
+//! docker CLI and raw bytes, and the cloud API proxy (`--cloud-proxy`) for E2B and Daytona with
+//! the vendors' SDKs; what a create is stamped with, what is claimed, what is refused, and the
+//! defaults that serve them without flags.
+//!
+//! - [`docker`]: the docker CLI through the proxy, labelled and reclaimed.
+//! - [`docker_claims`]: a claim names only what the session brought into being; a create the
+//!   proxy cannot stamp is refused (raw requests in `docker_claims::raw`).
+//! - [`docker_labels`]: the session's labels win, and a create's answer waits for its claim.
+//! - [`cloud`], [`cloud_routes`]: the cloud proxy, its routes and detached creates.
+//! - [`zero_code`]: `sandguard -- CMD` serves the proxies by default.
+
+pub(crate) mod cloud;
+mod cloud_routes;
+mod docker;
+mod docker_claims;
+mod docker_labels;
+mod zero_code;

@@ -1,0 +1,16 @@
+//! The one reclaim path and the one ownership judgement it asks, through the real binary:
+//! a claim adopts and never steals, detach wins, ids are parsed before they reach a provider,
+//! failed and unfinished removals are reported, and random histories against the real daemon
+//! keep the ownership rules (checked by the one oracle, `sandguard::testing::oracle`).
+//!
+//! - [`judgement`]: the judgement's rules, one case each, on the real daemon.
+//! - [`detach`]: a detached sandbox survives its owner and every sweep until its TTL.
+//! - [`failures`]: removals that fail or stay unfinished, and providers that cannot be listed.
+//! - [`ids`]: ids no provider's parser accepts are refused and reach no provider.
+//! - [`model`]: random histories through the real binary, against the oracle.
+
+mod detach;
+mod failures;
+mod ids;
+mod judgement;
+mod model;

@@ -1,0 +1,14 @@
+//! `sandguard sweep` and `sweep --every`, against the real daemon and the real ledger: dead
+//! sidecars and owners, orphans by label, TTLs, adoption of a live owner, dry runs; owners
+//! that cannot be judged, sessions that stay owners of their labels, detaches in the ledger,
+//! final states, the ledger's growth; what the service says, and how it stops.
+//!
+//! - [`orphans`]: what a sweep reclaims, and what it adopts.
+//! - [`rules`]: the ownership rules on the sweep's side.
+//! - [`output`]: what `sweep --every` says.
+//! - [`service`]: `sweep --every` releasing what it adopted on SIGTERM.
+
+mod orphans;
+mod output;
+mod rules;
+mod service;
