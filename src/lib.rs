@@ -9,66 +9,103 @@
 //!
 //! ```text
 //! main.rs       args → logging → cli → exit code
-//! cli/          one file per subcommand: args → Settings → one library call → output;
-//!               error.rs (one Error, one exit code mapping); init.rs (the wrapper as pid 1);
+//! cli/          one file per subcommand: parses its args, makes Settings, calls the library
+//!               once and prints what it answers; error.rs (one Error, one exit code mapping);
 //!               watch/terminal.rs (the sidecar's words on the wrapper's stderr)
-//! session/      spawn.rs (the one way a sidecar is started, and its typed ready
-//!               line), handoff.rs (what the wrapper hands its sidecar, one typed value
-//!               encoded and decoded there), confirm.rs (the one confirmed claim, release,
-//!               detach), guard.rs (the Rust SDK helper)
-//! watch/        the sidecar: start/ (how it begins, up to ready), its event loop (mod.rs),
-//!               arrival.rs (claims and detaches judged as they come), end.rs (the session's
-//!               end), triggers.rs (what the loop waits on), service.rs (the library service
-//!               that owns the loop's tasks), lease.rs (the boot-clock lease), ttl/
-//!               (server-side TTLs)
+//! session/      spawn.rs (the one way a sidecar is started, and its typed ready line),
+//!               handoff.rs (what the wrapper hands its sidecar, one typed value encoded and
+//!               decoded there), confirm.rs (the one confirmed claim, release, detach),
+//!               guard.rs (the Rust SDK helper)
+//! watch/        the sidecar: start/ (how it begins, up to ready, the proxies it serves), its
+//!               event loop (mod.rs), arrival.rs (claims and detaches judged as they come),
+//!               end.rs (the session's end), triggers.rs (what the loop waits on), service.rs
+//!               (the library service that owns the loop's tasks), lease.rs (the boot-clock
+//!               lease), ttl/ (server-side TTLs), fleet.rs (its fleet lease), daemon.rs (the
+//!               detach from the terminal of `sandguard watch`)
+//! proxy/        the two API proxies: docker/ (the Docker Engine API on a private socket) and
+//!               cloud/ (E2B and Daytona on loopback, one file per API); what both share:
+//!               create.rs (the one create pipeline: read → stamp → decide → forward →
+//!               claim), refusal.rs (why a proxy answers itself), stamp.rs, claim.rs (a claim
+//!               handed to the sidecar and acknowledged), accept.rs, tasks.rs, path.rs,
+//!               headers.rs, json.rs
 //! sweep/        one pass: judging the ledger and every provider (mod.rs); failure.rs (what
 //!               the ledger or the fleet store could not do); service.rs (--every,
 //!               adoption, the sweep lock); fleet.rs (`sweep --fleet`: the fleet store's
 //!               expired leases, reclaimed once each under a lock in the store)
 //! fleet/        the fleet lease store behind a small trait (mod.rs, with the key layout):
-//!               redis/ (Redis or Valkey; reads.rs parses sessions), memory.rs (for unit tests); the sidecar's side
-//!               is watch/fleet.rs
-//! ownership/    the one ownership judgement: whether a sandbox may be removed or renewed,
-//!               and why; every path that removes or renews asks it (DESIGN's trust rules)
+//!               redis/ (Redis or Valkey; reads.rs parses sessions), memory.rs (for unit
+//!               tests); the sidecar's side is watch/fleet.rs
+//! ownership/    the one ownership judgement: whether a sandbox may be removed or renewed
+//!               (mod.rs), what a session is owed (judge_session), and why (verdict.rs);
+//!               known.rs (what is known: the session's own view, other sessions' journals
+//!               cached); detach.rs; every path that removes or renews asks it (DESIGN's
+//!               trust rules)
 //! reclaim/      the one removal path: mod.rs (the passes), judged.rs (one provider's share
 //!               judged, claims looked up first), plan.rs (Plan, Listed), report.rs
 //!               (Outcome, Failure: what the provider said, Report), options.rs, list.rs
 //!               (listings retried until the deadline), remove.rs (retries), target.rs
-//!               (which ledger target names a sandbox), pace.rs (each
-//!               provider's window, rate and Retry-After gate),
+//!               (which ledger target names a sandbox), pace.rs (each provider's window, rate
+//!               and Retry-After gate), stop.rs (`sandguard stop`: what was asked, journaled),
 //!               ending.rs (the ONE journaled session ending, for the sidecar and the sweep)
-//! providers/    the trait, the registry, retry.rs (reads, paging, error chains), http/ and
-//!               redact.rs (the REST layer); one module per driver: docker/ (with its API
-//!               proxy, proxy/), e2b, daytona/, flyio/, tenki/, modal/ (its messages generated
-//!               from proto/modal.proto), plugin/; cloud_proxy/ (the E2B and Daytona API
-//!               proxy: stamps creates, claims their ids); what both proxies share:
-//!               proxy_accept.rs (the accept loop), proxy_stamp.rs (stamping), proxy_claim.rs
-//!               (how a proxy hands the sidecar a claim, a detach or a release)
+//! providers/    the trait (mod.rs: Provider, Sandbox and the one naming rule), registry.rs,
+//!               retry.rs (reads, paging, error chains), http/ and redact.rs (the REST layer);
+//!               one module per driver: docker/ (daemon.rs: where the daemon listens),
+//!               e2b.rs, daytona/, flyio/, tenki/, modal/ (its messages generated from
+//!               proto/modal.proto), plugin/ (any executable speaking JSON)
 //! ledger/       the state directory: journals, locks, the boots this machine ran, pruning;
 //!               cause.rs (EndCause: why a session ended, journaled on reclaim_start),
-//!               story.rs (a journal told as a history), faults.rs (tests: writes that fail
-//!               as a process dying there, or a full disk, would leave them)
+//!               view.rs (a journal folded), story.rs (a journal told as a history),
+//!               faults.rs (tests: writes that fail as a process dying there, or a full disk,
+//!               would leave them)
 //! protocol/     control lines (and their bounded reader), the sidecar's ready line, the
 //!               SessionId rule (a leaf: the ledger and the labels carry it too)
 //! config/       file + environment + flags → one Settings (dotenv.rs: Daytona's ./.env)
 //! identity/     owner identity, liveness (alive / dead / unknown), death.rs (watching a
-//!               live owner die: pidfd, /proc fallback)
+//!               live owner die: pidfd, kqueue, /proc fallback)
 //! labels.rs     the label keys a session stamps and the selector (a leaf every layer reads,
 //!               so at the root rather than under session/); labels/inherited.rs (which
 //!               labels a sandbox carries from its image count as its creator's)
-//! unix/         the only module with unsafe: fd, process, signal; host.rs (this machine's,
-//!               boot's and pid namespace's ids, below identity and config)
+//! unix/         the only module with unsafe: fd, process, signal, the platform seam
+//!               (linux.rs, macos.rs); host.rs (this machine's, boot's and pid namespace's
+//!               ids, below identity and config)
+//! model/        (unit tests only) random histories against a model of the trust rules; its
+//!               generator and oracle are testing/rng.rs and testing/oracle.rs
 //! timefmt.rs    RFC 3339 and uptimes
 //! backoff.rs    the one backoff schedule every retry waits by
 //! ```
 //!
+//! # Where a change goes
+//!
+//! - **Add a provider**: a module under `providers/` implementing `Provider`
+//!   (`src/providers/mod.rs` says what each method owes), one entry in
+//!   `src/providers/registry.rs`, its settings in `src/config/`; when its API should be
+//!   proxied, one file beside `src/proxy/cloud/e2b.rs` and `daytona.rs` (its routes, its
+//!   stamp, its error shape). The emulator its tests run against goes in
+//!   `tests/support/`, its tests in `tests/providers/`.
+//! - **Add a limit to the create path**: the *decide* step of `src/proxy/create.rs` (both
+//!   proxies run it), refusing with a new variant of `Refusal` in `src/proxy/refusal.rs`,
+//!   which each API words in its own error shape (`proxy::docker::forward`'s and
+//!   `proxy::cloud`'s `refused`).
+//! - **Add a sweep rule**: a session's verdict is `ownership::judge_session` and a sandbox's
+//!   is `ownership`'s one judgement (`src/ownership/mod.rs`, its reasons in `verdict.rs`);
+//!   the sweep (`src/sweep/mod.rs`) acts on them and prints their reason as given, so a rule
+//!   is written there once and holds for the sidecar, `stop` and the sweep alike. Its test
+//!   goes in `tests/sweep/rules.rs`, and in the model (`src/model/`) when it is a trust rule.
+//!
+//! Unit tests sit beside their code: an inline `#[cfg(test)] mod tests` when short, else
+//! `<module>/tests.rs` declared as `mod tests;` (never through `#[path]`). Integration tests
+//! are one binary, `tests/integration.rs`, grouped by subsystem (`tests/watch/`, `reclaim/`,
+//! `sweep/`, `fleet/`, `proxy/`, `providers/`, `cli/`), the shared pieces in `tests/support/`.
+//!
 //! # Flow
 //!
 //! Data flows one way: `cli` → `session` / `watch` / `sweep` (peers) → `reclaim` →
-//! `providers`, `ledger` and `fleet`. Nothing but `cli` imports `watch`; `sweep` and `watch` share the
-//! session ending through `reclaim::ending`, and owner death through `identity::death`.
-//! Nothing below `cli` knows about clap; only `providers` knows a provider's wire format, and
-//! only `providers::docker` knows Docker's.
+//! `providers`, `ledger` and `fleet`; every path that removes or renews asks `ownership`.
+//! Nothing but `cli` imports `watch`; `watch` starts the `proxy`s, which sit above the
+//! drivers. `sweep` and `watch` share the session ending through `reclaim::ending`, and owner
+//! death through `identity::death`. Nothing below `cli` knows about clap; only `providers`
+//! knows a provider's wire format, but for the creates the proxies stamp (`proxy::docker`,
+//! `proxy::cloud::{e2b, daytona}`).
 //!
 //! # Public API
 //!
@@ -174,7 +211,7 @@ pub mod testing {
         };
     }
 
-    // --- The model tests' shared pieces (tests by subsystem, issue 41 point 4): the one
+    // --- The model tests' shared pieces : the one
     // seeded generator and the one oracle of the ownership rules, used by the in-process model
     // (`src/model`, a unit test) and the integration tests (`tests/reclaim/model.rs`). Files
     // of their own, `src/testing/`, since `src/model` is compiled for unit tests only.

@@ -9,7 +9,7 @@
 //!   would not exist (clap_mangen's own SUBCOMMANDS section points at `sandguard-run(1)` and
 //!   the like, so it is not used).
 //! - EXIT STATUS and ENVIRONMENT are written here, from README's tables and the variables
-//!   `crate::config` (and the wrapper and plugins) read; `tests/packaging.rs` checks the page
+//!   `crate::config` (and the wrapper and plugins) read; `tests/cli/packaging.rs` checks the page
 //!   names them.
 
 use clap::CommandFactory;

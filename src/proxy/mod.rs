@@ -8,6 +8,10 @@
 //!
 //! What both share lives here, once:
 //!
+//! - [`create`]: the one create pipeline (read → stamp → decide → forward → claim) both run,
+//!   each API filling in its steps ([`create::Creates`]); [`refusal`]: why a proxy answers a
+//!   request itself, one typed value each API words in its own error shape;
+//! - [`tasks`]: the tasks a connection spawns, owned by the connection;
 //! - [`accept`]: the accept loop, every connection a task it owns;
 //! - [`path`]: a request path read as the service reads it before routing;
 //! - [`headers`]: one hop's headers kept on that hop;

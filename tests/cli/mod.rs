@@ -4,14 +4,13 @@
 //! ship (systemd and launchd units, the man page, the container image).
 //!
 //! - [`ps_stop`]: `ps`, `stop` and `providers` against the real daemon.
-//! - [`answers`]: session ids, `sessions show` and refused detaches, answered honestly.
+//! - [`session_ids`]: session ids, `sessions show` and refused detaches, answered honestly.
 //! - [`edges`]: `ps --session/--state`, `sessions show`, log levels, verdicts said once.
 //! - [`config_errors`]: bad configuration exits 2 naming file, line and key.
 //! - [`security`]: secrets, unsafe state directories, look-alikes.
 //! - [`readme`]: README's and the book's code blocks, run.
 //! - [`packaging`], [`image`]: the packaging files and the container image.
 
-mod answers;
 mod config_errors;
 mod edges;
 pub(crate) mod image;
@@ -19,3 +18,4 @@ mod packaging;
 mod ps_stop;
 pub(crate) mod readme;
 mod security;
+mod session_ids;

@@ -197,7 +197,7 @@ fn the_quick_start_guards_a_program() {
         .expect("the quick start shows what the terminal is told");
     assert_eq!(
         comment, "# sandguard: removed 1 sandbox the program left (docker 1)",
-        "what README shows is what tests/proxy/zero_code.rs sees on a terminal (there: 2 of 2)"
+        "what README shows is what tests/proxy/defaults.rs sees on a terminal (there: 2 of 2)"
     );
 }
 

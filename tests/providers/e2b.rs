@@ -216,7 +216,7 @@ fn should_retry_true_is_retried_even_on_a_4xx() {
 /// the driver's doc), byte for byte, so a session selects exactly its sandboxes, never one
 /// whose label holds `=`, `&`, `%` or a space beside it. Encoded twice, as before, the
 /// service refused a session holding such characters ("Error parsing metadata"). A session
-/// id is `[0-9a-z_-]` now, the same for every command (issue 23), so `--session` can no longer
+/// id is `[0-9a-z_-]` now, the same for every command, so `--session` can no longer
 /// carry them; the driver's unit test of `metadata_filter` still encodes them.
 #[test]
 fn the_metadata_filter_is_encoded_as_the_sdk_does() {

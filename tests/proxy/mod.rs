@@ -8,11 +8,11 @@
 //!   proxy cannot stamp is refused (raw requests in `docker_claims::raw`).
 //! - [`docker_labels`]: the session's labels win, and a create's answer waits for its claim.
 //! - [`cloud`], [`cloud_routes`]: the cloud proxy, its routes and detached creates.
-//! - [`zero_code`]: `sandguard -- CMD` serves the proxies by default.
+//! - [`defaults`]: `sandguard -- CMD` serves the proxies by default.
 
 pub(crate) mod cloud;
 mod cloud_routes;
+mod defaults;
 mod docker;
 mod docker_claims;
 mod docker_labels;
-mod zero_code;

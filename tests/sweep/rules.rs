@@ -40,7 +40,7 @@ fn sweep(s: &Scratch, args: &[&str]) -> Run {
     run(sandguard(s).args(["sweep"]).args(args))
 }
 
-/// #3: a live owner in another pid namespace (a CI job in a container that shares the host's
+/// a live owner in another pid namespace (a CI job in a container that shares the host's
 /// Docker socket) is unknown from here, never dead: a sweep from the host leaves its
 /// container. Before, its pid was looked up in the host's /proc and found dead.
 #[test]
@@ -80,7 +80,7 @@ fn an_owner_in_another_pid_namespace_is_unknown_not_dead() {
     assert_eq!(decision["verdict"], "leave", "{v}");
 }
 
-/// #5: an owner on "this machine, another boot" is dead only if this machine is known to
+/// an owner on "this machine, another boot" is dead only if this machine is known to
 /// have run that boot (the state directory's list of boots); a boot it never recorded (a
 /// cloned image with a baked-in machine id) is unknown. Before, any other boot was dead.
 #[test]
@@ -143,7 +143,7 @@ fn a_detached_container_survives_the_next_sweep() {
     );
 }
 
-/// #8: a container created after the session's last listing (a child that finished after
+/// a container created after the session's last listing (a child that finished after
 /// its owner exited), stamped with the session label only (README's quick start), is the
 /// session's: the ledger knows the session ended and its owner is dead, so a sweep reclaims
 /// it. Before, it "names no owner" and was left to a TTL it does not have.
@@ -257,7 +257,7 @@ fn with_plugin(s: &Scratch, cmd: &mut Command) {
     );
 }
 
-/// #9: `sweep --provider docker` must not end a session that is pending on another provider
+/// `sweep --provider docker` must not end a session that is pending on another provider
 /// (a plugin whose listing failed); only a sweep that lists that provider too finishes it.
 /// Before, the docker-only sweep marked it reclaimed and the next full sweep left it.
 #[test]
@@ -306,7 +306,7 @@ fn a_sweep_of_one_provider_does_not_end_a_session_pending_on_another() {
     assert_eq!(session(&s, session_id)["state"], "reclaimed");
 }
 
-/// #20: a session that cannot be finished (a removal the provider keeps refusing) stays
+/// a session that cannot be finished (a removal the provider keeps refusing) stays
 /// pending, and sweeping it again and again adds nothing to its journal. Before, every sweep
 /// appended reclaim_start, failed and end again.
 #[test]
@@ -355,7 +355,7 @@ fn sweeping_an_unfinishable_session_does_not_grow_its_journal() {
     assert_eq!(session(&s, &session_id)["state"], "pending");
 }
 
-/// #11: a sweep that cannot take a dead owner's journal (a reader holds it) reports an
+/// a sweep that cannot take a dead owner's journal (a reader holds it) reports an
 /// error and exits 1; nothing is printed as reclaimed and nothing is removed. Before, it
 /// exited 0 as if it had reclaimed.
 #[test]
@@ -398,7 +398,7 @@ fn a_sweep_that_cannot_take_a_journal_fails_and_says_so() {
     assert!(!container_exists(&container));
 }
 
-/// #24: ended sessions are pruned (by `sessions --prune` and by every sweep, after
+/// ended sessions are pruned (by `sessions --prune` and by every sweep, after
 /// `[sweep] prune_after`); a session that is not final never is. Before, the ledger kept two
 /// files per session forever.
 #[test]
@@ -538,7 +538,7 @@ impl Outage {
     }
 }
 
-/// #7: a Docker outage of a few seconds during the reclaim leaves nothing behind: listings
+/// a Docker outage of a few seconds during the reclaim leaves nothing behind: listings
 /// are retried with backoff until the deadline, like removals. Before, the listing was tried
 /// twice (first pass, settle pass), the session left pending and the container running.
 #[test]

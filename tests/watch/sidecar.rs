@@ -110,7 +110,7 @@ fn a_detach_by_id_prefix_survives_the_owner() {
     );
 }
 
-/// #10: SIGTERM to the owner and the sidecar together (systemd stop, `kill -TERM` of both)
+/// SIGTERM to the owner and the sidecar together (systemd stop, `kill -TERM` of both)
 /// reclaims. The owner here is *dying*, not dead, when the sidecar gets its SIGTERM: it
 /// cleans up for 300 ms first, as programs do. Before, the stop won the `biased` select and
 /// nothing was reclaimed.
@@ -147,7 +147,7 @@ fn sigterm_to_owner_and_sidecar_together_still_reclaims() {
     );
 }
 
-/// #10, the other half: SIGTERM to the sidecar alone, while its owner lives, stops it
+/// The other half: SIGTERM to the sidecar alone, while its owner lives, stops it
 /// without reclaiming (the session stays active for a sweep to judge).
 #[test]
 fn sigterm_to_the_sidecar_alone_reclaims_nothing() {
@@ -171,7 +171,7 @@ fn sigterm_to_the_sidecar_alone_reclaims_nothing() {
     assert!(container_exists(&got[0]), "nothing was reclaimed");
 }
 
-/// #13: `sandguard claim` returns 0 only once the claim is journaled and on disk. With the
+/// `sandguard claim` returns 0 only once the claim is journaled and on disk. With the
 /// sidecar frozen it does not return; once it thaws it does, and a SIGKILL of the sidecar
 /// right after cannot lose the claim: the next sweep reclaims the container. Before, `claim`
 /// returned at once while nothing was journaled.
@@ -255,7 +255,7 @@ fn claim_reading(id: &str, journal: &Path) -> bool {
     })
 }
 
-/// #26 and #20: a claim the sidecar can never act on (a Docker container *name*, a provider
+/// a claim the sidecar can never act on (a Docker container *name*, a provider
 /// that is not configured) is refused at once, `claim` exits 1 with the reason, and the
 /// session still ends reclaimed, not pending. Before, `claim` exited 0 and the session stayed
 /// pending forever.
@@ -297,7 +297,7 @@ fn a_claim_that_can_never_be_acted_on_is_refused_at_once() {
     );
 }
 
-/// #14: sandguard as pid 1 of a pid namespace stays as init: when its program is SIGKILLed
+/// sandguard as pid 1 of a pid namespace stays as init: when its program is SIGKILLed
 /// the sidecar still reclaims, and the wrapper exits with the program's status (137) only
 /// after that. Before, the exec made the program pid 1 and its death killed the sidecar.
 #[test]
@@ -403,7 +403,7 @@ fn cmdline(pid: u32) -> String {
     String::from_utf8_lossy(&raw).replace('\0', " ")
 }
 
-/// #21: the daemonized sidecar keeps none of the wrapper's other descriptors (a parent
+/// the daemonized sidecar keeps none of the wrapper's other descriptors (a parent
 /// waiting for EOF on a pipe it gave the wrapper gets it when the program ends, not when the
 /// reclaim does) and leaves the working directory. Before, EOF came only after the sidecar
 /// exited, and its cwd was the wrapper's.
@@ -459,7 +459,7 @@ fn unsafe_owned(fd: OwnedFd) -> OwnedFd {
     unsafe { OwnedFd::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(fd)) }
 }
 
-/// #22: `~` in `state_dir` is the home directory (the shipped example's default made
+/// `~` in `state_dir` is the home directory (the shipped example's default made
 /// `./~/…` before), and a relative state directory is a config error naming the key.
 #[test]
 fn the_state_dir_expands_tilde_and_refuses_relative_paths() {
@@ -499,7 +499,7 @@ fn the_state_dir_expands_tilde_and_refuses_relative_paths() {
     assert!(!work.join("rel").exists());
 }
 
-/// #26: a grace of 0 makes no sense: a config error (2), the wrapper's own failure (125).
+/// a grace of 0 makes no sense: a config error (2), the wrapper's own failure (125).
 #[test]
 fn a_zero_grace_is_a_config_error() {
     let s = Scratch::new("trust-grace0");

@@ -349,5 +349,4 @@ fn slice<T: Default>(s: &mut Slice<T>, v: &Json, each: fn(&mut T, &Json) -> Deco
 }
 
 #[cfg(test)]
-#[path = "create_tests.rs"]
 mod tests;

@@ -1,11 +1,10 @@
 //! The proxy against a scripted daemon on a unix socket: what reaches the daemon, what comes
-//! back, and what is claimed. (The real daemon: `tests/proxy.rs`, `tests/trust_proxy.rs`.)
+//! back, and what is claimed. (The real daemon: `tests/proxy/docker*.rs`.)
 
 use super::*;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
-#[path = "stream_tests.rs"]
 mod streams;
 
 struct Rig {
