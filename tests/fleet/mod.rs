@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::redis::{Redis, PASSWORD};
 use crate::support::*;
 use crate::watch::wrapper::{find_process, unsafe_kill};
 use sandguard::labels::{OWNER, SESSION};
@@ -16,78 +17,7 @@ mod local;
 mod store_down;
 
 const KEY: &str = "e2b_0123456789abcdef0123456789abcdef";
-const PASSWORD: &str = "fleet-pw-7c1e9a";
 const LEASE: &str = "2s";
-
-/// A redis-server of this test's own; killed on drop.
-struct Redis {
-    child: Option<Child>,
-    port: u16,
-}
-
-impl Redis {
-    fn start() -> Redis {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        Redis::start_on(port)
-    }
-
-    fn start_on(port: u16) -> Redis {
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--requirepass", PASSWORD, "--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!("these tests need redis-server ({e}): tests/run.sh installs it (apt-get install redis-server)")
-            });
-        let r = Redis {
-            child: Some(child),
-            port,
-        };
-        eventually(Duration::from_secs(10), "redis-server answers", || {
-            r.cli(&["PING"]).trim() == "PONG"
-        });
-        r
-    }
-
-    fn url(&self) -> String {
-        format!("redis://:{PASSWORD}@127.0.0.1:{}", self.port)
-    }
-
-    /// One redis-cli command's output.
-    fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
-            .args([
-                "-p",
-                &self.port.to_string(),
-                "--no-auth-warning",
-                "-a",
-                PASSWORD,
-            ])
-            .args(args)
-            .output()
-            .expect("redis-cli (tests/run.sh installs redis-tools)");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
 
 /// A machine: its own state directory and host id, sharing the store and the E2B emulator.
 struct Host {
@@ -277,28 +207,7 @@ fn dead_sessions(redis: &Redis, e2b: &crate::support::e2b::State, sessions: usiz
     (0..sessions)
         .map(|i| {
             let session = format!("dead{i:03}x{}", unique().replace('-', ""));
-            let key = format!("sandguard:session:{session}");
-            redis.cli(&[
-                "HSET",
-                &key,
-                "host",
-                "host-a",
-                "owner",
-                ELSEWHERE,
-                "pid",
-                "1",
-                "labels",
-                "{}",
-                "providers",
-                "[\"e2b\"]",
-                "started_ms",
-                "1",
-                "lease_ms",
-                "2000",
-                "state",
-                "active",
-            ]);
-            redis.cli(&["ZADD", "sandguard:sessions", "1", &session]);
+            redis.write_session(&session, "host-a", ELSEWHERE, 2000);
             let sb = format!("sb-{session}");
             e2b.insert(&sb, &[(SESSION, session.as_str()), (OWNER, ELSEWHERE)]);
             sb

@@ -13,6 +13,7 @@ pub mod fifo;
 pub mod flyio;
 pub mod modal;
 pub mod plugin;
+pub mod redis;
 pub mod sdk;
 pub mod tenki;
 

@@ -6,6 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use crate::support::redis::Redis;
 use crate::support::*;
 use crate::watch::wrapper::{guarded, script, sidecar_pid, unsafe_kill, wait_for_file};
 use sandguard::labels::{OWNER, SESSION};
@@ -172,50 +173,6 @@ fn the_service_prints_what_an_adopted_watcher_removes() {
     service.stop();
 }
 
-/// A redis-server of this test's own (no password, no persistence), killed on drop.
-struct Redis {
-    child: Child,
-    port: u16,
-}
-
-impl Redis {
-    fn start() -> Redis {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("these tests need redis-server (tests/run.sh installs it)");
-        let r = Redis { child, port };
-        eventually(Duration::from_secs(10), "redis-server answers", || {
-            r.cli(&["PING"]).trim() == "PONG"
-        });
-        r
-    }
-
-    fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
-            .args(["-p", &self.port.to_string()])
-            .args(args)
-            .output()
-            .expect("redis-cli (tests/run.sh installs redis-tools)");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 const KEY: &str = "e2b_0123456789abcdef0123456789abcdef";
 /// Another machine's owner: judged by the fleet lease only.
 const ELSEWHERE: &str = "aaaaaaaaaaaaaaaa-bbbbbbbbbbbbbbbb-1-1";
@@ -230,37 +187,14 @@ fn a_held_fleet_lease_is_said_once_and_a_changed_verdict_again() {
     let s = Scratch::new("sweepout-fleet");
     let config = cloud_config(&s, "[fleet]\nlease = \"2s\"\n");
     let session = format!("held{}", unique());
-    redis.cli(&[
-        "HSET",
-        &format!("sandguard:session:{session}"),
-        "host",
-        "host-a",
-        "owner",
-        ELSEWHERE,
-        "pid",
-        "1",
-        "labels",
-        "{}",
-        "providers",
-        "[\"e2b\"]",
-        "started_ms",
-        "1",
-        "lease_ms",
-        "60000",
-        "state",
-        "active",
-    ]);
-    redis.cli(&["ZADD", "sandguard:sessions", "1", &session]);
+    redis.write_session(&session, "host-a", ELSEWHERE, 60000);
     let lease = format!("sandguard:lease:{session}");
     redis.cli(&["SET", &lease, "host-a", "PX", "60000"]);
     let sb = format!("sb-{session}");
     e2b.insert(&sb, &[(SESSION, session.as_str()), (OWNER, ELSEWHERE)]);
     let mut cmd = sandguard(&s);
     cmd.env("SANDGUARD_CONFIG", &config)
-        .env(
-            "SANDGUARD_FLEET_STORE",
-            format!("redis://127.0.0.1:{}", redis.port),
-        )
+        .env("SANDGUARD_FLEET_STORE", redis.url())
         .env("SANDGUARD_HOST_ID", "host-b")
         .env("E2B_API_KEY", KEY)
         .env("E2B_API_URL", &emu.url)
