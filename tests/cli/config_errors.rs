@@ -6,12 +6,10 @@ use crate::support::{run, sandguard, Scratch};
 #[test]
 fn an_unknown_key_exits_2_naming_file_line_and_key() {
     let s = Scratch::new("cfg");
-    let file = s.path().join("bad.toml");
-    std::fs::write(
-        &file,
+    let file = s.file(
+        "bad.toml",
         "log_level = \"warn\"\n\n[reclaim]\nconcurrency = 4\ndeadlin = \"2m\"\n",
-    )
-    .unwrap();
+    );
     let r = run(sandguard(&s).arg("--config").arg(&file).arg("ps"));
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(
@@ -26,8 +24,7 @@ fn an_unknown_key_exits_2_naming_file_line_and_key() {
 #[test]
 fn a_bad_duration_exits_2_naming_the_key() {
     let s = Scratch::new("cfg");
-    let file = s.path().join("bad.toml");
-    std::fs::write(&file, "[watch]\ngrace = \"ten minutes\"\n").unwrap();
+    let file = s.file("bad.toml", "[watch]\ngrace = \"ten minutes\"\n");
     let r = run(sandguard(&s)
         .env("SANDGUARD_CONFIG", &file)
         .arg("providers"));

@@ -433,12 +433,7 @@ fn a_reclaim_that_left_nothing_is_logged_at_info_and_one_that_left_some_at_warn(
         .unwrap_or_else(|| panic!("the summary at info: {info}"));
     assert!(line.contains("INFO") && !line.contains("WARN"), "{line}");
     // What is left behind is still a warning at the default level: Docker never answers.
-    let config = s.path().join("short.toml");
-    std::fs::write(
-        &config,
-        "[reclaim]\ndeadline = \"2s\"\nsettle = \"0\"\nretry_initial = \"100ms\"\nretry_max = \"500ms\"\n",
-    )
-    .unwrap();
+    let config = s.file("short.toml", "[reclaim]\ndeadline = \"2s\"\nsettle = \"0\"\nretry_initial = \"100ms\"\nretry_max = \"500ms\"\n");
     let config = config.to_str().unwrap();
     let env = [
         ("SANDGUARD_CONFIG", config),

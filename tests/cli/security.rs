@@ -87,12 +87,10 @@ impl Clouds {
 /// Every provider configured with its real key and pointed at its emulator (Docker at a
 /// closed loopback port), at trace log level, with short reclaim limits.
 fn with_secrets(s: &Scratch, clouds: &Clouds) -> Command {
-    let config = s.path().join("short.toml");
-    std::fs::write(
-        &config,
+    let config = s.file(
+        "short.toml",
         "[reclaim]\ndeadline = \"3s\"\nretry_initial = \"50ms\"\nretry_max = \"500ms\"\n",
-    )
-    .unwrap();
+    );
     let mut cmd = sandguard(s);
     for (var, value) in SECRETS {
         cmd.env(var, value);

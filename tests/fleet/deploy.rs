@@ -56,8 +56,7 @@ fn the_readmes_fleet_config_is_a_valid_config() {
     let s = Scratch::new("fleet-readme");
     // The example's Redis does not exist here: point its host at a closed loopback port.
     let text = text.replace("redis.internal:6380", "127.0.0.1:1");
-    let config = s.path().join("fleet.toml");
-    std::fs::write(&config, text).unwrap();
+    let config = s.file("fleet.toml", text);
     let out = run(sandguard(&s)
         .env("SANDGUARD_CONFIG", &config)
         .env("SANDGUARD_FLEET_PASSWORD", "readme-secret")

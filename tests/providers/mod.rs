@@ -172,8 +172,7 @@ impl<C: Cloud> Rig<C> {
     /// A rig around an emulator started some other way (a quirk's own credential).
     pub fn around(cloud: C, config: Config) -> Rig<C> {
         let scratch = Scratch::new(&format!("cloud-{}", C::NAME));
-        let path = scratch.path().join("sandguard.toml");
-        std::fs::write(&path, config.text(C::NAME)).unwrap();
+        let path = scratch.file("sandguard.toml", config.text(C::NAME));
         Rig {
             cloud,
             scratch,

@@ -453,7 +453,7 @@ fn assert_no_plugin_secret(what: &str, text: &str) {
     }
 }
 
-/// a plugin's stderr, error replies and free text go through the HTTP
+/// A plugin's stderr, error replies and free text go through the HTTP
 /// layer's redaction before they reach `ps`, `stop`, `providers`, the sidecar's log or the
 /// session's journal.
 #[test]

@@ -465,8 +465,7 @@ fn the_docker_proxy_turns_ryuk_off_unless_the_user_said_otherwise() {
         "[false]"
     );
     assert_eq!(said(plain().arg("--no-docker-proxy")), "[]");
-    let config = s.path().join("keep-ryuk.toml");
-    std::fs::write(&config, "[watch]\nkeep_ryuk = true\n").unwrap();
+    let config = s.file("keep-ryuk.toml", "[watch]\nkeep_ryuk = true\n");
     assert_eq!(said(plain().env("SANDGUARD_CONFIG", &config)), "[]");
     std::fs::write(&config, "[watch]\nkeep_ryuk = \"yes\"\n").unwrap();
     let bad = run(plain()

@@ -110,12 +110,7 @@ impl Drop for World {
 impl World {
     fn new(seed: u64) -> World {
         let s = Scratch::new(&format!("model-docker-{seed}"));
-        let config = s.path().join("sandguard.toml");
-        std::fs::write(
-            &config,
-            "[reclaim]\ndeadline = \"10s\"\nretry_initial = \"50ms\"\nretry_max = \"500ms\"\nsettle = \"0\"\n",
-        )
-        .unwrap();
+        let config = s.file("sandguard.toml", "[reclaim]\ndeadline = \"10s\"\nretry_initial = \"50ms\"\nretry_max = \"500ms\"\nsettle = \"0\"\n");
         let (emu, e2b) = crate::support::e2b::start(E2B_KEY);
         World {
             s,

@@ -57,6 +57,12 @@ impl Scratch {
     pub fn path(&self) -> &Path {
         &self.0
     }
+    /// `name` in the directory, written with `text` (a config file, most often).
+    pub fn file(&self, name: &str, text: impl AsRef<[u8]>) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
 }
 
 impl Drop for Scratch {

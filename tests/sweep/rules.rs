@@ -40,7 +40,7 @@ fn sweep(s: &Scratch, args: &[&str]) -> Run {
     run(sandguard(s).args(["sweep"]).args(args))
 }
 
-/// a live owner in another pid namespace (a CI job in a container that shares the host's
+/// A live owner in another pid namespace (a CI job in a container that shares the host's
 /// Docker socket) is unknown from here, never dead: a sweep from the host leaves its
 /// container. Before, its pid was looked up in the host's /proc and found dead.
 #[test]
@@ -80,7 +80,7 @@ fn an_owner_in_another_pid_namespace_is_unknown_not_dead() {
     assert_eq!(decision["verdict"], "leave", "{v}");
 }
 
-/// an owner on "this machine, another boot" is dead only if this machine is known to
+/// An owner on "this machine, another boot" is dead only if this machine is known to
 /// have run that boot (the state directory's list of boots); a boot it never recorded (a
 /// cloned image with a baked-in machine id) is unknown. Before, any other boot was dead.
 #[test]
@@ -143,7 +143,7 @@ fn a_detached_container_survives_the_next_sweep() {
     );
 }
 
-/// a container created after the session's last listing (a child that finished after
+/// A container created after the session's last listing (a child that finished after
 /// its owner exited), stamped with the session label only (README's quick start), is the
 /// session's: the ledger knows the session ended and its owner is dead, so a sweep reclaims
 /// it. Before, it "names no owner" and was left to a TTL it does not have.
@@ -152,8 +152,7 @@ fn a_container_that_appears_after_the_reclaim_is_swept() {
     require_docker();
     let _g = exclusive();
     let s = Scratch::new("trust-late");
-    let config = s.path().join("fast.toml");
-    std::fs::write(&config, "[reclaim]\nsettle = \"300ms\"\n").unwrap();
+    let config = s.file("fast.toml", "[reclaim]\nsettle = \"300ms\"\n");
     let out = s.path().join("out");
     std::fs::create_dir_all(&out).unwrap();
     let script = format!(
@@ -246,6 +245,13 @@ fn killed_owner(s: &Scratch, config: &Path, script: &str, file: &Path) -> Vec<St
     got
 }
 
+/// `sandguard ARGS` with the flaky plugin on its PATH and `config`, run to its end.
+fn sweep_with_plugin(s: &Scratch, config: &Path, args: &[&str]) -> Run {
+    let mut cmd = sandguard(s);
+    with_plugin(s, &mut cmd);
+    run(cmd.env("SANDGUARD_CONFIG", config).args(args))
+}
+
 fn with_plugin(s: &Scratch, cmd: &mut Command) {
     cmd.env(
         "PATH",
@@ -267,8 +273,7 @@ fn a_sweep_of_one_provider_does_not_end_a_session_pending_on_another() {
     let s = Scratch::new("trust-subset");
     flaky_plugin(s.path());
     std::fs::write(s.path().join("broken"), "").unwrap();
-    let config = s.path().join("short.toml");
-    std::fs::write(&config, "[reclaim]\ndeadline = \"2s\"\nsettle = \"0\"\nretry_max = \"200ms\"\nretry_initial = \"50ms\"\n").unwrap();
+    let config = s.file("short.toml", "[reclaim]\ndeadline = \"2s\"\nsettle = \"0\"\nretry_max = \"200ms\"\nretry_initial = \"50ms\"\n");
     let ids = s.path().join("ids");
     let script = format!(
         "set -e\n{LABEL_ARGS}\n\
@@ -288,25 +293,19 @@ fn a_sweep_of_one_provider_does_not_end_a_session_pending_on_another() {
         "docker was reclaimed by the sidecar"
     );
     std::fs::remove_file(s.path().join("broken")).unwrap();
-    let mut cmd = sandguard(&s);
-    with_plugin(&s, &mut cmd);
-    let out = run(cmd
-        .env("SANDGUARD_CONFIG", &config)
-        .args(["sweep", "--provider", "docker"]));
+    let out = sweep_with_plugin(&s, &config, &["sweep", "--provider", "docker"]);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     assert_eq!(
         session(&s, session_id)["state"],
         "pending",
         "a docker-only sweep ended a session pending on the plugin"
     );
-    let mut cmd = sandguard(&s);
-    with_plugin(&s, &mut cmd);
-    let out = run(cmd.env("SANDGUARD_CONFIG", &config).args(["sweep"]));
+    let out = sweep_with_plugin(&s, &config, &["sweep"]);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     assert_eq!(session(&s, session_id)["state"], "reclaimed");
 }
 
-/// a session that cannot be finished (a removal the provider keeps refusing) stays
+/// A session that cannot be finished (a removal the provider keeps refusing) stays
 /// pending, and sweeping it again and again adds nothing to its journal. Before, every sweep
 /// appended reclaim_start, failed and end again.
 #[test]
@@ -316,8 +315,10 @@ fn sweeping_an_unfinishable_session_does_not_grow_its_journal() {
     let s = Scratch::new("trust-growth");
     flaky_plugin(s.path());
     std::fs::write(s.path().join("stuck"), "").unwrap();
-    let config = s.path().join("short.toml");
-    std::fs::write(&config, "[reclaim]\ndeadline = \"2s\"\nsettle = \"0\"\n").unwrap();
+    let config = s.file(
+        "short.toml",
+        "[reclaim]\ndeadline = \"2s\"\nsettle = \"0\"\n",
+    );
     let out = s.path().join("out");
     std::fs::create_dir_all(&out).unwrap();
     let script = format!(
@@ -336,11 +337,7 @@ fn sweeping_an_unfinishable_session_does_not_grow_its_journal() {
             .count()
     };
     let sweep_all = || {
-        let mut cmd = sandguard(&s);
-        with_plugin(&s, &mut cmd);
-        let out = run(cmd
-            .env("SANDGUARD_CONFIG", &config)
-            .args(["sweep", "--provider", "flaky"]));
+        let out = sweep_with_plugin(&s, &config, &["sweep", "--provider", "flaky"]);
         assert_eq!(
             out.code, 1,
             "a pending removal is a failure: {}{}",
@@ -355,7 +352,7 @@ fn sweeping_an_unfinishable_session_does_not_grow_its_journal() {
     assert_eq!(session(&s, &session_id)["state"], "pending");
 }
 
-/// a sweep that cannot take a dead owner's journal (a reader holds it) reports an
+/// A sweep that cannot take a dead owner's journal (a reader holds it) reports an
 /// error and exits 1; nothing is printed as reclaimed and nothing is removed. Before, it
 /// exited 0 as if it had reclaimed.
 #[test]
@@ -398,18 +395,13 @@ fn a_sweep_that_cannot_take_a_journal_fails_and_says_so() {
     assert!(!container_exists(&container));
 }
 
-/// ended sessions are pruned (by `sessions --prune` and by every sweep, after
+/// Ended sessions are pruned (by `sessions --prune` and by every sweep, after
 /// `[sweep] prune_after`); a session that is not final never is. Before, the ledger kept two
 /// files per session forever.
 #[test]
 fn ended_sessions_are_pruned_and_others_kept() {
     let s = Scratch::new("trust-prune");
-    let config = s.path().join("quiet.toml");
-    std::fs::write(
-        &config,
-        "[providers.docker]\nenabled = false\n[reclaim]\nsettle = \"0\"\n[sweep]\nprune_after = \"1ms\"\n",
-    )
-    .unwrap();
+    let config = s.file("quiet.toml", "[providers.docker]\nenabled = false\n[reclaim]\nsettle = \"0\"\n[sweep]\nprune_after = \"1ms\"\n");
     let sg = || {
         let mut c = sandguard(&s);
         c.env("SANDGUARD_CONFIG", &config);
@@ -538,7 +530,7 @@ impl Outage {
     }
 }
 
-/// a Docker outage of a few seconds during the reclaim leaves nothing behind: listings
+/// A Docker outage of a few seconds during the reclaim leaves nothing behind: listings
 /// are retried with backoff until the deadline, like removals. Before, the listing was tried
 /// twice (first pass, settle pass), the session left pending and the container running.
 #[test]
@@ -547,12 +539,7 @@ fn a_short_docker_outage_during_the_reclaim_leaves_nothing_behind() {
     let _g = shared();
     let s = Scratch::new("trust-outage");
     let outage = Outage::start();
-    let config = s.path().join("outage.toml");
-    std::fs::write(
-        &config,
-        "[reclaim]\ndeadline = \"30s\"\nsettle = \"1s\"\nretry_initial = \"100ms\"\nretry_max = \"500ms\"\n",
-    )
-    .unwrap();
+    let config = s.file("outage.toml", "[reclaim]\ndeadline = \"30s\"\nsettle = \"1s\"\nretry_initial = \"100ms\"\nretry_max = \"500ms\"\n");
     let ids = s.path().join("ids");
     let script = format!(
         "set -e\n{LABEL_ARGS}\nexport DOCKER_HOST=unix:///var/run/docker.sock\n\

@@ -109,7 +109,7 @@ fn a_clean_exit_says_bye_and_reclaims() {
     });
 }
 
-/// a reclaim after `bye` that cannot finish (the sidecar's Docker daemon is
+/// A reclaim after `bye` that cannot finish (the sidecar's Docker daemon is
 /// a dead socket, while the program's `docker` CLI works) is reported by `Guard::close`: the
 /// claimed container it could not remove, and the provider it could not list.
 #[test]
@@ -182,7 +182,7 @@ fn dead_docker_config(s: &Scratch) -> std::path::PathBuf {
     config
 }
 
-/// an owner whose SIGPIPE is the default (a C program, or Rust that reset
+/// An owner whose SIGPIPE is the default (a C program, or Rust that reset
 /// it) outlives its SIGKILLed sidecar. Its heartbeats, its claim and its `bye` meet a pipe
 /// without a reader: the claim is an error, and the program is never killed by SIGPIPE.
 #[test]

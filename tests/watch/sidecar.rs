@@ -255,7 +255,7 @@ fn claim_reading(id: &str, journal: &Path) -> bool {
     })
 }
 
-/// a claim the sidecar can never act on (a Docker container *name*, a provider
+/// A claim the sidecar can never act on (a Docker container *name*, a provider
 /// that is not configured) is refused at once, `claim` exits 1 with the reason, and the
 /// session still ends reclaimed, not pending. Before, `claim` exited 0 and the session stayed
 /// pending forever.
@@ -297,7 +297,7 @@ fn a_claim_that_can_never_be_acted_on_is_refused_at_once() {
     );
 }
 
-/// sandguard as pid 1 of a pid namespace stays as init: when its program is SIGKILLed
+/// Sandguard as pid 1 of a pid namespace stays as init: when its program is SIGKILLed
 /// the sidecar still reclaims, and the wrapper exits with the program's status (137) only
 /// after that. Before, the exec made the program pid 1 and its death killed the sidecar.
 #[test]
@@ -403,7 +403,7 @@ fn cmdline(pid: u32) -> String {
     String::from_utf8_lossy(&raw).replace('\0', " ")
 }
 
-/// the daemonized sidecar keeps none of the wrapper's other descriptors (a parent
+/// The daemonized sidecar keeps none of the wrapper's other descriptors (a parent
 /// waiting for EOF on a pipe it gave the wrapper gets it when the program ends, not when the
 /// reclaim does) and leaves the working directory. Before, EOF came only after the sidecar
 /// exited, and its cwd was the wrapper's.
@@ -466,12 +466,10 @@ fn the_state_dir_expands_tilde_and_refuses_relative_paths() {
     let s = Scratch::new("trust-tilde");
     let work = s.path().join("work");
     std::fs::create_dir_all(&work).unwrap();
-    let config = s.path().join("tilde.toml");
-    std::fs::write(
-        &config,
+    let config = s.file(
+        "tilde.toml",
         "state_dir = \"~/sg-state\"\n[providers.docker]\nenabled = false\n",
-    )
-    .unwrap();
+    );
     let out = run(sandguard(&s)
         .env("SANDGUARD_CONFIG", &config)
         .current_dir(&work)
@@ -499,7 +497,7 @@ fn the_state_dir_expands_tilde_and_refuses_relative_paths() {
     assert!(!work.join("rel").exists());
 }
 
-/// a grace of 0 makes no sense: a config error (2), the wrapper's own failure (125).
+/// A grace of 0 makes no sense: a config error (2), the wrapper's own failure (125).
 #[test]
 fn a_zero_grace_is_a_config_error() {
     let s = Scratch::new("trust-grace0");

@@ -241,8 +241,7 @@ fn exit_statuses_pass_through() {
     assert_eq!(code(&["--", "sh", "-c", "exit 7"]).code(), Some(7));
     assert_eq!(code(&["run", "--", "true"]).code(), Some(0));
     assert_eq!(code(&["--", "no-such-command-sandguard"]).code(), Some(127));
-    let not_executable = s.path().join("data.txt");
-    std::fs::write(&not_executable, "just data").unwrap();
+    let not_executable = s.file("data.txt", "just data");
     assert_eq!(
         code(&["--", not_executable.to_str().unwrap()]).code(),
         Some(126)

@@ -26,12 +26,7 @@ use sandguard::labels::SESSION;
 
 /// Short reclaim limits, so a network that cannot go is reported within seconds.
 pub(crate) fn short_deadline(s: &Scratch) -> PathBuf {
-    let path = s.path().join("short.toml");
-    std::fs::write(
-        &path,
-        "[reclaim]\ndeadline = \"3s\"\nretry_initial = \"100ms\"\nretry_max = \"500ms\"\nsettle = \"0\"\n",
-    )
-    .unwrap();
+    let path = s.file("short.toml", "[reclaim]\ndeadline = \"3s\"\nretry_initial = \"100ms\"\nretry_max = \"500ms\"\nsettle = \"0\"\n");
     path
 }
 
