@@ -15,8 +15,7 @@ use crate::support::*;
 
 /// Docker only, and no settle delay: the reclaim is done as soon as its first pass is.
 fn config(s: &Scratch) -> std::path::PathBuf {
-    let path = s.file("resume.toml", "[reclaim]\nsettle = \"0\"\n");
-    path
+    s.file("resume.toml", "[reclaim]\nsettle = \"0\"\n")
 }
 
 fn watch(s: &Scratch, config: &std::path::Path, owner: u32, session: &str) -> Command {

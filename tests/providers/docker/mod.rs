@@ -26,8 +26,7 @@ use sandguard::labels::SESSION;
 
 /// Short reclaim limits, so a network that cannot go is reported within seconds.
 pub(crate) fn short_deadline(s: &Scratch) -> PathBuf {
-    let path = s.file("short.toml", "[reclaim]\ndeadline = \"3s\"\nretry_initial = \"100ms\"\nretry_max = \"500ms\"\nsettle = \"0\"\n");
-    path
+    s.file("short.toml", "[reclaim]\ndeadline = \"3s\"\nretry_initial = \"100ms\"\nretry_max = \"500ms\"\nsettle = \"0\"\n")
 }
 
 fn docker_ok(args: &[&str]) -> String {
