@@ -77,9 +77,7 @@ impl Host {
         let child = self
             .cmd()
             .args(["--", "sh", "-c", &script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .quiet()
             .process_group(0)
             .spawn()
             .expect("spawn the owner");

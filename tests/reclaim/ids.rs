@@ -7,7 +7,6 @@
 //! rule is a class.
 
 use std::os::unix::process::CommandExt;
-use std::process::Stdio;
 
 use crate::support::daytona::Daytona;
 use crate::support::emu::Emulator;
@@ -83,9 +82,7 @@ fn session_claiming(s: &Scratch, clouds: &Clouds, cases: &[(&str, &str, &str)]) 
         .env_remove("MODAL_ENVIRONMENT")
         .env_remove("MODAL_PROFILE")
         .args(["--", "sh", "-c", &script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .quiet()
         .process_group(0)
         .spawn()
         .expect("spawn sandguard");

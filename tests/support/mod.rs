@@ -18,7 +18,7 @@ pub mod sdk;
 pub mod tenki;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// The test image `tests/run.sh` builds from a static busybox with `docker import`.
@@ -68,6 +68,19 @@ impl Scratch {
 impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A command whose standard streams go nowhere (a guarded program a test only kills).
+pub trait Quiet {
+    fn quiet(&mut self) -> &mut Self;
+}
+
+impl Quiet for Command {
+    fn quiet(&mut self) -> &mut Command {
+        self.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
     }
 }
 

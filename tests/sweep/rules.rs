@@ -8,7 +8,7 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -54,9 +54,7 @@ fn an_owner_in_another_pid_namespace_is_unknown_not_dead() {
     let job = unshare
         .env("PATH", path_with_sandguard())
         .process_group(0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .quiet()
         .spawn()
         .unwrap();
     let mut job = crate::watch::wrapper::Job(job);
@@ -168,9 +166,7 @@ fn a_container_that_appears_after_the_reclaim_is_swept() {
         .env("SANDGUARD_CONFIG", &config)
         .env("PATH", path_with_sandguard())
         .args(["--", "sh", "-c", &script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .quiet()
         .status()
         .unwrap();
     assert!(status.success());
@@ -233,9 +229,7 @@ fn killed_owner(s: &Scratch, config: &Path, script: &str, file: &Path) -> Vec<St
     let job = cmd
         .env("SANDGUARD_CONFIG", config)
         .args(["--", "sh", "-c", script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .quiet()
         .spawn()
         .unwrap();
     let mut owner = crate::watch::wrapper::Job(job);
@@ -427,13 +421,7 @@ fn ended_sessions_are_pruned_and_others_kept() {
             == 3
     });
     // One that is still running must stay.
-    let mut live = sg()
-        .args(["--", "sleep", "60"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut live = sg().args(["--", "sleep", "60"]).quiet().spawn().unwrap();
     eventually(Duration::from_secs(10), "the live session is there", || {
         listed() == 4
     });
@@ -553,9 +541,7 @@ fn a_short_docker_outage_during_the_reclaim_leaves_nothing_behind() {
         .env("DOCKER_HOST", &outage.addr)
         .env("PATH", path_with_sandguard())
         .args(["--", "sh", "-c", &script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .quiet()
         .spawn()
         .unwrap();
     let mut owner = crate::watch::wrapper::Job(job);

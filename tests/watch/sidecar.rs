@@ -309,9 +309,7 @@ fn as_pid_1_the_wrapper_stays_init_until_the_reclaim_is_done() {
     let mut unshare = unshared_owner(&s, &ids);
     let mut job = unshare
         .env("PATH", crate::watch::wrapper::path_with_sandguard())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .quiet()
         .process_group(0)
         .spawn()
         .expect("unshare (util-linux) runs as root");

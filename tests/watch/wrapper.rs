@@ -57,9 +57,7 @@ pub(crate) fn guarded_env(s: &Scratch, env: &[(&str, &str)], args: &[&str], scri
         .envs(env.iter().copied())
         .args(args)
         .args(["--", "sh", "-c", script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .quiet()
         .process_group(0)
         .spawn()
         .expect("spawn sandguard");
