@@ -137,6 +137,7 @@ mod sweep;
 mod timefmt;
 mod unix;
 mod watch;
+mod wrapper;
 
 pub use protocol::ByeOutcome;
 pub use session::guard::{Guard, GuardBuilder, GuardError};

@@ -12,7 +12,6 @@ mod claim;
 mod docs;
 mod error;
 mod fast;
-mod init;
 mod output;
 mod providers;
 mod ps;

@@ -29,9 +29,8 @@ pub(crate) fn set_cloexec(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
 /// (`F_DUPFD_CLOEXEC`): a descriptor handed to a child under a number no `dup2` of the
 /// child's fixed descriptors (0 to 3) can land on.
 pub(crate) fn dup_above(fd: BorrowedFd<'_>, min: RawFd) -> io::Result<OwnedFd> {
-    let raw = fcntl(fd, FcntlArg::F_DUPFD_CLOEXEC(min))?;
-    // SAFETY: fcntl just returned this new descriptor; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+    // rustix's form hands the new descriptor back owned (nix's returns a bare number).
+    Ok(rustix::io::fcntl_dupfd_cloexec(fd, min)?)
 }
 
 /// Makes `fd` this process's stdout (`dup2` onto descriptor 1).

@@ -21,20 +21,22 @@
 //!   exist, and handing back start-up pages ([`release_startup_pages`], Linux only).
 //!
 //! The calls go through crates, not libc by hand: `nix` for what it wraps (signals and sigsets,
-//! fork, setsid, kill, pipes, fcntl, fstat, poll, the clocks, tcsetpgrp, kqueue); `rustix` for
-//! three calls nix lacks or gets wrong for us: `pidfd_open` (not in nix), `waitpid` (nix's
-//! `WaitStatus` refuses a child killed by a realtime signal, after reaping it) and `flock`
+//! fork, setsid, kill, pipes, fcntl, fstat, poll, access, the clocks, tcsetpgrp, kqueue);
+//! `rustix` for four calls nix lacks or gets wrong for us: `pidfd_open` (not in nix), `waitpid`
+//! (nix's `WaitStatus` refuses a child killed by a realtime signal, after reaping it), `flock`
 //! (nix's only undeprecated form is a guard that unlocks on drop, where our locks last until the
-//! file closes); `signal-hook` for pid 1's signals, outside tokio; `getrandom` (ring's) for
-//! random bytes.
+//! file closes) and `F_DUPFD_CLOEXEC` (nix returns a bare number, which only `unsafe` could
+//! own); `signal-hook` for pid 1's signals, outside tokio; `getrandom` (ring's) for random
+//! bytes.
 //!
 //! This is still the only module allowed `unsafe`, kept for what no safe wrapper does: `fork`,
-//! the detached start, setting a signal disposition (nix's `signal` is `unsafe fn` even for
-//! `SIG_IGN`), `sigpending`, the `PIDFD_GET_INFO` ioctl, `proc_pidinfo`, `gethostuuid`,
-//! `sysctlbyname`, `madvise`, tokio's `AsyncFd` registration, and taking ownership of an
-//! inherited descriptor number. Those blocks sit in the files that say
-//! `#![allow(unsafe_code)]` (this one and the tests do not), each with a `SAFETY:` comment; the
-//! rest of the crate calls the safe wrappers here.
+//! the detached start (and the `pre_exec` hook of the SDKs' start, [`spawn_in_new_session`]),
+//! setting a signal disposition (nix's `signal` is `unsafe fn` even for `SIG_IGN`),
+//! `sigpending`, the `PIDFD_GET_INFO` ioctl, `proc_pidinfo`, `gethostuuid`, `sysctlbyname`,
+//! `madvise`, tokio's `AsyncFd` registration, and taking ownership of an inherited descriptor
+//! number. Those blocks sit in the files that say `#![allow(unsafe_code)]` (this one and the
+//! tests do not), each with a `SAFETY:` comment; the rest of the crate calls the safe wrappers
+//! here.
 
 mod fd;
 mod host;

@@ -142,10 +142,7 @@ pub fn spawn_detached(
     }
     let mut argv: Vec<*const libc::c_char> = argv_owned.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
-    // SAFETY: `path` is a NUL-terminated string that lives across the call.
-    if unsafe { libc::access(path.as_ptr(), libc::X_OK) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    nix::unistd::access(path.as_c_str(), nix::unistd::AccessFlags::X_OK)?;
     let detach = Detach {
         path,
         argv,
@@ -156,8 +153,8 @@ pub fn spawn_detached(
     };
     // The process between runs on a stack of its own where it shares this memory (Linux).
     let mut stack = vec![0u8; 64 * 1024];
-    // SAFETY: the top of a live allocation, aligned down to 16 bytes as the ABI wants.
-    let top = unsafe { stack.as_mut_ptr().add(stack.len()) };
+    // Its top (one past its end), aligned down to 16 bytes as the ABI wants.
+    let top = stack.as_mut_ptr_range().end;
     let top = ((top as usize) & !15) as *mut libc::c_void;
     let unblocked = SigSet::all().thread_swap_mask(SigmaskHow::SIG_SETMASK)?;
     // SAFETY: `between` only reads `detach` and makes system calls, with every signal blocked;

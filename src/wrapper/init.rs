@@ -15,8 +15,8 @@
 //!    rather than blocking them changes), and waited for with a timeout that lets the loop
 //!    look at the sidecar's lock.
 //! 4. When CMD has ended, it waits until the sidecar has finished reclaiming (the sidecar's
-//!    lock on its journal is free), and exits with CMD's status (128+N for a death by signal
-//!    N), so the reclaim is never cut short by the namespace's end.
+//!    lock on its journal is free), and returns CMD's status (128+N for a death by signal N)
+//!    for the process to exit with, so the reclaim is never cut short by the namespace's end.
 //!
 //! What cannot be helped: a container SIGKILLed as a whole (`docker kill`, or `docker stop`
 //! after its timeout, an OOM kill of the whole cgroup) takes the sidecar with it. Its
@@ -24,10 +24,10 @@
 
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
+use std::path::Path;
 use std::time::Duration;
 
-use super::run::{exec, own_failure, start_sidecar, Args};
-use super::{Error, Exit};
+use super::{exec, sidecar, Failure, Wrap, WrapError, Wrapped};
 use crate::config::Settings;
 use crate::identity::Identity;
 use crate::ledger::StateDir;
@@ -37,45 +37,51 @@ use crate::unix::{self, ExitStatus, Forked, InitSignals};
 /// How often pid 1 looks at the sidecar's lock once CMD has ended.
 const POLL: Duration = Duration::from_millis(50);
 
-pub(super) fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
+/// Runs `wrap.command` as pid 1's child (module docs). Returns in both processes: in pid 1
+/// when CMD has ended and the sidecar has finished; in CMD's process only when its exec
+/// failed or the sidecar never became ready.
+pub(super) fn run(wrap: &Wrap, settings: &Settings) -> Result<Wrapped, WrapError> {
     let pipes = unix::pipe().and_then(|go| Ok((go, unix::pipe()?)));
-    let ((go_r, go_w), control) =
-        pipes.map_err(|e| own_failure(format!("cannot make a pipe: {e}")))?;
+    let ((go_r, go_w), control) = pipes.map_err(Failure::Pipe)?;
     match unix::fork_single_threaded() {
-        Err(e) => Err(own_failure(format!("cannot fork: {e}"))),
+        Err(e) => Err(Failure::Fork(e).into()),
         Ok(Forked::Child) => {
             drop(go_w);
             drop(control.0);
-            // The child returns through `main` like any command: its code is CMD's exec
-            // failure (it has no other way back).
-            child(&args, settings, go_r, control.1)
+            // The child returns through the caller to `main` like any command: its code is
+            // CMD's exec failure (it has no other way back).
+            child(wrap, settings, go_r, control.1)
         }
         Ok(Forked::Parent(pid)) => {
             drop(go_r);
-            parent(&args, settings, pid, go_w, control)
+            parent(wrap, settings, pid, go_w, control)
         }
     }
 }
 
 /// CMD's side: a process group of its own, then wait for the sidecar's `ready` line, passed on
 /// by pid 1 as the sidecar wrote it, then exec. Nothing (EOF) means the sidecar did not start,
-/// and pid 1 has said so: exit 125 without a word more.
-fn child(args: &Args, settings: &Settings, go: OwnedFd, control: OwnedFd) -> Result<Exit, Error> {
+/// and pid 1 has said so: [`Wrapped::Abandoned`].
+fn child(
+    wrap: &Wrap,
+    settings: &Settings,
+    go: OwnedFd,
+    control: OwnedFd,
+) -> Result<Wrapped, WrapError> {
     unix::own_process_group(0);
     let mut message = String::new();
     if std::fs::File::from(go)
         .read_to_string(&mut message)
         .is_err()
     {
-        return Ok(Exit::OwnFailure);
+        return Ok(Wrapped::Abandoned);
     }
     let ReadyLine::Ready { session, env } = ReadyLine::parse(&message) else {
-        return Ok(Exit::OwnFailure);
+        return Ok(Wrapped::Abandoned);
     };
-    let me = Identity::current()
-        .ok_or_else(|| own_failure("cannot read this process's identity from /proc"))?;
+    let me = Identity::current().ok_or(Failure::OwnIdentity)?;
     Err(exec(
-        &args.command,
+        &wrap.command,
         (&session, &env),
         &control,
         &me,
@@ -84,32 +90,31 @@ fn child(args: &Args, settings: &Settings, go: OwnedFd, control: OwnedFd) -> Res
 }
 
 fn parent(
-    args: &Args,
+    wrap: &Wrap,
     settings: &Settings,
     pid: u32,
     go: OwnedFd,
     control: (OwnedFd, OwnedFd),
-) -> Result<Exit, Error> {
+) -> Result<Wrapped, WrapError> {
     unix::own_process_group(pid);
     let mut signals = match InitSignals::take_over() {
         Ok(s) => s,
         Err(e) => {
             unix::send_signal(pid, libc::SIGKILL);
-            return Err(own_failure(format!(
-                "cannot take over signals as pid 1: {e}"
-            )));
+            return Err(Failure::Signals(e).into());
         }
     };
     unix::give_terminal_to(pid);
     let ready = Identity::of_pid(pid)
-        .ok_or_else(|| own_failure("cannot read the program's identity from /proc"))
-        .and_then(|owner| start_sidecar(args, settings, &owner, Some(control)));
+        .ok_or(Failure::ProgramIdentity)
+        .and_then(|owner| sidecar(wrap, settings, &owner))
+        .and_then(|spawn| spawn.start_on(control).map_err(Failure::Spawn));
     let ready = match ready {
         Ok(r) => r,
         Err(e) => {
             drop(go);
             let _ = wait_for(&mut signals, pid, None);
-            return Err(e);
+            return Err(e.into());
         }
     };
     let message = ReadyLine::Ready {
@@ -123,7 +128,7 @@ fn parent(
         .ok();
     // Only CMD (and what it starts) may hold the pipe's write end: its EOF is a wake-up.
     drop(ready.control);
-    Ok(Exit::Wrapped(
+    Ok(Wrapped::Ended(
         match wait_for(&mut signals, pid, journal.as_deref()) {
             ExitStatus::Code(c) => u8::try_from(c).unwrap_or(1),
             ExitStatus::Signal(n) => 128u8.saturating_add(n as u8),
@@ -133,7 +138,7 @@ fn parent(
 
 /// Forwards signals to `pid` and reaps orphans until it has ended and the sidecar that
 /// journals in `journal` has let go of its lock.
-fn wait_for(signals: &mut InitSignals, pid: u32, journal: Option<&std::path::Path>) -> ExitStatus {
+fn wait_for(signals: &mut InitSignals, pid: u32, journal: Option<&Path>) -> ExitStatus {
     let mut status = None;
     loop {
         for signal in signals.wait(POLL) {
@@ -155,7 +160,7 @@ fn wait_for(signals: &mut InitSignals, pid: u32, journal: Option<&std::path::Pat
 }
 
 /// Whether nobody holds the journal's exclusive lock any more (the sidecar has exited).
-fn sidecar_done(journal: &std::path::Path) -> bool {
+fn sidecar_done(journal: &Path) -> bool {
     match std::fs::File::open(journal) {
         Ok(f) => unix::try_lock_shared(&f).unwrap_or(true),
         Err(_) => true,
