@@ -12,6 +12,10 @@
 //! cli/          one file per subcommand: parses its args, makes Settings, calls the library
 //!               once and prints what it answers; error.rs (one Error, one exit code mapping);
 //!               watch/terminal.rs (the sidecar's words on the wrapper's stderr)
+//! wrapper/      `sandguard -- CMD` as a library service: mod.rs (the session made and handed
+//!               to its sidecar, CMD exec'd with the session's variables; WrapError), init.rs
+//!               (the wrapper as pid 1: CMD forked, signals forwarded, orphans reaped, the
+//!               reclaim waited for)
 //! session/      spawn.rs (the one way a sidecar is started, and its typed ready line),
 //!               handoff.rs (what the wrapper hands its sidecar, one typed value encoded and
 //!               decoded there), confirm.rs (the one confirmed claim, release, detach),
@@ -99,9 +103,10 @@
 //!
 //! # Flow
 //!
-//! Data flows one way: `cli` → `session` / `watch` / `sweep` (peers) → `reclaim` →
-//! `providers`, `ledger` and `fleet`; every path that removes or renews asks `ownership`.
-//! Nothing but `cli` imports `watch`; `watch` starts the `proxy`s, which sit above the
+//! Data flows one way: `cli` → `wrapper` → `session` / `watch` / `sweep` (peers) →
+//! `reclaim` → `providers`, `ledger` and `fleet`; every path that removes or renews asks
+//! `ownership`. Nothing but `cli` and `wrapper` (the sidecar's handoff) import `watch`;
+//! `watch` starts the `proxy`s, which sit above the
 //! drivers. `sweep` and `watch` share the session ending through `reclaim::ending`, and owner
 //! death through `identity::death`. Nothing below `cli` knows about clap; only `providers`
 //! knows a provider's wire format, but for the creates the proxies stamp (`proxy::docker`,
