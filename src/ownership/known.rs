@@ -1,7 +1,12 @@
 //! What the judgement is told: how the sessions a sandbox names stand, gathered from this
-//! machine's ledger and its judge of owners. This is the ownership module's only I/O, and it
-//! is done once per reclaim or sweep pass, and only when needed: a sidecar whose sandboxes all
-//! carry its own label never reads another journal.
+//! machine's ledger and its judge of owners, and built into [`Facts`] here alone
+//! ([`facts`](self::facts): every path that judges asks [`Known`] for them). This is the
+//! ownership module's only I/O, done only when needed (a sidecar whose sandboxes all carry
+//! its own label never reads another journal), and at most once per [`Known`]: a reclaim or
+//! sweep pass reads the ledger once ([`Known::lazy`], [`Known::of`]); a sidecar judging claims
+//! makes a [`Known`] for each batch of control lines and reads other sessions through a
+//! [`Cache`] it keeps for its life, which reads a journal again only when its inode, length or
+//! modification time changed (and probes its lock every batch).
 //!
 //! Decisions:
 //! - A session in the ledger stands as its journal says: its owner judged from its `start`
@@ -21,7 +26,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use super::{Facts, Session, Sidecar};
+use super::{Session, Sidecar};
 use crate::identity::{Judge, Liveness};
 use crate::ledger::{Reread, SessionState, SessionView, Stamp, StateDir};
 use crate::protocol::Target;
@@ -36,7 +41,12 @@ pub(crate) fn ended_at(view: &SessionView) -> Option<i64> {
     })
 }
 
-/// The ledger's sessions and the judge, read at most once.
+mod facts;
+
+pub(crate) use facts::Own;
+
+/// What is known of the sessions a sandbox names: the ledger's sessions and the judge of
+/// owners, each read at most once (through a [`Cache`] for a sidecar's batches of claims).
 pub(crate) struct Known {
     /// The state directory, opened when first needed.
     root: Option<std::path::PathBuf>,
@@ -50,6 +60,8 @@ pub(crate) struct Known {
     /// ([`Known::cached`]).
     cache: Option<Arc<Cache>>,
     providers: Vec<Arc<dyn Provider>>,
+    /// Nothing is known beyond the asker's own records ([`Known::nothing`]).
+    blind: bool,
 }
 
 /// The ledger's sessions as one read saw them, and their claims indexed by provider and the
@@ -193,6 +205,18 @@ impl Known {
             but: None,
             cache: None,
             providers: providers.to_vec(),
+            blind: false,
+        }
+    }
+
+    /// Knowledge of nothing beyond what the asker's own records say ([`Own`]): no ledger and
+    /// no judge of owners, so every other session stands unknown and no other session's
+    /// claim or detach is seen. For a reclaim plan given no knowledge (nothing is then taken
+    /// from another session) and for the TTL keeper, which renews only what its session holds.
+    pub(crate) fn nothing() -> Known {
+        Known {
+            blind: true,
+            ..Known::lazy(None, &[])
         }
     }
 
@@ -278,9 +302,10 @@ impl Known {
 
     /// How session `id` stands; `owner_label` is what a sandbox says of its owner, used when
     /// the ledger does not have the session.
-    pub(crate) fn session(&self, id: &str, owner_label: Option<&str>) -> Session {
+    fn session(&self, id: &str, owner_label: Option<&str>) -> Session {
         match self.view(id) {
             Some(view) => self.standing(view),
+            None if self.blind => Session::UNKNOWN,
             None => Session {
                 owner: owner_label.map_or(Liveness::Unknown, |o| self.judge().label(o)),
                 ..Session::UNKNOWN
@@ -317,7 +342,7 @@ impl Known {
     /// whose id starts with that id ([`Provider::names`]: exact, or Docker's prefix), so the
     /// candidates are the claims under each prefix of the sandbox's id; each is then asked
     /// [`Known::names`], the one answer, as before.
-    pub(crate) fn claimers<'a>(&'a self, sandbox: &Sandbox, but: &str) -> Vec<(&'a str, Session)> {
+    pub(super) fn claimers<'a>(&'a self, sandbox: &Sandbox, but: &str) -> Vec<(&'a str, Session)> {
         let views = self.views();
         let Some(index) = self.claim_index().get(&sandbox.provider) else {
             return Vec::new();
@@ -362,7 +387,7 @@ impl Known {
     /// label it carries, or a session that had claimed it (adopted it) when it detached it. A
     /// detach is its owner's word: one by a session that neither carries it in its label nor
     /// claimed it does not count.
-    pub(crate) fn detached(&self, sandbox: &Sandbox) -> bool {
+    fn detached(&self, sandbox: &Sandbox) -> bool {
         let label = sandbox.session().filter(|s| !s.is_empty());
         self.views().iter().any(|v| {
             let mine = if label == Some(v.id.as_str()) {
@@ -372,31 +397,6 @@ impl Known {
             };
             mine.iter().any(|t| self.names(t, sandbox))
         })
-    }
-
-    /// Whether `sandbox`'s label counts as ownership ([`Facts::label_counts`]): what `ps` and
-    /// `stop` show and take. Only an inherited label needs the ledger.
-    pub(crate) fn label_counts(&self, sandbox: &Sandbox) -> bool {
-        if !sandbox.inherited {
-            return true;
-        }
-        let mut facts = Facts::of(sandbox);
-        facts.labelled = facts
-            .labelled
-            .map(|(id, _)| (id, self.session(id, sandbox.owner())));
-        facts.label_counts()
-    }
-
-    /// Everything the ledger says of `sandbox`, for a path that is no session's own (a sweep,
-    /// `stop`).
-    pub(crate) fn facts<'a>(&'a self, sandbox: &'a Sandbox) -> Facts<'a> {
-        let mut facts = Facts::of(sandbox);
-        facts.labelled = facts
-            .labelled
-            .map(|(id, _)| (id, self.session(id, sandbox.owner())));
-        facts.claimed_by = self.claimers(sandbox, "");
-        facts.detached = self.detached(sandbox);
-        facts
     }
 }
 

@@ -4,11 +4,12 @@
 //! whole session a sweep found): the sidecar's reclaim and a sweep's reclaim of a session
 //! ([`Asker::Reclaim`]), `sandguard stop` ([`Asker::StopNamed`], [`Asker::StopAll`]), a
 //! sweep's look at every managed sandbox ([`Asker::Sweep`]), the fleet sweep
-//! ([`judge_session`] with the fleet lease) and the TTL keeper ([`Asker::Renew`]). None of them
-//! decides on its own; each gathers [`Facts`] (labels, claims, detaches, how the sessions
-//! involved stand) and prints the [`Reason`] it is given. The judgement does no I/O: what it
-//! is told is all it knows, so a fact the caller could not establish is passed as unknown,
-//! never guessed.
+//! ([`judge_session`] with the fleet lease) and the TTL keeper ([`Asker::Renew`]); a claim
+//! arriving at a sidecar asks [`may_claim`]. None of them decides on its own, and none gathers
+//! the [`Facts`] (labels, claims, detaches, how the sessions involved stand) itself: each asks
+//! [`known::Known`] for them, giving what its own records say ([`known::Own`]), and prints the
+//! [`Reason`] it is given. The judgement does no I/O: what it is told is all it knows, so a
+//! fact that could not be established is passed as unknown, never guessed.
 //!
 //! The rules, in the order they apply (DESIGN's trust rules; README's "Trust rules" states
 //! them for users):
@@ -118,7 +119,7 @@ pub(crate) enum Asker<'a> {
     Renew { session: &'a str, owner: Liveness },
 }
 
-/// Everything the caller knows of one sandbox.
+/// Everything known of one sandbox, as [`known::Known`] builds it.
 #[derive(Debug, Clone)]
 pub(crate) struct Facts<'a> {
     pub sandbox: &'a Sandbox,
@@ -135,8 +136,9 @@ pub(crate) struct Facts<'a> {
 }
 
 impl<'a> Facts<'a> {
-    /// The facts of a sandbox of which nothing but its own labels is known yet.
-    pub(crate) fn of(sandbox: &'a Sandbox) -> Facts<'a> {
+    /// The facts of a sandbox of which nothing but its own labels is known yet (where
+    /// [`known::Known`] starts).
+    fn of(sandbox: &'a Sandbox) -> Facts<'a> {
         Facts {
             sandbox,
             labelled: sandbox
@@ -216,20 +218,19 @@ pub(crate) fn judge(asker: Asker<'_>, facts: &Facts<'_>) -> Judgement {
     }
 }
 
-/// Whether a claim (or a detach) may be taken when it arrives (rule 4): not while the sandbox
-/// carries the label of another session that may still live (`labelled`: that session), nor
-/// while another session that may still live claimed it (`claimed_by`: the other sessions whose
-/// claims name it). The first to hold it keeps it; a later claim would steal.
-pub(crate) fn may_claim(
-    labelled: Option<(&str, Session)>,
-    claimed_by: &[(&str, Session)],
-) -> Result<(), Reason> {
-    if let Some((from, _)) = labelled.filter(|(_, s)| s.may_live()) {
+/// Whether session `session` may take a claim (or a detach) of the sandbox `facts` describe
+/// when it arrives (rule 4; its facts from [`known::Known::claim_facts`]): not while the
+/// sandbox carries the label of another session that may still live, nor while another
+/// session that may still live claimed it. The first to hold it keeps it; a later claim would
+/// steal.
+pub(crate) fn may_claim(session: &str, facts: &Facts<'_>) -> Result<(), Reason> {
+    let other = |(id, s): &(&str, Session)| *id != session && s.may_live();
+    if let Some((from, _)) = facts.labelled.filter(other) {
         return Err(Reason::Steal {
             from: from.to_string(),
         });
     }
-    match claimed_by.iter().find(|(_, s)| s.may_live()) {
+    match facts.claimed_by.iter().find(|c| other(c)) {
         Some((by, _)) => Err(Reason::ClaimedElsewhere { by: by.to_string() }),
         None => Ok(()),
     }

@@ -9,7 +9,8 @@ use tokio::time::Instant;
 
 use super::{list, Options};
 use crate::labels::Selector;
-use crate::ownership::{self, known::Known, Facts, Judgement};
+use crate::ownership::known::{Known, Own};
+use crate::ownership::{self, Judgement};
 use crate::protocol::Target;
 use crate::providers::{Kind, Provider, Refusal, Sandbox};
 
@@ -27,8 +28,8 @@ pub(crate) struct Plan {
     /// not listed again by this reclaim (one not found there is).
     pub listed: Option<Arc<Listed>>,
     /// How other sessions stand, for claims of sandboxes that do not carry this session's
-    /// label (a claim adopts, it never steals). `None`: nothing is known of them, so none is
-    /// taken from another session.
+    /// label (a claim adopts, it never steals). `None`: nothing is known of them
+    /// ([`Known::nothing`]), so none is taken from another session.
     pub known: Option<Arc<Known>>,
     /// How this session stands, for a label its sandboxes only inherited (a Docker image
     /// committed with its labels): alive by default (its sidecar reclaims); a sweep that
@@ -97,39 +98,30 @@ impl Plan {
         self.claims.iter().any(|c| c.names(provider, s))
     }
 
-    /// The one judgement ([`crate::ownership`]) on `s` for this session's reclaim; `claimed`:
-    /// the owner claimed it (in the plan, or late, during the settle delay).
+    /// The one judgement ([`crate::ownership`]) on `s` for this session's reclaim, on the
+    /// facts [`Known`] gives for what the plan says (how the session stands, whether it
+    /// detached `s`); `claimed`: the owner claimed it (in the plan, or late, during the settle
+    /// delay).
     pub(super) fn judge(&self, provider: &dyn Provider, s: &Sandbox, claimed: bool) -> Judgement {
         let session = self.selector.session_id().unwrap_or_default();
-        let mut facts = Facts::of(s);
-        facts.detached = self.keeps(provider, s);
-        let ours = facts.labelled.is_some_and(|(id, _)| id == session);
-        if ours {
-            facts.labelled = Some((session, self.own));
-            // A session that is over may have had its sandboxes adopted (and detached) by
-            // another: a sweep finishing it asks the ledger. A live sidecar's cannot have.
-            if self.own.sidecar != ownership::Sidecar::Alive {
-                if let Some(known) = &self.known {
-                    facts.detached |= known.detached(s);
-                }
+        let own = Own {
+            session,
+            standing: self.own,
+            claimed,
+            detached: self.keeps(provider, s),
+        };
+        let nothing;
+        let known = match &self.known {
+            Some(known) => known.as_ref(),
+            None => {
+                nothing = Known::nothing();
+                &nothing
             }
-        }
-        if claimed {
-            facts
-                .claimed_by
-                .push((session, ownership::Session::UNKNOWN));
-            if !ours {
-                if let Some(known) = &self.known {
-                    facts.labelled = facts
-                        .labelled
-                        .map(|(id, _)| (id, known.session(id, s.owner())));
-                    facts.claimed_by.extend(known.claimers(s, session));
-                    // Detach wins over any claim: whoever detached it, it stays.
-                    facts.detached |= known.detached(s);
-                }
-            }
-        }
-        ownership::judge(ownership::Asker::Reclaim { session }, &facts)
+        };
+        ownership::judge(
+            ownership::Asker::Reclaim { session },
+            &known.facts_for(s, own),
+        )
     }
 }
 

@@ -77,12 +77,8 @@ impl<C: Clock> Sidecar<C> {
                 provider: t.provider.clone(),
                 ..named
             });
-        let label = sandbox
-            .session()
-            .filter(|l| !l.is_empty() && *l != self.session)
-            .map(|l| (l, known.session(l, sandbox.owner())));
-        let claimers = known.claimers(&sandbox, &self.session);
-        match ownership::may_claim(label, &claimers) {
+        let facts = known.claim_facts(&sandbox, &self.session);
+        match ownership::may_claim(&self.session, &facts) {
             Ok(()) => true,
             Err(why) => self.refuse(t, why.to_string()),
         }

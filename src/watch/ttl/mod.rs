@@ -33,7 +33,8 @@ use futures_util::stream::{self, StreamExt};
 
 use crate::identity::Liveness;
 use crate::labels::Selector;
-use crate::ownership::{self, Asker, Facts, Verdict};
+use crate::ownership::known::{Known, Own};
+use crate::ownership::{self, Asker, Verdict};
 use crate::providers::{Provider, ProviderError, Sandbox};
 
 mod claimed;
@@ -177,19 +178,22 @@ impl Keeper {
         } else {
             Liveness::Alive
         };
+        // The keeper reads no ledger: it is told what its holdings say ([`Known::nothing`]).
+        let known = Known::nothing();
         targets.retain(|s| {
-            let mut facts = Facts::of(s);
-            facts.detached = holdings.detached.iter().any(|t| names(t, s));
-            if holdings.claims.iter().any(|t| names(t, s)) {
-                facts
-                    .claimed_by
-                    .push((&self.session, ownership::Session::UNKNOWN));
-            }
+            let own = Own {
+                session: &self.session,
+                // Not told, as the keeper always judged: a label of its session that the
+                // sandbox only inherited counts for a renewal only through a claim.
+                standing: ownership::Session::UNKNOWN,
+                claimed: holdings.claims.iter().any(|t| names(t, s)),
+                detached: holdings.detached.iter().any(|t| names(t, s)),
+            };
             let asker = Asker::Renew {
                 session: &self.session,
                 owner,
             };
-            ownership::judge(asker, &facts).verdict == Verdict::Renew
+            ownership::judge(asker, &known.facts_for(s, own)).verdict == Verdict::Renew
         });
         let ttl = self.ttl;
         let halt = &self.halt;
