@@ -66,11 +66,14 @@ pub(super) struct Args {
 /// How many sessions a table on a terminal shows when `--limit` is not given.
 const TERMINAL_LIMIT: usize = 20;
 
+/// A `--state` that names none of the ledger's states.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown state {0:?}: expected active, reclaiming, pending, reclaimed or clean")]
+struct UnknownState(String);
+
 /// `--state`: one of the ledger's states, as the table spells them.
-fn state_arg(s: &str) -> Result<SessionState, String> {
-    SessionState::parse(s).ok_or_else(|| {
-        format!("unknown state {s:?}: expected active, reclaiming, pending, reclaimed or clean")
-    })
+fn state_arg(s: &str) -> Result<SessionState, UnknownState> {
+    SessionState::parse(s).ok_or_else(|| UnknownState(s.to_string()))
 }
 
 #[derive(Debug, clap::Subcommand)]

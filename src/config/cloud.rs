@@ -103,12 +103,7 @@ pub(super) fn daytona(file: FileKeyed, env: &dyn Env) -> Result<CloudSettings, C
     settings.secret = env.var("DAYTONA_JWT_TOKEN").map(Secret::new);
     settings.app = env.var("DAYTONA_ORGANIZATION_ID");
     if settings.token.is_none() && settings.secret.is_some() && settings.app.is_none() {
-        return Err(ConfigError::Env {
-            var: "DAYTONA_JWT_TOKEN".into(),
-            message: "set, but DAYTONA_ORGANIZATION_ID is not: a Daytona JWT needs the \
-                      organization it acts in (or set DAYTONA_API_KEY instead)"
-                .into(),
-        });
+        return Err(ConfigError::JwtWithoutOrganization);
     }
     Ok(settings)
 }

@@ -53,11 +53,70 @@ pub(crate) const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
 #[derive(Debug, Clone, PartialEq)]
 pub struct DockerHost {
     /// `unix:///path` or `tcp://host:port`; `Err`: the source could not be followed, and why.
-    pub address: Result<String, String>,
+    pub address: Result<String, ContextError>,
     /// What chose it, for messages: `DOCKER_HOST`, `context "colima" (DOCKER_CONTEXT)`,
     /// `Colima's socket, the first engine socket found …`, …
     pub via: String,
     pub origin: Origin,
+}
+
+/// Why the Docker context that names the daemon (or the Docker CLI's config file that names
+/// the current one) cannot be followed; see the module docs. The causes (an I/O or JSON
+/// error) are kept as their text: a [`DockerHost`] is cloned and compared.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ContextError {
+    /// Neither `DOCKER_CONFIG` nor `HOME` says where the contexts are.
+    #[error(
+        "Docker context {name:?} ({by}) cannot be found: neither DOCKER_CONFIG nor HOME is set"
+    )]
+    Unfound { name: String, by: String },
+    /// The context's `meta.json` cannot be used.
+    #[error("Docker context {name:?} ({by}): {}: {problem}", meta.display())]
+    Meta {
+        name: String,
+        by: String,
+        meta: PathBuf,
+        problem: MetaProblem,
+    },
+    /// The context has TLS material, which sandguard's client cannot speak.
+    #[error(
+        "Docker context {name:?} ({by}) connects with TLS (its certificates are in {}), which \
+         sandguard cannot speak yet: set DOCKER_HOST to a unix socket or a plain tcp:// address \
+         of the same daemon",
+        tls.display()
+    )]
+    Tls {
+        name: String,
+        by: String,
+        tls: PathBuf,
+    },
+    /// The Docker CLI's `config.json` exists but cannot be read.
+    #[error(
+        "the Docker CLI's config file cannot be used to find the current context: cannot read \
+         {}: {detail}",
+        file.display()
+    )]
+    ConfigUnreadable { file: PathBuf, detail: String },
+    /// The Docker CLI's `config.json` is not JSON.
+    #[error(
+        "the Docker CLI's config file cannot be used to find the current context: {}: not \
+         JSON: {detail}",
+        file.display()
+    )]
+    ConfigNotJson { file: PathBuf, detail: String },
+}
+
+/// What is wrong with a context's `meta.json`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MetaProblem {
+    #[error("no such context (the file does not exist)")]
+    Missing,
+    #[error("cannot read it: {0}")]
+    Unreadable(String),
+    #[error("not JSON: {0}")]
+    NotJson(String),
+    #[error("the context names no Docker endpoint (no Endpoints.docker.Host)")]
+    NoEndpoint,
 }
 
 /// How the address was arrived at.
@@ -113,8 +172,14 @@ fn named(file_host: Option<String>, env: &dyn Env) -> Option<DockerHost> {
     let file = dir.join("config.json");
     let current = match std::fs::read(&file) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-        Err(e) => Err(format!("cannot read {}: {e}", file.display())),
-        Ok(bytes) => current_context(&bytes).map_err(|e| format!("{}: {e}", file.display())),
+        Err(e) => Err(ContextError::ConfigUnreadable {
+            file: file.clone(),
+            detail: e.to_string(),
+        }),
+        Ok(bytes) => current_context(&bytes).map_err(|e| ContextError::ConfigNotJson {
+            file: file.clone(),
+            detail: e.to_string(),
+        }),
     };
     match current {
         Ok(None) => None,
@@ -124,11 +189,8 @@ fn named(file_host: Option<String>, env: &dyn Env) -> Option<DockerHost> {
             &format!("currentContext in {}", file.display()),
             Some(&dir),
         )),
-        Err(message) => Some(DockerHost {
-            address: Err(format!(
-                "the Docker CLI's config file cannot be used to find the current context: \
-                 {message}"
-            )),
+        Err(error) => Some(DockerHost {
+            address: Err(error),
             via: file.display().to_string(),
             origin: Origin::Named,
         }),
@@ -144,9 +206,8 @@ fn config_dir(env: &dyn Env) -> Option<PathBuf> {
 }
 
 /// `currentContext` of a `config.json`, if it names one.
-fn current_context(bytes: &[u8]) -> Result<Option<String>, String> {
-    let value: serde_json::Value =
-        serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
+fn current_context(bytes: &[u8]) -> Result<Option<String>, serde_json::Error> {
+    let value: serde_json::Value = serde_json::from_slice(bytes)?;
     Ok(value
         .get("currentContext")
         .and_then(|v| v.as_str())
@@ -157,25 +218,22 @@ fn current_context(bytes: &[u8]) -> Result<Option<String>, String> {
 /// The endpoint of the context `name`, named by `by`.
 fn follow(name: &str, by: &str, dir: Option<&Path>) -> DockerHost {
     let via = format!("context {name:?} ({by})");
+    let (name, by) = (name.to_string(), by.to_string());
     let address = match dir {
-        None => Err(format!(
-            "Docker context {name:?} ({by}) cannot be found: neither DOCKER_CONFIG nor HOME is \
-             set"
-        )),
+        None => Err(ContextError::Unfound { name, by }),
         Some(dir) => {
-            let meta = meta_path(dir, name);
-            let tls = context_dir(dir, "tls", name).join("docker");
-            read_endpoint(&meta)
-                .map_err(|e| format!("Docker context {name:?} ({by}): {}: {e}", meta.display()))
-                .and_then(|host| match tls.exists() {
-                    false => Ok(host),
-                    true => Err(format!(
-                        "Docker context {name:?} ({by}) connects with TLS (its certificates \
-                         are in {}), which sandguard cannot speak yet: set DOCKER_HOST to a \
-                         unix socket or a plain tcp:// address of the same daemon",
-                        tls.display()
-                    )),
-                })
+            let meta = meta_path(dir, &name);
+            let tls = context_dir(dir, "tls", &name).join("docker");
+            match read_endpoint(&meta) {
+                Err(problem) => Err(ContextError::Meta {
+                    name,
+                    by,
+                    meta,
+                    problem,
+                }),
+                Ok(_) if tls.exists() => Err(ContextError::Tls { name, by, tls }),
+                Ok(host) => Ok(host),
+            }
         }
     };
     DockerHost {
@@ -198,19 +256,19 @@ fn context_dir(dir: &Path, store: &str, name: &str) -> PathBuf {
     dir.join("contexts").join(store).join(hex)
 }
 
-fn read_endpoint(meta: &Path) -> Result<String, String> {
+fn read_endpoint(meta: &Path) -> Result<String, MetaProblem> {
     let bytes = std::fs::read(meta).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => "no such context (the file does not exist)".to_string(),
-        _ => format!("cannot read it: {e}"),
+        std::io::ErrorKind::NotFound => MetaProblem::Missing,
+        _ => MetaProblem::Unreadable(e.to_string()),
     })?;
     let value: serde_json::Value =
-        serde_json::from_slice(&bytes).map_err(|e| format!("not JSON: {e}"))?;
+        serde_json::from_slice(&bytes).map_err(|e| MetaProblem::NotJson(e.to_string()))?;
     value
         .pointer("/Endpoints/docker/Host")
         .and_then(|v| v.as_str())
         .filter(|s| !s.is_empty())
         .map(str::to_string)
-        .ok_or_else(|| "the context names no Docker endpoint (no Endpoints.docker.Host)".into())
+        .ok_or(MetaProblem::NoEndpoint)
 }
 
 #[cfg(test)]
@@ -313,7 +371,8 @@ mod tests {
             )
             .unwrap()
             .address
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
             assert!(e.contains(&format!("{name:?}")), "{e}");
             assert!(
                 e.contains(&meta_path(&dir, name).display().to_string()),
@@ -325,7 +384,8 @@ mod tests {
         let e = named(None, &env(&[("DOCKER_CONFIG", d)]))
             .unwrap()
             .address
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("config.json"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

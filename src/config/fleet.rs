@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::values::{HumanDuration, Secret};
+use super::values::{HumanDuration, Secret, ValueError};
 use super::{ConfigError, Env};
 
 /// `[fleet]` as written.
@@ -56,21 +56,17 @@ impl std::fmt::Debug for StoreUrl {
 }
 
 impl StoreUrl {
-    pub fn parse(text: &str) -> Result<StoreUrl, String> {
-        let url = reqwest::Url::parse(text)
-            .map_err(|e| format!("not a URL ({e}): expected redis://host:port or rediss://…"))?;
+    pub fn parse(text: &str) -> Result<StoreUrl, ValueError> {
+        let url = reqwest::Url::parse(text).map_err(ValueError::NotAUrl)?;
         if !matches!(url.scheme(), "redis" | "rediss") {
-            return Err(format!(
-                "scheme {:?} is not redis:// or rediss://",
-                url.scheme()
-            ));
+            return Err(ValueError::NotRedis(url.scheme().to_string()));
         }
         if url.host_str().is_none_or(str::is_empty) {
-            return Err("names no host: expected redis://host:port".into());
+            return Err(ValueError::NoHost);
         }
         let db = url.path().trim_start_matches('/');
         if !db.is_empty() && db.parse::<u32>().is_err() {
-            return Err("the path must be a database number (redis://host:port/0)".into());
+            return Err(ValueError::NotADatabase);
         }
         Ok(StoreUrl(Secret::new(text)))
     }
@@ -132,14 +128,14 @@ impl<'de> Deserialize<'de> for Prefix {
     }
 }
 
-fn check_prefix(s: &str) -> Result<(), String> {
+fn check_prefix(s: &str) -> Result<(), ValueError> {
     let ok = (1..=64).contains(&s.len())
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'));
     if ok {
         Ok(())
     } else {
-        Err("must be 1 to 64 characters from A-Z a-z 0-9 . _ : -".into())
+        Err(ValueError::Prefix)
     }
 }
 
@@ -155,12 +151,12 @@ impl<'de> Deserialize<'de> for HostId {
     }
 }
 
-fn check_host_id(s: &str) -> Result<(), String> {
+fn check_host_id(s: &str) -> Result<(), ValueError> {
     let ok = (1..=128).contains(&s.len()) && s.chars().all(|c| c.is_ascii_graphic());
     if ok {
         Ok(())
     } else {
-        Err("must be 1 to 128 printable characters without spaces".into())
+        Err(ValueError::HostId)
     }
 }
 
@@ -213,9 +209,9 @@ const MIN_LEASE: Duration = Duration::from_secs(1);
 pub(super) fn fleet(file: FileFleet, env: &dyn Env) -> Result<Option<FleetSettings>, ConfigError> {
     let var = "SANDGUARD_FLEET_STORE";
     let store = match env.var(var) {
-        Some(v) => Some(StoreUrl::parse(&v).map_err(|message| ConfigError::Env {
+        Some(v) => Some(StoreUrl::parse(&v).map_err(|error| ConfigError::Env {
             var: var.into(),
-            message,
+            error,
         })?),
         None => file.store,
     };
@@ -235,9 +231,9 @@ pub(super) fn host(file: FileHost, env: &dyn Env) -> Result<HostSettings, Config
     match env.var(var) {
         Some(v) => check_host_id(&v)
             .map(|()| HostSettings { id: Some(v) })
-            .map_err(|message| ConfigError::Env {
+            .map_err(|error| ConfigError::Env {
                 var: var.into(),
-                message,
+                error,
             }),
         None => Ok(HostSettings {
             id: file.id.map(|h| h.0),
@@ -269,7 +265,7 @@ mod tests {
             "redis://h:1/zero",
             "redis://u:s3cret@[::1",
         ] {
-            let err = StoreUrl::parse(bad).unwrap_err();
+            let err = StoreUrl::parse(bad).unwrap_err().to_string();
             assert!(!err.contains("s3cret"), "{bad}: {err}");
         }
         assert!(StoreUrl::parse("redis://127.0.0.1:6379/0").is_ok());

@@ -30,6 +30,7 @@ pub(crate) use docker::DockerHost;
 pub use fleet::FleetSettings;
 pub(crate) use fleet::HostSettings;
 pub use values::Secret;
+pub(crate) use values::ValueError;
 pub(crate) use values::{parse_duration, HumanDuration, Positive, Rate};
 
 /// Everything sandguard reads from configuration, after file, environment and flags.
@@ -253,10 +254,16 @@ pub enum ConfigError {
         what: String,
         message: String,
     },
-    #[error("environment variable {var}: {message}")]
-    Env { var: String, message: String },
-    #[error("{flag}: {message}")]
-    Flag { flag: String, message: String },
+    #[error("environment variable {var}: {error}")]
+    Env { var: String, error: ValueError },
+    /// `DAYTONA_JWT_TOKEN` without the organization a JWT acts in.
+    #[error(
+        "environment variable DAYTONA_JWT_TOKEN: set, but DAYTONA_ORGANIZATION_ID is not: a \
+         Daytona JWT needs the organization it acts in (or set DAYTONA_API_KEY instead)"
+    )]
+    JwtWithoutOrganization,
+    #[error("{flag}: {error}")]
+    Flag { flag: String, error: ValueError },
 }
 
 /// Where the environment comes from; tests pass a map instead of the process environment.

@@ -62,9 +62,9 @@ impl Settings {
     ) -> Result<Settings, ConfigError> {
         let state_dir = state_dir(source.as_deref(), file.state_dir, overrides, env)?;
         let log_level = match env.var("SANDGUARD_LOG") {
-            Some(v) => parse_level(&v).map_err(|message| ConfigError::Env {
+            Some(v) => parse_level(&v).map_err(|error| ConfigError::Env {
                 var: "SANDGUARD_LOG".into(),
-                message,
+                error,
             })?,
             None => file.log_level.map_or(tracing::Level::WARN, |l| l.0),
         };
@@ -172,17 +172,17 @@ fn state_dir(
         let path = PathBuf::from(var);
         return check_state_path(&path)
             .and_then(|()| expand_home(&path, env))
-            .map_err(|message| ConfigError::Env {
+            .map_err(|error| ConfigError::Env {
                 var: "SANDGUARD_STATE_DIR".into(),
-                message,
+                error,
             });
     }
     match file {
-        Some(StatePath(path)) => expand_home(&path, env).map_err(|message| ConfigError::Invalid {
+        Some(StatePath(path)) => expand_home(&path, env).map_err(|e| ConfigError::Invalid {
             file: source.map(|p| p.display().to_string()).unwrap_or_default(),
             line: 0,
             what: "key `state_dir`".into(),
-            message,
+            message: e.to_string(),
         }),
         None => Ok(default_state_dir(env)),
     }
@@ -196,18 +196,18 @@ fn grace(
     env: &dyn Env,
 ) -> Result<Duration, ConfigError> {
     if let Some(g) = overrides.grace {
-        return positive(g).map_err(|message| ConfigError::Flag {
+        return positive(g).map_err(|error| ConfigError::Flag {
             flag: "--grace".into(),
-            message,
+            error,
         });
     }
     let var = "SANDGUARD_GRACE";
     match env.var(var) {
         Some(v) => parse_duration(&v)
             .and_then(positive)
-            .map_err(|message| ConfigError::Env {
+            .map_err(|error| ConfigError::Env {
                 var: var.into(),
-                message,
+                error,
             }),
         None => Ok(file.unwrap_or(Duration::from_secs(600))),
     }

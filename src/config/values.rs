@@ -10,13 +10,56 @@ use serde::Deserialize;
 
 use super::Env;
 
+/// What is wrong with one value the file, the environment or a flag spelled. The words are
+/// the user's: [`super::ConfigError`] puts the file and line, the variable or the flag before
+/// them, and a value that might be a secret is never repeated.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValueError {
+    /// Not a duration sandguard reads (`5s`, `10m`, `1h30m`, …).
+    #[error("invalid duration {0:?}: expected a number and a unit, such as 5s, 10m, 2h or 7d")]
+    Duration(String),
+    /// `0` where a duration must be longer.
+    #[error("must be longer than 0")]
+    Zero,
+    /// `~user/…`: only the user's own home is expanded.
+    #[error("`~user` is not supported: write the absolute path")]
+    OtherHome,
+    /// A relative path where an absolute one is needed.
+    #[error("must be an absolute path (or start with ~/)")]
+    Relative,
+    /// `~` with no `HOME` to expand it with.
+    #[error("starts with ~ but HOME is not set")]
+    NoHome,
+    /// Not a log level's name.
+    #[error("unknown log level {0:?}: expected error, warn, info, debug or trace")]
+    LogLevel(String),
+    /// A fleet store URL that does not parse as a URL.
+    #[error("not a URL ({0}): expected redis://host:port or rediss://…")]
+    NotAUrl(<reqwest::Url as std::str::FromStr>::Err),
+    /// A fleet store URL of another scheme.
+    #[error("scheme {0:?} is not redis:// or rediss://")]
+    NotRedis(String),
+    /// A fleet store URL without a host.
+    #[error("names no host: expected redis://host:port")]
+    NoHost,
+    /// A fleet store URL whose path is not a database number.
+    #[error("the path must be a database number (redis://host:port/0)")]
+    NotADatabase,
+    /// `[fleet] prefix` out of its alphabet or length.
+    #[error("must be 1 to 64 characters from A-Z a-z 0-9 . _ : -")]
+    Prefix,
+    /// `[host] id` / `SANDGUARD_HOST_ID` out of its alphabet or length.
+    #[error("must be 1 to 128 printable characters without spaces")]
+    HostId,
+}
+
 /// A duration written the human way: `500ms`, `5s`, `10m`, `2h`, `7d`, or a sum such as `1h30m`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct HumanDuration(pub Duration);
 
 impl std::str::FromStr for HumanDuration {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ValueError;
+    fn from_str(s: &str) -> Result<Self, ValueError> {
         parse_duration(s).map(HumanDuration)
     }
 }
@@ -42,9 +85,9 @@ impl<'de> Deserialize<'de> for Positive {
     }
 }
 
-pub(super) fn positive(d: Duration) -> Result<Duration, String> {
+pub(super) fn positive(d: Duration) -> Result<Duration, ValueError> {
     if d.is_zero() {
-        Err("must be longer than 0".into())
+        Err(ValueError::Zero)
     } else {
         Ok(d)
     }
@@ -65,35 +108,31 @@ impl<'de> Deserialize<'de> for StatePath {
     }
 }
 
-pub(super) fn check_state_path(p: &Path) -> Result<(), String> {
+pub(super) fn check_state_path(p: &Path) -> Result<(), ValueError> {
     let text = p.to_string_lossy();
     if p.is_absolute() || text == "~" || text.starts_with("~/") {
         Ok(())
     } else if text.starts_with('~') {
-        Err("`~user` is not supported: write the absolute path".into())
+        Err(ValueError::OtherHome)
     } else {
-        Err("must be an absolute path (or start with ~/)".into())
+        Err(ValueError::Relative)
     }
 }
 
 /// `~` and `~/…` expanded with `$HOME`.
-pub(super) fn expand_home(p: &Path, env: &dyn Env) -> Result<PathBuf, String> {
+pub(super) fn expand_home(p: &Path, env: &dyn Env) -> Result<PathBuf, ValueError> {
     let text = p.to_string_lossy();
     let rest = match text.strip_prefix('~') {
         None => return Ok(p.to_path_buf()),
         Some(rest) => rest.trim_start_matches('/'),
     };
-    let home = env.var("HOME").ok_or("starts with ~ but HOME is not set")?;
+    let home = env.var("HOME").ok_or(ValueError::NoHome)?;
     Ok(Path::new(&home).join(rest))
 }
 
 /// Parses `5s`, `10m`, `2h`, `7d`, `250ms`, `1h30m`, or `0`.
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad = || {
-        format!(
-            "invalid duration {text:?}: expected a number and a unit, such as 5s, 10m, 2h or 7d"
-        )
-    };
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, ValueError> {
+    let bad = || ValueError::Duration(text.to_string());
     let s = text.trim();
     if s == "0" {
         return Ok(Duration::ZERO);
@@ -160,9 +199,9 @@ impl<'de> Deserialize<'de> for LogLevel {
     }
 }
 
-pub(super) fn parse_level(s: &str) -> Result<tracing::Level, String> {
+pub(super) fn parse_level(s: &str) -> Result<tracing::Level, ValueError> {
     s.parse::<tracing::Level>()
-        .map_err(|_| format!("unknown log level {s:?}: expected error, warn, info, debug or trace"))
+        .map_err(|_| ValueError::LogLevel(s.to_string()))
 }
 
 /// A secret read from the environment or the config file. It never prints itself: `Debug`

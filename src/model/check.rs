@@ -220,6 +220,6 @@ pub(super) fn removable(
         .or_else(|_| after.may_remove(x))
         .map_err(|why| match op {
             Op::Stop { .. } | Op::StopAll { .. } => format!("{why}, and `stop` did not name it"),
-            _ => why,
+            _ => why.to_string(),
         })
 }

@@ -127,8 +127,8 @@ fn wait_for_answer(
         let complete = read.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
         for line in read[..complete].split(|&b| b == b'\n') {
             match answer(line, command, target) {
-                Some(Ok(())) => return Ok(()),
-                Some(Err(reason)) => {
+                Some(Answer::Recorded) => return Ok(()),
+                Some(Answer::Refused(reason)) => {
                     return Err(ConfirmError::Refused {
                         target: target.clone(),
                         reason,
@@ -150,8 +150,17 @@ fn wait_for_answer(
     }
 }
 
-/// Whether one journal line answers `command`: `Ok` recorded, `Err(reason)` refused.
-fn answer(line: &[u8], command: &Command, target: &Target) -> Option<Result<(), String>> {
+/// How the sidecar answered a line, as its journal says.
+#[derive(Debug, PartialEq, Eq)]
+enum Answer {
+    /// The claim, release or detach is recorded.
+    Recorded,
+    /// It was refused, for the reason journaled.
+    Refused(String),
+}
+
+/// Whether one journal line answers `command`, and how.
+fn answer(line: &[u8], command: &Command, target: &Target) -> Option<Answer> {
     let entry = crate::ledger::decode_line(line)?;
     let is = |p: &str, i: &str| p == target.provider && i == target.id;
     match (command, entry) {
@@ -165,10 +174,10 @@ fn answer(line: &[u8], command: &Command, target: &Target) -> Option<Result<(), 
             })
             .answers(target) =>
         {
-            Some(Ok(()))
+            Some(Answer::Recorded)
         }
         (Command::Release(_), Record::Release { provider, id }) if is(&provider, &id) => {
-            Some(Ok(()))
+            Some(Answer::Recorded)
         }
         // A claim pinned when it arrived may be refused as pinned (another session holds
         // that object).
@@ -185,7 +194,7 @@ fn answer(line: &[u8], command: &Command, target: &Target) -> Option<Result<(), 
         })
         .answers(target) =>
         {
-            Some(Err(reason))
+            Some(Answer::Refused(reason))
         }
         _ => None,
     }

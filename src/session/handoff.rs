@@ -80,6 +80,17 @@ impl<F: AsRawFd> Handoff<F> {
     }
 }
 
+/// Why a `watch --handoff` value is not a handoff (clap prints it for the argument).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum NotAHandoff {
+    #[error("not a sandguard handoff: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("not a sandguard handoff: no cloud proxy {0:?}")]
+    UnknownCloud(String),
+    #[error("not a sandguard handoff: a negative descriptor")]
+    Negative,
+}
+
 /// The wire form: the same fields, descriptors as numbers, cloud proxies by name.
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -118,17 +129,16 @@ impl Handoff<RawFd> {
     }
 
     /// What `watch --handoff VALUE` names (clap's value parser for it).
-    pub(crate) fn decode(value: &str) -> Result<Handoff<RawFd>, String> {
-        let wire: Wire =
-            serde_json::from_str(value).map_err(|e| format!("not a sandguard handoff: {e}"))?;
+    pub(crate) fn decode(value: &str) -> Result<Handoff<RawFd>, NotAHandoff> {
+        let wire: Wire = serde_json::from_str(value)?;
         let cloud = wire
             .cloud
             .into_iter()
             .map(|(name, fd)| match Api::named(&name) {
                 Some(api) => Ok((api, fd)),
-                None => Err(format!("not a sandguard handoff: no cloud proxy {name:?}")),
+                None => Err(NotAHandoff::UnknownCloud(name)),
             })
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_, NotAHandoff>>()?;
         let handoff = Handoff {
             journal: wire.journal,
             owner_exit: wire.owner_exit,
@@ -136,7 +146,7 @@ impl Handoff<RawFd> {
             cloud,
         };
         if handoff.each().any(|fd| *fd < 0) {
-            return Err("not a sandguard handoff: a negative descriptor".into());
+            return Err(NotAHandoff::Negative);
         }
         Ok(handoff)
     }

@@ -42,6 +42,22 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+/// Why the oracle says a sandbox may not be removed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Kept {
+    #[error("the model never made it")]
+    NeverMade,
+    #[error("it carries sandguard.detached=true (only its TTL ends it)")]
+    DetachedLabel,
+    #[error("its owner detached it (only its TTL ends it)")]
+    Detached,
+    #[error("no session owns it (no label of ours, no claim that stands)")]
+    Unowned,
+    /// Its owners, as `s1, s2`, all alive.
+    #[error("its owners {0} live")]
+    OwnersLive(String),
+}
+
 #[derive(Debug, Clone)]
 pub struct Session {
     pub owner_alive: bool,
@@ -215,30 +231,30 @@ impl Oracle {
     }
 
     /// Whether a sidecar or a sweep on this host may remove `x` now; why not, if not.
-    pub fn may_remove(&self, x: usize) -> Result<(), String> {
+    pub fn may_remove(&self, x: usize) -> Result<(), Kept> {
         self.may_ever_remove(x)?;
         let owners = self.owners(x);
         if owners.iter().any(|&s| !self.alive(s)) {
             return Ok(());
         }
-        Err(format!("its owners {} live", names(&owners)))
+        Err(Kept::OwnersLive(names(&owners)))
     }
 
     /// Whether any path but a `stop` naming `x` may remove it at all, whoever lives: only
     /// when a session owns it (its label, or a claim that stands) and it is not detached; why
     /// not, if not. [`Oracle::may_remove`] adds when: once an owner is dead.
-    pub fn may_ever_remove(&self, x: usize) -> Result<(), String> {
+    pub fn may_ever_remove(&self, x: usize) -> Result<(), Kept> {
         let Some(b) = self.boxes.get(&x) else {
-            return Err("the model never made it".into());
+            return Err(Kept::NeverMade);
         };
         if b.detached_label {
-            return Err("it carries sandguard.detached=true (only its TTL ends it)".into());
+            return Err(Kept::DetachedLabel);
         }
         if b.detached {
-            return Err("its owner detached it (only its TTL ends it)".into());
+            return Err(Kept::Detached);
         }
         if self.owners(x).is_empty() {
-            return Err("no session owns it (no label of ours, no claim that stands)".into());
+            return Err(Kept::Unowned);
         }
         Ok(())
     }

@@ -54,9 +54,17 @@ fn is_volume_name(s: &str) -> bool {
         && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
+/// A claim that names no id: nothing sandguard may remove (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "refusing docker claim {0:?}: a claim must name an id, never a name (a container id of 12 \
+     to 64 hex digits, network/ID, or volume/NAME[@CREATED])"
+)]
+pub(super) struct NotAnId(pub(super) String);
+
 /// What the claimed `id` names (a sandbox of its kind, id or volume name, and the identity a
 /// pinned volume claim carries), or why it names nothing sandguard may remove.
-pub(super) fn parse(id: &str) -> Result<Sandbox, String> {
+pub(super) fn parse(id: &str) -> Result<Sandbox, NotAnId> {
     let (kind, rest) = match id.split_once('/') {
         Some(("network", rest)) => (Kind::Network, rest),
         Some(("volume", rest)) => (Kind::Volume, rest),
@@ -74,10 +82,7 @@ pub(super) fn parse(id: &str) -> Result<Sandbox, String> {
         Kind::Instance | Kind::Network => is_id(rest),
     };
     if !valid {
-        return Err(format!(
-            "refusing docker claim {id:?}: a claim must name an id, never a name \
-             (a container id of 12 to 64 hex digits, network/ID, or volume/NAME[@CREATED])"
-        ));
+        return Err(NotAnId(id.to_string()));
     }
     let mut sandbox = Sandbox::claimed("docker", kind, rest);
     sandbox.identity = identity.map(str::to_string);
@@ -199,7 +204,7 @@ mod tests {
 
     const NET: &str = "0123456789abcdef0123";
 
-    fn parsed(id: &str) -> Result<(Kind, String, Option<String>), String> {
+    fn parsed(id: &str) -> Result<(Kind, String, Option<String>), NotAnId> {
         parse(id).map(|s| (s.kind, s.id, s.identity))
     }
 
@@ -250,7 +255,7 @@ mod tests {
             "container/0123456789ab",
             "",
         ] {
-            let err = parsed(refused).expect_err(refused);
+            let err = parsed(refused).expect_err(refused).to_string();
             assert!(err.contains("never a name"), "{err}");
         }
     }

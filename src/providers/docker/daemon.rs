@@ -15,9 +15,22 @@ pub(crate) enum Upstream {
     Tcp(String),
 }
 
+/// A Docker host address the proxy (and the driver's own requests) cannot connect to: its
+/// scheme is neither `unix://` nor `tcp://` / `http://` (`ssh://`, `npipe://`, …).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the Docker proxy cannot forward to {0:?}: use unix:///path or tcp://host:port")]
+pub(crate) struct UnsupportedHost(pub(crate) String);
+
+/// The driver's own requests fail for good with it.
+impl From<UnsupportedHost> for crate::providers::Detail {
+    fn from(e: UnsupportedHost) -> Self {
+        e.to_string().into()
+    }
+}
+
 impl Upstream {
     /// From a Docker host address: `unix:///path`, `tcp://host:port` or `http://host:port`.
-    pub(crate) fn parse(host: &str) -> Result<Upstream, String> {
+    pub(crate) fn parse(host: &str) -> Result<Upstream, UnsupportedHost> {
         if let Some(path) = host.strip_prefix("unix://") {
             return Ok(Upstream::Unix(PathBuf::from(path)));
         }
@@ -26,9 +39,7 @@ impl Upstream {
                 return Ok(Upstream::Tcp(addr.trim_end_matches('/').to_string()));
             }
         }
-        Err(format!(
-            "the Docker proxy cannot forward to {host:?}: use unix:///path or tcp://host:port"
-        ))
+        Err(UnsupportedHost(host.to_string()))
     }
 
     pub(crate) async fn connect(&self) -> io::Result<Box<dyn Io>> {

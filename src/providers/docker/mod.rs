@@ -80,7 +80,7 @@ use super::{
     Capabilities, Described, Entry, EntryState, Kind, Listing, Provider, ProviderError, Refusal,
     Sandbox,
 };
-use crate::config::docker::{Origin, DEFAULT_HOST};
+use crate::config::docker::{ContextError, Origin, DEFAULT_HOST};
 use crate::config::DockerSettings;
 use crate::labels::Selector;
 use error::{classify, short};
@@ -138,7 +138,7 @@ pub(crate) fn entry(settings: &DockerSettings) -> Entry {
 
 /// The daemon's address, or why the source that named it could not be followed (a Docker
 /// context: `crate::config::docker`); the latter fails every use, naming context and file.
-pub(crate) fn address(settings: &DockerSettings) -> Result<String, String> {
+pub(crate) fn address(settings: &DockerSettings) -> Result<String, ContextError> {
     match &settings.host {
         Some(h) => h.address.clone(),
         None => Ok(DEFAULT_HOST.to_string()),
@@ -151,7 +151,7 @@ pub(crate) struct DockerProvider {
     host: String,
     /// Why the configured address cannot be used (a Docker context that cannot be
     /// followed); every use fails with it.
-    unusable: Option<String>,
+    unusable: Option<ContextError>,
     /// What named the address (`DOCKER_HOST`, a context, …), for `check`.
     via: Option<String>,
     api_version: Option<String>,
@@ -165,7 +165,7 @@ pub(crate) struct DockerProvider {
 
 impl DockerProvider {
     /// `host`: the address, or why it cannot be had (every call then fails with that).
-    pub(crate) fn new(host: Result<String, String>, settings: &DockerSettings) -> Self {
+    pub(crate) fn new(host: Result<String, ContextError>, settings: &DockerSettings) -> Self {
         let (host, unusable) = match host {
             Ok(h) => (h, None),
             Err(why) => (String::new(), Some(why)),
@@ -188,7 +188,7 @@ impl DockerProvider {
 
     async fn connect(&self) -> Result<Docker, ProviderError> {
         if let Some(why) = &self.unusable {
-            return Err(ProviderError::fatal(why.clone()));
+            return Err(ProviderError::fatal(why.to_string()));
         }
         let secs = self.timeout.as_secs().max(1);
         let pinned = self
@@ -260,7 +260,7 @@ impl Provider for DockerProvider {
     }
 
     fn parse_claim(&self, id: &str) -> Result<Sandbox, Refusal> {
-        claim::parse(id).map_err(Refusal)
+        claim::parse(id).map_err(|e| Refusal(e.to_string()))
     }
 
     fn claim_id(&self, sandbox: &Sandbox) -> String {

@@ -44,7 +44,7 @@ pub(crate) struct Http {
     base: String,
     headers: HeaderMap,
     timeout: Duration,
-    client: std::sync::OnceLock<Result<reqwest::Client, String>>,
+    client: std::sync::OnceLock<Result<reqwest::Client, reqwest::Error>>,
     secrets: Vec<Secret>,
     /// Whether an answer's `Should-Retry` header decides ([`should_retry`]).
     should_retry: bool,
@@ -92,7 +92,6 @@ impl Http {
                     .connect_timeout(self.timeout.min(Duration::from_secs(10)))
                     .user_agent(concat!("sandguard/", env!("CARGO_PKG_VERSION")))
                     .build()
-                    .map_err(|e| e.to_string())
             })
             .as_ref()
             .map_err(|e| {

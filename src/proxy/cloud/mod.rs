@@ -156,6 +156,32 @@ impl Api {
     }
 }
 
+/// Why a cloud proxy cannot be started: its upstream's base URL, or its loopback listener.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CloudError {
+    /// The base URL does not parse.
+    #[error("base URL {url:?}: {error}")]
+    BaseUrl {
+        url: String,
+        error: <reqwest::Url as std::str::FromStr>::Err,
+    },
+    /// The base URL is not `http(s)://host…`.
+    #[error("base URL {0:?}: not an http(s) URL with a host")]
+    NotHttp(String),
+    /// No loopback port could be bound.
+    #[error("cannot listen on 127.0.0.1: {0}")]
+    Listen(std::io::Error),
+    /// The bound listener's address cannot be read.
+    #[error("cannot read the listening address: {0}")]
+    Address(std::io::Error),
+    /// The bound listener cannot be served by the runtime.
+    #[error("cannot serve on {address}: {error}")]
+    Serve {
+        address: SocketAddr,
+        error: std::io::Error,
+    },
+}
+
 /// The real API: scheme, authority and base path of the provider's resolved URL.
 #[derive(Debug, Clone)]
 pub(crate) struct Upstream {
@@ -168,12 +194,15 @@ pub(crate) struct Upstream {
 }
 
 impl Upstream {
-    pub(crate) fn parse(url: &str) -> Result<Upstream, String> {
-        let parsed = reqwest::Url::parse(url).map_err(|e| format!("base URL {url:?}: {e}"))?;
+    pub(crate) fn parse(url: &str) -> Result<Upstream, CloudError> {
+        let parsed = reqwest::Url::parse(url).map_err(|error| CloudError::BaseUrl {
+            url: url.to_string(),
+            error,
+        })?;
         let scheme = parsed.scheme().to_string();
         let host = parsed.host_str().unwrap_or_default();
         if !matches!(scheme.as_str(), "http" | "https") || host.is_empty() {
-            return Err(format!("base URL {url:?}: not an http(s) URL with a host"));
+            return Err(CloudError::NotHttp(url.to_string()));
         }
         let authority = match parsed.port() {
             Some(port) => format!("{host}:{port}"),
@@ -205,9 +234,8 @@ pub(crate) struct CloudProxy {
 }
 
 /// A fresh loopback port, not served yet.
-pub(crate) fn listen() -> Result<std::net::TcpListener, String> {
-    std::net::TcpListener::bind(("127.0.0.1", 0))
-        .map_err(|e| format!("cannot listen on 127.0.0.1: {e}"))
+pub(crate) fn listen() -> Result<std::net::TcpListener, CloudError> {
+    std::net::TcpListener::bind(("127.0.0.1", 0)).map_err(CloudError::Listen)
 }
 
 /// What the program gets for a proxy of `api` on `address` forwarding to `upstream`:
@@ -229,7 +257,7 @@ impl CloudProxy {
         base_url: &str,
         labels: BTreeMap<String, String>,
         claims: mpsc::UnboundedSender<Claim>,
-    ) -> Result<CloudProxy, String> {
+    ) -> Result<CloudProxy, CloudError> {
         let upstream = Upstream::parse(base_url)?;
         CloudProxy::serve(api, upstream, listen()?, labels, claims)
     }
@@ -242,14 +270,12 @@ impl CloudProxy {
         listener: std::net::TcpListener,
         labels: BTreeMap<String, String>,
         claims: mpsc::UnboundedSender<Claim>,
-    ) -> Result<CloudProxy, String> {
-        let address = listener
-            .local_addr()
-            .map_err(|e| format!("cannot read the listening address: {e}"))?;
+    ) -> Result<CloudProxy, CloudError> {
+        let address = listener.local_addr().map_err(CloudError::Address)?;
         let listener = listener
             .set_nonblocking(true)
             .and_then(|()| TcpListener::from_std(listener))
-            .map_err(|e| format!("cannot serve on {address}: {e}"))?;
+            .map_err(|error| CloudError::Serve { address, error })?;
         let base = crate::proxy::path::clean(&upstream.base)
             .into_iter()
             .map(str::to_string)

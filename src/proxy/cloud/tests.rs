@@ -166,26 +166,35 @@ async fn bound(claims: mpsc::UnboundedSender<Claim>) -> CloudProxy {
 }
 
 /// The pipeline's claim step for an answer naming `id`: the target read as the proxy reads
-/// it, sent, and waited for.
-async fn claim(shared: &Shared, id: &str, hold: Hold) -> Result<(), String> {
+/// it (an answer it cannot read is a broken test), sent, and waited for.
+async fn claim(
+    shared: &Shared,
+    id: &str,
+    hold: Hold,
+) -> Result<(), crate::proxy::claim::NotClaimed> {
     let creating = Creating(shared);
     let answer = format!(r#"{{"sandboxID":"{id}"}}"#);
-    let target = creating
-        .created((), answer.as_bytes())
-        .map_err(|e| format!("{e:?}"))?;
-    crate::proxy::claim::claim(creating.claims(), target, hold)
-        .await
-        .map_err(|e| e.to_string())
+    let target = match creating.created((), answer.as_bytes()) {
+        Ok(target) => target,
+        Err(e) => panic!("the answer naming {id:?} is not read: {e:?}"),
+    };
+    crate::proxy::claim::claim(creating.claims(), target, hold).await
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_claim_without_an_acknowledgement_is_an_error_never_a_silent_pass() {
     let (tx, rx) = mpsc::unbounded_channel();
     let proxy = bound(tx).await;
-    let err = claim(&proxy.shared, "abc", Hold::Claim).await.unwrap_err();
+    let err = claim(&proxy.shared, "abc", Hold::Claim)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("did not journal it within 5 s"), "{err}");
     drop(rx);
-    let err = claim(&proxy.shared, "abc", Hold::Claim).await.unwrap_err();
+    let err = claim(&proxy.shared, "abc", Hold::Claim)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("takes no more claims"), "{err}");
 }
 

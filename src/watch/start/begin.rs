@@ -2,7 +2,7 @@
 //! that is gone (the decisions are [`crate::ledger`]'s, in `resume.rs`), and the fleet
 //! registration that follows from it.
 
-use super::StartError;
+use super::Failure;
 use crate::config::Settings;
 use crate::identity::Identity;
 use crate::ledger::{LedgerError, Record, SessionView, StateDir};
@@ -54,9 +54,8 @@ pub(crate) fn start_session(
     session: &str,
     owner: &Identity,
     grace: std::time::Duration,
-) -> Result<(crate::ledger::Journal, Option<SessionView>), StartError> {
-    let failure = StartError::Failed;
-    let state = StateDir::open(&settings.state_dir).map_err(|e| failure(e.to_string()))?;
+) -> Result<(crate::ledger::Journal, Option<SessionView>), Failure> {
+    let state = StateDir::open(&settings.state_dir)?;
     let labels = session::labels(session, owner);
     let (owner, pid, grace_ms) = (owner.to_label(), owner.pid, grace.as_millis() as u64);
     let start = Record::Start {
@@ -81,12 +80,11 @@ pub(crate) fn start_session(
             Ok((journal, Some(view)))
         }
         Ok(new) => Ok(new),
-        Err(LedgerError::Locked { path }) => Err(failure(format!(
-            "session {session} is guarded by a live sidecar (or a sweep adopted it): its \
-             journal {} is locked; a second sidecar is refused",
-            path.display()
-        ))),
-        Err(e) => Err(failure(e.to_string())),
+        Err(LedgerError::Locked { path }) => Err(Failure::Guarded {
+            session: session.to_string(),
+            journal: path,
+        }),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -96,10 +94,9 @@ pub(crate) fn take_handed(
     settings: &Settings,
     session: &str,
     file: std::fs::File,
-) -> Result<crate::ledger::Journal, StartError> {
-    let failure = |e: LedgerError| StartError::Failed(e.to_string());
-    let state = StateDir::open(&settings.state_dir).map_err(failure)?;
-    state.handed_session(session, file).map_err(failure)
+) -> Result<crate::ledger::Journal, Failure> {
+    let state = StateDir::open(&settings.state_dir)?;
+    Ok(state.handed_session(session, file)?)
 }
 
 /// A new session's journal, taken back when the sidecar fails before `ready`: nobody was told
@@ -120,7 +117,7 @@ impl Undo {
     }
 
     /// `result`, after taking the journal back if it is an error.
-    pub(crate) fn unless_ok<T>(self, result: Result<T, StartError>) -> Result<T, StartError> {
+    pub(crate) fn unless_ok<T>(self, result: Result<T, Failure>) -> Result<T, Failure> {
         if let (Err(e), Some(path)) = (&result, self.journal) {
             tracing::warn!("the sidecar failed before ready ({e}); removing its session");
             take_back(&path);

@@ -37,7 +37,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use crate::session::handoff::Handoff;
 
 use super::proxies::{self, Bound};
-use super::StartError;
+use super::Failure;
 use crate::config::{ProxyMode, Settings};
 use crate::identity::Identity;
 use crate::ledger::{Journal, Record, StateDir};
@@ -62,20 +62,16 @@ pub(crate) fn prepare(
     grace: std::time::Duration,
     modes: (ProxyMode, ProxyMode),
     warn: &mut dyn FnMut(&str),
-) -> Result<Made, StartError> {
-    let failure = |e: String| StartError::Failed(e);
-    let session =
-        session::new_id().map_err(|e| failure(format!("cannot make a session id: {e}")))?;
-    let state = StateDir::open(&settings.state_dir).map_err(|e| failure(e.to_string()))?;
+) -> Result<Made, Failure> {
+    let session = session::new_id().map_err(Failure::SessionId)?;
+    let state = StateDir::open(&settings.state_dir)?;
     let start = Record::Start {
         owner: owner.to_label(),
         pid: owner.pid,
         grace_ms: grace.as_millis() as u64,
         labels: session::labels(&session, owner),
     };
-    let journal = state
-        .create_session_unsynced(&session, start)
-        .map_err(|e| failure(e.to_string()))?;
+    let journal = state.create_session_unsynced(&session, start)?;
     // The Docker daemon is looked at even with its proxy off: the wrapper's user hears.
     match proxies::bind(settings, modes, (&session, journal.path()), true, warn) {
         Ok(bound) => Ok(Made {
@@ -86,7 +82,7 @@ pub(crate) fn prepare(
         }),
         Err(e) => {
             super::begin::take_back(journal.path());
-            Err(e)
+            Err(e.into())
         }
     }
 }

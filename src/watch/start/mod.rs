@@ -23,15 +23,15 @@ pub(crate) mod handoff;
 pub(crate) mod proxies;
 
 use std::collections::BTreeMap;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::Path;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::{service, ByeReport, EndReport, Ended, Triggers};
 use crate::config::{ProxyMode, Settings};
 use crate::identity::death::{Gone, OwnerWatch};
 use crate::identity::Identity;
-use crate::ledger::{Journal, SessionView};
+use crate::ledger::{Journal, LedgerError, SessionView};
 use crate::protocol::LineReader;
 use crate::providers::Registry;
 use crate::proxy::docker::Claim;
@@ -39,14 +39,54 @@ use crate::reclaim::Options;
 use crate::session::handoff::Handoff;
 use crate::session::{self, SessionId};
 
-/// Why a sidecar could not begin: the configuration or the command line (exit 2), or
-/// anything else (exit 1). Its text is the `error` line's.
+/// Why a sidecar could not begin, as the CLI reports it: the configuration or the command
+/// line (exit 2), or anything else (exit 1). Its text is the `error` line's. What [`start`]
+/// itself can fail with is a [`Failure`], which says which of the two it is (`From`); the CLI
+/// adds its own (daemonizing, its arguments, the ready line).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum StartError {
     #[error("{0}")]
     Usage(String),
     #[error("{0}")]
     Failed(String),
+}
+
+/// The ways a sidecar's start (or the wrapper's handoff, `handoff::prepare`) fails.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Failure {
+    /// No random session id.
+    #[error("cannot make a session id: {0}")]
+    SessionId(std::io::Error),
+    /// The state directory or the session's journal.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    /// The session's journal is locked: another sidecar guards it.
+    #[error(
+        "session {session} is guarded by a live sidecar (or a sweep adopted it): its journal \
+         {} is locked; a second sidecar is refused",
+        journal.display()
+    )]
+    Guarded { session: String, journal: PathBuf },
+    /// The control descriptor is not a pipe this process can read.
+    #[error("control descriptor {fd} is not a readable pipe: {error}")]
+    Control { fd: RawFd, error: std::io::Error },
+    /// SIGTERM cannot be listened for.
+    #[error("cannot listen for SIGTERM: {0}")]
+    Sigterm(std::io::Error),
+    /// The proxies asked for.
+    #[error(transparent)]
+    Proxy(#[from] proxies::ProxyError),
+}
+
+impl From<Failure> for StartError {
+    /// Asking for the cloud proxy with no cloud provider configured is a usage error; every
+    /// other failure is the start's own.
+    fn from(e: Failure) -> StartError {
+        match e {
+            Failure::Proxy(proxies::ProxyError::NoCloud) => StartError::Usage(e.to_string()),
+            e => StartError::Failed(e.to_string()),
+        }
+    }
 }
 
 /// What to start, as the command line asked.
@@ -108,8 +148,7 @@ pub(crate) async fn start(
     let owner = judge_owner(plan.owner_pid, plan.owner_start);
     let session = match plan.session.take() {
         Some(id) => id,
-        None => SessionId::random()
-            .map_err(|e| StartError::Failed(format!("cannot make a session id: {e}")))?,
+        None => SessionId::random().map_err(Failure::SessionId)?,
     }
     .to_string();
     let grace = plan.grace.unwrap_or(settings.watch.grace);
@@ -130,7 +169,7 @@ pub(crate) async fn start(
                 .into_iter()
                 .map(|(api, fd)| (api, std::net::TcpListener::from(fd)))
                 .collect();
-            let bound = proxies::Bound::handed(settings, docker, cloud)?;
+            let bound = proxies::Bound::handed(settings, docker, cloud).map_err(Failure::from)?;
             (journal, None, Some(bound))
         }
         None => {
@@ -181,17 +220,16 @@ fn open(
     (session, owner): (&str, &Identity),
     (journal, bound, owner_exit): (&Journal, Option<proxies::Bound>, Option<OwnedFd>),
     warn: &mut dyn FnMut(&str),
-) -> Result<Opened, StartError> {
+) -> Result<Opened, Failure> {
     let control = match control {
-        Some(fd) => Some(open_control(fd).map_err(StartError::Failed)?),
+        Some(fd) => Some(open_control(fd)?),
         None => None,
     };
     let owner_watch = match owner_exit {
         Some(watch) => OwnerWatch::open_handed(watch, owner),
         None => OwnerWatch::open(owner),
     };
-    let stop =
-        stop_signal().map_err(|e| StartError::Failed(format!("cannot listen for SIGTERM: {e}")))?;
+    let stop = stop_signal().map_err(Failure::Sigterm)?;
     let labels = session::labels(session, owner);
     let (tx, claims) = tokio::sync::mpsc::unbounded_channel();
     let at = proxies::Session {
@@ -306,10 +344,10 @@ fn judge_owner(pid: u32, start: Option<u64>) -> Identity {
     }
 }
 
-fn open_control(fd: OwnedFd) -> Result<LineReader<tokio::net::unix::pipe::Receiver>, String> {
+fn open_control(fd: OwnedFd) -> Result<LineReader<tokio::net::unix::pipe::Receiver>, Failure> {
     let raw = fd.as_raw_fd();
     let receiver = tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
-        .map_err(|e| format!("control descriptor {raw} is not a readable pipe: {e}"))?;
+        .map_err(|error| Failure::Control { fd: raw, error })?;
     Ok(LineReader::new(receiver))
 }
 

@@ -28,10 +28,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::StartError;
+use crate::config::docker::ContextError;
 use crate::config::{ProxyMode, Ryuk, Settings, RYUK_DISABLED};
-use crate::providers::docker::daemon::Upstream;
-use crate::proxy::cloud::{self, Api, CloudProxy, Upstream as CloudUpstream};
+use crate::providers::docker::daemon::{UnsupportedHost, Upstream};
+use crate::proxy::cloud::{self, Api, CloudError, CloudProxy, Upstream as CloudUpstream};
 use crate::proxy::docker::{Claim, Proxy, SocketDir};
 use crate::unix;
 
@@ -39,6 +39,50 @@ use crate::unix;
 pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
 
 type Claims = tokio::sync::mpsc::UnboundedSender<Claim>;
+
+/// Why the proxies a start asked for cannot be bound or served.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ProxyError {
+    /// The Docker proxy was asked for and the daemon cannot be reached.
+    #[error("cannot start the Docker proxy (--docker-proxy, docker_proxy = true): {0}")]
+    DockerSilent(Box<Silence>),
+    /// The Docker proxy was asked for and no daemon is configured.
+    #[error(
+        "cannot start the Docker proxy (--docker-proxy, docker_proxy = true): no Docker daemon \
+         is configured or found (see `sandguard providers`)"
+    )]
+    NoDocker,
+    /// The Docker context that names the daemon cannot be followed.
+    #[error("cannot start the Docker proxy: {0}")]
+    DockerContext(Box<ContextError>),
+    /// The daemon's address is not one the proxy can forward to.
+    #[error(transparent)]
+    DockerHost(UnsupportedHost),
+    /// No random name for the fallback socket directory.
+    #[error("cannot make a random name: {0}")]
+    Random(std::io::Error),
+    /// The Docker proxy's socket cannot be bound.
+    #[error("cannot listen for the Docker proxy: {0}")]
+    DockerListen(std::io::Error),
+    /// The bound Docker proxy cannot be served by the runtime.
+    #[error("cannot serve the Docker proxy: {0}")]
+    DockerServe(std::io::Error),
+    /// A handed cloud proxy's upstream, as the settings name it, cannot be used.
+    #[error(transparent)]
+    CloudUpstream(CloudError),
+    /// A cloud proxy cannot be bound.
+    #[error("cannot start the {} cloud proxy: {error}", api.name())]
+    Cloud { api: Api, error: CloudError },
+    /// A bound cloud proxy cannot be served.
+    #[error("cannot serve the {} cloud proxy: {error}", api.name())]
+    CloudServe { api: Api, error: CloudError },
+    /// The cloud proxy was asked for and no cloud provider is configured: a usage error.
+    #[error(
+        "--cloud-proxy: neither E2B nor Daytona is configured (set E2B_API_KEY or \
+         DAYTONA_API_KEY, or api_key in [providers.e2b] / [providers.daytona])"
+    )]
+    NoCloud,
+}
 
 /// A bound Docker proxy and its private directory.
 pub(crate) struct DockerProxy {
@@ -112,11 +156,11 @@ impl Bound {
         settings: &Settings,
         docker: Option<(std::os::unix::net::UnixListener, std::path::PathBuf)>,
         cloud: Vec<(Api, std::net::TcpListener)>,
-    ) -> Result<Bound, StartError> {
+    ) -> Result<Bound, ProxyError> {
         let docker = match docker {
             Some((listener, socket)) => {
                 let dir = SocketDir::adopt(socket);
-                let upstream = docker_upstream(settings).map_err(StartError::Failed)?;
+                let upstream = docker_upstream(settings)?;
                 Some(BoundDocker {
                     listener,
                     dir,
@@ -130,14 +174,14 @@ impl Bound {
             .into_iter()
             .map(|(api, listener)| {
                 let upstream = CloudUpstream::parse(&cloud_settings(settings, api).url)
-                    .map_err(StartError::Failed)?;
+                    .map_err(ProxyError::CloudUpstream)?;
                 Ok(BoundCloud {
                     api,
                     listener,
                     upstream,
                 })
             })
-            .collect::<Result<_, StartError>>()?;
+            .collect::<Result<_, ProxyError>>()?;
         Ok(Bound { docker, cloud })
     }
 }
@@ -157,7 +201,7 @@ pub(crate) fn start(
     tx: &Claims,
     look_anyway: bool,
     warn: &mut dyn FnMut(&str),
-) -> Result<Served, StartError> {
+) -> Result<Served, ProxyError> {
     let bound = bind(
         settings,
         modes,
@@ -178,33 +222,26 @@ pub(crate) fn bind(
     (session, journal): (&str, &std::path::Path),
     look_anyway: bool,
     warn: &mut dyn FnMut(&str),
-) -> Result<Bound, StartError> {
-    let failure = StartError::Failed;
+) -> Result<Bound, ProxyError> {
     let look = match docker {
         ProxyMode::Off if !look_anyway => Look::NotLooked,
         _ => look_at_docker(settings),
     };
-    match (&look, docker) {
-        (Look::Silent(why), ProxyMode::On) => {
-            return Err(failure(format!(
-                "cannot start the Docker proxy (--docker-proxy, docker_proxy = true): {why}"
-            )));
-        }
-        (Look::Absent, ProxyMode::On) => {
-            return Err(failure(
-                "cannot start the Docker proxy (--docker-proxy, docker_proxy = true): no \
-                 Docker daemon is configured or found (see `sandguard providers`)"
-                    .to_string(),
-            ));
-        }
+    let look = match (look, docker) {
+        (Look::Silent(why), ProxyMode::On) => return Err(ProxyError::DockerSilent(Box::new(why))),
+        (Look::Absent, ProxyMode::On) => return Err(ProxyError::NoDocker),
         (Look::Silent(why), ProxyMode::Auto) => {
             warn(&format!("{why}; the Docker proxy is off for this program"));
+            Look::NotLooked
         }
-        (Look::Silent(why), _) => warn(why),
-        _ => {}
-    }
+        (Look::Silent(why), _) => {
+            warn(&why.to_string());
+            Look::NotLooked
+        }
+        (look, _) => look,
+    };
     let docker = match (docker, look) {
-        (ProxyMode::On, _) => Some(bind_docker(settings, session, journal).map_err(failure)?),
+        (ProxyMode::On, _) => Some(bind_docker(settings, session, journal)?),
         (ProxyMode::Auto, Look::Answers) => match bind_docker(settings, session, journal) {
             Ok(bound) => Some(bound),
             Err(e) => {
@@ -226,11 +263,11 @@ pub(crate) fn serve(
     bound: Bound,
     labels: &BTreeMap<String, String>,
     tx: &Claims,
-) -> Result<Served, StartError> {
+) -> Result<Served, ProxyError> {
     let docker = match bound.docker {
         Some(b) => {
             let proxy = Proxy::serve(b.listener, b.upstream, labels.clone(), tx.clone())
-                .map_err(|e| StartError::Failed(format!("cannot serve the Docker proxy: {e}")))?;
+                .map_err(ProxyError::DockerServe)?;
             Some(DockerProxy {
                 proxy,
                 dir: b.dir,
@@ -243,14 +280,8 @@ pub(crate) fn serve(
         .cloud
         .into_iter()
         .map(|b| {
-            CloudProxy::serve(b.api, b.upstream, b.listener, labels.clone(), tx.clone()).map_err(
-                |e| {
-                    StartError::Failed(format!(
-                        "cannot serve the {} cloud proxy: {e}",
-                        b.api.name()
-                    ))
-                },
-            )
+            CloudProxy::serve(b.api, b.upstream, b.listener, labels.clone(), tx.clone())
+                .map_err(|error| ProxyError::CloudServe { api: b.api, error })
         })
         .collect::<Result<_, _>>()?;
     Ok(Served { docker, cloud })
@@ -264,7 +295,29 @@ enum Look {
     /// A daemon accepted a connection.
     Answers,
     /// Docker is configured, and this is why it cannot be reached.
-    Silent(String),
+    Silent(Silence),
+}
+
+/// Why a configured Docker daemon cannot be reached: a warning, or the start's failure when
+/// the Docker proxy was asked for. `via` is ` (what named the address)`, or empty.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Silence {
+    /// The Docker context that names it cannot be followed.
+    #[error("Docker{via} cannot be used: {error}")]
+    Context { via: String, error: ContextError },
+    /// Its address is not one sandguard can connect to.
+    #[error("Docker{via} cannot be used: {error}")]
+    Unsupported { via: String, error: UnsupportedHost },
+    /// Nothing answered within [`PROBE_TIMEOUT`].
+    #[error("no Docker daemon answers at {host}{via} within {PROBE_TIMEOUT:?}")]
+    TimedOut { host: String, via: String },
+    /// The connection failed.
+    #[error("no Docker daemon answers at {host}{via}: {error}")]
+    Refused {
+        host: String,
+        via: String,
+        error: std::io::Error,
+    },
 }
 
 /// One connect to the daemon's address, at most [`PROBE_TIMEOUT`] (a Unix socket answers or
@@ -280,11 +333,11 @@ fn look_at_docker(settings: &Settings) -> Look {
         .map_or(String::new(), |h| format!(" ({})", h.via));
     let host = match crate::providers::docker::address(&settings.docker) {
         Ok(host) => host,
-        Err(why) => return Look::Silent(format!("Docker{via} cannot be used: {why}")),
+        Err(error) => return Look::Silent(Silence::Context { via, error }),
     };
     let upstream = match Upstream::parse(&host) {
         Ok(u) => u,
-        Err(why) => return Look::Silent(format!("Docker{via} cannot be used: {why}")),
+        Err(error) => return Look::Silent(Silence::Unsupported { via, error }),
     };
     let connected = match &upstream {
         Upstream::Unix(path) => std::os::unix::net::UnixStream::connect(path).map(drop),
@@ -292,10 +345,10 @@ fn look_at_docker(settings: &Settings) -> Look {
     };
     match connected {
         Ok(()) => Look::Answers,
-        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Look::Silent(format!(
-            "no Docker daemon answers at {host}{via} within {PROBE_TIMEOUT:?}"
-        )),
-        Err(e) => Look::Silent(format!("no Docker daemon answers at {host}{via}: {e}")),
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+            Look::Silent(Silence::TimedOut { host, via })
+        }
+        Err(error) => Look::Silent(Silence::Refused { host, via, error }),
     }
 }
 
@@ -313,10 +366,10 @@ fn connect_tcp(addr: &str) -> std::io::Result<()> {
 }
 
 /// The daemon the Docker driver would use, as the proxy forwards to it.
-fn docker_upstream(settings: &Settings) -> Result<Upstream, String> {
+fn docker_upstream(settings: &Settings) -> Result<Upstream, ProxyError> {
     let host = crate::providers::docker::address(&settings.docker)
-        .map_err(|e| format!("cannot start the Docker proxy: {e}"))?;
-    Upstream::parse(&host)
+        .map_err(|e| ProxyError::DockerContext(Box::new(e)))?;
+    Upstream::parse(&host).map_err(ProxyError::DockerHost)
 }
 
 /// Binds the proxy beside the journal (`<session>.docker/docker.sock`), forwarding to the
@@ -325,14 +378,13 @@ fn bind_docker(
     settings: &Settings,
     session: &str,
     journal: &std::path::Path,
-) -> Result<BoundDocker, String> {
+) -> Result<BoundDocker, ProxyError> {
     let upstream = docker_upstream(settings)?;
     let dir = journal.with_extension("docker");
     // The fallback lives in a shared temp dir: a random name, so no one can squat on it.
-    let salt = unix::random_hex(8).map_err(|e| format!("cannot make a random name: {e}"))?;
+    let salt = unix::random_hex(8).map_err(ProxyError::Random)?;
     let fallback = format!("sandguard-{session}-{salt}.docker");
-    let (listener, dir) = SocketDir::bind(&dir, &fallback)
-        .map_err(|e| format!("cannot listen for the Docker proxy: {e}"))?;
+    let (listener, dir) = SocketDir::bind(&dir, &fallback).map_err(ProxyError::DockerListen)?;
     Ok(BoundDocker {
         listener,
         dir,
@@ -370,7 +422,7 @@ fn bind_cloud(
     settings: &Settings,
     mode: ProxyMode,
     warn: &mut dyn FnMut(&str),
-) -> Result<Vec<BoundCloud>, StartError> {
+) -> Result<Vec<BoundCloud>, ProxyError> {
     let mut bound = Vec::new();
     for api in [Api::E2b, Api::Daytona] {
         let cloud = cloud_settings(settings, api);
@@ -385,22 +437,17 @@ fn bind_cloud(
                 listener,
                 upstream,
             }),
-            Err(e) if mode == ProxyMode::Auto => warn(&format!(
-                "cannot start the {} cloud proxy: {e}; it is off for this program",
-                api.name()
-            )),
-            Err(e) => {
-                let message = format!("cannot start the {} cloud proxy: {e}", api.name());
-                return Err(StartError::Failed(message));
+            Err(error) => {
+                let error = ProxyError::Cloud { api, error };
+                match mode {
+                    ProxyMode::Auto => warn(&format!("{error}; it is off for this program")),
+                    _ => return Err(error),
+                }
             }
         }
     }
     if bound.is_empty() && mode == ProxyMode::On {
-        return Err(StartError::Usage(
-            "--cloud-proxy: neither E2B nor Daytona is configured (set E2B_API_KEY or \
-             DAYTONA_API_KEY, or api_key in [providers.e2b] / [providers.daytona])"
-                .into(),
-        ));
+        return Err(ProxyError::NoCloud);
     }
     Ok(bound)
 }
