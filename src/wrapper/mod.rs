@@ -163,7 +163,8 @@ fn hand_off(
 ) -> Result<TakenOver, Failure> {
     let modes = (wrap.docker_proxy, wrap.cloud_proxy);
     let grace = wrap.grace.unwrap_or(settings.watch.grace);
-    let handoff = handoff::prepare(settings, me, grace, modes, warn).map_err(Failure::Prepare)?;
+    let handoff = handoff::prepare(settings, me, grace, modes, warn)
+        .map_err(|e| Failure::Prepare(e.into()))?;
     let spawn = sidecar(wrap, settings, me)?;
     let (control_r, control_w) = match unix::pipe() {
         Ok(pipe) => pipe,
