@@ -42,7 +42,8 @@
 //! ownership/    the one ownership judgement: whether a sandbox may be removed or renewed
 //!               (mod.rs), what a session is owed (judge_session), and why (verdict.rs);
 //!               known.rs (what is known: the session's own view, other sessions' journals
-//!               cached); detach.rs; every path that removes or renews asks it (DESIGN's
+//!               cached), known/facts.rs (the judgement's facts, built there and nowhere
+//!               else); detach.rs; every path that removes or renews asks it (DESIGN's
 //!               trust rules)
 //! reclaim/      the one removal path: mod.rs (the passes), judged.rs (one provider's share
 //!               judged, claims looked up first), plan.rs (Plan, Listed), report.rs

@@ -11,7 +11,7 @@
 //! Decisions:
 //! - **The wrapper's failures are 125, whatever their cause.** A bad config is exit 2
 //!   elsewhere, but under `sandguard -- CMD` any failure before CMD ran must be told apart
-//!   from CMD's own codes: the wrapper wraps it in [`Error::BeforeCommand`]. CMD not found is
+//!   from CMD's own codes: the wrapper's own error says which ([`WrapError`], [`Error::Wrap`]). CMD not found is
 //!   127 and not executable 126, as a shell says.
 //! - **The sidecar's start-up failures keep their own split** ([`StartError`]): bad
 //!   configuration or arguments 2, anything else 1. Its `error` line on stdout is written by
@@ -22,6 +22,7 @@ use crate::ledger::LedgerError;
 use crate::providers::SelectError;
 use crate::session::confirm::ConfirmError;
 use crate::watch::start::StartError;
+use crate::wrapper::WrapError;
 
 use super::output::Exit;
 
@@ -47,30 +48,16 @@ pub(crate) enum Error {
     /// A `claim`, `release` or `detach` line was not confirmed by the session's sidecar.
     #[error(transparent)]
     Confirm(#[from] ConfirmError),
-    /// The wrapper failed before CMD ran (exit 125, whatever `.0` is).
+    /// The wrapper could not run CMD: 125 when it failed before CMD ran (whatever the step),
+    /// 127 when CMD does not exist, 126 when it cannot be executed.
     #[error(transparent)]
-    BeforeCommand(Box<Error>),
-    /// The wrapper's CMD does not exist (exit 127).
-    #[error("{0}: command not found")]
-    CommandNotFound(String),
-    /// The wrapper's CMD exists but cannot be executed (exit 126).
-    #[error("{program}: cannot execute: {source}")]
-    CannotExecute {
-        program: String,
-        #[source]
-        source: std::io::Error,
-    },
+    Wrap(#[from] WrapError),
     /// Anything else that stopped the command.
     #[error("{0}")]
     Failed(String),
 }
 
 impl Error {
-    /// `e`, as a failure of the wrapper before CMD ran.
-    pub(crate) fn before_command(e: impl Into<Error>) -> Error {
-        Error::BeforeCommand(Box::new(e.into()))
-    }
-
     /// The exit code: see the module docs and DESIGN's exit-code table.
     pub(crate) fn exit(&self) -> Exit {
         match self {
@@ -82,9 +69,9 @@ impl Error {
             | Error::Start(StartError::Failed(_))
             | Error::Confirm(_)
             | Error::Failed(_) => Exit::Failure,
-            Error::BeforeCommand(_) => Exit::OwnFailure,
-            Error::CommandNotFound(_) => Exit::NotFound,
-            Error::CannotExecute { .. } => Exit::NotExecutable,
+            Error::Wrap(WrapError::BeforeCommand(_)) => Exit::OwnFailure,
+            Error::Wrap(WrapError::CommandNotFound(_)) => Exit::NotFound,
+            Error::Wrap(WrapError::CannotExecute { .. }) => Exit::NotExecutable,
         }
     }
 }
@@ -98,19 +85,25 @@ impl From<std::io::Error> for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wrapper::Failure;
 
     #[test]
     fn the_wrappers_failures_are_125_whatever_their_cause() {
         let usage = Error::Usage("bad".into());
         assert_eq!(usage.exit().code(), 2);
-        assert_eq!(Error::before_command(usage).exit().code(), 125);
-        assert_eq!(Error::CommandNotFound("x".into()).exit().code(), 127);
+        let bad_config = ConfigError::JwtWithoutOrganization;
+        assert_eq!(Error::Config(bad_config).exit().code(), 2);
+        let bad_config = ConfigError::JwtWithoutOrganization;
+        let before = WrapError::from(Failure::Config(bad_config));
+        assert_eq!(Error::from(before).exit().code(), 125);
+        let not_found = WrapError::CommandNotFound("x".into());
+        assert_eq!(Error::from(not_found).exit().code(), 127);
         let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
-        let e = Error::CannotExecute {
+        let e = WrapError::CannotExecute {
             program: "x".into(),
             source: denied,
         };
-        assert_eq!(e.exit().code(), 126);
+        assert_eq!(Error::from(e).exit().code(), 126);
         assert_eq!(Error::Start(StartError::Usage("u".into())).exit().code(), 2);
         assert_eq!(
             Error::Start(StartError::Failed("f".into())).exit().code(),

@@ -5,7 +5,8 @@
 //! here only its warnings are printed and its outcome mapped to an exit code. CMD keeps its
 //! own status when it runs (the exec replaced this process; as pid 1, [`Wrapped::Ended`]).
 //! Every failure before CMD ran, a bad config included, is exit 125
-//! ([`Error::BeforeCommand`]); CMD not found is 127, not executable 126.
+//! ([`WrapError::BeforeCommand`], a bad config as [`Failure::Config`]); CMD not found is 127,
+//! not executable 126.
 //!
 //! With `--docker-proxy` (or `[watch] docker_proxy = true`) the sidecar also serves a Docker
 //! API proxy, and with `--cloud-proxy` (or `[watch] cloud_proxy = true`) the cloud API proxy
@@ -16,7 +17,7 @@ use std::io::Write;
 
 use super::{Error, Exit};
 use crate::config::{ConfigError, HumanDuration, ProxyMode, Settings};
-use crate::wrapper::{self, Wrap, WrapError, Wrapped};
+use crate::wrapper::{self, Failure, Wrap, WrapError, Wrapped};
 
 /// What `run` and the short form `sandguard [OPTIONS] -- CMD` take.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -96,7 +97,7 @@ pub(super) struct Args {
 /// Runs CMD under a new session: returns only when CMD could not be run (or, as pid 1, when
 /// it ended).
 pub(super) fn run(args: Args, settings: Result<Settings, ConfigError>) -> Result<Exit, Error> {
-    let settings = settings.map_err(Error::before_command)?;
+    let settings = settings.map_err(|e| WrapError::from(Failure::Config(e)))?;
     let wrap = Wrap {
         grace: args.options.grace.map(|g| g.0),
         docker_proxy: args.options.docker_proxy(&settings),
@@ -111,17 +112,6 @@ pub(super) fn run(args: Args, settings: Result<Settings, ConfigError>) -> Result
     match wrapper::run(&wrap, &settings, &mut warn) {
         Ok(Wrapped::Ended(status)) => Ok(Exit::Wrapped(status)),
         Ok(Wrapped::Abandoned) => Ok(Exit::OwnFailure),
-        Err(e) => Err(error(e)),
-    }
-}
-
-/// The wrapper's error as the command's (its exit code: [`Error::exit`]).
-fn error(e: WrapError) -> Error {
-    match e {
-        WrapError::BeforeCommand(failure) => {
-            Error::before_command(Error::Failed(failure.to_string()))
-        }
-        WrapError::CommandNotFound(program) => Error::CommandNotFound(program),
-        WrapError::CannotExecute { program, source } => Error::CannotExecute { program, source },
+        Err(e) => Err(e.into()),
     }
 }

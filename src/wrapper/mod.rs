@@ -45,7 +45,7 @@ use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::config::{ProxyMode, Settings};
+use crate::config::{ConfigError, ProxyMode, Settings};
 use crate::identity::Identity;
 use crate::session::{
     self,
@@ -100,6 +100,10 @@ pub(crate) enum WrapError {
 /// The step of the wrapper that failed before CMD ran.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Failure {
+    /// The configuration (file, environment or flags) is bad: exit 125 here, not 2, like any
+    /// failure before CMD ran.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     #[error("cannot read this process's identity from /proc")]
     OwnIdentity,
     #[error("cannot read the program's identity from /proc")]
@@ -163,9 +167,11 @@ fn hand_off(
 ) -> Result<TakenOver, Failure> {
     let modes = (wrap.docker_proxy, wrap.cloud_proxy);
     let grace = wrap.grace.unwrap_or(settings.watch.grace);
+    // The sidecar's binary is found before the session is prepared: a failure there then
+    // leaves no journal behind to abandon.
+    let spawn = sidecar(wrap, settings, me)?;
     let handoff = handoff::prepare(settings, me, grace, modes, warn)
         .map_err(|e| Failure::Prepare(e.into()))?;
-    let spawn = sidecar(wrap, settings, me)?;
     let (control_r, control_w) = match unix::pipe() {
         Ok(pipe) => pipe,
         Err(e) => {
