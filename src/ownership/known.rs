@@ -62,6 +62,8 @@ pub(crate) struct Known {
     providers: Vec<Arc<dyn Provider>>,
     /// Nothing is known beyond the asker's own records ([`Known::nothing`]).
     blind: bool,
+    /// Each owner label judged so far, by the label ([`Known::owner`]).
+    owners: Mutex<HashMap<String, Liveness>>,
 }
 
 /// The ledger's sessions as one read saw them, and their claims indexed by provider and the
@@ -206,6 +208,7 @@ impl Known {
             cache: None,
             providers: providers.to_vec(),
             blind: false,
+            owners: Mutex::default(),
         }
     }
 
@@ -307,16 +310,33 @@ impl Known {
             Some(view) => self.standing(view),
             None if self.blind => Session::UNKNOWN,
             None => Session {
-                owner: owner_label.map_or(Liveness::Unknown, |o| self.judge().label(o)),
+                owner: owner_label.map_or(Liveness::Unknown, |o| self.owner(o)),
                 ..Session::UNKNOWN
             },
         }
     }
 
+    /// How the owner an owner label names stands, judged once per [`Known`] (a reclaim or
+    /// sweep pass, a sidecar's batch of claims): a batch of claims that name sandboxes
+    /// another session claimed asks about that session's owner once, not once a claim (a
+    /// read of `/proc/PID/stat` each: 20 000 such claims cost 0.15 s of CPU). Safe under
+    /// the trust rules: a dead identity stays dead (a pid's start time is part of it), and an
+    /// owner judged alive that dies during the pass is only kept a pass longer; never the
+    /// other way round.
+    fn owner(&self, label: &str) -> Liveness {
+        let mut owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(&judged) = owners.get(label) {
+            return judged;
+        }
+        let judged = self.judge().label(label);
+        owners.insert(label.to_string(), judged);
+        judged
+    }
+
     /// How a ledger session stands.
     pub(crate) fn standing(&self, view: &SessionView) -> Session {
         Session {
-            owner: self.judge().label(&view.owner),
+            owner: self.owner(&view.owner),
             sidecar: if view.sidecar_alive {
                 Sidecar::Alive
             } else {
