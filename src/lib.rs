@@ -125,6 +125,7 @@
 #![warn(unreachable_pub)]
 
 mod backoff;
+mod budget;
 mod cli;
 mod config;
 mod fleet;

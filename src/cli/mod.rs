@@ -150,14 +150,15 @@ impl Invocation {
 
     /// `command` with the settings resolved once: `--config`, and the grace its options give.
     fn resolved(config: Option<PathBuf>, command: Command) -> Invocation {
-        let grace = match &command {
-            Command::Run(a) => a.options.grace.map(|g| g.0),
-            Command::Watch(a) => a.grace.map(|g| g.0),
-            _ => None,
+        let (grace, limits) = match &command {
+            Command::Run(a) => (a.options.grace.map(|g| g.0), a.options.limits.given()),
+            Command::Watch(a) => (a.grace.map(|g| g.0), a.limits.given()),
+            _ => (None, Default::default()),
         };
         let overrides = Overrides {
             config,
             grace,
+            limits,
             ..Default::default()
         };
         // A handed-over sidecar starts in `/`: its wrapper names the directory whose `.env`

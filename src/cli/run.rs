@@ -44,6 +44,29 @@ pub(super) struct Options {
     /// Say nothing on the terminal when CMD ends (warnings at start are still printed)
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    #[command(flatten)]
+    pub limits: Limits,
+}
+
+/// The session's limits on what it creates through the proxies (`[limits]`): a create over
+/// one is refused before it reaches the provider, with a `sandguard:` error naming the limit.
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
+pub(super) struct Limits {
+    /// At most N sandboxes alive at once ([limits] sandboxes)
+    #[arg(long, value_name = "N")]
+    pub max_sandboxes: Option<u32>,
+    /// At most N sandboxes created over the session's life ([limits] creates)
+    #[arg(long, value_name = "N")]
+    pub max_creates: Option<u32>,
+}
+
+impl Limits {
+    pub(super) fn given(self) -> crate::budget::Limits {
+        crate::budget::Limits {
+            sandboxes: self.max_sandboxes,
+            creates: self.max_creates,
+        }
+    }
 }
 
 impl Options {
@@ -56,6 +79,7 @@ impl Options {
             || self.cloud_proxy
             || self.no_cloud_proxy
             || self.quiet
+            || self.limits.given().any()
     }
 
     /// The Docker proxy's mode: the flag, else the config's (auto by default).

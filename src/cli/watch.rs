@@ -80,6 +80,8 @@ pub(super) struct Args {
     /// Lease grace once heartbeats start (default 10m)
     #[arg(long, value_name = "D")]
     pub grace: Option<HumanDuration>,
+    #[command(flatten)]
+    pub limits: super::run::Limits,
     /// Serve a Docker API proxy that labels and claims what it creates; the ready line then
     /// carries its address (`ready SESSION DOCKER_HOST=unix:///…/docker.sock`). `=auto`: only
     /// when a Docker daemon answers (else a warning, and no proxy)

@@ -31,6 +31,16 @@ pub(super) struct FileConfig {
     pub(super) fleet: super::fleet::FileFleet,
     #[serde(default)]
     pub(super) host: super::fleet::FileHost,
+    #[serde(default)]
+    pub(super) limits: FileLimits,
+}
+
+/// `[limits]`: per session, on what it creates through the proxies (`crate::budget`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileLimits {
+    pub(super) sandboxes: Option<u32>,
+    pub(super) creates: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -60,6 +60,9 @@ pub struct Settings {
     pub fleet: Option<FleetSettings>,
     /// This machine's name in the fleet store.
     pub host: HostSettings,
+    /// `[limits]`, and the flags over it: each session's limits on what it creates through the
+    /// proxies ([`crate::budget`]).
+    pub limits: crate::budget::Limits,
 }
 
 /// The names of the built-in providers: their `[providers.NAME]` tables are theirs, and no
@@ -236,6 +239,8 @@ pub struct Overrides {
     pub config: Option<PathBuf>,
     pub grace: Option<Duration>,
     pub state_dir: Option<PathBuf>,
+    /// `--max-sandboxes`, `--max-creates`: each set one beats the file's.
+    pub limits: crate::budget::Limits,
 }
 
 /// A configuration error; [`crate::cli`] maps every variant to exit code 2.

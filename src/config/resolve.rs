@@ -153,6 +153,10 @@ impl Settings {
             plugins,
             fleet,
             host,
+            limits: crate::budget::Limits {
+                sandboxes: overrides.limits.sandboxes.or(file.limits.sandboxes),
+                creates: overrides.limits.creates.or(file.limits.creates),
+            },
         })
     }
 }

@@ -92,12 +92,55 @@ fn the_documented_example_parses_and_states_the_defaults() {
         "SANDGUARD_FLEET_STORE",
         "SANDGUARD_FLEET_PASSWORD",
         "SANDGUARD_HOST_ID",
+        "[limits]",
+        "sandboxes =",
+        "creates =",
     ] {
         assert!(
             text.contains(key),
             "config/sandguard.toml does not document {key}"
         );
     }
+}
+
+#[test]
+fn limits_come_from_the_file_and_each_flag_beats_its_key() {
+    let text = "[limits]\nsandboxes = 10\ncreates = 50\n";
+    let path = Path::new("/etc/x.toml");
+    let layer = |flags: crate::budget::Limits| {
+        let file = parse_file(path, text).unwrap();
+        let overrides = Overrides {
+            limits: flags,
+            ..Overrides::default()
+        };
+        Settings::layer(None, file, &overrides, &env(&[("HOME", "/h")]))
+            .unwrap()
+            .limits
+    };
+    let from_file = layer(Default::default());
+    assert_eq!(
+        (from_file.sandboxes, from_file.creates),
+        (Some(10), Some(50))
+    );
+    let flagged = layer(crate::budget::Limits {
+        sandboxes: Some(2),
+        creates: None,
+    });
+    assert_eq!((flagged.sandboxes, flagged.creates), (Some(2), Some(50)));
+    let err = parse_file(path, "[limits]\nsandbox = 3\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("/etc/x.toml:2: key `limits.sandbox`"),
+        "{err}"
+    );
+    let err = parse_file(path, "[limits]\nsandboxes = -1\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("/etc/x.toml:2: key `limits.sandboxes`"),
+        "{err}"
+    );
 }
 
 #[test]

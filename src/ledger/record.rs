@@ -122,6 +122,18 @@ pub enum Record {
         id: String,
         outcome: String,
     },
+    /// A create a limit counts took slot `n` (`crate::budget`): decided and journaled before
+    /// the create was forwarded to `provider`.
+    Slot {
+        provider: String,
+        n: u64,
+    },
+    /// Slot `n`'s create is done: `made` when the provider made the sandbox (its claim is
+    /// journaled as any proxy claim), not when the create failed (the slot is given back).
+    SlotDone {
+        n: u64,
+        made: bool,
+    },
     /// A record written by a newer sandguard. Only ever read; writing one is an error.
     #[serde(other, skip_serializing)]
     Unknown,

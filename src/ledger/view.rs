@@ -66,6 +66,10 @@ pub struct SessionView {
     pub sidecar_alive: bool,
     /// Unparseable lines before the last one.
     pub corrupt_lines: usize,
+    /// The create slots its limits were decided by (`crate::budget`): what a resumed sidecar
+    /// counts on from.
+    #[serde(skip)]
+    pub slots: crate::budget::Slots,
 }
 
 /// Folds the journal text of session `id` into a view (with `sidecar_alive` false); `None`
@@ -183,6 +187,8 @@ fn track(v: &mut SessionView, record: Record) {
             v.detached_claims.remove(&t);
             v.pending.remove(&t);
         }
+        Record::Slot { provider, n } => v.slots.taken(n, &provider),
+        Record::SlotDone { n, made } => v.slots.done(n, made),
         Record::Failed {
             provider,
             id,
@@ -273,6 +279,7 @@ fn started(
         state: SessionState::Active,
         sidecar_alive: false,
         corrupt_lines: 0,
+        slots: crate::budget::Slots::default(),
     }
 }
 

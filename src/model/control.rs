@@ -16,7 +16,7 @@ use super::oracle::Oracle;
 use super::world::{World, PATIENCE};
 use crate::ledger::SessionView;
 use crate::protocol::Target;
-use crate::proxy::claim::{Claim as ProxyClaim, Hold};
+use crate::proxy::claim::{Ask as ProxyAsk, Claim as ProxyClaim, Hold};
 
 /// The provider of the fences: none of the world's providers is called so.
 const FENCE: &str = "fence";
@@ -40,7 +40,10 @@ impl World {
             return false;
         };
         let (ack, acked) = oneshot::channel();
-        if tx.send(ProxyClaim { target, ack, hold }).is_err() {
+        if tx
+            .send(ProxyAsk::Claim(ProxyClaim { target, ack, hold }))
+            .is_err()
+        {
             return false;
         }
         matches!(tokio::time::timeout(PATIENCE, acked).await, Ok(Ok(())))

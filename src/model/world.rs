@@ -52,7 +52,7 @@ use crate::ledger::{Record, StateDir};
 use crate::protocol::{LineReader, Target};
 use crate::providers::fake::Fake;
 use crate::providers::Provider;
-use crate::proxy::claim::Claim as ProxyClaim;
+use crate::proxy::claim::Ask as ProxyAsk;
 use crate::reclaim::Options;
 use crate::watch::fleet::Registration;
 use crate::watch::{service, Ended, Triggers};
@@ -104,7 +104,7 @@ pub(super) struct Session {
     pub(super) child: Child,
     pub(super) labels: BTreeMap<String, String>,
     pub(super) pipe: Option<tokio::io::DuplexStream>,
-    pub(super) proxy: Option<tokio::sync::mpsc::UnboundedSender<ProxyClaim>>,
+    pub(super) proxy: Option<tokio::sync::mpsc::UnboundedSender<ProxyAsk>>,
     pub(super) stop: Option<oneshot::Sender<()>>,
     pub(super) run: Option<JoinHandle<Ended>>,
     /// Where its sidecar's journal writes fail (`crate::ledger::faults`).
@@ -376,6 +376,7 @@ impl World {
             bye_report: None,
             end_report: None,
             held,
+            budget: Default::default(),
         };
         let (pipe, end) = tokio::io::duplex(64 * 1024);
         let (proxy, claims) = tokio::sync::mpsc::unbounded_channel();

@@ -17,9 +17,30 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+use crate::budget::Exceeded;
 use crate::labels;
 use crate::protocol::Target;
 use crate::proxy::json::Json;
+
+/// What a proxy asks of the sidecar, down its one channel (one order, one decision at a
+/// time): a claim, or a create slot under the session's limits ([`crate::budget`]).
+#[derive(Debug)]
+pub(crate) enum Ask {
+    Claim(Claim),
+    /// A create of a sandbox of `provider` asks for a slot: answered once the slot is
+    /// journaled with its number, `None` when the session has no limit (nothing is
+    /// journaled), or the limit it would pass.
+    Slot {
+        provider: String,
+        answer: oneshot::Sender<Result<Option<u64>, Exceeded>>,
+    },
+    /// Slot `n`'s create is done: `made` when it made a sandbox (not acknowledged: a slot
+    /// left open counts, which is the safe side of a budget).
+    SlotDone {
+        n: u64,
+        made: bool,
+    },
+}
 
 /// A claim from a proxy; the sidecar answers on `ack` once it is journaled.
 #[derive(Debug)]
@@ -90,19 +111,58 @@ impl fmt::Display for NotClaimed {
 /// Sends `target` to the sidecar, to be journaled as `hold` says, and waits (at most
 /// [`ACK_TIMEOUT`]) until it is journaled.
 pub(crate) async fn claim(
-    claims: &mpsc::UnboundedSender<Claim>,
+    claims: &mpsc::UnboundedSender<Ask>,
     target: Target,
     hold: Hold,
 ) -> Result<(), NotClaimed> {
     let (ack, acked) = oneshot::channel();
     claims
-        .send(Claim { target, hold, ack })
+        .send(Ask::Claim(Claim { target, hold, ack }))
         .map_err(|_| NotClaimed::Closed)?;
     match tokio::time::timeout(ACK_TIMEOUT, acked).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(_)) => Err(NotClaimed::Dropped),
         Err(_) => Err(NotClaimed::TimedOut),
     }
+}
+
+/// A slot for a create of a sandbox of `provider` (waits at most [`ACK_TIMEOUT`] for the
+/// sidecar to decide and journal it): `Ok(None)` when the session has no limit, or when no
+/// sidecar takes asks any more (the session is ending: the create goes on as it would without
+/// limits, labelled, and the settle pass finds it).
+pub(crate) async fn slot(
+    asks: &mpsc::UnboundedSender<Ask>,
+    provider: &str,
+) -> Result<Option<u64>, SlotRefusal> {
+    let (answer, answered) = oneshot::channel();
+    let ask = Ask::Slot {
+        provider: provider.to_string(),
+        answer,
+    };
+    if asks.send(ask).is_err() {
+        return Ok(None);
+    }
+    match tokio::time::timeout(ACK_TIMEOUT, answered).await {
+        Ok(Ok(Ok(slot))) => Ok(slot),
+        Ok(Ok(Err(exceeded))) => Err(SlotRefusal::Exceeded(exceeded)),
+        Ok(Err(_)) => Ok(None),
+        Err(_) => Err(SlotRefusal::TimedOut),
+    }
+}
+
+/// Why a create got no slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SlotRefusal {
+    /// A limit of the session.
+    Exceeded(Exceeded),
+    /// The sidecar did not decide within [`ACK_TIMEOUT`]: with limits set, a create is not
+    /// passed on uncounted.
+    TimedOut,
+}
+
+/// Tells the sidecar slot `n`'s create is done (`made`: it made a sandbox).
+pub(crate) fn slot_done(asks: &mpsc::UnboundedSender<Ask>, n: u64, made: bool) {
+    let _ = asks.send(Ask::SlotDone { n, made });
 }
 
 #[cfg(test)]

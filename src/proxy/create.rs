@@ -8,9 +8,12 @@
 //!    ([`Hold`]), and what the claim will need; whatever must exist first is made here (the
 //!    Docker proxy's named volumes, labelled and claimed). A body that cannot be stamped is
 //!    refused ([`Refusal::Unstampable`]), never passed on unstamped;
-//! 3. **decide**: where a per-session limit will refuse a create before it reaches the
-//!    service (none is enforced yet); a refusal here, as at every step, creates nothing and
-//!    claims nothing;
+//! 3. **decide**: a create of a sandbox ([`Creates::counted`]) takes a slot under the
+//!    session's limits from the sidecar ([`super::claim::slot`], [`crate::budget`]), decided
+//!    one at a time and journaled before the create goes on; over a limit it is refused
+//!    ([`Refusal::Limit`]). A refusal here, as at every step, creates nothing and claims
+//!    nothing. The slot's end is told after the answer: made, or given back when the create
+//!    failed (an answer not `2xx`, or no answer);
 //! 4. **forward**: the stamped body sent on with a fresh `Content-Length`
 //!    ([`Creates::forward`]); an answer that is not `2xx` goes back as it came, errors
 //!    included;
@@ -33,7 +36,7 @@ use hyper::http::request::Parts;
 use hyper::Response;
 use tokio::sync::mpsc;
 
-use super::claim::{Claim, Hold, NotClaimed};
+use super::claim::{Ask, Hold, NotClaimed};
 use super::headers::strip_hop_by_hop;
 use super::refusal::Refusal;
 use super::stamp::{collect, TooLarge, MAX_CREATE_BODY};
@@ -91,8 +94,12 @@ pub(crate) trait Creates: Sync {
     /// Step 5: the claim's target for what a `2xx` answer says was made.
     fn created(&self, made: Self::Made, answer: &[u8]) -> Result<Target, Unclaimed>;
 
-    /// The sidecar's claims channel.
-    fn claims(&self) -> &mpsc::UnboundedSender<Claim>;
+    /// The provider whose sandbox this create makes, when the session's limits count it (a
+    /// Docker container, an E2B or Daytona sandbox; not a network or a volume).
+    fn counted(&self) -> Option<&str>;
+
+    /// The sidecar's channel (claims and slots).
+    fn claims(&self) -> &mpsc::UnboundedSender<Ask>;
 
     /// The answer for a `2xx` create answer that could not be read whole (its body is gone).
     fn unreadable(&self) -> Response<Body>;
@@ -110,19 +117,39 @@ pub(crate) async fn create<C: Creates>(
 ) -> Result<Response<Body>, Refusal> {
     let body = read(body).await?;
     let stamped = api.stamp(&body).await?;
+    let slot = match api.counted() {
+        Some(provider) => super::claim::slot(api.claims(), provider)
+            .await
+            .map_err(Refusal::Limit)?,
+        None => None,
+    };
+    // The slot's end, told once whatever the answer: made, unless the create surely failed.
+    let done = |made: bool| {
+        if let Some(n) = slot {
+            super::claim::slot_done(api.claims(), n, made);
+        }
+    };
     parts.headers.remove(hyper::header::TRANSFER_ENCODING);
     parts
         .headers
         .insert(CONTENT_LENGTH, stamped.body.len().into());
     let answer = match api.forward(parts, stamped.body).await {
         Ok(answer) => answer,
-        Err(own) => return Ok(own),
+        Err(own) => {
+            done(false);
+            return Ok(own);
+        }
     };
     if !answer.status().is_success() {
+        done(false);
         return Ok(api.as_is(answer));
     }
+    // A `2xx` answer made the sandbox, whatever becomes of its claim: it counts, and its slot
+    // is closed only after its claim is journaled (or failed), so that the sandbox is never
+    // uncounted in between.
     let (parts, data) = answer.into_parts();
     let Ok(data) = collect(data, MAX_CREATE_BODY).await else {
+        done(true);
         return Ok(api.unreadable());
     };
     let claimed = match api.created(stamped.made, &data) {
@@ -131,6 +158,7 @@ pub(crate) async fn create<C: Creates>(
             .map_err(|e| Unclaimed::NotAcknowledged(target, e)),
         Err(why) => Err(why),
     };
+    done(true);
     if let Err(why) = claimed {
         if let Some(own) = api.unclaimed(why) {
             return Ok(own);

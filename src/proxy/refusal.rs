@@ -4,11 +4,13 @@
 //! and Daytona: `{"code": N, "message": …}`), so a client shows it as it shows any API error.
 //! Every message starts `sandguard:`.
 //!
-//! A per-session limit on creates will be one more variant here, refused by one more step of
-//! the pipeline.
+//! A per-session limit on creates is [`Refusal::Limit`], refused at the pipeline's decide
+//! step. Decision: a limit is answered `403` in every API: no client retries it (E2B's SDK
+//! and flyctl retry `429`, which a budget must not invite), and each shows the message.
 
 use std::fmt;
 
+use super::claim::SlotRefusal;
 use super::stamp::MAX_CREATE_BODY;
 
 /// A request the proxy will not pass on, and why.
@@ -21,6 +23,9 @@ pub(crate) enum Refusal {
     Unreadable,
     /// A create whose body cannot be stamped as the service would read it (400).
     Unstampable(Unstampable),
+    /// A create a limit of the session refuses (403, no API retries it; `crate::budget`),
+    /// or whose slot the sidecar did not decide in time (503).
+    Limit(SlotRefusal),
     /// Anything else, in the proxy's own words (a message starting `sandguard:`).
     Said { status: u16, message: String },
 }
@@ -39,6 +44,8 @@ impl Refusal {
         match self {
             Refusal::TooLarge => 413,
             Refusal::Unreadable | Refusal::Unstampable(_) => 400,
+            Refusal::Limit(SlotRefusal::Exceeded(_)) => 403,
+            Refusal::Limit(SlotRefusal::TimedOut) => 503,
             Refusal::Said { status, .. } => *status,
         }
     }
@@ -86,6 +93,10 @@ impl fmt::Display for Refusal {
             ),
             Refusal::Unreadable => f.write_str("its body could not be read"),
             Refusal::Unstampable(why) => write!(f, "cannot stamp this create: {why}"),
+            Refusal::Limit(SlotRefusal::Exceeded(limit)) => limit.fmt(f),
+            Refusal::Limit(SlotRefusal::TimedOut) => f.write_str(
+                "the session's limits could not be checked in time; nothing was created",
+            ),
             Refusal::Said { message, .. } => {
                 f.write_str(message.strip_prefix("sandguard: ").unwrap_or(message))
             }

@@ -132,6 +132,7 @@ impl GuardBuilder {
             session: None,
             owner: me.clone(),
             grace: self.grace,
+            limits: Default::default(),
             docker_proxy: crate::config::ProxyMode::Off,
             cloud_proxy: crate::config::ProxyMode::Off,
             report: None,

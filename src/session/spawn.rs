@@ -67,6 +67,8 @@ pub(crate) struct Spawn {
     pub owner: Identity,
     /// `--grace`, when the caller overrides the config's.
     pub grace: Option<Duration>,
+    /// `--max-sandboxes`, `--max-creates`: each limit set, over the config's.
+    pub limits: crate::budget::Limits,
     /// Serve a Docker API proxy: `--docker-proxy` (on) or `--docker-proxy=auto`.
     pub docker_proxy: ProxyMode,
     /// Serve the cloud API proxy (E2B, Daytona), likewise.
@@ -262,6 +264,15 @@ impl Spawn {
         if let Some(grace) = self.grace {
             args.push("--grace".into());
             args.push(format!("{}ms", grace.as_millis()).into());
+        }
+        for (flag, limit) in [
+            ("--max-sandboxes", self.limits.sandboxes),
+            ("--max-creates", self.limits.creates),
+        ] {
+            if let Some(n) = limit {
+                args.push(flag.into());
+                args.push(n.to_string().into());
+            }
         }
         args.push("--detached".into());
         // It starts in `/`: its `.env` files are the caller's directory's, as the caller's.

@@ -2,17 +2,20 @@
 //! one judgement's claim rule, against the ledger and one listing of the provider per batch),
 //! `owns` (a detach counts only from a session that owns what it names) and `accept` (what no
 //! provider of the session can act on is journaled `refused`); and as they arrive from the
-//! proxies (`on_proxy_claim`: a create, claimed and acknowledged once on disk).
+//! proxies (`on_proxy_ask`: a create, claimed and acknowledged once on disk, and its slot
+//! under the session's limits taken and ended).
 
 use super::lease::Clock;
 use super::triggers::refusal;
 use super::{Sidecar, Triggers, CLAIM_LOOKUP};
+use crate::budget::Exceeded;
 use crate::ledger::Record;
 use crate::ownership::detach;
 use crate::ownership::{self, known::Known};
 use crate::protocol::{Command, Target};
+use crate::providers::Kind;
 use crate::providers::{Described, Provider};
-use crate::proxy::claim::{Claim as ProxyClaim, Hold};
+use crate::proxy::claim::{Ask as ProxyAsk, Hold};
 
 /// The providers' managed sandboxes, listed at most once per batch of control lines.
 #[derive(Default)]
@@ -156,9 +159,19 @@ impl<C: Clock> Sidecar<C> {
     /// over any claim, so such a create is never journaled as a claim), then acknowledged
     /// (once on disk) so the proxy hands the service's answer to the client. A removal the
     /// program made through a proxy is released the same way.
-    pub(super) fn on_proxy_claim<R>(&mut self, claim: Option<ProxyClaim>, t: &mut Triggers<R>) {
-        match claim {
-            Some(c) => {
+    ///
+    /// A create's slot under the session's limits is decided here too, one ask at a time
+    /// ([`Sidecar::take_slot`]), and its end journaled.
+    pub(super) fn on_proxy_ask<R>(&mut self, ask: Option<ProxyAsk>, t: &mut Triggers<R>) {
+        match ask {
+            Some(ProxyAsk::Slot { provider, answer }) => {
+                let _ = answer.send(self.take_slot(&provider));
+            }
+            Some(ProxyAsk::SlotDone { n, made }) => {
+                self.budget.1.done(n, made);
+                self.write(&Record::SlotDone { n, made });
+            }
+            Some(ProxyAsk::Claim(c)) => {
                 self.apply(match c.hold {
                     Hold::Claim => Command::Claim(c.target),
                     Hold::Detach => Command::Detach(c.target),
@@ -169,6 +182,46 @@ impl<C: Clock> Sidecar<C> {
             }
             None => t.proxy = None,
         }
+    }
+
+    /// A slot for a create of `provider`'s sandbox under the session's limits
+    /// ([`crate::budget`]): journaled and synced before the answer, so the count survives a
+    /// crash; `None` when the session has no limit.
+    fn take_slot(&mut self, provider: &str) -> Result<Option<u64>, Exceeded> {
+        let (limits, _) = &self.budget;
+        if !limits.any() {
+            return Ok(None);
+        }
+        let limits = *limits;
+        let held = self.held_sandboxes();
+        match self.budget.1.take(&limits, provider, held) {
+            Ok(n) => {
+                self.write(&Record::Slot {
+                    provider: provider.to_string(),
+                    n,
+                });
+                self.sync();
+                Ok(Some(n))
+            }
+            Err(exceeded) => {
+                tracing::warn!("refused a {provider} create: {exceeded}");
+                Err(exceeded)
+            }
+        }
+    }
+
+    /// How many sandboxes the session holds now, claimed or detached (a Docker network or
+    /// volume is not a sandbox; what no provider here can read counts, the safe side).
+    fn held_sandboxes(&self) -> u64 {
+        let held = self.held();
+        let is_sandbox = |t: &&Target| {
+            crate::providers::by_name(&self.providers, &t.provider)
+                .and_then(|p| p.parse_claim(&t.id).ok())
+                .is_none_or(|named| named.kind == Kind::Instance)
+        };
+        let claims = held.claims.iter().filter(is_sandbox).count();
+        let detached = held.detached.iter().filter(is_sandbox).count();
+        (claims + detached) as u64
     }
 
     /// Whether a claim, release or detach names something a provider of this session can act on;

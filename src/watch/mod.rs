@@ -60,6 +60,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tokio::io::AsyncRead;
 
+use crate::budget::{Limits, Slots};
 use crate::ledger::{EndCause, Journal, Record, SessionState};
 use crate::ownership::known::{self, Known};
 use crate::protocol::{ByeOutcome, Command, ProtocolError, Target};
@@ -120,6 +121,9 @@ pub(crate) struct Sidecar<C> {
     /// Other sessions as the last batch of claims read them: a journal is read again only
     /// when it changed ([`known::Cache`]).
     others: Arc<known::Cache>,
+    /// The session's limits, and the create slots they were decided by (`crate::budget`):
+    /// none until [`Sidecar::limit`].
+    budget: (Limits, Slots),
 }
 
 impl<C: Clock> Sidecar<C> {
@@ -143,6 +147,7 @@ impl<C: Clock> Sidecar<C> {
             end_report: None,
             halting: ttl::Halting::default(),
             others: Arc::default(),
+            budget: Default::default(),
         }
     }
 
@@ -162,6 +167,12 @@ impl<C: Clock> Sidecar<C> {
         let mut h = self.held();
         h.claims.extend(held.claims);
         h.detached.extend(held.detached);
+    }
+
+    /// The session's limits, and the slots its journal already took (a resumed session's,
+    /// [`crate::ledger::SessionView::slots`]). Call it before [`Sidecar::run`].
+    pub(crate) fn limit(&mut self, limits: Limits, slots: Slots) {
+        self.budget = (limits, slots);
     }
 
     /// The owner's claims and detached sandboxes, shared with a TTL keeper from now on.
@@ -233,7 +244,7 @@ impl<C: Clock> Sidecar<C> {
                 // the claim is on disk), and a flood of control lines must not starve them.
                 // Each costs the client a round trip to the daemon, so they cannot flood.
                 claim = next_claim(&mut t.proxy), if t.proxy.is_some() => {
-                    self.on_proxy_claim(claim, t);
+                    self.on_proxy_ask(claim, t);
                 }
                 // Control lines before the death event: a claim written just before the owner
                 // died is in the pipe already and must be known before reclaiming.

@@ -67,6 +67,9 @@ pub(crate) struct SidecarService {
     /// What the session already holds: empty for a new session, its journal's holdings for
     /// a resumed one ([`Sidecar::seed`]).
     pub held: super::ttl::Holdings,
+    /// The session's limits on creates through the proxies, and the slots its journal
+    /// already took (a resumed session's): [`Sidecar::limit`].
+    pub budget: (crate::budget::Limits, crate::budget::Slots),
     /// Told how the reclaim after `bye` went, before the settle pass ([`Sidecar::on_bye`]).
     pub bye_report: Option<ByeReport>,
     /// Told how the first reclaim pass at the end went ([`Sidecar::on_end`]).
@@ -120,6 +123,7 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
         sidecar.on_end(report);
     }
     sidecar.seed(service.held);
+    sidecar.limit(service.budget.0, service.budget.1);
     let keeper = Keeper::new(
         &service.providers,
         &service.session,

@@ -20,7 +20,7 @@ struct Harness {
     pipe: tokio::io::DuplexStream,
     kill_owner: Option<oneshot::Sender<()>>,
     stop: Option<oneshot::Sender<()>>,
-    proxy: tokio::sync::mpsc::UnboundedSender<crate::proxy::claim::Claim>,
+    proxy: tokio::sync::mpsc::UnboundedSender<crate::proxy::claim::Ask>,
     run: tokio::task::JoinHandle<Ended>,
     dir: std::path::PathBuf,
     /// What the TTL keeper is told: `true` once the watch ended.
@@ -173,11 +173,13 @@ async fn a_proxy_claim_is_acknowledged_and_reclaimed() {
     let (ack, acked) = oneshot::channel();
     let target = crate::protocol::Target::new("fake", "made").unwrap();
     h.proxy
-        .send(crate::proxy::claim::Claim {
-            target,
-            hold: crate::proxy::claim::Hold::Claim,
-            ack,
-        })
+        .send(crate::proxy::claim::Ask::Claim(
+            crate::proxy::claim::Claim {
+                target,
+                hold: crate::proxy::claim::Hold::Claim,
+                ack,
+            },
+        ))
         .unwrap();
     acked.await.expect("the sidecar acknowledges a proxy claim");
     let mut h = h;

@@ -13,7 +13,7 @@ use crate::identity::death::{ExitProbe, Gone};
 use crate::ledger::Record;
 use crate::protocol::{Command, LineReader, ProtocolError, Target};
 use crate::providers::{Provider, Sandbox};
-use crate::proxy::claim::Claim as ProxyClaim;
+use crate::proxy::claim::Ask as ProxyAsk;
 use crate::reclaim::ending::{self, SharedJournal};
 
 /// The events the loop waits on, injected.
@@ -25,7 +25,7 @@ pub(crate) struct Triggers<R> {
     pub exit: Option<ExitProbe>,
     pub control: Option<LineReader<R>>,
     /// Claims from the Docker API proxy ([`crate::proxy::docker`]), when it runs.
-    pub proxy: Option<tokio::sync::mpsc::UnboundedReceiver<ProxyClaim>>,
+    pub proxy: Option<tokio::sync::mpsc::UnboundedReceiver<ProxyAsk>>,
     pub stop: Pin<Box<dyn Future<Output = ()> + Send>>,
 }
 
@@ -53,8 +53,8 @@ pub(super) async fn next_line<R: AsyncRead + Unpin>(
 }
 
 pub(super) async fn next_claim(
-    proxy: &mut Option<tokio::sync::mpsc::UnboundedReceiver<ProxyClaim>>,
-) -> Option<ProxyClaim> {
+    proxy: &mut Option<tokio::sync::mpsc::UnboundedReceiver<ProxyAsk>>,
+) -> Option<ProxyAsk> {
     match proxy {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,

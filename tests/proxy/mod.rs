@@ -9,6 +9,8 @@
 //! - [`docker_labels`]: the session's labels win, and a create's answer waits for its claim.
 //! - [`cloud`], [`cloud_routes`]: the cloud proxy, its routes and detached creates.
 //! - [`defaults`]: `sandguard -- CMD` serves the proxies by default.
+//! - [`limits`]: limits per session (`--max-sandboxes`, `--max-creates`) refuse a create in
+//!   the client's own error, and make nothing.
 
 pub(crate) mod cloud;
 mod cloud_routes;
@@ -16,3 +18,4 @@ mod defaults;
 mod docker;
 mod docker_claims;
 mod docker_labels;
+mod limits;

@@ -161,3 +161,19 @@ fn unknown_kinds_are_skipped_and_a_missing_start_is_unreadable() {
     // A start record cut short is no start at all.
     assert_eq!(fold("s1", &START.as_bytes()[..20]), None);
 }
+
+#[test]
+fn create_slots_are_folded_so_a_resumed_sidecar_counts_on_from_them() {
+    let v = view(&[
+        r#"{"t":1,"ev":"start","owner":"o","pid":1,"grace_ms":1}"#,
+        r#"{"t":2,"ev":"slot","provider":"docker","n":0}"#,
+        r#"{"t":3,"ev":"slot","provider":"e2b","n":1}"#,
+        r#"{"t":4,"ev":"slot_done","n":0,"made":true}"#,
+        r#"{"t":5,"ev":"slot","provider":"docker","n":2}"#,
+        r#"{"t":6,"ev":"slot_done","n":2,"made":false}"#,
+    ]);
+    assert_eq!(v.slots.next, 3);
+    assert_eq!(v.slots.made, 1);
+    // Slot 1 was open when the journal stopped: it still counts.
+    assert_eq!(v.slots.open.keys().copied().collect::<Vec<_>>(), [1]);
+}

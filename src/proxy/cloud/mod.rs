@@ -73,7 +73,9 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use crate::protocol::Target;
-pub(crate) use crate::proxy::claim::{Claim, Hold};
+#[cfg(test)]
+use crate::proxy::claim::Claim;
+pub(crate) use crate::proxy::claim::{Ask, Hold};
 use crate::proxy::create::{self as pipeline, Creates, Stamped, Unclaimed};
 use crate::proxy::refusal::{Refusal, Unstampable};
 use crate::proxy::stamp::MAX_CREATE_BODY;
@@ -222,7 +224,7 @@ struct Shared {
     /// The base path's segments, which every routed path must start with.
     base: Vec<String>,
     labels: BTreeMap<String, String>,
-    claims: mpsc::UnboundedSender<Claim>,
+    claims: mpsc::UnboundedSender<Ask>,
     client: forward::Client,
 }
 
@@ -256,7 +258,7 @@ impl CloudProxy {
         api: Api,
         base_url: &str,
         labels: BTreeMap<String, String>,
-        claims: mpsc::UnboundedSender<Claim>,
+        claims: mpsc::UnboundedSender<Ask>,
     ) -> Result<CloudProxy, CloudError> {
         let upstream = Upstream::parse(base_url)?;
         CloudProxy::serve(api, upstream, listen()?, labels, claims)
@@ -269,7 +271,7 @@ impl CloudProxy {
         upstream: Upstream,
         listener: std::net::TcpListener,
         labels: BTreeMap<String, String>,
-        claims: mpsc::UnboundedSender<Claim>,
+        claims: mpsc::UnboundedSender<Ask>,
     ) -> Result<CloudProxy, CloudError> {
         let address = listener.local_addr().map_err(CloudError::Address)?;
         let listener = listener
@@ -382,6 +384,13 @@ fn refusal_message(api: Api, why: &str) -> String {
 
 /// A refusal of the pipeline's, in the words of [`refusal`].
 fn refused(api: Api, refusal: &Refusal) -> Response<Body> {
+    if let Refusal::Limit(_) = refusal {
+        let message = format!(
+            "sandguard: refused a {} sandbox create: {refusal}",
+            api.name()
+        );
+        return answer(refusal.status(), &message);
+    }
     let why = match refusal {
         Refusal::TooLarge => format!("its body is over {MAX_CREATE_BODY} bytes"),
         Refusal::Unstampable(why) => why.to_string(),
@@ -424,7 +433,12 @@ impl Creates for Creating<'_> {
         Target::new(self.0.api.name(), &id).map_err(|why| Unclaimed::BadId { id, why })
     }
 
-    fn claims(&self) -> &mpsc::UnboundedSender<Claim> {
+    /// Every create this proxy routes makes a sandbox.
+    fn counted(&self) -> Option<&str> {
+        Some(self.0.api.name())
+    }
+
+    fn claims(&self) -> &mpsc::UnboundedSender<Ask> {
         &self.0.claims
     }
 

@@ -159,7 +159,7 @@ fn the_upstream_keeps_its_base_path() {
     assert!(Upstream::parse("unix:///x").is_err());
 }
 
-async fn bound(claims: mpsc::UnboundedSender<Claim>) -> CloudProxy {
+async fn bound(claims: mpsc::UnboundedSender<Ask>) -> CloudProxy {
     CloudProxy::bind(Api::E2b, "http://127.0.0.1:9", labels(), claims)
         .await
         .unwrap()
@@ -203,7 +203,9 @@ async fn an_acknowledged_claim_names_the_provider_and_the_id() {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let proxy = bound(tx).await;
     let sidecar = tokio::spawn(async move {
-        let Claim { target, hold, ack } = rx.recv().await.unwrap();
+        let Some(Ask::Claim(Claim { target, hold, ack })) = rx.recv().await else {
+            panic!("a claim");
+        };
         let _ = ack.send(());
         (target, hold)
     });

@@ -209,7 +209,12 @@ impl Creates for Creating<'_> {
         Ok(target)
     }
 
-    fn claims(&self) -> &tokio::sync::mpsc::UnboundedSender<super::Claim> {
+    /// A container is a sandbox; a network or a volume is not.
+    fn counted(&self) -> Option<&str> {
+        (self.kind == Create::Container).then_some("docker")
+    }
+
+    fn claims(&self) -> &tokio::sync::mpsc::UnboundedSender<super::Ask> {
         &self.conn.shared.claims
     }
 

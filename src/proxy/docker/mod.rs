@@ -83,7 +83,7 @@ use tokio::sync::mpsc;
 use crate::protocol::Target;
 use crate::providers::docker::daemon::Upstream;
 use crate::proxy::claim::claim as claim_target;
-pub(crate) use crate::proxy::claim::{Claim, Hold};
+pub(crate) use crate::proxy::claim::{Ask, Hold};
 use target::Create;
 
 struct Shared {
@@ -91,7 +91,7 @@ struct Shared {
     labels: BTreeMap<String, String>,
     /// The session id (`sandguard.session` in `labels`): what a claimable answer must carry.
     session: String,
-    claims: mpsc::UnboundedSender<Claim>,
+    claims: mpsc::UnboundedSender<Ask>,
     /// What this proxy claimed, to release what the program removes (`removal`).
     claimed: removal::Claimed,
 }
@@ -189,7 +189,7 @@ impl Proxy {
         fallback: &str,
         upstream: Upstream,
         labels: BTreeMap<String, String>,
-        claims: mpsc::UnboundedSender<Claim>,
+        claims: mpsc::UnboundedSender<Ask>,
     ) -> io::Result<(Proxy, SocketDir)> {
         let (listener, guard) = SocketDir::bind(dir, fallback)?;
         Ok((Proxy::serve(listener, upstream, labels, claims)?, guard))
@@ -200,7 +200,7 @@ impl Proxy {
         listener: StdUnixListener,
         upstream: Upstream,
         labels: BTreeMap<String, String>,
-        claims: mpsc::UnboundedSender<Claim>,
+        claims: mpsc::UnboundedSender<Ask>,
     ) -> io::Result<Proxy> {
         listener.set_nonblocking(true)?;
         let listener = UnixListener::from_std(listener)?;

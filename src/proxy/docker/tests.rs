@@ -10,7 +10,7 @@ mod streams;
 struct Rig {
     dir: std::path::PathBuf,
     socket: std::path::PathBuf,
-    claims: mpsc::UnboundedReceiver<Claim>,
+    claims: mpsc::UnboundedReceiver<Ask>,
     /// Every byte the daemon received, per connection, sent when the connection ends.
     seen: mpsc::UnboundedReceiver<Vec<u8>>,
     _tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -150,12 +150,21 @@ fn volume_answer(body: &[u8]) -> Vec<u8> {
     .into_bytes()
 }
 
-async fn ack_claims(mut claims: mpsc::UnboundedReceiver<Claim>, n: usize) -> Vec<Target> {
+async fn ack_claims(mut claims: mpsc::UnboundedReceiver<Ask>, n: usize) -> Vec<Target> {
     let mut got = Vec::new();
     while got.len() < n {
-        let Some(c) = claims.recv().await else { break };
-        let _ = c.ack.send(());
-        got.push(c.target);
+        match claims.recv().await {
+            Some(Ask::Claim(c)) => {
+                let _ = c.ack.send(());
+                got.push(c.target);
+            }
+            // A sidecar with no limits: no slot is needed.
+            Some(Ask::Slot { answer, .. }) => {
+                let _ = answer.send(Ok(None));
+            }
+            Some(Ask::SlotDone { .. }) => {}
+            None => break,
+        }
     }
     got
 }

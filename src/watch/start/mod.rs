@@ -34,7 +34,7 @@ use crate::identity::Identity;
 use crate::ledger::{Journal, LedgerError, SessionView};
 use crate::protocol::LineReader;
 use crate::providers::Registry;
-use crate::proxy::docker::Claim;
+use crate::proxy::docker::Ask;
 use crate::reclaim::Options;
 use crate::session::handoff::Handoff;
 use crate::session::{self, SessionId};
@@ -206,7 +206,7 @@ struct Opened {
     stop: Stop,
     labels: BTreeMap<String, String>,
     served: proxies::Served,
-    claims: tokio::sync::mpsc::UnboundedReceiver<Claim>,
+    claims: tokio::sync::mpsc::UnboundedReceiver<Ask>,
     /// The wrapper handed the session over: the owner was alive then.
     handed: bool,
 }
@@ -286,9 +286,12 @@ fn assemble(
     let providers = registry.select(None).unwrap_or_default();
     let started_ms = resumed.as_ref().map(|v| v.started_ms);
     let fleet = begin::fleet_plan(settings, &session, &owner, labels, &providers, started_ms);
-    let held = resumed.map_or_else(Default::default, |v| crate::fleet::Holdings {
-        claims: v.claims,
-        detached: v.detached,
+    let (held, slots) = resumed.map_or_else(Default::default, |v| {
+        let held = crate::fleet::Holdings {
+            claims: v.claims,
+            detached: v.detached,
+        };
+        (held, v.slots)
     });
     let plan = service::SidecarService {
         session: session.clone(),
@@ -301,6 +304,7 @@ fn assemble(
         cloud: served.cloud,
         fleet,
         held,
+        budget: (settings.limits, slots),
         bye_report: None,
         end_report: None,
     };

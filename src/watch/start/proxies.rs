@@ -32,13 +32,13 @@ use crate::config::docker::ContextError;
 use crate::config::{ProxyMode, Ryuk, Settings, RYUK_DISABLED};
 use crate::providers::docker::daemon::{UnsupportedHost, Upstream};
 use crate::proxy::cloud::{self, Api, CloudError, CloudProxy, Upstream as CloudUpstream};
-use crate::proxy::docker::{Claim, Proxy, SocketDir};
+use crate::proxy::docker::{Ask, Proxy, SocketDir};
 use crate::unix;
 
 /// How long the look at the Docker daemon waits for a connection.
 pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
 
-type Claims = tokio::sync::mpsc::UnboundedSender<Claim>;
+type Claims = tokio::sync::mpsc::UnboundedSender<Ask>;
 
 /// Why the proxies a start asked for cannot be bound or served.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,127 @@
+//! Budgets: the limits a session carries, and the one decision whether a create may go ahead
+//! (DESIGN's "Budgets"). This module is the decision and its bookkeeping only, no I/O: the
+//! sidecar holds a session's [`Slots`] (folded from its journal on resume,
+//! [`crate::ledger::SessionView::slots`]), and the proxies' create pipeline asks it at its
+//! *decide* step (`crate::proxy::create`), before the create reaches the provider.
+//!
+//! A create that a limit counts takes a **slot** first ([`Slots::take`]): decided against the
+//! limits and the sandboxes the session holds now, and journaled (`slot`, with the slot's
+//! number) before the create is forwarded. Its end is journaled too (`slot_done`): `made`
+//! when the provider made the sandbox (its claim is then journaled as any proxy claim), not
+//! made when the create failed, which gives the slot back.
+//!
+//! Decisions:
+//! - **`sandboxes` counts what the session holds now plus the slots still open**: two
+//!   concurrent creates racing for the last slot cannot both pass, since each takes its slot
+//!   before either is forwarded, one decision at a time.
+//! - **`creates` counts every slot that made a sandbox, and every slot still open**: a failed
+//!   create gives its slot back and does not count; a looping agent is bounded by what it
+//!   made.
+//! - **A slot left open by a crash** (the sidecar died between the decision and the create's
+//!   answer) counts as one create made and one sandbox alive until the session ends: whether
+//!   the create happened is unknown, and over-counting by one is the safe side of a budget
+//!   (the count is never lost across a restart).
+//! - **A limit never removes anything here**: a refusal creates nothing and claims nothing.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// The limits of one session; `None`: no limit of that kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// At most this many sandboxes alive at once.
+    pub sandboxes: Option<u32>,
+    /// At most this many sandboxes created over the session's life.
+    pub creates: Option<u32>,
+}
+
+impl Limits {
+    /// Whether any limit is set: with none, creates take no slot at all.
+    pub(crate) fn any(&self) -> bool {
+        self.sandboxes.is_some() || self.creates.is_some()
+    }
+}
+
+/// Why a create was refused: the limit it would pass, and the count that reached it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exceeded {
+    /// `sandboxes`: `alive` sandboxes (held, or being created) already.
+    Sandboxes { limit: u32, alive: u64 },
+    /// `creates`: `made` sandboxes created (or being created) already.
+    Creates { limit: u32, made: u64 },
+}
+
+impl fmt::Display for Exceeded {
+    /// The reason, without the `sandguard:` each proxy puts before it; it names the limit as
+    /// the config and the command line name it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Exceeded::Sandboxes { limit, alive } => write!(
+                f,
+                "limit `sandboxes` reached: this session may have {limit} sandboxes at once, \
+                 and has {alive}; nothing was created"
+            ),
+            Exceeded::Creates { limit, made } => write!(
+                f,
+                "limit `creates` reached: this session may create {limit} sandboxes, and has \
+                 created {made}; nothing was created"
+            ),
+        }
+    }
+}
+
+/// A session's create slots, as its journal tells them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Slots {
+    /// The number the next slot takes (one more than the last taken).
+    pub next: u64,
+    /// Slots taken and not yet done: number → the provider of the create.
+    pub open: BTreeMap<u64, String>,
+    /// Slots done with a sandbox made.
+    pub made: u64,
+}
+
+impl Slots {
+    /// Takes a slot for a create, or says which limit refuses it. `held` is how many
+    /// sandboxes the session holds now (claimed or detached, not counting open slots).
+    pub(crate) fn take(
+        &mut self,
+        limits: &Limits,
+        provider: &str,
+        held: u64,
+    ) -> Result<u64, Exceeded> {
+        let open = self.open.len() as u64;
+        if let Some(limit) = limits.sandboxes {
+            let alive = held + open;
+            if alive >= u64::from(limit) {
+                return Err(Exceeded::Sandboxes { limit, alive });
+            }
+        }
+        if let Some(limit) = limits.creates {
+            let made = self.made + open;
+            if made >= u64::from(limit) {
+                return Err(Exceeded::Creates { limit, made });
+            }
+        }
+        let n = self.next;
+        self.taken(n, provider);
+        Ok(n)
+    }
+
+    /// Slot `n` was taken (as the journal's `slot` record says).
+    pub(crate) fn taken(&mut self, n: u64, provider: &str) {
+        self.open.insert(n, provider.to_string());
+        self.next = self.next.max(n + 1);
+    }
+
+    /// Slot `n` is done (`slot_done`): `made` when its create made a sandbox. A slot not open
+    /// (done twice, or never taken) changes nothing.
+    pub(crate) fn done(&mut self, n: u64, made: bool) {
+        if self.open.remove(&n).is_some() && made {
+            self.made += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

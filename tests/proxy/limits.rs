@@ -1,0 +1,261 @@
+//! Limits per session, enforced in the Docker proxy with the unmodified docker CLI: a create
+//! over `--max-sandboxes` or `--max-creates` fails in the CLI with the proxy's `sandguard:`
+//! message naming the limit, and the daemon makes nothing; 50 concurrent creates against a
+//! limit of 10 make exactly 10; a removal through the proxy gives the slot back, a failed
+//! create never takes one for good. Through the cloud proxy, the E2B and Daytona SDKs raise
+//! their own API error carrying the message, and the emulators see no create past the limit.
+
+use std::time::Duration;
+
+use crate::support::*;
+use crate::support::{daytona, e2b};
+use crate::watch::wrapper::{guarded_with, unsafe_kill, wait_for_file};
+
+/// The containers the daemon has for session `session` (running or not).
+fn session_containers(session: &str) -> Vec<String> {
+    let out = std::process::Command::new("docker")
+        .args(["ps", "-aq", "--no-trunc", "--filter"])
+        .arg(format!("label=sandguard.session={session}"))
+        .output()
+        .expect("docker ps");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Runs `script` guarded with the Docker proxy and `limits`; waits for the file `done` it
+/// writes (its lines returned), then kills the program and waits for the reclaim.
+fn limited(s: &Scratch, limits: &[&str], script: &str) -> Vec<String> {
+    let mut args = vec!["run", "--docker-proxy"];
+    args.extend_from_slice(limits);
+    let mut child = guarded_with(s, &args, script);
+    let lines = wait_for_file(&s.path().join("done"), &mut child);
+    unsafe_kill(child.id() as i32, libc::SIGKILL);
+    child.wait().unwrap();
+    lines
+}
+
+fn journal(s: &Scratch, session: &str) -> String {
+    let path = s
+        .path()
+        .join("state/sandguard/sessions")
+        .join(format!("{session}.journal"));
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+#[test]
+fn a_create_over_max_sandboxes_is_refused_in_the_docker_cli_and_nothing_is_made() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("limit-sandboxes");
+    let out = s.path();
+    let script = format!(
+        r#"set -e
+c1=$(docker create --network none {IMAGE} true)
+c2=$(docker create --network none {IMAGE} true)
+n=$(docker ps -aq --filter "label=sandguard.session=$SANDGUARD_SESSION" | wc -l)
+if docker create --network none {IMAGE} true > {out}/third 2> {out}/err; then rc=0; else rc=$?; fi
+n3=$(docker ps -aq --filter "label=sandguard.session=$SANDGUARD_SESSION" | wc -l)
+docker rm "$c1" > /dev/null
+c4=$(docker create --network none {IMAGE} true)
+printf '%s\n' "$SANDGUARD_SESSION" "$rc" "$n" "$n3" "$c2" "$c4" > {out}/done.tmp
+mv {out}/done.tmp {out}/done
+exec sleep 3600
+"#,
+        out = out.display()
+    );
+    let lines = limited(&s, &["--max-sandboxes", "2"], &script);
+    let [session, rc, before, after, c2, c4] = <[String; 6]>::try_from(lines).unwrap();
+    let err = std::fs::read_to_string(out.join("err")).unwrap();
+    assert_ne!(rc, "0", "the third create fails in the docker CLI");
+    assert!(
+        err.contains("sandguard: limit `sandboxes` reached"),
+        "the CLI shows the proxy's message naming the limit: {err}"
+    );
+    assert_eq!(before.trim(), "2");
+    assert_eq!(after.trim(), "2", "the refused create made nothing");
+    assert!(
+        std::fs::read_to_string(out.join("third"))
+            .unwrap()
+            .is_empty(),
+        "no id came back for the refused create"
+    );
+    assert!(
+        !c4.is_empty(),
+        "a removal through the proxy gave its slot back"
+    );
+    let journal = journal(&s, &session);
+    assert_eq!(
+        journal.matches(r#""ev":"slot""#).count(),
+        3,
+        "each create that went on took a journaled slot; the refused one none: {journal}"
+    );
+    eventually(
+        Duration::from_secs(10),
+        "what the session made is reclaimed",
+        || !container_exists(&c2) && !container_exists(&c4),
+    );
+}
+
+#[test]
+fn fifty_concurrent_creates_against_ten_make_exactly_ten() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("limit-race");
+    let out = s.path();
+    let script = format!(
+        r#"mkdir {out}/r
+for i in $(seq 1 50); do
+  (if docker create --network none {IMAGE} true > /dev/null 2> {out}/r/err$i; then touch {out}/r/ok$i; fi) &
+done
+wait
+ok=$(ls {out}/r | grep -c '^ok')
+limited=$(cat {out}/r/err* | grep -c 'limit `sandboxes` reached')
+n=$(docker ps -aq --filter "label=sandguard.session=$SANDGUARD_SESSION" | wc -l)
+printf '%s\n' "$SANDGUARD_SESSION" "$ok" "$limited" "$n" > {out}/done.tmp
+mv {out}/done.tmp {out}/done
+exec sleep 3600
+"#,
+        out = out.display()
+    );
+    let lines = limited(&s, &["--max-sandboxes", "10"], &script);
+    let [session, ok, refused, made] = <[String; 4]>::try_from(lines).unwrap();
+    assert_eq!(ok.trim(), "10", "exactly the limit succeeds");
+    assert_eq!(refused.trim(), "40", "every other create names the limit");
+    assert_eq!(made.trim(), "10", "the daemon made exactly ten");
+    eventually(Duration::from_secs(20), "the ten are reclaimed", || {
+        session_containers(&session).is_empty()
+    });
+}
+
+#[test]
+fn max_creates_counts_what_was_made_over_the_session_not_what_is_alive() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("limit-creates");
+    let out = s.path();
+    let script = format!(
+        r#"set -e
+c1=$(docker create --network none {IMAGE} true)
+docker rm "$c1" > /dev/null
+docker create --pull never --network none no-such-image:never > /dev/null 2>&1 || true
+c2=$(docker create --network none {IMAGE} true)
+docker rm "$c2" > /dev/null
+if docker create --network none {IMAGE} true > /dev/null 2> {out}/err; then rc=0; else rc=$?; fi
+printf '%s\n' "$SANDGUARD_SESSION" "$rc" > {out}/done.tmp
+mv {out}/done.tmp {out}/done
+exec sleep 3600
+"#,
+        out = out.display()
+    );
+    let lines = limited(&s, &["--max-creates", "2"], &script);
+    let [session, rc] = <[String; 2]>::try_from(lines).unwrap();
+    let err = std::fs::read_to_string(out.join("err")).unwrap();
+    assert_ne!(rc, "0", "the third sandbox is refused with none alive");
+    assert!(
+        err.contains("sandguard: limit `creates` reached"),
+        "the CLI names the limit: {err}"
+    );
+    let journal = journal(&s, &session);
+    assert!(
+        journal.contains(r#""ev":"slot_done","n":1,"made":false"#),
+        "the create of a missing image gave its slot back: {journal}"
+    );
+    assert!(session_containers(&session).is_empty());
+}
+
+/// Creates until one fails; prints what was made and what the SDK raised.
+const E2B_OVER_THE_LIMIT: &str = r#"
+import json, time
+from e2b import Sandbox
+
+ids, error = [], None
+for _ in range(3):
+    try:
+        ids.append(Sandbox.create().sandbox_id)
+    except Exception as e:
+        error = {"type": type(e).__name__, "message": str(e)}
+        break
+print(json.dumps({"ids": ids, "error": error}), flush=True)
+time.sleep(600)
+"#;
+
+const DAYTONA_OVER_THE_LIMIT: &str = r#"
+import json, time
+from daytona import Daytona
+
+d = Daytona()
+ids, error = [], None
+for _ in range(3):
+    try:
+        sandbox = d.create()
+        ids.append(sandbox.id)
+        d.delete(sandbox)
+    except Exception as e:
+        error = {"type": type(e).__name__, "message": str(e)}
+        break
+print(json.dumps({"ids": ids, "error": error}), flush=True)
+time.sleep(600)
+"#;
+
+#[test]
+fn the_e2b_sdk_gets_its_own_error_at_max_sandboxes_and_the_service_makes_nothing_more() {
+    use crate::proxy::cloud::{first_line, guarded, kill, E2B_KEY};
+    let s = Scratch::new("limit-e2b");
+    let config = cloud_config(&s, "");
+    let (emu, state) = e2b::start(E2B_KEY);
+    let env = [("E2B_API_KEY", E2B_KEY), ("E2B_API_URL", emu.url.as_str())];
+    let args = ["run", "--cloud-proxy", "--max-sandboxes", "2"];
+    let mut child = guarded(&s, &config, &env, &args, E2B_OVER_THE_LIMIT)
+        .spawn()
+        .unwrap();
+    let said = first_line(&mut child);
+    let ids: Vec<String> = serde_json::from_value(said["ids"].clone()).unwrap();
+    assert_eq!(ids.len(), 2, "{said}");
+    let message = said["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("sandguard: refused a e2b sandbox create: limit `sandboxes` reached"),
+        "the SDK raises with the proxy's message: {said}"
+    );
+    assert_eq!(
+        state.creates().len(),
+        2,
+        "the third create never reached E2B"
+    );
+    kill(child);
+    eventually(Duration::from_secs(10), "both are reclaimed", || {
+        ids.iter().all(|id| !state.exists(id))
+    });
+}
+
+#[test]
+fn the_daytona_sdk_gets_its_own_error_at_max_creates_though_none_is_alive() {
+    use crate::proxy::cloud::{first_line, guarded, kill, DAYTONA_KEY};
+    let s = Scratch::new("limit-daytona");
+    let config = cloud_config(&s, "");
+    let cloud = daytona::Daytona::start(DAYTONA_KEY);
+    let url = cloud.api_url();
+    let env = [
+        ("DAYTONA_API_KEY", DAYTONA_KEY),
+        ("DAYTONA_API_URL", url.as_str()),
+    ];
+    let args = ["run", "--cloud-proxy", "--max-creates", "2"];
+    let mut child = guarded(&s, &config, &env, &args, DAYTONA_OVER_THE_LIMIT)
+        .spawn()
+        .unwrap();
+    let said = first_line(&mut child);
+    let ids: Vec<String> = serde_json::from_value(said["ids"].clone()).unwrap();
+    assert_eq!(ids.len(), 2, "{said}");
+    let message = said["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("limit `creates` reached"),
+        "the SDK raises with the proxy's message: {said}"
+    );
+    assert_eq!(
+        cloud.creates().len(),
+        2,
+        "the third create never reached Daytona"
+    );
+    kill(child);
+}
