@@ -30,8 +30,10 @@
 //!               cloud/ (E2B and Daytona on loopback, one file per API); what both share:
 //!               create.rs (the one create pipeline: read → stamp → decide → forward →
 //!               claim), refusal.rs (why a proxy answers itself), stamp.rs, claim.rs (a claim
-//!               handed to the sidecar and acknowledged), accept.rs, tasks.rs, path.rs,
-//!               headers.rs, json.rs
+//!               handed to the sidecar and acknowledged, and a create's slot asked for),
+//!               accept.rs, tasks.rs, path.rs, headers.rs, json.rs
+//! budget/       limits per session (Limits) and the one decision whether a create may go
+//!               on (Slots::take, Exceeded); the sidecar holds the slots, the proxies ask
 //! sweep/        one pass: judging the ledger and every provider (mod.rs); failure.rs (what
 //!               the ledger or the fleet store could not do); service.rs (--every,
 //!               adoption, the sweep lock); fleet.rs (`sweep --fleet`: the fleet store's
@@ -87,10 +89,12 @@
 //!   proxied, one file beside `src/proxy/cloud/e2b.rs` and `daytona.rs` (its routes, its
 //!   stamp, its error shape). The emulator its tests run against goes in
 //!   `tests/support/`, its tests in `tests/providers/`.
-//! - **Add a limit to the create path**: the *decide* step of `src/proxy/create.rs` (both
-//!   proxies run it), refusing with a new variant of `Refusal` in `src/proxy/refusal.rs`,
-//!   which each API words in its own error shape (`proxy::docker::forward`'s and
-//!   `proxy::cloud`'s `refused`).
+//! - **Add a limit to the create path**: a field of `Limits` and a check in `Slots::take`
+//!   with a new variant of `Exceeded` (`src/budget/mod.rs`), its key in `src/config/file.rs`
+//!   and its flag in `src/cli/run.rs`'s `Limits`; the *decide* step of `src/proxy/create.rs`
+//!   (both proxies run it) asks the sidecar for the slot and refuses with
+//!   `Refusal::Limit` (`src/proxy/refusal.rs`), which each API words in its own error shape
+//!   (`proxy::docker::forward`'s and `proxy::cloud`'s `refused`).
 //! - **Add a sweep rule**: a session's verdict is `ownership::judge_session` and a sandbox's
 //!   is `ownership`'s one judgement (`src/ownership/mod.rs`, its reasons in `verdict.rs`);
 //!   the sweep (`src/sweep/mod.rs`) acts on them and prints their reason as given, so a rule

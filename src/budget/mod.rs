@@ -58,13 +58,13 @@ impl fmt::Display for Exceeded {
         match self {
             Exceeded::Sandboxes { limit, alive } => write!(
                 f,
-                "limit `sandboxes` reached: this session may have {limit} sandboxes at once, \
-                 and has {alive}; nothing was created"
+                "limit `sandboxes` reached (at most {limit} alive at once; this session has \
+                 {alive}); nothing was created"
             ),
             Exceeded::Creates { limit, made } => write!(
                 f,
-                "limit `creates` reached: this session may create {limit} sandboxes, and has \
-                 created {made}; nothing was created"
+                "limit `creates` reached (at most {limit} over the session; this session \
+                 created {made}); nothing was created"
             ),
         }
     }

@@ -311,3 +311,32 @@ fn the_plugin_example_and_its_config_work() {
         "an unlabelled sandbox is never touched"
     );
 }
+
+/// The Budgets chapter's limit, as written: the second `docker run` is refused with the
+/// proxy's message, and the session made exactly one container.
+#[test]
+fn the_budget_snippet_refuses_the_second_run() {
+    busybox();
+    let _g = shared();
+    let s = Scratch::new("readme-budget");
+    let out = Command::new("sh")
+        .args(["-c", &block("budget-flags")])
+        .envs(sandguard(&s).get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .env("PATH", path_with_sandguard())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("sandguard: limit `sandboxes` reached"),
+        "the docker CLI shows the limit:\n{stderr}"
+    );
+    let made = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(made.lines().count(), 1, "one container was made: {made}");
+    let id = made.trim();
+    eventually(
+        Duration::from_secs(10),
+        "the one container is reclaimed when the program ends",
+        || !container_exists(id),
+    );
+}
