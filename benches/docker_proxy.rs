@@ -4,6 +4,12 @@
 //! kept-alive connection as Docker clients use them. Prints median and p99 per request for
 //! both and the added median.
 //!
+//! Then P7 for creates: 200 `POST /containers/create` each straight to the daemon, through a
+//! proxy without limits and through one with limits on (`--max-sandboxes`, `--max-creates`:
+//! each create then takes a journaled slot first), interleaved; the added median of each.
+//! The containers (created, never started, labelled `sandguard-bench=create`) are removed at
+//! the end.
+//!
 //! Run: `cargo bench --bench docker_proxy` (needs `docker info` to work; the daemon at
 //! `DOCKER_HOST` if it is a `unix://` address, else `/var/run/docker.sock`).
 //! `REQUESTS=5000 cargo bench --bench docker_proxy` for more.
@@ -47,6 +53,7 @@ fn main() {
         p.push(proxied.call(LIST, 200));
     }
     stop(sidecar);
+    let creates = creates(&daemon, &state, requests / 5);
     let _ = std::fs::remove_dir_all(&state);
 
     let (dm, pm) = (pct(&mut d, 50), pct(&mut p, 50));
@@ -65,4 +72,62 @@ fn main() {
         "  added by the proxy (median): {:.3} ms",
         ms(pm.saturating_sub(dm))
     );
+    println!("{creates}");
+}
+
+/// The create of a container that is never started, marked for the clean-up.
+const CREATE: &str = r#"{"Image":"sandguard-test/busybox:latest","Cmd":["true"],"Labels":{"sandguard-bench":"create"},"HostConfig":{"NetworkMode":"none"}}"#;
+
+/// P7 for creates: `n` each direct, through a proxy, and through a proxy with limits on.
+fn creates(daemon: &str, state: &std::path::Path, n: usize) -> String {
+    let request = format!(
+        "POST /containers/create HTTP/1.1\r\nHost: docker\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{CREATE}",
+        CREATE.len()
+    );
+    let sidecar = |limits: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sandguard"));
+        cmd.env("XDG_STATE_HOME", state)
+            .env("DOCKER_HOST", format!("unix://{daemon}"))
+            .env_remove("SANDGUARD_CONFIG");
+        // Flags after `watch`, which `proxy_sidecar` puts first: given through the config.
+        let config = state.join(format!("limits{}.toml", limits.len()));
+        std::fs::write(&config, limits.join("\n")).expect("config");
+        cmd.env("SANDGUARD_CONFIG", &config);
+        proxy_sidecar(cmd, "--docker-proxy", "DOCKER_HOST")
+    };
+    let (plain, plain_at) = sidecar(&[]);
+    let (limited, limited_at) = sidecar(&["[limits]", "sandboxes = 1000000", "creates = 1000000"]);
+    let mut direct = Client::unix(daemon);
+    let mut through = Client::unix(&plain_at);
+    let mut limits = Client::unix(&limited_at);
+    let (mut d, mut p, mut l) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..n + 10 {
+        let (a, b, c) = (
+            direct.call(request.as_bytes(), 201),
+            through.call(request.as_bytes(), 201),
+            limits.call(request.as_bytes(), 201),
+        );
+        if i >= 10 {
+            d.push(a);
+            p.push(b);
+            l.push(c);
+        }
+    }
+    stop(plain);
+    stop(limited);
+    let _ = Command::new("sh")
+        .args([
+            "-c",
+            "docker rm -f $(docker ps -aq --filter label=sandguard-bench=create) >/dev/null 2>&1",
+        ])
+        .status();
+    let (dm, pm, lm) = (pct(&mut d, 50), pct(&mut p, 50), pct(&mut l, 50));
+    format!(
+        "POST /containers/create, {n} each, interleaved:\n  direct: median {:.3} ms\n  proxy: median {:.3} ms (added {:.3} ms)\n  proxy with limits on: median {:.3} ms (added {:.3} ms; P7 goal < 1 ms)",
+        ms(dm),
+        ms(pm),
+        ms(pm.saturating_sub(dm)),
+        ms(lm),
+        ms(lm.saturating_sub(dm)),
+    )
 }
