@@ -259,3 +259,81 @@ fn the_daytona_sdk_gets_its_own_error_at_max_creates_though_none_is_alive() {
     );
     kill(child);
 }
+
+/// A `watch` sidecar for `owner` and `session` with the Docker proxy and `--max-sandboxes`;
+/// returns it and its proxy's `DOCKER_HOST`.
+fn limited_sidecar(s: &Scratch, owner: u32, session: &str) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = sandguard(s)
+        .args(["watch", "--docker-proxy", "--max-sandboxes", "3"])
+        .args(["--owner-pid", &owner.to_string(), "--session", session])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let host = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("DOCKER_HOST="))
+        .unwrap_or_else(|| panic!("no DOCKER_HOST on {line:?}"))
+        .to_string();
+    (child, host)
+}
+
+/// `docker create` through `host`: whether it made a container, and what the CLI said.
+fn create_through(host: &str) -> (bool, String) {
+    let out = std::process::Command::new("docker")
+        .env("DOCKER_HOST", host)
+        .args(["create", "--network", "none", IMAGE, "true"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.success(), said)
+}
+
+/// A sidecar killed between a limit's decision and the create's answer leaves its slot open
+/// in the journal; the restarted sidecar counts it, and what the session held, from there.
+#[test]
+fn a_restarted_sidecar_counts_on_from_the_journal_an_open_slot_included() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("limit-restart");
+    let session = format!("limits{}", unique());
+    let mut owner = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .unwrap();
+    let (mut first, host) = limited_sidecar(&s, owner.id(), &session);
+    let (made, said) = create_through(&host);
+    assert!(made, "{said}");
+    first.kill().unwrap();
+    first.wait().unwrap();
+    // What a sidecar killed right after journaling a slot leaves: a `slot` without its end.
+    let path = s
+        .path()
+        .join("state/sandguard/sessions")
+        .join(format!("{session}.journal"));
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text.push_str(r#"{"t":1,"ev":"slot","provider":"docker","n":9}"#);
+    text.push('\n');
+    std::fs::write(&path, text).unwrap();
+
+    let (mut second, host) = limited_sidecar(&s, owner.id(), &session);
+    let (made, said) = create_through(&host);
+    assert!(made, "1 held + 1 open slot leave one of 3: {said}");
+    let (made, said) = create_through(&host);
+    assert!(!made, "the fourth would pass the limit");
+    assert!(said.contains("limit `sandboxes` reached"), "{said}");
+    assert_eq!(session_containers(&session).len(), 2);
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    second.wait().unwrap();
+    assert!(
+        session_containers(&session).is_empty(),
+        "both are reclaimed"
+    );
+}
