@@ -158,3 +158,30 @@ try {
   assert.deepEqual(said.kept, said.outcome, "the outcome is kept on the guard too");
   assert.match(program.stderrText, /the reclaim after bye left \d+: e2b\//);
 });
+
+// argv: CONFIG. The second create is over guard({ maxSandboxes: 1 }).
+const LIMITED = `
+import { guard } from "sandguard";
+const g = await guard({ cloudProxy: true, config: process.argv[2], renewEvery: null, maxSandboxes: 1 });
+const { Sandbox } = await import("e2b");
+const first = await Sandbox.create();
+let refused = null;
+try {
+  await Sandbox.create();
+} catch (e) {
+  refused = { name: e.name, message: String(e.message) };
+}
+const outcome = await g.close();
+console.log(JSON.stringify({ id: first.sandboxId, refused, state: outcome.state }));
+`;
+
+test("guard({ maxSandboxes: 1 }): the E2B SDK's second create rejects with the proxy's message, and close() deletes the one it made", async () => {
+  const { config, env } = setup();
+  const out = await run("e2b-limited.mjs", LIMITED, env, [config]);
+  assert.equal(out.code, 0, out.stderr);
+  const said = JSON.parse(out.stdout.trim());
+  assert.ok(said.refused, out.stdout);
+  assert.match(said.refused.message, /sandguard: refused a e2b sandbox create: limit `sandboxes` reached/);
+  assert.equal(said.state, "clean", out.stdout);
+  assert.equal(await sandbox(said.id), null, "close() deleted the one it made");
+});

@@ -154,3 +154,42 @@ def test_docker_sdk_volume_create_of_an_existing_volume_leaves_it_alone(tmp_path
                            stderr=subprocess.DEVNULL)
         subprocess.run(["docker", "volume", "rm", "-f", name], stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
+
+
+LIMITED = r'''
+import json, os
+import docker
+import sandguard
+
+IMAGE = "sandguard-test/busybox:latest"
+with sandguard.guard(docker_proxy=True, max_sandboxes=1, renew_every=None) as g:
+    client = docker.from_env()
+    first = client.containers.create(IMAGE, ["true"], network_mode="none")
+    try:
+        client.containers.create(IMAGE, ["true"], network_mode="none")
+        refused = None
+    except docker.errors.APIError as e:
+        refused = {"status": e.status_code, "explanation": str(e.explanation)}
+    made = [c.id for c in client.containers.list(
+        all=True, filters={"label": "sandguard.session=" + g.session})]
+print(json.dumps({"first": first.id, "refused": refused, "made": made,
+                  "state": g.outcome.state}), flush=True)
+'''
+
+
+def test_docker_py_gets_an_api_error_at_max_sandboxes_from_the_helper(tmp_path, docker_sdk, env,
+                                                                      docker_ready):
+    """`sandguard.guard(max_sandboxes=1)`: docker-py's second create raises its own APIError
+    (403) with the proxy's message, the daemon made one container, and `bye` reclaims it."""
+    script = tmp_path / "limited.py"
+    script.write_text(LIMITED)
+    out = subprocess.run([str(docker_sdk / "bin" / "python"), str(script)], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    info = json.loads(out.stdout)
+    assert info["refused"] is not None, info
+    assert info["refused"]["status"] == 403, info
+    assert "sandguard: limit `sandboxes` reached" in info["refused"]["explanation"], info
+    assert info["made"] == [info["first"]], info
+    assert info["state"] == "clean", info
+    assert inspect_label("container", info["first"]) is None, "bye reclaimed it"

@@ -60,6 +60,8 @@ class Guard:
         docker_proxy: bool = False,
         cloud_proxy: bool = False,
         strict: bool = False,
+        max_sandboxes: Optional[int] = None,
+        max_creates: Optional[int] = None,
     ) -> None:
         self.pid = os.getpid()
         self._binary = binary or find_binary()
@@ -76,6 +78,9 @@ class Guard:
         self.outcome: Optional[Outcome] = None
         self._env: Dict[str, str] = {}
         flags = ["--docker-proxy"] * bool(docker_proxy) + ["--cloud-proxy"] * bool(cloud_proxy)
+        for flag, limit in (("--max-sandboxes", max_sandboxes), ("--max-creates", max_creates)):
+            if limit is not None:
+                flags += [flag, str(int(limit))]
         self._control, self._stdout, ready = spawn(
             self._binary, self.session, self.pid, self._owner, config, grace, ready_timeout,
             flags,
@@ -343,6 +348,8 @@ def guard(
     docker_proxy: bool = False,
     cloud_proxy: bool = False,
     strict: bool = False,
+    max_sandboxes: Optional[int] = None,
+    max_creates: Optional[int] = None,
 ) -> Guard:
     """Start a sidecar guarding this process; use as ``with sandguard.guard() as g:``.
 
@@ -361,6 +368,11 @@ def guard(
             addresses are exported as the ready line names them (``E2B_API_URL``, ...).
         strict: ``close()`` (and the end of the ``with`` block) raises
             :class:`ReclaimIncomplete` when the reclaim left something.
+        max_sandboxes: at most this many sandboxes alive at once (``--max-sandboxes``); a
+            create through the proxies over it fails in the client's own error, whose message
+            starts ``sandguard: limit `sandboxes` reached``.
+        max_creates: at most this many sandboxes created over the guard's life
+            (``--max-creates``).
 
     Raises:
         SandguardError: the sidecar could not be started or did not become ready.
@@ -375,6 +387,8 @@ def guard(
         docker_proxy=docker_proxy,
         cloud_proxy=cloud_proxy,
         strict=strict,
+        max_sandboxes=max_sandboxes,
+        max_creates=max_creates,
     )
 
 

@@ -94,6 +94,14 @@ export interface GuardOptions {
   cloudProxy?: boolean | "auto";
   /** `close()` rejects with {@link ReclaimIncomplete} when the reclaim left something. */
   strict?: boolean;
+  /**
+   * At most this many sandboxes alive at once (`--max-sandboxes`): a create through the
+   * proxies over it fails in the client's own error, whose message starts
+   * `sandguard: limit \`sandboxes\` reached`.
+   */
+  maxSandboxes?: number;
+  /** At most this many sandboxes created over the guard's life (`--max-creates`). */
+  maxCreates?: number;
 }
 
 /** `PROVIDER ID`, checked as the sidecar's parser checks it (src/protocol.rs). */
@@ -504,6 +512,12 @@ export async function guard(options: GuardOptions = {}): Promise<Guard> {
   ] as const) {
     if (when === true) argv.push(flag);
     else if (when === "auto") argv.push(`${flag}=auto`);
+  }
+  for (const [flag, limit] of [
+    ["--max-sandboxes", options.maxSandboxes],
+    ["--max-creates", options.maxCreates],
+  ] as const) {
+    if (limit !== undefined) argv.push(flag, String(Math.trunc(limit)));
   }
   const [control, out] = fifos(2);
   const reader = new LineReader(out.read);
