@@ -28,7 +28,7 @@
 //!               detach from the terminal of `sandguard watch`)
 //! proxy/        the two API proxies: docker/ (the Docker Engine API on a private socket) and
 //!               cloud/ (E2B and Daytona on loopback, one file per API); what both share:
-//!               create.rs (the one create pipeline: read → stamp → decide → forward →
+//!               create.rs (the one create pipeline: read → decide → stamp → forward →
 //!               claim), refusal.rs (why a proxy answers itself), stamp.rs, claim.rs (a claim
 //!               handed to the sidecar and acknowledged, and a create's slot asked for),
 //!               accept.rs, tasks.rs, path.rs, headers.rs, json.rs

@@ -3,17 +3,18 @@
 //! 1. **read**: the create body, whole, at most [`MAX_CREATE_BODY`] ([`Refusal::TooLarge`]
 //!    over it, [`Refusal::Unreadable`] when it cannot be read): a body is stamped whole or not
 //!    passed on at all;
-//! 2. **stamp**: the API's own step ([`Creates::stamp`]): the session's labels merged into the
+//! 2. **decide**: a create of a sandbox ([`Creates::counted`]) takes a slot under the
+//!    session's limits from the sidecar ([`super::claim::slot`], [`crate::budget`]), decided
+//!    one at a time and journaled before the create goes on (and before it is stamped: the
+//!    Docker proxy's stamp makes a container's named volumes, which a refused create must
+//!    not leave); over a limit it is refused ([`Refusal::Limit`]). A refusal here, as at every step, creates nothing and claims
+//!    nothing. The slot's end is told after the answer: made, or given back when the create
+//!    failed (an answer not `2xx`, or no answer);
+//! 3. **stamp**: the API's own step ([`Creates::stamp`]): the session's labels merged into the
 //!    body's label map as the service reads it, what the create asks the session to hold
 //!    ([`Hold`]), and what the claim will need; whatever must exist first is made here (the
 //!    Docker proxy's named volumes, labelled and claimed). A body that cannot be stamped is
-//!    refused ([`Refusal::Unstampable`]), never passed on unstamped;
-//! 3. **decide**: a create of a sandbox ([`Creates::counted`]) takes a slot under the
-//!    session's limits from the sidecar ([`super::claim::slot`], [`crate::budget`]), decided
-//!    one at a time and journaled before the create goes on; over a limit it is refused
-//!    ([`Refusal::Limit`]). A refusal here, as at every step, creates nothing and claims
-//!    nothing. The slot's end is told after the answer: made, or given back when the create
-//!    failed (an answer not `2xx`, or no answer);
+//!    refused ([`Refusal::Unstampable`]; its slot given back), never passed on unstamped;
 //! 4. **forward**: the stamped body sent on with a fresh `Content-Length`
 //!    ([`Creates::forward`]); an answer that is not `2xx` goes back as it came, errors
 //!    included;
@@ -116,7 +117,8 @@ pub(crate) async fn create<C: Creates>(
     body: Incoming,
 ) -> Result<Response<Body>, Refusal> {
     let body = read(body).await?;
-    let stamped = api.stamp(&body).await?;
+    // Decided before stamping: the Docker proxy's stamp makes a container's named volumes,
+    // which a refused create must not leave behind.
     let slot = match api.counted() {
         Some(provider) => super::claim::slot(api.claims(), provider)
             .await
@@ -127,6 +129,13 @@ pub(crate) async fn create<C: Creates>(
     let done = |made: bool| {
         if let Some(n) = slot {
             super::claim::slot_done(api.claims(), n, made);
+        }
+    };
+    let stamped = match api.stamp(&body).await {
+        Ok(stamped) => stamped,
+        Err(refusal) => {
+            done(false);
+            return Err(refusal);
         }
     };
     parts.headers.remove(hyper::header::TRANSFER_ENCODING);

@@ -8,7 +8,7 @@
 //!
 //! What both share lives here, once:
 //!
-//! - [`create`]: the one create pipeline (read → stamp → decide → forward → claim) both run,
+//! - [`create`]: the one create pipeline (read → decide → stamp → forward → claim) both run,
 //!   each API filling in its steps ([`create::Creates`]); [`refusal`]: why a proxy answers a
 //!   request itself, one typed value each API words in its own error shape;
 //! - [`tasks`]: the tasks a connection spawns, owned by the connection;

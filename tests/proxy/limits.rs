@@ -50,12 +50,13 @@ fn a_create_over_max_sandboxes_is_refused_in_the_docker_cli_and_nothing_is_made(
     let _g = shared();
     let s = Scratch::new("limit-sandboxes");
     let out = s.path();
+    let u = unique();
     let script = format!(
         r#"set -e
 c1=$(docker create --network none {IMAGE} true)
 c2=$(docker create --network none {IMAGE} true)
 n=$(docker ps -aq --filter "label=sandguard.session=$SANDGUARD_SESSION" | wc -l)
-if docker create --network none {IMAGE} true > {out}/third 2> {out}/err; then rc=0; else rc=$?; fi
+if docker create --network none -v sg-limit-{u}:/data {IMAGE} true > {out}/third 2> {out}/err; then rc=0; else rc=$?; fi
 n3=$(docker ps -aq --filter "label=sandguard.session=$SANDGUARD_SESSION" | wc -l)
 docker rm "$c1" > /dev/null
 c4=$(docker create --network none {IMAGE} true)
@@ -63,7 +64,8 @@ printf '%s\n' "$SANDGUARD_SESSION" "$rc" "$n" "$n3" "$c2" "$c4" > {out}/done.tmp
 mv {out}/done.tmp {out}/done
 exec sleep 3600
 "#,
-        out = out.display()
+        out = out.display(),
+        u = u,
     );
     let lines = limited(&s, &["--max-sandboxes", "2"], &script);
     let [session, rc, before, after, c2, c4] = <[String; 6]>::try_from(lines).unwrap();
@@ -75,6 +77,10 @@ exec sleep 3600
     );
     assert_eq!(before.trim(), "2");
     assert_eq!(after.trim(), "2", "the refused create made nothing");
+    assert!(
+        !volume_exists(&format!("sg-limit-{u}")),
+        "nor the named volume it asked for"
+    );
     assert!(
         std::fs::read_to_string(out.join("third"))
             .unwrap()
