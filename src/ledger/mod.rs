@@ -35,13 +35,15 @@
 //!
 //! The pieces: `record.rs` (what a line says), `journal.rs` (writing, locking), `view.rs`
 //! (reading), `story.rs` (what happened to each sandbox, for `sessions show`), `stops.rs` (the
-//! side file of stops), `resume.rs` (a session created, or taken over by a new sidecar).
+//! side file of stops), `resume.rs` (a session created, or taken over by a new sidecar),
+//! `spend.rs` (the sandbox time each session held, and `sandguard report` across the ledger).
 
 mod cause;
 pub(crate) mod faults;
 mod journal;
 mod record;
 mod resume;
+pub(crate) mod spend;
 mod stops;
 pub(crate) mod story;
 mod view;

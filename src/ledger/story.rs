@@ -46,6 +46,10 @@
 //!   next fate is the new life's); claims and detaches carry over as they were. So
 //!   `sessions show` of a resumed session tells it active under its new owner, with what the
 //!   new sidecar watches as claimed; the earlier life is in the removals' own words.
+//! - Each sandbox's stretches of being held ([`Held`]: from its claim, detach or first pending
+//!   failure to its removal, release, stop or refusal) are kept here, where the records meet
+//!   their sandbox, so that spend ([`super::spend`]) reads the story rather than folding the
+//!   journal a second time; what counts, and until when, is decided there.
 
 use std::collections::HashMap;
 
@@ -107,6 +111,38 @@ pub struct SandboxStory {
     pub fate: Fate,
     /// Unix milliseconds of the record that decided the fate.
     pub at_ms: u64,
+    /// When the session held it, oldest first ([`Held`]); empty for a sandbox the journal
+    /// names only at its end (a reclaim's removal of a sandbox found by its label).
+    pub held: Vec<Held>,
+}
+
+/// One stretch of time the session held a sandbox: from the record that made it held (a
+/// `claim`, a `detach`, or a pending `failed`: its first sight) to the record that ended it
+/// (`removed`, `release`, a stop, `refused`); `to_ms: None` while nothing has. A `resume`
+/// carries an open stretch over, as it carries the claim. What the stretches are worth is
+/// [`super::spend`]'s to say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    /// Unix milliseconds.
+    pub from_ms: u64,
+    /// Unix milliseconds; `None`: still held as far as the journal says.
+    pub to_ms: Option<u64>,
+}
+
+/// Opens a stretch for a fate that holds the sandbox, closes the open one for a fate that ends
+/// it; a record that repeats the state (a second claim) changes nothing.
+fn hold(held: &mut Vec<Held>, fate: &Fate, t: u64) {
+    let open = held.last_mut().filter(|h| h.to_ms.is_none());
+    match (fate, open) {
+        (Fate::Claimed | Fate::Detached | Fate::Pending(_), None) => held.push(Held {
+            from_ms: t,
+            to_ms: None,
+        }),
+        (Fate::Claimed | Fate::Detached | Fate::Pending(_), Some(_)) => {}
+        // A clock stepped back between the two records counts nothing, never a negative.
+        (_, Some(h)) => h.to_ms = Some(t.max(h.from_ms)),
+        (_, None) => {}
+    }
 }
 
 /// The sandboxes of one session, in the order the journal first names them, and how the
@@ -332,6 +368,7 @@ impl Teller {
             .flatten();
         if let Some(&i) = self.index.get(&target).or(by_id) {
             let (s, told) = &mut self.sandboxes[i];
+            hold(&mut s.held, &fate, at_ms);
             s.fate = fate;
             s.at_ms = at_ms;
             *told = None;
@@ -345,6 +382,8 @@ impl Teller {
             };
             self.pinned.insert(bare, self.sandboxes.len());
         }
+        let mut held = Vec::new();
+        hold(&mut held, &fate, at_ms);
         self.sandboxes.push((
             SandboxStory {
                 target,
@@ -355,6 +394,7 @@ impl Teller {
                 },
                 fate,
                 at_ms,
+                held,
             },
             None,
         ));
