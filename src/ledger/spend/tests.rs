@@ -39,10 +39,16 @@ fn a_sandbox_counts_from_its_claim_to_its_removal_or_release() {
         99_000,
     );
     let docker = &s.by_provider["docker"];
-    assert_eq!((docker.time, docker.sandboxes, docker.alive), (secs(10), 1, 0));
+    assert_eq!(
+        (docker.time, docker.sandboxes, docker.alive),
+        (secs(10), 1, 0)
+    );
     assert_eq!(s.by_provider["e2b"].time, secs(2));
     let total = s.total();
-    assert_eq!((total.time, total.sandboxes, total.untimed), (secs(12), 2, 0));
+    assert_eq!(
+        (total.time, total.sandboxes, total.untimed),
+        (secs(12), 2, 0)
+    );
 }
 
 #[test]
@@ -55,7 +61,10 @@ fn a_held_sandbox_is_alive_until_now_and_a_detached_one_too() {
         10_000,
     );
     let total = s.total();
-    assert_eq!((total.time, total.alive, total.alive_time), (secs(14), 2, secs(14)));
+    assert_eq!(
+        (total.time, total.alive, total.alive_time),
+        (secs(14), 2, secs(14))
+    );
 }
 
 #[test]
@@ -89,7 +98,10 @@ fn a_sandbox_found_only_by_its_label_is_untimed_and_a_refused_one_not_counted() 
     );
     assert!(!s.by_provider.contains_key("acme"));
     let docker = &s.by_provider["docker"];
-    assert_eq!((docker.time, docker.sandboxes, docker.untimed), (secs(0), 1, 1));
+    assert_eq!(
+        (docker.time, docker.sandboxes, docker.untimed),
+        (secs(0), 1, 1)
+    );
 }
 
 #[test]
@@ -190,7 +202,10 @@ fn a_report_groups_by_provider_session_and_day_and_counts_each_sandbox_once() {
     );
     assert_eq!(by_provider.sessions, 2);
     let total = &by_provider.total;
-    assert_eq!((total.time, total.sandboxes, total.alive), (secs(6 * 3600), 3, 1));
+    assert_eq!(
+        (total.time, total.sandboxes, total.alive),
+        (secs(6 * 3600), 3, 1)
+    );
     assert_eq!(total.alive_time, secs(2 * 3600));
 
     let by_session = tally(&ledger(), Window::all(now), By::Session);
@@ -222,11 +237,17 @@ fn a_window_clips_the_time_and_keeps_what_is_alive() {
     let window = Window::last(Duration::from_secs(37 * 3600 + 1800), now);
     let r = tally(&ledger(), window, By::Provider);
     let total = &r.total;
-    assert_eq!((total.time, total.sandboxes, total.alive), (secs(2 * 3600 + 1800), 2, 1));
+    assert_eq!(
+        (total.time, total.sandboxes, total.alive),
+        (secs(2 * 3600 + 1800), 2, 1)
+    );
     // A window after everything of `old`: only `new` remains.
     let r = tally(&ledger(), Window::last(secs(3600), now), By::Session);
     let keys: Vec<&str> = r.rows.iter().map(|(k, _)| k.as_str()).collect();
-    assert_eq!((keys, r.sessions, r.total.time), (vec!["new"], 1, secs(3600)));
+    assert_eq!(
+        (keys, r.sessions, r.total.time),
+        (vec!["new"], 1, secs(3600))
+    );
 }
 
 #[test]
