@@ -170,6 +170,8 @@ pub mod testing {
         pub use crate::identity::Identity;
     }
     pub mod ledger {
+        pub use crate::ledger::journal::Journal;
+        pub use crate::ledger::record::Record;
         pub use crate::ledger::{fold_journal, StateDir};
     }
     pub mod protocol {

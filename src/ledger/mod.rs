@@ -40,8 +40,8 @@
 
 mod cause;
 pub(crate) mod faults;
-mod journal;
-mod record;
+pub(crate) mod journal;
+pub(crate) mod record;
 mod resume;
 pub(crate) mod spend;
 mod stops;

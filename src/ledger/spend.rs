@@ -178,10 +178,14 @@ fn tally(histories: &[(SessionView, Story)], window: Window, by: By) -> Report {
             any = true;
             let mut once = Share::default();
             for (key, share) in pieces {
-                let i = *index.entry(key.clone()).or_insert_with(|| {
-                    rows.push((key, Share::default()));
-                    rows.len() - 1
-                });
+                let i = match index.get(&key) {
+                    Some(&i) => i,
+                    None => {
+                        index.insert(key.clone(), rows.len());
+                        rows.push((key, Share::default()));
+                        rows.len() - 1
+                    }
+                };
                 rows[i].1.add(&share);
                 once.time += share.time;
                 once.alive_time += share.alive_time;
