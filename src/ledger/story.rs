@@ -169,13 +169,24 @@ pub struct Resumed {
 
 /// Reads the story of a journal's text and its side file of stops (empty when none);
 /// unreadable lines are skipped (the view counts the journal's).
+#[cfg(test)]
 pub(crate) fn tell(journal: &[u8], stops: &[u8]) -> Story {
-    let entries = |text: &[u8]| -> Vec<Entry> {
-        text.split(|&b| b == b'\n')
-            .filter(|l| !l.is_empty())
-            .filter_map(|l| Entry::decode(l).ok())
-            .collect()
-    };
+    tell_decoded(entries(journal), stops)
+}
+
+fn entries(text: &[u8]) -> Vec<Entry> {
+    text.split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .filter_map(|l| Entry::decode(l).ok())
+        .collect()
+}
+
+/// The story of a journal already decoded (by the view's rules, `view::decode`: a torn last
+/// line is left out), and of its side file of stops. [`StateDir::read_history`] tells every
+/// story this way; `tell`, from the text, is the unit tests'.
+///
+/// [`StateDir::read_history`]: super::StateDir::read_history
+pub(super) fn tell_decoded(journal: Vec<Entry>, stops: &[u8]) -> Story {
     let stops: Vec<Entry> = entries(stops)
         .into_iter()
         .filter(|e| matches!(e.record, Record::Stopped { .. }))
@@ -183,7 +194,7 @@ pub(crate) fn tell(journal: &[u8], stops: &[u8]) -> Story {
     let mut teller = Teller::default();
     // A merge, not a sort: a clock stepped back never reorders the journal's own records.
     let mut stops = stops.into_iter().peekable();
-    for entry in entries(journal) {
+    for entry in journal {
         while let Some(stop) = stops.next_if(|s| s.t < entry.t) {
             teller.apply(stop);
         }
