@@ -648,6 +648,7 @@ fn write_journals(state: &std::path::Path, n: usize) {
                 provider: "docker".into(),
                 id: format!("network/{i:012x}"),
                 outcome: "removed".into(),
+                at: None,
             },
         ];
         for record in &records {
@@ -659,6 +660,7 @@ fn write_journals(state: &std::path::Path, n: usize) {
                     provider: "docker".into(),
                     id: format!("{i:012x}"),
                     outcome: "gone".into(),
+                    at: None,
                 })
                 .expect("write");
         }

@@ -8,6 +8,10 @@
 //!   `refused`). This module only decides what those stretches are worth, so a rule about
 //!   which record ends a sandbox is written once, in the story, for `sessions show` and spend
 //!   alike.
+//! - **To the removal itself.** A reclaim journals its outcomes once it is over, its settle
+//!   pass included (2 s after the removals, for a sidecar), so each `removed` record carries
+//!   `at`, when the provider said it was removed, and the story ends the stretch there; a
+//!   journal written before `at` existed is timed by the record, up to the settle late.
 //! - **From first sight.** A sandbox's time starts at the first record that names it as held.
 //!   A sandbox the journal names only at its removal (found by a reclaim's listing of the
 //!   session's label, never claimed) has no known start: it is counted as *untimed*

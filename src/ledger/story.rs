@@ -250,11 +250,13 @@ impl Teller {
             Record::Resume { pid, .. } => return self.resume(pid, t),
             Record::ReclaimStart { cause } => return self.reclaim_start(cause),
             Record::End { state } => return self.end(state),
+            // Timed by when the provider said so, where the reclaim journaled it.
             Record::Removed {
                 provider,
                 id,
                 outcome,
-            } => return self.removed(Target { provider, id }, outcome == "gone", t),
+                at,
+            } => return self.removed(Target { provider, id }, outcome == "gone", at.unwrap_or(t)),
             Record::Stopped {
                 provider,
                 id,

@@ -257,3 +257,18 @@ fn days_are_cut_at_utc_midnight() {
     assert_eq!(days(DAY, DAY), [(DAY, DAY)]);
     assert_eq!(day_of(DAY), "1970-01-02");
 }
+
+#[test]
+fn a_removal_is_timed_by_when_the_provider_said_so_not_by_the_reclaims_end() {
+    // The reclaim journals its outcomes after its settle pass, 2 s after the removal.
+    let s = spend(
+        &[
+            r#"{"t":2000,"ev":"claim","provider":"docker","id":"a"}"#,
+            r#"{"t":5000,"ev":"reclaim_start","cause":"owner_exited"}"#,
+            r#"{"t":7100,"ev":"removed","provider":"docker","id":"a","outcome":"removed","at":5100}"#,
+            r#"{"t":7100,"ev":"end","state":"reclaimed"}"#,
+        ],
+        100_000,
+    );
+    assert_eq!(s.total().time, Duration::from_millis(3100));
+}
