@@ -17,10 +17,15 @@
 //!    takes them; the wall time until the last one is journaled, and the sidecar's CPU time
 //!    (goal: linear, a claim costs the same at 100 000 as at 5 000).
 //!
+//! 5. **A report over 10 000 sessions**: 10 000 journals written through the library's journal
+//!    writer into a scratch state directory (each with claims, a release and a removal, one
+//!    in four still holding a sandbox), then `sandguard report --json` over them: its wall
+//!    time (goal: under 1 s).
+//!
 //! Run: `cargo bench --bench suite` (needs the daemon and test image from `tests/run.sh`).
 //! `SIZES=10,50` picks the throughput sizes and `ROUNDS=5` the rounds per size (default 3: each
 //! round measures sandguard and `docker rm -f` in turn, the CLI first in every other round, and
-//! the median ratio is reported beside every round's); `ONLY=claims` runs one part (idle, claims, sweep, throughput).
+//! the median ratio is reported beside every round's); `ONLY=claims` runs one part (idle, claims, sweep, throughput, report).
 //! `BEFORE=/path/to/an/older/sandguard` also measures that binary's reclaim at each size, in
 //! the same rounds against the same `docker rm -f`, marked `before`.
 
@@ -44,7 +49,7 @@ fn main() {
     let exe = env!("CARGO_BIN_EXE_sandguard");
     let scratch = std::env::temp_dir().join(format!("sandguard-suite-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).expect("scratch");
-    // `ONLY=claims` (or idle, sweep, throughput) runs one part.
+    // `ONLY=claims` (or idle, sweep, throughput, report) runs one part.
     let only = std::env::var("ONLY").ok();
     let run = |part: &str| only.as_deref().is_none_or(|o| o == part);
     if run("idle") {
@@ -58,6 +63,9 @@ fn main() {
     }
     if run("throughput") {
         throughput(exe, &scratch);
+    }
+    if run("report") {
+        report_scale(exe, &scratch);
     }
     let _ = std::fs::remove_dir_all(&scratch);
 }
@@ -607,4 +615,91 @@ fn wait_alone(child: std::process::Child) -> (i32, f64, i64) {
         secs(usage.ru_utime) + secs(usage.ru_stime),
         usage.ru_maxrss,
     )
+}
+
+/// Writes `n` sessions' journals into the state directory `state` through the library's
+/// journal writer (unsynced: the figure is the reader's, not the disk's).
+fn write_journals(state: &std::path::Path, n: usize) {
+    use sandguard::testing::ledger::{Record, StateDir};
+    let dir = StateDir::open(state).expect("state directory");
+    let claim = |provider: &str, id: String| Record::Claim {
+        provider: provider.into(),
+        id,
+    };
+    for i in 0..n {
+        let start = Record::Start {
+            owner: "aaaaaaaaaaaaaaaa-bbbbbbbbbbbbbbbb-1-1".into(),
+            pid: 1,
+            grace_ms: 5_000,
+            labels: Default::default(),
+        };
+        let mut journal = dir
+            .create_session_unsynced(&format!("report{i:05}"), start)
+            .expect("journal");
+        let records = [
+            claim("docker", format!("{i:012x}")),
+            claim("e2b", format!("sbx{i}")),
+            claim("docker", format!("network/{i:012x}")),
+            Record::Release {
+                provider: "e2b".into(),
+                id: format!("sbx{i}"),
+            },
+            Record::Removed {
+                provider: "docker".into(),
+                id: format!("network/{i:012x}"),
+                outcome: "removed".into(),
+                at: None,
+            },
+        ];
+        for record in &records {
+            journal.write(record).expect("write");
+        }
+        if i % 4 != 0 {
+            journal
+                .write(&Record::Removed {
+                    provider: "docker".into(),
+                    id: format!("{i:012x}"),
+                    outcome: "gone".into(),
+                    at: None,
+                })
+                .expect("write");
+        }
+    }
+}
+
+fn report_scale(exe: &str, scratch: &std::path::Path) {
+    let n = 10_000;
+    let home = scratch.join("report");
+    let state = home.join("sandguard");
+    write_journals(&state, n);
+    let config = scratch.join("report.toml");
+    std::fs::write(&config, "").expect("config");
+    let mut times = Vec::new();
+    let mut sessions = 0;
+    for _ in 0..3 {
+        let started = Instant::now();
+        let out = Command::new(exe)
+            .args(["report", "--json", "--by", "session"])
+            .env("SANDGUARD_CONFIG", &config)
+            .env("XDG_STATE_HOME", &home)
+            .output()
+            .expect("report");
+        times.push(started.elapsed());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        sessions = v["sessions"].as_u64().unwrap_or(0);
+    }
+    report::record(
+        "report over 10 000 sessions (cargo bench --bench suite)",
+        &format!(
+            "`sandguard report --json --by session` over {n} journals ({sessions} sessions \
+             counted): median wall time {:.3} s of 3 runs (goal < 1 s)",
+            median(&times).as_secs_f64()
+        ),
+    );
+    let _ = std::fs::remove_dir_all(&home);
 }

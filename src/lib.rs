@@ -11,7 +11,8 @@
 //! main.rs       args → logging → cli → exit code
 //! cli/          one file per subcommand: parses its args, makes Settings, calls the library
 //!               once and prints what it answers; error.rs (one Error, one exit code mapping);
-//!               watch/terminal.rs (the sidecar's words on the wrapper's stderr)
+//!               watch/terminal.rs (the sidecar's words on the wrapper's stderr); report.rs
+//!               (`sandguard report`: the ledger's spend, printed)
 //! wrapper/      `sandguard -- CMD` as a library service: mod.rs (the session made and handed
 //!               to its sidecar, CMD exec'd with the session's variables; WrapError), init.rs
 //!               (the wrapper as pid 1: CMD forked, signals forwarded, orphans reaped, the
@@ -61,7 +62,10 @@
 //!               proto/modal.proto), plugin/ (any executable speaking JSON)
 //! ledger/       the state directory: journals, locks, the boots this machine ran, pruning;
 //!               cause.rs (EndCause: why a session ended, journaled on reclaim_start),
-//!               view.rs (a journal folded), story.rs (a journal told as a history),
+//!               view.rs (a journal folded), story.rs (a journal told as a history, each
+//!               sandbox's held stretches with it), spend.rs (sandbox time per session and
+//!               provider, from the story; `report` across the ledger, which cli/report.rs
+//!               prints),
 //!               faults.rs (tests: writes that fail as a process dying there, or a full disk,
 //!               would leave them)
 //! protocol/     control lines (and their bounded reader), the sidecar's ready line, the
@@ -175,6 +179,8 @@ pub mod testing {
         pub use crate::identity::Identity;
     }
     pub mod ledger {
+        pub use crate::ledger::journal::Journal;
+        pub use crate::ledger::record::Record;
         pub use crate::ledger::{fold_journal, StateDir};
     }
     pub mod protocol {

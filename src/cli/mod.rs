@@ -2,7 +2,7 @@
 //! that resolves what the user typed into library calls and turns the results into output and
 //! an exit code.
 //!
-//! Exit codes for `ps`, `stop`, `sweep`, `sessions` and `providers`: 0 clean; 1 a provider
+//! Exit codes for `ps`, `stop`, `sweep`, `sessions`, `report` and `providers`: 0 clean; 1 a provider
 //! could not be queried, a target was not found or something could not be removed; 2 bad
 //! usage or bad config. Every subcommand returns `Result<Exit, Error>` and [`Error::exit`] is
 //! the one mapping from an error to a code. The wrapper exits with CMD's own status, or
@@ -15,6 +15,7 @@ mod fast;
 mod output;
 mod providers;
 mod ps;
+mod report;
 mod run;
 mod sessions;
 mod show;
@@ -76,6 +77,8 @@ enum Command {
     Providers(providers::Args),
     /// Show the sessions in the local ledger
     Sessions(sessions::Args),
+    /// Sandbox time spent across the local ledger, with the sandboxes still alive
+    Report(report::Args),
     /// Find and reclaim what escaped: dead owners, dead sidecars, expired TTLs, pending work
     Sweep(sweep::Args),
     /// Tell this session's sidecar that a sandbox is ours (inside `sandguard -- CMD`)
@@ -243,6 +246,7 @@ fn dispatch(command: Command, settings: &Settings) -> Result<Exit, Error> {
             }
         }
         Command::Sessions(args) => return sessions::run(args, settings),
+        Command::Report(args) => return report::run(args, settings),
         _ => {}
     }
     let registry = Registry::from_settings(settings);

@@ -18,6 +18,13 @@
 //! `clean`; anything else is bad usage, exit 2). What `sandguard stop` removed by hand is no
 //! longer held: `HELD` and `claims` leave it out ([`held`]).
 //!
+//! Decision (the spend column): `SPEND` is the session's sandbox time
+//! ([`crate::ledger::spend`]: each sandbox from its claim, or first sight, to its removal or
+//! release; the alive ones until now, counted in brackets), as `sandguard report` counts it;
+//! `--json` has it as `spend` (seconds as numbers, and `by_provider`). Telling it reads each
+//! listed session's story, as `sessions show` does: only the rows shown, so a terminal's 20
+//! rows cost 20 reads. `--fleet` has no spend: the store does not keep it yet.
+//!
 //! `sandguard sessions --prune [--older-than D]` deletes the sessions that ended (reclaimed or
 //! clean) more than D ago (default: `[sweep] prune_after`, 7 days), as every sweep does; a
 //! pending session, or one whose sidecar lives, is never deleted.
@@ -35,6 +42,7 @@ use super::output::{self, sanitize, Exit};
 use super::Error;
 use crate::config::Settings;
 use crate::identity::Liveness;
+use crate::ledger::spend::{Share, Spend};
 use crate::ledger::{SessionState, SessionView, StateDir};
 use crate::timefmt;
 
@@ -106,6 +114,11 @@ pub(super) struct SessionJson {
     started_at: String,
     claims: Vec<ClaimJson>,
     pending: Vec<ClaimJson>,
+    /// Sandbox time ([`crate::ledger::spend`]), alive sandboxes counted until now.
+    spend: super::report::SpendJson,
+    /// The spend's total, for the table.
+    #[serde(skip)]
+    total: Share,
 }
 
 #[derive(Serialize)]
@@ -161,7 +174,10 @@ pub(super) fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
     let rows: Vec<SessionJson> = views
         .into_iter()
         .take(limit)
-        .map(|v| row(held(&state, v), &judge))
+        .map(|v| {
+            let spend = spend_of(&state, &v);
+            row(held(&state, v), &spend, &judge)
+        })
         .collect();
     if args.json {
         output::emit_json(&serde_json::json!({ "sessions": rows, "not_shown": not_shown }));
@@ -194,7 +210,23 @@ pub(super) fn held(state: &StateDir, mut view: SessionView) -> SessionView {
     view
 }
 
-pub(super) fn row(v: crate::ledger::SessionView, judge: &crate::identity::Judge) -> SessionJson {
+/// The session's spend from its journal and side file of stops, until now; a session whose
+/// history cannot be read (its view was) shows none, with a warning.
+fn spend_of(state: &StateDir, view: &SessionView) -> Spend {
+    match state.read_history(&view.id) {
+        Ok((view, story)) => Spend::of(&view, &story, crate::ledger::now_ms()),
+        Err(e) => {
+            tracing::warn!("session {}: {e}", view.id);
+            Spend::default()
+        }
+    }
+}
+
+pub(super) fn row(
+    v: crate::ledger::SessionView,
+    spend: &Spend,
+    judge: &crate::identity::Judge,
+) -> SessionJson {
     let targets = |set: &mut dyn Iterator<Item = &crate::protocol::Target>| -> Vec<ClaimJson> {
         set.map(|t| ClaimJson {
             provider: t.provider.clone(),
@@ -215,6 +247,8 @@ pub(super) fn row(v: crate::ledger::SessionView, judge: &crate::identity::Judge)
         started_at: timefmt::format_rfc3339((v.started_ms / 1000) as i64),
         claims: targets(&mut v.claims.iter()),
         pending: targets(&mut v.pending.keys()),
+        spend: spend.into(),
+        total: spend.total(),
     }
 }
 
@@ -234,6 +268,7 @@ fn table(rows: &[SessionJson]) -> String {
                 .to_string(),
                 if r.sidecar_alive { "alive" } else { "-" }.to_string(),
                 r.claims.len().to_string(),
+                spend_cell(&r.total),
                 timefmt::parse_rfc3339(&r.started_at)
                     .map(|t| timefmt::format_uptime(now - t))
                     .unwrap_or_default(),
@@ -241,11 +276,26 @@ fn table(rows: &[SessionJson]) -> String {
         })
         .collect();
     let mut text = output::table(
-        &["SESSION", "STATE", "OWNER", "SIDECAR", "HELD", "AGE"],
+        &[
+            "SESSION", "STATE", "OWNER", "SIDECAR", "HELD", "SPEND", "AGE",
+        ],
         &cells,
     );
     text.push_str(&held_note(""));
+    text.push_str(SPEND_NOTE);
     text
+}
+
+/// What the `SPEND` column counts (see the module docs).
+const SPEND_NOTE: &str = "SPEND: sandbox time, from each claim to its removal, the alive ones \
+                          until now; sandguard report sums it.\n";
+
+/// A session's sandbox time, and how many of its sandboxes are alive.
+fn spend_cell(total: &Share) -> String {
+    match total.alive {
+        0 => super::report::human(total.time),
+        n => format!("{} ({n} alive)", super::report::human(total.time)),
+    }
 }
 
 /// What the `HELD` column counts (see the module docs); `where_`: where `sessions show` runs.

@@ -38,7 +38,11 @@
 //!   or a sweep once a `sandguard.expires` label on it has passed); E2B's, Daytona's and Tenki's
 //!   timeouts end it (sandguard no longer renews them); Modal's is the `timeout` given at
 //!   creation; a plugin's is the plugin's own, if it has one (this command asks no plugin).
-//! - `--json` is the `sessions --json` row of the session plus `ending` and `sandboxes`
+//! - The session's sandbox time follows the table, one line per provider
+//!   ([`crate::ledger::spend`], as `sandguard report` counts it: `Sandbox time: 12m.` then
+//!   `  docker: 12m over 3 sandbox(es), 1 alive (2m so far)`); no line when it knew no
+//!   sandbox.
+//! - `--json` is the `sessions --json` row of the session (its `spend` included) plus `ending` and `sandboxes`
 //!   (`provider`, `id`, `kind`, `origin`, `fate`, `cause`, `detail`, `words`).
 
 use serde::Serialize;
@@ -48,6 +52,7 @@ use super::sessions::{row, SessionJson};
 use super::Error;
 use crate::config::Settings;
 use crate::identity::Liveness;
+use crate::ledger::spend::Spend;
 use crate::ledger::story::{Fate, Origin, SandboxStory};
 use crate::ledger::{LedgerError, SessionState, SessionView, StateDir};
 
@@ -113,6 +118,7 @@ pub(super) fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
     };
     let judge = state.judge();
     let owner = judge.label(&view.owner);
+    let spend = Spend::of(&view, &story, crate::ledger::now_ms());
     let sandboxes: Vec<SandboxJson> = story
         .sandboxes
         .iter()
@@ -125,13 +131,15 @@ pub(super) fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
     let unlisted = view.unlisted.clone();
     if args.json {
         output::emit_json(&ShowJson {
-            session: row(super::sessions::held(&state, view), &judge),
+            session: row(super::sessions::held(&state, view), &spend, &judge),
             ending,
             sandboxes,
             unlisted,
         });
     } else {
-        output::emit(&text(&view, owner, ending.as_ref(), &sandboxes));
+        let mut out = text(&view, owner, ending.as_ref(), &sandboxes);
+        out.push_str(&spend_lines(&spend));
+        output::emit(&out);
     }
     Ok(Exit::Ok)
 }
@@ -295,6 +303,43 @@ fn still_claimed(view: &SessionView, owner: Liveness, provider: &str) -> String 
             what_ends_it(provider)
         ),
     }
+}
+
+/// The session's sandbox time, a line per provider (see the module docs).
+fn spend_lines(spend: &Spend) -> String {
+    let human = super::report::human;
+    let total = spend.total();
+    if total.sandboxes == 0 {
+        return String::new();
+    }
+    let mut out = format!("Sandbox time: {}", human(total.time));
+    if total.alive > 0 {
+        out.push_str(&format!(", {} sandbox(es) still alive", total.alive));
+    }
+    out.push_str(".\n");
+    for (provider, share) in &spend.by_provider {
+        out.push_str(&format!(
+            "  {}: {} over {} sandbox(es)",
+            sanitize(provider),
+            human(share.time),
+            share.sandboxes
+        ));
+        if share.alive > 0 {
+            out.push_str(&format!(
+                ", {} alive ({} so far)",
+                share.alive,
+                human(share.alive_time)
+            ));
+        }
+        if share.untimed > 0 {
+            out.push_str(&format!(
+                ", {} found only by its label when removed (time unknown)",
+                share.untimed
+            ));
+        }
+        out.push('\n');
+    }
+    out
 }
 
 fn text(

@@ -35,13 +35,15 @@
 //!
 //! The pieces: `record.rs` (what a line says), `journal.rs` (writing, locking), `view.rs`
 //! (reading), `story.rs` (what happened to each sandbox, for `sessions show`), `stops.rs` (the
-//! side file of stops), `resume.rs` (a session created, or taken over by a new sidecar).
+//! side file of stops), `resume.rs` (a session created, or taken over by a new sidecar),
+//! `spend.rs` (the sandbox time each session held, and `sandguard report` across the ledger).
 
 mod cause;
 pub(crate) mod faults;
-mod journal;
-mod record;
+pub(crate) mod journal;
+pub(crate) mod record;
 mod resume;
+pub(crate) mod spend;
 mod stops;
 pub(crate) mod story;
 mod view;
@@ -258,18 +260,36 @@ impl StateDir {
     /// Reads one session: its view only. The story is not told here; every sweep pass and
     /// every batch of claims reads sessions, and only `sessions show` tells stories.
     pub fn read_session(&self, id: &str) -> Result<SessionView, LedgerError> {
-        self.read_journal(id).map(|(view, _, _)| view)
+        self.read_journal(id)
     }
 
     /// Reads one session and the story of its sandboxes ([`story`]), from one read.
+    /// Each line is decoded once, for both.
     pub fn read_history(&self, id: &str) -> Result<(SessionView, story::Story), LedgerError> {
-        let (view, text, path) = self.read_journal(id)?;
+        let (text, free, path) = self.read_text(id)?;
+        let decoded = view::decode(id, &text);
+        let folded = decoded.entries.iter().map(|(n, e)| (*n, e.clone()));
+        let Some(mut view) = view::fold_decoded(id, folded, decoded.corrupt) else {
+            return Err(LedgerError::NoStart { path });
+        };
+        view.sidecar_alive = !free;
         let stops = stops::read(&path.with_extension("stopped"))?;
-        Ok((view, story::tell(&text, &stops)))
+        let journal = decoded.entries.into_iter().map(|(_, e)| e).collect();
+        Ok((view, story::tell_decoded(journal, &stops)))
     }
 
-    /// One session's view, its journal's text and its path.
-    fn read_journal(&self, id: &str) -> Result<(SessionView, Vec<u8>, PathBuf), LedgerError> {
+    /// One session's view.
+    fn read_journal(&self, id: &str) -> Result<SessionView, LedgerError> {
+        let (text, free, path) = self.read_text(id)?;
+        let Some(mut view) = view::fold(id, &text) else {
+            return Err(LedgerError::NoStart { path });
+        };
+        view.sidecar_alive = !free;
+        Ok(view)
+    }
+
+    /// One session's journal text, whether its lock was free when it was read, and its path.
+    fn read_text(&self, id: &str) -> Result<(Vec<u8>, bool, PathBuf), LedgerError> {
         let path = self.journal_path(id)?;
         let mut file = File::open(&path).map_err(io_err("open journal", &path))?;
         // Probe before reading: while our shared lock is held nobody can take the journal, so
@@ -277,11 +297,7 @@ impl StateDir {
         let free = unix::try_lock_shared(&file).map_err(io_err("probe the lock of", &path))?;
         let mut text = Vec::new();
         io::Read::read_to_end(&mut file, &mut text).map_err(io_err("read journal", &path))?;
-        let Some(mut view) = view::fold(id, &text) else {
-            return Err(LedgerError::NoStart { path });
-        };
-        view.sidecar_alive = !free;
-        Ok((view, text, path))
+        Ok((text, free, path))
     }
 
     /// Records that `sandguard stop` removed these sandboxes of session `id` (each a

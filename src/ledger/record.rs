@@ -73,11 +73,16 @@ pub enum Record {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cause: Option<EndCause>,
     },
-    /// `outcome` is `removed`, or `gone` when the provider no longer had it.
+    /// `outcome` is `removed`, or `gone` when the provider no longer had it. `at`: unix
+    /// milliseconds when the provider said so, when that is earlier than the record (a
+    /// reclaim journals its outcomes once it is over, after its settle pass); absent in
+    /// journals written before it, whose removals are timed by the record.
     Removed {
         provider: String,
         id: String,
         outcome: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        at: Option<u64>,
     },
     /// `pending`: the reclaim gave up on it for now; a later sweep must finish it.
     Failed {
@@ -291,6 +296,12 @@ mod tests {
             Record::ReclaimStart { cause: None },
             Record::ReclaimStart {
                 cause: Some(EndCause::OwnerGoneAtStart),
+            },
+            Record::Removed {
+                provider: provider.clone(),
+                id: id.clone(),
+                outcome: "gone".into(),
+                at: Some(41),
             },
             Record::Failed {
                 provider,

@@ -46,6 +46,10 @@
 //!   next fate is the new life's); claims and detaches carry over as they were. So
 //!   `sessions show` of a resumed session tells it active under its new owner, with what the
 //!   new sidecar watches as claimed; the earlier life is in the removals' own words.
+//! - Each sandbox's stretches of being held ([`Held`]: from its claim, detach or first pending
+//!   failure to its removal, release, stop or refusal) are kept here, where the records meet
+//!   their sandbox, so that spend ([`super::spend`]) reads the story rather than folding the
+//!   journal a second time; what counts, and until when, is decided there.
 
 use std::collections::HashMap;
 
@@ -107,6 +111,38 @@ pub struct SandboxStory {
     pub fate: Fate,
     /// Unix milliseconds of the record that decided the fate.
     pub at_ms: u64,
+    /// When the session held it, oldest first ([`Held`]); empty for a sandbox the journal
+    /// names only at its end (a reclaim's removal of a sandbox found by its label).
+    pub held: Vec<Held>,
+}
+
+/// One stretch of time the session held a sandbox: from the record that made it held (a
+/// `claim`, a `detach`, or a pending `failed`: its first sight) to the record that ended it
+/// (`removed`, `release`, a stop, `refused`); `to_ms: None` while nothing has. A `resume`
+/// carries an open stretch over, as it carries the claim. What the stretches are worth is
+/// [`super::spend`]'s to say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    /// Unix milliseconds.
+    pub from_ms: u64,
+    /// Unix milliseconds; `None`: still held as far as the journal says.
+    pub to_ms: Option<u64>,
+}
+
+/// Opens a stretch for a fate that holds the sandbox, closes the open one for a fate that ends
+/// it; a record that repeats the state (a second claim) changes nothing.
+fn hold(held: &mut Vec<Held>, fate: &Fate, t: u64) {
+    let open = held.last_mut().filter(|h| h.to_ms.is_none());
+    match (fate, open) {
+        (Fate::Claimed | Fate::Detached | Fate::Pending(_), None) => held.push(Held {
+            from_ms: t,
+            to_ms: None,
+        }),
+        (Fate::Claimed | Fate::Detached | Fate::Pending(_), Some(_)) => {}
+        // A clock stepped back between the two records counts nothing, never a negative.
+        (_, Some(h)) => h.to_ms = Some(t.max(h.from_ms)),
+        (_, None) => {}
+    }
 }
 
 /// The sandboxes of one session, in the order the journal first names them, and how the
@@ -133,13 +169,24 @@ pub struct Resumed {
 
 /// Reads the story of a journal's text and its side file of stops (empty when none);
 /// unreadable lines are skipped (the view counts the journal's).
+#[cfg(test)]
 pub(crate) fn tell(journal: &[u8], stops: &[u8]) -> Story {
-    let entries = |text: &[u8]| -> Vec<Entry> {
-        text.split(|&b| b == b'\n')
-            .filter(|l| !l.is_empty())
-            .filter_map(|l| Entry::decode(l).ok())
-            .collect()
-    };
+    tell_decoded(entries(journal), stops)
+}
+
+fn entries(text: &[u8]) -> Vec<Entry> {
+    text.split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .filter_map(|l| Entry::decode(l).ok())
+        .collect()
+}
+
+/// The story of a journal already decoded (by the view's rules, `view::decode`: a torn last
+/// line is left out), and of its side file of stops. [`StateDir::read_history`] tells every
+/// story this way; `tell`, from the text, is the unit tests'.
+///
+/// [`StateDir::read_history`]: super::StateDir::read_history
+pub(super) fn tell_decoded(journal: Vec<Entry>, stops: &[u8]) -> Story {
     let stops: Vec<Entry> = entries(stops)
         .into_iter()
         .filter(|e| matches!(e.record, Record::Stopped { .. }))
@@ -147,7 +194,7 @@ pub(crate) fn tell(journal: &[u8], stops: &[u8]) -> Story {
     let mut teller = Teller::default();
     // A merge, not a sort: a clock stepped back never reorders the journal's own records.
     let mut stops = stops.into_iter().peekable();
-    for entry in entries(journal) {
+    for entry in journal {
         while let Some(stop) = stops.next_if(|s| s.t < entry.t) {
             teller.apply(stop);
         }
@@ -203,11 +250,13 @@ impl Teller {
             Record::Resume { pid, .. } => return self.resume(pid, t),
             Record::ReclaimStart { cause } => return self.reclaim_start(cause),
             Record::End { state } => return self.end(state),
+            // Timed by when the provider said so, where the reclaim journaled it.
             Record::Removed {
                 provider,
                 id,
                 outcome,
-            } => return self.removed(Target { provider, id }, outcome == "gone", t),
+                at,
+            } => return self.removed(Target { provider, id }, outcome == "gone", at.unwrap_or(t)),
             Record::Stopped {
                 provider,
                 id,
@@ -332,6 +381,7 @@ impl Teller {
             .flatten();
         if let Some(&i) = self.index.get(&target).or(by_id) {
             let (s, told) = &mut self.sandboxes[i];
+            hold(&mut s.held, &fate, at_ms);
             s.fate = fate;
             s.at_ms = at_ms;
             *told = None;
@@ -345,6 +395,8 @@ impl Teller {
             };
             self.pinned.insert(bare, self.sandboxes.len());
         }
+        let mut held = Vec::new();
+        hold(&mut held, &fate, at_ms);
         self.sandboxes.push((
             SandboxStory {
                 target,
@@ -355,6 +407,7 @@ impl Teller {
                 },
                 fate,
                 at_ms,
+                held,
             },
             None,
         ));

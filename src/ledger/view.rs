@@ -75,28 +75,58 @@ pub struct SessionView {
 /// Folds the journal text of session `id` into a view (with `sidecar_alive` false); `None`
 /// when it holds no start record.
 pub(super) fn fold(id: &str, text: &[u8]) -> Option<SessionView> {
+    let decoded = decode(id, text);
+    fold_decoded(id, decoded.entries, decoded.corrupt)
+}
+
+/// A journal's lines decoded by the reading rules above, once: a reader that both folds
+/// the view and tells the story ([`super::StateDir::read_history`], for every session of a
+/// `report`) decodes each line once, since decoding is most of a read's time.
+pub(super) struct Decoded {
+    /// Each record with its line number (from 1).
+    pub entries: Vec<(usize, Entry)>,
+    /// Unparseable lines before the last one (each warned about).
+    pub corrupt: usize,
+}
+
+pub(super) fn decode(id: &str, text: &[u8]) -> Decoded {
     let mut lines: Vec<&[u8]> = text.split(|&b| b == b'\n').collect();
     // The piece after the last `\n` is empty, or a torn write.
     lines.pop();
     let last = lines.len().saturating_sub(1);
-    let mut fold = Fold {
-        id,
-        view: None,
-        ended: false,
+    let mut decoded = Decoded {
+        entries: Vec::with_capacity(lines.len()),
+        corrupt: 0,
     };
-    let mut corrupt = 0;
     for (n, line) in lines.iter().enumerate() {
         if line.is_empty() {
             continue;
         }
         match Entry::decode(line) {
-            Ok(entry) => fold.apply(entry, n + 1),
+            Ok(entry) => decoded.entries.push((n + 1, entry)),
             Err(_) if n == last => {}
             Err(e) => {
                 tracing::warn!("session {id}: skipping corrupt journal line {}: {e}", n + 1);
-                corrupt += 1;
+                decoded.corrupt += 1;
             }
         }
+    }
+    decoded
+}
+
+/// Folds decoded records (see [`decode`]) into a view.
+pub(super) fn fold_decoded(
+    id: &str,
+    entries: impl IntoIterator<Item = (usize, Entry)>,
+    corrupt: usize,
+) -> Option<SessionView> {
+    let mut fold = Fold {
+        id,
+        view: None,
+        ended: false,
+    };
+    for (line, entry) in entries {
+        fold.apply(entry, line);
     }
     let mut view = fold.view?;
     view.corrupt_lines = corrupt;

@@ -217,6 +217,7 @@ fn records(
             Outcome::Removed | Outcome::Gone => out.push(Record::Removed {
                 provider,
                 id,
+                at: r.at_ms,
                 outcome: r.outcome.as_str().to_string(),
             }),
             Outcome::Refused(reason) => out.push(Record::Refused {

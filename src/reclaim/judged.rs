@@ -108,17 +108,20 @@ impl<'a> Judged<'a> {
                 }
                 Ok(Described::Found(s)) => refused.push(not_the_one(claim, &s)),
                 Ok(Described::Gone) | Err(ProviderError::Gone(_)) => refused.push(Removal {
+                    at_ms: None,
                     sandbox: claim,
                     outcome: Outcome::Gone,
                     attempts: 0,
                 }),
                 Ok(Described::Unsupported) => self.decide(claim, &mut targets, &mut refused),
                 Err(ProviderError::Refused(why)) => refused.push(Removal {
+                    at_ms: None,
                     sandbox: claim,
                     outcome: Outcome::Refused(Refusal(why)),
                     attempts: 0,
                 }),
                 Err(e) => refused.push(Removal {
+                    at_ms: None,
                     sandbox: claim,
                     outcome: Outcome::Unfinished(e.into()),
                     attempts: 0,
@@ -180,6 +183,7 @@ impl<'a> Judged<'a> {
             // kept above without a word: that is what its owner asked.)
             self.seen.insert(key(&s));
             refused.push(Removal {
+                at_ms: None,
                 sandbox: s,
                 outcome: Outcome::Refused(Refusal(judgement.reason.to_string())),
                 attempts: 0,
@@ -194,6 +198,7 @@ impl<'a> Judged<'a> {
             .map(|n| &self.claims[n])
             .filter(|c| !self.seen.contains(&key(c)))
             .map(|c| Removal {
+                at_ms: None,
                 sandbox: c.clone(),
                 outcome: Outcome::Unfinished(Failure {
                     message: format!(
@@ -221,6 +226,7 @@ fn not_the_one(claim: Sandbox, now: &Sandbox) -> Removal {
         now.identity.as_deref().unwrap_or("?"),
     );
     Removal {
+        at_ms: None,
         sandbox: claim,
         outcome: Outcome::Refused(Refusal(why)),
         attempts: 0,

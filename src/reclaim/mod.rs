@@ -93,6 +93,7 @@ where
     )
     .await;
     removals.extend(plan.refused.iter().map(|(sandbox, reason)| Removal {
+        at_ms: None,
         sandbox: sandbox.clone(),
         outcome: Outcome::Refused(reason.clone()),
         attempts: 0,

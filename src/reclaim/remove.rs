@@ -60,6 +60,7 @@ pub(super) async fn remove_all_by(
                 None => targets
                     .into_iter()
                     .map(|sandbox| Removal {
+                        at_ms: None,
                         outcome: Outcome::Failed(Failure::new(format!(
                             "provider {name:?} is not configured"
                         ))),
@@ -203,7 +204,9 @@ fn finish(sandbox: Sandbox, outcome: Outcome, attempts: u32) -> Removal {
         Outcome::Failed(e) | Outcome::Unfinished(e) => tracing::warn!("{e}"),
         Outcome::Refused(e) => tracing::warn!("{e}"),
     }
+    let at_ms = matches!(outcome, Outcome::Removed | Outcome::Gone).then(crate::ledger::now_ms);
     Removal {
+        at_ms,
         sandbox,
         outcome,
         attempts,

@@ -134,6 +134,11 @@ pub(crate) struct Removal {
     pub sandbox: Sandbox,
     pub outcome: Outcome,
     pub attempts: u32,
+    /// Unix milliseconds when the provider said it was removed (or gone): journaled with the
+    /// `removed` record, which is written only once the whole reclaim (its settle pass
+    /// included) is over, so that spend counts a sandbox's time to its removal, not to the
+    /// reclaim's end. `None` where no removal was attempted.
+    pub at_ms: Option<u64>,
 }
 
 /// A provider that could not be listed: its sandboxes may still be running.

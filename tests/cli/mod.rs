@@ -1,10 +1,11 @@
 //! The commands a user types and what they answer, through the real binary: `ps`, `stop`,
-//! `providers`, `sessions` and `sessions show`, bad configuration, the rough edges, secrets
+//! `providers`, `sessions`, `sessions show` and `report`, bad configuration, the rough edges, secrets
 //! kept out of every output, the documentation's snippets run as written, and what packagers
 //! ship (systemd and launchd units, the man page, the container image).
 //!
 //! - [`ps_stop`]: `ps`, `stop` and `providers` against the real daemon.
 //! - [`session_ids`]: session ids, `sessions show` and refused detaches, answered honestly.
+//! - [`report`]: spend: `report`, and the spend `sessions` and `sessions show` print.
 //! - [`edges`]: `ps --session/--state`, `sessions show`, log levels, verdicts said once.
 //! - [`config_errors`]: bad configuration exits 2 naming file, line and key.
 //! - [`security`]: secrets, unsafe state directories, look-alikes.
@@ -17,5 +18,6 @@ pub(crate) mod image;
 mod packaging;
 mod ps_stop;
 pub(crate) mod readme;
+mod report;
 mod security;
 mod session_ids;

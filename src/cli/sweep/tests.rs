@@ -34,6 +34,7 @@ fn a_watchers_report_says_whose_it_is_and_every_removal() {
         lease_left: None,
     });
     watched.removals.push(Removal {
+        at_ms: None,
         sandbox: sandbox("c1", crate::providers::Kind::Instance, Some("s")),
         outcome: Outcome::Removed,
         attempts: 1,

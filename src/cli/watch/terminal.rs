@@ -168,6 +168,7 @@ mod tests {
 
     fn removal(provider: &str, outcome: Outcome) -> Removal {
         Removal {
+            at_ms: None,
             sandbox: Sandbox::claimed(provider, Kind::Instance, "x"),
             outcome,
             attempts: 1,

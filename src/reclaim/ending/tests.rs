@@ -11,6 +11,7 @@ use crate::reclaim::{Failure, ListFailure, Removal};
 
 fn removal(id: &str, outcome: Outcome) -> Removal {
     Removal {
+        at_ms: None,
         sandbox: Sandbox::claimed("fake", crate::providers::Kind::Instance, id),
         outcome,
         attempts: 1,
@@ -111,6 +112,24 @@ async fn end_for(cause: EndCause, journaled: bool) -> (SessionState, Vec<String>
         .filter(|l| !l.is_empty())
         .skip(1)
         .map(|l| decode_line(l).unwrap())
+        .map(|r| match r {
+            // When it was removed is the clock's; that it is journaled is tested below.
+            Record::Removed {
+                provider,
+                id,
+                outcome,
+                at,
+            } => {
+                assert!(at.is_some(), "a removal is journaled with its time");
+                Record::Removed {
+                    provider,
+                    id,
+                    outcome,
+                    at: None,
+                }
+            }
+            other => other,
+        })
         .collect();
     (state, fake.remaining(), records)
 }
@@ -121,6 +140,7 @@ async fn the_cause_is_journaled_on_reclaim_start_after_the_fact_older_readers_re
         provider: "fake".into(),
         id: "a".into(),
         outcome: "removed".into(),
+        at: None,
     };
     let start = |cause| Record::ReclaimStart { cause: Some(cause) };
     let end = |state| Record::End { state };
