@@ -192,11 +192,7 @@ impl Provider for E2b {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            labels: true,
-            ttl: true,
-            pagination: true,
-        }
+        Capabilities::ALL
     }
 
     async fn list(&self, selector: &Selector) -> Result<Vec<Sandbox>, ProviderError> {

@@ -201,6 +201,15 @@ pub struct Capabilities {
     pub pagination: bool,
 }
 
+impl Capabilities {
+    /// A cloud API with all three (E2B, Daytona, Tenki).
+    pub const ALL: Capabilities = Capabilities {
+        labels: true,
+        ttl: true,
+        pagination: true,
+    };
+}
+
 /// What one listing found, beside the parts of it that failed. A provider whose listing has
 /// independent parts (Docker: containers, networks, volumes) keeps what it could list when one
 /// part fails: a broken volume plugin must not hide a session's containers.

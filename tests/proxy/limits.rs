@@ -205,30 +205,40 @@ print(json.dumps({"ids": ids, "error": error}), flush=True)
 time.sleep(600)
 "#;
 
-#[test]
-fn the_e2b_sdk_gets_its_own_error_at_max_sandboxes_and_the_service_makes_nothing_more() {
-    use crate::proxy::cloud::{first_line, guarded, kill, E2B_KEY};
-    let s = Scratch::new("limit-e2b");
-    let config = cloud_config(&s, "");
-    let (emu, state) = e2b::start(E2B_KEY);
-    let env = [("E2B_API_KEY", E2B_KEY), ("E2B_API_URL", emu.url.as_str())];
-    let args = ["run", "--cloud-proxy", "--max-sandboxes", "2"];
-    let mut child = guarded(&s, &config, &env, &args, E2B_OVER_THE_LIMIT)
-        .spawn()
-        .unwrap();
+/// Runs an SDK `script` (which creates until one fails) guarded with the cloud proxy and
+/// `limit` (`--max-…`, `2`); asserts two were made and the SDK raised with `message`. Returns
+/// the guarded program, still running, and the ids made.
+fn over_the_limit(
+    s: &Scratch,
+    env: &[(&str, &str)],
+    limit: &str,
+    script: &str,
+    message: &str,
+) -> (std::process::Child, Vec<String>) {
+    use crate::proxy::cloud::{first_line, guarded};
+    let config = cloud_config(s, "");
+    let args = ["run", "--cloud-proxy", limit, "2"];
+    let mut child = guarded(s, &config, env, &args, script).spawn().unwrap();
     let said = first_line(&mut child);
     let ids: Vec<String> = serde_json::from_value(said["ids"].clone()).unwrap();
     assert_eq!(ids.len(), 2, "{said}");
-    let message = said["error"]["message"].as_str().unwrap_or_default();
+    let raised = said["error"]["message"].as_str().unwrap_or_default();
     assert!(
-        message.contains("sandguard: refused a e2b sandbox create: limit `sandboxes` reached"),
+        raised.contains(message),
         "the SDK raises with the proxy's message: {said}"
     );
-    assert_eq!(
-        state.creates().len(),
-        2,
-        "the third create never reached E2B"
-    );
+    (child, ids)
+}
+
+#[test]
+fn the_e2b_sdk_gets_its_own_error_at_max_sandboxes_and_the_service_makes_nothing_more() {
+    use crate::proxy::cloud::{kill, E2B_KEY};
+    let s = Scratch::new("limit-e2b");
+    let (emu, state) = e2b::start(E2B_KEY);
+    let env = [("E2B_API_KEY", E2B_KEY), ("E2B_API_URL", emu.url.as_str())];
+    let message = "sandguard: refused a e2b sandbox create: limit `sandboxes` reached";
+    let (child, ids) = over_the_limit(&s, &env, "--max-sandboxes", E2B_OVER_THE_LIMIT, message);
+    assert_eq!(state.creates().len(), 2, "the third never reached E2B");
     kill(child);
     eventually(Duration::from_secs(10), "both are reclaimed", || {
         ids.iter().all(|id| !state.exists(id))
@@ -237,32 +247,18 @@ fn the_e2b_sdk_gets_its_own_error_at_max_sandboxes_and_the_service_makes_nothing
 
 #[test]
 fn the_daytona_sdk_gets_its_own_error_at_max_creates_though_none_is_alive() {
-    use crate::proxy::cloud::{first_line, guarded, kill, DAYTONA_KEY};
+    use crate::proxy::cloud::{kill, DAYTONA_KEY};
     let s = Scratch::new("limit-daytona");
-    let config = cloud_config(&s, "");
     let cloud = daytona::Daytona::start(DAYTONA_KEY);
     let url = cloud.api_url();
     let env = [
         ("DAYTONA_API_KEY", DAYTONA_KEY),
         ("DAYTONA_API_URL", url.as_str()),
     ];
-    let args = ["run", "--cloud-proxy", "--max-creates", "2"];
-    let mut child = guarded(&s, &config, &env, &args, DAYTONA_OVER_THE_LIMIT)
-        .spawn()
-        .unwrap();
-    let said = first_line(&mut child);
-    let ids: Vec<String> = serde_json::from_value(said["ids"].clone()).unwrap();
-    assert_eq!(ids.len(), 2, "{said}");
-    let message = said["error"]["message"].as_str().unwrap_or_default();
-    assert!(
-        message.contains("limit `creates` reached"),
-        "the SDK raises with the proxy's message: {said}"
-    );
-    assert_eq!(
-        cloud.creates().len(),
-        2,
-        "the third create never reached Daytona"
-    );
+    let message = "limit `creates` reached";
+    let script = DAYTONA_OVER_THE_LIMIT;
+    let (child, _) = over_the_limit(&s, &env, "--max-creates", script, message);
+    assert_eq!(cloud.creates().len(), 2, "the third never reached Daytona");
     kill(child);
 }
 

@@ -200,11 +200,7 @@ impl Provider for DaytonaProvider {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            labels: true,
-            ttl: true,
-            pagination: true,
-        }
+        Capabilities::ALL
     }
 
     async fn list(&self, selector: &Selector) -> Result<Vec<Sandbox>, ProviderError> {

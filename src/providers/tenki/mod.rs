@@ -183,11 +183,7 @@ impl Provider for TenkiProvider {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            labels: true,
-            ttl: true,
-            pagination: true,
-        }
+        Capabilities::ALL
     }
 
     async fn list(&self, selector: &Selector) -> Result<Vec<Sandbox>, ProviderError> {
