@@ -188,11 +188,10 @@ impl<C: Clock> Sidecar<C> {
     /// ([`crate::budget`]): journaled and synced before the answer, so the count survives a
     /// crash; `None` when the session has no limit.
     fn take_slot(&mut self, provider: &str) -> Result<Option<u64>, Exceeded> {
-        let (limits, _) = &self.budget;
+        let limits = self.budget.0;
         if !limits.any() {
             return Ok(None);
         }
-        let limits = *limits;
         let held = self.held_sandboxes();
         match self.budget.1.take(&limits, provider, held) {
             Ok(n) => {

@@ -91,19 +91,6 @@ fn busybox() {
     assert!(ok, "docker tag {IMAGE} busybox:latest");
 }
 
-/// The ids of running containers labelled `sandguard.session=SESSION`.
-fn labelled(session: &str) -> Vec<String> {
-    let out = Command::new("docker")
-        .args(["ps", "-aq", "--no-trunc", "--filter"])
-        .arg(format!("label=sandguard.session={session}"))
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
 #[test]
 fn every_block_is_run_or_says_why_not() {
     let docs = docs();
@@ -256,7 +243,7 @@ fn guarding_a_container_by_hand_with_a_label() {
         "`sandguard ps` shows the container:\n{stdout}"
     );
     assert!(stdout.contains("1 stopped."), "{stdout}");
-    assert!(labelled(&session).is_empty());
+    assert!(session_containers(&session).is_empty());
 }
 
 /// The plugin script, installed as `sandguard-provider-acme`, and the config table that

@@ -11,19 +11,6 @@ use crate::support::*;
 use crate::support::{daytona, e2b};
 use crate::watch::wrapper::{guarded_with, unsafe_kill, wait_for_file};
 
-/// The containers the daemon has for session `session` (running or not).
-fn session_containers(session: &str) -> Vec<String> {
-    let out = std::process::Command::new("docker")
-        .args(["ps", "-aq", "--no-trunc", "--filter"])
-        .arg(format!("label=sandguard.session={session}"))
-        .output()
-        .expect("docker ps");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
 /// Runs `script` guarded with the Docker proxy and `limits`; waits for the file `done` it
 /// writes (its lines returned), then kills the program and waits for the reclaim.
 fn limited(s: &Scratch, limits: &[&str], script: &str) -> Vec<String> {
@@ -37,11 +24,7 @@ fn limited(s: &Scratch, limits: &[&str], script: &str) -> Vec<String> {
 }
 
 fn journal(s: &Scratch, session: &str) -> String {
-    let path = s
-        .path()
-        .join("state/sandguard/sessions")
-        .join(format!("{session}.journal"));
-    std::fs::read_to_string(path).unwrap_or_default()
+    std::fs::read_to_string(crate::watch::sidecar::journal(s, session)).unwrap_or_default()
 }
 
 #[test]
@@ -315,10 +298,7 @@ fn a_restarted_sidecar_counts_on_from_the_journal_an_open_slot_included() {
     first.kill().unwrap();
     first.wait().unwrap();
     // What a sidecar killed right after journaling a slot leaves: a `slot` without its end.
-    let path = s
-        .path()
-        .join("state/sandguard/sessions")
-        .join(format!("{session}.journal"));
+    let path = crate::watch::sidecar::journal(&s, &session);
     let mut text = std::fs::read_to_string(&path).unwrap();
     text.push_str(r#"{"t":1,"ev":"slot","provider":"docker","n":9}"#);
     text.push('\n');

@@ -262,6 +262,19 @@ impl Drop for Resources {
     }
 }
 
+/// The ids of the containers (running or not) labelled `sandguard.session=SESSION`.
+pub fn session_containers(session: &str) -> Vec<String> {
+    let out = Command::new("docker")
+        .args(["ps", "-aq", "--no-trunc", "--filter"])
+        .arg(format!("label=sandguard.session={session}"))
+        .output()
+        .expect("docker ps");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
 pub fn container_exists(id: &str) -> bool {
     Command::new("docker")
         .args(["container", "inspect", id])
