@@ -649,6 +649,7 @@ fn write_journals(state: &std::path::Path, n: usize) {
                 id: format!("network/{i:012x}"),
                 outcome: "removed".into(),
                 at: None,
+                limit: None,
             },
         ];
         for record in &records {
@@ -661,6 +662,7 @@ fn write_journals(state: &std::path::Path, n: usize) {
                     id: format!("{i:012x}"),
                     outcome: "gone".into(),
                     at: None,
+                    limit: None,
                 })
                 .expect("write");
         }

@@ -108,6 +108,28 @@ pub(crate) fn format_uptime(secs: i64) -> String {
     }
 }
 
+/// A span as it is written in a config (`HumanDuration`): its non-zero parts, largest first,
+/// to the second: `90s` is `1m30s`, two hours `2h`, nothing at all `0s`.
+pub(crate) fn format_span(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    let parts = [
+        (s / 86_400, "d"),
+        (s % 86_400 / 3600, "h"),
+        (s % 3600 / 60, "m"),
+        (s % 60, "s"),
+    ];
+    let text: String = parts
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, unit)| format!("{n}{unit}"))
+        .collect();
+    if text.is_empty() {
+        "0s".into()
+    } else {
+        text
+    }
+}
+
 /// The current Unix time in seconds.
 pub fn now_unix() -> i64 {
     std::time::SystemTime::now()
@@ -118,6 +140,15 @@ pub fn now_unix() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_span_is_written_as_a_config_writes_it() {
+        let span = |s| format_span(std::time::Duration::from_secs(s));
+        assert_eq!(span(0), "0s");
+        assert_eq!(span(90), "1m30s");
+        assert_eq!(span(7200), "2h");
+        assert_eq!(span(86_400 + 61), "1d1m1s");
+    }
 
     #[test]
     fn rfc3339_round_trips() {

@@ -25,6 +25,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::time::Duration;
 
 /// The limits of one session; `None`: no limit of that kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -33,13 +34,33 @@ pub struct Limits {
     pub sandboxes: Option<u32>,
     /// At most this many sandboxes created over the session's life.
     pub creates: Option<u32>,
+    /// No sandbox older than this: at that age the session's own sandbox is removed even
+    /// though its owner lives ([`crate::watch::lifetime`]), and the providers' TTLs are
+    /// stamped no later (see the module docs).
+    pub lifetime: Option<Duration>,
 }
 
 impl Limits {
-    /// Whether any limit is set: with none, creates take no slot at all.
+    /// Whether a limit the create path decides is set: without one, creates take no slot
+    /// at all (`lifetime` is not decided at create: it is kept by the sidecar's rounds and
+    /// stamped into the create).
     pub(crate) fn any(&self) -> bool {
         self.sandboxes.is_some() || self.creates.is_some()
     }
+
+    /// Whether any limit at all is set (for the command line: options given or not).
+    pub(crate) fn given(&self) -> bool {
+        self.any() || self.lifetime.is_some()
+    }
+}
+
+/// A limit that removes while the owner lives, as the journal names it (the `limit` of a
+/// `removed` record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    /// The sandbox reached the session's `lifetime`.
+    Lifetime,
 }
 
 /// Why a create was refused: the limit it would pass, and the count that reached it.

@@ -3,6 +3,7 @@ use super::*;
 const TEN: Limits = Limits {
     sandboxes: Some(10),
     creates: None,
+    lifetime: None,
 };
 
 #[test]
@@ -36,6 +37,7 @@ fn creates_count_what_was_made_and_what_is_open_never_what_failed() {
     let three = Limits {
         sandboxes: None,
         creates: Some(3),
+        lifetime: None,
     };
     let mut slots = Slots::default();
     let a = slots.take(&three, "docker", 0).unwrap();
@@ -62,6 +64,7 @@ fn a_slot_replayed_from_the_journal_keeps_the_numbers_and_the_count() {
     let one = Limits {
         sandboxes: Some(2),
         creates: None,
+        lifetime: None,
     };
     // Slot 4, open when the sidecar died, still counts as alive.
     assert!(slots.take(&one, "docker", 1).is_err());

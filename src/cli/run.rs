@@ -16,7 +16,7 @@ use std::ffi::OsString;
 use std::io::Write;
 
 use super::{Error, Exit};
-use crate::config::{ConfigError, HumanDuration, ProxyMode, Settings};
+use crate::config::{ConfigError, HumanDuration, Positive, ProxyMode, Settings};
 use crate::wrapper::{self, Failure, Wrap, WrapError, Wrapped};
 
 /// What `run` and the short form `sandguard [OPTIONS] -- CMD` take.
@@ -58,6 +58,10 @@ pub(super) struct Limits {
     /// At most N sandboxes created over the session's life ([limits] creates)
     #[arg(long, value_name = "N")]
     pub max_creates: Option<u32>,
+    /// No sandbox older than this, e.g. 2h: removed at that age, its owner alive or not
+    /// ([limits] lifetime)
+    #[arg(long, value_name = "DURATION")]
+    pub max_lifetime: Option<Positive>,
 }
 
 impl Limits {
@@ -65,6 +69,7 @@ impl Limits {
         crate::budget::Limits {
             sandboxes: self.max_sandboxes,
             creates: self.max_creates,
+            lifetime: self.max_lifetime.map(|d| d.0),
         }
     }
 }
@@ -79,7 +84,7 @@ impl Options {
             || self.cloud_proxy
             || self.no_cloud_proxy
             || self.quiet
-            || self.limits.given().any()
+            || self.limits.given().given()
     }
 
     /// The Docker proxy's mode: the flag, else the config's (auto by default).

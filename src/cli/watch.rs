@@ -41,6 +41,7 @@
 //! part is the library's ([`crate::watch::daemon`]); this file parses, calls and prints.
 
 use std::io::Write;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::{Error, Exit};
 use crate::config::{ConfigError, HumanDuration, ProxyMode, Settings};
@@ -229,15 +230,27 @@ async fn serve(args: Args, settings: Settings, mut terminal: Terminal) -> Result
         heard: terminal.reports(),
         handed: args.handed()?,
     };
-    let started = start(&settings, plan, &mut |w: &str| terminal.warn(w)).await?;
+    let mut started = start(&settings, plan, &mut |w: &str| terminal.warn(w)).await?;
     announce(&ReadyLine::Ready {
         session: started.session.clone(),
         env: started.env.clone(),
     })
     .map_err(|e| StartError::Failed(format!("cannot write the ready line: {e}")))?;
-    let end_report: Option<EndReport> = terminal
-        .at_ready(args.quiet)
-        .map(|t| Box::new(move |report: &crate::reclaim::Report| t.tell_end(report)) as _);
+    // Kept for the lines while the program runs (a limit's removal) and the one at its end.
+    let kept = Arc::new(Mutex::new(terminal.at_ready(args.quiet)));
+    let end_report: Option<EndReport> = {
+        let kept = kept.clone();
+        Some(Box::new(move |report: &crate::reclaim::Report| {
+            if let Some(t) = kept.lock().unwrap_or_else(PoisonError::into_inner).take() {
+                t.tell_end(report);
+            }
+        }))
+    };
+    started.on_notice(Box::new(move |line: &str| {
+        if let Some(t) = kept.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+            t.tell(line);
+        }
+    }));
     let outcome = started.run(Some(Box::new(report_bye)), end_report).await;
     tracing::info!("the watch ended: {:?}", outcome.cause);
     Ok(Exit::clean_if(

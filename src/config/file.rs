@@ -41,6 +41,7 @@ pub(super) struct FileConfig {
 pub(super) struct FileLimits {
     pub(super) sandboxes: Option<u32>,
     pub(super) creates: Option<u32>,
+    pub(super) lifetime: Option<Positive>,
 }
 
 #[derive(Debug, Default, Deserialize)]

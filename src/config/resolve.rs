@@ -156,6 +156,10 @@ impl Settings {
             limits: crate::budget::Limits {
                 sandboxes: overrides.limits.sandboxes.or(file.limits.sandboxes),
                 creates: overrides.limits.creates.or(file.limits.creates),
+                lifetime: overrides
+                    .limits
+                    .lifetime
+                    .or(file.limits.lifetime.map(|d| d.0)),
             },
         })
     }

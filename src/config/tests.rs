@@ -105,7 +105,7 @@ fn the_documented_example_parses_and_states_the_defaults() {
 
 #[test]
 fn limits_come_from_the_file_and_each_flag_beats_its_key() {
-    let text = "[limits]\nsandboxes = 10\ncreates = 50\n";
+    let text = "[limits]\nsandboxes = 10\ncreates = 50\nlifetime = \"2h\"\n";
     let path = Path::new("/etc/x.toml");
     let layer = |flags: crate::budget::Limits| {
         let file = parse_file(path, text).unwrap();
@@ -119,14 +119,18 @@ fn limits_come_from_the_file_and_each_flag_beats_its_key() {
     };
     let from_file = layer(Default::default());
     assert_eq!(
-        (from_file.sandboxes, from_file.creates),
-        (Some(10), Some(50))
+        (from_file.sandboxes, from_file.creates, from_file.lifetime),
+        (Some(10), Some(50), Some(Duration::from_secs(7200)))
     );
     let flagged = layer(crate::budget::Limits {
         sandboxes: Some(2),
         creates: None,
+        lifetime: Some(Duration::from_secs(60)),
     });
-    assert_eq!((flagged.sandboxes, flagged.creates), (Some(2), Some(50)));
+    assert_eq!(
+        (flagged.sandboxes, flagged.creates, flagged.lifetime),
+        (Some(2), Some(50), Some(Duration::from_secs(60)))
+    );
     let err = parse_file(path, "[limits]\nsandbox = 3\n")
         .unwrap_err()
         .to_string();
@@ -139,6 +143,13 @@ fn limits_come_from_the_file_and_each_flag_beats_its_key() {
         .to_string();
     assert!(
         err.starts_with("/etc/x.toml:2: key `limits.sandboxes`"),
+        "{err}"
+    );
+    let err = parse_file(path, "[limits]\nlifetime = \"0s\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("/etc/x.toml:2: key `limits.lifetime`"),
         "{err}"
     );
 }

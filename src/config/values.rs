@@ -85,6 +85,13 @@ impl<'de> Deserialize<'de> for Positive {
     }
 }
 
+impl std::str::FromStr for Positive {
+    type Err = ValueError;
+    fn from_str(s: &str) -> Result<Self, ValueError> {
+        parse_duration(s).and_then(positive).map(Positive)
+    }
+}
+
 pub(super) fn positive(d: Duration) -> Result<Duration, ValueError> {
     if d.is_zero() {
         Err(ValueError::Zero)

@@ -77,12 +77,17 @@ pub enum Record {
     /// milliseconds when the provider said so, when that is earlier than the record (a
     /// reclaim journals its outcomes once it is over, after its settle pass); absent in
     /// journals written before it, whose removals are timed by the record.
+    ///
+    /// `limit`: removed while its owner lived, by this limit of the session's
+    /// ([`crate::budget::Limits`]); absent for a reclaim's removal (and in older journals).
     Removed {
         provider: String,
         id: String,
         outcome: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         at: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<crate::budget::Limit>,
     },
     /// `pending`: the reclaim gave up on it for now; a later sweep must finish it.
     Failed {
@@ -302,6 +307,14 @@ mod tests {
                 id: id.clone(),
                 outcome: "gone".into(),
                 at: Some(41),
+                limit: None,
+            },
+            Record::Removed {
+                provider: provider.clone(),
+                id: id.clone(),
+                outcome: "removed".into(),
+                at: Some(42),
+                limit: Some(crate::budget::Limit::Lifetime),
             },
             Record::Failed {
                 provider,

@@ -256,6 +256,7 @@ impl Teller {
                 id,
                 outcome,
                 at,
+                ..
             } => return self.removed(Target { provider, id }, outcome == "gone", at.unwrap_or(t)),
             Record::Stopped {
                 provider,

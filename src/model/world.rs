@@ -375,6 +375,7 @@ impl World {
             }),
             bye_report: None,
             end_report: None,
+            notice: None,
             held,
             budget: Default::default(),
         };

@@ -117,6 +117,13 @@ pub(crate) enum Asker<'a> {
     Sweep,
     /// Session `session`'s TTL keeper, whose owner stands as `owner`.
     Renew { session: &'a str, owner: Liveness },
+    /// Session `session`'s lifetime keeper, while its owner lives: its `lifetime` limit
+    /// (`crate::budget::Limits::lifetime`) reached by a sandbox `age` old (rule 7).
+    Lifetime {
+        session: &'a str,
+        limit: std::time::Duration,
+        age: Option<std::time::Duration>,
+    },
 }
 
 /// Everything known of one sandbox, as [`known::Known`] builds it.
@@ -191,7 +198,7 @@ pub(crate) fn judge(asker: Asker<'_>, facts: &Facts<'_>) -> Judgement {
             Asker::Sweep | Asker::StopAll => return Judgement::remove(Reason::Expired),
             // A session's own reclaim judges by ownership alone: what its owner detached
             // stays, and the next sweep ends it for its TTL.
-            Asker::Reclaim { .. } | Asker::StopNamed => {}
+            Asker::Reclaim { .. } | Asker::StopNamed | Asker::Lifetime { .. } => {}
         }
     }
     let detached = if facts.sandbox.is_detached() {
@@ -215,6 +222,23 @@ pub(crate) fn judge(asker: Asker<'_>, facts: &Facts<'_>) -> Judgement {
             },
         },
         (Asker::Sweep, None) => orphan(facts),
+        (
+            Asker::Lifetime {
+                session,
+                limit,
+                age,
+            },
+            None,
+        ) => match owned_by(session, facts) {
+            Err(why) => Judgement::keep(why),
+            Ok(_) if facts.sandbox.kind != crate::providers::Kind::Instance => {
+                Judgement::keep(Reason::NotAged)
+            }
+            Ok(_) if age.is_some_and(|a| a >= limit) => Judgement::remove(Reason::Lifetime {
+                limit: crate::timefmt::format_span(limit),
+            }),
+            Ok(_) => Judgement::keep(Reason::Young),
+        },
     }
 }
 

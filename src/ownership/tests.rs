@@ -300,3 +300,55 @@ fn the_claim_index_finds_what_walking_every_claim_finds() {
         }
     }
 }
+
+#[test]
+fn a_lifetime_limit_removes_only_the_sessions_own_old_sandbox() {
+    let limit = std::time::Duration::from_secs(60);
+    let ask = |age: Option<u64>| Asker::Lifetime {
+        session: "a",
+        limit,
+        age: age.map(std::time::Duration::from_secs),
+    };
+    let ours = labelled("a");
+    let f = facts(&ours, Some(("a", LIVE)));
+    assert_eq!(
+        judge(ask(Some(60)), &f).reason,
+        Reason::Lifetime { limit: "1m".into() }
+    );
+    assert!(judge(ask(Some(60)), &f).removes());
+    for young in [Some(59), None] {
+        assert_eq!(judge(ask(young), &f).reason, Reason::Young, "{young:?}");
+    }
+
+    // A stranger's, however old, and another live session's: never.
+    let bare = fake::sandbox("x", Kind::Instance, None);
+    assert_eq!(
+        judge(ask(Some(600)), &facts(&bare, None)).reason,
+        Reason::NotOurs
+    );
+    let theirs = labelled("b");
+    assert!(!judge(ask(Some(600)), &facts(&theirs, Some(("b", LIVE)))).removes());
+
+    // Detach wins, by label or by the owner; an expired TTL changes nothing here.
+    let mut detached = labelled("a");
+    detached
+        .labels
+        .insert(crate::labels::DETACHED.into(), "true".into());
+    assert_eq!(
+        judge(ask(Some(600)), &facts(&detached, Some(("a", LIVE)))).reason,
+        Reason::Detached
+    );
+    let mut by_owner = facts(&ours, Some(("a", LIVE)));
+    by_owner.detached = true;
+    assert_eq!(
+        judge(ask(Some(600)), &by_owner).reason,
+        Reason::DetachedByOwner
+    );
+
+    // A network is reclaimed with the session, not aged.
+    let network = fake::sandbox("n", Kind::Network, Some("a"));
+    assert_eq!(
+        judge(ask(Some(600)), &facts(&network, Some(("a", LIVE)))).reason,
+        Reason::NotAged
+    );
+}

@@ -41,6 +41,14 @@ pub(crate) enum Reason {
     LeaseExpired,
     SidecarAlive,
     AfterDeath,
+    /// Reached its session's `lifetime` limit (as the limit was written).
+    Lifetime {
+        limit: String,
+    },
+    /// Younger than its session's `lifetime` limit, or of an age not known.
+    Young,
+    /// Not a sandbox itself (a network, a volume): no lifetime limit ages it.
+    NotAged,
     /// A ledger session's reclaim left sandboxes pending.
     ReclaimPending,
     /// A ledger session's reclaim began and its process died.
@@ -111,6 +119,11 @@ impl fmt::Display for Reason {
             Reason::NoOwner => f.write_str("it names no owner and no session of this ledger: TTL only"),
             Reason::LeaseExpired => f.write_str("its fleet lease expired and its owner cannot be judged from here"),
             Reason::SidecarAlive => f.write_str("its session's sidecar lives"),
+            Reason::Lifetime { limit } => {
+                write!(f, "older than the session's lifetime limit ({limit}); its owner lives on")
+            }
+            Reason::Young => f.write_str("younger than the session's lifetime limit"),
+            Reason::NotAged => f.write_str("not a sandbox itself: no lifetime limit ages it"),
             Reason::AfterDeath => f.write_str("its owner is dead: nothing is renewed after a death"),
             Reason::ReclaimPending => f.write_str("a reclaim is pending"),
             Reason::ReclaimUnfinished => f.write_str("a reclaim started and never finished"),

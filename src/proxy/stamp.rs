@@ -19,7 +19,9 @@
 //! larger one cannot be stamped and the proxy refuses it (`413`), never passing it on. A body
 //! that announces a larger length is refused before any of it is read.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use http_body_util::{BodyExt, Limited};
 use hyper::body::{Body, Bytes};
@@ -50,6 +52,48 @@ where
             e.downcast_ref::<http_body_util::LengthLimitError>()
                 .is_some(),
         )),
+    }
+}
+
+/// What the proxies stamp a create with: the session's labels, and with a `lifetime` limit
+/// ([`crate::budget::Limits::lifetime`]) `sandguard.expires` at the create's time plus the
+/// limit, so that the limit holds if sandguard dies (a sweep removes what is past its
+/// `sandguard.expires`, detached or not). A create that sets an earlier `sandguard.expires`
+/// itself keeps its own ([`stamp`]).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Labels {
+    pub session: BTreeMap<String, String>,
+    pub lifetime: Option<Duration>,
+}
+
+impl From<BTreeMap<String, String>> for Labels {
+    fn from(session: BTreeMap<String, String>) -> Labels {
+        Labels {
+            session,
+            lifetime: None,
+        }
+    }
+}
+
+impl Labels {
+    /// The labels for a create made now.
+    pub(crate) fn now(&self) -> Cow<'_, BTreeMap<String, String>> {
+        let Some(lifetime) = self.lifetime else {
+            return Cow::Borrowed(&self.session);
+        };
+        let at =
+            crate::timefmt::now_unix() + i64::try_from(lifetime.as_secs()).unwrap_or(i64::MAX / 2);
+        let mut labels = self.session.clone();
+        labels.insert(crate::labels::EXPIRES.to_string(), at.to_string());
+        Cow::Owned(labels)
+    }
+
+    /// The session id its labels carry (`sandguard.session`).
+    pub(crate) fn session_id(&self) -> String {
+        self.session
+            .get(crate::labels::SESSION)
+            .cloned()
+            .unwrap_or_default()
     }
 }
 
@@ -84,11 +128,28 @@ pub(crate) fn stamp(
 ) -> Result<Hold, Unstampable> {
     let mut merged = take(pairs, keys)?.unwrap_or_default();
     for (k, v) in labels {
+        if k == crate::labels::EXPIRES && earlier(&merged, v) {
+            continue;
+        }
         insert(&mut merged, k, Json::str(v));
     }
     let hold = Hold::of(&merged);
     pairs.push((keys.name().to_string(), Json::Object(merged)));
     Ok(hold)
+}
+
+/// Whether `merged` sets a `sandguard.expires` of its own earlier than `ours` (both unix
+/// seconds): a create may ask to end sooner than a lifetime limit, never later.
+fn earlier(merged: &[(String, Json)], ours: &str) -> bool {
+    let own = merged
+        .iter()
+        .rev()
+        .find(|(k, _)| k == crate::labels::EXPIRES)
+        .and_then(|(_, v)| match v {
+            Json::String(v) => v.parse::<i64>().ok(),
+            _ => None,
+        });
+    matches!((own, ours.parse::<i64>()), (Some(own), Ok(ours)) if own < ours)
 }
 
 /// Takes every key `keys` matches out of `pairs`, and returns their map as the service reads

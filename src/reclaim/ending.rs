@@ -219,6 +219,7 @@ fn records(
                 id,
                 at: r.at_ms,
                 outcome: r.outcome.as_str().to_string(),
+                limit: None,
             }),
             Outcome::Refused(reason) => out.push(Record::Refused {
                 provider,

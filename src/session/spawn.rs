@@ -274,6 +274,10 @@ impl Spawn {
                 args.push(n.to_string().into());
             }
         }
+        if let Some(lifetime) = self.limits.lifetime {
+            args.push("--max-lifetime".into());
+            args.push(format!("{}ms", lifetime.as_millis()).into());
+        }
         args.push("--detached".into());
         // It starts in `/`: its `.env` files are the caller's directory's, as the caller's.
         if let Ok(dir) = std::env::current_dir() {

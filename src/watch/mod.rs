@@ -45,6 +45,7 @@ pub(crate) mod daemon;
 mod end;
 pub(crate) mod fleet;
 pub(crate) mod lease;
+pub(crate) mod lifetime;
 pub(crate) mod service;
 pub(crate) mod start;
 mod triggers;
@@ -124,7 +125,14 @@ pub(crate) struct Sidecar<C> {
     /// The session's limits, and the create slots they were decided by (`crate::budget`):
     /// none until [`Sidecar::limit`].
     budget: (Limits, Slots),
+    /// What the lifetime keeper removed, to journal and tell ([`Sidecar::lifetime`]).
+    aged: Option<tokio::sync::mpsc::UnboundedReceiver<lifetime::Aged>>,
+    /// Told a line for the terminal while the owner lives (a limit's removal).
+    notice: Option<Notice>,
 }
+
+/// Told a line (without `sandguard: `) for whoever started the session, while it runs.
+pub(crate) type Notice = Box<dyn Fn(&str) + Send>;
 
 impl<C: Clock> Sidecar<C> {
     pub(crate) fn new(
@@ -148,6 +156,8 @@ impl<C: Clock> Sidecar<C> {
             halting: ttl::Halting::default(),
             others: Arc::default(),
             budget: Default::default(),
+            aged: None,
+            notice: None,
         }
     }
 
@@ -173,6 +183,27 @@ impl<C: Clock> Sidecar<C> {
     /// [`crate::ledger::SessionView::slots`]). Call it before [`Sidecar::run`].
     pub(crate) fn limit(&mut self, limits: Limits, slots: Slots) {
         self.budget = (limits, slots);
+    }
+
+    /// The keeper of the session's `lifetime` limit, if it has one (call it after
+    /// [`Sidecar::limit`]; what it removes reaches the loop).
+    pub(crate) fn lifetime(&mut self) -> Option<lifetime::Keeper> {
+        let limit = self.budget.0.lifetime?;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        self.aged = Some(rx);
+        Some(lifetime::Keeper::new(
+            &self.providers,
+            &self.session,
+            limit,
+            self.holdings(),
+            self.halt(),
+            tx,
+        ))
+    }
+
+    /// `notice` is told each line for the terminal while the owner lives.
+    pub(crate) fn on_notice(&mut self, notice: Notice) {
+        self.notice = Some(notice);
     }
 
     /// The owner's claims and detached sandboxes, shared with a TTL keeper from now on.
@@ -254,6 +285,9 @@ impl<C: Clock> Sidecar<C> {
                     }
                 }
                 gone = &mut t.owner => return Some(gone.into()),
+                aged = triggers::next_aged(&mut self.aged), if self.aged.is_some() => {
+                    self.on_aged(aged);
+                }
                 _ = tokio::time::sleep(check_in), if self.lease.is_running() => {
                     if self.lease.check_expired() {
                         return Some(EndCause::LeaseExpired);
@@ -382,6 +416,44 @@ impl<C: Clock> Sidecar<C> {
             Command::Bye => return Some(EndCause::Bye),
         }
         None
+    }
+
+    /// A sandbox the lifetime keeper removed: journaled with its cause and synced, no longer
+    /// held, and told.
+    fn on_aged(&mut self, aged: Option<lifetime::Aged>) {
+        let Some(aged) = aged else {
+            self.aged = None;
+            return;
+        };
+        let lifetime::Aged {
+            target,
+            gone,
+            at_ms,
+            age,
+            limit,
+        } = aged;
+        self.write(&Record::Removed {
+            provider: target.provider.clone(),
+            id: target.id.clone(),
+            outcome: if gone { "gone" } else { "removed" }.into(),
+            at: Some(at_ms),
+            limit: Some(crate::budget::Limit::Lifetime),
+        });
+        self.sync();
+        self.share(|h| h.claims.retain(|c| !c.answers(&target)));
+        let line = format!(
+            "removed {} sandbox {}: {} old, past the lifetime limit ({}); the program runs on",
+            target.provider,
+            crate::protocol::echo(target.id.as_bytes()),
+            crate::timefmt::format_span(age),
+            crate::timefmt::format_span(limit),
+        );
+        tracing::info!("{line}");
+        if !gone {
+            if let Some(notice) = &self.notice {
+                notice(&line);
+            }
+        }
     }
 
     /// The state directory this sidecar's journal is in.

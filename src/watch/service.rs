@@ -25,7 +25,7 @@ use tokio::task::JoinSet;
 use super::fleet::{Registrar, Registration};
 use super::lease::{BootClock, Lease};
 use super::ttl::Keeper;
-use super::{ByeReport, EndReport, Ended, Sidecar, Triggers};
+use super::{ByeReport, EndReport, Ended, Notice, Sidecar, Triggers};
 use crate::ledger::Journal;
 use crate::providers::Provider;
 use crate::proxy::cloud::CloudProxy;
@@ -74,6 +74,8 @@ pub(crate) struct SidecarService {
     pub bye_report: Option<ByeReport>,
     /// Told how the first reclaim pass at the end went ([`Sidecar::on_end`]).
     pub end_report: Option<EndReport>,
+    /// Told each line for the terminal while the owner lives ([`Sidecar::on_notice`]).
+    pub notice: Option<Notice>,
 }
 
 /// Runs one session's sidecar to its end; see the module docs.
@@ -124,6 +126,12 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
     }
     sidecar.seed(service.held);
     sidecar.limit(service.budget.0, service.budget.1);
+    if let Some(notice) = service.notice {
+        sidecar.on_notice(notice);
+    }
+    if let Some(keeper) = sidecar.lifetime() {
+        tasks.spawn(keeper.run());
+    }
     let keeper = Keeper::new(
         &service.providers,
         &service.session,
@@ -132,7 +140,7 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
         sidecar.holdings(),
         sidecar.halt(),
     );
-    if let Some(keeper) = keeper {
+    if let Some(keeper) = keeper.map(|k| k.capped(service.budget.0.lifetime)) {
         tasks.spawn(keeper.run());
     }
     let fleet = service.fleet.map(|fleet| {

@@ -52,6 +52,15 @@ pub(super) async fn next_line<R: AsyncRead + Unpin>(
     }
 }
 
+pub(super) async fn next_aged(
+    aged: &mut Option<tokio::sync::mpsc::UnboundedReceiver<super::lifetime::Aged>>,
+) -> Option<super::lifetime::Aged> {
+    match aged {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 pub(super) async fn next_claim(
     proxy: &mut Option<tokio::sync::mpsc::UnboundedReceiver<ProxyAsk>>,
 ) -> Option<ProxyAsk> {

@@ -19,13 +19,13 @@ use crate::watch::wrapper::{unsafe_kill, wait_for_file};
 
 /// A pseudo-terminal: what the wrapper's stderr is when a user runs it. Everything written to
 /// it is collected by a thread until the last writer closes it.
-struct Terminal {
+pub(crate) struct Terminal {
     slave: Option<OwnedFd>,
     seen: Arc<Mutex<String>>,
 }
 
 impl Terminal {
-    fn open() -> Terminal {
+    pub(crate) fn open() -> Terminal {
         let (mut master, mut slave) = (0, 0);
         // SAFETY: openpty fills two descriptors; null name, termios and window size are
         // allowed.
@@ -67,13 +67,13 @@ impl Terminal {
         Stdio::from(self.slave.take().expect("one child per terminal"))
     }
 
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         self.seen.lock().unwrap().replace('\r', "")
     }
 }
 
 /// `sandguard ARGS -- sh -c SCRIPT`, in its own process group, stderr on `terminal`.
-fn wrapped(
+pub(crate) fn wrapped(
     s: &Scratch,
     args: &[&str],
     script: &str,

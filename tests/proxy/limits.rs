@@ -319,3 +319,93 @@ fn a_restarted_sidecar_counts_on_from_the_journal_an_open_slot_included() {
         "both are reclaimed"
     );
 }
+
+/// `--max-lifetime`: the program's old container is removed while the program runs, with a
+/// line on its terminal and the cause in the journal; a younger one stays until it too is
+/// that old (made on the label path, by the program's own `--label`, not through the proxy);
+/// a stranger's container as old is never touched. Every container made through the proxy
+/// carries `sandguard.expires` at its creation plus the limit.
+#[test]
+fn max_lifetime_removes_the_running_programs_old_container_and_only_its_own() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("limit-lifetime");
+    let out = s.path();
+    let stranger = {
+        let made = std::process::Command::new("docker")
+            .args(["run", "-d", "--network", "none", IMAGE, "sleep", "600"])
+            .output()
+            .unwrap();
+        assert!(made.status.success(), "{made:?}");
+        String::from_utf8_lossy(&made.stdout).trim().to_string()
+    };
+    let real =
+        std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into());
+    let script = format!(
+        r#"set -e
+old=$(docker run -d --network none {IMAGE} sleep 600)
+expires=$(docker inspect -f '{{{{index .Config.Labels "sandguard.expires"}}}}' "$old")
+sleep 4
+young=$(DOCKER_HOST={real} docker run -d --network none --label sandguard.session=$SANDGUARD_SESSION {IMAGE} sleep 600)
+while docker inspect "$old" > /dev/null 2>&1; do sleep 0.2; done
+running=$(docker inspect -f '{{{{.State.Running}}}}' "$young")
+printf '%s\n' "$SANDGUARD_SESSION" "$old" "$young" "$running" "$expires" "$(date +%s)" > {out}/done.tmp
+mv {out}/done.tmp {out}/done
+exec sleep 3600
+"#,
+        out = out.display(),
+    );
+    let mut terminal = crate::proxy::defaults::Terminal::open();
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let mut child = crate::proxy::defaults::wrapped(
+        &s,
+        &["run", "--docker-proxy", "--max-lifetime", "6s"],
+        &script,
+        &mut terminal,
+    );
+    let lines = wait_for_file(&out.join("done"), &mut child);
+    let [session, old, young, running, expires, _] = <[String; 6]>::try_from(lines).unwrap();
+    assert_eq!(
+        running, "true",
+        "the younger container still runs when the old one is gone"
+    );
+    let expires: i64 = expires.parse().expect("sandguard.expires is stamped");
+    assert!(
+        (started + 6..=started + 12).contains(&expires),
+        "stamped at its creation plus the limit: {expires} (started {started})"
+    );
+    eventually(
+        Duration::from_secs(20),
+        "the younger one goes at its age too",
+        || !container_exists(&young),
+    );
+    assert!(child.try_wait().unwrap().is_none(), "the program runs on");
+    assert!(
+        container_exists(&stranger),
+        "a stranger's container as old stays"
+    );
+    let journal = journal(&s, &session);
+    for id in [&old, &young] {
+        let line = journal
+            .lines()
+            .find(|l| l.contains(r#""ev":"removed""#) && l.contains(&id[..12]))
+            .unwrap_or_else(|| panic!("{id} journaled as removed: {journal}"));
+        assert!(line.contains(r#""limit":"lifetime""#), "{line}");
+    }
+    let said = terminal.text();
+    for id in [&old, &young] {
+        assert!(
+            said.contains(&format!("sandguard: removed docker sandbox {}", &id[..12]))
+                && said.contains("past the lifetime limit (6s); the program runs on"),
+            "the terminal is told of {id}: {said:?}"
+        );
+    }
+    unsafe_kill(child.id() as i32, libc::SIGKILL);
+    child.wait().unwrap();
+    let _ = std::process::Command::new("docker")
+        .args(["rm", "-f", &stranger])
+        .output();
+}

@@ -72,6 +72,11 @@ impl Terminal {
         Some(Terminal { out: Some(out) })
     }
 
+    /// A line while the program runs (a limit's removal).
+    pub(super) fn tell(&mut self, line: &str) {
+        self.say(line);
+    }
+
     /// The end's line, if the first reclaim pass did or left anything.
     pub(super) fn tell_end(mut self, report: &Report) {
         if let Some(line) = end_line(report) {

@@ -16,8 +16,10 @@
 //!   superset: stamping or refusing a path the service would answer 404 costs nothing).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use super::{Hold, Route, UNKNOWN_CREATE};
+use crate::proxy::json::{go_field, Json};
 use crate::proxy::refusal::Unstampable;
 use crate::proxy::stamp::{id_at, merge, Keys};
 
@@ -51,11 +53,40 @@ fn is_version(segment: &str) -> bool {
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
+/// The body with the session's labels in its `metadata`; with a `lifetime` limit, its
+/// `timeout` (the seconds E2B kills the sandbox after, decoded by Go: every case-folded
+/// spelling applies in order, the last winning) cut to the limit, so E2B itself ends the
+/// sandbox at the limit if sandguard is gone. A create without a `timeout` keeps E2B's
+/// default (15 s, shorter than any limit); one that is not a number is left for E2B to refuse.
 pub(crate) fn stamp(
     body: &[u8],
     labels: &BTreeMap<String, String>,
+    lifetime: Option<Duration>,
 ) -> Result<(Vec<u8>, Hold), Unstampable> {
-    merge(body, Keys::Go("metadata"), labels)
+    let (body, hold) = merge(body, Keys::Go("metadata"), labels)?;
+    let Some(limit) = lifetime else {
+        return Ok((body, hold));
+    };
+    let Ok(Json::Object(mut pairs)) = Json::parse(&body) else {
+        return Ok((body, hold));
+    };
+    let asked = pairs
+        .iter()
+        .rev()
+        .find(|(k, _)| go_field(k, "timeout"))
+        .map(|(_, v)| match v {
+            Json::Number(n) => n.as_f64(),
+            _ => None,
+        });
+    let limit = limit.as_secs();
+    match asked {
+        Some(Some(asked)) if asked > limit as f64 => {
+            pairs.retain(|(k, _)| !go_field(k, "timeout"));
+            pairs.push(("timeout".into(), Json::Number(limit.into())));
+            Ok((Json::Object(pairs).to_vec(), hold))
+        }
+        _ => Ok((body, hold)),
+    }
 }
 
 pub(crate) fn created(answer: &[u8]) -> Option<String> {

@@ -60,6 +60,7 @@ pub(crate) mod daytona;
 pub(crate) mod e2b;
 mod forward;
 
+#[cfg(test)]
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -138,14 +139,15 @@ impl Api {
 
     /// The create body with the session's labels merged in, and what the sidecar journals for
     /// the sandbox it creates.
+    /// With a lifetime limit, an E2B create's `timeout` is cut to it too.
     pub(crate) fn stamp(
         self,
         body: &[u8],
-        labels: &BTreeMap<String, String>,
+        labels: &crate::proxy::stamp::Labels,
     ) -> Result<(Vec<u8>, Hold), Unstampable> {
         match self {
-            Api::E2b => e2b::stamp(body, labels),
-            Api::Daytona => daytona::stamp(body, labels),
+            Api::E2b => e2b::stamp(body, &labels.now(), labels.lifetime),
+            Api::Daytona => daytona::stamp(body, &labels.now()),
         }
     }
 
@@ -223,7 +225,7 @@ struct Shared {
     upstream: Upstream,
     /// The base path's segments, which every routed path must start with.
     base: Vec<String>,
-    labels: BTreeMap<String, String>,
+    labels: crate::proxy::stamp::Labels,
     claims: mpsc::UnboundedSender<Ask>,
     client: forward::Client,
 }
@@ -261,7 +263,7 @@ impl CloudProxy {
         claims: mpsc::UnboundedSender<Ask>,
     ) -> Result<CloudProxy, CloudError> {
         let upstream = Upstream::parse(base_url)?;
-        CloudProxy::serve(api, upstream, listen()?, labels, claims)
+        CloudProxy::serve(api, upstream, listen()?, labels.into(), claims)
     }
 
     /// The proxy on a bound listener ([`listen`]; the wrapper binds it before it execs the
@@ -270,7 +272,7 @@ impl CloudProxy {
         api: Api,
         upstream: Upstream,
         listener: std::net::TcpListener,
-        labels: BTreeMap<String, String>,
+        labels: crate::proxy::stamp::Labels,
         claims: mpsc::UnboundedSender<Ask>,
     ) -> Result<CloudProxy, CloudError> {
         let address = listener.local_addr().map_err(CloudError::Address)?;

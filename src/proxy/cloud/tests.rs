@@ -10,7 +10,7 @@ fn labels() -> BTreeMap<String, String> {
 }
 
 fn stamped(api: Api, body: &str) -> serde_json::Value {
-    serde_json::from_slice(&api.stamp(body.as_bytes(), &labels()).unwrap().0).unwrap()
+    serde_json::from_slice(&api.stamp(body.as_bytes(), &labels().into()).unwrap().0).unwrap()
 }
 
 #[test]
@@ -39,7 +39,7 @@ fn daytona_labels_are_read_as_json_parse_reads_them() {
 
 #[test]
 fn a_create_asking_to_be_detached_is_held_as_a_detach_as_each_service_reads_it() {
-    let hold = |api: Api, body: &str| api.stamp(body.as_bytes(), &labels()).unwrap().1;
+    let hold = |api: Api, body: &str| api.stamp(body.as_bytes(), &labels().into()).unwrap().1;
     let e2b =
         r#"{"metadata":{"sandguard.detached":"false"},"Metadata":{"sandguard.detached":"true"}}"#;
     assert_eq!(hold(Api::E2b, e2b), Hold::Detach, "Go merges both keys");
@@ -68,7 +68,10 @@ fn what_cannot_be_stamped_is_an_error() {
         (Api::Daytona, "null"),
         (Api::Daytona, r#"{"labels":[1]}"#),
     ] {
-        assert!(api.stamp(body.as_bytes(), &labels()).is_err(), "{body}");
+        assert!(
+            api.stamp(body.as_bytes(), &labels().into()).is_err(),
+            "{body}"
+        );
     }
 }
 
@@ -219,4 +222,42 @@ async fn an_acknowledged_claim_names_the_provider_and_the_id() {
     let (name, url) = proxy.assignment();
     assert_eq!(name, "E2B_API_URL");
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+}
+
+#[test]
+fn a_lifetime_limit_is_stamped_as_expires_and_cuts_an_e2b_timeout() {
+    let aged = crate::proxy::stamp::Labels {
+        session: labels(),
+        lifetime: Some(std::time::Duration::from_secs(120)),
+    };
+    let stamp = |api: Api, body: &str| -> serde_json::Value {
+        serde_json::from_slice(&api.stamp(body.as_bytes(), &aged).unwrap().0).unwrap()
+    };
+    let now = crate::timefmt::now_unix();
+    let expires = |v: &serde_json::Value, map: &str| -> i64 {
+        v[map]["sandguard.expires"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    // Go applies every spelling in order: the last one was the 300 s asked for.
+    let v = stamp(
+        Api::E2b,
+        r#"{"timeout":30,"TimeOut":300,"templateID":"base"}"#,
+    );
+    assert_eq!(v["timeout"], 120);
+    assert!(v.get("TimeOut").is_none());
+    assert!((now + 120..=now + 122).contains(&expires(&v, "metadata")));
+    // Shorter than the limit, absent, or not a number: as asked.
+    assert_eq!(stamp(Api::E2b, r#"{"timeout":60}"#)["timeout"], 60);
+    assert!(stamp(Api::E2b, "{}").get("timeout").is_none());
+    assert_eq!(stamp(Api::E2b, r#"{"timeout":"x"}"#)["timeout"], "x");
+    let v = stamp(Api::Daytona, "{}");
+    assert!((now + 120..=now + 122).contains(&expires(&v, "labels")));
+    // A create may ask to end sooner than the limit, never later.
+    let sooner = format!(r#"{{"labels":{{"sandguard.expires":"{}"}}}}"#, now + 5);
+    assert_eq!(expires(&stamp(Api::Daytona, &sooner), "labels"), now + 5);
+    let later = format!(r#"{{"labels":{{"sandguard.expires":"{}"}}}}"#, now + 9999);
+    assert!(expires(&stamp(Api::Daytona, &later), "labels") <= now + 122);
 }

@@ -69,6 +69,7 @@ pub(crate) mod target;
 mod upstream;
 mod volumes;
 
+#[cfg(test)]
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::io;
@@ -88,7 +89,7 @@ use target::Create;
 
 struct Shared {
     upstream: Upstream,
-    labels: BTreeMap<String, String>,
+    labels: crate::proxy::stamp::Labels,
     /// The session id (`sandguard.session` in `labels`): what a claimable answer must carry.
     session: String,
     claims: mpsc::UnboundedSender<Ask>,
@@ -192,22 +193,22 @@ impl Proxy {
         claims: mpsc::UnboundedSender<Ask>,
     ) -> io::Result<(Proxy, SocketDir)> {
         let (listener, guard) = SocketDir::bind(dir, fallback)?;
-        Ok((Proxy::serve(listener, upstream, labels, claims)?, guard))
+        Ok((
+            Proxy::serve(listener, upstream, labels.into(), claims)?,
+            guard,
+        ))
     }
 
     /// The proxy on a bound listener (inside the runtime), forwarding to `upstream`.
     pub(crate) fn serve(
         listener: StdUnixListener,
         upstream: Upstream,
-        labels: BTreeMap<String, String>,
+        labels: crate::proxy::stamp::Labels,
         claims: mpsc::UnboundedSender<Ask>,
     ) -> io::Result<Proxy> {
         listener.set_nonblocking(true)?;
         let listener = UnixListener::from_std(listener)?;
-        let session = labels
-            .get(crate::labels::SESSION)
-            .cloned()
-            .unwrap_or_default();
+        let session = labels.session_id();
         let shared = Arc::new(Shared {
             upstream,
             labels,

@@ -42,7 +42,7 @@ pub(super) async fn precreate(
     container: Hold,
 ) -> Result<(), Refusal> {
     let hold = volume.hold(container);
-    let mut stamp = shared.labels.clone();
+    let mut stamp = shared.labels.session.clone();
     if hold == Hold::Detach {
         stamp.insert(crate::labels::DETACHED.into(), "true".into());
     }

@@ -119,6 +119,7 @@ async fn end_for(cause: EndCause, journaled: bool) -> (SessionState, Vec<String>
                 id,
                 outcome,
                 at,
+                limit,
             } => {
                 assert!(at.is_some(), "a removal is journaled with its time");
                 Record::Removed {
@@ -126,6 +127,7 @@ async fn end_for(cause: EndCause, journaled: bool) -> (SessionState, Vec<String>
                     id,
                     outcome,
                     at: None,
+                    limit,
                 }
             }
             other => other,
@@ -141,6 +143,7 @@ async fn the_cause_is_journaled_on_reclaim_start_after_the_fact_older_readers_re
         id: "a".into(),
         outcome: "removed".into(),
         at: None,
+        limit: None,
     };
     let start = |cause| Record::ReclaimStart { cause: Some(cause) };
     let end = |state| Record::End { state };

@@ -128,6 +128,12 @@ pub(crate) struct Started {
 }
 
 impl Started {
+    /// `notice` is told each line for the terminal while the owner lives
+    /// ([`super::Sidecar::on_notice`]).
+    pub(crate) fn on_notice(&mut self, notice: super::Notice) {
+        self.plan.notice = Some(notice);
+    }
+
     /// Runs the session to its end; `bye` and `end` are told how the end's first reclaim pass
     /// went ([`super::Sidecar::on_bye`], [`super::Sidecar::on_end`]).
     pub(crate) async fn run(mut self, bye: Option<ByeReport>, end: Option<EndReport>) -> Ended {
@@ -232,14 +238,18 @@ fn open(
     let stop = stop_signal().map_err(Failure::Sigterm)?;
     let labels = session::labels(session, owner);
     let (tx, claims) = tokio::sync::mpsc::unbounded_channel();
+    let stamp = crate::proxy::stamp::Labels {
+        session: labels.clone(),
+        lifetime: settings.limits.lifetime,
+    };
     let at = proxies::Session {
         id: session,
-        labels: &labels,
+        labels: &stamp,
         journal: journal.path(),
     };
     let handed = bound.is_some();
     let served = match bound {
-        Some(bound) => proxies::serve(bound, &labels, &tx)?,
+        Some(bound) => proxies::serve(bound, &stamp, &tx)?,
         None => {
             let modes = (plan.docker_proxy, plan.cloud_proxy);
             proxies::start(settings, modes, &at, &tx, plan.heard, warn)?
@@ -307,6 +317,7 @@ fn assemble(
         budget: (settings.limits, slots),
         bye_report: None,
         end_report: None,
+        notice: None,
     };
     let triggers = Triggers {
         exit: owner_watch.exit_probe(),

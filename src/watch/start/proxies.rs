@@ -25,7 +25,6 @@
 //!   started by an SDK runs both ([`start`]); one the wrapper started serves what the wrapper
 //!   bound ([`Bound::handed`]). One decision, wherever it is made.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::config::docker::ContextError;
@@ -189,7 +188,7 @@ impl Bound {
 /// Where the session's labels and journal are, for the proxies.
 pub(crate) struct Session<'a> {
     pub id: &'a str,
-    pub labels: &'a BTreeMap<String, String>,
+    pub labels: &'a crate::proxy::stamp::Labels,
     pub journal: &'a std::path::Path,
 }
 
@@ -261,7 +260,7 @@ pub(crate) fn bind(
 /// The proxies on what [`bind`] bound (inside the runtime).
 pub(crate) fn serve(
     bound: Bound,
-    labels: &BTreeMap<String, String>,
+    labels: &crate::proxy::stamp::Labels,
     tx: &Claims,
 ) -> Result<Served, ProxyError> {
     let docker = match bound.docker {

@@ -14,8 +14,8 @@ pub(super) const HALT_WAIT: Duration = Duration::from_secs(1);
 /// `calls` around each batch of renewal calls, checking `ending` once it has it.
 #[derive(Clone)]
 pub(crate) struct Halt {
-    pub(super) ending: tokio::sync::watch::Receiver<bool>,
-    pub(super) calls: Arc<tokio::sync::Mutex<()>>,
+    pub(in crate::watch) ending: tokio::sync::watch::Receiver<bool>,
+    pub(in crate::watch) calls: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Halt {

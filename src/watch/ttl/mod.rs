@@ -64,6 +64,9 @@ pub(crate) struct Keeper {
     /// How the watch stops it (the owner's death, `bye`, an expired lease), before the
     /// reclaim starts: it renews nothing after that.
     halt: Halt,
+    /// The session's `lifetime` limit: no sandbox is renewed past its creation plus this
+    /// ([`Keeper::capped`]).
+    lifetime: Option<Duration>,
 }
 
 impl Keeper {
@@ -91,7 +94,17 @@ impl Keeper {
             every,
             holdings,
             halt,
+            lifetime: None,
         })
+    }
+
+    /// Renews no sandbox past its creation plus `lifetime` (the session's limit): its TTL is
+    /// cut to what is left of it, so the provider ends it at the limit if sandguard is gone;
+    /// one past it is not renewed (the lifetime keeper removes it). A provider that gives no
+    /// creation time is renewed as without a limit.
+    pub(crate) fn capped(mut self, lifetime: Option<Duration>) -> Keeper {
+        self.lifetime = lifetime;
+        self
     }
 
     /// Renews [`FIRST_ROUND`] after start (not at once: the guarded program is starting on the
@@ -129,72 +142,20 @@ impl Keeper {
     }
 
     async fn renew_on(&self, provider: &Arc<dyn Provider>, holdings: &Holdings) {
-        let claims: Vec<_> = holdings
-            .claims
-            .iter()
-            .filter(|t| t.provider == provider.name())
-            .collect();
-        // With claims, every managed label is listed, so that a claim is judged by the labels
-        // its sandbox carries (another session's sandbox is not this one's to renew).
-        let selector = if claims.is_empty() {
-            Selector::session(&self.session)
-        } else {
-            Selector::managed()
-        };
-        let (mut targets, failures) =
-            crate::reclaim::list_all(std::slice::from_ref(provider), &selector).await;
-        for f in &failures {
-            tracing::warn!("cannot list {} to renew TTLs: {}", f.provider, f.error);
-        }
+        let held = Held::on(provider, &self.providers, &self.session, holdings).await;
         let provider = provider.as_ref();
-        // Whether claim (or detach) `t` names listed `s`: the one answer
-        // ([`Sandbox::named_by`]: a claim pinned to an identity (`ID@IDENTITY`) or made by an
-        // id prefix names a sandbox listed under another spelling), or the id as written.
-        let providers = &self.providers;
-        let names = |t: &crate::protocol::Target, s: &Sandbox| {
-            (t.provider == s.provider && t.id == s.id) || s.named_by(providers, t)
-        };
-        // The claims nothing listed answered for (unjudged while the listing failed), looked
-        // up as the reclaim looks them up ([`claimed`]), so that the judgement reads what
-        // they carry. Matched as the provider names, not by the claim's spelling: a pinned
-        // claim compared as a string named nothing listed (found by the model, seed
-        // 922308247), and an unlisted claim was renewed as a sandbox without labels,
-        // `sandguard.detached=true` unseen (seed 301994710).
-        if failures.is_empty() {
-            let unlisted: Vec<Sandbox> = claims
-                .iter()
-                .filter(|claim| !targets.iter().any(|s| names(claim, s)))
-                .filter_map(|claim| {
-                    let mut s = provider.parse_claim(&claim.id).ok()?;
-                    s.provider = claim.provider.clone();
-                    Some(s)
-                })
-                .collect();
-            targets.extend(claimed::look_up(provider, unlisted).await);
-        }
         // The one judgement decides each renewal, with the owner as the watch last saw it.
         let owner = if self.halt.is_ending() {
             Liveness::Dead
         } else {
             Liveness::Alive
         };
-        // The keeper reads no ledger: it is told what its holdings say ([`Known::nothing`]).
-        let known = Known::nothing();
-        targets.retain(|s| {
-            let own = Own {
-                session: &self.session,
-                // Not told, as the keeper always judged: a label of its session that the
-                // sandbox only inherited counts for a renewal only through a claim.
-                standing: ownership::Session::UNKNOWN,
-                claimed: holdings.claims.iter().any(|t| names(t, s)),
-                detached: holdings.detached.iter().any(|t| names(t, s)),
-            };
-            let asker = Asker::Renew {
-                session: &self.session,
-                owner,
-            };
-            ownership::judge(asker, &known.facts_for(s, own)).verdict == Verdict::Renew
-        });
+        let asker = Asker::Renew {
+            session: &self.session,
+            owner,
+        };
+        let targets = held.judged(asker, Verdict::Renew);
+        let names = |t: &crate::protocol::Target, s: &Sandbox| held.names(t, s);
         let ttl = self.ttl;
         let halt = &self.halt;
         let shared = &self.holdings;
@@ -208,6 +169,17 @@ impl Keeper {
                 if halt.is_ending() || !still_held(shared, &self.session, &s, &names) {
                     return;
                 }
+                let ttl = match (self.lifetime, s.created_at) {
+                    (Some(limit), Some(born)) => {
+                        let end =
+                            born.saturating_add(i64::try_from(limit.as_secs()).unwrap_or(i64::MAX));
+                        match u64::try_from(end - crate::timefmt::now_unix()) {
+                            Ok(left) if left > 0 => ttl.min(Duration::from_secs(left)),
+                            _ => return,
+                        }
+                    }
+                    _ => ttl,
+                };
                 match provider.renew(&s, ttl).await {
                     Ok(()) | Err(ProviderError::Gone(_)) => {}
                     Err(e) => {
@@ -219,9 +191,112 @@ impl Keeper {
     }
 }
 
+/// What a session holds on one provider as a keeper sees it (the TTL keeper's renewals, the
+/// lifetime keeper's removals): the sandboxes its label is on, and its claims as the provider
+/// shows them, each with what the owner's holdings say of it.
+pub(crate) struct Held<'a> {
+    providers: &'a [Arc<dyn Provider>],
+    session: &'a str,
+    holdings: &'a Holdings,
+    /// Listed by label, and the claims looked up.
+    pub sandboxes: Vec<Sandbox>,
+    /// A keeper reads no ledger: it is told what its holdings say ([`Known::nothing`]).
+    known: Known,
+}
+
+impl<'a> Held<'a> {
+    /// Lists `provider` for what `session` holds.
+    pub(crate) async fn on(
+        provider: &Arc<dyn Provider>,
+        providers: &'a [Arc<dyn Provider>],
+        session: &'a str,
+        holdings: &'a Holdings,
+    ) -> Held<'a> {
+        let claims: Vec<_> = holdings
+            .claims
+            .iter()
+            .filter(|t| t.provider == provider.name())
+            .collect();
+        // With claims, every managed label is listed, so that a claim is judged by the labels
+        // its sandbox carries (another session's sandbox is not this one's to renew).
+        let selector = if claims.is_empty() {
+            Selector::session(session)
+        } else {
+            Selector::managed()
+        };
+        let (mut sandboxes, failures) =
+            crate::reclaim::list_all(std::slice::from_ref(provider), &selector).await;
+        for f in &failures {
+            tracing::warn!(
+                "cannot list {} to judge its sandboxes: {}",
+                f.provider,
+                f.error
+            );
+        }
+        let mut held = Held {
+            providers,
+            session,
+            holdings,
+            sandboxes: Vec::new(),
+            known: Known::nothing(),
+        };
+        // The claims nothing listed answered for (unjudged while the listing failed), looked
+        // up as the reclaim looks them up ([`claimed`]), so that the judgement reads what
+        // they carry. Matched as the provider names, not by the claim's spelling: a pinned
+        // claim compared as a string named nothing listed (found by the model, seed
+        // 922308247), and an unlisted claim was renewed as a sandbox without labels,
+        // `sandguard.detached=true` unseen (seed 301994710).
+        if failures.is_empty() {
+            let provider = provider.as_ref();
+            let unlisted: Vec<Sandbox> = claims
+                .iter()
+                .filter(|claim| !sandboxes.iter().any(|s| held.names(claim, s)))
+                .filter_map(|claim| {
+                    let mut s = provider.parse_claim(&claim.id).ok()?;
+                    s.provider = claim.provider.clone();
+                    Some(s)
+                })
+                .collect();
+            sandboxes.extend(claimed::look_up(provider, unlisted).await);
+        }
+        held.sandboxes = sandboxes;
+        held
+    }
+
+    /// Whether claim (or detach) `t` names listed `s`: the one answer
+    /// ([`Sandbox::named_by`]: a claim pinned to an identity (`ID@IDENTITY`) or made by an
+    /// id prefix names a sandbox listed under another spelling), or the id as written.
+    pub(crate) fn names(&self, t: &crate::protocol::Target, s: &Sandbox) -> bool {
+        (t.provider == s.provider && t.id == s.id) || s.named_by(self.providers, t)
+    }
+
+    /// The sandboxes the one judgement, asked by `asker`, answers `verdict` for.
+    pub(crate) fn judged(&self, asker: Asker<'_>, verdict: Verdict) -> Vec<Sandbox> {
+        self.sandboxes
+            .iter()
+            .filter(|s| self.judge(asker, s) == verdict)
+            .cloned()
+            .collect()
+    }
+
+    /// The one judgement on `s`, asked by `asker`, with what the holdings say of it.
+    pub(crate) fn judge(&self, asker: Asker<'_>, s: &Sandbox) -> Verdict {
+        let own = Own {
+            session: self.session,
+            // Not told, as the keeper always judged: a label of its session that the
+            // sandbox only inherited counts for a renewal (or an ageing) only through a
+            // claim.
+            standing: ownership::Session::UNKNOWN,
+            claimed: self.holdings.claims.iter().any(|t| self.names(t, s)),
+            detached: self.holdings.detached.iter().any(|t| self.names(t, s)),
+        };
+        ownership::judge(asker, &self.known.facts_for(s, own)).verdict
+    }
+}
+
 /// Whether `s` is still the session's to renew by what the owner holds now: not detached
 /// since, and, unless it carries the session's own label, still claimed.
-fn still_held(
+pub(crate) fn still_held(
     holdings: &SharedHoldings,
     session: &str,
     s: &Sandbox,
