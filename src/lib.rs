@@ -123,7 +123,7 @@
 //!
 //! # Public API
 //!
-//! [`Guard`] (with its builder and errors), [`ByeOutcome`] and [`labels`] (the label keys
+//! [`Guard`] (with its builder, its [`Limits`] and errors), [`ByeOutcome`] and [`labels`] (the label keys
 //! are a documented contract) are the library's API. Every other module is private, its items
 //! `pub(crate)` (the `unreachable_pub` lint keeps them so). The binary, the integration tests,
 //! the benchmarks and the fuzz targets reach the pieces they drive through one hidden module,
@@ -154,6 +154,7 @@ mod unix;
 mod watch;
 mod wrapper;
 
+pub use budget::Limits;
 pub use protocol::ByeOutcome;
 pub use session::guard::{Guard, GuardBuilder, GuardError};
 

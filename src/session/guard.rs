@@ -79,6 +79,7 @@ pub struct GuardBuilder {
     grace: Option<Duration>,
     heartbeat: Option<Duration>,
     wait: Duration,
+    limits: crate::budget::Limits,
 }
 
 /// How long [`Guard::close`] (or the drop) waits for the sidecar's word after `bye`, by default.
@@ -93,6 +94,7 @@ impl Default for GuardBuilder {
             grace: None,
             heartbeat: Some(Duration::from_secs(5)),
             wait: WAIT,
+            limits: Default::default(),
         }
     }
 }
@@ -120,6 +122,15 @@ impl GuardBuilder {
         self
     }
 
+    /// The session's limits (`[limits]`, the CLI's `--max-*`). A `Guard` serves no proxy, so
+    /// nothing is refused at create: `lifetime` is kept (the guard's own sandboxes removed
+    /// at that age while the process runs), and `sandboxes` and `creates` are observed on
+    /// its claims, the sidecar logging (once each) a count that goes over.
+    pub fn limits(mut self, limits: crate::budget::Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
     pub fn start(self) -> Result<Guard, GuardError> {
         let me = Identity::current().ok_or(GuardError::Identity)?;
         // Where the sidecar will journal, resolved as it resolves it (no `--config`: the
@@ -132,7 +143,7 @@ impl GuardBuilder {
             session: None,
             owner: me.clone(),
             grace: self.grace,
-            limits: Default::default(),
+            limits: self.limits,
             docker_proxy: crate::config::ProxyMode::Off,
             cloud_proxy: crate::config::ProxyMode::Off,
             report: None,

@@ -209,6 +209,45 @@ impl<C: Clock> Sidecar<C> {
         }
     }
 
+    /// Limits observed outside the proxies: `claimed` more claims arrived by the control pipe
+    /// (the label and claim paths, where nothing is refused at create). A count over
+    /// `sandboxes` or `creates` is reported, once each per sidecar, in its log and on the
+    /// terminal; nothing is removed for it (`lifetime` is the only limit that removes).
+    /// `creates` counts the claims this sidecar was told of plus the slots that made a
+    /// sandbox.
+    pub(super) fn observe(&mut self, claimed: u64) {
+        let limits = self.budget.0;
+        self.observed.claims += claimed;
+        let mut over = Vec::new();
+        if let Some(limit) = limits.sandboxes.filter(|_| !self.observed.told_sandboxes) {
+            let held = self.held_sandboxes();
+            if held > u64::from(limit) {
+                self.observed.told_sandboxes = true;
+                over.push(format!(
+                    "this session holds {held} sandboxes, over its limit `sandboxes` ({limit})"
+                ));
+            }
+        }
+        if let Some(limit) = limits.creates.filter(|_| !self.observed.told_creates) {
+            let made = self.observed.claims + self.budget.1.made;
+            if made > u64::from(limit) {
+                self.observed.told_creates = true;
+                over.push(format!(
+                    "this session was told of {made} sandboxes, over its limit `creates` ({limit})"
+                ));
+            }
+        }
+        for line in over {
+            let line = format!(
+                "{line}; claims are not refused (only a create through a proxy is), nothing removed"
+            );
+            tracing::warn!("{line}");
+            if let Some(notice) = &self.notice {
+                notice(&line);
+            }
+        }
+    }
+
     /// How many sandboxes the session holds now, claimed or detached (a Docker network or
     /// volume is not a sandbox; what no provider here can read counts, the safe side).
     fn held_sandboxes(&self) -> u64 {
@@ -242,4 +281,13 @@ impl<C: Clock> Sidecar<C> {
         });
         false
     }
+}
+
+/// What the limits observed on claims so far ([`Sidecar::observe`]).
+#[derive(Debug, Default)]
+pub(super) struct Observed {
+    /// Claims told by the control pipe.
+    claims: u64,
+    told_sandboxes: bool,
+    told_creates: bool,
 }

@@ -129,6 +129,8 @@ pub(crate) struct Sidecar<C> {
     aged: Option<tokio::sync::mpsc::UnboundedReceiver<lifetime::Aged>>,
     /// Told a line for the terminal while the owner lives (a limit's removal).
     notice: Option<Notice>,
+    /// What the limits observed on claims ([`Sidecar::observe`]).
+    observed: arrival::Observed,
 }
 
 /// Told a line (without `sandguard: `) for whoever started the session, while it runs.
@@ -158,6 +160,7 @@ impl<C: Clock> Sidecar<C> {
             budget: Default::default(),
             aged: None,
             notice: None,
+            observed: Default::default(),
         }
     }
 
@@ -324,6 +327,7 @@ impl<C: Clock> Sidecar<C> {
             .but(&self.session)
             .cached(&self.others);
         let mut listed = Listings::default();
+        let mut claimed = 0;
         for _ in 0..BATCH {
             match line {
                 // A claim, or a detach (the owner's "mine, keep it"), of what another session
@@ -335,6 +339,7 @@ impl<C: Clock> Sidecar<C> {
                     if let Some(pinned) = self.pin(c).await {
                         if self.may_claim(&pinned, &known, &mut listed).await {
                             self.apply(Command::Claim(pinned));
+                            claimed += 1;
                         }
                     }
                 }
@@ -374,6 +379,9 @@ impl<C: Clock> Sidecar<C> {
             }
         }
         self.sync();
+        if claimed > 0 && self.budget.0.any() {
+            self.observe(claimed);
+        }
         bye
     }
 

@@ -34,6 +34,19 @@ impl Harness {
 
     /// A sidecar over `fake`, told how `bye` went through `report` when given.
     fn start_with(session: &str, fake: Arc<Fake>, report: Option<ByeReport>) -> Harness {
+        Harness::start_set(session, fake, |sidecar| {
+            if let Some(report) = report {
+                sidecar.on_bye(report);
+            }
+        })
+    }
+
+    /// A sidecar over `fake`, `set` up before it runs.
+    fn start_set(
+        session: &str,
+        fake: Arc<Fake>,
+        set: impl FnOnce(&mut Sidecar<ManualClock>),
+    ) -> Harness {
         let dir =
             std::env::temp_dir().join(format!("sandguard-watch-{session}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -64,9 +77,7 @@ impl Harness {
             Lease::new(clock.clone(), Duration::from_secs(600)),
             options,
         );
-        if let Some(report) = report {
-            sidecar.on_bye(report);
-        }
+        set(&mut sidecar);
         let (pipe, sidecar_end) = tokio::io::duplex(64 * 1024);
         let (kill_owner, owner_dead) = oneshot::channel::<()>();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -331,4 +342,44 @@ async fn eof_while_the_owner_lives_changes_nothing_and_stop_reclaims_nothing() {
     assert_eq!(remaining, vec!["a"]);
     assert_eq!(view.state, SessionState::Active);
     assert!(view.claims.iter().any(|t| t.id == "a"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn claims_over_a_limit_are_reported_once_and_nothing_is_refused() {
+    let s = "observed";
+    let told = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let sink = told.clone();
+    let mut h = Harness::start_set(s, Fake::holding(Vec::new()), |sidecar| {
+        let limits = crate::budget::Limits {
+            sandboxes: Some(1),
+            creates: Some(2),
+            lifetime: None,
+        };
+        sidecar.limit(limits, Default::default());
+        sidecar.on_notice(Box::new(move |line: &str| {
+            sink.lock().unwrap().push(line.into())
+        }));
+    });
+    h.send("claim fake a\n").await;
+    assert!(told.lock().unwrap().is_empty(), "one claim is within both");
+    h.send("claim fake b\nclaim fake c\nclaim fake d\n").await;
+    let lines = told.lock().unwrap().clone();
+    assert_eq!(lines.len(), 2, "each limit once: {lines:?}");
+    assert!(lines[0].starts_with("this session holds 4 sandboxes, over its limit `sandboxes` (1)"));
+    assert!(
+        lines[1].starts_with("this session was told of 4 sandboxes, over its limit `creates` (2)")
+    );
+    let view = StateDir::open(&h.dir)
+        .unwrap()
+        .sessions()
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        view.claims.len(),
+        4,
+        "every claim was taken: {:?}",
+        view.claims
+    );
+    h.kill_owner.take().unwrap().send(()).unwrap();
+    h.finish().await;
 }

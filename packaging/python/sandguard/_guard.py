@@ -62,6 +62,7 @@ class Guard:
         strict: bool = False,
         max_sandboxes: Optional[int] = None,
         max_creates: Optional[int] = None,
+        max_lifetime: Optional[str] = None,
     ) -> None:
         self.pid = os.getpid()
         self._binary = binary or find_binary()
@@ -81,6 +82,8 @@ class Guard:
         for flag, limit in (("--max-sandboxes", max_sandboxes), ("--max-creates", max_creates)):
             if limit is not None:
                 flags += [flag, str(int(limit))]
+        if max_lifetime is not None:
+            flags += ["--max-lifetime", str(max_lifetime)]
         self._control, self._stdout, ready = spawn(
             self._binary, self.session, self.pid, self._owner, config, grace, ready_timeout,
             flags,
@@ -350,6 +353,7 @@ def guard(
     strict: bool = False,
     max_sandboxes: Optional[int] = None,
     max_creates: Optional[int] = None,
+    max_lifetime: Optional[str] = None,
 ) -> Guard:
     """Start a sidecar guarding this process; use as ``with sandguard.guard() as g:``.
 
@@ -373,6 +377,9 @@ def guard(
             starts ``sandguard: limit `sandboxes` reached``.
         max_creates: at most this many sandboxes created over the guard's life
             (``--max-creates``).
+        max_lifetime: no sandbox older than this, e.g. ``"2h"`` (``--max-lifetime``): at that
+            age the guard's own sandbox is removed while this process runs, and the proxies
+            stamp the limit into each create (``sandguard.expires``, E2B's timeout).
 
     Raises:
         SandguardError: the sidecar could not be started or did not become ready.
@@ -389,6 +396,7 @@ def guard(
         strict=strict,
         max_sandboxes=max_sandboxes,
         max_creates=max_creates,
+        max_lifetime=max_lifetime,
     )
 
 

@@ -42,7 +42,7 @@ async fn the_sessions_old_sandbox_is_removed_and_told_and_nothing_else() {
     );
     assert_eq!(keeper.every, Duration::from_secs(6), "a tenth of the limit");
     let task = tokio::spawn(keeper.run());
-    let mut told = vec![rx.recv().await.unwrap(), rx.recv().await.unwrap()];
+    let mut told = [rx.recv().await.unwrap(), rx.recv().await.unwrap()];
     told.sort_by(|a, b| a.target.id.cmp(&b.target.id));
     assert_eq!(
         told.iter()

@@ -102,6 +102,12 @@ export interface GuardOptions {
   maxSandboxes?: number;
   /** At most this many sandboxes created over the guard's life (`--max-creates`). */
   maxCreates?: number;
+  /**
+   * No sandbox older than this, e.g. `"2h"` (`--max-lifetime`): at that age the guard's own
+   * sandbox is removed while this process runs, and the proxies stamp the limit into each
+   * create (`sandguard.expires`, E2B's timeout).
+   */
+  maxLifetime?: string;
 }
 
 /** `PROVIDER ID`, checked as the sidecar's parser checks it (src/protocol.rs). */
@@ -519,6 +525,7 @@ export async function guard(options: GuardOptions = {}): Promise<Guard> {
   ] as const) {
     if (limit !== undefined) argv.push(flag, String(Math.trunc(limit)));
   }
+  if (options.maxLifetime !== undefined) argv.push("--max-lifetime", options.maxLifetime);
   const [control, out] = fifos(2);
   const reader = new LineReader(out.read);
   let failed: Error | null = null;
