@@ -22,10 +22,22 @@
 //!   the create happened is unknown, and over-counting by one is the safe side of a budget
 //!   (the count is never lost across a restart).
 //! - **A limit never removes anything here**: a refusal creates nothing and claims nothing.
+//!   Two limits remove, elsewhere, and only while the owner lives and only what the session
+//!   owns (the judgement's rule 7): `lifetime` (a sandbox that old, `crate::watch::limits`)
+//!   and `spend` with `on_spend = "reclaim"` (every sandbox the session holds, once its
+//!   sandbox time reaches the limit). Neither removes a detached sandbox.
+//! - **`spend` counts sandbox time** ([`Meter`]: from claim to release or removal, detached
+//!   sandboxes included, as `sandguard report` counts it). At the limit every create a
+//!   limit counts is refused, in either mode; `on_spend = "reclaim"` also removes what the
+//!   session holds. The sidecar says so once on the terminal when it is reached.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
+
+mod meter;
+
+pub(crate) use meter::Meter;
 
 /// The limits of one session; `None`: no limit of that kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -35,9 +47,24 @@ pub struct Limits {
     /// At most this many sandboxes created over the session's life.
     pub creates: Option<u32>,
     /// No sandbox older than this: at that age the session's own sandbox is removed even
-    /// though its owner lives ([`crate::watch::lifetime`]), and the providers' TTLs are
+    /// though its owner lives ([`crate::watch::limits`]), and the providers' TTLs are
     /// stamped no later (see the module docs).
     pub lifetime: Option<Duration>,
+    /// At most this much sandbox time over the session's life.
+    pub spend: Option<Duration>,
+    /// What reaching `spend` does besides refusing creates (`None`: as said, refuse only).
+    pub on_spend: Option<OnSpend>,
+}
+
+/// What reaching the `spend` limit does (`on_spend`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum OnSpend {
+    /// New creates are refused; what runs, runs on.
+    #[default]
+    Refuse,
+    /// New creates are refused, and every sandbox the session holds is removed.
+    Reclaim,
 }
 
 impl Limits {
@@ -45,12 +72,12 @@ impl Limits {
     /// at all (`lifetime` is not decided at create: it is kept by the sidecar's rounds and
     /// stamped into the create).
     pub(crate) fn any(&self) -> bool {
-        self.sandboxes.is_some() || self.creates.is_some()
+        self.sandboxes.is_some() || self.creates.is_some() || self.spend.is_some()
     }
 
     /// Whether any limit at all is set (for the command line: options given or not).
     pub(crate) fn given(&self) -> bool {
-        self.any() || self.lifetime.is_some()
+        self.any() || self.lifetime.is_some() || self.on_spend.is_some()
     }
 }
 
@@ -61,6 +88,8 @@ impl Limits {
 pub enum Limit {
     /// The sandbox reached the session's `lifetime`.
     Lifetime,
+    /// The session's sandbox time reached its `spend`, with `on_spend = "reclaim"`.
+    Spend,
 }
 
 /// Why a create was refused: the limit it would pass, and the count that reached it.
@@ -70,6 +99,8 @@ pub(crate) enum Exceeded {
     Sandboxes { limit: u32, alive: u64 },
     /// `creates`: `made` sandboxes created (or being created) already.
     Creates { limit: u32, made: u64 },
+    /// `spend`: `used` sandbox time already.
+    Spend { limit: Duration, used: Duration },
 }
 
 impl fmt::Display for Exceeded {
@@ -86,6 +117,13 @@ impl fmt::Display for Exceeded {
                 f,
                 "limit `creates` reached (at most {limit} over the session; this session \
                  created {made}); nothing was created"
+            ),
+            Exceeded::Spend { limit, used } => write!(
+                f,
+                "limit `spend` reached (at most {} of sandbox time; this session used {}); \
+                 nothing was created",
+                crate::timefmt::format_span(*limit),
+                crate::timefmt::format_span(*used),
             ),
         }
     }
@@ -104,13 +142,18 @@ pub struct Slots {
 
 impl Slots {
     /// Takes a slot for a create, or says which limit refuses it. `held` is how many
-    /// sandboxes the session holds now (claimed or detached, not counting open slots).
+    /// sandboxes the session holds now (claimed or detached, not counting open slots), `used`
+    /// the sandbox time it used so far ([`Meter::used`]).
     pub(crate) fn take(
         &mut self,
         limits: &Limits,
         provider: &str,
         held: u64,
+        used: Duration,
     ) -> Result<u64, Exceeded> {
+        if let Some(limit) = limits.spend.filter(|l| used >= *l) {
+            return Err(Exceeded::Spend { limit, used });
+        }
         let open = self.open.len() as u64;
         if let Some(limit) = limits.sandboxes {
             let alive = held + open;

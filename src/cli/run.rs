@@ -62,6 +62,13 @@ pub(super) struct Limits {
     /// ([limits] lifetime)
     #[arg(long, value_name = "DURATION")]
     pub max_lifetime: Option<Positive>,
+    /// At most this much sandbox time over the session, e.g. 20h: creates past it are
+    /// refused ([limits] spend)
+    #[arg(long, value_name = "DURATION")]
+    pub max_spend: Option<Positive>,
+    /// At the spend limit, also remove every sandbox the session holds ([limits] on_spend)
+    #[arg(long, value_name = "WHAT")]
+    pub on_spend: Option<crate::budget::OnSpend>,
 }
 
 impl Limits {
@@ -70,6 +77,8 @@ impl Limits {
             sandboxes: self.max_sandboxes,
             creates: self.max_creates,
             lifetime: self.max_lifetime.map(|d| d.0),
+            spend: self.max_spend.map(|d| d.0),
+            on_spend: self.on_spend,
         }
     }
 }

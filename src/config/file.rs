@@ -42,6 +42,8 @@ pub(super) struct FileLimits {
     pub(super) sandboxes: Option<u32>,
     pub(super) creates: Option<u32>,
     pub(super) lifetime: Option<Positive>,
+    pub(super) spend: Option<Positive>,
+    pub(super) on_spend: Option<crate::budget::OnSpend>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -160,6 +160,8 @@ impl Settings {
                     .limits
                     .lifetime
                     .or(file.limits.lifetime.map(|d| d.0)),
+                spend: overrides.limits.spend.or(file.limits.spend.map(|d| d.0)),
+                on_spend: overrides.limits.on_spend.or(file.limits.on_spend),
             },
         })
     }

@@ -105,7 +105,7 @@ fn the_documented_example_parses_and_states_the_defaults() {
 
 #[test]
 fn limits_come_from_the_file_and_each_flag_beats_its_key() {
-    let text = "[limits]\nsandboxes = 10\ncreates = 50\nlifetime = \"2h\"\n";
+    let text = "[limits]\nsandboxes = 10\ncreates = 50\nlifetime = \"2h\"\nspend = \"20h\"\non_spend = \"reclaim\"\n";
     let path = Path::new("/etc/x.toml");
     let layer = |flags: crate::budget::Limits| {
         let file = parse_file(path, text).unwrap();
@@ -126,10 +126,18 @@ fn limits_come_from_the_file_and_each_flag_beats_its_key() {
         sandboxes: Some(2),
         creates: None,
         lifetime: Some(Duration::from_secs(60)),
+        ..Default::default()
     });
     assert_eq!(
         (flagged.sandboxes, flagged.creates, flagged.lifetime),
         (Some(2), Some(50), Some(Duration::from_secs(60)))
+    );
+    assert_eq!(
+        (flagged.spend, flagged.on_spend),
+        (
+            Some(Duration::from_secs(20 * 3600)),
+            Some(crate::budget::OnSpend::Reclaim)
+        )
     );
     let err = parse_file(path, "[limits]\nsandbox = 3\n")
         .unwrap_err()
@@ -143,6 +151,13 @@ fn limits_come_from_the_file_and_each_flag_beats_its_key() {
         .to_string();
     assert!(
         err.starts_with("/etc/x.toml:2: key `limits.sandboxes`"),
+        "{err}"
+    );
+    let err = parse_file(path, "[limits]\non_spend = \"stop\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("/etc/x.toml:2: key `limits.on_spend`"),
         "{err}"
     );
     let err = parse_file(path, "[limits]\nlifetime = \"0s\"\n")

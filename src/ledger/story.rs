@@ -168,8 +168,8 @@ pub struct Resumed {
 }
 
 /// Reads the story of a journal's text and its side file of stops (empty when none);
-/// unreadable lines are skipped (the view counts the journal's).
-#[cfg(test)]
+/// unreadable lines are skipped (the view counts the journal's). The unit tests' way in, and
+/// a resumed sidecar's, for the sandbox time its journal tells.
 pub(crate) fn tell(journal: &[u8], stops: &[u8]) -> Story {
     tell_decoded(entries(journal), stops)
 }
@@ -183,7 +183,7 @@ fn entries(text: &[u8]) -> Vec<Entry> {
 
 /// The story of a journal already decoded (by the view's rules, `view::decode`: a torn last
 /// line is left out), and of its side file of stops. [`StateDir::read_history`] tells every
-/// story this way; `tell`, from the text, is the unit tests'.
+/// story this way; `tell` reads the text itself.
 ///
 /// [`StateDir::read_history`]: super::StateDir::read_history
 pub(super) fn tell_decoded(journal: Vec<Entry>, stops: &[u8]) -> Story {

@@ -33,6 +33,12 @@
 //!    alive is never reclaimed, whatever its lease says; an owner that cannot be judged from
 //!    here is reclaimed only when its fleet lease expired.
 //! 6. **Nothing is renewed after its owner's death**, nor anything the session does not own.
+//! 7. **A limit removes only the session's own**: a sandbox the session owns (rules 3 and 4)
+//!    that has reached the session's `lifetime`, or every one once the session's sandbox time
+//!    reached its `spend` with `on_spend = "reclaim"`, is removed while its owner lives
+//!    ([`Asker::Lifetime`], [`Asker::Spent`]); a detached one is kept (rule 2), as is one
+//!    whose age is not known, and anything not a sandbox itself (a Docker network or volume is
+//!    reclaimed with the session, not aged).
 
 use crate::identity::Liveness;
 use crate::providers::Sandbox;
@@ -124,6 +130,12 @@ pub(crate) enum Asker<'a> {
         limit: std::time::Duration,
         age: Option<std::time::Duration>,
     },
+    /// Session `session`'s limit keeper, while its owner lives, once the session's sandbox
+    /// time reached its `spend` `limit` with `on_spend = "reclaim"` (rule 7).
+    Spent {
+        session: &'a str,
+        limit: std::time::Duration,
+    },
 }
 
 /// Everything known of one sandbox, as [`known::Known`] builds it.
@@ -198,7 +210,10 @@ pub(crate) fn judge(asker: Asker<'_>, facts: &Facts<'_>) -> Judgement {
             Asker::Sweep | Asker::StopAll => return Judgement::remove(Reason::Expired),
             // A session's own reclaim judges by ownership alone: what its owner detached
             // stays, and the next sweep ends it for its TTL.
-            Asker::Reclaim { .. } | Asker::StopNamed | Asker::Lifetime { .. } => {}
+            Asker::Reclaim { .. }
+            | Asker::StopNamed
+            | Asker::Lifetime { .. }
+            | Asker::Spent { .. } => {}
         }
     }
     let detached = if facts.sandbox.is_detached() {
@@ -238,6 +253,15 @@ pub(crate) fn judge(asker: Asker<'_>, facts: &Facts<'_>) -> Judgement {
                 limit: crate::timefmt::format_span(limit),
             }),
             Ok(_) => Judgement::keep(Reason::Young),
+        },
+        (Asker::Spent { session, limit }, None) => match owned_by(session, facts) {
+            Err(why) => Judgement::keep(why),
+            Ok(_) if facts.sandbox.kind != crate::providers::Kind::Instance => {
+                Judgement::keep(Reason::NotAged)
+            }
+            Ok(_) => Judgement::remove(Reason::Spent {
+                limit: crate::timefmt::format_span(limit),
+            }),
         },
     }
 }

@@ -45,6 +45,10 @@ pub(crate) enum Reason {
     Lifetime {
         limit: String,
     },
+    /// Its session's sandbox time reached the `spend` limit (as written), to be reclaimed.
+    Spent {
+        limit: String,
+    },
     /// Younger than its session's `lifetime` limit, or of an age not known.
     Young,
     /// Not a sandbox itself (a network, a volume): no lifetime limit ages it.
@@ -122,6 +126,10 @@ impl fmt::Display for Reason {
             Reason::Lifetime { limit } => {
                 write!(f, "older than the session's lifetime limit ({limit}); its owner lives on")
             }
+            Reason::Spent { limit } => write!(
+                f,
+                "its session's sandbox time reached the spend limit ({limit}) with on_spend = reclaim"
+            ),
             Reason::Young => f.write_str("younger than the session's lifetime limit"),
             Reason::NotAged => f.write_str("not a sandbox itself: no lifetime limit ages it"),
             Reason::AfterDeath => f.write_str("its owner is dead: nothing is renewed after a death"),

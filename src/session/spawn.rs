@@ -274,9 +274,24 @@ impl Spawn {
                 args.push(n.to_string().into());
             }
         }
-        if let Some(lifetime) = self.limits.lifetime {
-            args.push("--max-lifetime".into());
-            args.push(format!("{}ms", lifetime.as_millis()).into());
+        for (flag, span) in [
+            ("--max-lifetime", self.limits.lifetime),
+            ("--max-spend", self.limits.spend),
+        ] {
+            if let Some(span) = span {
+                args.push(flag.into());
+                args.push(format!("{}ms", span.as_millis()).into());
+            }
+        }
+        if let Some(on_spend) = self.limits.on_spend {
+            args.push("--on-spend".into());
+            args.push(
+                match on_spend {
+                    crate::budget::OnSpend::Refuse => "refuse",
+                    crate::budget::OnSpend::Reclaim => "reclaim",
+                }
+                .into(),
+            );
         }
         args.push("--detached".into());
         // It starts in `/`: its `.env` files are the caller's directory's, as the caller's.

@@ -193,7 +193,8 @@ impl<C: Clock> Sidecar<C> {
             return Ok(None);
         }
         let held = self.held_sandboxes();
-        match self.budget.1.take(&limits, provider, held) {
+        let used = self.meter.used(crate::ledger::now_ms());
+        match self.budget.1.take(&limits, provider, held, used) {
             Ok(n) => {
                 self.write(&Record::Slot {
                     provider: provider.to_string(),
@@ -252,14 +253,18 @@ impl<C: Clock> Sidecar<C> {
     /// volume is not a sandbox; what no provider here can read counts, the safe side).
     fn held_sandboxes(&self) -> u64 {
         let held = self.held();
-        let is_sandbox = |t: &&Target| {
-            crate::providers::by_name(&self.providers, &t.provider)
-                .and_then(|p| p.parse_claim(&t.id).ok())
-                .is_none_or(|named| named.kind == Kind::Instance)
-        };
+        let is_sandbox = |t: &&Target| self.is_sandbox(t);
         let claims = held.claims.iter().filter(is_sandbox).count();
         let detached = held.detached.iter().filter(is_sandbox).count();
         (claims + detached) as u64
+    }
+
+    /// Whether `t` names a sandbox (not a Docker network or volume); what no provider here can
+    /// read counts as one, the safe side of a limit.
+    pub(super) fn is_sandbox(&self, t: &Target) -> bool {
+        crate::providers::by_name(&self.providers, &t.provider)
+            .and_then(|p| p.parse_claim(&t.id).ok())
+            .is_none_or(|named| named.kind == Kind::Instance)
     }
 
     /// Whether a claim, release or detach names something a provider of this session can act on;

@@ -45,7 +45,7 @@ pub(crate) mod daemon;
 mod end;
 pub(crate) mod fleet;
 pub(crate) mod lease;
-pub(crate) mod lifetime;
+pub(crate) mod limits;
 pub(crate) mod service;
 pub(crate) mod start;
 mod triggers;
@@ -126,11 +126,18 @@ pub(crate) struct Sidecar<C> {
     /// none until [`Sidecar::limit`].
     budget: (Limits, Slots),
     /// What the lifetime keeper removed, to journal and tell ([`Sidecar::lifetime`]).
-    aged: Option<tokio::sync::mpsc::UnboundedReceiver<lifetime::Aged>>,
+    aged: Option<tokio::sync::mpsc::UnboundedReceiver<limits::Aged>>,
     /// Told a line for the terminal while the owner lives (a limit's removal).
     notice: Option<Notice>,
     /// What the limits observed on claims ([`Sidecar::observe`]).
     observed: arrival::Observed,
+    /// The sandbox time the session used ([`crate::budget::Meter`]), kept as its holdings
+    /// change; with a `spend` limit, the loop says when it is reached ([`Sidecar::on_spent`]).
+    meter: crate::budget::Meter,
+    /// Told `true` when the spend limit is reached and it says to reclaim (the limit keeper).
+    spent: Option<tokio::sync::watch::Sender<bool>>,
+    /// The spend limit was reached (and said).
+    spent_told: bool,
 }
 
 /// Told a line (without `sandguard: `) for whoever started the session, while it runs.
@@ -161,6 +168,9 @@ impl<C: Clock> Sidecar<C> {
             aged: None,
             notice: None,
             observed: Default::default(),
+            meter: Default::default(),
+            spent: None,
+            spent_told: false,
         }
     }
 
@@ -188,20 +198,37 @@ impl<C: Clock> Sidecar<C> {
         self.budget = (limits, slots);
     }
 
-    /// The keeper of the session's `lifetime` limit, if it has one (call it after
-    /// [`Sidecar::limit`]; what it removes reaches the loop).
-    pub(crate) fn lifetime(&mut self) -> Option<lifetime::Keeper> {
-        let limit = self.budget.0.lifetime?;
+    /// The keeper of the session's limits that remove (`lifetime`, `spend` with `on_spend =
+    /// "reclaim"`), if it has one (call it after [`Sidecar::limit`]; what it removes reaches
+    /// the loop).
+    pub(crate) fn limit_keeper(&mut self) -> Option<limits::Keeper> {
+        let limits = self.budget.0;
+        let spend = limits
+            .spend
+            .filter(|_| limits.on_spend == Some(crate::budget::OnSpend::Reclaim))
+            .map(|limit| {
+                let (tx, rx) = tokio::sync::watch::channel(false);
+                self.spent = Some(tx);
+                (limit, rx)
+            });
+        if limits.lifetime.is_none() && spend.is_none() {
+            return None;
+        }
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         self.aged = Some(rx);
-        Some(lifetime::Keeper::new(
+        Some(limits::Keeper::new(
             &self.providers,
             &self.session,
-            limit,
+            (limits.lifetime, spend),
             self.holdings(),
             self.halt(),
             tx,
         ))
+    }
+
+    /// The sandbox time a resumed session's journal told ([`crate::budget::Meter::resumed`]).
+    pub(crate) fn metered(&mut self, meter: crate::budget::Meter) {
+        self.meter = meter;
     }
 
     /// `notice` is told each line for the terminal while the owner lives.
@@ -271,6 +298,7 @@ impl<C: Clock> Sidecar<C> {
     async fn watch<R: AsyncRead + Unpin>(&mut self, t: &mut Triggers<R>) -> Option<EndCause> {
         loop {
             let check_in = self.lease.next_check();
+            let spend_in = self.spend_in();
             tokio::select! {
                 biased;
                 _ = &mut t.stop => return self.on_stop(t).await,
@@ -290,6 +318,9 @@ impl<C: Clock> Sidecar<C> {
                 gone = &mut t.owner => return Some(gone.into()),
                 aged = triggers::next_aged(&mut self.aged), if self.aged.is_some() => {
                     self.on_aged(aged);
+                }
+                _ = tokio::time::sleep(spend_in.unwrap_or_default()), if spend_in.is_some() => {
+                    self.on_spent();
                 }
                 _ = tokio::time::sleep(check_in), if self.lease.is_running() => {
                     if self.lease.check_expired() {
@@ -392,6 +423,7 @@ impl<C: Clock> Sidecar<C> {
             Command::Claim(t) => {
                 if self.accept(&t) {
                     self.write(&Record::claim(&t));
+                    self.meter_held(&t);
                     self.share(|h| {
                         h.detached.remove(&t);
                         h.claims.insert(t);
@@ -401,6 +433,9 @@ impl<C: Clock> Sidecar<C> {
             Command::Release(t) => {
                 if self.accept(&t) {
                     self.write(&Record::release(&t));
+                    if self.budget.0.spend.is_some() {
+                        self.meter.ended(|c| c.answers(&t), crate::ledger::now_ms());
+                    }
                     self.share(|h| h.claims.retain(|c| !c.answers(&t)));
                 }
             }
@@ -410,6 +445,7 @@ impl<C: Clock> Sidecar<C> {
                         provider: t.provider.clone(),
                         id: t.id.clone(),
                     });
+                    self.meter_held(&t);
                     self.share(|h| {
                         h.claims.retain(|c| !c.answers(&t));
                         h.detached.insert(t);
@@ -428,39 +464,95 @@ impl<C: Clock> Sidecar<C> {
 
     /// A sandbox the lifetime keeper removed: journaled with its cause and synced, no longer
     /// held, and told.
-    fn on_aged(&mut self, aged: Option<lifetime::Aged>) {
+    fn on_aged(&mut self, aged: Option<limits::Aged>) {
         let Some(aged) = aged else {
             self.aged = None;
             return;
         };
-        let lifetime::Aged {
+        let limits::Aged {
             target,
             gone,
             at_ms,
             age,
             limit,
         } = aged;
+        let (kind, limit) = limit;
         self.write(&Record::Removed {
             provider: target.provider.clone(),
             id: target.id.clone(),
             outcome: if gone { "gone" } else { "removed" }.into(),
             at: Some(at_ms),
-            limit: Some(crate::budget::Limit::Lifetime),
+            limit: Some(kind),
         });
         self.sync();
         self.share(|h| h.claims.retain(|c| !c.answers(&target)));
+        self.meter
+            .ended(|c| c.answers(&target) || *c == target, at_ms);
+        let why = match kind {
+            crate::budget::Limit::Lifetime => format!(
+                "{} old, past the lifetime limit ({})",
+                crate::timefmt::format_span(age),
+                crate::timefmt::format_span(limit),
+            ),
+            crate::budget::Limit::Spend => format!(
+                "the session's sandbox time reached the spend limit ({})",
+                crate::timefmt::format_span(limit),
+            ),
+        };
         let line = format!(
-            "removed {} sandbox {}: {} old, past the lifetime limit ({}); the program runs on",
+            "removed {} sandbox {}: {why}; the program runs on",
             target.provider,
             crate::protocol::echo(target.id.as_bytes()),
-            crate::timefmt::format_span(age),
-            crate::timefmt::format_span(limit),
         );
         tracing::info!("{line}");
         if !gone {
             if let Some(notice) = &self.notice {
                 notice(&line);
             }
+        }
+    }
+
+    /// `t` is held from now, for the spend limit's meter (a sandbox only, and only with a
+    /// spend limit: without one nothing reads the meter).
+    fn meter_held(&mut self, t: &Target) {
+        if self.budget.0.spend.is_some() && self.is_sandbox(t) {
+            self.meter.held(t, crate::ledger::now_ms());
+        }
+    }
+
+    /// How long until the sandbox time reaches the `spend` limit, if there is one and it is
+    /// not reached yet, and something runs.
+    fn spend_in(&self) -> Option<Duration> {
+        let limit = self.budget.0.spend.filter(|_| !self.spent_told)?;
+        self.meter.reached_in(limit, crate::ledger::now_ms())
+    }
+
+    /// The spend limit reached: said once (log and terminal); creates are refused from here
+    /// ([`crate::budget::Slots::take`]), and with `on_spend = "reclaim"` the limit keeper
+    /// removes what the session holds.
+    fn on_spent(&mut self) {
+        let Some(limit) = self.budget.0.spend else {
+            return;
+        };
+        let used = self.meter.used(crate::ledger::now_ms());
+        if used < limit {
+            return;
+        }
+        self.spent_told = true;
+        let then = match &self.spent {
+            Some(spent) => {
+                spent.send_replace(true);
+                "every sandbox it holds is removed"
+            }
+            None => "new creates are refused; what runs, runs on",
+        };
+        let line = format!(
+            "this session's sandbox time reached its spend limit ({}): {then}",
+            crate::timefmt::format_span(limit)
+        );
+        tracing::warn!("{line}");
+        if let Some(notice) = &self.notice {
+            notice(&line);
         }
     }
 

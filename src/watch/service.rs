@@ -69,7 +69,11 @@ pub(crate) struct SidecarService {
     pub held: super::ttl::Holdings,
     /// The session's limits on creates through the proxies, and the slots its journal
     /// already took (a resumed session's): [`Sidecar::limit`].
-    pub budget: (crate::budget::Limits, crate::budget::Slots),
+    pub budget: (
+        crate::budget::Limits,
+        crate::budget::Slots,
+        crate::budget::Meter,
+    ),
     /// Told how the reclaim after `bye` went, before the settle pass ([`Sidecar::on_bye`]).
     pub bye_report: Option<ByeReport>,
     /// Told how the first reclaim pass at the end went ([`Sidecar::on_end`]).
@@ -126,10 +130,11 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
     }
     sidecar.seed(service.held);
     sidecar.limit(service.budget.0, service.budget.1);
+    sidecar.metered(service.budget.2);
     if let Some(notice) = service.notice {
         sidecar.on_notice(notice);
     }
-    if let Some(keeper) = sidecar.lifetime() {
+    if let Some(keeper) = sidecar.limit_keeper() {
         tasks.spawn(keeper.run());
     }
     let keeper = Keeper::new(

@@ -353,11 +353,11 @@ async fn claims_over_a_limit_are_reported_once_and_nothing_is_refused() {
         let limits = crate::budget::Limits {
             sandboxes: Some(1),
             creates: Some(2),
-            lifetime: None,
+            ..Default::default()
         };
         sidecar.limit(limits, Default::default());
         sidecar.on_notice(Box::new(move |line: &str| {
-            sink.lock().unwrap().push(line.into())
+            sink.lock().unwrap().push(line.into());
         }));
     });
     h.send("claim fake a\n").await;

@@ -53,8 +53,8 @@ pub(super) async fn next_line<R: AsyncRead + Unpin>(
 }
 
 pub(super) async fn next_aged(
-    aged: &mut Option<tokio::sync::mpsc::UnboundedReceiver<super::lifetime::Aged>>,
-) -> Option<super::lifetime::Aged> {
+    aged: &mut Option<tokio::sync::mpsc::UnboundedReceiver<super::limits::Aged>>,
+) -> Option<super::limits::Aged> {
     match aged {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,

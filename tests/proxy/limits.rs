@@ -409,3 +409,89 @@ exec sleep 3600
         .args(["rm", "-f", &stranger])
         .output();
 }
+
+/// `--max-spend`: once the session's sandbox time reaches the limit a create through the proxy
+/// is refused with the CLI's own error naming `spend`, and what runs, runs on (the default);
+/// with `--on-spend reclaim`, every container the session holds is removed too, while the
+/// program runs, each journaled with its cause and told on the terminal.
+#[test]
+fn max_spend_refuses_creates_past_it_and_on_spend_reclaim_removes_what_the_session_holds() {
+    require_docker();
+    let _g = shared();
+    for reclaim in [false, true] {
+        let s = Scratch::new(if reclaim {
+            "spend-reclaim"
+        } else {
+            "spend-refuse"
+        });
+        let out = s.path();
+        // Two containers use the 4 s of sandbox time in 2 s.
+        let script = format!(
+            r#"set -e
+a=$(docker run -d --network none {IMAGE} sleep 600)
+b=$(docker run -d --network none {IMAGE} sleep 600)
+sleep 3
+if docker run -d --network none {IMAGE} sleep 600 > {out}/third 2> {out}/err; then rc=0; else rc=$?; fi
+sleep 1
+n=$(docker ps -q --filter "label=sandguard.session=$SANDGUARD_SESSION" | wc -l)
+printf '%s\n' "$SANDGUARD_SESSION" "$a" "$b" "$rc" "$n" > {out}/done.tmp
+mv {out}/done.tmp {out}/done
+exec sleep 3600
+"#,
+            out = out.display(),
+        );
+        let mut args = vec!["run", "--docker-proxy", "--max-spend", "4s"];
+        if reclaim {
+            args.extend(["--on-spend", "reclaim"]);
+        }
+        let mut terminal = crate::proxy::defaults::Terminal::open();
+        let mut child = crate::proxy::defaults::wrapped(&s, &args, &script, &mut terminal);
+        let lines = wait_for_file(&out.join("done"), &mut child);
+        let [session, a, b, rc, running] = <[String; 5]>::try_from(lines).unwrap();
+        let err = std::fs::read_to_string(out.join("err")).unwrap();
+        assert_ne!(
+            rc, "0",
+            "reclaim={reclaim}: the create past the spend is refused"
+        );
+        assert!(
+            err.contains("sandguard: limit `spend` reached (at most 4s of sandbox time"),
+            "the CLI shows the limit: {err}"
+        );
+        let said = terminal.text();
+        assert!(
+            said.contains("sandguard: this session's sandbox time reached its spend limit (4s)"),
+            "{said:?}"
+        );
+        let journal = journal(&s, &session);
+        if reclaim {
+            assert_eq!(running.trim(), "0", "everything it held was removed");
+            for id in [&a, &b] {
+                assert!(!container_exists(id));
+                assert!(
+                    journal.lines().any(|l| l.contains(r#""ev":"removed""#)
+                        && l.contains(&id[..12])
+                        && l.contains(r#""limit":"spend""#)),
+                    "{id} journaled as removed for the spend: {journal}"
+                );
+                assert!(
+                    said.contains(&format!("removed docker sandbox {}", &id[..12])),
+                    "{said:?}"
+                );
+            }
+        } else {
+            assert_eq!(running.trim(), "2", "what runs, runs on");
+            assert!(
+                !journal.contains(r#""limit":"spend""#),
+                "nothing removed for it"
+            );
+        }
+        assert!(child.try_wait().unwrap().is_none(), "the program runs on");
+        unsafe_kill(child.id() as i32, libc::SIGKILL);
+        child.wait().unwrap();
+        eventually(
+            Duration::from_secs(10),
+            "the session's containers are gone",
+            || !container_exists(&a) && !container_exists(&b),
+        );
+    }
+}

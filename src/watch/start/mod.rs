@@ -296,6 +296,10 @@ fn assemble(
     let providers = registry.select(None).unwrap_or_default();
     let started_ms = resumed.as_ref().map(|v| v.started_ms);
     let fleet = begin::fleet_plan(settings, &session, &owner, labels, &providers, started_ms);
+    let meter = match &resumed {
+        Some(_) if settings.limits.spend.is_some() => metered(journal.path(), &providers),
+        _ => Default::default(),
+    };
     let (held, slots) = resumed.map_or_else(Default::default, |v| {
         let held = crate::fleet::Holdings {
             claims: v.claims,
@@ -314,7 +318,7 @@ fn assemble(
         cloud: served.cloud,
         fleet,
         held,
-        budget: (settings.limits, slots),
+        budget: (settings.limits, slots, meter),
         bye_report: None,
         end_report: None,
         notice: None,
@@ -393,3 +397,32 @@ fn redirect_stderr(path: &Path) {
 
 #[cfg(test)]
 mod tests;
+
+/// The sandbox time a resumed session's journal tells (for its `spend` limit): the stretches
+/// its story holds, sandboxes only. A journal that cannot be read counts nothing here (its
+/// view was read a moment ago; the meter then starts from the resume).
+fn metered(
+    journal: &std::path::Path,
+    providers: &[std::sync::Arc<dyn crate::providers::Provider>],
+) -> crate::budget::Meter {
+    let Ok(bytes) = std::fs::read(journal) else {
+        return Default::default();
+    };
+    let story = crate::ledger::story::tell(&bytes, b"");
+    let is_sandbox = |t: &crate::protocol::Target| {
+        crate::providers::by_name(providers, &t.provider)
+            .and_then(|p| p.parse_claim(&t.id).ok())
+            .is_none_or(|s| s.kind == crate::providers::Kind::Instance)
+    };
+    crate::budget::Meter::resumed(
+        story
+            .sandboxes
+            .iter()
+            .filter(|s| is_sandbox(&s.target))
+            .flat_map(|s| {
+                s.held
+                    .iter()
+                    .map(|h| (s.target.clone(), h.from_ms, h.to_ms))
+            }),
+    )
+}

@@ -35,7 +35,7 @@ async fn the_sessions_old_sandbox_is_removed_and_told_and_nothing_else() {
     let keeper = Keeper::new(
         &providers,
         "s",
-        Duration::from_secs(60),
+        (Some(Duration::from_secs(60)), None),
         Arc::new(std::sync::Mutex::new(holdings)),
         halting.halt(),
         tx,

@@ -1,10 +1,12 @@
-//! The lifetime keeper: a session's `lifetime` limit ([`crate::budget::Limits::lifetime`]) kept
-//! while its owner lives. Every round it lists what the session holds on every provider (its
-//! label, and its claims looked up, as the TTL keeper does: [`Held`]), and asks the one
-//! judgement ([`Asker::Lifetime`]) of each sandbox; what the judgement removes, it removes,
-//! and tells the watch loop ([`Aged`]), which journals the removal with its cause (a
-//! `removed` record with `limit: lifetime`), drops it from the holdings and says so on the
-//! terminal the session was started from.
+//! The limit keeper: the limits that remove while the owner lives ([`crate::budget`]), kept by
+//! the sidecar: `lifetime` (a sandbox that old) and `spend` with `on_spend = "reclaim"` (every
+//! sandbox the session holds, once its sandbox time reached the limit: the watch loop, which
+//! meters it, says when through [`Spent`]). Every round it lists what the session holds on
+//! every provider (its label, and its claims looked up, as the TTL keeper does: [`Held`]),
+//! and asks the one judgement ([`Asker::Lifetime`], [`Asker::Spent`]) of each sandbox; what
+//! the judgement removes, it removes, and tells the watch loop ([`Aged`]), which journals the
+//! removal with its cause (a `removed` record with `limit: lifetime` or `spend`), drops it
+//! from the holdings and says so on the terminal the session was started from.
 //!
 //! Decisions:
 //! - **A sandbox's age is the provider's**: from the creation time its listing gives
@@ -13,8 +15,10 @@
 //!   sandbox may live up to one round longer than the limit, never shorter (unknown is not
 //!   dead).
 //! - **Rounds every tenth of the limit, between 1 s and 60 s**: a sandbox is removed within
-//!   that of reaching its age. The keeper runs only when a `lifetime` is set (a sidecar
-//!   without one keeps its zero wake-ups).
+//!   that of reaching its age. With only a spend limit, rounds start when it is reached (at
+//!   once, then every [`SPENT_ROUNDS`], for what is made past it by the label path). The
+//!   keeper runs only when such a limit is set (a sidecar without one keeps its zero
+//!   wake-ups).
 //! - **Only the session's own sandbox, and not a detached one** (the judgement's rule 7):
 //!   a stranger's container, however old, is never touched; a detach wins, as everywhere. A
 //!   Docker network or volume is not aged: it is reclaimed with the session.
@@ -34,6 +38,7 @@ use futures_util::stream::{self, StreamExt};
 use tokio::sync::mpsc;
 
 use super::ttl::{still_held, Halt, Held, SharedHoldings};
+use crate::budget::Limit;
 use crate::ownership::{Asker, Verdict};
 use crate::protocol::Target;
 use crate::providers::{Provider, ProviderError, Sandbox, SandboxKey};
@@ -44,7 +49,14 @@ const CONCURRENCY: usize = 8;
 /// The shortest and longest time between two rounds.
 const ROUNDS: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(60));
 
-/// A sandbox the keeper removed for its age: what the watch loop journals and tells.
+/// The time between two rounds once the spend limit is reached, without a lifetime limit.
+pub(crate) const SPENT_ROUNDS: Duration = Duration::from_secs(5);
+
+/// Turned `true` by the watch loop when the session's sandbox time reaches its `spend` limit
+/// and it says to reclaim; it never turns back.
+pub(crate) type Spent = tokio::sync::watch::Receiver<bool>;
+
+/// A sandbox the keeper removed for a limit: what the watch loop journals and tells.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Aged {
     /// As the ledger names it ([`crate::reclaim::ledger_target`]).
@@ -55,13 +67,16 @@ pub(crate) struct Aged {
     pub at_ms: u64,
     /// How old it was.
     pub age: Duration,
-    pub limit: Duration,
+    /// Which limit, as written (the lifetime, or the spend).
+    pub limit: (Limit, Duration),
 }
 
 pub(crate) struct Keeper {
     providers: Vec<Arc<dyn Provider>>,
     session: String,
-    limit: Duration,
+    lifetime: Option<Duration>,
+    /// The spend limit, and whether the loop said it is reached.
+    spend: Option<(Duration, Spent)>,
     every: Duration,
     holdings: SharedHoldings,
     halt: Halt,
@@ -71,10 +86,12 @@ pub(crate) struct Keeper {
 }
 
 impl Keeper {
+    /// A keeper of `lifetime` and of `spend` (its limit, and the loop's word that it is
+    /// reached).
     pub(crate) fn new(
         providers: &[Arc<dyn Provider>],
         session: &str,
-        limit: Duration,
+        (lifetime, spend): (Option<Duration>, Option<(Duration, Spent)>),
         holdings: SharedHoldings,
         halt: Halt,
         aged: mpsc::UnboundedSender<Aged>,
@@ -82,8 +99,9 @@ impl Keeper {
         Keeper {
             providers: providers.to_vec(),
             session: session.to_string(),
-            limit,
-            every: (limit / 10).clamp(ROUNDS.0, ROUNDS.1),
+            every: lifetime.map_or(SPENT_ROUNDS, |l| (l / 10).clamp(ROUNDS.0, ROUNDS.1)),
+            lifetime,
+            spend,
             holdings,
             halt,
             aged,
@@ -91,7 +109,8 @@ impl Keeper {
         }
     }
 
-    /// A round every [`Keeper::every`], from one after start, until the watch ends.
+    /// A round every [`Keeper::every`], from one after start (with a lifetime limit), and at
+    /// once when the spend limit is reached, until the watch ends.
     pub(crate) async fn run(mut self) {
         let first = tokio::time::Instant::now() + self.every;
         let mut tick = tokio::time::interval_at(first, self.every);
@@ -100,8 +119,17 @@ impl Keeper {
             if self.halt.is_ending() {
                 return;
             }
+            let ticking = self.lifetime.is_some() || self.spent();
             tokio::select! {
-                _ = tick.tick() => {}
+                _ = tick.tick(), if ticking => {}
+                // The spend limit reached: a round at once.
+                r = spent(&mut self.spend), if !ticking => {
+                    if r.is_err() {
+                        return;
+                    }
+                    tick.reset_immediately();
+                    continue;
+                }
                 // A closed channel means the sidecar is gone: stop too.
                 r = self.halt.ending.changed() => {
                     if r.is_err() {
@@ -125,6 +153,10 @@ impl Keeper {
         let providers = self.providers.clone();
         let held = Held::on(provider, &providers, &self.session, holdings).await;
         let now = crate::timefmt::now_unix();
+        let spent = self
+            .spent()
+            .then_some(self.spend.as_ref().map(|(l, _)| *l))
+            .flatten();
         let mut old = Vec::new();
         for s in &held.sandboxes {
             let born = match s.created_at {
@@ -132,13 +164,27 @@ impl Keeper {
                 None => *self.first_seen.entry(s.key()).or_insert(now),
             };
             let age = Duration::from_secs(u64::try_from(now - born).unwrap_or(0));
-            let asker = Asker::Lifetime {
-                session: &self.session,
-                limit: self.limit,
-                age: Some(age),
-            };
-            if held.judge(asker, s) == Verdict::Remove {
-                old.push((s.clone(), age));
+            let spend = spent.map(|limit| {
+                let asker = Asker::Spent {
+                    session: &self.session,
+                    limit,
+                };
+                ((Limit::Spend, limit), held.judge(asker, s))
+            });
+            let lifetime = self.lifetime.map(|limit| {
+                let asker = Asker::Lifetime {
+                    session: &self.session,
+                    limit,
+                    age: Some(age),
+                };
+                ((Limit::Lifetime, limit), held.judge(asker, s))
+            });
+            if let Some((limit, _)) = [spend, lifetime]
+                .into_iter()
+                .flatten()
+                .find(|(_, v)| *v == Verdict::Remove)
+            {
+                old.push((s.clone(), age, limit));
             }
         }
         // What is no longer listed is forgotten.
@@ -151,14 +197,14 @@ impl Keeper {
         let provider = provider.as_ref();
         let halt = &self.halt;
         let shared = &self.holdings;
-        let (session, limit, aged) = (&self.session, self.limit, &self.aged);
+        let (session, aged) = (&self.session, &self.aged);
         let names = |t: &Target, s: &Sandbox| held.names(t, s);
         let providers = &providers;
         // Held while the calls are made: a sidecar whose watch ends waits for them before its
         // reclaim (see [`Halt`]).
         let _calls = halt.calls.lock().await;
         stream::iter(old)
-            .for_each_concurrent(CONCURRENCY, |(s, age)| async move {
+            .for_each_concurrent(CONCURRENCY, |(s, age, limit)| async move {
                 // Asked again at each call: the owner may have died during the round, or
                 // released or detached what this round listed.
                 if halt.is_ending() || !still_held(shared, session, &s, &names) {
@@ -169,7 +215,7 @@ impl Keeper {
                     Err(ProviderError::Gone(_)) => true,
                     Err(e) => {
                         tracing::warn!(
-                            "cannot remove {} {}, past the lifetime limit: {e}; trying again next round",
+                            "cannot remove {} {}, past a limit: {e}; trying again next round",
                             s.provider,
                             s.id
                         );
@@ -186,6 +232,24 @@ impl Keeper {
                 });
             })
             .await;
+    }
+}
+
+impl Keeper {
+    /// Whether the loop said the spend limit is reached.
+    fn spent(&self) -> bool {
+        self.spend.as_ref().is_some_and(|(_, s)| *s.borrow())
+    }
+}
+
+/// Until the loop says the spend limit is reached (never, without one); `Err` when the loop
+/// is gone.
+async fn spent(
+    spend: &mut Option<(Duration, Spent)>,
+) -> Result<(), tokio::sync::watch::error::RecvError> {
+    match spend {
+        Some((_, rx)) => rx.wait_for(|s| *s).await.map(|_| ()),
+        None => std::future::pending().await,
     }
 }
 
