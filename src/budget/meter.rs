@@ -23,8 +23,8 @@ pub(crate) struct Meter {
     open: BTreeMap<Target, u64>,
     /// The sum of `open`'s starts, so that the time used is O(1) however much is held.
     starts: u128,
-    /// The time of every stretch that ended.
-    closed: Duration,
+    /// The time of every stretch that ended, per provider.
+    closed: BTreeMap<String, Duration>,
 }
 
 impl Meter {
@@ -36,7 +36,10 @@ impl Meter {
         let mut meter = Meter::default();
         for (target, from, to) in stretches {
             match to {
-                Some(to) => meter.closed += Duration::from_millis(to.saturating_sub(from)),
+                Some(to) => {
+                    *meter.closed.entry(target.provider).or_default() +=
+                        Duration::from_millis(to.saturating_sub(from));
+                }
                 None => meter.held(&target, from),
             }
         }
@@ -56,7 +59,8 @@ impl Meter {
         let (closed, starts) = (&mut self.closed, &mut self.starts);
         self.open.retain(|t, from| {
             if ended(t) {
-                *closed += Duration::from_millis(at_ms.saturating_sub(*from));
+                *closed.entry(t.provider.clone()).or_default() +=
+                    Duration::from_millis(at_ms.saturating_sub(*from));
                 *starts -= u128::from(*from);
                 false
             } else {
@@ -65,20 +69,48 @@ impl Meter {
         });
     }
 
-    /// The sandbox time used until `now_ms`.
-    pub(crate) fn used(&self, now_ms: u64) -> Duration {
-        let running = (self.open.len() as u128 * u128::from(now_ms)).saturating_sub(self.starts);
-        self.closed + Duration::from_millis(u64::try_from(running).unwrap_or(u64::MAX))
+    /// The sandbox time used until `now_ms`, in all (O(1) however much is held) or of one
+    /// provider's sandboxes.
+    pub(crate) fn used(&self, provider: Option<&str>, now_ms: u64) -> Duration {
+        let Some(p) = provider else {
+            let running =
+                (self.open.len() as u128 * u128::from(now_ms)).saturating_sub(self.starts);
+            return self.closed.values().sum::<Duration>()
+                + Duration::from_millis(u64::try_from(running).unwrap_or(u64::MAX));
+        };
+        let mine = self.open.iter().filter(|(t, _)| t.provider == p);
+        self.closed.get(p).copied().unwrap_or_default()
+            + mine
+                .map(|(_, from)| Duration::from_millis(now_ms.saturating_sub(*from)))
+                .sum::<Duration>()
     }
 
-    /// How long from `now_ms` until `limit` is reached if nothing changes: zero when it is
-    /// already, `None` when nothing is held (the time used no longer grows).
-    pub(crate) fn reached_in(&self, limit: Duration, now_ms: u64) -> Option<Duration> {
-        let left = limit.checked_sub(self.used(now_ms)).unwrap_or_default();
+    /// How many sandboxes run, in all or of one provider.
+    fn running(&self, provider: Option<&str>) -> usize {
+        match provider {
+            None => self.open.len(),
+            Some(p) => self.open.keys().filter(|t| t.provider == p).count(),
+        }
+    }
+
+    /// How long from `now_ms` until `limit` is reached (in all, or by one provider's
+    /// sandboxes) if nothing changes: zero when it is already, `None` when nothing of it is
+    /// held (its time no longer grows).
+    pub(crate) fn reached_in(
+        &self,
+        limit: Duration,
+        provider: Option<&str>,
+        now_ms: u64,
+    ) -> Option<Duration> {
+        let left = limit
+            .checked_sub(self.used(provider, now_ms))
+            .unwrap_or_default();
         if left.is_zero() {
             return Some(Duration::ZERO);
         }
-        let running = u32::try_from(self.open.len()).ok().filter(|n| *n > 0)?;
+        let running = u32::try_from(self.running(provider))
+            .ok()
+            .filter(|n| *n > 0)?;
         Some(left / running)
     }
 }
@@ -100,26 +132,26 @@ mod tests {
         m.held(&t("a"), 1_000);
         m.held(&t("b"), 2_000);
         m.held(&t("a"), 5_000); // a detach of what was claimed: the stretch goes on
-        assert_eq!(m.used(3_000), Duration::from_millis(3_000));
+        assert_eq!(m.used(None, 3_000), Duration::from_millis(3_000));
         m.ended(|x| x.id == "a", 4_000);
-        assert_eq!(m.used(6_000), Duration::from_millis(3_000 + 4_000));
+        assert_eq!(m.used(None, 6_000), Duration::from_millis(3_000 + 4_000));
         // 10 s limit, 7 s used, one running: 3 s to go; two running: half that.
         assert_eq!(
-            m.reached_in(Duration::from_secs(10), 6_000),
+            m.reached_in(Duration::from_secs(10), None, 6_000),
             Some(Duration::from_secs(3))
         );
         m.held(&t("c"), 6_000);
         assert_eq!(
-            m.reached_in(Duration::from_secs(10), 6_000),
+            m.reached_in(Duration::from_secs(10), None, 6_000),
             Some(Duration::from_millis(1_500))
         );
         assert_eq!(
-            m.reached_in(Duration::from_secs(5), 6_000),
+            m.reached_in(Duration::from_secs(5), None, 6_000),
             Some(Duration::ZERO)
         );
         m.ended(|_| true, 6_000);
         assert_eq!(
-            m.reached_in(Duration::from_secs(10), 6_000),
+            m.reached_in(Duration::from_secs(10), None, 6_000),
             None,
             "nothing runs"
         );
@@ -127,7 +159,22 @@ mod tests {
 
     #[test]
     fn a_resumed_meter_counts_what_the_journal_told() {
-        let m = Meter::resumed([(t("a"), 0, Some(2_000)), (t("b"), 1_000, None)]);
-        assert_eq!(m.used(3_000), Duration::from_millis(2_000 + 2_000));
+        let mut e2b = t("c");
+        e2b.provider = "e2b".into();
+        let m = Meter::resumed([
+            (t("a"), 0, Some(2_000)),
+            (t("b"), 1_000, None),
+            (e2b, 2_000, None),
+        ]);
+        assert_eq!(
+            m.used(None, 3_000),
+            Duration::from_millis(2_000 + 2_000 + 1_000)
+        );
+        assert_eq!(m.used(Some("docker"), 3_000), Duration::from_millis(4_000));
+        assert_eq!(m.used(Some("e2b"), 3_000), Duration::from_millis(1_000));
+        assert_eq!(
+            m.reached_in(Duration::from_secs(2), Some("e2b"), 3_000),
+            Some(Duration::from_secs(1))
+        );
     }
 }

@@ -56,6 +56,70 @@ pub struct Limits {
     pub on_spend: Option<OnSpend>,
 }
 
+/// A session's limits: its own (`[limits]`, the flags), and each provider's over that
+/// provider's sandboxes alone (`[providers.NAME.limits]`). A create, a sandbox's age and its
+/// time are held to both: the stricter decides.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Budget {
+    pub session: Limits,
+    pub providers: BTreeMap<String, Limits>,
+}
+
+impl From<Limits> for Budget {
+    fn from(session: Limits) -> Budget {
+        Budget {
+            session,
+            providers: BTreeMap::new(),
+        }
+    }
+}
+
+impl Budget {
+    /// Whether a limit the create path decides is set anywhere.
+    pub(crate) fn any(&self) -> bool {
+        self.session.any() || self.providers.values().any(Limits::any)
+    }
+
+    /// The lifetime limit of `provider`'s sandboxes: the shorter of the session's and the
+    /// provider's.
+    pub(crate) fn lifetime(&self, provider: &str) -> Option<Duration> {
+        let own = self.providers.get(provider).and_then(|l| l.lifetime);
+        match (self.session.lifetime, own) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Whether any sandbox has a lifetime limit.
+    pub(crate) fn ages(&self) -> bool {
+        self.session.lifetime.is_some() || self.providers.values().any(|l| l.lifetime.is_some())
+    }
+
+    /// Every spend limit: the session's (`None`) and each provider's.
+    pub(crate) fn spends(&self) -> impl Iterator<Item = (Option<&str>, Duration)> {
+        self.session.spend.map(|l| (None, l)).into_iter().chain(
+            self.providers
+                .iter()
+                .filter_map(|(p, l)| Some((Some(p.as_str()), l.spend?))),
+        )
+    }
+
+    /// Whether reaching a spend limit removes what it covers (`on_spend = "reclaim"`, the
+    /// session's word for its own limit and each provider's).
+    pub(crate) fn reclaims(&self) -> bool {
+        self.session.on_spend == Some(OnSpend::Reclaim)
+    }
+
+    /// The limits that hold a create of `provider`: the session's, then the provider's.
+    fn scopes<'a>(
+        &'a self,
+        provider: &'a str,
+    ) -> impl Iterator<Item = (Option<&'a str>, &'a Limits)> {
+        std::iter::once((None, &self.session))
+            .chain(self.providers.get(provider).map(|l| (Some(provider), l)))
+    }
+}
+
 /// What reaching the `spend` limit does (`on_spend`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -92,9 +156,17 @@ pub enum Limit {
     Spend,
 }
 
-/// Why a create was refused: the limit it would pass, and the count that reached it.
+/// Why a create was refused: the limit it would pass (the session's, or `provider`'s alone),
+/// and the count that reached it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Exceeded {
+    pub provider: Option<String>,
+    pub over: Over,
+}
+
+/// Which limit a create would pass, and the count that reached it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Exceeded {
+pub(crate) enum Over {
     /// `sandboxes`: `alive` sandboxes (held, or being created) already.
     Sandboxes { limit: u32, alive: u64 },
     /// `creates`: `made` sandboxes created (or being created) already.
@@ -105,28 +177,61 @@ pub(crate) enum Exceeded {
 
 impl fmt::Display for Exceeded {
     /// The reason, without the `sandguard:` each proxy puts before it; it names the limit as
-    /// the config and the command line name it.
+    /// the config and the command line name it (a provider's as
+    /// `providers.NAME.limits.KEY`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Exceeded::Sandboxes { limit, alive } => write!(
+        let (key, of) = match (&self.over, self.provider.as_deref()) {
+            (over, None) => (over.key().to_string(), String::new()),
+            (over, Some(p)) => (
+                format!("providers.{p}.limits.{}", over.key()),
+                format!(" {p}"),
+            ),
+        };
+        let this = if of.is_empty() {
+            "this session"
+        } else {
+            "this session's"
+        };
+        match self.over {
+            Over::Sandboxes { limit, alive } => write!(
                 f,
-                "limit `sandboxes` reached (at most {limit} alive at once; this session has \
+                "limit `{key}` reached (at most {limit}{of} alive at once; {this}{of} sandboxes: \
                  {alive}); nothing was created"
             ),
-            Exceeded::Creates { limit, made } => write!(
+            Over::Creates { limit, made } => write!(
                 f,
-                "limit `creates` reached (at most {limit} over the session; this session \
-                 created {made}); nothing was created"
+                "limit `{key}` reached (at most {limit}{of} over the session; {this}{of} \
+                 creates: {made}); nothing was created"
             ),
-            Exceeded::Spend { limit, used } => write!(
+            Over::Spend { limit, used } => write!(
                 f,
-                "limit `spend` reached (at most {} of sandbox time; this session used {}); \
+                "limit `{key}` reached (at most {} of{of} sandbox time; {this}{of} used {}); \
                  nothing was created",
-                crate::timefmt::format_span(*limit),
-                crate::timefmt::format_span(*used),
+                crate::timefmt::format_span(limit),
+                crate::timefmt::format_span(used),
             ),
         }
     }
+}
+
+impl Over {
+    /// Its key in `[limits]`.
+    fn key(&self) -> &'static str {
+        match self {
+            Over::Sandboxes { .. } => "sandboxes",
+            Over::Creates { .. } => "creates",
+            Over::Spend { .. } => "spend",
+        }
+    }
+}
+
+/// What a session holds and used, as the sidecar counts it, in one scope: all of it (`None`)
+/// or one provider's.
+pub(crate) trait Usage {
+    /// Sandboxes held now (claimed or detached, not counting open slots).
+    fn held(&self, provider: Option<&str>) -> u64;
+    /// Sandbox time used so far ([`Meter::used`]).
+    fn used(&self, provider: Option<&str>) -> Duration;
 }
 
 /// A session's create slots, as its journal tells them.
@@ -138,38 +243,59 @@ pub struct Slots {
     pub open: BTreeMap<u64, String>,
     /// Slots done with a sandbox made.
     pub made: u64,
+    /// The same, per provider.
+    pub made_by: BTreeMap<String, u64>,
 }
 
 impl Slots {
-    /// Takes a slot for a create, or says which limit refuses it. `held` is how many
-    /// sandboxes the session holds now (claimed or detached, not counting open slots), `used`
-    /// the sandbox time it used so far ([`Meter::used`]).
+    /// Takes a slot for a create of `provider`'s sandbox, or says which limit refuses it: the
+    /// session's first, then the provider's, each against what `usage` counts in its scope.
     pub(crate) fn take(
         &mut self,
-        limits: &Limits,
+        budget: &Budget,
         provider: &str,
-        held: u64,
-        used: Duration,
+        usage: &dyn Usage,
     ) -> Result<u64, Exceeded> {
-        if let Some(limit) = limits.spend.filter(|l| used >= *l) {
-            return Err(Exceeded::Spend { limit, used });
-        }
-        let open = self.open.len() as u64;
-        if let Some(limit) = limits.sandboxes {
-            let alive = held + open;
-            if alive >= u64::from(limit) {
-                return Err(Exceeded::Sandboxes { limit, alive });
-            }
-        }
-        if let Some(limit) = limits.creates {
-            let made = self.made + open;
-            if made >= u64::from(limit) {
-                return Err(Exceeded::Creates { limit, made });
-            }
+        for (scope, limits) in budget.scopes(provider) {
+            self.check(limits, scope, usage).map_err(|over| Exceeded {
+                provider: scope.map(str::to_string),
+                over,
+            })?;
         }
         let n = self.next;
         self.taken(n, provider);
         Ok(n)
+    }
+
+    /// Whether `limits` let one more create through in `scope`.
+    fn check(&self, limits: &Limits, scope: Option<&str>, usage: &dyn Usage) -> Result<(), Over> {
+        if let Some(limit) = limits.spend {
+            let used = usage.used(scope);
+            if used >= limit {
+                return Err(Over::Spend { limit, used });
+            }
+        }
+        let open = self
+            .open
+            .values()
+            .filter(|p| scope.is_none_or(|s| s == p.as_str()))
+            .count() as u64;
+        if let Some(limit) = limits.sandboxes {
+            let alive = usage.held(scope) + open;
+            if alive >= u64::from(limit) {
+                return Err(Over::Sandboxes { limit, alive });
+            }
+        }
+        if let Some(limit) = limits.creates {
+            let made = match scope {
+                None => self.made,
+                Some(p) => self.made_by.get(p).copied().unwrap_or(0),
+            } + open;
+            if made >= u64::from(limit) {
+                return Err(Over::Creates { limit, made });
+            }
+        }
+        Ok(())
     }
 
     /// Slot `n` was taken (as the journal's `slot` record says).
@@ -181,8 +307,9 @@ impl Slots {
     /// Slot `n` is done (`slot_done`): `made` when its create made a sandbox. A slot not open
     /// (done twice, or never taken) changes nothing.
     pub(crate) fn done(&mut self, n: u64, made: bool) {
-        if self.open.remove(&n).is_some() && made {
+        if let Some(provider) = self.open.remove(&n).filter(|_| made) {
             self.made += 1;
+            *self.made_by.entry(provider).or_default() += 1;
         }
     }
 }

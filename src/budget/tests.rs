@@ -1,68 +1,102 @@
 use super::*;
 
-const TEN: Limits = Limits {
-    sandboxes: Some(10),
-    creates: None,
-    lifetime: None,
-    spend: None,
-    on_spend: None,
-};
+/// What a session holds and used, per provider, as a test sets it.
+#[derive(Default)]
+struct Held(BTreeMap<String, (u64, Duration)>);
+
+impl Held {
+    fn of(pairs: &[(&str, u64, u64)]) -> Held {
+        Held(
+            pairs
+                .iter()
+                .map(|(p, n, secs)| (p.to_string(), (*n, Duration::from_secs(*secs))))
+                .collect(),
+        )
+    }
+}
+
+impl Usage for Held {
+    fn held(&self, provider: Option<&str>) -> u64 {
+        self.0
+            .iter()
+            .filter(|(p, _)| provider.is_none_or(|x| x == p.as_str()))
+            .map(|(_, (n, _))| n)
+            .sum()
+    }
+    fn used(&self, provider: Option<&str>) -> Duration {
+        self.0
+            .iter()
+            .filter(|(p, _)| provider.is_none_or(|x| x == p.as_str()))
+            .map(|(_, (_, d))| *d)
+            .sum()
+    }
+}
+
+fn session(limits: Limits) -> Budget {
+    limits.into()
+}
+
+fn ten() -> Budget {
+    session(Limits {
+        sandboxes: Some(10),
+        ..Default::default()
+    })
+}
+
+fn over(e: Result<u64, Exceeded>) -> Over {
+    e.unwrap_err().over
+}
 
 #[test]
 fn exactly_the_limit_of_concurrent_slots_is_taken() {
     let mut slots = Slots::default();
+    let none = Held::default();
     let taken: Vec<_> = (0..50)
-        .filter_map(|_| slots.take(&TEN, "docker", 0, Duration::ZERO).ok())
+        .filter_map(|_| slots.take(&ten(), "docker", &none).ok())
         .collect();
     assert_eq!(taken, (0..10).collect::<Vec<u64>>());
     assert_eq!(
-        slots.take(&TEN, "docker", 0, Duration::ZERO),
-        Err(Exceeded::Sandboxes {
+        over(slots.take(&ten(), "docker", &none)),
+        Over::Sandboxes {
             limit: 10,
             alive: 10
-        })
+        }
     );
 }
 
 #[test]
 fn held_sandboxes_count_and_a_failed_create_gives_its_slot_back() {
     let mut slots = Slots::default();
-    let n = slots
-        .take(&TEN, "e2b", 9, Duration::ZERO)
-        .expect("the tenth");
-    assert!(
-        slots.take(&TEN, "e2b", 9, Duration::ZERO).is_err(),
-        "9 held + 1 open"
-    );
+    let nine = Held::of(&[("e2b", 9, 0)]);
+    let n = slots.take(&ten(), "e2b", &nine).expect("the tenth");
+    assert!(slots.take(&ten(), "e2b", &nine).is_err(), "9 held + 1 open");
     slots.done(n, false);
     assert_eq!(slots.made, 0);
     assert!(
-        slots.take(&TEN, "e2b", 9, Duration::ZERO).is_ok(),
+        slots.take(&ten(), "e2b", &nine).is_ok(),
         "the slot came back"
     );
 }
 
 #[test]
 fn creates_count_what_was_made_and_what_is_open_never_what_failed() {
-    let three = Limits {
-        sandboxes: None,
+    let three = session(Limits {
         creates: Some(3),
-        lifetime: None,
-        spend: None,
-        on_spend: None,
-    };
+        ..Default::default()
+    });
     let mut slots = Slots::default();
-    let a = slots.take(&three, "docker", 0, Duration::ZERO).unwrap();
-    let b = slots.take(&three, "docker", 0, Duration::ZERO).unwrap();
+    let (none, five) = (Held::default(), Held::of(&[("docker", 5, 0)]));
+    let a = slots.take(&three, "docker", &none).unwrap();
+    let b = slots.take(&three, "docker", &none).unwrap();
     slots.done(a, true);
     slots.done(b, false);
     slots.done(b, true); // done twice: the second changes nothing
-    let c = slots.take(&three, "docker", 5, Duration::ZERO).unwrap();
-    let _open = slots.take(&three, "docker", 5, Duration::ZERO).unwrap();
+    let c = slots.take(&three, "docker", &five).unwrap();
+    let _open = slots.take(&three, "docker", &five).unwrap();
     slots.done(c, true);
     assert_eq!(
-        slots.take(&three, "docker", 0, Duration::ZERO),
-        Err(Exceeded::Creates { limit: 3, made: 3 })
+        over(slots.take(&three, "docker", &none)),
+        Over::Creates { limit: 3, made: 3 }
     );
 }
 
@@ -73,52 +107,104 @@ fn a_slot_replayed_from_the_journal_keeps_the_numbers_and_the_count() {
     slots.taken(2, "docker");
     slots.done(2, true);
     assert_eq!(slots.next, 5);
-    let one = Limits {
+    let two = session(Limits {
         sandboxes: Some(2),
-        creates: None,
-        lifetime: None,
-        spend: None,
-        on_spend: None,
-    };
+        ..Default::default()
+    });
     // Slot 4, open when the sidecar died, still counts as alive.
-    assert!(slots.take(&one, "docker", 1, Duration::ZERO).is_err());
-    assert_eq!(slots.take(&one, "docker", 0, Duration::ZERO), Ok(5));
+    assert!(slots
+        .take(&two, "docker", &Held::of(&[("docker", 1, 0)]))
+        .is_err());
+    assert_eq!(slots.take(&two, "docker", &Held::default()), Ok(5));
 }
 
 #[test]
 fn a_refusal_names_the_limit_as_the_config_does() {
-    let e = Exceeded::Sandboxes {
+    let e = |provider: Option<&str>, over| Exceeded {
+        provider: provider.map(str::to_string),
+        over,
+    };
+    let full = Over::Sandboxes {
         limit: 10,
         alive: 10,
     };
-    assert!(e.to_string().starts_with("limit `sandboxes` reached"));
-    let e = Exceeded::Creates { limit: 3, made: 3 };
+    assert!(e(None, full)
+        .to_string()
+        .starts_with("limit `sandboxes` reached"));
+    assert_eq!(
+        e(Some("e2b"), full).to_string(),
+        "limit `providers.e2b.limits.sandboxes` reached (at most 10 e2b alive at once; this \
+         session's e2b sandboxes: 10); nothing was created"
+    );
+    let e = e(None, Over::Creates { limit: 3, made: 3 });
     assert!(e.to_string().starts_with("limit `creates` reached"));
-    assert!(!Limits::default().any());
-    assert!(TEN.any());
+    assert!(!Budget::default().any());
+    assert!(ten().any());
 }
 
 #[test]
 fn at_the_spend_limit_every_create_is_refused() {
-    let limits = Limits {
+    let hour = session(Limits {
         spend: Some(Duration::from_secs(3600)),
-        ..Limits::default()
-    };
+        ..Default::default()
+    });
     let mut slots = Slots::default();
     assert!(slots
-        .take(&limits, "e2b", 3, Duration::from_secs(3599))
+        .take(&hour, "e2b", &Held::of(&[("e2b", 3, 3599)]))
         .is_ok());
-    let refused = slots.take(&limits, "e2b", 0, Duration::from_secs(3600));
+    let refused = slots.take(&hour, "e2b", &Held::of(&[("e2b", 0, 3600)]));
     assert_eq!(
-        refused,
-        Err(Exceeded::Spend {
+        refused.clone().unwrap_err().over,
+        Over::Spend {
             limit: Duration::from_secs(3600),
             used: Duration::from_secs(3600)
-        })
+        }
     );
     assert_eq!(
         refused.unwrap_err().to_string(),
         "limit `spend` reached (at most 1h of sandbox time; this session used 1h); nothing was \
          created"
     );
+}
+
+#[test]
+fn a_providers_limits_hold_its_own_creates_beside_the_sessions() {
+    let budget = Budget {
+        session: Limits {
+            sandboxes: Some(10),
+            ..Default::default()
+        },
+        providers: [(
+            "e2b".to_string(),
+            Limits {
+                sandboxes: Some(2),
+                spend: Some(Duration::from_secs(60)),
+                lifetime: Some(Duration::from_secs(600)),
+                ..Default::default()
+            },
+        )]
+        .into(),
+    };
+    let mut slots = Slots::default();
+    let held = Held::of(&[("docker", 5, 100), ("e2b", 1, 0)]);
+    assert!(
+        slots.take(&budget, "e2b", &held).is_ok(),
+        "1 held + 1 open of 2"
+    );
+    let refused = slots.take(&budget, "e2b", &held).unwrap_err();
+    assert_eq!(refused.provider.as_deref(), Some("e2b"));
+    assert_eq!(refused.over, Over::Sandboxes { limit: 2, alive: 2 });
+    assert!(
+        slots.take(&budget, "docker", &held).is_ok(),
+        "docker's creates count toward the session's 10 only"
+    );
+    let spent = Held::of(&[("docker", 0, 0), ("e2b", 0, 60)]);
+    let mut fresh = Slots::default();
+    assert!(matches!(
+        fresh.take(&budget, "e2b", &spent).unwrap_err().over,
+        Over::Spend { .. }
+    ));
+    assert!(fresh.take(&budget, "docker", &spent).is_ok());
+    assert_eq!(budget.lifetime("e2b"), Some(Duration::from_secs(600)));
+    assert_eq!(budget.lifetime("docker"), None);
 }

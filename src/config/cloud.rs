@@ -39,6 +39,7 @@ pub(super) struct FileKeyed {
     api_url: Option<String>,
     timeout: Option<Positive>,
     rate: Option<Rate>,
+    pub(super) limits: Option<super::file::FileProviderLimits>,
 }
 
 /// `[providers.flyio]`.
@@ -50,6 +51,7 @@ pub(super) struct FileFly {
     api_hostname: Option<String>,
     timeout: Option<Positive>,
     rate: Option<Rate>,
+    pub(super) limits: Option<super::file::FileProviderLimits>,
 }
 
 /// `[providers.modal]`.
@@ -62,6 +64,7 @@ pub(super) struct FileModal {
     environment: Option<String>,
     timeout: Option<Positive>,
     rate: Option<Rate>,
+    pub(super) limits: Option<super::file::FileProviderLimits>,
 }
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);

@@ -46,6 +46,29 @@ pub(super) struct FileLimits {
     pub(super) on_spend: Option<crate::budget::OnSpend>,
 }
 
+/// `[providers.NAME.limits]`: the same limits on one provider's sandboxes alone; `on_spend`
+/// is the session's, set once in `[limits]`.
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileProviderLimits {
+    pub(super) sandboxes: Option<u32>,
+    pub(super) creates: Option<u32>,
+    pub(super) lifetime: Option<Positive>,
+    pub(super) spend: Option<Positive>,
+}
+
+impl FileProviderLimits {
+    pub(super) fn limits(self) -> crate::budget::Limits {
+        crate::budget::Limits {
+            sandboxes: self.sandboxes,
+            creates: self.creates,
+            lifetime: self.lifetime.map(|d| d.0),
+            spend: self.spend.map(|d| d.0),
+            on_spend: None,
+        }
+    }
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct FileWatch {
@@ -137,6 +160,7 @@ pub(super) struct FilePlugin {
     pub(super) command: Option<PluginCommand>,
     pub(super) timeout: Option<Positive>,
     pub(super) rate: Option<Rate>,
+    pub(super) limits: Option<FileProviderLimits>,
 }
 
 /// A plugin's `command`: a program and its leading arguments, never empty.
@@ -163,6 +187,7 @@ pub(super) struct FileDocker {
     pub(super) api_version: Option<String>,
     pub(super) timeout: Option<Positive>,
     pub(super) rate: Option<Rate>,
+    pub(super) limits: Option<FileProviderLimits>,
 }
 
 pub(super) fn parse_file(path: &Path, text: &str) -> Result<FileConfig, ConfigError> {

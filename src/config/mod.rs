@@ -63,6 +63,9 @@ pub struct Settings {
     /// `[limits]`, and the flags over it: each session's limits on what it creates through the
     /// proxies ([`crate::budget`]).
     pub limits: crate::budget::Limits,
+    /// `[providers.NAME.limits]`: limits on one provider's sandboxes alone, beside the
+    /// session's.
+    pub provider_limits: std::collections::BTreeMap<String, crate::budget::Limits>,
 }
 
 /// The names of the built-in providers: their `[providers.NAME]` tables are theirs, and no

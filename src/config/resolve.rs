@@ -13,6 +13,14 @@ use super::{
 };
 
 impl Settings {
+    /// The session's limits and each provider's ([`crate::budget::Budget`]).
+    pub(crate) fn budget(&self) -> crate::budget::Budget {
+        crate::budget::Budget {
+            session: self.limits,
+            providers: self.provider_limits.clone(),
+        }
+    }
+
     /// Resolves file, environment and flags into settings, once.
     pub fn resolve(overrides: &Overrides, env: &dyn Env) -> Result<Settings, ConfigError> {
         let (source, file) = match find_config_file(overrides, env)? {
@@ -71,6 +79,23 @@ impl Settings {
         let grace = grace(file.watch.grace.map(|d| d.0), overrides, env)?;
         let r = file.reclaim;
         let p = file.providers;
+        let provider_limits: std::collections::BTreeMap<String, crate::budget::Limits> = [
+            ("docker", p.docker.limits),
+            ("e2b", p.e2b.limits),
+            ("daytona", p.daytona.limits),
+            ("flyio", p.flyio.limits),
+            ("tenki", p.tenki.limits),
+            ("modal", p.modal.limits),
+        ]
+        .into_iter()
+        .map(|(name, l)| (name.to_string(), l))
+        .chain(
+            p.plugins
+                .iter()
+                .map(|(name, plugin)| (name.clone(), plugin.limits)),
+        )
+        .filter_map(|(name, l)| Some((name, l?.limits())))
+        .collect();
         let d = p.docker;
         let (e2b, daytona, flyio) = (
             cloud::e2b(p.e2b, env),
@@ -163,6 +188,7 @@ impl Settings {
                 spend: overrides.limits.spend.or(file.limits.spend.map(|d| d.0)),
                 on_spend: overrides.limits.on_spend.or(file.limits.on_spend),
             },
+            provider_limits,
         })
     }
 }

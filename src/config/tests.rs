@@ -95,6 +95,10 @@ fn the_documented_example_parses_and_states_the_defaults() {
         "[limits]",
         "sandboxes =",
         "creates =",
+        "lifetime =",
+        "spend =",
+        "on_spend =",
+        "[providers.e2b.limits]",
     ] {
         assert!(
             text.contains(key),
@@ -472,4 +476,31 @@ fn docker_removes_as_many_at_once_as_its_cli_unless_concurrency_is_set() {
         "a set concurrency applies to Docker too"
     );
     assert_eq!(options.window("e2b"), 8);
+}
+
+#[test]
+fn a_providers_limits_are_its_own_table_and_on_spend_is_the_sessions() {
+    let text = "[providers.e2b.limits]\nsandboxes = 2\nspend = \"5h\"\n\n\
+                [providers.docker.limits]\nlifetime = \"1h\"\n\n\
+                [providers.acme]\ncommand = [\"acme-sandguard\"]\n[providers.acme.limits]\ncreates = 7\n";
+    let path = Path::new("/etc/x.toml");
+    let file = parse_file(path, text).unwrap();
+    let settings =
+        Settings::layer(None, file, &Overrides::default(), &env(&[("HOME", "/h")])).unwrap();
+    let budget = settings.budget();
+    assert_eq!(budget.session, crate::budget::Limits::default());
+    let e2b = budget.providers["e2b"];
+    assert_eq!(
+        (e2b.sandboxes, e2b.spend),
+        (Some(2), Some(Duration::from_secs(5 * 3600)))
+    );
+    assert_eq!(budget.lifetime("docker"), Some(Duration::from_secs(3600)));
+    assert_eq!(budget.providers["acme"].creates, Some(7));
+    let err = parse_file(path, "[providers.e2b.limits]\non_spend = \"reclaim\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("/etc/x.toml:2: key `providers.e2b.limits.on_spend`"),
+        "{err}"
+    );
 }

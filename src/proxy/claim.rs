@@ -151,7 +151,7 @@ pub(crate) async fn slot(
 }
 
 /// Why a create got no slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum SlotRefusal {
     /// A limit of the session.
     Exceeded(Exceeded),

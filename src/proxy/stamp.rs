@@ -21,7 +21,6 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use http_body_util::{BodyExt, Limited};
 use hyper::body::{Body, Bytes};
@@ -63,22 +62,23 @@ where
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Labels {
     pub session: BTreeMap<String, String>,
-    pub lifetime: Option<Duration>,
+    /// The session's limits, whose lifetime of each provider's sandboxes is stamped.
+    pub budget: crate::budget::Budget,
 }
 
 impl From<BTreeMap<String, String>> for Labels {
     fn from(session: BTreeMap<String, String>) -> Labels {
         Labels {
             session,
-            lifetime: None,
+            budget: Default::default(),
         }
     }
 }
 
 impl Labels {
-    /// The labels for a create made now.
-    pub(crate) fn now(&self) -> Cow<'_, BTreeMap<String, String>> {
-        let Some(lifetime) = self.lifetime else {
+    /// The labels for a create of `provider`'s sandbox made now.
+    pub(crate) fn now(&self, provider: &str) -> Cow<'_, BTreeMap<String, String>> {
+        let Some(lifetime) = self.budget.lifetime(provider) else {
             return Cow::Borrowed(&self.session);
         };
         let at =

@@ -188,13 +188,13 @@ impl<C: Clock> Sidecar<C> {
     /// ([`crate::budget`]): journaled and synced before the answer, so the count survives a
     /// crash; `None` when the session has no limit.
     fn take_slot(&mut self, provider: &str) -> Result<Option<u64>, Exceeded> {
-        let limits = self.budget.0;
-        if !limits.any() {
+        if !self.budget.0.any() {
             return Ok(None);
         }
-        let held = self.held_sandboxes();
-        let used = self.meter.used(crate::ledger::now_ms());
-        match self.budget.1.take(&limits, provider, held, used) {
+        let mut slots = std::mem::take(&mut self.budget.1);
+        let taken = slots.take(&self.budget.0, provider, &*self);
+        self.budget.1 = slots;
+        match taken {
             Ok(n) => {
                 self.write(&Record::Slot {
                     provider: provider.to_string(),
@@ -217,11 +217,11 @@ impl<C: Clock> Sidecar<C> {
     /// `creates` counts the claims this sidecar was told of plus the slots that made a
     /// sandbox.
     pub(super) fn observe(&mut self, claimed: u64) {
-        let limits = self.budget.0;
+        let limits = self.budget.0.session;
         self.observed.claims += claimed;
         let mut over = Vec::new();
         if let Some(limit) = limits.sandboxes.filter(|_| !self.observed.told_sandboxes) {
-            let held = self.held_sandboxes();
+            let held = self.held_sandboxes(None);
             if held > u64::from(limit) {
                 self.observed.told_sandboxes = true;
                 over.push(format!(
@@ -250,10 +250,12 @@ impl<C: Clock> Sidecar<C> {
     }
 
     /// How many sandboxes the session holds now, claimed or detached (a Docker network or
-    /// volume is not a sandbox; what no provider here can read counts, the safe side).
-    fn held_sandboxes(&self) -> u64 {
+    /// volume is not a sandbox; what no provider here can read counts, the safe side), in all
+    /// or of one provider.
+    fn held_sandboxes(&self, provider: Option<&str>) -> u64 {
         let held = self.held();
-        let is_sandbox = |t: &&Target| self.is_sandbox(t);
+        let is_sandbox =
+            |t: &&Target| provider.is_none_or(|p| t.provider == p) && self.is_sandbox(t);
         let claims = held.claims.iter().filter(is_sandbox).count();
         let detached = held.detached.iter().filter(is_sandbox).count();
         (claims + detached) as u64
@@ -295,4 +297,15 @@ pub(super) struct Observed {
     claims: u64,
     told_sandboxes: bool,
     told_creates: bool,
+}
+
+/// What the session holds and used, for its limits' decisions ([`crate::budget::Slots::take`]).
+impl<C: Clock> crate::budget::Usage for Sidecar<C> {
+    fn held(&self, provider: Option<&str>) -> u64 {
+        self.held_sandboxes(provider)
+    }
+
+    fn used(&self, provider: Option<&str>) -> std::time::Duration {
+        self.meter.used(provider, crate::ledger::now_ms())
+    }
 }

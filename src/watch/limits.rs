@@ -38,7 +38,7 @@ use futures_util::stream::{self, StreamExt};
 use tokio::sync::mpsc;
 
 use super::ttl::{still_held, Halt, Held, SharedHoldings};
-use crate::budget::Limit;
+use crate::budget::{Budget, Limit};
 use crate::ownership::{Asker, Verdict};
 use crate::protocol::Target;
 use crate::providers::{Provider, ProviderError, Sandbox, SandboxKey};
@@ -52,9 +52,9 @@ const ROUNDS: (Duration, Duration) = (Duration::from_secs(1), Duration::from_sec
 /// The time between two rounds once the spend limit is reached, without a lifetime limit.
 pub(crate) const SPENT_ROUNDS: Duration = Duration::from_secs(5);
 
-/// Turned `true` by the watch loop when the session's sandbox time reaches its `spend` limit
-/// and it says to reclaim; it never turns back.
-pub(crate) type Spent = tokio::sync::watch::Receiver<bool>;
+/// The spend limits the watch loop found reached, when they say to reclaim: `None` the
+/// session's (all its sandboxes), `Some(provider)` that provider's. It only grows.
+pub(crate) type Spent = tokio::sync::watch::Receiver<std::collections::BTreeSet<Option<String>>>;
 
 /// A sandbox the keeper removed for a limit: what the watch loop journals and tells.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,9 +74,10 @@ pub(crate) struct Aged {
 pub(crate) struct Keeper {
     providers: Vec<Arc<dyn Provider>>,
     session: String,
-    lifetime: Option<Duration>,
-    /// The spend limit, and whether the loop said it is reached.
-    spend: Option<(Duration, Spent)>,
+    /// The session's limits (each provider's lifetime and spend).
+    budget: Budget,
+    /// Which spend limits the loop said are reached (when reaching one reclaims).
+    spent: Option<Spent>,
     every: Duration,
     holdings: SharedHoldings,
     halt: Halt,
@@ -86,22 +87,26 @@ pub(crate) struct Keeper {
 }
 
 impl Keeper {
-    /// A keeper of `lifetime` and of `spend` (its limit, and the loop's word that it is
-    /// reached).
+    /// A keeper of `budget`'s lifetimes, and of its spend limits when `spent` (the loop's
+    /// word that one is reached) is given.
     pub(crate) fn new(
         providers: &[Arc<dyn Provider>],
         session: &str,
-        (lifetime, spend): (Option<Duration>, Option<(Duration, Spent)>),
+        (budget, spent): (Budget, Option<Spent>),
         holdings: SharedHoldings,
         halt: Halt,
         aged: mpsc::UnboundedSender<Aged>,
     ) -> Keeper {
+        let shortest = std::iter::once(budget.session.lifetime)
+            .chain(budget.providers.values().map(|l| l.lifetime))
+            .flatten()
+            .min();
         Keeper {
             providers: providers.to_vec(),
             session: session.to_string(),
-            every: lifetime.map_or(SPENT_ROUNDS, |l| (l / 10).clamp(ROUNDS.0, ROUNDS.1)),
-            lifetime,
-            spend,
+            every: shortest.map_or(SPENT_ROUNDS, |l| (l / 10).clamp(ROUNDS.0, ROUNDS.1)),
+            budget,
+            spent,
             holdings,
             halt,
             aged,
@@ -119,13 +124,14 @@ impl Keeper {
             if self.halt.is_ending() {
                 return;
             }
-            let ticking = self.lifetime.is_some() || self.spent();
+            let ticking = self.budget.ages() || self.spent_any();
             tokio::select! {
                 _ = tick.tick(), if ticking => {}
-                // The spend limit reached: a round at once.
-                r = spent(&mut self.spend), if !ticking => {
+                // A spend limit reached: a round at once.
+                r = changed(&mut self.spent), if self.spent.is_some() => {
                     if r.is_err() {
-                        return;
+                        self.spent = None;
+                        continue;
                     }
                     tick.reset_immediately();
                     continue;
@@ -154,9 +160,10 @@ impl Keeper {
         let held = Held::on(provider, &providers, &self.session, holdings).await;
         let now = crate::timefmt::now_unix();
         let spent = self
-            .spent()
-            .then_some(self.spend.as_ref().map(|(l, _)| *l))
-            .flatten();
+            .spent
+            .as_ref()
+            .map(|s| s.borrow().clone())
+            .unwrap_or_default();
         let mut old = Vec::new();
         for s in &held.sandboxes {
             let born = match s.created_at {
@@ -164,14 +171,22 @@ impl Keeper {
                 None => *self.first_seen.entry(s.key()).or_insert(now),
             };
             let age = Duration::from_secs(u64::try_from(now - born).unwrap_or(0));
-            let spend = spent.map(|limit| {
+            // The session's spend, else its provider's, when reached.
+            let scope = [None, Some(s.provider.clone())]
+                .into_iter()
+                .find(|scope| spent.contains(scope));
+            let spend = scope.and_then(|scope| {
+                let limit = match &scope {
+                    None => self.budget.session.spend,
+                    Some(p) => self.budget.providers.get(p).and_then(|l| l.spend),
+                }?;
                 let asker = Asker::Spent {
                     session: &self.session,
                     limit,
                 };
-                ((Limit::Spend, limit), held.judge(asker, s))
+                Some(((Limit::Spend, limit), held.judge(asker, s)))
             });
-            let lifetime = self.lifetime.map(|limit| {
+            let lifetime = self.budget.lifetime(&s.provider).map(|limit| {
                 let asker = Asker::Lifetime {
                     session: &self.session,
                     limit,
@@ -236,19 +251,17 @@ impl Keeper {
 }
 
 impl Keeper {
-    /// Whether the loop said the spend limit is reached.
-    fn spent(&self) -> bool {
-        self.spend.as_ref().is_some_and(|(_, s)| *s.borrow())
+    /// Whether the loop said a spend limit is reached.
+    fn spent_any(&self) -> bool {
+        self.spent.as_ref().is_some_and(|s| !s.borrow().is_empty())
     }
 }
 
-/// Until the loop says the spend limit is reached (never, without one); `Err` when the loop
-/// is gone.
-async fn spent(
-    spend: &mut Option<(Duration, Spent)>,
-) -> Result<(), tokio::sync::watch::error::RecvError> {
-    match spend {
-        Some((_, rx)) => rx.wait_for(|s| *s).await.map(|_| ()),
+/// Until the loop says another spend limit is reached (never, without any); `Err` when the
+/// loop is gone.
+async fn changed(spent: &mut Option<Spent>) -> Result<(), tokio::sync::watch::error::RecvError> {
+    match spent {
+        Some(rx) => rx.changed().await,
         None => std::future::pending().await,
     }
 }

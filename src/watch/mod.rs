@@ -61,7 +61,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tokio::io::AsyncRead;
 
-use crate::budget::{Limits, Slots};
+use crate::budget::{Budget, Slots};
 use crate::ledger::{EndCause, Journal, Record, SessionState};
 use crate::ownership::known::{self, Known};
 use crate::protocol::{ByeOutcome, Command, ProtocolError, Target};
@@ -124,7 +124,7 @@ pub(crate) struct Sidecar<C> {
     others: Arc<known::Cache>,
     /// The session's limits, and the create slots they were decided by (`crate::budget`):
     /// none until [`Sidecar::limit`].
-    budget: (Limits, Slots),
+    budget: (Budget, Slots),
     /// What the lifetime keeper removed, to journal and tell ([`Sidecar::lifetime`]).
     aged: Option<tokio::sync::mpsc::UnboundedReceiver<limits::Aged>>,
     /// Told a line for the terminal while the owner lives (a limit's removal).
@@ -134,10 +134,10 @@ pub(crate) struct Sidecar<C> {
     /// The sandbox time the session used ([`crate::budget::Meter`]), kept as its holdings
     /// change; with a `spend` limit, the loop says when it is reached ([`Sidecar::on_spent`]).
     meter: crate::budget::Meter,
-    /// Told `true` when the spend limit is reached and it says to reclaim (the limit keeper).
-    spent: Option<tokio::sync::watch::Sender<bool>>,
-    /// The spend limit was reached (and said).
-    spent_told: bool,
+    /// Told each spend limit reached, when reaching it reclaims (the limit keeper).
+    spent: Option<tokio::sync::watch::Sender<std::collections::BTreeSet<Option<String>>>>,
+    /// The spend limits reached (and said): the session's (`None`) and providers'.
+    spent_told: std::collections::BTreeSet<Option<String>>,
 }
 
 /// Told a line (without `sandguard: `) for whoever started the session, while it runs.
@@ -170,7 +170,7 @@ impl<C: Clock> Sidecar<C> {
             observed: Default::default(),
             meter: Default::default(),
             spent: None,
-            spent_told: false,
+            spent_told: Default::default(),
         }
     }
 
@@ -194,24 +194,21 @@ impl<C: Clock> Sidecar<C> {
 
     /// The session's limits, and the slots its journal already took (a resumed session's,
     /// [`crate::ledger::SessionView::slots`]). Call it before [`Sidecar::run`].
-    pub(crate) fn limit(&mut self, limits: Limits, slots: Slots) {
-        self.budget = (limits, slots);
+    pub(crate) fn limit(&mut self, budget: impl Into<Budget>, slots: Slots) {
+        self.budget = (budget.into(), slots);
     }
 
     /// The keeper of the session's limits that remove (`lifetime`, `spend` with `on_spend =
     /// "reclaim"`), if it has one (call it after [`Sidecar::limit`]; what it removes reaches
     /// the loop).
     pub(crate) fn limit_keeper(&mut self) -> Option<limits::Keeper> {
-        let limits = self.budget.0;
-        let spend = limits
-            .spend
-            .filter(|_| limits.on_spend == Some(crate::budget::OnSpend::Reclaim))
-            .map(|limit| {
-                let (tx, rx) = tokio::sync::watch::channel(false);
-                self.spent = Some(tx);
-                (limit, rx)
-            });
-        if limits.lifetime.is_none() && spend.is_none() {
+        let budget = self.budget.0.clone();
+        let spent = (budget.reclaims() && budget.spends().next().is_some()).then(|| {
+            let (tx, rx) = tokio::sync::watch::channel(Default::default());
+            self.spent = Some(tx);
+            rx
+        });
+        if !budget.ages() && spent.is_none() {
             return None;
         }
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -219,7 +216,7 @@ impl<C: Clock> Sidecar<C> {
         Some(limits::Keeper::new(
             &self.providers,
             &self.session,
-            (limits.lifetime, spend),
+            (budget, spent),
             self.holdings(),
             self.halt(),
             tx,
@@ -410,7 +407,7 @@ impl<C: Clock> Sidecar<C> {
             }
         }
         self.sync();
-        if claimed > 0 && self.budget.0.any() {
+        if claimed > 0 && self.budget.0.session.any() {
             self.observe(claimed);
         }
         bye
@@ -433,7 +430,7 @@ impl<C: Clock> Sidecar<C> {
             Command::Release(t) => {
                 if self.accept(&t) {
                     self.write(&Record::release(&t));
-                    if self.budget.0.spend.is_some() {
+                    if self.budget.0.spends().next().is_some() {
                         self.meter.ended(|c| c.answers(&t), crate::ledger::now_ms());
                     }
                     self.share(|h| h.claims.retain(|c| !c.answers(&t)));
@@ -515,7 +512,7 @@ impl<C: Clock> Sidecar<C> {
     /// `t` is held from now, for the spend limit's meter (a sandbox only, and only with a
     /// spend limit: without one nothing reads the meter).
     fn meter_held(&mut self, t: &Target) {
-        if self.budget.0.spend.is_some() && self.is_sandbox(t) {
+        if self.budget.0.spends().next().is_some() && self.is_sandbox(t) {
             self.meter.held(t, crate::ledger::now_ms());
         }
     }
@@ -523,36 +520,52 @@ impl<C: Clock> Sidecar<C> {
     /// How long until the sandbox time reaches the `spend` limit, if there is one and it is
     /// not reached yet, and something runs.
     fn spend_in(&self) -> Option<Duration> {
-        let limit = self.budget.0.spend.filter(|_| !self.spent_told)?;
-        self.meter.reached_in(limit, crate::ledger::now_ms())
+        let now = crate::ledger::now_ms();
+        self.budget
+            .0
+            .spends()
+            .filter(|(scope, _)| !self.spent_told.contains(&scope.map(str::to_string)))
+            .filter_map(|(scope, limit)| self.meter.reached_in(limit, scope, now))
+            .min()
     }
 
     /// The spend limit reached: said once (log and terminal); creates are refused from here
     /// ([`crate::budget::Slots::take`]), and with `on_spend = "reclaim"` the limit keeper
     /// removes what the session holds.
     fn on_spent(&mut self) {
-        let Some(limit) = self.budget.0.spend else {
-            return;
-        };
-        let used = self.meter.used(crate::ledger::now_ms());
-        if used < limit {
-            return;
-        }
-        self.spent_told = true;
-        let then = match &self.spent {
-            Some(spent) => {
-                spent.send_replace(true);
-                "every sandbox it holds is removed"
+        let now = crate::ledger::now_ms();
+        let reached: Vec<(Option<String>, Duration)> = self
+            .budget
+            .0
+            .spends()
+            .filter(|(scope, limit)| self.meter.used(*scope, now) >= *limit)
+            .map(|(scope, limit)| (scope.map(str::to_string), limit))
+            .filter(|(scope, _)| !self.spent_told.contains(scope))
+            .collect();
+        for (scope, limit) in reached {
+            self.spent_told.insert(scope.clone());
+            let (whose, then) = match (&scope, &self.spent) {
+                (None, Some(_)) => (String::new(), "every sandbox it holds is removed"),
+                (Some(p), Some(_)) => (format!(" for {p}"), "its sandboxes there are removed"),
+                (_, None) => (String::new(), "new creates are refused; what runs, runs on"),
+            };
+            let key = match &scope {
+                None => "spend".to_string(),
+                Some(p) => format!("providers.{p}.limits.spend"),
+            };
+            let line = format!(
+                "this session's sandbox time{whose} reached its limit `{key}` ({}): {then}",
+                crate::timefmt::format_span(limit)
+            );
+            tracing::warn!("{line}");
+            if let Some(notice) = &self.notice {
+                notice(&line);
             }
-            None => "new creates are refused; what runs, runs on",
-        };
-        let line = format!(
-            "this session's sandbox time reached its spend limit ({}): {then}",
-            crate::timefmt::format_span(limit)
-        );
-        tracing::warn!("{line}");
-        if let Some(notice) = &self.notice {
-            notice(&line);
+            if let Some(spent) = &self.spent {
+                spent.send_modify(|s| {
+                    s.insert(scope);
+                });
+            }
         }
     }
 

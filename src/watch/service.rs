@@ -70,7 +70,7 @@ pub(crate) struct SidecarService {
     /// The session's limits on creates through the proxies, and the slots its journal
     /// already took (a resumed session's): [`Sidecar::limit`].
     pub budget: (
-        crate::budget::Limits,
+        crate::budget::Budget,
         crate::budget::Slots,
         crate::budget::Meter,
     ),
@@ -129,8 +129,10 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
         sidecar.on_end(report);
     }
     sidecar.seed(service.held);
-    sidecar.limit(service.budget.0, service.budget.1);
-    sidecar.metered(service.budget.2);
+    let (budget, slots, meter) = service.budget;
+    let ttl_limits = budget.clone();
+    sidecar.limit(budget, slots);
+    sidecar.metered(meter);
     if let Some(notice) = service.notice {
         sidecar.on_notice(notice);
     }
@@ -145,7 +147,7 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
         sidecar.holdings(),
         sidecar.halt(),
     );
-    if let Some(keeper) = keeper.map(|k| k.capped(service.budget.0.lifetime)) {
+    if let Some(keeper) = keeper.map(|k| k.capped(ttl_limits)) {
         tasks.spawn(keeper.run());
     }
     let fleet = service.fleet.map(|fleet| {

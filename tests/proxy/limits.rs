@@ -459,7 +459,7 @@ exec sleep 3600
         );
         let said = terminal.text();
         assert!(
-            said.contains("sandguard: this session's sandbox time reached its spend limit (4s)"),
+            said.contains("sandguard: this session's sandbox time reached its limit `spend` (4s)"),
             "{said:?}"
         );
         let journal = journal(&s, &session);

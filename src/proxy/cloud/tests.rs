@@ -228,7 +228,11 @@ async fn an_acknowledged_claim_names_the_provider_and_the_id() {
 fn a_lifetime_limit_is_stamped_as_expires_and_cuts_an_e2b_timeout() {
     let aged = crate::proxy::stamp::Labels {
         session: labels(),
-        lifetime: Some(std::time::Duration::from_secs(120)),
+        budget: crate::budget::Limits {
+            lifetime: Some(std::time::Duration::from_secs(120)),
+            ..Default::default()
+        }
+        .into(),
     };
     let stamp = |api: Api, body: &str| -> serde_json::Value {
         serde_json::from_slice(&api.stamp(body.as_bytes(), &aged).unwrap().0).unwrap()

@@ -176,7 +176,7 @@ impl Creates for Creating<'_> {
     /// first, labelled and claimed (`volumes`).
     async fn stamp(&self, body: &[u8]) -> Result<Stamped<Option<String>>, Refusal> {
         let shared = &self.conn.shared;
-        let (stamped, hold) = create::stamp(body, &shared.labels.now())?;
+        let (stamped, hold) = create::stamp(body, &shared.labels.now("docker"))?;
         if self.kind == Create::Container {
             for v in &create::named_volumes(&stamped)? {
                 volumes::precreate(shared, self.version, v, hold).await?;

@@ -35,7 +35,14 @@ async fn the_sessions_old_sandbox_is_removed_and_told_and_nothing_else() {
     let keeper = Keeper::new(
         &providers,
         "s",
-        (Some(Duration::from_secs(60)), None),
+        (
+            crate::budget::Limits {
+                lifetime: Some(Duration::from_secs(60)),
+                ..Default::default()
+            }
+            .into(),
+            None,
+        ),
         Arc::new(std::sync::Mutex::new(holdings)),
         halting.halt(),
         tx,

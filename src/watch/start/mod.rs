@@ -240,7 +240,7 @@ fn open(
     let (tx, claims) = tokio::sync::mpsc::unbounded_channel();
     let stamp = crate::proxy::stamp::Labels {
         session: labels.clone(),
-        lifetime: settings.limits.lifetime,
+        budget: settings.budget(),
     };
     let at = proxies::Session {
         id: session,
@@ -297,7 +297,9 @@ fn assemble(
     let started_ms = resumed.as_ref().map(|v| v.started_ms);
     let fleet = begin::fleet_plan(settings, &session, &owner, labels, &providers, started_ms);
     let meter = match &resumed {
-        Some(_) if settings.limits.spend.is_some() => metered(journal.path(), &providers),
+        Some(_) if settings.budget().spends().next().is_some() => {
+            metered(journal.path(), &providers)
+        }
         _ => Default::default(),
     };
     let (held, slots) = resumed.map_or_else(Default::default, |v| {
@@ -318,7 +320,7 @@ fn assemble(
         cloud: served.cloud,
         fleet,
         held,
-        budget: (settings.limits, slots, meter),
+        budget: (settings.budget(), slots, meter),
         bye_report: None,
         end_report: None,
         notice: None,

@@ -64,9 +64,9 @@ pub(crate) struct Keeper {
     /// How the watch stops it (the owner's death, `bye`, an expired lease), before the
     /// reclaim starts: it renews nothing after that.
     halt: Halt,
-    /// The session's `lifetime` limit: no sandbox is renewed past its creation plus this
-    /// ([`Keeper::capped`]).
-    lifetime: Option<Duration>,
+    /// The session's limits: no sandbox is renewed past its creation plus its lifetime
+    /// limit ([`Keeper::capped`]).
+    limits: crate::budget::Budget,
 }
 
 impl Keeper {
@@ -94,16 +94,16 @@ impl Keeper {
             every,
             holdings,
             halt,
-            lifetime: None,
+            limits: Default::default(),
         })
     }
 
-    /// Renews no sandbox past its creation plus `lifetime` (the session's limit): its TTL is
-    /// cut to what is left of it, so the provider ends it at the limit if sandguard is gone;
-    /// one past it is not renewed (the lifetime keeper removes it). A provider that gives no
-    /// creation time is renewed as without a limit.
-    pub(crate) fn capped(mut self, lifetime: Option<Duration>) -> Keeper {
-        self.lifetime = lifetime;
+    /// Renews no sandbox past its creation plus its lifetime limit (the session's, or its
+    /// provider's): its TTL is cut to what is left of it, so the provider ends it at the
+    /// limit if sandguard is gone; one past it is not renewed (the limit keeper removes it).
+    /// A provider that gives no creation time is renewed as without a limit.
+    pub(crate) fn capped(mut self, limits: crate::budget::Budget) -> Keeper {
+        self.limits = limits;
         self
     }
 
@@ -169,7 +169,7 @@ impl Keeper {
                 if halt.is_ending() || !still_held(shared, &self.session, &s, &names) {
                     return;
                 }
-                let ttl = match (self.lifetime, s.created_at) {
+                let ttl = match (self.limits.lifetime(&s.provider), s.created_at) {
                     (Some(limit), Some(born)) => {
                         let end =
                             born.saturating_add(i64::try_from(limit.as_secs()).unwrap_or(i64::MAX));
