@@ -387,22 +387,23 @@ exec sleep 3600
         container_exists(&stranger),
         "a stranger's container as old stays"
     );
-    let journal = journal(&s, &session);
     for id in [&old, &young] {
-        let line = journal
-            .lines()
-            .find(|l| l.contains(r#""ev":"removed""#) && l.contains(&id[..12]))
-            .unwrap_or_else(|| panic!("{id} journaled as removed: {journal}"));
-        assert!(line.contains(r#""limit":"lifetime""#), "{line}");
-    }
-    let said = terminal.text();
-    for id in [&old, &young] {
-        assert!(
-            said.contains(&format!("sandguard: removed docker sandbox {}", &id[..12]))
-                && said.contains("past the lifetime limit (6s); the program runs on"),
-            "the terminal is told of {id}: {said:?}"
+        eventually(
+            Duration::from_secs(5),
+            "the removal is journaled with its cause",
+            || removed_for_its_age(&s, &session, &id[..12]),
         );
     }
+    eventually(
+        Duration::from_secs(5),
+        "the terminal is told of both",
+        || {
+            let said = terminal.text();
+            [&old, &young].iter().all(|id| {
+                said.contains(&format!("sandguard: removed docker sandbox {}", &id[..12]))
+            }) && said.contains("past the lifetime limit (6s); the program runs on")
+        },
+    );
     unsafe_kill(child.id() as i32, libc::SIGKILL);
     child.wait().unwrap();
     let _ = std::process::Command::new("docker")
@@ -494,4 +495,106 @@ exec sleep 3600
             || !container_exists(&a) && !container_exists(&b),
         );
     }
+}
+
+const E2B_ONE_FOR_LONG: &str = r#"
+import json, os, time
+from e2b import Sandbox
+
+sandbox = Sandbox.create(timeout=300)
+print(json.dumps({"ids": [sandbox.sandbox_id], "session": os.environ["SANDGUARD_SESSION"]}), flush=True)
+time.sleep(600)
+"#;
+
+const DAYTONA_ONE: &str = r#"
+import json, os, time
+from daytona import Daytona
+
+sandbox = Daytona().create()
+print(json.dumps({"ids": [sandbox.id], "session": os.environ["SANDGUARD_SESSION"]}), flush=True)
+time.sleep(600)
+"#;
+
+/// Runs an SDK `script` that makes one sandbox, guarded with the cloud proxy and
+/// `--max-lifetime 4s`: the program, the sandbox's id and the session.
+fn one_with_a_lifetime(
+    s: &Scratch,
+    env: &[(&str, &str)],
+    script: &str,
+) -> (std::process::Child, String, String) {
+    use crate::proxy::cloud::{first_line, guarded};
+    let config = cloud_config(s, "");
+    let args = ["run", "--cloud-proxy", "--max-lifetime", "4s"];
+    let mut child = guarded(s, &config, env, &args, script).spawn().unwrap();
+    let said = first_line(&mut child);
+    let id = said["ids"][0].as_str().unwrap().to_string();
+    let session = said["session"].as_str().unwrap().to_string();
+    (child, id, session)
+}
+
+/// The journal of `session` says `id` was removed for the lifetime limit.
+fn removed_for_its_age(s: &Scratch, session: &str, id: &str) -> bool {
+    journal(s, session).lines().any(|l| {
+        l.contains(r#""ev":"removed""#) && l.contains(id) && l.contains(r#""limit":"lifetime""#)
+    })
+}
+
+/// `--max-lifetime` on the cloud proxy: E2B's SDK asks for 300 s and the create reaches E2B
+/// with its `timeout` cut to the limit and `sandguard.expires` in its metadata; Daytona's
+/// sandbox carries `sandguard.expires` in its labels; both are removed at their age while the
+/// program runs on.
+#[test]
+fn the_cloud_sdks_sandboxes_carry_the_lifetime_and_are_removed_at_it() {
+    use crate::proxy::cloud::{kill, DAYTONA_KEY, E2B_KEY};
+    let s = Scratch::new("lifetime-e2b");
+    let (emu, state) = e2b::start(E2B_KEY);
+    let env = [("E2B_API_KEY", E2B_KEY), ("E2B_API_URL", emu.url.as_str())];
+    let (mut child, id, session) = one_with_a_lifetime(&s, &env, E2B_ONE_FOR_LONG);
+    let sent: serde_json::Value = serde_json::from_slice(&state.creates()[0].body).unwrap();
+    assert_eq!(
+        sent["timeout"], 4,
+        "the SDK's 300 s cut to the limit: {sent}"
+    );
+    let sb = state.get(&id).expect("made");
+    assert!(sb.end_at - sb.started_at <= 4, "E2B ends it at the limit");
+    let expires: i64 = sb.metadata["sandguard.expires"].parse().unwrap();
+    assert!(
+        (sb.started_at + 3..=sb.started_at + 6).contains(&expires),
+        "{expires}"
+    );
+    eventually(
+        Duration::from_secs(15),
+        "E2B's sandbox is removed at its age",
+        || !state.exists(&id),
+    );
+    eventually(
+        Duration::from_secs(5),
+        "the removal is journaled with its cause",
+        || removed_for_its_age(&s, &session, &id),
+    );
+    assert!(child.try_wait().unwrap().is_none(), "the program runs on");
+    kill(child);
+
+    let s = Scratch::new("lifetime-daytona");
+    let cloud = daytona::Daytona::start(DAYTONA_KEY);
+    let url = cloud.api_url();
+    let env = [
+        ("DAYTONA_API_KEY", DAYTONA_KEY),
+        ("DAYTONA_API_URL", url.as_str()),
+    ];
+    let (mut child, id, session) = one_with_a_lifetime(&s, &env, DAYTONA_ONE);
+    let labels = cloud.labels(&id).expect("made");
+    assert!(labels.contains_key("sandguard.expires"), "{labels:?}");
+    eventually(
+        Duration::from_secs(15),
+        "Daytona's sandbox is removed at its age",
+        || !cloud.is_live(&id),
+    );
+    eventually(
+        Duration::from_secs(5),
+        "the removal is journaled with its cause",
+        || removed_for_its_age(&s, &session, &id),
+    );
+    assert!(child.try_wait().unwrap().is_none(), "the program runs on");
+    kill(child);
 }

@@ -363,6 +363,16 @@ impl E2bApi {
             format!("icreated{:06}p{}", *n, std::process::id())
         };
         self.state.insert(&id, &metadata);
+        // A created sandbox starts now, and E2B ends it `timeout` seconds later (15 by
+        // default). (Only recorded: nothing here ends it.)
+        let timeout = body
+            .get("timeout")
+            .and_then(serde_json::Value::as_i64)
+            .unwrap_or(15);
+        if let Some(sb) = self.state.sandboxes.lock().unwrap().get_mut(&id) {
+            sb.started_at = now();
+            sb.end_at = sb.started_at + timeout.max(0);
+        }
         Response::json(
             201,
             json!({
