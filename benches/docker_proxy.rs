@@ -5,8 +5,10 @@
 //! both and the added median.
 //!
 //! Then P7 for creates: 200 `POST /containers/create` each straight to the daemon, through a
-//! proxy without limits and through one with limits on (`--max-sandboxes`, `--max-creates`:
-//! each create then takes a journaled slot first), interleaved; the added median of each.
+//! proxy without limits and through one with every limit on (`sandboxes`, `creates`, `spend`,
+//! `lifetime`: each create then takes a journaled slot first, decided against the held count
+//! and the metered sandbox time, and is stamped with `sandguard.expires`), interleaved; the
+//! added median of each.
 //! The containers (created, never started, labelled `sandguard-bench=create`) are removed at
 //! the end.
 //!
@@ -96,7 +98,13 @@ fn creates(daemon: &str, state: &std::path::Path, n: usize) -> String {
         proxy_sidecar(cmd, "--docker-proxy", "DOCKER_HOST")
     };
     let (plain, plain_at) = sidecar(&[]);
-    let (limited, limited_at) = sidecar(&["[limits]", "sandboxes = 1000000", "creates = 1000000"]);
+    let (limited, limited_at) = sidecar(&[
+        "[limits]",
+        "sandboxes = 1000000",
+        "creates = 1000000",
+        "spend = \"100000h\"",
+        "lifetime = \"1000h\"",
+    ]);
     let mut direct = Client::unix(daemon);
     let mut through = Client::unix(&plain_at);
     let mut limits = Client::unix(&limited_at);

@@ -25,16 +25,20 @@
 //!               event loop (mod.rs), arrival.rs (claims and detaches judged as they come),
 //!               end.rs (the session's end), triggers.rs (what the loop waits on), service.rs
 //!               (the library service that owns the loop's tasks), lease.rs (the boot-clock
-//!               lease), ttl/ (server-side TTLs), fleet.rs (its fleet lease), daemon.rs (the
-//!               detach from the terminal of `sandguard watch`)
+//!               lease), ttl/ (server-side TTLs), limits.rs (the limits that remove while
+//!               the owner lives), fleet.rs (its fleet lease), daemon.rs (the detach from the
+//!               terminal of `sandguard watch`)
 //! proxy/        the two API proxies: docker/ (the Docker Engine API on a private socket) and
 //!               cloud/ (E2B and Daytona on loopback, one file per API); what both share:
 //!               create.rs (the one create pipeline: read → decide → stamp → forward →
 //!               claim), refusal.rs (why a proxy answers itself), stamp.rs, claim.rs (a claim
 //!               handed to the sidecar and acknowledged, and a create's slot asked for),
 //!               accept.rs, tasks.rs, path.rs, headers.rs, json.rs
-//! budget/       limits per session (Limits) and the one decision whether a create may go
-//!               on (Slots::take, Exceeded); the sidecar holds the slots, the proxies ask
+//! budget/       limits per session and per provider (Limits, Budget), the one decision
+//!               whether a create may go on (Slots::take, Exceeded), and the sandbox time
+//!               metered for `spend` (meter.rs); the sidecar holds the slots and the meter,
+//!               the proxies ask; watch/limits.rs removes at `lifetime` and a reclaiming
+//!               `spend`
 //! sweep/        one pass: judging the ledger and every provider (mod.rs); failure.rs (what
 //!               the ledger or the fleet store could not do); service.rs (--every,
 //!               adoption, the sweep lock); fleet.rs (`sweep --fleet`: the fleet store's
@@ -93,9 +97,12 @@
 //!   proxied, one file beside `src/proxy/cloud/e2b.rs` and `daytona.rs` (its routes, its
 //!   stamp, its error shape). The emulator its tests run against goes in
 //!   `tests/support/`, its tests in `tests/providers/`.
-//! - **Add a limit to the create path**: a field of `Limits` and a check in `Slots::take`
-//!   with a new variant of `Exceeded` (`src/budget/mod.rs`), its key in `src/config/file.rs`
-//!   and its flag in `src/cli/run.rs`'s `Limits`; the *decide* step of `src/proxy/create.rs`
+//! - **Add a limit to the create path**: a field of `Limits` and a check in `Slots::check`
+//!   with a new variant of `Over` (`src/budget/mod.rs`; what it counts, through `Usage`),
+//!   its key in `src/config/file.rs` (`FileLimits`, and `FileProviderLimits` for a
+//!   provider's) and its flag in `src/cli/run.rs`'s `Limits`; a limit that removes asks the
+//!   judgement as its own `Asker` (rule 7) from `src/watch/limits.rs`; the *decide* step of
+//!   `src/proxy/create.rs`
 //!   (both proxies run it) asks the sidecar for the slot and refuses with
 //!   `Refusal::Limit` (`src/proxy/refusal.rs`), which each API words in its own error shape
 //!   (`proxy::docker::forward`'s and `proxy::cloud`'s `refused`).
