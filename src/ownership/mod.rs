@@ -123,7 +123,7 @@ pub(crate) enum Asker<'a> {
     Sweep,
     /// Session `session`'s TTL keeper, whose owner stands as `owner`.
     Renew { session: &'a str, owner: Liveness },
-    /// Session `session`'s lifetime keeper, while its owner lives: its `lifetime` limit
+    /// Session `session`'s limit keeper, while its owner lives: its `lifetime` limit
     /// (`crate::budget::Limits::lifetime`) reached by a sandbox `age` old (rule 7).
     Lifetime {
         session: &'a str,

@@ -125,7 +125,7 @@ pub(crate) struct Sidecar<C> {
     /// The session's limits, and the create slots they were decided by (`crate::budget`):
     /// none until [`Sidecar::limit`].
     budget: (Budget, Slots),
-    /// What the lifetime keeper removed, to journal and tell ([`Sidecar::lifetime`]).
+    /// What the limit keeper removed, to journal and tell ([`Sidecar::limit_keeper`]).
     aged: Option<tokio::sync::mpsc::UnboundedReceiver<limits::Aged>>,
     /// Told a line for the terminal while the owner lives (a limit's removal).
     notice: Option<Notice>,
@@ -459,7 +459,7 @@ impl<C: Clock> Sidecar<C> {
         None
     }
 
-    /// A sandbox the lifetime keeper removed: journaled with its cause and synced, no longer
+    /// A sandbox the limit keeper removed: journaled with its cause and synced, no longer
     /// held, and told.
     fn on_aged(&mut self, aged: Option<limits::Aged>) {
         let Some(aged) = aged else {

@@ -192,7 +192,7 @@ impl Keeper {
 }
 
 /// What a session holds on one provider as a keeper sees it (the TTL keeper's renewals, the
-/// lifetime keeper's removals): the sandboxes its label is on, and its claims as the provider
+/// limit keeper's removals): the sandboxes its label is on, and its claims as the provider
 /// shows them, each with what the owner's holdings say of it.
 pub(crate) struct Held<'a> {
     providers: &'a [Arc<dyn Provider>],
