@@ -188,7 +188,7 @@ pub(super) fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
         Some(since) => Window::last(since.age, now),
         None => Window::all(now),
     };
-    let report = spend::report(&state, window, args.by.by())?;
+    let report = spend::report(&state, window, args.by.by(), &settings.prices)?;
     let rfc3339 = |ms: u64| timefmt::format_rfc3339((ms / 1000) as i64);
     if args.json {
         output::emit_json(&ReportJson {

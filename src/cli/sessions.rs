@@ -42,6 +42,7 @@ use super::output::{self, sanitize, Exit};
 use super::Error;
 use crate::config::Settings;
 use crate::identity::Liveness;
+use crate::ledger::price::Prices;
 use crate::ledger::spend::{Share, Spend};
 use crate::ledger::{SessionState, SessionView, StateDir};
 use crate::timefmt;
@@ -175,7 +176,7 @@ pub(super) fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
         .into_iter()
         .take(limit)
         .map(|v| {
-            let spend = spend_of(&state, &v);
+            let spend = spend_of(&state, &v, &settings.prices);
             row(held(&state, v), &spend, &judge)
         })
         .collect();
@@ -212,9 +213,9 @@ pub(super) fn held(state: &StateDir, mut view: SessionView) -> SessionView {
 
 /// The session's spend from its journal and side file of stops, until now; a session whose
 /// history cannot be read (its view was) shows none, with a warning.
-fn spend_of(state: &StateDir, view: &SessionView) -> Spend {
+fn spend_of(state: &StateDir, view: &SessionView, prices: &Prices) -> Spend {
     match state.read_history(&view.id) {
-        Ok((view, story)) => Spend::of(&view, &story, crate::ledger::now_ms()),
+        Ok((view, story)) => Spend::of(&view, &story, crate::ledger::now_ms(), prices),
         Err(e) => {
             tracing::warn!("session {}: {e}", view.id);
             Spend::default()

@@ -118,7 +118,7 @@ pub(super) fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
     };
     let judge = state.judge();
     let owner = judge.label(&view.owner);
-    let spend = Spend::of(&view, &story, crate::ledger::now_ms());
+    let spend = Spend::of(&view, &story, crate::ledger::now_ms(), &settings.prices);
     let sandboxes: Vec<SandboxJson> = story
         .sandboxes
         .iter()

@@ -70,7 +70,8 @@ impl Settings {
         };
         let grace = grace(file.watch.grace.map(|d| d.0), overrides, env)?;
         let r = file.reclaim;
-        let p = file.providers;
+        let mut p = file.providers;
+        let prices = p.take_prices();
         let d = p.docker;
         let (e2b, daytona, flyio) = (
             cloud::e2b(p.e2b, env),
@@ -153,6 +154,7 @@ impl Settings {
             plugins,
             fleet,
             host,
+            prices,
             limits: crate::budget::Limits {
                 sandboxes: overrides.limits.sandboxes.or(file.limits.sandboxes),
                 creates: overrides.limits.creates.or(file.limits.creates),

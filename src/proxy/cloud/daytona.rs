@@ -59,6 +59,11 @@ pub(crate) fn stamp(
     merge(body, Keys::Exact("labels"), labels)
 }
 
+/// The snapshot the create names (`snapshot`, as `JSON.parse` reads it): the sandbox's size.
+pub(crate) fn size(body: &[u8]) -> Option<String> {
+    crate::proxy::size::named(body, Keys::Exact("snapshot"))
+}
+
 pub(crate) fn created(answer: &[u8]) -> Option<String> {
     id_at(answer, "id")
 }

@@ -58,6 +58,11 @@ pub(crate) fn stamp(
     merge(body, Keys::Go("metadata"), labels)
 }
 
+/// The template the create names (`templateID`, as Go reads it): the sandbox's size.
+pub(crate) fn size(body: &[u8]) -> Option<String> {
+    crate::proxy::size::named(body, Keys::Go("templateID"))
+}
+
 pub(crate) fn created(answer: &[u8]) -> Option<String> {
     id_at(answer, "sandboxID")
 }

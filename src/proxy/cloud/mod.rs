@@ -36,6 +36,12 @@
 //!   body over the bound (413), one that is not a JSON object (400), and a fork (E2B's and
 //!   Daytona's fork bodies carry no labels; 400). Paths are percent-decoded and dot segments
 //!   resolved before routing (as the services route them), and the method matches in any case.
+//! - The size a create names is read from its body and journaled with the claim, for prices
+//!   (`crate::ledger::price`): E2B's `templateID` (the template the sandbox is made from, which
+//!   fixes its CPU and memory), Daytona's `snapshot` (likewise; `reference/providers.md` §2's
+//!   create body has no class or size field, and `sandboxClass`, on the answer, says only
+//!   `linux-vm` or `container`). A Daytona create that names no snapshot (the default one, or
+//!   an image with its own resources) has no size and is priced at `price_per_hour`.
 //! - The id in a 2xx create answer is claimed through the sidecar's proxy channel
 //!   ([`Claim`], as the Docker proxy's claims; a create whose stamped `metadata` / `labels`
 //!   carry `sandguard.detached=true` is handed over as a detach, [`Hold::Detach`], so it
@@ -146,6 +152,14 @@ impl Api {
         match self {
             Api::E2b => e2b::stamp(body, labels),
             Api::Daytona => daytona::stamp(body, labels),
+        }
+    }
+
+    /// The size a create body names, for prices (`crate::proxy::size`).
+    pub(crate) fn size(self, body: &[u8]) -> Option<String> {
+        match self {
+            Api::E2b => e2b::size(body),
+            Api::Daytona => daytona::size(body),
         }
     }
 
@@ -406,10 +420,12 @@ impl Creates for Creating<'_> {
     type Made = ();
 
     async fn stamp(&self, body: &[u8]) -> Result<Stamped<()>, Refusal> {
+        let size = self.0.api.size(body);
         let (body, hold) = self.0.api.stamp(body, &self.0.labels)?;
         Ok(Stamped {
             body,
             hold,
+            size,
             made: (),
         })
     }
