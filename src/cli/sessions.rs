@@ -23,7 +23,10 @@
 //! release; the alive ones until now, counted in brackets), as `sandguard report` counts it;
 //! `--json` has it as `spend` (seconds as numbers, and `by_provider`). Telling it reads each
 //! listed session's story, as `sessions show` does: only the rows shown, so a terminal's 20
-//! rows cost 20 reads. `--fleet` has no spend: the store does not keep it yet.
+//! rows cost 20 reads. `--fleet` has no spend: the store does not keep it yet. Where prices
+//! are configured ([`crate::ledger::price`]) the cell adds the estimate (`1h24m ~$0.07`), a
+//! note under the table says it is one, and `spend` has an `estimate` object (as `sandguard
+//! report`'s groups do, `super::report`); without prices both are as they were.
 //!
 //! `sandguard sessions --prune [--older-than D]` deletes the sessions that ended (reclaimed or
 //! clean) more than D ago (default: `[sweep] prune_after`, 7 days), as every sweep does; a
@@ -284,6 +287,11 @@ fn table(rows: &[SessionJson]) -> String {
     );
     text.push_str(&held_note(""));
     text.push_str(SPEND_NOTE);
+    let mut total = Share::default();
+    rows.iter().for_each(|r| total.add(&r.total));
+    if total.cost.is_some() {
+        text.push_str(&super::report::cost_note(&total));
+    }
     text
 }
 
@@ -291,12 +299,17 @@ fn table(rows: &[SessionJson]) -> String {
 const SPEND_NOTE: &str = "SPEND: sandbox time, from each claim to its removal, the alive ones \
                           until now; sandguard report sums it.\n";
 
-/// A session's sandbox time, and how many of its sandboxes are alive.
+/// A session's sandbox time, its estimated cost where it has one, and how many of its
+/// sandboxes are alive.
 fn spend_cell(total: &Share) -> String {
-    match total.alive {
-        0 => super::report::human(total.time),
-        n => format!("{} ({n} alive)", super::report::human(total.time)),
+    let mut cell = super::report::human(total.time);
+    if let Some(cost) = total.cost {
+        cell.push_str(&format!(" {cost}"));
     }
+    if total.alive > 0 {
+        cell.push_str(&format!(" ({} alive)", total.alive));
+    }
+    cell
 }
 
 /// What the `HELD` column counts (see the module docs); `where_`: where `sessions show` runs.

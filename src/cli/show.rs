@@ -41,7 +41,10 @@
 //! - The session's sandbox time follows the table, one line per provider
 //!   ([`crate::ledger::spend`], as `sandguard report` counts it: `Sandbox time: 12m.` then
 //!   `  docker: 12m over 3 sandbox(es), 1 alive (2m so far)`); no line when it knew no
-//!   sandbox.
+//!   sandbox. Where prices are configured ([`crate::ledger::price`]) each line adds its
+//!   estimate (`Sandbox time: 12m, ~$0.07 estimated.`, `  e2b: 10m over 2 sandbox(es),
+//!   ~$0.06`), and a last line says it is one, at today's prices, and how much time has no
+//!   price (`super::report::cost_note`).
 //! - `--json` is the `sessions --json` row of the session (its `spend` included) plus `ending` and `sandboxes`
 //!   (`provider`, `id`, `kind`, `origin`, `fate`, `cause`, `detail`, `words`).
 
@@ -313,6 +316,9 @@ fn spend_lines(spend: &Spend) -> String {
         return String::new();
     }
     let mut out = format!("Sandbox time: {}", human(total.time));
+    if let Some(cost) = total.cost {
+        out.push_str(&format!(", {cost} estimated"));
+    }
     if total.alive > 0 {
         out.push_str(&format!(", {} sandbox(es) still alive", total.alive));
     }
@@ -324,6 +330,9 @@ fn spend_lines(spend: &Spend) -> String {
             human(share.time),
             share.sandboxes
         ));
+        if let Some(cost) = share.cost {
+            out.push_str(&format!(", {cost}"));
+        }
         if share.alive > 0 {
             out.push_str(&format!(
                 ", {} alive ({} so far)",
@@ -338,6 +347,9 @@ fn spend_lines(spend: &Spend) -> String {
             ));
         }
         out.push('\n');
+    }
+    if total.cost.is_some() {
+        out.push_str(&super::report::cost_note(&total));
     }
     out
 }

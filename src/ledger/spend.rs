@@ -67,7 +67,7 @@ pub(crate) struct Share {
 }
 
 impl Share {
-    fn add(&mut self, other: &Share) {
+    pub(crate) fn add(&mut self, other: &Share) {
         self.time += other.time;
         self.sandboxes += other.sandboxes;
         self.alive += other.alive;
