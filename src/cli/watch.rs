@@ -235,9 +235,14 @@ async fn serve(args: Args, settings: Settings, mut terminal: Terminal) -> Result
         env: started.env.clone(),
     })
     .map_err(|e| StartError::Failed(format!("cannot write the ready line: {e}")))?;
-    let end_report: Option<EndReport> = terminal
-        .at_ready(args.quiet)
-        .map(|t| Box::new(move |report: &crate::reclaim::Report| t.tell_end(report)) as _);
+    let (state_dir, prices) = (settings.state_dir.clone(), settings.prices.clone());
+    let session = started.session.clone();
+    let end_report: Option<EndReport> = terminal.at_ready(args.quiet).map(|t| {
+        Box::new(move |report: &crate::reclaim::Report| {
+            let used = terminal::used(&state_dir, &session, report, &prices);
+            t.tell_end(report, used.as_ref())
+        }) as _
+    });
     let outcome = started.run(Some(Box::new(report_bye)), end_report).await;
     tracing::info!("the watch ended: {:?}", outcome.cause);
     Ok(Exit::clean_if(

@@ -127,7 +127,7 @@ fn prices_come_per_provider_and_per_size_and_a_bad_one_names_file_line_and_key()
     assert_eq!(p.per_hour("daytona", None), None);
     assert_eq!(p.per_hour("docker", None), Some(0.0), "free is a price");
     assert_eq!(p.per_hour("acme", None), Some(1.5), "a plugin's");
-    assert!(prices("").is_empty());
+    assert_eq!(prices(""), Prices::default());
 
     let err = |text: &str| parse_file(path, text).unwrap_err().to_string();
     let e = err("[providers.e2b]\ntimeout = \"5s\"\nprice_per_hour = -1\n");

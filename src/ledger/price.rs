@@ -58,11 +58,6 @@ impl Prices {
         }
     }
 
-    /// No price is configured at all: outputs show time only.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.by_provider.is_empty()
-    }
-
     /// The price per hour of a sandbox of `provider` of `size` (see the module docs): the
     /// size's own, else the provider's `price_per_hour`; `None`: it has no price.
     pub(crate) fn per_hour(&self, provider: &str, size: Option<&str>) -> Option<f64> {
@@ -146,8 +141,12 @@ mod tests {
         assert_eq!(p.per_hour("daytona", None), None, "no price_per_hour");
         assert_eq!(p.per_hour("docker", None), None);
         assert_eq!(p.per_hour("modal", Some("gpu")), None);
-        assert!(!p.is_empty());
-        assert!(Prices::new([("docker".to_string(), ProviderPrices::default())]).is_empty());
+        assert_ne!(p, Prices::default());
+        assert_eq!(
+            Prices::new([("docker".to_string(), ProviderPrices::default())]),
+            Prices::default(),
+            "a provider without prices is left out"
+        );
     }
 
     #[test]

@@ -35,6 +35,12 @@
 //!   [`Share::cost`]; time that has no price is counted in [`Share::unpriced_time`] and in no
 //!   money, so a partial estimate says how much it leaves out. `cost` is `None` when none of
 //!   a group's time has a price: no price, no money shown.
+//! - **At a run's end, from the journal as it stands** ([`Spend::at_end`], for the wrapper's
+//!   last line): a reclaim journals its removals only once it is over, after its settle
+//!   pass, but the line is written as soon as the first pass is done. So the journal is read
+//!   then, and each sandbox the pass removed or found gone ends when its provider said so
+//!   (the time the `removed` record will carry); a sandbox still open otherwise (a detached
+//!   one, one the pass could not remove) counts until the line is written.
 //! - **One unreadable journal does not hide the rest.** [`report`] skips it with a warning and
 //!   says how many it skipped, as the sweep does.
 
@@ -44,6 +50,7 @@ use std::time::Duration;
 use super::price::{Money, Prices};
 use super::story::{Fate, Held, Story};
 use super::{LedgerError, SessionView, StateDir};
+use crate::protocol::Target;
 
 /// The figures of one group (a provider, a session, a day): sandbox time and the sandboxes it
 /// is of.
@@ -114,6 +121,31 @@ impl Spend {
             }
         }
         Spend { by_provider }
+    }
+
+    /// The spend of session `id` at the end of its run, its first reclaim pass just done:
+    /// its journal read now, each sandbox `ends` names (by provider and id, as the pass
+    /// reported it) ended when the provider said it was removed or gone, the rest counted until
+    /// `now_ms`, priced at `prices` (see the module docs).
+    pub(crate) fn at_end(
+        state: &StateDir,
+        id: &str,
+        ends: &[(Target, u64)],
+        now_ms: u64,
+        prices: &Prices,
+    ) -> Result<Spend, LedgerError> {
+        let (view, mut story) = state.read_history(id)?;
+        for sandbox in &mut story.sandboxes {
+            let end = ends
+                .iter()
+                .find(|(removed, _)| sandbox.target.answers(removed))
+                .map(|(_, at)| *at);
+            let open = sandbox.held.last_mut().filter(|h| h.to_ms.is_none());
+            if let (Some(at), Some(open)) = (end, open) {
+                open.to_ms = Some(at.max(open.from_ms));
+            }
+        }
+        Ok(Spend::of(&view, &story, now_ms, prices))
     }
 
     /// Every provider's share summed.

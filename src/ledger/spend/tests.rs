@@ -354,3 +354,47 @@ fn a_report_prices_only_the_time_in_its_window_and_each_day_its_own() {
     let clipped = tally(&ledger(), window, By::Provider, &prices);
     assert_eq!(clipped.total.cost.map(Money::amount), Some(0.5));
 }
+
+#[test]
+fn at_a_runs_end_what_the_first_pass_removed_ends_when_the_provider_said_so() {
+    use super::super::testutil::TempDir;
+    use super::super::Record;
+    let tmp = TempDir::new("spend-at-end");
+    let state = StateDir::open(tmp.path()).unwrap();
+    let start = Record::Start {
+        owner: "o".into(),
+        pid: 7,
+        grace_ms: 5_000,
+        labels: Default::default(),
+    };
+    let mut j = state.create_session("run1", start).unwrap();
+    let target = |provider: &str, id: &str| Target::new(provider, id).unwrap();
+    j.append(&Record::claim_sized(
+        &target("e2b", "a"),
+        Some("big".into()),
+    ))
+    .unwrap();
+    j.append(&Record::claim(&target("e2b", "b"))).unwrap();
+    j.append(&Record::detach(&target("docker", "c"))).unwrap();
+    let t = super::super::now_ms();
+    // The pass removed `a` 10 s on and found `b` gone 20 s on; `c`, detached, runs on until
+    // the line 30 s on. Nothing of the pass is journaled yet.
+    let ends = [
+        (target("e2b", "a"), t + 10_000),
+        (target("e2b", "b"), t + 20_000),
+        (target("docker", "stranger"), t + 1),
+    ];
+    let prices = priced("e2b", Some(36.0), &[("big", 360.0)]);
+    let s = Spend::at_end(&state, "run1", &ends, t + 30_000, &prices).unwrap();
+    let near =
+        |d: Duration, secs: u64| d.abs_diff(Duration::from_secs(secs)) < Duration::from_secs(1);
+    let e2b = &s.by_provider["e2b"];
+    assert!(near(e2b.time, 30), "{e2b:?}");
+    assert_eq!(e2b.alive, 0, "both ended by the pass");
+    // `a`: 10 s at 0.1 a second; `b`: 20 s at 0.01 a second.
+    let cost = e2b.cost.unwrap().amount();
+    assert!((cost - 1.2).abs() < 0.2, "{cost}");
+    let docker = &s.by_provider["docker"];
+    assert!(near(docker.time, 30) && docker.alive == 1, "{docker:?}");
+    assert_eq!(docker.cost, None);
+}
