@@ -137,6 +137,16 @@ pub(super) struct EstimateJson {
     unpriced_seconds: f64,
 }
 
+impl EstimateJson {
+    /// A group's estimate; `None` when none of its time has a price.
+    pub(super) fn of(s: &Share) -> Option<EstimateJson> {
+        s.cost.map(|cost| EstimateJson {
+            cost: cost.amount(),
+            unpriced_seconds: seconds(s.unpriced_time),
+        })
+    }
+}
+
 impl From<&Share> for ShareJson {
     fn from(s: &Share) -> ShareJson {
         ShareJson {
@@ -145,10 +155,7 @@ impl From<&Share> for ShareJson {
             alive: s.alive,
             alive_seconds: seconds(s.alive_time),
             untimed: s.untimed,
-            estimate: s.cost.map(|cost| EstimateJson {
-                cost: cost.amount(),
-                unpriced_seconds: seconds(s.unpriced_time),
-            }),
+            estimate: EstimateJson::of(s),
         }
     }
 }
@@ -196,7 +203,7 @@ struct RowJson {
 }
 
 /// Seconds with millisecond precision, as JSON numbers.
-fn seconds(d: Duration) -> f64 {
+pub(super) fn seconds(d: Duration) -> f64 {
     d.as_millis() as f64 / 1000.0
 }
 

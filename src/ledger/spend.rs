@@ -48,7 +48,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::price::{Money, Prices};
-use super::story::{Fate, Held, Story};
+use super::story::{Fate, Held, SandboxStory, Story};
 use super::{LedgerError, SessionView, StateDir};
 use crate::protocol::Target;
 
@@ -298,23 +298,52 @@ fn timed<'a>(view: &SessionView, story: &'a Story, prices: &Prices) -> Vec<(&'a 
     story
         .sandboxes
         .iter()
-        .filter_map(|s| {
-            let timed = if s.held.is_empty() {
-                if matches!(s.fate, Fate::Refused(_)) {
-                    return None;
-                }
-                Timed::Untimed(s.at_ms)
-            } else {
-                let mut held = s.held.clone();
-                if view.state.is_final() && s.fate == Fate::Claimed {
-                    if let Some(last) = held.last_mut().filter(|h| h.to_ms.is_none()) {
-                        last.to_ms = Some(view.updated_ms.max(last.from_ms));
-                    }
-                }
-                let provider = s.target.provider.as_str();
-                Timed::Held(held, prices.per_hour(provider, s.size.as_deref()))
-            };
-            Some((s.target.provider.as_str(), timed))
+        .filter_map(|s| Some((s.target.provider.as_str(), timed_one(view, s, prices)?)))
+        .collect()
+}
+
+/// One sandbox of [`timed`]; `None`: it counts for nothing.
+fn timed_one(view: &SessionView, s: &SandboxStory, prices: &Prices) -> Option<Timed> {
+    if s.held.is_empty() {
+        if matches!(s.fate, Fate::Refused(_)) {
+            return None;
+        }
+        return Some(Timed::Untimed(s.at_ms));
+    }
+    let mut held = s.held.clone();
+    if view.state.is_final() && s.fate == Fate::Claimed {
+        if let Some(last) = held.last_mut().filter(|h| h.to_ms.is_none()) {
+            last.to_ms = Some(view.updated_ms.max(last.from_ms));
+        }
+    }
+    let provider = s.target.provider.as_str();
+    Some(Timed::Held(
+        held,
+        prices.per_hour(provider, s.size.as_deref()),
+    ))
+}
+
+/// Each sandbox's own spend over the session's life, in the story's order (`sessions show
+/// --json`), alive ones until `now_ms`; `None` for one that counts for nothing (refused
+/// before it was ever held).
+pub(crate) fn each(
+    view: &SessionView,
+    story: &Story,
+    now_ms: u64,
+    prices: &Prices,
+) -> Vec<Option<Share>> {
+    let window = Window::all(now_ms);
+    story
+        .sandboxes
+        .iter()
+        .map(|s| {
+            let timed = timed_one(view, s, prices)?;
+            let mut share = Share::default();
+            for (_, piece) in shares(&timed, window, |_| String::new()) {
+                share.add(&piece);
+            }
+            share.sandboxes = 1;
+            Some(share)
         })
         .collect()
 }

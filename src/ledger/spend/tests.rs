@@ -398,3 +398,50 @@ fn at_a_runs_end_what_the_first_pass_removed_ends_when_the_provider_said_so() {
     assert!(near(docker.time, 30) && docker.alive == 1, "{docker:?}");
     assert_eq!(docker.cost, None);
 }
+
+#[test]
+fn each_sandbox_has_its_own_share_and_they_add_up_to_the_session() {
+    let (view, story) = history(
+        "s",
+        &[
+            r#"{"t":2000,"ev":"claim","provider":"e2b","id":"a","size":"big"}"#,
+            r#"{"t":3000,"ev":"claim","provider":"e2b","id":"b"}"#,
+            r#"{"t":4000,"ev":"refused","provider":"tenki","id":"x","reason":"not configured"}"#,
+            r#"{"t":5000,"ev":"release","provider":"e2b","id":"b"}"#,
+            r#"{"t":6000,"ev":"reclaim_start","cause":"owner_exited"}"#,
+            r#"{"t":9000,"ev":"removed","provider":"e2b","id":"a","outcome":"removed","at":7000}"#,
+            r#"{"t":9000,"ev":"removed","provider":"docker","id":"l","outcome":"removed","at":7000}"#,
+            r#"{"t":9000,"ev":"end","state":"reclaimed"}"#,
+        ],
+        &[],
+    );
+    let prices = priced("e2b", None, &[("big", 3600.0)]);
+    let each = each(&view, &story, 100_000, &prices);
+    let ids: Vec<&str> = story
+        .sandboxes
+        .iter()
+        .map(|s| s.target.id.as_str())
+        .collect();
+    assert_eq!(ids, ["a", "b", "x", "l"]);
+    let times: Vec<Option<(Duration, usize)>> = each
+        .iter()
+        .map(|s| s.as_ref().map(|s| (s.time, s.untimed)))
+        .collect();
+    assert_eq!(
+        times,
+        [
+            Some((secs(5), 0)),
+            Some((secs(2), 0)),
+            None,
+            Some((secs(0), 1))
+        ]
+    );
+    assert_eq!(each[0].as_ref().unwrap().cost.map(Money::amount), Some(5.0));
+    assert_eq!(
+        each[1].as_ref().unwrap().cost,
+        None,
+        "no size, no price_per_hour"
+    );
+    let total = Spend::of(&view, &story, 100_000, &prices).total();
+    assert_eq!(total.time, secs(7));
+}

@@ -52,6 +52,10 @@
 //!   did not claim (the sandbox carries the session's labels, so a sweep finds it). Other
 //!   answers, errors included (4xx, 5xx, 429 with their headers), pass through unchanged.
 //!
+//! - A `DELETE` of a sandbox (E2B's kill, Daytona's delete) passes on, and once the service
+//!   answers it done (`2xx`, `404`) the claim this proxy made for that sandbox is released
+//!   ([`removal`]), so the ledger knows when the program ended it and its time stops there.
+//!
 //! - Connections are accepted by the loop both proxies share (`proxy::accept`),
 //!   each served by hyper's HTTP/1 server with upgrades; a websocket's raw copy is a task of
 //!   its connection (`proxy::tasks`), as the Docker proxy's are.
@@ -65,6 +69,7 @@
 pub(crate) mod daytona;
 pub(crate) mod e2b;
 mod forward;
+mod removal;
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -108,6 +113,9 @@ pub(crate) enum Route {
     Create,
     /// A create the proxy cannot stamp, and why.
     Refuse(&'static str),
+    /// A `DELETE` of the sandbox the path names (its id, or a Daytona name): passed on, and
+    /// released once done ([`removal`]).
+    Remove(String),
 }
 
 impl Api {
@@ -152,6 +160,24 @@ impl Api {
         match self {
             Api::E2b => e2b::stamp(body, labels),
             Api::Daytona => daytona::stamp(body, labels),
+        }
+    }
+
+    /// The sandbox a `DELETE` with these segments after the base URL's removes, if it is a
+    /// sandbox's removal route.
+    pub(crate) fn removal(self, rest: &[&str]) -> Option<String> {
+        match self {
+            Api::E2b => e2b::removal(rest),
+            Api::Daytona => daytona::removal(rest),
+        }
+    }
+
+    /// The new sandbox's name in a create answer, where the service names sandboxes (a
+    /// delete may name it so).
+    pub(crate) fn sandbox_name(self, answer: &[u8]) -> Option<String> {
+        match self {
+            Api::E2b => None,
+            Api::Daytona => daytona::name(answer),
         }
     }
 
@@ -240,6 +266,8 @@ struct Shared {
     labels: BTreeMap<String, String>,
     claims: mpsc::UnboundedSender<Ask>,
     client: forward::Client,
+    /// What this proxy claimed, for the program's own removals ([`removal`]).
+    claimed: removal::Claimed,
 }
 
 /// A bound proxy, not yet serving.
@@ -303,6 +331,7 @@ impl CloudProxy {
             labels,
             claims,
             client: forward::client(),
+            claimed: removal::Claimed::default(),
         });
         Ok(CloudProxy {
             listener,
@@ -358,6 +387,7 @@ async fn handle(req: Request<Incoming>, shared: &Shared, tasks: &Tasks) -> Respo
                 .unwrap_or_else(|r| refused(shared.api, &r))
         }
         Route::Refuse(why) => answer(400, &refusal_message(shared.api, why)),
+        Route::Remove(given) => removal::remove(req, shared, &given).await,
     }
 }
 
@@ -385,7 +415,11 @@ fn route(req: &Request<Incoming>, shared: &Shared) -> Route {
     if !under {
         return Route::Pass;
     }
-    shared.api.route(post, &segments[shared.base.len()..])
+    let rest = &segments[shared.base.len()..];
+    if req.method().as_str().eq_ignore_ascii_case("DELETE") {
+        return shared.api.removal(rest).map_or(Route::Pass, Route::Remove);
+    }
+    shared.api.route(post, rest)
 }
 
 fn refusal_message(api: Api, why: &str) -> String {
@@ -445,8 +479,11 @@ impl Creates for Creating<'_> {
     }
 
     fn created(&self, (): (), answer: &[u8]) -> Result<Target, Unclaimed> {
-        let id = self.0.api.created(answer).ok_or(Unclaimed::NotOurs)?;
-        Target::new(self.0.api.name(), &id).map_err(|why| Unclaimed::BadId { id, why })
+        let api = self.0.api;
+        let id = api.created(answer).ok_or(Unclaimed::NotOurs)?;
+        let target = Target::new(api.name(), &id).map_err(|why| Unclaimed::BadId { id, why })?;
+        self.0.claimed.made(&target.id, api.sandbox_name(answer));
+        Ok(target)
     }
 
     /// Every create this proxy routes makes a sandbox.

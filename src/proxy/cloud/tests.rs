@@ -148,6 +148,29 @@ fn answers_name_the_new_sandbox() {
 }
 
 #[test]
+fn deletes_of_one_sandbox_are_removals_and_the_rest_is_not() {
+    assert_eq!(Api::E2b.removal(&["sandboxes", "i"]), Some("i".into()));
+    assert_eq!(
+        Api::E2b.removal(&["v2", "SANDBOXES", "i"]),
+        Some("i".into())
+    );
+    assert_eq!(Api::E2b.removal(&["sandboxes"]), None);
+    assert_eq!(Api::E2b.removal(&["sandboxes", "i", "snapshots"]), None);
+    assert_eq!(Api::E2b.removal(&["templates", "t"]), None);
+    assert_eq!(Api::Daytona.removal(&["Sandbox", "d"]), Some("d".into()));
+    assert_eq!(Api::Daytona.removal(&["workspace", "d"]), Some("d".into()));
+    assert_eq!(Api::Daytona.removal(&["snapshots", "s"]), None);
+    assert_eq!(
+        Api::Daytona.sandbox_name(br#"{"id":"d1","name":"web"}"#),
+        Some("web".into())
+    );
+    assert_eq!(
+        Api::E2b.sandbox_name(br#"{"sandboxID":"i","name":"x"}"#),
+        None
+    );
+}
+
+#[test]
 fn a_create_names_its_size_where_each_service_reads_it() {
     assert_eq!(
         Api::E2b.size(br#"{"templateID":"base","metadata":{}}"#),
