@@ -240,7 +240,7 @@ async fn serve(args: Args, settings: Settings, mut terminal: Terminal) -> Result
     let end_report: Option<EndReport> = terminal.at_ready(args.quiet).map(|t| {
         Box::new(move |report: &crate::reclaim::Report| {
             let used = terminal::used(&state_dir, &session, report, &prices);
-            t.tell_end(report, used.as_ref())
+            t.tell_end(report, used.as_ref());
         }) as _
     });
     let outcome = started.run(Some(Box::new(report_bye)), end_report).await;

@@ -85,7 +85,7 @@ impl Share {
 
     fn add_cost(&mut self, other: &Share) {
         if let Some(cost) = other.cost {
-            *self.cost.get_or_insert_default() += cost;
+            *self.cost.get_or_insert_with(Money::default) += cost;
         }
         self.unpriced_time += other.unpriced_time;
     }
@@ -94,7 +94,7 @@ impl Share {
     fn spend(&mut self, d: Duration, per_hour: Option<f64>) {
         self.time += d;
         match per_hour {
-            Some(price) => *self.cost.get_or_insert_default() += Money::of(price, d),
+            Some(price) => *self.cost.get_or_insert_with(Money::default) += Money::of(price, d),
             None => self.unpriced_time += d,
         }
     }

@@ -26,8 +26,7 @@ pub(crate) fn named(body: &[u8], keys: Keys) -> Option<String> {
     let value = match keys {
         Keys::Go(name) => pairs
             .iter()
-            .filter(|(k, v)| go_field(k, name) && !matches!(v, Json::Null))
-            .last(),
+            .rfind(|(k, v)| go_field(k, name) && !matches!(v, Json::Null)),
         Keys::Exact(name) => pairs.iter().rfind(|(k, _)| k == name),
     };
     match value {
