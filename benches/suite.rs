@@ -625,6 +625,7 @@ fn write_journals(state: &std::path::Path, n: usize) {
     let claim = |provider: &str, id: String| Record::Claim {
         provider: provider.into(),
         id,
+        size: None,
     };
     for i in 0..n {
         let start = Record::Start {

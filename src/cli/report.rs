@@ -27,6 +27,13 @@
 //! - The same figures, per session, are the `SPEND` column of `sandguard sessions` and the
 //!   per-provider lines of `sessions show`; the JSON shape of one group ([`ShareJson`]) is the
 //!   same in all three.
+//! - **Money only where prices are set** ([`crate::ledger::price`]: the prices configured now
+//!   price all the time counted). With any price, the table gets a `COST` column (`~$0.07`,
+//!   `-` for a group with no priced time) and a line saying it is an estimate and how much of
+//!   the time has no price; `--json` gives each group an `estimate` object, `{"cost": 0.07,
+//!   "unpriced_seconds": 0.0}`: `cost` in the currency the prices are in, for the priced part
+//!   of `seconds`; `unpriced_seconds`, the part with no price. A group with no priced time
+//!   has no `estimate` at all, and without prices the output is as it was.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -115,6 +122,29 @@ pub(super) struct ShareJson {
     alive: usize,
     alive_seconds: f64,
     untimed: usize,
+    /// What the priced part of the time is estimated to cost; absent when none of it has a
+    /// price (see the module docs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    estimate: Option<EstimateJson>,
+}
+
+/// An estimate, never a bill ([`crate::ledger::price`]).
+#[derive(Debug, Serialize)]
+pub(super) struct EstimateJson {
+    /// In the currency of the configured prices.
+    cost: f64,
+    /// The part of `seconds` that has no price, so is not in `cost`.
+    unpriced_seconds: f64,
+}
+
+impl EstimateJson {
+    /// A group's estimate; `None` when none of its time has a price.
+    pub(super) fn of(s: &Share) -> Option<EstimateJson> {
+        s.cost.map(|cost| EstimateJson {
+            cost: cost.amount(),
+            unpriced_seconds: seconds(s.unpriced_time),
+        })
+    }
 }
 
 impl From<&Share> for ShareJson {
@@ -125,6 +155,7 @@ impl From<&Share> for ShareJson {
             alive: s.alive,
             alive_seconds: seconds(s.alive_time),
             untimed: s.untimed,
+            estimate: EstimateJson::of(s),
         }
     }
 }
@@ -172,13 +203,28 @@ struct RowJson {
 }
 
 /// Seconds with millisecond precision, as JSON numbers.
-fn seconds(d: Duration) -> f64 {
+pub(super) fn seconds(d: Duration) -> f64 {
     d.as_millis() as f64 / 1000.0
 }
 
 /// A time as the CLI prints an age.
 pub(super) fn human(d: Duration) -> String {
     timefmt::format_uptime(d.as_secs() as i64)
+}
+
+/// The line under money: an estimate, at which prices, and the time it leaves out.
+pub(super) fn cost_note(total: &Share) -> String {
+    let mut note = "~$: an estimate, the sandbox time at the prices configured now (book: \
+                    Budgets, Prices), not a bill"
+        .to_string();
+    if !total.unpriced_time.is_zero() {
+        note.push_str(&format!(
+            "; {} of the time has no price and is not in it",
+            human(total.unpriced_time)
+        ));
+    }
+    note.push_str(".\n");
+    note
 }
 
 pub(super) fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
@@ -188,7 +234,7 @@ pub(super) fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
         Some(since) => Window::last(since.age, now),
         None => Window::all(now),
     };
-    let report = spend::report(&state, window, args.by.by())?;
+    let report = spend::report(&state, window, args.by.by(), &settings.prices)?;
     let rfc3339 = |ms: u64| timefmt::format_rfc3339((ms / 1000) as i64);
     if args.json {
         output::emit_json(&ReportJson {
@@ -226,8 +272,9 @@ pub(super) fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
 }
 
 fn text(report: &spend::Report, by: ByArg, span: &str) -> String {
+    let priced = report.total.cost.is_some();
     let cells = |key: &str, s: &Share| {
-        vec![
+        let mut cells = vec![
             sanitize(key).into_owned(),
             human(s.time),
             s.sandboxes.to_string(),
@@ -237,21 +284,29 @@ fn text(report: &spend::Report, by: ByArg, span: &str) -> String {
             } else {
                 human(s.alive_time)
             },
-        ]
+        ];
+        if priced {
+            cells.push(s.cost.map_or_else(|| "-".to_string(), |c| c.to_string()));
+        }
+        cells
     };
     let mut rows: Vec<Vec<String>> = report.rows.iter().map(|(k, s)| cells(k, s)).collect();
     rows.push(cells("total", &report.total));
     let header = by.as_str().to_uppercase();
+    let mut headers = vec![header.as_str(), "TIME", "SANDBOXES", "ALIVE", "ALIVE TIME"];
+    if priced {
+        headers.push("COST");
+    }
     let mut out = format!("Sandbox time {span}, by {}:\n", by.as_str());
-    out.push_str(&output::table(
-        &[&header, "TIME", "SANDBOXES", "ALIVE", "ALIVE TIME"],
-        &rows,
-    ));
+    out.push_str(&output::table(&headers, &rows));
     let t = &report.total;
     out.push_str(&format!(
         "{} sandbox(es) in {} session(s); {} still alive.\n",
         t.sandboxes, report.sessions, t.alive
     ));
+    if priced {
+        out.push_str(&cost_note(t));
+    }
     if t.untimed > 0 {
         out.push_str(&format!(
             "{} of them found only by the session's label when removed: the journal does not \

@@ -23,7 +23,10 @@
 //! release; the alive ones until now, counted in brackets), as `sandguard report` counts it;
 //! `--json` has it as `spend` (seconds as numbers, and `by_provider`). Telling it reads each
 //! listed session's story, as `sessions show` does: only the rows shown, so a terminal's 20
-//! rows cost 20 reads. `--fleet` has no spend: the store does not keep it yet.
+//! rows cost 20 reads. `--fleet` has no spend: the store does not keep it yet. Where prices
+//! are configured ([`crate::ledger::price`]) the cell adds the estimate (`1h24m ~$0.07`), a
+//! note under the table says it is one, and `spend` has an `estimate` object (as `sandguard
+//! report`'s groups do, `super::report`); without prices both are as they were.
 //!
 //! `sandguard sessions --prune [--older-than D]` deletes the sessions that ended (reclaimed or
 //! clean) more than D ago (default: `[sweep] prune_after`, 7 days), as every sweep does; a
@@ -42,6 +45,7 @@ use super::output::{self, sanitize, Exit};
 use super::Error;
 use crate::config::Settings;
 use crate::identity::Liveness;
+use crate::ledger::price::Prices;
 use crate::ledger::spend::{Share, Spend};
 use crate::ledger::{SessionState, SessionView, StateDir};
 use crate::timefmt;
@@ -175,7 +179,7 @@ pub(super) fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
         .into_iter()
         .take(limit)
         .map(|v| {
-            let spend = spend_of(&state, &v);
+            let spend = spend_of(&state, &v, &settings.prices);
             row(held(&state, v), &spend, &judge)
         })
         .collect();
@@ -212,9 +216,9 @@ pub(super) fn held(state: &StateDir, mut view: SessionView) -> SessionView {
 
 /// The session's spend from its journal and side file of stops, until now; a session whose
 /// history cannot be read (its view was) shows none, with a warning.
-fn spend_of(state: &StateDir, view: &SessionView) -> Spend {
+fn spend_of(state: &StateDir, view: &SessionView, prices: &Prices) -> Spend {
     match state.read_history(&view.id) {
-        Ok((view, story)) => Spend::of(&view, &story, crate::ledger::now_ms()),
+        Ok((view, story)) => Spend::of(&view, &story, crate::ledger::now_ms(), prices),
         Err(e) => {
             tracing::warn!("session {}: {e}", view.id);
             Spend::default()
@@ -283,6 +287,11 @@ fn table(rows: &[SessionJson]) -> String {
     );
     text.push_str(&held_note(""));
     text.push_str(SPEND_NOTE);
+    let mut total = Share::default();
+    rows.iter().for_each(|r| total.add(&r.total));
+    if total.cost.is_some() {
+        text.push_str(&super::report::cost_note(&total));
+    }
     text
 }
 
@@ -290,12 +299,17 @@ fn table(rows: &[SessionJson]) -> String {
 const SPEND_NOTE: &str = "SPEND: sandbox time, from each claim to its removal, the alive ones \
                           until now; sandguard report sums it.\n";
 
-/// A session's sandbox time, and how many of its sandboxes are alive.
+/// A session's sandbox time, its estimated cost where it has one, and how many of its
+/// sandboxes are alive.
 fn spend_cell(total: &Share) -> String {
-    match total.alive {
-        0 => super::report::human(total.time),
-        n => format!("{} ({n} alive)", super::report::human(total.time)),
+    let mut cell = super::report::human(total.time);
+    if let Some(cost) = total.cost {
+        cell.push_str(&format!(" {cost}"));
     }
+    if total.alive > 0 {
+        cell.push_str(&format!(" ({} alive)", total.alive));
+    }
+    cell
 }
 
 /// What the `HELD` column counts (see the module docs); `where_`: where `sessions show` runs.

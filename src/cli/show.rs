@@ -41,9 +41,14 @@
 //! - The session's sandbox time follows the table, one line per provider
 //!   ([`crate::ledger::spend`], as `sandguard report` counts it: `Sandbox time: 12m.` then
 //!   `  docker: 12m over 3 sandbox(es), 1 alive (2m so far)`); no line when it knew no
-//!   sandbox.
+//!   sandbox. Where prices are configured ([`crate::ledger::price`]) each line adds its
+//!   estimate (`Sandbox time: 12m, ~$0.07 estimated.`, `  e2b: 10m over 2 sandbox(es),
+//!   ~$0.06`), and a last line says it is one, at today's prices, and how much time has no
+//!   price (`super::report::cost_note`).
 //! - `--json` is the `sessions --json` row of the session (its `spend` included) plus `ending` and `sandboxes`
-//!   (`provider`, `id`, `kind`, `origin`, `fate`, `cause`, `detail`, `words`).
+//!   (`provider`, `id`, `kind`, `origin`, `fate`, `cause`, `detail`, `words`; `size` where
+//!   the create named one; `seconds`, its own time as `spend` counts it, `null` when not
+//!   known; `estimate` where it has a price), so a script can check each sandbox's time.
 
 use serde::Serialize;
 
@@ -52,7 +57,7 @@ use super::sessions::{row, SessionJson};
 use super::Error;
 use crate::config::Settings;
 use crate::identity::Liveness;
-use crate::ledger::spend::Spend;
+use crate::ledger::spend::{Share, Spend};
 use crate::ledger::story::{Fate, Origin, SandboxStory};
 use crate::ledger::{LedgerError, SessionState, SessionView, StateDir};
 
@@ -98,6 +103,15 @@ struct SandboxJson {
     detail: Option<String>,
     /// The line the text output prints.
     words: String,
+    /// The size its create named (a template, a snapshot), where the cloud proxy read one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    size: Option<String>,
+    /// Its sandbox time, as the session's `spend` counts it (the alive one's until now);
+    /// `null` when it is not known (found only by its label) or counts for nothing (refused).
+    seconds: Option<f64>,
+    /// Its estimated cost, where it has a price (as in `spend`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    estimate: Option<super::report::EstimateJson>,
 }
 
 pub(super) fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
@@ -118,11 +132,14 @@ pub(super) fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
     };
     let judge = state.judge();
     let owner = judge.label(&view.owner);
-    let spend = Spend::of(&view, &story, crate::ledger::now_ms());
+    let now = crate::ledger::now_ms();
+    let spend = Spend::of(&view, &story, now, &settings.prices);
+    let each = crate::ledger::spend::each(&view, &story, now, &settings.prices);
     let sandboxes: Vec<SandboxJson> = story
         .sandboxes
         .iter()
-        .map(|s| sandbox(s, &view, owner))
+        .zip(&each)
+        .map(|(s, share)| sandbox(s, share.as_ref(), &view, owner))
         .collect();
     let ending = story.ending.as_ref().map(|e| EndingJson {
         cause: e.as_str(),
@@ -180,7 +197,13 @@ fn resolve(state: &StateDir, prefix: &str) -> Result<Option<String>, Error> {
     }
 }
 
-fn sandbox(s: &SandboxStory, view: &SessionView, owner: Liveness) -> SandboxJson {
+fn sandbox(
+    s: &SandboxStory,
+    share: Option<&Share>,
+    view: &SessionView,
+    owner: Liveness,
+) -> SandboxJson {
+    let timed = share.filter(|share| share.untimed == 0);
     let (cause, detail) = match &s.fate {
         Fate::Removed { ending, .. } => (Some(ending.as_str()), None),
         Fate::Pending(e) | Fate::Refused(e) => (None, Some(e.clone())),
@@ -198,6 +221,9 @@ fn sandbox(s: &SandboxStory, view: &SessionView, owner: Liveness) -> SandboxJson
         cause,
         detail,
         words: words(s, view, owner),
+        size: s.size.clone(),
+        seconds: timed.map(|share| super::report::seconds(share.time)),
+        estimate: timed.and_then(super::report::EstimateJson::of),
     }
 }
 
@@ -313,6 +339,9 @@ fn spend_lines(spend: &Spend) -> String {
         return String::new();
     }
     let mut out = format!("Sandbox time: {}", human(total.time));
+    if let Some(cost) = total.cost {
+        out.push_str(&format!(", {cost} estimated"));
+    }
     if total.alive > 0 {
         out.push_str(&format!(", {} sandbox(es) still alive", total.alive));
     }
@@ -324,6 +353,9 @@ fn spend_lines(spend: &Spend) -> String {
             human(share.time),
             share.sandboxes
         ));
+        if let Some(cost) = share.cost {
+            out.push_str(&format!(", {cost}"));
+        }
         if share.alive > 0 {
             out.push_str(&format!(
                 ", {} alive ({} so far)",
@@ -338,6 +370,9 @@ fn spend_lines(spend: &Spend) -> String {
             ));
         }
         out.push('\n');
+    }
+    if total.cost.is_some() {
+        out.push_str(&super::report::cost_note(&total));
     }
     out
 }

@@ -238,11 +238,14 @@ async fn serve(args: Args, settings: Settings, mut terminal: Terminal) -> Result
     .map_err(|e| StartError::Failed(format!("cannot write the ready line: {e}")))?;
     // Kept for the lines while the program runs (a limit's removal) and the one at its end.
     let kept = Arc::new(Mutex::new(terminal.at_ready(args.quiet)));
+    let (state_dir, prices) = (settings.state_dir.clone(), settings.prices.clone());
+    let session = started.session.clone();
     let end_report: Option<EndReport> = {
         let kept = kept.clone();
         Some(Box::new(move |report: &crate::reclaim::Report| {
             if let Some(t) = kept.lock().unwrap_or_else(PoisonError::into_inner).take() {
-                t.tell_end(report);
+                let used = terminal::used(&state_dir, &session, report, &prices);
+                t.tell_end(report, used.as_ref());
             }
         }))
     };

@@ -6,8 +6,11 @@
 
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use serde::Deserialize;
 
+use super::values::Price;
 use super::{ConfigError, Env, Positive, Rate, Secret};
 
 /// One cloud provider, resolved. The field names are generic; each constructor below says
@@ -31,7 +34,7 @@ pub struct CloudSettings {
     pub rate: Option<f64>,
 }
 
-/// `[providers.e2b]`, `[providers.daytona]`, `[providers.tenki]`.
+/// `[providers.e2b]`, `[providers.daytona]`, and `[providers.tenki]` through [`FileTenki`].
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct FileKeyed {
@@ -40,6 +43,34 @@ pub(super) struct FileKeyed {
     timeout: Option<Positive>,
     rate: Option<Rate>,
     pub(super) limits: Option<super::file::FileProviderLimits>,
+    pub(super) price_per_hour: Option<Price>,
+    /// `[providers.NAME.prices]`: a price per hour for each size a create names.
+    #[serde(default)]
+    pub(super) prices: BTreeMap<String, Price>,
+}
+
+/// `[providers.tenki]`: [`FileKeyed`] without `prices`, as no Tenki create passes a proxy
+/// that could read its size.
+#[derive(Debug, Default, Deserialize)]
+#[serde(try_from = "FileKeyed")]
+pub(super) struct FileTenki(pub(super) FileKeyed);
+
+/// Why `[providers.tenki]` was refused.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "no `prices` here: only e2b and daytona take prices per size (their creates pass the \
+     cloud proxy); tenki takes price_per_hour alone"
+)]
+pub(super) struct NoSizes;
+
+impl TryFrom<FileKeyed> for FileTenki {
+    type Error = NoSizes;
+    fn try_from(file: FileKeyed) -> Result<FileTenki, NoSizes> {
+        match file.prices.is_empty() {
+            true => Ok(FileTenki(file)),
+            false => Err(NoSizes),
+        }
+    }
 }
 
 /// `[providers.flyio]`.
@@ -52,6 +83,7 @@ pub(super) struct FileFly {
     timeout: Option<Positive>,
     rate: Option<Rate>,
     pub(super) limits: Option<super::file::FileProviderLimits>,
+    pub(super) price_per_hour: Option<Price>,
 }
 
 /// `[providers.modal]`.
@@ -65,6 +97,7 @@ pub(super) struct FileModal {
     timeout: Option<Positive>,
     rate: Option<Rate>,
     pub(super) limits: Option<super::file::FileProviderLimits>,
+    pub(super) price_per_hour: Option<Price>,
 }
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -113,7 +146,7 @@ pub(super) fn daytona(file: FileKeyed, env: &dyn Env) -> Result<CloudSettings, C
 
 /// Tenki: `TENKI_AUTH_TOKEN`, then `TENKI_API_KEY`; `TENKI_API_ENDPOINT`, then `TENKI_API_URL`
 /// (default `https://api.tenki.cloud`).
-pub(super) fn tenki(file: FileKeyed, env: &dyn Env) -> CloudSettings {
+pub(super) fn tenki(FileTenki(file): FileTenki, env: &dyn Env) -> CloudSettings {
     keyed(
         file,
         env,

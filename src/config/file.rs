@@ -2,14 +2,16 @@
 //! typo is an error, not a silent default), and errors that name the file, the line and the
 //! key.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 
 use serde::Deserialize;
 
 use super::cloud;
-use super::values::{Concurrency, HumanDuration, LogLevel, Positive, Rate, StatePath};
+use super::values::{Concurrency, HumanDuration, LogLevel, Positive, Price, Rate, StatePath};
 use super::ConfigError;
+use crate::ledger::price::{Prices, ProviderPrices};
 
 // The file as written. Every table denies unknown keys so a typo is an error, not a silent
 // default.
@@ -104,9 +106,47 @@ pub(super) struct FileProviders {
     pub(super) e2b: cloud::FileKeyed,
     pub(super) daytona: cloud::FileKeyed,
     pub(super) flyio: cloud::FileFly,
-    pub(super) tenki: cloud::FileKeyed,
+    pub(super) tenki: cloud::FileTenki,
     pub(super) modal: cloud::FileModal,
     pub(super) plugins: std::collections::BTreeMap<String, FilePlugin>,
+}
+
+impl FileProviders {
+    /// Every provider's `price_per_hour` (plugins included) and `[providers.NAME.prices]`
+    /// (E2B's and Daytona's, the creates the cloud proxy reads a size from; any other table
+    /// that has one is refused as an unknown key), taken out of its table (see
+    /// `crate::ledger::price`).
+    pub(super) fn take_prices(&mut self) -> Prices {
+        let per_hour = |per_hour: Option<Price>| ProviderPrices {
+            per_hour: per_hour.map(|p| p.0),
+            sizes: BTreeMap::new(),
+        };
+        let take = |per_hour: Option<Price>, sizes: &mut BTreeMap<String, Price>| ProviderPrices {
+            per_hour: per_hour.map(|p| p.0),
+            sizes: std::mem::take(sizes)
+                .into_iter()
+                .map(|(size, p)| (size, p.0))
+                .collect(),
+        };
+        let mut all = vec![
+            ("docker", per_hour(self.docker.price_per_hour)),
+            ("e2b", take(self.e2b.price_per_hour, &mut self.e2b.prices)),
+            (
+                "daytona",
+                take(self.daytona.price_per_hour, &mut self.daytona.prices),
+            ),
+            ("flyio", per_hour(self.flyio.price_per_hour)),
+            ("tenki", per_hour(self.tenki.0.price_per_hour)),
+            ("modal", per_hour(self.modal.price_per_hour)),
+        ]
+        .into_iter()
+        .map(|(name, p)| (name.to_string(), p))
+        .collect::<Vec<_>>();
+        for (name, plugin) in &self.plugins {
+            all.push((name.clone(), per_hour(plugin.price_per_hour)));
+        }
+        Prices::new(all)
+    }
 }
 
 impl<'de> Deserialize<'de> for FileProviders {
@@ -161,6 +201,7 @@ pub(super) struct FilePlugin {
     pub(super) timeout: Option<Positive>,
     pub(super) rate: Option<Rate>,
     pub(super) limits: Option<FileProviderLimits>,
+    pub(super) price_per_hour: Option<Price>,
 }
 
 /// A plugin's `command`: a program and its leading arguments, never empty.
@@ -188,6 +229,7 @@ pub(super) struct FileDocker {
     pub(super) timeout: Option<Positive>,
     pub(super) rate: Option<Rate>,
     pub(super) limits: Option<FileProviderLimits>,
+    pub(super) price_per_hour: Option<Price>,
 }
 
 pub(super) fn parse_file(path: &Path, text: &str) -> Result<FileConfig, ConfigError> {

@@ -60,6 +60,9 @@ pub struct Settings {
     pub fleet: Option<FleetSettings>,
     /// This machine's name in the fleet store.
     pub host: HostSettings,
+    /// `[providers.NAME] price_per_hour` and `[providers.NAME.prices]`: what sandbox time is
+    /// estimated to cost ([`crate::ledger::price`]).
+    pub prices: crate::ledger::price::Prices,
     /// `[limits]`, and the flags over it: each session's limits on what it creates through the
     /// proxies ([`crate::budget`]).
     pub limits: crate::budget::Limits,

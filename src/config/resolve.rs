@@ -78,13 +78,14 @@ impl Settings {
         };
         let grace = grace(file.watch.grace.map(|d| d.0), overrides, env)?;
         let r = file.reclaim;
-        let p = file.providers;
+        let mut p = file.providers;
+        let prices = p.take_prices();
         let provider_limits: std::collections::BTreeMap<String, crate::budget::Limits> = [
             ("docker", p.docker.limits),
             ("e2b", p.e2b.limits),
             ("daytona", p.daytona.limits),
             ("flyio", p.flyio.limits),
-            ("tenki", p.tenki.limits),
+            ("tenki", p.tenki.0.limits),
             ("modal", p.modal.limits),
         ]
         .into_iter()
@@ -178,6 +179,7 @@ impl Settings {
             plugins,
             fleet,
             host,
+            prices,
             limits: crate::budget::Limits {
                 sandboxes: overrides.limits.sandboxes.or(file.limits.sandboxes),
                 creates: overrides.limits.creates.or(file.limits.creates),

@@ -99,12 +99,64 @@ fn the_documented_example_parses_and_states_the_defaults() {
         "spend =",
         "on_spend =",
         "[providers.e2b.limits]",
+        "price_per_hour",
+        "[providers.e2b.prices]",
+        "[providers.daytona.prices]",
     ] {
         assert!(
             text.contains(key),
             "config/sandguard.toml does not document {key}"
         );
     }
+}
+
+#[test]
+fn prices_come_per_provider_and_per_size_and_a_bad_one_names_file_line_and_key() {
+    use crate::ledger::price::Prices;
+    let path = Path::new("/etc/x.toml");
+    let prices = |text: &str| -> Prices {
+        let file = parse_file(path, text).unwrap();
+        Settings::layer(None, file, &Overrides::default(), &env(&[("HOME", "/h")]))
+            .unwrap()
+            .prices
+    };
+    let p = prices(
+        "[providers.e2b]\nprice_per_hour = 0.05\n[providers.e2b.prices]\nbase = 0.1\n\
+         \"gpu-large\" = 2\n[providers.daytona.prices]\nsmall = 0.02\n\
+         [providers.docker]\nprice_per_hour = 0\n[providers.acme]\nprice_per_hour = 1.5\n",
+    );
+    assert_eq!(p.per_hour("e2b", Some("gpu-large")), Some(2.0));
+    assert_eq!(p.per_hour("e2b", Some("other")), Some(0.05));
+    assert_eq!(p.per_hour("daytona", Some("small")), Some(0.02));
+    assert_eq!(p.per_hour("daytona", None), None);
+    assert_eq!(p.per_hour("docker", None), Some(0.0), "free is a price");
+    assert_eq!(p.per_hour("acme", None), Some(1.5), "a plugin's");
+    assert_eq!(prices(""), Prices::default());
+
+    let err = |text: &str| parse_file(path, text).unwrap_err().to_string();
+    let e = err("[providers.e2b]\ntimeout = \"5s\"\nprice_per_hour = -1\n");
+    assert!(
+        e.starts_with("/etc/x.toml:3: key `providers.e2b.price_per_hour`"),
+        "{e}"
+    );
+    assert!(e.contains("a number 0 or more"), "{e}");
+    let e = err("[providers.e2b.prices]\nbase = \"cheap\"\n");
+    assert!(
+        e.starts_with("/etc/x.toml:2: key `providers.e2b.prices.base`"),
+        "{e}"
+    );
+    let e = err("[providers.docker]\nprice_per_hour = 1\nprices = { base = 1 }\n");
+    assert!(
+        e.starts_with("/etc/x.toml:3: key `providers.docker.prices`"),
+        "{e}"
+    );
+    let e = err("[providers.tenki.prices]\nbig = 1\n");
+    assert!(e.contains("only e2b and daytona take prices"), "{e}");
+    let e = err("[providers.e2b]\nprice_per_hours = 1\n");
+    assert!(
+        e.starts_with("/etc/x.toml:2: key `providers.e2b.price_per_hours`"),
+        "{e}"
+    );
 }
 
 #[test]

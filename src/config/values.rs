@@ -260,3 +260,21 @@ impl<'de> Deserialize<'de> for Rate {
         }
     }
 }
+
+/// A price per sandbox-hour: a number, 0 or more (`price_per_hour = 0.05`; see
+/// `crate::ledger::price`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Price(pub f64);
+
+impl<'de> Deserialize<'de> for Price {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let n = f64::deserialize(d)?;
+        if n.is_finite() && n >= 0.0 {
+            Ok(Price(n))
+        } else {
+            Err(serde::de::Error::custom(format!(
+                "must be a price per sandbox-hour, a number 0 or more, not {n}"
+            )))
+        }
+    }
+}

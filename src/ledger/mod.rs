@@ -36,11 +36,13 @@
 //! The pieces: `record.rs` (what a line says), `journal.rs` (writing, locking), `view.rs`
 //! (reading), `story.rs` (what happened to each sandbox, for `sessions show`), `stops.rs` (the
 //! side file of stops), `resume.rs` (a session created, or taken over by a new sidecar),
-//! `spend.rs` (the sandbox time each session held, and `sandguard report` across the ledger).
+//! `spend.rs` (the sandbox time each session held, and `sandguard report` across the ledger),
+//! `price.rs` (what that time is estimated to cost, where prices are configured).
 
 mod cause;
 pub(crate) mod faults;
 pub(crate) mod journal;
+pub(crate) mod price;
 pub(crate) mod record;
 mod resume;
 pub(crate) mod spend;

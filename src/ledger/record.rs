@@ -38,17 +38,25 @@ pub enum Record {
         #[serde(default)]
         labels: BTreeMap<String, String>,
     },
+    /// `size`: the size (template, snapshot) the create named, where the cloud proxy read one
+    /// ([`super::price`]); absent otherwise, and in journals written before it (a reader older
+    /// than the field ignores it).
     Claim {
         provider: String,
         id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        size: Option<String>,
     },
     Release {
         provider: String,
         id: String,
     },
+    /// `size` as in `claim`.
     Detach {
         provider: String,
         id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        size: Option<String>,
     },
     LeaseExpired,
     /// `reason`: `exited`, or `gone when the watch began`.
@@ -151,9 +159,15 @@ pub enum Record {
 
 impl Record {
     pub fn claim(t: &Target) -> Record {
+        Record::claim_sized(t, None)
+    }
+
+    /// A claim of a sandbox whose create named its `size`.
+    pub fn claim_sized(t: &Target, size: Option<String>) -> Record {
         Record::Claim {
             provider: t.provider.clone(),
             id: t.id.clone(),
+            size,
         }
     }
 
@@ -165,9 +179,15 @@ impl Record {
     }
 
     pub fn detach(t: &Target) -> Record {
+        Record::detach_sized(t, None)
+    }
+
+    /// A detach of a sandbox whose create named its `size`.
+    pub fn detach_sized(t: &Target, size: Option<String>) -> Record {
         Record::Detach {
             provider: t.provider.clone(),
             id: t.id.clone(),
+            size,
         }
     }
 }
@@ -279,6 +299,17 @@ mod tests {
             Record::Claim {
                 provider: provider.clone(),
                 id: id.clone(),
+                size: None,
+            },
+            Record::Claim {
+                provider: provider.clone(),
+                id: id.clone(),
+                size: Some("base".into()),
+            },
+            Record::Detach {
+                provider: provider.clone(),
+                id: id.clone(),
+                size: Some("base".into()),
             },
             Record::Resume {
                 owner: "o2".into(),
@@ -337,12 +368,19 @@ mod tests {
             record: Record::Claim {
                 provider: "docker".into(),
                 id: "abc".into(),
+                size: None,
             },
         };
         let line = String::from_utf8(entry.encode().unwrap()).unwrap();
         assert_eq!(
-            line,
-            "{\"t\":1,\"ev\":\"claim\",\"provider\":\"docker\",\"id\":\"abc\"}\n"
+            line, "{\"t\":1,\"ev\":\"claim\",\"provider\":\"docker\",\"id\":\"abc\"}\n",
+            "no size, no field: a claim reads as it always did"
+        );
+        let sized =
+            Entry::decode(br#"{"t":1,"ev":"claim","provider":"e2b","id":"i","size":"base"}"#);
+        assert_eq!(
+            sized.unwrap().record,
+            Record::claim_sized(&Target::new("e2b", "i").unwrap(), Some("base".into()))
         );
         let end = Entry::decode(br#"{"t":2,"ev":"end","state":"reclaimed"}"#).unwrap();
         assert_eq!(

@@ -1,5 +1,7 @@
 //! Spend, counted: the sandbox time each session held, per provider, from its journal, and
-//! the same across the whole ledger (`sandguard report`). Time only; prices come later.
+//! the same across the whole ledger (`sandguard report`); and, where prices are configured,
+//! what that time is estimated to cost ([`super::price`]: which price a sandbox has, and why
+//! the prices of today price all of it).
 //!
 //! Decisions:
 //! - **Read from the story, not a second fold.** [`super::story`] already meets every record
@@ -28,14 +30,27 @@
 //!   day` splits a stretch at UTC midnights, and a sandbox counts once in every day (or
 //!   session, or provider) its time falls in; an alive one counts as alive in the group where
 //!   its stretch ends, today's.
+//! - **Money beside time, never instead of it.** Each stretch of a sandbox's time is priced
+//!   at the sandbox's price ([`Prices::per_hour`] of its provider and size) into
+//!   [`Share::cost`]; time that has no price is counted in [`Share::unpriced_time`] and in no
+//!   money, so a partial estimate says how much it leaves out. `cost` is `None` when none of
+//!   a group's time has a price: no price, no money shown.
+//! - **At a run's end, from the journal as it stands** ([`Spend::at_end`], for the wrapper's
+//!   last line): a reclaim journals its removals only once it is over, after its settle
+//!   pass, but the line is written as soon as the first pass is done. So the journal is read
+//!   then, and each sandbox the pass removed or found gone ends when its provider said so
+//!   (the time the `removed` record will carry); a sandbox still open otherwise (a detached
+//!   one, one the pass could not remove) counts until the line is written.
 //! - **One unreadable journal does not hide the rest.** [`report`] skips it with a warning and
 //!   says how many it skipped, as the sweep does.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::story::{Fate, Held, Story};
+use super::price::{Money, Prices};
+use super::story::{Fate, Held, SandboxStory, Story};
 use super::{LedgerError, SessionView, StateDir};
+use crate::protocol::Target;
 
 /// The figures of one group (a provider, a session, a day): sandbox time and the sandboxes it
 /// is of.
@@ -52,15 +67,36 @@ pub(crate) struct Share {
     pub alive_time: Duration,
     /// Sandboxes the journal names only at their removal: their time is not known.
     pub untimed: usize,
+    /// The estimated cost of the part of `time` that has a price; `None`: none of it has.
+    pub cost: Option<Money>,
+    /// The part of `time` with no price, so in no `cost`.
+    pub unpriced_time: Duration,
 }
 
 impl Share {
-    fn add(&mut self, other: &Share) {
+    pub(crate) fn add(&mut self, other: &Share) {
         self.time += other.time;
         self.sandboxes += other.sandboxes;
         self.alive += other.alive;
         self.alive_time += other.alive_time;
         self.untimed += other.untimed;
+        self.add_cost(other);
+    }
+
+    fn add_cost(&mut self, other: &Share) {
+        if let Some(cost) = other.cost {
+            *self.cost.get_or_insert_with(Money::default) += cost;
+        }
+        self.unpriced_time += other.unpriced_time;
+    }
+
+    /// `d` of a sandbox's time at `per_hour` (`None`: it has no price).
+    fn spend(&mut self, d: Duration, per_hour: Option<f64>) {
+        self.time += d;
+        match per_hour {
+            Some(price) => *self.cost.get_or_insert_with(Money::default) += Money::of(price, d),
+            None => self.unpriced_time += d,
+        }
     }
 }
 
@@ -71,11 +107,12 @@ pub(crate) struct Spend {
 }
 
 impl Spend {
-    /// The spend of a session over its whole life, alive sandboxes counted until `now_ms`.
-    pub(crate) fn of(view: &SessionView, story: &Story, now_ms: u64) -> Spend {
+    /// The spend of a session over its whole life, alive sandboxes counted until `now_ms`,
+    /// priced at `prices`.
+    pub(crate) fn of(view: &SessionView, story: &Story, now_ms: u64, prices: &Prices) -> Spend {
         let mut by_provider = BTreeMap::new();
         let window = Window::all(now_ms);
-        for (provider, held) in timed(view, story) {
+        for (provider, held) in timed(view, story, prices) {
             for (_, share) in shares(&held, window, |_| String::new()) {
                 by_provider
                     .entry(provider.to_string())
@@ -84,6 +121,31 @@ impl Spend {
             }
         }
         Spend { by_provider }
+    }
+
+    /// The spend of session `id` at the end of its run, its first reclaim pass just done:
+    /// its journal read now, each sandbox `ends` names (by provider and id, as the pass
+    /// reported it) ended when the provider said it was removed or gone, the rest counted until
+    /// `now_ms`, priced at `prices` (see the module docs).
+    pub(crate) fn at_end(
+        state: &StateDir,
+        id: &str,
+        ends: &[(Target, u64)],
+        now_ms: u64,
+        prices: &Prices,
+    ) -> Result<Spend, LedgerError> {
+        let (view, mut story) = state.read_history(id)?;
+        for sandbox in &mut story.sandboxes {
+            let end = ends
+                .iter()
+                .find(|(removed, _)| sandbox.target.answers(removed))
+                .map(|(_, at)| *at);
+            let open = sandbox.held.last_mut().filter(|h| h.to_ms.is_none());
+            if let (Some(at), Some(open)) = (end, open) {
+                open.to_ms = Some(at.max(open.from_ms));
+            }
+        }
+        Ok(Spend::of(&view, &story, now_ms, prices))
     }
 
     /// Every provider's share summed.
@@ -143,8 +205,14 @@ pub(crate) struct Report {
     pub skipped: usize,
 }
 
-/// Spend across every journal of the state directory, in `window`, grouped `by`.
-pub(crate) fn report(state: &StateDir, window: Window, by: By) -> Result<Report, LedgerError> {
+/// Spend across every journal of the state directory, in `window`, grouped `by`, priced at
+/// `prices`.
+pub(crate) fn report(
+    state: &StateDir,
+    window: Window,
+    by: By,
+    prices: &Prices,
+) -> Result<Report, LedgerError> {
     let mut histories = Vec::new();
     let mut skipped = 0;
     for id in state.session_ids()? {
@@ -157,19 +225,19 @@ pub(crate) fn report(state: &StateDir, window: Window, by: By) -> Result<Report,
         }
     }
     histories.sort_by(|(a, _), (b, _)| (a.started_ms, &a.id).cmp(&(b.started_ms, &b.id)));
-    let mut report = tally(&histories, window, by);
+    let mut report = tally(&histories, window, by, prices);
     report.skipped = skipped;
     Ok(report)
 }
 
 /// [`report`] over histories already read, oldest session first.
-fn tally(histories: &[(SessionView, Story)], window: Window, by: By) -> Report {
+fn tally(histories: &[(SessionView, Story)], window: Window, by: By, prices: &Prices) -> Report {
     let mut rows: Vec<(String, Share)> = Vec::new();
     let mut index: BTreeMap<String, usize> = BTreeMap::new();
     let (mut total, mut sessions) = (Share::default(), 0);
     for (view, story) in histories {
         let mut any = false;
-        for (provider, held) in timed(view, story) {
+        for (provider, held) in timed(view, story, prices) {
             let key = |day: u64| match by {
                 By::Session => view.id.clone(),
                 By::Provider => provider.to_string(),
@@ -192,6 +260,7 @@ fn tally(histories: &[(SessionView, Story)], window: Window, by: By) -> Report {
                 };
                 rows[i].1.add(&share);
                 once.time += share.time;
+                once.add_cost(&share);
                 once.alive_time += share.alive_time;
                 once.alive = once.alive.max(share.alive);
                 once.untimed = once.untimed.max(share.untimed);
@@ -216,33 +285,65 @@ fn tally(histories: &[(SessionView, Story)], window: Window, by: By) -> Report {
 
 /// What one sandbox held, as spend counts it.
 enum Timed {
-    Held(Vec<Held>),
+    /// Its stretches, and its price per hour (`None`: it has none).
+    Held(Vec<Held>, Option<f64>),
     /// Named only at its end, at this time.
     Untimed(u64),
 }
 
 /// Each sandbox of the session with its provider and its stretches, the session's final
-/// state applied (see the module docs); a refused sandbox never held counts for nothing.
-fn timed<'a>(view: &SessionView, story: &'a Story) -> Vec<(&'a str, Timed)> {
+/// state applied (see the module docs), priced at `prices`; a refused sandbox never held
+/// counts for nothing.
+fn timed<'a>(view: &SessionView, story: &'a Story, prices: &Prices) -> Vec<(&'a str, Timed)> {
     story
         .sandboxes
         .iter()
-        .filter_map(|s| {
-            let timed = if s.held.is_empty() {
-                if matches!(s.fate, Fate::Refused(_)) {
-                    return None;
-                }
-                Timed::Untimed(s.at_ms)
-            } else {
-                let mut held = s.held.clone();
-                if view.state.is_final() && s.fate == Fate::Claimed {
-                    if let Some(last) = held.last_mut().filter(|h| h.to_ms.is_none()) {
-                        last.to_ms = Some(view.updated_ms.max(last.from_ms));
-                    }
-                }
-                Timed::Held(held)
-            };
-            Some((s.target.provider.as_str(), timed))
+        .filter_map(|s| Some((s.target.provider.as_str(), timed_one(view, s, prices)?)))
+        .collect()
+}
+
+/// One sandbox of [`timed`]; `None`: it counts for nothing.
+fn timed_one(view: &SessionView, s: &SandboxStory, prices: &Prices) -> Option<Timed> {
+    if s.held.is_empty() {
+        if matches!(s.fate, Fate::Refused(_)) {
+            return None;
+        }
+        return Some(Timed::Untimed(s.at_ms));
+    }
+    let mut held = s.held.clone();
+    if view.state.is_final() && s.fate == Fate::Claimed {
+        if let Some(last) = held.last_mut().filter(|h| h.to_ms.is_none()) {
+            last.to_ms = Some(view.updated_ms.max(last.from_ms));
+        }
+    }
+    let provider = s.target.provider.as_str();
+    Some(Timed::Held(
+        held,
+        prices.per_hour(provider, s.size.as_deref()),
+    ))
+}
+
+/// Each sandbox's own spend over the session's life, in the story's order (`sessions show
+/// --json`), alive ones until `now_ms`; `None` for one that counts for nothing (refused
+/// before it was ever held).
+pub(crate) fn each(
+    view: &SessionView,
+    story: &Story,
+    now_ms: u64,
+    prices: &Prices,
+) -> Vec<Option<Share>> {
+    let window = Window::all(now_ms);
+    story
+        .sandboxes
+        .iter()
+        .map(|s| {
+            let timed = timed_one(view, s, prices)?;
+            let mut share = Share::default();
+            for (_, piece) in shares(&timed, window, |_| String::new()) {
+                share.add(&piece);
+            }
+            share.sandboxes = 1;
+            Some(share)
         })
         .collect()
 }
@@ -271,7 +372,7 @@ fn shares(timed: &Timed, window: Window, key: impl Fn(u64) -> String) -> Vec<(St
             put(*at, &|s| s.untimed = 1);
         }
         Timed::Untimed(_) => {}
-        Timed::Held(held) => {
+        Timed::Held(held, per_hour) => {
             for h in held {
                 let alive = h.to_ms.is_none();
                 let to = h.to_ms.unwrap_or(window.now_ms).min(window.now_ms);
@@ -283,7 +384,7 @@ fn shares(timed: &Timed, window: Window, key: impl Fn(u64) -> String) -> Vec<(St
                     let d = Duration::from_millis(end - start);
                     let last = end == to;
                     put(start, &|s| {
-                        s.time += d;
+                        s.spend(d, *per_hour);
                         if alive {
                             s.alive_time += d;
                             s.alive = usize::from(last).max(s.alive);

@@ -114,6 +114,9 @@ pub struct SandboxStory {
     /// When the session held it, oldest first ([`Held`]); empty for a sandbox the journal
     /// names only at its end (a reclaim's removal of a sandbox found by its label).
     pub held: Vec<Held>,
+    /// The size its create named (the last `claim` or `detach` that carries one), which
+    /// prices it ([`super::price`]); `None`: not known.
+    pub size: Option<String>,
 }
 
 /// One stretch of time the session held a sandbox: from the record that made it held (a
@@ -239,6 +242,7 @@ struct Teller {
 impl Teller {
     fn apply(&mut self, entry: Entry) {
         let t = entry.t;
+        let mut size = None;
         let (target, fate) = match entry.record {
             Record::OwnerDead { reason } => {
                 return self.fact = Some(Why::cause(EndCause::of_owner_dead(&reason)));
@@ -268,8 +272,22 @@ impl Teller {
                     gone: outcome == "gone",
                 },
             ),
-            Record::Claim { provider, id } => (Target { provider, id }, Fate::Claimed),
-            Record::Detach { provider, id } => (Target { provider, id }, Fate::Detached),
+            Record::Claim {
+                provider,
+                id,
+                size: sized,
+            } => {
+                size = sized;
+                (Target { provider, id }, Fate::Claimed)
+            }
+            Record::Detach {
+                provider,
+                id,
+                size: sized,
+            } => {
+                size = sized;
+                (Target { provider, id }, Fate::Detached)
+            }
             Record::Release { provider, id } => (Target { provider, id }, Fate::Released),
             Record::Refused {
                 provider,
@@ -284,7 +302,10 @@ impl Teller {
             } if id != "*" => (Target { provider, id }, Fate::Pending(error)),
             _ => return,
         };
-        self.set(target, fate, t);
+        let i = self.set(target, fate, t);
+        if size.is_some() {
+            self.sandboxes[i].0.size = size;
+        }
     }
 
     /// A reclaim begins, for its journaled cause; a journal older than the cause: for the
@@ -409,6 +430,7 @@ impl Teller {
                 fate,
                 at_ms,
                 held,
+                size: None,
             },
             None,
         ));

@@ -192,13 +192,13 @@ impl Fold<'_> {
 /// Moves a target between the claimed, detached and pending sets.
 fn track(v: &mut SessionView, record: Record) {
     match record {
-        Record::Claim { provider, id } => {
+        Record::Claim { provider, id, .. } => {
             let t = Target { provider, id };
             v.detached.remove(&t);
             v.detached_claims.remove(&t);
             v.claims.insert(t);
         }
-        Record::Detach { provider, id } => {
+        Record::Detach { provider, id, .. } => {
             let t = Target { provider, id };
             // Its claim, as given or pinned (`Target::answers`), becomes a detach.
             let before = v.claims.len();

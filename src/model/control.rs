@@ -41,7 +41,12 @@ impl World {
         };
         let (ack, acked) = oneshot::channel();
         if tx
-            .send(ProxyAsk::Claim(ProxyClaim { target, ack, hold }))
+            .send(ProxyAsk::Claim(ProxyClaim {
+                target,
+                ack,
+                hold,
+                size: None,
+            }))
             .is_err()
         {
             return false;

@@ -48,6 +48,8 @@ pub(crate) struct Claim {
     pub target: Target,
     /// What the sidecar journals for `target`.
     pub hold: Hold,
+    /// The size the create named (`crate::ledger::price`), journaled with the claim.
+    pub size: Option<String>,
     pub ack: oneshot::Sender<()>,
 }
 
@@ -108,16 +110,23 @@ impl fmt::Display for NotClaimed {
     }
 }
 
-/// Sends `target` to the sidecar, to be journaled as `hold` says, and waits (at most
-/// [`ACK_TIMEOUT`]) until it is journaled.
+/// Sends `target` to the sidecar, to be journaled as `hold` says (with the `size` its create
+/// named, if any), and waits (at most [`ACK_TIMEOUT`]) until it is journaled.
 pub(crate) async fn claim(
     claims: &mpsc::UnboundedSender<Ask>,
     target: Target,
     hold: Hold,
+    size: Option<String>,
 ) -> Result<(), NotClaimed> {
     let (ack, acked) = oneshot::channel();
+    let claim = Claim {
+        target,
+        hold,
+        size,
+        ack,
+    };
     claims
-        .send(Ask::Claim(Claim { target, hold, ack }))
+        .send(Ask::Claim(claim))
         .map_err(|_| NotClaimed::Closed)?;
     match tokio::time::timeout(ACK_TIMEOUT, acked).await {
         Ok(Ok(())) => Ok(()),

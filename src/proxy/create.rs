@@ -12,7 +12,7 @@
 //!    failed (an answer not `2xx`, or no answer);
 //! 3. **stamp**: the API's own step ([`Creates::stamp`]): the session's labels merged into the
 //!    body's label map as the service reads it, what the create asks the session to hold
-//!    ([`Hold`]), and what the claim will need; whatever must exist first is made here (the
+//!    ([`Hold`]), and what the claim will need (the size it names, `super::size`); whatever must exist first is made here (the
 //!    Docker proxy's named volumes, labelled and claimed). A body that cannot be stamped is
 //!    refused ([`Refusal::Unstampable`]; its slot given back), never passed on unstamped;
 //! 4. **forward**: the stamped body sent on with a fresh `Content-Length`
@@ -52,6 +52,9 @@ pub(crate) struct Stamped<M> {
     pub body: Vec<u8>,
     /// What the sidecar journals for what the create makes.
     pub hold: Hold,
+    /// The size the create names, journaled with its claim (`super::size`); `None` for the
+    /// Docker proxy's creates.
+    pub size: Option<String>,
     /// What [`Creates::created`] needs to read the answer (the Docker object's kind and name).
     pub made: M,
 }
@@ -162,7 +165,7 @@ pub(crate) async fn create<C: Creates>(
         return Ok(api.unreadable());
     };
     let claimed = match api.created(stamped.made, &data) {
-        Ok(target) => super::claim::claim(api.claims(), target.clone(), stamped.hold)
+        Ok(target) => super::claim::claim(api.claims(), target.clone(), stamped.hold, stamped.size)
             .await
             .map_err(|e| Unclaimed::NotAcknowledged(target, e)),
         Err(why) => Err(why),

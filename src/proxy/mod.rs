@@ -17,6 +17,8 @@
 //! - [`headers`]: one hop's headers kept on that hop;
 //! - [`stamp`]: the session's labels merged into a create body's label map, as the service
 //!   reads it ([`json`] keeps a body as Go's decoder reads it);
+//! - [`size`]: the size a cloud create names (its template, its snapshot), journaled with its
+//!   claim for prices;
 //! - [`claim`]: how a proxy hands the sidecar a claim, a detach or a release and waits until it
 //!   is journaled.
 //!
@@ -34,5 +36,6 @@ pub(crate) mod headers;
 pub(crate) mod json;
 pub(crate) mod path;
 pub(crate) mod refusal;
+pub(crate) mod size;
 pub(crate) mod stamp;
 pub(crate) mod tasks;

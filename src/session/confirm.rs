@@ -166,8 +166,8 @@ fn answer(line: &[u8], command: &Command, target: &Target) -> Option<Answer> {
     match (command, entry) {
         // A claim or a detach may be journaled pinned to the object it names
         // (`Target::answers`).
-        (Command::Claim(_), Record::Claim { provider, id })
-        | (Command::Detach(_), Record::Detach { provider, id })
+        (Command::Claim(_), Record::Claim { provider, id, .. })
+        | (Command::Detach(_), Record::Detach { provider, id, .. })
             if (Target {
                 provider: provider.clone(),
                 id: id.clone(),

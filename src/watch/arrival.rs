@@ -172,11 +172,12 @@ impl<C: Clock> Sidecar<C> {
                 self.write(&Record::SlotDone { n, made });
             }
             Some(ProxyAsk::Claim(c)) => {
-                self.apply(match c.hold {
+                let command = match c.hold {
                     Hold::Claim => Command::Claim(c.target),
                     Hold::Detach => Command::Detach(c.target),
                     Hold::Release => Command::Release(c.target),
-                });
+                };
+                self.apply_sized(command, c.size);
                 self.sync();
                 let _ = c.ack.send(());
             }

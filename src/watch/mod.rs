@@ -416,10 +416,16 @@ impl<C: Clock> Sidecar<C> {
     /// Applies one command: journaled (not yet synced) and remembered; [`EndCause::Bye`] for
     /// `bye`.
     fn apply(&mut self, command: Command) -> Option<EndCause> {
+        self.apply_sized(command, None)
+    }
+
+    /// [`Sidecar::apply`], a claim or detach journaled with the `size` its create named (a
+    /// proxy's, `crate::ledger::price`).
+    fn apply_sized(&mut self, command: Command, size: Option<String>) -> Option<EndCause> {
         match command {
             Command::Claim(t) => {
                 if self.accept(&t) {
-                    self.write(&Record::claim(&t));
+                    self.write(&Record::claim_sized(&t, size));
                     self.meter_held(&t);
                     self.share(|h| {
                         h.detached.remove(&t);
@@ -438,10 +444,7 @@ impl<C: Clock> Sidecar<C> {
             }
             Command::Detach(t) => {
                 if self.accept(&t) {
-                    self.write(&Record::Detach {
-                        provider: t.provider.clone(),
-                        id: t.id.clone(),
-                    });
+                    self.write(&Record::detach_sized(&t, size));
                     self.meter_held(&t);
                     self.share(|h| {
                         h.claims.retain(|c| !c.answers(&t));

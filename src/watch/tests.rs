@@ -188,6 +188,7 @@ async fn a_proxy_claim_is_acknowledged_and_reclaimed() {
             crate::proxy::claim::Claim {
                 target,
                 hold: crate::proxy::claim::Hold::Claim,
+                size: None,
                 ack,
             },
         ))

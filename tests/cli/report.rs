@@ -140,6 +140,44 @@ exec sleep 3600
         table.stdout
     );
     assert!(table.stdout.contains("\ntotal "), "{}", table.stdout);
+    assert!(
+        rows[0].get("estimate").is_none() && !table.stdout.contains('$'),
+        "no price, no money: {by_provider}\n{}",
+        table.stdout
+    );
+
+    // A price, configured after the fact: the same time, priced now (36 an hour is 0.01 a
+    // second, so the estimate is the seconds over 100).
+    let config = s.path().join("config/sandguard/config.toml");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    std::fs::write(&config, "[providers.docker]\nprice_per_hour = 36\n").unwrap();
+    let priced = report(&s, &[]);
+    let row = &priced["rows"][0];
+    assert_eq!(row["seconds"], rows[0]["seconds"], "prices change no time");
+    let cost = row["estimate"]["cost"].as_f64().unwrap();
+    assert!((cost - counted / 100.0).abs() < 1e-6, "{priced}");
+    assert_eq!(row["estimate"]["unpriced_seconds"], 0.0);
+    assert_eq!(priced["total"]["estimate"], row["estimate"]);
+    let cents = format!("~${:.2}", counted / 100.0);
+    let table = run(sandguard(&s).arg("report")).stdout;
+    assert!(table.lines().next().is_some(), "{table}");
+    let header = table.lines().nth(1).unwrap();
+    assert!(header.ends_with("COST"), "{table}");
+    let total = table.lines().find(|l| l.starts_with("total ")).unwrap();
+    assert!(total.ends_with(&cents), "{table}");
+    assert!(table.contains("~$: an estimate"), "{table}");
+    let sessions = json(&run(sandguard(&s).args(["sessions", "--json"])).stdout);
+    assert_eq!(
+        sessions["sessions"][0]["spend"]["estimate"],
+        row["estimate"]
+    );
+    let listed = run(sandguard(&s).arg("sessions")).stdout;
+    assert!(listed.contains(&cents), "{listed}");
+    let show = run(sandguard(&s).args(["sessions", "show", &session])).stdout;
+    assert!(
+        show.contains(&format!(", {cents} estimated.")) && show.contains("~$: an estimate"),
+        "{show}"
+    );
 }
 
 #[test]

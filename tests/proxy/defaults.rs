@@ -5,72 +5,15 @@
 //! the terminal, warns when a default cannot be served, and asked-for but impossible stays an
 //! error that leaves no session behind.
 
-use std::io::Read;
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::proxy::cloud::{first_line, guarded, kill, DAYTONA_KEY, E2B_KEY};
 use crate::support::daytona::Daytona;
+use crate::support::terminal::{used, Terminal};
 use crate::support::*;
 use crate::watch::wrapper::{unsafe_kill, wait_for_file};
-
-/// A pseudo-terminal: what the wrapper's stderr is when a user runs it. Everything written to
-/// it is collected by a thread until the last writer closes it.
-pub(crate) struct Terminal {
-    slave: Option<OwnedFd>,
-    seen: Arc<Mutex<String>>,
-}
-
-impl Terminal {
-    pub(crate) fn open() -> Terminal {
-        let (mut master, mut slave) = (0, 0);
-        // SAFETY: openpty fills two descriptors; null name, termios and window size are
-        // allowed.
-        let rc = unsafe {
-            libc::openpty(
-                &mut master,
-                &mut slave,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-            )
-        };
-        assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
-        // SAFETY: both descriptors were just made and are owned by nobody else.
-        let (master, slave) =
-            unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
-        let seen = Arc::new(Mutex::new(String::new()));
-        let sink = seen.clone();
-        std::thread::spawn(move || {
-            let mut master = std::fs::File::from(master);
-            let mut buf = [0u8; 1024];
-            while let Ok(n) = master.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
-        Terminal {
-            slave: Some(slave),
-            seen,
-        }
-    }
-
-    /// The terminal as a child's stderr (our own copy is closed when the child is spawned).
-    fn stderr(&mut self) -> Stdio {
-        Stdio::from(self.slave.take().expect("one child per terminal"))
-    }
-
-    pub(crate) fn text(&self) -> String {
-        self.seen.lock().unwrap().replace('\r', "")
-    }
-}
 
 /// `sandguard ARGS -- sh -c SCRIPT`, in its own process group, stderr on `terminal`.
 pub(crate) fn wrapped(
@@ -144,16 +87,40 @@ fn plain_docker_commands_with_no_flags_are_reclaimed_after_a_sigkill_and_the_ter
     eventually(Duration::from_secs(10), "both containers are gone", || {
         created.iter().all(|id| !container_exists(id))
     });
-    let said = "sandguard: removed 2 sandboxes the program left (docker 2)\n";
+    let said = "sandguard: removed 2 sandboxes the program left; this run used ";
     eventually(Duration::from_secs(5), "the terminal is told", || {
-        terminal.text().contains(said)
+        terminal.text().ends_with('\n')
     });
     assert!(
         container_exists(&stranger),
         "a container made elsewhere stays"
     );
     remove(&stranger);
-    assert_eq!(terminal.text(), said, "one line, and nothing else");
+    let text = terminal.text();
+    assert!(
+        text.starts_with(said) && text.lines().count() == 1,
+        "one line, and nothing else: {text:?}"
+    );
+    // What it says the run used is what the ledger counts once the session has ended.
+    let line = used(&text).unwrap();
+    assert_eq!(line.cost, None, "no prices, no money: {text:?}");
+    let session = json(&run(sandguard(&s).args(["sessions", "--json"])).stdout)["sessions"][0]
+        ["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    eventually(Duration::from_secs(10), "the session is reclaimed", || {
+        let v = json(&run(sandguard(&s).args(["sessions", "show", &session, "--json"])).stdout);
+        v["state"] == "reclaimed"
+    });
+    let show = json(&run(sandguard(&s).args(["sessions", "show", &session, "--json"])).stdout);
+    let counted = show["spend"]["seconds"].as_f64().unwrap();
+    assert!(
+        (line.seconds - counted).abs() <= line.within + 0.001,
+        "the line says {line:?}, the ledger counts {counted} s"
+    );
+    assert_eq!(line.by_provider.len(), 1, "{text:?}");
+    assert_eq!(line.by_provider[0].0, "docker", "{text:?}");
 }
 
 #[test]

@@ -355,7 +355,7 @@ exec sleep 3600
 "#,
         out = out.display(),
     );
-    let mut terminal = crate::proxy::defaults::Terminal::open();
+    let mut terminal = crate::support::terminal::Terminal::open();
     let started = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -445,7 +445,7 @@ exec sleep 3600
         if reclaim {
             args.extend(["--on-spend", "reclaim"]);
         }
-        let mut terminal = crate::proxy::defaults::Terminal::open();
+        let mut terminal = crate::support::terminal::Terminal::open();
         let mut child = crate::proxy::defaults::wrapped(&s, &args, &script, &mut terminal);
         let lines = wait_for_file(&out.join("done"), &mut child);
         let [session, a, b, rc, running] = <[String; 5]>::try_from(lines).unwrap();

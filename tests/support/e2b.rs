@@ -24,7 +24,12 @@
 //! - `POST /sandboxes` and `POST /v2/sandboxes` (the SDK's create): a running sandbox with the
 //!   body's `metadata` (strings; `templateID` required), answered 201 with E2B's `Sandbox`
 //!   (`sandboxID`, `templateID`, `clientID`, `envdVersion`); every create's headers and body
-//!   are recorded ([`State::creates`]).
+//!   are recorded ([`State::creates`]). The sandbox keeps the template it was made from, and
+//!   lists with it (`templateID`).
+//! - Each sandbox made through the API has its life recorded on the wall clock, as the
+//!   service's own record of it (its `startedAt`, and when a kill ended it): the moment the
+//!   create was served, and the moment a `DELETE` removed it ([`State::lives`]), in unix
+//!   milliseconds, for tests that check what sandguard counted against what ran.
 //! - 503 with E2B's error body; [`State::answer_next`] scripts answers with a `Should-Retry`
 //!   header, which the service may send on any answer.
 
@@ -45,6 +50,17 @@ pub struct Sb {
     pub end_at: i64,
     pub state: &'static str,
     pub metadata: BTreeMap<String, String>,
+    /// The template it was made from (`base` for one put in by a test).
+    pub template: String,
+}
+
+/// A sandbox's life, as the emulator served it: unix milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Life {
+    /// When its create was served.
+    pub created_ms: u64,
+    /// When a `DELETE` removed it; `None` while it lives.
+    pub removed_ms: Option<u64>,
 }
 
 /// One scripted answer: (method, status, `Should-Retry` value).
@@ -58,6 +74,7 @@ pub struct State {
     metadata_wire: Mutex<Vec<String>>,
     creates: Mutex<Vec<Created>>,
     counter: Mutex<u64>,
+    lives: Mutex<BTreeMap<String, Life>>,
 }
 
 /// One create request as it reached the emulator.
@@ -82,6 +99,7 @@ impl State {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            template: "base".to_string(),
         };
         self.sandboxes.lock().unwrap().insert(id.to_string(), sb);
     }
@@ -126,10 +144,22 @@ impl State {
         self.creates.lock().unwrap().clone()
     }
 
+    /// The life of every sandbox made through the API, by id (see the module docs).
+    pub fn lives(&self) -> BTreeMap<String, Life> {
+        self.lives.lock().unwrap().clone()
+    }
+
     /// The ids of every sandbox, sorted.
     pub fn ids(&self) -> Vec<String> {
         self.sandboxes.lock().unwrap().keys().cloned().collect()
     }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
 }
 
 fn now() -> i64 {
@@ -164,7 +194,7 @@ fn error(code: u16, message: &str) -> Response {
 
 fn listed(sb: &Sb) -> serde_json::Value {
     json!({
-        "templateID": "base", "sandboxID": sb.id, "clientID": "emulator", "startedAt": rfc3339(sb.started_at),
+        "templateID": sb.template, "sandboxID": sb.id, "clientID": "emulator", "startedAt": rfc3339(sb.started_at),
         "endAt": rfc3339(sb.end_at), "cpuCount": 2, "memoryMB": 512, "diskSizeMB": 0, "state": sb.state,
         "envdVersion": "0.2.0", "metadata": sb.metadata,
     })
@@ -373,6 +403,14 @@ impl E2bApi {
             sb.started_at = now();
             sb.end_at = sb.started_at + timeout.max(0);
         }
+        if let Some(sb) = self.state.sandboxes.lock().unwrap().get_mut(&id) {
+            sb.template = body["templateID"].as_str().unwrap_or_default().to_string();
+        }
+        let life = Life {
+            created_ms: now_ms(),
+            removed_ms: None,
+        };
+        self.state.lives.lock().unwrap().insert(id.clone(), life);
         Response::json(
             201,
             json!({
@@ -395,7 +433,12 @@ impl E2bApi {
                 .get(id)
                 .map_or_else(missing, |sb| Response::json(200, detail(sb))),
             ("DELETE", None) => match all.remove(id) {
-                Some(_) => Response::empty(204),
+                Some(_) => {
+                    if let Some(life) = self.state.lives.lock().unwrap().get_mut(id) {
+                        life.removed_ms = Some(now_ms());
+                    }
+                    Response::empty(204)
+                }
                 None => missing(),
             },
             ("POST", Some("timeout")) => {

@@ -16,6 +16,7 @@ pub mod plugin;
 pub mod redis;
 pub mod sdk;
 pub mod tenki;
+pub mod terminal;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -1,5 +1,6 @@
 //! Unit tests of `spend`: journals written out as their lines, times in milliseconds.
 
+use super::super::price::ProviderPrices;
 use super::super::story::tell;
 use super::super::view::fold;
 use super::*;
@@ -18,7 +19,7 @@ fn history(id: &str, lines: &[&str], stops: &[&str]) -> (SessionView, Story) {
 
 fn spend(lines: &[&str], now_ms: u64) -> Spend {
     let (view, story) = history("s", lines, &[]);
-    Spend::of(&view, &story, now_ms)
+    Spend::of(&view, &story, now_ms, &Prices::default())
 }
 
 fn secs(s: u64) -> Duration {
@@ -134,7 +135,7 @@ fn a_stop_by_hand_ends_the_time_and_a_clock_stepped_back_counts_nothing() {
         ],
         &[r#"{"t":5000,"ev":"stopped","provider":"docker","id":"a","outcome":"removed"}"#],
     );
-    let total = Spend::of(&view, &story, 100_000).total();
+    let total = Spend::of(&view, &story, 100_000, &Prices::default()).total();
     assert_eq!((total.time, total.alive, total.sandboxes), (secs(3), 0, 2));
 }
 
@@ -187,7 +188,12 @@ fn ledger() -> Vec<(SessionView, Story)> {
 #[test]
 fn a_report_groups_by_provider_session_and_day_and_counts_each_sandbox_once() {
     let now = 4 * DAY + 14 * 3_600_000;
-    let by_provider = tally(&ledger(), Window::all(now), By::Provider);
+    let by_provider = tally(
+        &ledger(),
+        Window::all(now),
+        By::Provider,
+        &Prices::default(),
+    );
     let rows: Vec<(&str, Duration, usize, usize)> = by_provider
         .rows
         .iter()
@@ -208,11 +214,11 @@ fn a_report_groups_by_provider_session_and_day_and_counts_each_sandbox_once() {
     );
     assert_eq!(total.alive_time, secs(2 * 3600));
 
-    let by_session = tally(&ledger(), Window::all(now), By::Session);
+    let by_session = tally(&ledger(), Window::all(now), By::Session, &Prices::default());
     let keys: Vec<&str> = by_session.rows.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(keys, ["old", "new"], "oldest session first");
 
-    let by_day = tally(&ledger(), Window::all(now), By::Day);
+    let by_day = tally(&ledger(), Window::all(now), By::Day, &Prices::default());
     let days: Vec<(&str, Duration, usize)> = by_day
         .rows
         .iter()
@@ -235,14 +241,19 @@ fn a_window_clips_the_time_and_keeps_what_is_alive() {
     let now = 4 * DAY + 14 * 3_600_000;
     // From 00:30 on day 1: half an hour of `b`, and `c`'s two hours.
     let window = Window::last(Duration::from_secs(37 * 3600 + 1800), now);
-    let r = tally(&ledger(), window, By::Provider);
+    let r = tally(&ledger(), window, By::Provider, &Prices::default());
     let total = &r.total;
     assert_eq!(
         (total.time, total.sandboxes, total.alive),
         (secs(2 * 3600 + 1800), 2, 1)
     );
     // A window after everything of `old`: only `new` remains.
-    let r = tally(&ledger(), Window::last(secs(3600), now), By::Session);
+    let r = tally(
+        &ledger(),
+        Window::last(secs(3600), now),
+        By::Session,
+        &Prices::default(),
+    );
     let keys: Vec<&str> = r.rows.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(
         (keys, r.sessions, r.total.time),
@@ -271,4 +282,166 @@ fn a_removal_is_timed_by_when_the_provider_said_so_not_by_the_reclaims_end() {
         100_000,
     );
     assert_eq!(s.total().time, Duration::from_millis(3100));
+}
+
+fn priced(provider: &str, per_hour: Option<f64>, sizes: &[(&str, f64)]) -> Prices {
+    Prices::new([(
+        provider.to_string(),
+        ProviderPrices {
+            per_hour,
+            sizes: sizes.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        },
+    )])
+}
+
+#[test]
+fn each_sandbox_is_priced_by_its_size_else_its_providers_price() {
+    let (view, story) = history(
+        "s",
+        &[
+            r#"{"t":0,"ev":"claim","provider":"e2b","id":"gpu","size":"gpu-large"}"#,
+            r#"{"t":0,"ev":"claim","provider":"e2b","id":"base","size":"base"}"#,
+            r#"{"t":0,"ev":"detach","provider":"e2b","id":"old"}"#,
+            r#"{"t":0,"ev":"claim","provider":"docker","id":"c"}"#,
+            r#"{"t":3600000,"ev":"release","provider":"e2b","id":"gpu"}"#,
+            r#"{"t":1800000,"ev":"release","provider":"e2b","id":"base"}"#,
+            r#"{"t":7200000,"ev":"release","provider":"e2b","id":"old"}"#,
+            r#"{"t":3600000,"ev":"release","provider":"docker","id":"c"}"#,
+        ],
+        &[],
+    );
+    let prices = priced("e2b", Some(0.1), &[("gpu-large", 2.0)]);
+    let s = Spend::of(&view, &story, 10_000_000, &prices);
+    let e2b = &s.by_provider["e2b"];
+    // gpu-large: 1 h at 2.0; base (no price listed): 0.5 h at 0.1; no size: 2 h at 0.1.
+    assert_eq!(e2b.cost.map(Money::amount), Some(2.25));
+    assert_eq!(e2b.unpriced_time, Duration::ZERO);
+    let docker = &s.by_provider["docker"];
+    assert_eq!((docker.cost, docker.unpriced_time), (None, secs(3600)));
+    let total = s.total();
+    assert_eq!(
+        total.cost, e2b.cost,
+        "the priced part, and how much is left out"
+    );
+    assert_eq!(total.unpriced_time, secs(3600));
+
+    let unpriced = Spend::of(&view, &story, 10_000_000, &Prices::default()).total();
+    assert_eq!((unpriced.cost, unpriced.time), (None, secs(16200)));
+}
+
+#[test]
+fn a_report_prices_only_the_time_in_its_window_and_each_day_its_own() {
+    let now = 4 * DAY + 14 * 3_600_000;
+    let prices = priced("e2b", Some(1.0), &[]);
+    // `b` held 2 h across midnight at 1.0 an hour: 1.0 on each day.
+    let by_day = tally(&ledger(), Window::all(now), By::Day, &prices);
+    let costs: Vec<(&str, Option<f64>)> = by_day
+        .rows
+        .iter()
+        .map(|(k, s)| (k.as_str(), s.cost.map(Money::amount)))
+        .collect();
+    assert_eq!(
+        costs,
+        [
+            ("1970-01-03", Some(1.0)),
+            ("1970-01-04", Some(1.0)),
+            ("1970-01-05", None)
+        ]
+    );
+    assert_eq!(by_day.total.cost.map(Money::amount), Some(2.0));
+    assert_eq!(by_day.total.unpriced_time, secs(4 * 3600));
+    let window = Window::last(Duration::from_secs(37 * 3600 + 1800), now);
+    let clipped = tally(&ledger(), window, By::Provider, &prices);
+    assert_eq!(clipped.total.cost.map(Money::amount), Some(0.5));
+}
+
+#[test]
+fn at_a_runs_end_what_the_first_pass_removed_ends_when_the_provider_said_so() {
+    use super::super::testutil::TempDir;
+    use super::super::Record;
+    let tmp = TempDir::new("spend-at-end");
+    let state = StateDir::open(tmp.path()).unwrap();
+    let start = Record::Start {
+        owner: "o".into(),
+        pid: 7,
+        grace_ms: 5_000,
+        labels: Default::default(),
+    };
+    let mut j = state.create_session("run1", start).unwrap();
+    let target = |provider: &str, id: &str| Target::new(provider, id).unwrap();
+    j.append(&Record::claim_sized(
+        &target("e2b", "a"),
+        Some("big".into()),
+    ))
+    .unwrap();
+    j.append(&Record::claim(&target("e2b", "b"))).unwrap();
+    j.append(&Record::detach(&target("docker", "c"))).unwrap();
+    let t = super::super::now_ms();
+    // The pass removed `a` 10 s on and found `b` gone 20 s on; `c`, detached, runs on until
+    // the line 30 s on. Nothing of the pass is journaled yet.
+    let ends = [
+        (target("e2b", "a"), t + 10_000),
+        (target("e2b", "b"), t + 20_000),
+        (target("docker", "stranger"), t + 1),
+    ];
+    let prices = priced("e2b", Some(36.0), &[("big", 360.0)]);
+    let s = Spend::at_end(&state, "run1", &ends, t + 30_000, &prices).unwrap();
+    let near =
+        |d: Duration, secs: u64| d.abs_diff(Duration::from_secs(secs)) < Duration::from_secs(1);
+    let e2b = &s.by_provider["e2b"];
+    assert!(near(e2b.time, 30), "{e2b:?}");
+    assert_eq!(e2b.alive, 0, "both ended by the pass");
+    // `a`: 10 s at 0.1 a second; `b`: 20 s at 0.01 a second.
+    let cost = e2b.cost.unwrap().amount();
+    assert!((cost - 1.2).abs() < 0.2, "{cost}");
+    let docker = &s.by_provider["docker"];
+    assert!(near(docker.time, 30) && docker.alive == 1, "{docker:?}");
+    assert_eq!(docker.cost, None);
+}
+
+#[test]
+fn each_sandbox_has_its_own_share_and_they_add_up_to_the_session() {
+    let (view, story) = history(
+        "s",
+        &[
+            r#"{"t":2000,"ev":"claim","provider":"e2b","id":"a","size":"big"}"#,
+            r#"{"t":3000,"ev":"claim","provider":"e2b","id":"b"}"#,
+            r#"{"t":4000,"ev":"refused","provider":"tenki","id":"x","reason":"not configured"}"#,
+            r#"{"t":5000,"ev":"release","provider":"e2b","id":"b"}"#,
+            r#"{"t":6000,"ev":"reclaim_start","cause":"owner_exited"}"#,
+            r#"{"t":9000,"ev":"removed","provider":"e2b","id":"a","outcome":"removed","at":7000}"#,
+            r#"{"t":9000,"ev":"removed","provider":"docker","id":"l","outcome":"removed","at":7000}"#,
+            r#"{"t":9000,"ev":"end","state":"reclaimed"}"#,
+        ],
+        &[],
+    );
+    let prices = priced("e2b", None, &[("big", 3600.0)]);
+    let each = each(&view, &story, 100_000, &prices);
+    let ids: Vec<&str> = story
+        .sandboxes
+        .iter()
+        .map(|s| s.target.id.as_str())
+        .collect();
+    assert_eq!(ids, ["a", "b", "x", "l"]);
+    let times: Vec<Option<(Duration, usize)>> = each
+        .iter()
+        .map(|s| s.as_ref().map(|s| (s.time, s.untimed)))
+        .collect();
+    assert_eq!(
+        times,
+        [
+            Some((secs(5), 0)),
+            Some((secs(2), 0)),
+            None,
+            Some((secs(0), 1))
+        ]
+    );
+    assert_eq!(each[0].as_ref().unwrap().cost.map(Money::amount), Some(5.0));
+    assert_eq!(
+        each[1].as_ref().unwrap().cost,
+        None,
+        "no size, no price_per_hour"
+    );
+    let total = Spend::of(&view, &story, 100_000, &prices).total();
+    assert_eq!(total.time, secs(7));
 }

@@ -20,6 +20,9 @@
 //!   added there later is refused rather than passed on unstamped. POSTs to one sandbox's
 //!   operations (`/api/sandbox/{id}/stop`, ...) and to other collections (volumes, snapshots)
 //!   pass.
+//! - `DELETE <base>/{sandbox,workspace}/{idOrName}` removes: passed on, and what this proxy
+//!   claimed (by its id, or the name the create answer gave it) is released once the service
+//!   accepts the delete (`super::removal`).
 
 use std::collections::BTreeMap;
 
@@ -52,6 +55,14 @@ pub(crate) fn route(post: bool, rest: &[&str]) -> Route {
     }
 }
 
+/// The sandbox a `DELETE` removes: `<base>/{sandbox,workspace}/{idOrName}`.
+pub(crate) fn removal(rest: &[&str]) -> Option<String> {
+    match rest {
+        [c, id] if COLLECTIONS.iter().any(|x| c.eq_ignore_ascii_case(x)) => Some(id.to_string()),
+        _ => None,
+    }
+}
+
 pub(crate) fn stamp(
     body: &[u8],
     labels: &BTreeMap<String, String>,
@@ -59,6 +70,16 @@ pub(crate) fn stamp(
     merge(body, Keys::Exact("labels"), labels)
 }
 
+/// The snapshot the create names (`snapshot`, as `JSON.parse` reads it): the sandbox's size.
+pub(crate) fn size(body: &[u8]) -> Option<String> {
+    crate::proxy::size::named(body, Keys::Exact("snapshot"))
+}
+
 pub(crate) fn created(answer: &[u8]) -> Option<String> {
     id_at(answer, "id")
+}
+
+/// The new sandbox's name in a create answer (a delete may name it so).
+pub(crate) fn name(answer: &[u8]) -> Option<String> {
+    id_at(answer, "name")
 }

@@ -12,6 +12,8 @@
 //!   no such route is served, and a create added there later is refused rather than passed on
 //!   unstamped. `resume` and `connect` bring back a sandbox that exists already (created, and
 //!   stamped, through its own create), so they pass, as do snapshots and templates.
+//! - `DELETE [/vN]/sandboxes/{id}` removes (the SDK's kill): passed on, and what this proxy
+//!   claimed is released once the service says it is gone (`super::removal`).
 //! - gin routes case-sensitively; these routes match in any ASCII case all the same (a
 //!   superset: stamping or refusing a path the service would answer 404 costs nothing).
 
@@ -43,6 +45,19 @@ pub(crate) fn route(post: bool, rest: &[&str]) -> Route {
         }
         [c] | [c, _] if sandboxes(c) => Route::Refuse(UNKNOWN_CREATE),
         _ => Route::Pass,
+    }
+}
+
+/// The sandbox a `DELETE` removes: `[/vN]/sandboxes/{id}` (the kill; matched in any ASCII
+/// case, as the creates are).
+pub(crate) fn removal(rest: &[&str]) -> Option<String> {
+    let rest = match rest {
+        [v, tail @ ..] if is_version(v) => tail,
+        _ => rest,
+    };
+    match rest {
+        [c, id] if c.eq_ignore_ascii_case("sandboxes") => Some(id.to_string()),
+        _ => None,
     }
 }
 
@@ -87,6 +102,11 @@ pub(crate) fn stamp(
         }
         _ => Ok((body, hold)),
     }
+}
+
+/// The template the create names (`templateID`, as Go reads it): the sandbox's size.
+pub(crate) fn size(body: &[u8]) -> Option<String> {
+    crate::proxy::size::named(body, Keys::Go("templateID"))
 }
 
 pub(crate) fn created(answer: &[u8]) -> Option<String> {

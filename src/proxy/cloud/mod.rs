@@ -36,6 +36,12 @@
 //!   body over the bound (413), one that is not a JSON object (400), and a fork (E2B's and
 //!   Daytona's fork bodies carry no labels; 400). Paths are percent-decoded and dot segments
 //!   resolved before routing (as the services route them), and the method matches in any case.
+//! - The size a create names is read from its body and journaled with the claim, for prices
+//!   (`crate::ledger::price`): E2B's `templateID` (the template the sandbox is made from, which
+//!   fixes its CPU and memory), Daytona's `snapshot` (likewise; `reference/providers.md` §2's
+//!   create body has no class or size field, and `sandboxClass`, on the answer, says only
+//!   `linux-vm` or `container`). A Daytona create that names no snapshot (the default one, or
+//!   an image with its own resources) has no size and is priced at `price_per_hour`.
 //! - The id in a 2xx create answer is claimed through the sidecar's proxy channel
 //!   ([`Claim`], as the Docker proxy's claims; a create whose stamped `metadata` / `labels`
 //!   carry `sandguard.detached=true` is handed over as a detach, [`Hold::Detach`], so it
@@ -45,6 +51,10 @@
 //!   cannot be read, answers 503 with the reason: the program never holds a sandbox sandguard
 //!   did not claim (the sandbox carries the session's labels, so a sweep finds it). Other
 //!   answers, errors included (4xx, 5xx, 429 with their headers), pass through unchanged.
+//!
+//! - A `DELETE` of a sandbox (E2B's kill, Daytona's delete) passes on, and once the service
+//!   answers it done (`2xx`, `404`) the claim this proxy made for that sandbox is released
+//!   ([`removal`]), so the ledger knows when the program ended it and its time stops there.
 //!
 //! - Connections are accepted by the loop both proxies share (`proxy::accept`),
 //!   each served by hyper's HTTP/1 server with upgrades; a websocket's raw copy is a task of
@@ -59,6 +69,7 @@
 pub(crate) mod daytona;
 pub(crate) mod e2b;
 mod forward;
+mod removal;
 
 #[cfg(test)]
 use std::collections::BTreeMap;
@@ -103,6 +114,9 @@ pub(crate) enum Route {
     Create,
     /// A create the proxy cannot stamp, and why.
     Refuse(&'static str),
+    /// A `DELETE` of the sandbox the path names (its id, or a Daytona name): passed on, and
+    /// released once done ([`removal`]).
+    Remove(String),
 }
 
 impl Api {
@@ -148,6 +162,32 @@ impl Api {
         match self {
             Api::E2b => e2b::stamp(body, &labels.now("e2b"), labels.budget.lifetime("e2b")),
             Api::Daytona => daytona::stamp(body, &labels.now("daytona")),
+        }
+    }
+
+    /// The sandbox a `DELETE` with these segments after the base URL's removes, if it is a
+    /// sandbox's removal route.
+    pub(crate) fn removal(self, rest: &[&str]) -> Option<String> {
+        match self {
+            Api::E2b => e2b::removal(rest),
+            Api::Daytona => daytona::removal(rest),
+        }
+    }
+
+    /// The new sandbox's name in a create answer, where the service names sandboxes (a
+    /// delete may name it so).
+    pub(crate) fn sandbox_name(self, answer: &[u8]) -> Option<String> {
+        match self {
+            Api::E2b => None,
+            Api::Daytona => daytona::name(answer),
+        }
+    }
+
+    /// The size a create body names, for prices (`crate::proxy::size`).
+    pub(crate) fn size(self, body: &[u8]) -> Option<String> {
+        match self {
+            Api::E2b => e2b::size(body),
+            Api::Daytona => daytona::size(body),
         }
     }
 
@@ -228,6 +268,8 @@ struct Shared {
     labels: crate::proxy::stamp::Labels,
     claims: mpsc::UnboundedSender<Ask>,
     client: forward::Client,
+    /// What this proxy claimed, for the program's own removals ([`removal`]).
+    claimed: removal::Claimed,
 }
 
 /// A bound proxy, not yet serving.
@@ -291,6 +333,7 @@ impl CloudProxy {
             labels,
             claims,
             client: forward::client(),
+            claimed: removal::Claimed::default(),
         });
         Ok(CloudProxy {
             listener,
@@ -346,6 +389,7 @@ async fn handle(req: Request<Incoming>, shared: &Shared, tasks: &Tasks) -> Respo
                 .unwrap_or_else(|r| refused(shared.api, &r))
         }
         Route::Refuse(why) => answer(400, &refusal_message(shared.api, why)),
+        Route::Remove(given) => removal::remove(req, shared, &given).await,
     }
 }
 
@@ -373,7 +417,11 @@ fn route(req: &Request<Incoming>, shared: &Shared) -> Route {
     if !under {
         return Route::Pass;
     }
-    shared.api.route(post, &segments[shared.base.len()..])
+    let rest = &segments[shared.base.len()..];
+    if req.method().as_str().eq_ignore_ascii_case("DELETE") {
+        return shared.api.removal(rest).map_or(Route::Pass, Route::Remove);
+    }
+    shared.api.route(post, rest)
 }
 
 fn refusal_message(api: Api, why: &str) -> String {
@@ -408,10 +456,12 @@ impl Creates for Creating<'_> {
     type Made = ();
 
     async fn stamp(&self, body: &[u8]) -> Result<Stamped<()>, Refusal> {
+        let size = self.0.api.size(body);
         let (body, hold) = self.0.api.stamp(body, &self.0.labels)?;
         Ok(Stamped {
             body,
             hold,
+            size,
             made: (),
         })
     }
@@ -431,8 +481,11 @@ impl Creates for Creating<'_> {
     }
 
     fn created(&self, (): (), answer: &[u8]) -> Result<Target, Unclaimed> {
-        let id = self.0.api.created(answer).ok_or(Unclaimed::NotOurs)?;
-        Target::new(self.0.api.name(), &id).map_err(|why| Unclaimed::BadId { id, why })
+        let api = self.0.api;
+        let id = api.created(answer).ok_or(Unclaimed::NotOurs)?;
+        let target = Target::new(api.name(), &id).map_err(|why| Unclaimed::BadId { id, why })?;
+        self.0.claimed.made(&target.id, api.sandbox_name(answer));
+        Ok(target)
     }
 
     /// Every create this proxy routes makes a sandbox.

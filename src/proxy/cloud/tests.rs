@@ -151,6 +151,48 @@ fn answers_name_the_new_sandbox() {
 }
 
 #[test]
+fn deletes_of_one_sandbox_are_removals_and_the_rest_is_not() {
+    assert_eq!(Api::E2b.removal(&["sandboxes", "i"]), Some("i".into()));
+    assert_eq!(
+        Api::E2b.removal(&["v2", "SANDBOXES", "i"]),
+        Some("i".into())
+    );
+    assert_eq!(Api::E2b.removal(&["sandboxes"]), None);
+    assert_eq!(Api::E2b.removal(&["sandboxes", "i", "snapshots"]), None);
+    assert_eq!(Api::E2b.removal(&["templates", "t"]), None);
+    assert_eq!(Api::Daytona.removal(&["Sandbox", "d"]), Some("d".into()));
+    assert_eq!(Api::Daytona.removal(&["workspace", "d"]), Some("d".into()));
+    assert_eq!(Api::Daytona.removal(&["snapshots", "s"]), None);
+    assert_eq!(
+        Api::Daytona.sandbox_name(br#"{"id":"d1","name":"web"}"#),
+        Some("web".into())
+    );
+    assert_eq!(
+        Api::E2b.sandbox_name(br#"{"sandboxID":"i","name":"x"}"#),
+        None
+    );
+}
+
+#[test]
+fn a_create_names_its_size_where_each_service_reads_it() {
+    assert_eq!(
+        Api::E2b.size(br#"{"templateID":"base","metadata":{}}"#),
+        Some("base".into())
+    );
+    assert_eq!(
+        Api::Daytona.size(br#"{"snapshot":"ubuntu-4vcpu-8ram-100gb","cpu":4}"#),
+        Some("ubuntu-4vcpu-8ram-100gb".into())
+    );
+    assert_eq!(
+        Api::Daytona.size(br#"{"labels":{}}"#),
+        None,
+        "the default snapshot"
+    );
+    assert_eq!(Api::Daytona.size(br#"{"templateID":"base"}"#), None);
+    assert_eq!(Api::E2b.size(br#"{"snapshot":"x"}"#), None);
+}
+
+#[test]
 fn the_upstream_keeps_its_base_path() {
     let u = Upstream::parse("https://app.daytona.io/api/").unwrap();
     assert_eq!(
@@ -181,7 +223,7 @@ async fn claim(
         Ok(target) => target,
         Err(e) => panic!("the answer naming {id:?} is not read: {e:?}"),
     };
-    crate::proxy::claim::claim(creating.claims(), target, hold).await
+    crate::proxy::claim::claim(creating.claims(), target, hold, None).await
 }
 
 #[tokio::test(start_paused = true)]
@@ -206,7 +248,10 @@ async fn an_acknowledged_claim_names_the_provider_and_the_id() {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let proxy = bound(tx).await;
     let sidecar = tokio::spawn(async move {
-        let Some(Ask::Claim(Claim { target, hold, ack })) = rx.recv().await else {
+        let Some(Ask::Claim(Claim {
+            target, hold, ack, ..
+        })) = rx.recv().await
+        else {
             panic!("a claim");
         };
         let _ = ack.send(());

@@ -184,7 +184,12 @@ impl Creates for Creating<'_> {
         }
         let body = stamped.to_vec();
         let made = removal::given_name(self.kind, self.target, &body);
-        Ok(Stamped { body, hold, made })
+        Ok(Stamped {
+            body,
+            hold,
+            size: None,
+            made,
+        })
     }
 
     async fn forward(

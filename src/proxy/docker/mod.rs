@@ -294,7 +294,7 @@ async fn claim_volume(shared: &Shared, (id, created): (String, Option<String>), 
         }
     };
     shared.claimed.made(Create::Volume, &id, None);
-    if let Err(e) = claim_target(&shared.claims, target, hold).await {
+    if let Err(e) = claim_target(&shared.claims, target, hold, None).await {
         tracing::debug!("docker proxy: volume {id} not claimed ({e}); its labels still mark it");
     }
 }

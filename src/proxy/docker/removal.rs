@@ -106,7 +106,7 @@ pub(super) async fn pruned(shared: &Shared, kind: Create, answer: &[u8]) {
 
 async fn release(shared: &Shared, target: Target) {
     let id = target.id.clone();
-    if let Err(e) = crate::proxy::claim::claim(&shared.claims, target, Hold::Release).await {
+    if let Err(e) = crate::proxy::claim::claim(&shared.claims, target, Hold::Release, None).await {
         tracing::debug!("docker proxy: the release of {id} was not journaled ({e})");
     }
 }
