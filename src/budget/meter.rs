@@ -1,55 +1,82 @@
-//! The sandbox time a session has used so far, kept by its sidecar as its holdings change:
-//! what the `spend` limit is decided by ([`super::Slots::take`], and when it is reached,
-//! [`Meter::reached_in`]).
+//! What a session has spent so far, kept by its sidecar as its holdings change: the sandbox
+//! time, and its estimated cost where prices are set. What the `spend` limit is decided by
+//! ([`super::Slots::take`], and when it is reached, [`Meter::reached_in`]).
 //!
 //! Decisions:
 //! - **The same stretches as the ledger's spend** (`crate::ledger::spend`): a sandbox's time
 //!   runs from its claim (or detach) to its release or removal; a detached sandbox keeps
 //!   running, and so keeps counting. A resumed session starts from what its journal's story
 //!   says ([`Meter::resumed`]), so a restart loses nothing.
+//! - **The same prices as the reports** (`crate::ledger::price`): each sandbox is priced when
+//!   it is first held, by its provider and the size its create named; one with no price costs
+//!   nothing toward a money limit (its time still counts toward a time limit).
 //! - **Sandboxes only**: a Docker network or volume costs no sandbox time (the caller passes
 //!   only what is a sandbox, as the `sandboxes` limit counts).
 //! - **Measured from when the sidecar applied the claim** (its clock, in unix milliseconds),
 //!   which is when the journal records it.
+//! - **Time is O(1) to read, money O(held)**: the sum of the starts is kept for time; money
+//!   is summed over what is held, read only under a money limit.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::Spend;
+use crate::ledger::price::Money;
 use crate::protocol::Target;
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Meter {
-    /// Held now: since when (unix ms).
-    open: BTreeMap<Target, u64>,
-    /// The sum of `open`'s starts, so that the time used is O(1) however much is held.
-    starts: u128,
-    /// The time of every stretch that ended, per provider.
-    closed: BTreeMap<String, Duration>,
+/// One sandbox held now: since when (unix ms), and its price per hour, if it has one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Open {
+    from: u64,
+    per_hour: Option<f64>,
 }
 
+/// What ended, per provider.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Closed {
+    time: Duration,
+    cost: Money,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Meter {
+    open: BTreeMap<Target, Open>,
+    /// The sum of `open`'s starts, so that the time used is O(1) however much is held.
+    starts: u128,
+    closed: BTreeMap<String, Closed>,
+}
+
+/// One stretch a journal told: its sandbox, its price per hour, from and (if it ended) to,
+/// unix ms.
+pub(crate) type Told = (Target, Option<f64>, u64, Option<u64>);
+
 impl Meter {
-    /// A meter that starts from stretches already told: `(target, from_ms, to_ms)`, `to_ms`
-    /// `None` for one still held.
-    pub(crate) fn resumed(
-        stretches: impl IntoIterator<Item = (Target, u64, Option<u64>)>,
-    ) -> Meter {
+    /// A meter that starts from stretches already told.
+    pub(crate) fn resumed(stretches: impl IntoIterator<Item = Told>) -> Meter {
         let mut meter = Meter::default();
-        for (target, from, to) in stretches {
+        for (target, per_hour, from, to) in stretches {
             match to {
                 Some(to) => {
-                    *meter.closed.entry(target.provider).or_default() +=
-                        Duration::from_millis(to.saturating_sub(from));
+                    let time = Duration::from_millis(to.saturating_sub(from));
+                    let closed = meter.closed.entry(target.provider).or_default();
+                    closed.time += time;
+                    closed.cost += per_hour.map(|p| Money::of(p, time)).unwrap_or_default();
                 }
-                None => meter.held(&target, from),
+                None => meter.held(&target, from, per_hour),
             }
         }
         meter
     }
 
-    /// `target` is held from `at_ms` (a claim or a detach); one held already keeps its start.
-    pub(crate) fn held(&mut self, target: &Target, at_ms: u64) {
+    /// `target` is held from `at_ms` at `per_hour` (a claim or a detach); one held already
+    /// keeps its start and price.
+    pub(crate) fn held(&mut self, target: &Target, at_ms: u64, per_hour: Option<f64>) {
         if !self.open.contains_key(target) {
-            self.open.insert(target.clone(), at_ms);
+            let open = Open {
+                from: at_ms,
+                per_hour,
+            };
+            self.open.insert(target.clone(), open);
             self.starts += u128::from(at_ms);
         }
     }
@@ -57,61 +84,103 @@ impl Meter {
     /// What `ended` answers for is no longer held from `at_ms` (a release, a removal).
     pub(crate) fn ended(&mut self, ended: impl Fn(&Target) -> bool, at_ms: u64) {
         let (closed, starts) = (&mut self.closed, &mut self.starts);
-        self.open.retain(|t, from| {
-            if ended(t) {
-                *closed.entry(t.provider.clone()).or_default() +=
-                    Duration::from_millis(at_ms.saturating_sub(*from));
-                *starts -= u128::from(*from);
-                false
-            } else {
-                true
+        self.open.retain(|t, open| {
+            if !ended(t) {
+                return true;
             }
+            let time = Duration::from_millis(at_ms.saturating_sub(open.from));
+            let c = closed.entry(t.provider.clone()).or_default();
+            c.time += time;
+            c.cost += open
+                .per_hour
+                .map(|p| Money::of(p, time))
+                .unwrap_or_default();
+            *starts -= u128::from(open.from);
+            false
         });
     }
 
-    /// The sandbox time used until `now_ms`, in all (O(1) however much is held) or of one
-    /// provider's sandboxes.
-    pub(crate) fn used(&self, provider: Option<&str>, now_ms: u64) -> Duration {
+    /// What was spent until `now_ms`, in all or by one provider's sandboxes, measured as
+    /// `like` is (time, or money).
+    pub(crate) fn used(&self, like: Spend, provider: Option<&str>, now_ms: u64) -> Spend {
+        match like {
+            Spend::Time(_) => Spend::Time(self.time(provider, now_ms)),
+            Spend::Cost(_) => Spend::Cost(self.cost(provider, now_ms).amount()),
+        }
+    }
+
+    fn time(&self, provider: Option<&str>, now_ms: u64) -> Duration {
+        let closed = self.closed_of(provider).map(|c| c.time).sum::<Duration>();
         let Some(p) = provider else {
             let running =
                 (self.open.len() as u128 * u128::from(now_ms)).saturating_sub(self.starts);
-            return self.closed.values().sum::<Duration>()
-                + Duration::from_millis(u64::try_from(running).unwrap_or(u64::MAX));
+            return closed + Duration::from_millis(u64::try_from(running).unwrap_or(u64::MAX));
         };
-        let mine = self.open.iter().filter(|(t, _)| t.provider == p);
-        self.closed.get(p).copied().unwrap_or_default()
-            + mine
-                .map(|(_, from)| Duration::from_millis(now_ms.saturating_sub(*from)))
+        closed
+            + self
+                .open_of(Some(p))
+                .map(|o| Duration::from_millis(now_ms.saturating_sub(o.from)))
                 .sum::<Duration>()
     }
 
-    /// How many sandboxes run, in all or of one provider.
-    fn running(&self, provider: Option<&str>) -> usize {
-        match provider {
-            None => self.open.len(),
-            Some(p) => self.open.keys().filter(|t| t.provider == p).count(),
+    fn cost(&self, provider: Option<&str>, now_ms: u64) -> Money {
+        let mut cost = Money::default();
+        for c in self.closed_of(provider) {
+            cost += c.cost;
         }
+        for o in self.open_of(provider) {
+            if let Some(p) = o.per_hour {
+                cost += Money::of(p, Duration::from_millis(now_ms.saturating_sub(o.from)));
+            }
+        }
+        cost
+    }
+
+    fn closed_of<'a>(&'a self, provider: Option<&'a str>) -> impl Iterator<Item = &'a Closed> {
+        self.closed
+            .iter()
+            .filter(move |(p, _)| provider.is_none_or(|x| x == p.as_str()))
+            .map(|(_, c)| c)
+    }
+
+    fn open_of<'a>(&'a self, provider: Option<&'a str>) -> impl Iterator<Item = &'a Open> {
+        self.open
+            .iter()
+            .filter(move |(t, _)| provider.is_none_or(|x| x == t.provider))
+            .map(|(_, o)| o)
     }
 
     /// How long from `now_ms` until `limit` is reached (in all, or by one provider's
-    /// sandboxes) if nothing changes: zero when it is already, `None` when nothing of it is
-    /// held (its time no longer grows).
+    /// sandboxes) if nothing changes: zero when it is already, `None` when nothing held
+    /// makes it grow (nothing of it is held, or, for money, nothing held has a price).
     pub(crate) fn reached_in(
         &self,
-        limit: Duration,
+        limit: Spend,
         provider: Option<&str>,
         now_ms: u64,
     ) -> Option<Duration> {
-        let left = limit
-            .checked_sub(self.used(provider, now_ms))
-            .unwrap_or_default();
-        if left.is_zero() {
-            return Some(Duration::ZERO);
+        match limit {
+            Spend::Time(limit) => {
+                let left = limit
+                    .checked_sub(self.time(provider, now_ms))
+                    .unwrap_or_default();
+                if left.is_zero() {
+                    return Some(Duration::ZERO);
+                }
+                let running = u32::try_from(self.open_of(provider).count())
+                    .ok()
+                    .filter(|n| *n > 0)?;
+                Some(left / running)
+            }
+            Spend::Cost(limit) => {
+                let left = limit - self.cost(provider, now_ms).amount();
+                if left <= 0.0 {
+                    return Some(Duration::ZERO);
+                }
+                let per_hour: f64 = self.open_of(provider).filter_map(|o| o.per_hour).sum();
+                (per_hour > 0.0).then(|| Duration::from_secs_f64(left / per_hour * 3600.0))
+            }
         }
-        let running = u32::try_from(self.running(provider))
-            .ok()
-            .filter(|n| *n > 0)?;
-        Some(left / running)
     }
 }
 
@@ -126,35 +195,57 @@ mod tests {
         }
     }
 
+    const TIME: Spend = Spend::Time(Duration::ZERO);
+
+    fn secs(m: &Meter, provider: Option<&str>, now: u64) -> Duration {
+        match m.used(TIME, provider, now) {
+            Spend::Time(d) => d,
+            Spend::Cost(_) => unreachable!(),
+        }
+    }
+
     #[test]
     fn time_runs_while_held_and_stops_at_the_end() {
         let mut m = Meter::default();
-        m.held(&t("a"), 1_000);
-        m.held(&t("b"), 2_000);
-        m.held(&t("a"), 5_000); // a detach of what was claimed: the stretch goes on
-        assert_eq!(m.used(None, 3_000), Duration::from_millis(3_000));
+        m.held(&t("a"), 1_000, None);
+        m.held(&t("b"), 2_000, None);
+        m.held(&t("a"), 5_000, None); // a detach of what was claimed: the stretch goes on
+        assert_eq!(secs(&m, None, 3_000), Duration::from_millis(3_000));
         m.ended(|x| x.id == "a", 4_000);
-        assert_eq!(m.used(None, 6_000), Duration::from_millis(3_000 + 4_000));
+        assert_eq!(secs(&m, None, 6_000), Duration::from_millis(3_000 + 4_000));
         // 10 s limit, 7 s used, one running: 3 s to go; two running: half that.
+        let ten = Spend::Time(Duration::from_secs(10));
+        assert_eq!(m.reached_in(ten, None, 6_000), Some(Duration::from_secs(3)));
+        m.held(&t("c"), 6_000, None);
         assert_eq!(
-            m.reached_in(Duration::from_secs(10), None, 6_000),
-            Some(Duration::from_secs(3))
-        );
-        m.held(&t("c"), 6_000);
-        assert_eq!(
-            m.reached_in(Duration::from_secs(10), None, 6_000),
+            m.reached_in(ten, None, 6_000),
             Some(Duration::from_millis(1_500))
         );
-        assert_eq!(
-            m.reached_in(Duration::from_secs(5), None, 6_000),
-            Some(Duration::ZERO)
-        );
+        let five = Spend::Time(Duration::from_secs(5));
+        assert_eq!(m.reached_in(five, None, 6_000), Some(Duration::ZERO));
         m.ended(|_| true, 6_000);
+        assert_eq!(m.reached_in(ten, None, 6_000), None, "nothing runs");
+    }
+
+    #[test]
+    fn money_counts_what_has_a_price_and_when_it_runs_out() {
+        let mut m = Meter::default();
+        m.held(&t("priced"), 0, Some(3.6)); // a thousandth of the currency a second
+        m.held(&t("free"), 0, None);
+        assert_eq!(m.used(Spend::Cost(0.0), None, 10_000), Spend::Cost(0.01));
+        let cent = Spend::Cost(0.02);
         assert_eq!(
-            m.reached_in(Duration::from_secs(10), None, 6_000),
-            None,
-            "nothing runs"
+            m.reached_in(cent, None, 10_000),
+            Some(Duration::from_secs(10))
         );
+        m.ended(|x| x.id == "priced", 10_000);
+        assert_eq!(
+            m.reached_in(cent, None, 20_000),
+            None,
+            "nothing held has a price"
+        );
+        assert_eq!(m.used(Spend::Cost(0.0), None, 20_000), Spend::Cost(0.01));
+        assert_eq!(secs(&m, None, 20_000), Duration::from_secs(10 + 20));
     }
 
     #[test]
@@ -162,19 +253,27 @@ mod tests {
         let mut e2b = t("c");
         e2b.provider = "e2b".into();
         let m = Meter::resumed([
-            (t("a"), 0, Some(2_000)),
-            (t("b"), 1_000, None),
-            (e2b, 2_000, None),
+            (t("a"), None, 0, Some(2_000)),
+            (t("b"), None, 1_000, None),
+            (e2b, Some(3.6), 2_000, None),
         ]);
         assert_eq!(
-            m.used(None, 3_000),
+            secs(&m, None, 3_000),
             Duration::from_millis(2_000 + 2_000 + 1_000)
         );
-        assert_eq!(m.used(Some("docker"), 3_000), Duration::from_millis(4_000));
-        assert_eq!(m.used(Some("e2b"), 3_000), Duration::from_millis(1_000));
         assert_eq!(
-            m.reached_in(Duration::from_secs(2), Some("e2b"), 3_000),
+            secs(&m, Some("docker"), 3_000),
+            Duration::from_millis(4_000)
+        );
+        assert_eq!(secs(&m, Some("e2b"), 3_000), Duration::from_millis(1_000));
+        let two = Spend::Time(Duration::from_secs(2));
+        assert_eq!(
+            m.reached_in(two, Some("e2b"), 3_000),
             Some(Duration::from_secs(1))
+        );
+        assert_eq!(
+            m.used(Spend::Cost(0.0), Some("e2b"), 3_000),
+            Spend::Cost(0.001)
         );
     }
 }

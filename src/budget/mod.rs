@@ -40,7 +40,7 @@ mod meter;
 pub(crate) use meter::Meter;
 
 /// The limits of one session; `None`: no limit of that kind.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Limits {
     /// At most this many sandboxes alive at once.
     pub sandboxes: Option<u32>,
@@ -50,8 +50,8 @@ pub struct Limits {
     /// though its owner lives ([`crate::watch::limits`]), and the providers' TTLs are
     /// stamped no later (see the module docs).
     pub lifetime: Option<Duration>,
-    /// At most this much sandbox time over the session's life.
-    pub spend: Option<Duration>,
+    /// At most this much spent over the session's life: sandbox time, or estimated money.
+    pub spend: Option<Spend>,
     /// What reaching `spend` does besides refusing creates (`None`: as said, refuse only).
     pub on_spend: Option<OnSpend>,
 }
@@ -59,19 +59,32 @@ pub struct Limits {
 /// A session's limits: its own (`[limits]`, the flags), and each provider's over that
 /// provider's sandboxes alone (`[providers.NAME.limits]`). A create, a sandbox's age and its
 /// time are held to both: the stricter decides.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Budget {
     pub session: Limits,
     pub providers: BTreeMap<String, Limits>,
+    /// What a sandbox costs, for a money `spend` (`[providers.NAME] price_per_hour`).
+    pub prices: crate::ledger::price::Prices,
 }
 
 impl From<Limits> for Budget {
     fn from(session: Limits) -> Budget {
         Budget {
             session,
-            providers: BTreeMap::new(),
+            ..Budget::default()
         }
     }
+}
+
+/// A money `spend` limit with nothing to price by: no price is set where it counts.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "limit `{key}` is money ({limit}) but no price is set to count it by: give the providers \
+     a price_per_hour (README: Budgets, Prices), or make the limit sandbox time (\"20h\")"
+)]
+pub struct Unpriced {
+    key: String,
+    limit: Spend,
 }
 
 impl Budget {
@@ -95,8 +108,22 @@ impl Budget {
         self.session.lifetime.is_some() || self.providers.values().any(|l| l.lifetime.is_some())
     }
 
+    /// A money `spend` that nothing could count (no price where it applies), if there is one.
+    pub(crate) fn unpriced(&self) -> Option<Unpriced> {
+        self.spends()
+            .filter(|(_, limit)| matches!(limit, Spend::Cost(_)))
+            .find(|(scope, _)| !self.prices.any(*scope))
+            .map(|(scope, limit)| Unpriced {
+                key: match scope {
+                    None => "spend".into(),
+                    Some(p) => format!("providers.{p}.limits.spend"),
+                },
+                limit,
+            })
+    }
+
     /// Every spend limit: the session's (`None`) and each provider's.
-    pub(crate) fn spends(&self) -> impl Iterator<Item = (Option<&str>, Duration)> {
+    pub(crate) fn spends(&self) -> impl Iterator<Item = (Option<&str>, Spend)> {
         self.session.spend.map(|l| (None, l)).into_iter().chain(
             self.providers
                 .iter()
@@ -117,6 +144,36 @@ impl Budget {
     ) -> impl Iterator<Item = (Option<&'a str>, &'a Limits)> {
         std::iter::once((None, &self.session))
             .chain(self.providers.get(provider).map(|l| (Some(provider), l)))
+    }
+}
+
+/// A `spend` limit, or an amount spent: sandbox time (`"20h"`), or money at the configured
+/// prices (`"$5"`, an estimate: `crate::ledger::price`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Spend {
+    Time(Duration),
+    /// In the currency the prices are in.
+    Cost(f64),
+}
+
+impl Spend {
+    /// Whether `self`, an amount spent, has reached `limit` (measured alike).
+    pub(crate) fn reached(self, limit: Spend) -> bool {
+        match (self, limit) {
+            (Spend::Time(used), Spend::Time(limit)) => used >= limit,
+            (Spend::Cost(used), Spend::Cost(limit)) => used >= limit,
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for Spend {
+    /// `20h of sandbox time`, `$5.00 estimated`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Spend::Time(d) => write!(f, "{} of sandbox time", crate::timefmt::format_span(*d)),
+            Spend::Cost(c) => write!(f, "${c:.2} estimated"),
+        }
     }
 }
 
@@ -158,21 +215,21 @@ pub enum Limit {
 
 /// Why a create was refused: the limit it would pass (the session's, or `provider`'s alone),
 /// and the count that reached it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Exceeded {
     pub provider: Option<String>,
     pub over: Over,
 }
 
 /// Which limit a create would pass, and the count that reached it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Over {
     /// `sandboxes`: `alive` sandboxes (held, or being created) already.
     Sandboxes { limit: u32, alive: u64 },
     /// `creates`: `made` sandboxes created (or being created) already.
     Creates { limit: u32, made: u64 },
-    /// `spend`: `used` sandbox time already.
-    Spend { limit: Duration, used: Duration },
+    /// `spend`: `used` already (sandbox time, or estimated money).
+    Spend { limit: Spend, used: Spend },
 }
 
 impl fmt::Display for Exceeded {
@@ -203,13 +260,17 @@ impl fmt::Display for Exceeded {
                 "limit `{key}` reached (at most {limit}{of} over the session; {this}{of} \
                  creates: {made}); nothing was created"
             ),
-            Over::Spend { limit, used } => write!(
-                f,
-                "limit `{key}` reached (at most {} of{of} sandbox time; {this}{of} used {}); \
-                 nothing was created",
-                crate::timefmt::format_span(limit),
-                crate::timefmt::format_span(used),
-            ),
+            Over::Spend { limit, used } => {
+                let used = match used {
+                    Spend::Time(d) => crate::timefmt::format_span(d),
+                    Spend::Cost(c) => format!("${c:.2}"),
+                };
+                write!(
+                    f,
+                    "limit `{key}` reached (at most {limit}{of}; {this}{of} used {used}); \
+                     nothing was created"
+                )
+            }
         }
     }
 }
@@ -230,8 +291,8 @@ impl Over {
 pub(crate) trait Usage {
     /// Sandboxes held now (claimed or detached, not counting open slots).
     fn held(&self, provider: Option<&str>) -> u64;
-    /// Sandbox time used so far ([`Meter::used`]).
-    fn used(&self, provider: Option<&str>) -> Duration;
+    /// What was spent so far, measured as `like` is ([`Meter::used`]).
+    fn used(&self, provider: Option<&str>, like: Spend) -> Spend;
 }
 
 /// A session's create slots, as its journal tells them.
@@ -270,8 +331,8 @@ impl Slots {
     /// Whether `limits` let one more create through in `scope`.
     fn check(&self, limits: &Limits, scope: Option<&str>, usage: &dyn Usage) -> Result<(), Over> {
         if let Some(limit) = limits.spend {
-            let used = usage.used(scope);
-            if used >= limit {
+            let used = usage.used(scope, limit);
+            if used.reached(limit) {
                 return Err(Over::Spend { limit, used });
             }
         }

@@ -23,12 +23,14 @@ impl Usage for Held {
             .map(|(_, (n, _))| n)
             .sum()
     }
-    fn used(&self, provider: Option<&str>) -> Duration {
-        self.0
-            .iter()
-            .filter(|(p, _)| provider.is_none_or(|x| x == p.as_str()))
-            .map(|(_, (_, d))| *d)
-            .sum()
+    fn used(&self, provider: Option<&str>, _: Spend) -> Spend {
+        Spend::Time(
+            self.0
+                .iter()
+                .filter(|(p, _)| provider.is_none_or(|x| x == p.as_str()))
+                .map(|(_, (_, d))| *d)
+                .sum(),
+        )
     }
 }
 
@@ -145,7 +147,7 @@ fn a_refusal_names_the_limit_as_the_config_does() {
 #[test]
 fn at_the_spend_limit_every_create_is_refused() {
     let hour = session(Limits {
-        spend: Some(Duration::from_secs(3600)),
+        spend: Some(Spend::Time(Duration::from_secs(3600))),
         ..Default::default()
     });
     let mut slots = Slots::default();
@@ -156,8 +158,8 @@ fn at_the_spend_limit_every_create_is_refused() {
     assert_eq!(
         refused.clone().unwrap_err().over,
         Over::Spend {
-            limit: Duration::from_secs(3600),
-            used: Duration::from_secs(3600)
+            limit: Spend::Time(Duration::from_secs(3600)),
+            used: Spend::Time(Duration::from_secs(3600))
         }
     );
     assert_eq!(
@@ -178,12 +180,13 @@ fn a_providers_limits_hold_its_own_creates_beside_the_sessions() {
             "e2b".to_string(),
             Limits {
                 sandboxes: Some(2),
-                spend: Some(Duration::from_secs(60)),
+                spend: Some(Spend::Time(Duration::from_secs(60))),
                 lifetime: Some(Duration::from_secs(600)),
                 ..Default::default()
             },
         )]
         .into(),
+        ..Budget::default()
     };
     let mut slots = Slots::default();
     let held = Held::of(&[("docker", 5, 100), ("e2b", 1, 0)]);

@@ -62,10 +62,10 @@ pub(super) struct Limits {
     /// ([limits] lifetime)
     #[arg(long, value_name = "DURATION")]
     pub max_lifetime: Option<Positive>,
-    /// At most this much sandbox time over the session, e.g. 20h: creates past it are
-    /// refused ([limits] spend)
-    #[arg(long, value_name = "DURATION")]
-    pub max_spend: Option<Positive>,
+    /// At most this much spent over the session: sandbox time (20h) or money at the
+    /// configured prices ($5); creates past it are refused ([limits] spend)
+    #[arg(long, value_name = "TIME|$MONEY")]
+    pub max_spend: Option<crate::config::SpendValue>,
     /// At the spend limit, also remove every sandbox the session holds ([limits] on_spend)
     #[arg(long, value_name = "WHAT")]
     pub on_spend: Option<crate::budget::OnSpend>,
@@ -77,7 +77,7 @@ impl Limits {
             sandboxes: self.max_sandboxes,
             creates: self.max_creates,
             lifetime: self.max_lifetime.map(|d| d.0),
-            spend: self.max_spend.map(|d| d.0),
+            spend: self.max_spend.map(|s| s.0),
             on_spend: self.on_spend,
         }
     }

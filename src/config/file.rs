@@ -44,7 +44,7 @@ pub(super) struct FileLimits {
     pub(super) sandboxes: Option<u32>,
     pub(super) creates: Option<u32>,
     pub(super) lifetime: Option<Positive>,
-    pub(super) spend: Option<Positive>,
+    pub(super) spend: Option<super::SpendValue>,
     pub(super) on_spend: Option<crate::budget::OnSpend>,
 }
 
@@ -56,7 +56,7 @@ pub(super) struct FileProviderLimits {
     pub(super) sandboxes: Option<u32>,
     pub(super) creates: Option<u32>,
     pub(super) lifetime: Option<Positive>,
-    pub(super) spend: Option<Positive>,
+    pub(super) spend: Option<super::SpendValue>,
 }
 
 impl FileProviderLimits {
@@ -65,7 +65,7 @@ impl FileProviderLimits {
             sandboxes: self.sandboxes,
             creates: self.creates,
             lifetime: self.lifetime.map(|d| d.0),
-            spend: self.spend.map(|d| d.0),
+            spend: self.spend.map(|s| s.0),
             on_spend: None,
         }
     }

@@ -31,7 +31,7 @@ pub use fleet::FleetSettings;
 pub(crate) use fleet::HostSettings;
 pub use values::Secret;
 pub(crate) use values::ValueError;
-pub(crate) use values::{parse_duration, HumanDuration, Positive, Rate};
+pub(crate) use values::{parse_duration, HumanDuration, Positive, Rate, SpendValue};
 
 /// Everything sandguard reads from configuration, after file, environment and flags.
 #[derive(Debug, Clone)]
@@ -275,6 +275,9 @@ pub enum ConfigError {
     JwtWithoutOrganization,
     #[error("{flag}: {error}")]
     Flag { flag: String, error: ValueError },
+    /// A money `spend` limit (the file's or a flag's) that no price could count.
+    #[error(transparent)]
+    Unpriced(#[from] crate::budget::Unpriced),
 }
 
 /// Where the environment comes from; tests pass a map instead of the process environment.

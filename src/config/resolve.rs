@@ -18,6 +18,7 @@ impl Settings {
         crate::budget::Budget {
             session: self.limits,
             providers: self.provider_limits.clone(),
+            prices: self.prices.clone(),
         }
     }
 
@@ -124,7 +125,7 @@ impl Settings {
                 .iter()
                 .filter_map(|p| Some((p.name.clone(), p.rate?))),
         );
-        Ok(Settings {
+        let settings = Settings {
             source,
             state_dir,
             log_level,
@@ -187,11 +188,16 @@ impl Settings {
                     .limits
                     .lifetime
                     .or(file.limits.lifetime.map(|d| d.0)),
-                spend: overrides.limits.spend.or(file.limits.spend.map(|d| d.0)),
+                spend: overrides.limits.spend.or(file.limits.spend.map(|s| s.0)),
                 on_spend: overrides.limits.on_spend.or(file.limits.on_spend),
             },
             provider_limits,
-        })
+        };
+        // A money limit nothing can count is refused with the rest of the configuration.
+        if let Some(unpriced) = settings.budget().unpriced() {
+            return Err(ConfigError::Unpriced(unpriced));
+        }
+        Ok(settings)
     }
 }
 

@@ -191,7 +191,7 @@ fn limits_come_from_the_file_and_each_flag_beats_its_key() {
     assert_eq!(
         (flagged.spend, flagged.on_spend),
         (
-            Some(Duration::from_secs(20 * 3600)),
+            Some(crate::budget::Spend::Time(Duration::from_secs(20 * 3600))),
             Some(crate::budget::OnSpend::Reclaim)
         )
     );
@@ -544,10 +544,47 @@ fn a_providers_limits_are_its_own_table_and_on_spend_is_the_sessions() {
     let e2b = budget.providers["e2b"];
     assert_eq!(
         (e2b.sandboxes, e2b.spend),
-        (Some(2), Some(Duration::from_secs(5 * 3600)))
+        (
+            Some(2),
+            Some(crate::budget::Spend::Time(Duration::from_secs(5 * 3600)))
+        )
     );
     assert_eq!(budget.lifetime("docker"), Some(Duration::from_secs(3600)));
     assert_eq!(budget.providers["acme"].creates, Some(7));
+    let money =
+        "[providers.e2b]\nprice_per_hour = 0.1\n[providers.e2b.limits]\nspend = \"$2.50\"\n";
+    let file = parse_file(path, money).unwrap();
+    let settings =
+        Settings::layer(None, file, &Overrides::default(), &env(&[("HOME", "/h")])).unwrap();
+    assert_eq!(
+        settings.budget().providers["e2b"].spend,
+        Some(crate::budget::Spend::Cost(2.5))
+    );
+    assert!(settings.budget().unpriced().is_none());
+    let unpriced = parse_file(path, "[limits]\nspend = \"$5\"\n").unwrap();
+    let settings = Settings::layer(
+        None,
+        unpriced,
+        &Overrides::default(),
+        &env(&[("HOME", "/h")]),
+    )
+    .unwrap();
+    let why = settings
+        .budget()
+        .unpriced()
+        .expect("nothing prices it")
+        .to_string();
+    assert!(
+        why.starts_with("limit `spend` is money ($5.00 estimated) but no price is set"),
+        "{why}"
+    );
+    let err = parse_file(path, "[limits]\nspend = \"5 dollars\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("/etc/x.toml:2: key `limits.spend`"),
+        "{err}"
+    );
     let err = parse_file(path, "[providers.e2b.limits]\non_spend = \"reclaim\"\n")
         .unwrap_err()
         .to_string();

@@ -21,6 +21,12 @@ pub enum ValueError {
     /// `0` where a duration must be longer.
     #[error("must be longer than 0")]
     Zero,
+    /// A `spend` that is neither sandbox time nor an amount of money.
+    #[error(
+        "invalid spend {0:?}: expected sandbox time (20h, 90m) or money at the configured \
+         prices ($5, $0.50)"
+    )]
+    Spend(String),
     /// `~user/…`: only the user's own home is expanded.
     #[error("`~user` is not supported: write the absolute path")]
     OtherHome,
@@ -89,6 +95,32 @@ impl std::str::FromStr for Positive {
     type Err = ValueError;
     fn from_str(s: &str) -> Result<Self, ValueError> {
         parse_duration(s).and_then(positive).map(Positive)
+    }
+}
+
+/// A `spend` limit as written: sandbox time (`"20h"`) or money (`"$5"`), more than nothing.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct SpendValue(pub crate::budget::Spend);
+
+impl std::str::FromStr for SpendValue {
+    type Err = ValueError;
+    fn from_str(s: &str) -> Result<Self, ValueError> {
+        use crate::budget::Spend;
+        let Some(amount) = s.trim().strip_prefix('$') else {
+            let time = parse_duration(s).map_err(|_| ValueError::Spend(s.to_string()))?;
+            return positive(time).map(|d| SpendValue(Spend::Time(d)));
+        };
+        match amount.trim().parse::<f64>() {
+            Ok(a) if a.is_finite() && a > 0.0 => Ok(SpendValue(Spend::Cost(a))),
+            _ => Err(ValueError::Spend(s.to_string())),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for SpendValue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
     }
 }
 

@@ -58,6 +58,14 @@ impl Prices {
         }
     }
 
+    /// Whether any price is set: for `provider`, or (`None`) for any provider.
+    pub(crate) fn any(&self, provider: Option<&str>) -> bool {
+        match provider {
+            None => !self.by_provider.is_empty(),
+            Some(p) => self.by_provider.contains_key(p),
+        }
+    }
+
     /// The price per hour of a sandbox of `provider` of `size` (see the module docs): the
     /// size's own, else the provider's `price_per_hour`; `None`: it has no price.
     pub(crate) fn per_hour(&self, provider: &str, size: Option<&str>) -> Option<f64> {

@@ -110,7 +110,7 @@ impl Session {
 }
 
 /// Who asks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Asker<'a> {
     /// The reclaim of session `session`: its sidecar at the owner's death, `bye` or lease
     /// expiry, or a sweep finishing it.
@@ -134,7 +134,7 @@ pub(crate) enum Asker<'a> {
     /// time reached its `spend` `limit` with `on_spend = "reclaim"` (rule 7).
     Spent {
         session: &'a str,
-        limit: std::time::Duration,
+        limit: crate::budget::Spend,
     },
 }
 
@@ -260,7 +260,7 @@ pub(crate) fn judge(asker: Asker<'_>, facts: &Facts<'_>) -> Judgement {
                 Judgement::keep(Reason::NotAged)
             }
             Ok(_) => Judgement::remove(Reason::Spent {
-                limit: crate::timefmt::format_span(limit),
+                limit: limit.to_string(),
             }),
         },
     }

@@ -128,7 +128,7 @@ impl fmt::Display for Reason {
             }
             Reason::Spent { limit } => write!(
                 f,
-                "its session's sandbox time reached the spend limit ({limit}) with on_spend = reclaim"
+                "its session's spend reached its limit ({limit}) with on_spend = reclaim"
             ),
             Reason::Young => f.write_str("younger than the session's lifetime limit"),
             Reason::NotAged => f.write_str("not a sandbox itself: no lifetime limit ages it"),

@@ -160,7 +160,7 @@ pub(crate) async fn slot(
 }
 
 /// Why a create got no slot.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum SlotRefusal {
     /// A limit of the session.
     Exceeded(Exceeded),

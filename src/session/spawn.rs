@@ -274,14 +274,19 @@ impl Spawn {
                 args.push(n.to_string().into());
             }
         }
-        for (flag, span) in [
-            ("--max-lifetime", self.limits.lifetime),
-            ("--max-spend", self.limits.spend),
-        ] {
-            if let Some(span) = span {
-                args.push(flag.into());
-                args.push(format!("{}ms", span.as_millis()).into());
-            }
+        if let Some(lifetime) = self.limits.lifetime {
+            args.push("--max-lifetime".into());
+            args.push(format!("{}ms", lifetime.as_millis()).into());
+        }
+        if let Some(spend) = self.limits.spend {
+            args.push("--max-spend".into());
+            args.push(
+                match spend {
+                    crate::budget::Spend::Time(d) => format!("{}ms", d.as_millis()),
+                    crate::budget::Spend::Cost(c) => format!("${c}"),
+                }
+                .into(),
+            );
         }
         if let Some(on_spend) = self.limits.on_spend {
             args.push("--on-spend".into());

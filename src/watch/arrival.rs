@@ -306,7 +306,7 @@ impl<C: Clock> crate::budget::Usage for Sidecar<C> {
         self.held_sandboxes(provider)
     }
 
-    fn used(&self, provider: Option<&str>) -> std::time::Duration {
-        self.meter.used(provider, crate::ledger::now_ms())
+    fn used(&self, provider: Option<&str>, like: crate::budget::Spend) -> crate::budget::Spend {
+        self.meter.used(like, provider, crate::ledger::now_ms())
     }
 }

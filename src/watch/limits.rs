@@ -67,8 +67,9 @@ pub(crate) struct Aged {
     pub at_ms: u64,
     /// How old it was.
     pub age: Duration,
-    /// Which limit, as written (the lifetime, or the spend).
-    pub limit: (Limit, Duration),
+    /// Which limit, and the limit as written (`2h`, `20h of sandbox time`, `$5.00
+    /// estimated`).
+    pub limit: (Limit, String),
 }
 
 pub(crate) struct Keeper {
@@ -184,7 +185,7 @@ impl Keeper {
                     session: &self.session,
                     limit,
                 };
-                Some(((Limit::Spend, limit), held.judge(asker, s)))
+                Some(((Limit::Spend, limit.to_string()), held.judge(asker, s)))
             });
             let lifetime = self.budget.lifetime(&s.provider).map(|limit| {
                 let asker = Asker::Lifetime {
@@ -192,7 +193,8 @@ impl Keeper {
                     limit,
                     age: Some(age),
                 };
-                ((Limit::Lifetime, limit), held.judge(asker, s))
+                let text = crate::timefmt::format_span(limit);
+                ((Limit::Lifetime, text), held.judge(asker, s))
             });
             if let Some((limit, _)) = [spend, lifetime]
                 .into_iter()

@@ -425,8 +425,8 @@ impl<C: Clock> Sidecar<C> {
         match command {
             Command::Claim(t) => {
                 if self.accept(&t) {
+                    self.meter_held(&t, size.as_deref());
                     self.write(&Record::claim_sized(&t, size));
-                    self.meter_held(&t);
                     self.share(|h| {
                         h.detached.remove(&t);
                         h.claims.insert(t);
@@ -444,8 +444,8 @@ impl<C: Clock> Sidecar<C> {
             }
             Command::Detach(t) => {
                 if self.accept(&t) {
+                    self.meter_held(&t, size.as_deref());
                     self.write(&Record::detach_sized(&t, size));
-                    self.meter_held(&t);
                     self.share(|h| {
                         h.claims.retain(|c| !c.answers(&t));
                         h.detached.insert(t);
@@ -490,14 +490,12 @@ impl<C: Clock> Sidecar<C> {
             .ended(|c| c.answers(&target) || *c == target, at_ms);
         let why = match kind {
             crate::budget::Limit::Lifetime => format!(
-                "{} old, past the lifetime limit ({})",
+                "{} old, past the lifetime limit ({limit})",
                 crate::timefmt::format_span(age),
-                crate::timefmt::format_span(limit),
             ),
-            crate::budget::Limit::Spend => format!(
-                "the session's sandbox time reached the spend limit ({})",
-                crate::timefmt::format_span(limit),
-            ),
+            crate::budget::Limit::Spend => {
+                format!("the session's spend reached its limit ({limit})")
+            }
         };
         let line = format!(
             "removed {} sandbox {}: {why}; the program runs on",
@@ -514,9 +512,10 @@ impl<C: Clock> Sidecar<C> {
 
     /// `t` is held from now, for the spend limit's meter (a sandbox only, and only with a
     /// spend limit: without one nothing reads the meter).
-    fn meter_held(&mut self, t: &Target) {
+    fn meter_held(&mut self, t: &Target, size: Option<&str>) {
         if self.budget.0.spends().next().is_some() && self.is_sandbox(t) {
-            self.meter.held(t, crate::ledger::now_ms());
+            let per_hour = self.budget.0.prices.per_hour(&t.provider, size);
+            self.meter.held(t, crate::ledger::now_ms(), per_hour);
         }
     }
 
@@ -537,11 +536,11 @@ impl<C: Clock> Sidecar<C> {
     /// removes what the session holds.
     fn on_spent(&mut self) {
         let now = crate::ledger::now_ms();
-        let reached: Vec<(Option<String>, Duration)> = self
+        let reached: Vec<(Option<String>, crate::budget::Spend)> = self
             .budget
             .0
             .spends()
-            .filter(|(scope, limit)| self.meter.used(*scope, now) >= *limit)
+            .filter(|(scope, limit)| self.meter.used(*limit, *scope, now).reached(*limit))
             .map(|(scope, limit)| (scope.map(str::to_string), limit))
             .filter(|(scope, _)| !self.spent_told.contains(scope))
             .collect();
@@ -556,10 +555,8 @@ impl<C: Clock> Sidecar<C> {
                 None => "spend".to_string(),
                 Some(p) => format!("providers.{p}.limits.spend"),
             };
-            let line = format!(
-                "this session's sandbox time{whose} reached its limit `{key}` ({}): {then}",
-                crate::timefmt::format_span(limit)
-            );
+            let line =
+                format!("this session's spend{whose} reached its limit `{key}` ({limit}): {then}");
             tracing::warn!("{line}");
             if let Some(notice) = &self.notice {
                 notice(&line);

@@ -460,7 +460,9 @@ exec sleep 3600
         );
         let said = terminal.text();
         assert!(
-            said.contains("sandguard: this session's sandbox time reached its limit `spend` (4s)"),
+            said.contains(
+                "sandguard: this session's spend reached its limit `spend` (4s of sandbox time)"
+            ),
             "{said:?}"
         );
         let journal = journal(&s, &session);
@@ -597,4 +599,60 @@ fn the_cloud_sdks_sandboxes_carry_the_lifetime_and_are_removed_at_it() {
     );
     assert!(child.try_wait().unwrap().is_none(), "the program runs on");
     kill(child);
+}
+
+const E2B_ONE_THEN_ANOTHER: &str = r#"
+import json, time
+from e2b import Sandbox
+
+first = Sandbox.create(timeout=300).sandbox_id
+time.sleep(4)
+error = None
+try:
+    Sandbox.create(timeout=300)
+except Exception as e:
+    error = {"type": type(e).__name__, "message": str(e)}
+print(json.dumps({"ids": [first], "error": error}), flush=True)
+time.sleep(600)
+"#;
+
+/// A money `spend` at the configured prices: E2B at $3600 a sandbox-hour (a dollar a
+/// second), `--max-spend '$3'`: one sandbox run for 4 s has spent it, and the SDK's next
+/// create raises with the limit, never reaching E2B. A money limit with no price to count
+/// it by is refused before the program starts.
+#[test]
+fn a_money_spend_at_the_configured_prices_refuses_the_create_past_it() {
+    use crate::proxy::cloud::{first_line, guarded, kill, E2B_KEY};
+    let s = Scratch::new("spend-money");
+    let (emu, state) = e2b::start(E2B_KEY);
+    let env = [("E2B_API_KEY", E2B_KEY), ("E2B_API_URL", emu.url.as_str())];
+    let config = cloud_config(&s, "[providers.e2b]\nprice_per_hour = 3600\n");
+    let args = ["run", "--cloud-proxy", "--max-spend", "$3"];
+    let mut child = guarded(&s, &config, &env, &args, E2B_ONE_THEN_ANOTHER)
+        .spawn()
+        .unwrap();
+    let said = first_line(&mut child);
+    let raised = said["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        raised.contains("sandguard: refused a e2b sandbox create: limit `spend` reached (at most $3.00 estimated; this session used $"),
+        "the SDK raises with the limit: {said}"
+    );
+    assert_eq!(state.creates().len(), 1, "the second never reached E2B");
+    kill(child);
+
+    let s = Scratch::new("spend-unpriced");
+    let config = cloud_config(&s, "");
+    let out = guarded(&s, &config, &env, &args, "print('ran')")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("limit `spend` is money ($3.00 estimated) but no price is set"),
+        "{err}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("ran"),
+        "the program never ran"
+    );
 }

@@ -298,7 +298,7 @@ fn assemble(
     let fleet = begin::fleet_plan(settings, &session, &owner, labels, &providers, started_ms);
     let meter = match &resumed {
         Some(_) if settings.budget().spends().next().is_some() => {
-            metered(journal.path(), &providers)
+            metered(journal.path(), &providers, &settings.prices)
         }
         _ => Default::default(),
     };
@@ -406,6 +406,7 @@ mod tests;
 fn metered(
     journal: &std::path::Path,
     providers: &[std::sync::Arc<dyn crate::providers::Provider>],
+    prices: &crate::ledger::price::Prices,
 ) -> crate::budget::Meter {
     let Ok(bytes) = std::fs::read(journal) else {
         return Default::default();
@@ -422,9 +423,10 @@ fn metered(
             .iter()
             .filter(|s| is_sandbox(&s.target))
             .flat_map(|s| {
+                let per_hour = prices.per_hour(&s.target.provider, s.size.as_deref());
                 s.held
                     .iter()
-                    .map(|h| (s.target.clone(), h.from_ms, h.to_ms))
+                    .map(move |h| (s.target.clone(), per_hour, h.from_ms, h.to_ms))
             }),
     )
 }
