@@ -63,6 +63,8 @@ class Guard:
         max_sandboxes: Optional[int] = None,
         max_creates: Optional[int] = None,
         max_lifetime: Optional[str] = None,
+        max_spend: Optional[str] = None,
+        on_spend: Optional[str] = None,
     ) -> None:
         self.pid = os.getpid()
         self._binary = binary or find_binary()
@@ -82,8 +84,10 @@ class Guard:
         for flag, limit in (("--max-sandboxes", max_sandboxes), ("--max-creates", max_creates)):
             if limit is not None:
                 flags += [flag, str(int(limit))]
-        if max_lifetime is not None:
-            flags += ["--max-lifetime", str(max_lifetime)]
+        for flag, value in (("--max-lifetime", max_lifetime), ("--max-spend", max_spend),
+                            ("--on-spend", on_spend)):
+            if value is not None:
+                flags += [flag, str(value)]
         self._control, self._stdout, ready = spawn(
             self._binary, self.session, self.pid, self._owner, config, grace, ready_timeout,
             flags,
@@ -354,6 +358,8 @@ def guard(
     max_sandboxes: Optional[int] = None,
     max_creates: Optional[int] = None,
     max_lifetime: Optional[str] = None,
+    max_spend: Optional[str] = None,
+    on_spend: Optional[str] = None,
 ) -> Guard:
     """Start a sidecar guarding this process; use as ``with sandguard.guard() as g:``.
 
@@ -380,6 +386,10 @@ def guard(
         max_lifetime: no sandbox older than this, e.g. ``"2h"`` (``--max-lifetime``): at that
             age the guard's own sandbox is removed while this process runs, and the proxies
             stamp the limit into each create (``sandguard.expires``, E2B's timeout).
+        max_spend: at most this much spent, sandbox time (``"20h"``) or money at the
+            configured prices (``"$5"``) (``--max-spend``): creates past it are refused.
+        on_spend: ``"reclaim"`` also removes every sandbox the guard holds at the spend
+            limit; ``"refuse"`` (the default) only refuses creates (``--on-spend``).
 
     Raises:
         SandguardError: the sidecar could not be started or did not become ready.
@@ -397,6 +407,8 @@ def guard(
         max_sandboxes=max_sandboxes,
         max_creates=max_creates,
         max_lifetime=max_lifetime,
+        max_spend=max_spend,
+        on_spend=on_spend,
     )
 
 

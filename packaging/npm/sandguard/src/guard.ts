@@ -108,6 +108,13 @@ export interface GuardOptions {
    * create (`sandguard.expires`, E2B's timeout).
    */
   maxLifetime?: string;
+  /**
+   * At most this much spent, sandbox time (`"20h"`) or money at the configured prices
+   * (`"$5"`) (`--max-spend`): creates through the proxies past it are refused.
+   */
+  maxSpend?: string;
+  /** `"reclaim"`: at the spend limit also remove every sandbox the guard holds (`--on-spend`). */
+  onSpend?: "refuse" | "reclaim";
 }
 
 /** `PROVIDER ID`, checked as the sidecar's parser checks it (src/protocol.rs). */
@@ -525,7 +532,13 @@ export async function guard(options: GuardOptions = {}): Promise<Guard> {
   ] as const) {
     if (limit !== undefined) argv.push(flag, String(Math.trunc(limit)));
   }
-  if (options.maxLifetime !== undefined) argv.push("--max-lifetime", options.maxLifetime);
+  for (const [flag, value] of [
+    ["--max-lifetime", options.maxLifetime],
+    ["--max-spend", options.maxSpend],
+    ["--on-spend", options.onSpend],
+  ] as const) {
+    if (value !== undefined) argv.push(flag, value);
+  }
   const [control, out] = fifos(2);
   const reader = new LineReader(out.read);
   let failed: Error | null = null;
