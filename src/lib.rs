@@ -29,13 +29,15 @@
 //!               the owner lives), fleet.rs (its fleet lease), daemon.rs (the detach from the
 //!               terminal of `sandguard watch`)
 //! proxy/        the two API proxies: docker/ (the Docker Engine API on a private socket) and
-//!               cloud/ (E2B and Daytona on loopback, one file per API); what both share:
+//!               cloud/ (E2B and Daytona on loopback, one file per API; removal.rs: what the
+//!               program deletes, released); what both share:
 //!               create.rs (the one create pipeline: read → decide → stamp → forward →
 //!               claim), refusal.rs (why a proxy answers itself), stamp.rs, claim.rs (a claim
 //!               handed to the sidecar and acknowledged, and a create's slot asked for),
-//!               accept.rs, tasks.rs, path.rs, headers.rs, json.rs
+//!               size.rs (a create's size, for prices), accept.rs, tasks.rs, path.rs,
+//!               headers.rs, json.rs
 //! budget/       limits per session and per provider (Limits, Budget), the one decision
-//!               whether a create may go on (Slots::take, Exceeded), and the sandbox time
+//!               whether a create may go on (Slots::take, Exceeded), and what was spent,
 //!               metered for `spend` (meter.rs); the sidecar holds the slots and the meter,
 //!               the proxies ask; watch/limits.rs removes at `lifetime` and a reclaiming
 //!               `spend`
@@ -69,7 +71,7 @@
 //!               view.rs (a journal folded), story.rs (a journal told as a history, each
 //!               sandbox's held stretches with it), spend.rs (sandbox time per session and
 //!               provider, from the story; `report` across the ledger, which cli/report.rs
-//!               prints),
+//!               prints), price.rs (what a sandbox's time is estimated to cost),
 //!               faults.rs (tests: writes that fail as a process dying there, or a full disk,
 //!               would leave them)
 //! protocol/     control lines (and their bounded reader), the sidecar's ready line, the
