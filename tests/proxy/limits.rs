@@ -295,10 +295,17 @@ fn a_restarted_sidecar_counts_on_from_the_journal_an_open_slot_included() {
     let (mut first, host) = limited_sidecar(&s, owner.id(), &session);
     let (made, said) = create_through(&host);
     assert!(made, "{said}");
+    // The create's end is journaled just after its answer: killed before that, the sidecar
+    // would leave this slot open too (counted, the safe side), not the one written below.
+    let path = crate::watch::sidecar::journal(&s, &session);
+    eventually(
+        Duration::from_secs(5),
+        "the slot's end is journaled",
+        || std::fs::read_to_string(&path).is_ok_and(|j| j.contains(r#""ev":"slot_done""#)),
+    );
     first.kill().unwrap();
     first.wait().unwrap();
     // What a sidecar killed right after journaling a slot leaves: a `slot` without its end.
-    let path = crate::watch::sidecar::journal(&s, &session);
     let mut text = std::fs::read_to_string(&path).unwrap();
     text.push_str(r#"{"t":1,"ev":"slot","provider":"docker","n":9}"#);
     text.push('\n');
