@@ -26,6 +26,15 @@
 //!   A fleet sweep's counters (`reclaims`, `reclaimed_by`) are history and stay.
 //! - **The end**: written with one round trip, bounded by [`END_TIMEOUT`]; when it cannot be
 //!   written, the lease runs out and the next fleet sweep finds nothing left to remove.
+//! - **Spend** ([`crate::fleet::spend`]): the session's figures, read from its journal
+//!   ([`Tally`]: the figures `sandguard report` counts), are written whole (a rewrite replaces)
+//!   at registration (again after the store was down or lost its data), at a timed renewal
+//!   when the holdings changed since the last write or, while a sandbox is alive, when
+//!   [`SPEND_EVERY`] has passed, and at the end, before the end itself ([`Last`]). So a change
+//!   shows in the store within `lease / 3` and an alive sandbox's growing time within a minute
+//!   more, and a claim storm costs one journal read per renewal period, not one per claim. The
+//!   journal is read inline: a local file, at most once a renewal. A write that fails is
+//!   tried at the next renewal; the end's shares [`END_TIMEOUT`] with the end.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,8 +43,9 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
-use crate::fleet::{FleetState, Holdings, SessionRecord, Store};
-use crate::ledger::{EndCause, SessionState};
+use crate::fleet::{FleetState, Holdings, SessionRecord, SessionSpend, Store};
+use crate::ledger::spend::daily::Days;
+use crate::ledger::{EndCause, LedgerError, SessionState};
 
 use super::ttl::SharedHoldings;
 
@@ -45,12 +55,56 @@ pub(crate) const FIRST_RETRY: Duration = Duration::from_millis(500);
 /// How long the sidecar's last write (the session's end) may take.
 pub(crate) const END_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How often, at most, an alive sandbox's growing time is written again (with a timed
+/// renewal; a change of holdings is written at the next one).
+pub(crate) const SPEND_EVERY: Duration = Duration::from_secs(60);
+
+/// The session's figures as its journal tells them at a time (unix ms): what `report` counts
+/// ([`crate::ledger::spend::daily::of_journal`]).
+pub(crate) type Tally = Arc<dyn Fn(u64) -> Result<Days, LedgerError> + Send + Sync>;
+
 /// Where and for how long the sidecar registers its session: the store, the session's
-/// record, the fleet's lease.
+/// record, the fleet's lease, and where its spend is read from (`None`: it is not written).
 pub(crate) struct Registration {
     pub store: Arc<dyn Store>,
     pub record: SessionRecord,
     pub lease: Duration,
+    pub tally: Option<Tally>,
+}
+
+impl Registration {
+    /// What the sidecar writes at its end, taken before the registrar runs.
+    pub(crate) fn last(&self) -> Last {
+        Last {
+            store: self.store.clone(),
+            record: self.record.clone(),
+            tally: self.tally.clone(),
+        }
+    }
+}
+
+/// The figures of the session `record` now, and whether a sandbox of it is alive; `None`
+/// without a tally, or when the journal cannot be read (said at `debug`: the next write tries
+/// again).
+fn spend_now(tally: Option<&Tally>, record: &SessionRecord) -> Option<(SessionSpend, bool)> {
+    match tally?(crate::ledger::now_ms()) {
+        Ok(days) => {
+            let alive = days.values().any(|d| d.share.alive > 0);
+            Some((SessionSpend::of(record, &days), alive))
+        }
+        Err(e) => {
+            tracing::debug!("cannot count the session's spend for the fleet store: {e}");
+            None
+        }
+    }
+}
+
+/// The last spend write: when, of which holdings, whether a sandbox was alive then.
+#[derive(Default)]
+struct Spent {
+    at: Option<Instant>,
+    holdings: Holdings,
+    alive: bool,
 }
 
 pub(crate) struct Registrar {
@@ -86,8 +140,10 @@ impl Registrar {
         let mut mirrored: Option<Holdings> = None;
         let mut failing_since: Option<Instant> = None;
         let mut failures = 0;
+        let (mut spent, mut timed) = (Spent::default(), true);
         loop {
             let now = self.current();
+            let fresh = mirrored.is_none();
             let result = match &mirrored {
                 None => p
                     .store
@@ -113,6 +169,13 @@ impl Registrar {
                             tracing::info!("fleet store reachable again; registered again");
                         }
                     }
+                    if fresh {
+                        // Registered (again): the store may have lost the figures too.
+                        spent = Spent::default();
+                    }
+                    if timed || fresh {
+                        self.write_spend(&mut spent, &now).await;
+                    }
                     mirrored = Some(now);
                     failures = 0;
                     every
@@ -136,14 +199,66 @@ impl Registrar {
                     Backoff::new(FIRST_RETRY, every.max(FIRST_RETRY)).delay(failures)
                 }
             };
-            if failing_since.is_some() {
+            timed = if failing_since.is_some() {
                 tokio::time::sleep(wait).await;
+                true
             } else {
                 tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = self.changed.notified() => {}
+                    _ = tokio::time::sleep(wait) => true,
+                    _ = self.changed.notified() => false,
+                }
+            };
+        }
+    }
+
+    /// Writes the session's figures if they are due (see the module docs).
+    async fn write_spend(&self, spent: &mut Spent, holdings: &Holdings) {
+        let due = match spent.at {
+            None => true,
+            Some(at) => spent.holdings != *holdings || (spent.alive && at.elapsed() >= SPEND_EVERY),
+        };
+        if !due {
+            return;
+        }
+        let p = &self.registration;
+        let Some((spend, alive)) = spend_now(p.tally.as_ref(), &p.record) else {
+            return;
+        };
+        match p.store.put_spend(&spend).await {
+            Ok(()) => {
+                *spent = Spent {
+                    at: Some(Instant::now()),
+                    holdings: holdings.clone(),
+                    alive,
                 }
             }
+            Err(e) => tracing::debug!("cannot write the session's spend, at the next renewal: {e}"),
+        }
+    }
+}
+
+/// What the sidecar writes last: its figures, then its end ([`Last::write`]).
+pub(crate) struct Last {
+    store: Arc<dyn Store>,
+    record: SessionRecord,
+    tally: Option<Tally>,
+}
+
+impl Last {
+    /// Writes the session's figures as its journal ends them, then its end `state`, within
+    /// [`END_TIMEOUT`] together; a failure is logged.
+    pub(crate) async fn write(self, state: FleetState) {
+        let store = self.store.as_ref();
+        let both = async {
+            if let Some((spend, _)) = spend_now(self.tally.as_ref(), &self.record) {
+                if let Err(e) = store.put_spend(&spend).await {
+                    tracing::warn!("cannot write the session's spend to the fleet store: {e}");
+                }
+            }
+            finish(store, &self.record.id, state).await;
+        };
+        if tokio::time::timeout(END_TIMEOUT, both).await.is_err() {
+            tracing::warn!("cannot write the session's end to the fleet store: timed out");
         }
     }
 }
@@ -169,8 +284,11 @@ pub(crate) async fn finish(store: &dyn Store, id: &str, state: FleetState) {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
     use super::*;
     use crate::fleet::memory::MemoryStore;
+    use crate::ledger::spend::daily::DayShare;
     use crate::protocol::Target;
 
     fn registration(store: Arc<MemoryStore>) -> Registration {
@@ -186,6 +304,7 @@ mod tests {
                 started_ms: 1,
             },
             lease: Duration::from_secs(3),
+            tally: None,
         }
     }
 
@@ -305,6 +424,78 @@ mod tests {
             );
             second.abort();
         }
+    }
+
+    /// A tally that counts its reads and says one docker sandbox, alive while `alive` is.
+    fn counting_tally(reads: Arc<AtomicUsize>, alive: Arc<AtomicBool>) -> Tally {
+        Arc::new(move |now_ms| {
+            let n = reads.fetch_add(1, Ordering::SeqCst) + 1;
+            let alive = usize::from(alive.load(Ordering::SeqCst));
+            let mut days = Days::new();
+            let share = crate::ledger::spend::Share {
+                time: Duration::from_secs(n as u64),
+                sandboxes: 1,
+                alive,
+                ..Default::default()
+            };
+            let day = crate::ledger::spend::daily::day(now_ms);
+            days.insert((day, "docker".into()), DayShare { share, first: 1 });
+            Ok(days)
+        })
+    }
+
+    /// The seconds the store holds for the session (the tally's read count when written).
+    async fn stored(store: &MemoryStore) -> Option<u64> {
+        let now = crate::ledger::now_ms();
+        let entries = store
+            .spend(crate::fleet::spend::days(Some(now), now))
+            .await
+            .unwrap();
+        entries
+            .iter()
+            .find(|e| e.session == "s1")
+            .map(|e| e.figures.time.as_secs())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn spend_is_written_at_registration_then_at_a_timed_renewal_when_due_and_at_the_end() {
+        let store = Arc::new(MemoryStore::default());
+        let (reads, alive) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let mut p = registration(store.clone());
+        p.tally = Some(counting_tally(reads.clone(), alive.clone()));
+        let last = p.last();
+        let holdings = SharedHoldings::default();
+        let changed = Arc::new(Notify::new());
+        let task = tokio::spawn(Registrar::new(p, holdings.clone(), changed.clone()).run());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(stored(&store).await, Some(1), "written at registration");
+        // Ten leases of renewals with nothing changed and nothing alive: no read, no write.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert_eq!(reads.load(Ordering::SeqCst), 1);
+        // A claim is mirrored at once; its figures go with the next timed renewal (lease / 3).
+        holdings.lock().unwrap().claims.insert(claim("c1"));
+        alive.store(true, Ordering::SeqCst);
+        changed.notify_one();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(store.peek("s1").unwrap().2.claims.contains(&claim("c1")));
+        assert_eq!(reads.load(Ordering::SeqCst), 1, "a poke reads no journal");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(stored(&store).await, Some(2));
+        // Alive: its growing time is written again every minute, not at every renewal.
+        tokio::time::sleep(Duration::from_secs(180)).await;
+        let n = reads.load(Ordering::SeqCst);
+        assert!((4..=5).contains(&n), "{n} reads in three minutes");
+        task.abort();
+        last.write(SessionState::Reclaimed.into()).await;
+        assert_eq!(
+            stored(&store).await,
+            Some(n as u64 + 1),
+            "written at the end"
+        );
+        assert_eq!(store.peek("s1").unwrap().0, SessionState::Reclaimed);
     }
 
     #[test]
