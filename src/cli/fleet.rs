@@ -11,8 +11,8 @@
 //!   configured; a store that cannot be read is exit 1, never an empty list or a report of
 //!   nothing.
 //! - **`SPEND` is as last written** (see [`crate::fleet::spend`]): while a session runs, its
-//!   sidecar writes its figures at most once a renewal, so an alive sandbox's time lags by up to
-//!   a minute and a renewal period; a note under the table says so.
+//!   sidecar writes its figures once a renewal, so an alive sandbox's time lags by up to a
+//!   renewal period (`lease / 3`); a note under the table says so.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -73,8 +73,8 @@ pub(super) fn report(
 pub(super) fn report_note(hosts: usize) -> String {
     format!(
         "From the fleet store: {hosts} host(s), each session as its host last wrote it (an \
-         alive sandbox's time lags by up to a minute; a session a fleet sweep reclaimed counts \
-         until its sidecar's last write).\n"
+         alive sandbox's time lags by up to a third of the lease; a session a fleet sweep \
+         reclaimed counts until its sidecar's last write).\n"
     )
 }
 
@@ -173,7 +173,7 @@ fn table(rows: &[FleetJson]) -> String {
     text.push_str(&held_note("on its host, "));
     text.push_str(
         "SPEND: sandbox time as the session's host last wrote it to the store (an alive \
-         sandbox's lags by up to a minute); sandguard report --fleet sums it.\n",
+         sandbox's lags by up to a third of the lease); sandguard report --fleet sums it.\n",
     );
     text
 }

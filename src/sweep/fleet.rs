@@ -53,12 +53,11 @@
 //! - **Spend: closed, not counted again.** A fleet sweep has no journal of another host's
 //!   session, so it cannot count its sandboxes' time; once it has ended the session
 //!   (`reclaimed`) it closes the session's figures in the store ([`Store::close_spend`]):
-//!   they keep the time its sidecar last wrote (at most a renewal period and [`SPEND_EVERY`]
-//!   before it died), and none of its sandboxes counts as alive any more. The time from that
-//!   write to the removal is not counted: the store never saw it, and no figure is made up
-//!   (a ledger's `untimed` rule). A session left `pending` keeps its figures open.
-//!
-//! [`SPEND_EVERY`]: crate::watch::fleet::SPEND_EVERY
+//!   they keep the time its sidecar last wrote (at most a renewal period, `lease / 3`, before
+//!   it died), and none of its sandboxes counts as alive any more. The time from that write to
+//!   the removal (about a lease and a sweep interval) is not counted: the store never saw it,
+//!   and no figure is made up (a ledger's `untimed` rule). A session left `pending` keeps its
+//!   figures open.
 //! - A sandbox of a session the store never heard of is judged by the local pass as before.
 
 use std::sync::Arc;
@@ -67,10 +66,9 @@ use std::time::Duration;
 use futures_util::stream::{self, StreamExt};
 
 use super::{Decision, Pass, SessionVerdict, StoreError, StoreFailure, StoreKind};
-use crate::fleet::{FleetSession, FleetState, Lock, SessionSpend, Store};
+use crate::fleet::{FleetSession, FleetState, Lock, Store};
 use crate::identity::Judge;
-use crate::ledger::spend::daily;
-use crate::ledger::{EndCause, LedgerError, SessionState, StateDir};
+use crate::ledger::{EndCause, LedgerError, SessionState};
 use crate::ownership::{self, known::Known};
 use crate::providers::Provider;
 use crate::reclaim::ending::{Before, Ending};
@@ -272,7 +270,7 @@ async fn reclaim_into(
             // Written and unlocked in one round trip; if the store cannot take it, the lock
             // expires and the next sweeper reclaims the session again.
             match store.unlock(id, &token, Some((state, &fleet.host))).await {
-                Ok(()) if state.is_final() => close_spend(store, &fresh).await,
+                Ok(()) if state.is_final() => ended::close_spend(store, &fresh).await,
                 Ok(()) => {}
                 Err(e) => fail(out, e.into()),
             }
@@ -281,72 +279,6 @@ async fn reclaim_into(
             fail(out, e.into());
             let _ = store.unlock(id, &token, None).await;
         }
-    }
-}
-
-/// Tells the store that this machine's sweep ended session `id` in `state` (a session whose
-/// sidecar died on this machine, reclaimed by the local pass or an adopting watcher), so that
-/// `sessions --fleet` shows it ended and no fleet sweep reclaims it a second time, and writes
-/// its figures from its journal in `ledger` (its sidecar's last write is as old as its
-/// death; these end it). Only a final end is told, and only of a session the store holds and
-/// has not seen end (a session from before the store was configured gets no record; one a
-/// fleet sweep ended keeps the figures that sweep closed, which end where it removed the
-/// sandboxes). Best effort: a store that cannot be reached is logged, and the fleet sweep
-/// later finds the session's lease expired and reclaims it again, which finds it already gone.
-pub(crate) async fn tell_ended(
-    store: &dyn Store,
-    ledger: &StateDir,
-    id: &str,
-    state: SessionState,
-) {
-    if !state.is_final() {
-        return;
-    }
-    let told = match store.session(id).await {
-        Ok(Some(s)) if !s.state.is_final() => {
-            if let Some(spend) = journal_spend(ledger, &s.record) {
-                if let Err(e) = store.put_spend(&spend).await {
-                    tracing::warn!(
-                        "cannot write the spend of session {id} to the fleet store: {e}"
-                    );
-                }
-            }
-            store.finish(id, state.into()).await
-        }
-        Ok(_) => Ok(()),
-        Err(e) => Err(e),
-    };
-    if let Err(e) = told {
-        tracing::warn!("cannot tell the fleet store that session {id} ended: {e}");
-    }
-}
-
-/// The figures of session `record` from its journal in `ledger`, now; `None` (with a
-/// warning) when it cannot be read.
-fn journal_spend(ledger: &StateDir, record: &crate::fleet::SessionRecord) -> Option<SessionSpend> {
-    match ledger.read_history(&record.id) {
-        Ok((view, story)) => {
-            let days = daily::by_day(&view, &story, crate::ledger::now_ms());
-            Some(SessionSpend::of(record, &days))
-        }
-        Err(e) => {
-            tracing::warn!("the spend of session {} is not written: {e}", record.id);
-            None
-        }
-    }
-}
-
-/// A fleet sweep ended session `s`, of a host whose journal it does not have: its figures
-/// keep the time its sidecar last wrote, and none of its sandboxes counts as alive any more
-/// ([`crate::fleet::spend`]). Best effort, logged.
-async fn close_spend(store: &dyn Store, s: &FleetSession) {
-    let days = crate::fleet::spend::days(Some(s.record.started_ms), crate::ledger::now_ms());
-    let r = &s.record;
-    if let Err(e) = store.close_spend(&r.host, &r.id, &r.providers, days).await {
-        tracing::warn!(
-            "cannot close the spend of session {} in the fleet store: {e}",
-            r.id
-        );
     }
 }
 
@@ -413,5 +345,8 @@ fn fleet_end(known: &Known, id: &str) -> Option<i64> {
     }
 }
 
+mod ended;
 #[cfg(test)]
 mod tests;
+
+pub(crate) use ended::tell_ended;

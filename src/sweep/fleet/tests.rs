@@ -3,6 +3,7 @@
 use super::*;
 use crate::fleet::memory::MemoryStore;
 use crate::fleet::{Holdings, SessionRecord};
+use crate::ledger::StateDir;
 use crate::protocol::Target;
 use crate::providers::fake::{sandbox, Fake};
 use crate::providers::Kind;
