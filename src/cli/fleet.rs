@@ -72,9 +72,8 @@ pub(super) fn report(
 /// What `report` prints under a fleet report's table.
 pub(super) fn report_note(hosts: usize) -> String {
     format!(
-        "From the fleet store: {hosts} host(s), each session as its host last wrote it (an \
-         alive sandbox's time lags by up to a third of the lease; a session a fleet sweep \
-         reclaimed counts until its sidecar's last write).\n"
+        "From the fleet store: {hosts} host(s), each session's figures as its host last wrote \
+         them (at most a third of the lease old while it runs).\n"
     )
 }
 
