@@ -35,8 +35,8 @@ use crate::ledger::spend::daily::{self, DayShare, Days};
 use crate::ledger::spend::{By, Report, Share, Spend, Window};
 
 /// How many days a day's figures are kept after it ended: a year's look back, and a month
-/// more for the reports that run after a year's end. About 150 bytes a field: a fleet of
-/// 1 000 sessions a day on two providers keeps about 120 MB at the full horizon.
+/// more for the reports that run after a year's end. About 200 bytes a field: a fleet of
+/// 1 000 sessions a day on two providers keeps about 160 MB at the full horizon.
 pub(crate) const KEEP_DAYS: u64 = 400;
 
 /// One (day, provider) of a session, as the store keeps it: the ledger's figures of that
@@ -74,7 +74,6 @@ impl Figures {
             alive: self.alive,
             alive_time: self.alive_time,
             untimed: self.untimed,
-            ..Share::default()
         }
     }
 }
@@ -246,12 +245,14 @@ pub(crate) fn report(entries: &[SpendEntry], window: Window, by: By) -> (Report,
     for (once, days) in groups(&entries) {
         let e = days[0];
         match by {
-            By::Day => days.iter().for_each(|d| {
-                add(
-                    daily::day_name(d.day),
-                    &d.figures.share(d.figures.sandboxes),
-                )
-            }),
+            By::Day => {
+                for d in &days {
+                    add(
+                        daily::day_name(d.day),
+                        &d.figures.share(d.figures.sandboxes),
+                    );
+                }
+            }
             By::Session => add(e.session.clone(), &once),
             By::Provider => add(e.provider.clone(), &once),
             By::Host => add(e.host.clone(), &once),
