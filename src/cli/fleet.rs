@@ -26,6 +26,7 @@ use super::Error;
 use crate::config::Settings;
 use crate::fleet::redis::RedisStore;
 use crate::fleet::{spend, FleetError, Store};
+use crate::ledger::spend::daily::{day, start_ms};
 use crate::ledger::spend::{By, Report, Share, Spend, Window};
 use crate::protocol::Target;
 use crate::timefmt;
@@ -59,9 +60,9 @@ pub(super) fn report(
     by: By,
     now_ms: u64,
 ) -> Result<(Report, usize), Error> {
-    const DAY_MS: u64 = 86_400_000;
+    let midnight = |age: Duration| start_ms(day(now_ms.saturating_sub(age.as_millis() as u64)));
     let window = Window {
-        since_ms: since.map(|age| now_ms.saturating_sub(age.as_millis() as u64) / DAY_MS * DAY_MS),
+        since_ms: since.map(midnight),
         now_ms,
     };
     let days = spend::days(window.since_ms, now_ms);

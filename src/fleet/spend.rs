@@ -196,7 +196,7 @@ pub(crate) fn days(since_ms: Option<u64>, now_ms: u64) -> RangeInclusive<u64> {
 
 /// When a day's figures expire (unix ms): [`KEEP_DAYS`] after the day ended.
 pub(crate) fn expires_ms(day: u64) -> u64 {
-    (day + 1 + KEEP_DAYS) * 86_400_000
+    daily::start_ms(day + 1 + KEEP_DAYS)
 }
 
 /// The figures of one (host, session, provider) over the days read, each sandbox once (see

@@ -39,9 +39,14 @@ pub(crate) fn day(ms: u64) -> u64 {
     ms / DAY_MS
 }
 
+/// When day `day` starts: its midnight, UTC, in unix milliseconds.
+pub(crate) fn start_ms(day: u64) -> u64 {
+    day * DAY_MS
+}
+
 /// A day's name: `2026-12-06`.
 pub(crate) fn day_name(day: u64) -> String {
-    super::day_of(day * DAY_MS)
+    super::day_of(start_ms(day))
 }
 
 /// The session's figures over its whole life, alive sandboxes counted until `now_ms`.
