@@ -12,7 +12,8 @@
 //! cli/          one file per subcommand: parses its args, makes Settings, calls the library
 //!               once and prints what it answers; error.rs (one Error, one exit code mapping);
 //!               watch/terminal.rs (the sidecar's words on the wrapper's stderr); report.rs
-//!               (`sandguard report`: the ledger's spend, printed)
+//!               (`sandguard report`: the ledger's spend, printed); fleet.rs (`--fleet` of
+//!               `sessions` and `report`: the fleet store read instead of the ledger)
 //! wrapper/      `sandguard -- CMD` as a library service: mod.rs (the session made and handed
 //!               to its sidecar, CMD exec'd with the session's variables; WrapError), init.rs
 //!               (the wrapper as pid 1: CMD forked, signals forwarded, orphans reaped, the
@@ -46,8 +47,10 @@
 //!               adoption, the sweep lock); fleet.rs (`sweep --fleet`: the fleet store's
 //!               expired leases, reclaimed once each under a lock in the store)
 //! fleet/        the fleet lease store behind a small trait (mod.rs, with the key layout):
-//!               redis/ (Redis or Valkey; reads.rs parses sessions), memory.rs (for unit
-//!               tests); the sidecar's side is watch/fleet.rs
+//!               redis/ (Redis or Valkey; reads.rs parses sessions, spend.rs the day hashes),
+//!               memory.rs (for unit tests), spend.rs (each session's sandbox time per day
+//!               and provider, and `report --fleet` over every host's); the sidecar's side is
+//!               watch/fleet.rs
 //! ownership/    the one ownership judgement: whether a sandbox may be removed or renewed
 //!               (mod.rs), what a session is owed (judge_session), and why (verdict.rs);
 //!               known.rs (what is known: the session's own view, other sessions' journals
@@ -71,7 +74,8 @@
 //!               view.rs (a journal folded), story.rs (a journal told as a history, each
 //!               sandbox's held stretches with it), spend.rs (sandbox time per session and
 //!               provider, from the story; `report` across the ledger, which cli/report.rs
-//!               prints), price.rs (what a sandbox's time is estimated to cost),
+//!               prints; spend/daily.rs: a session's per UTC day, for the fleet store),
+//!               price.rs (what a sandbox's time is estimated to cost),
 //!               faults.rs (tests: writes that fail as a process dying there, or a full disk,
 //!               would leave them)
 //! protocol/     control lines (and their bounded reader), the sidecar's ready line, the

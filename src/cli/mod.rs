@@ -12,6 +12,7 @@ mod claim;
 mod docs;
 mod error;
 mod fast;
+mod fleet;
 mod output;
 mod providers;
 mod ps;

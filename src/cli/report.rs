@@ -1,7 +1,9 @@
 //! `sandguard report [--since D] [--by session|provider|day] [--json]`: the sandbox time
 //! spent across the whole local ledger (every journal in the state directory), with the
 //! sandboxes still alive and their time so far. The counting is the ledger's
-//! ([`crate::ledger::spend`]); this file parses, calls it once and prints.
+//! ([`crate::ledger::spend`]); this file parses, calls it once and prints. With `--fleet`
+//! (`--by host` too) the same table counts what every host wrote to the fleet store
+//! (`super::fleet`, [`crate::fleet::spend`]).
 //!
 //! ```text
 //! Sandbox time in the last 7d (since 2026-11-29T09:00:00Z), by provider:
@@ -34,6 +36,11 @@
 //!   "unpriced_seconds": 0.0}`: `cost` in the currency the prices are in, for the priced part
 //!   of `seconds`; `unpriced_seconds`, the part with no price. A group with no priced time
 //!   has no `estimate` at all, and without prices the output is as it was.
+//! - `--fleet` reads the store instead of the ledger, and prints the same table (time only:
+//!   the store keeps no money), with a line saying how many hosts it covers (`--json`:
+//!   `hosts`, only then). The store keeps whole UTC days, so its `--since` counts from the
+//!   midnight of the day `D` ago falls in (`since` says which). `--by host` needs `--fleet`
+//!   (bad usage, exit 2, without): a ledger is one host's.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -58,6 +65,9 @@ pub(super) struct Args {
     /// Print JSON instead of a table
     #[arg(long)]
     json: bool,
+    /// Every host's sandbox time, from the fleet store ([fleet] store), in whole UTC days
+    #[arg(long)]
+    fleet: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -65,6 +75,8 @@ enum ByArg {
     Session,
     Provider,
     Day,
+    /// With --fleet: the host each session ran on
+    Host,
 }
 
 impl ByArg {
@@ -73,6 +85,7 @@ impl ByArg {
             ByArg::Session => By::Session,
             ByArg::Provider => By::Provider,
             ByArg::Day => By::Day,
+            ByArg::Host => By::Host,
         }
     }
 
@@ -81,6 +94,7 @@ impl ByArg {
             ByArg::Session => "session",
             ByArg::Provider => "provider",
             ByArg::Day => "day",
+            ByArg::Host => "host",
         }
     }
 }
@@ -192,6 +206,9 @@ struct ReportJson {
     sessions: usize,
     /// Journals that could not be read.
     skipped: usize,
+    /// With `--fleet`: how many hosts the figures come from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hosts: Option<usize>,
 }
 
 #[derive(Serialize)]
@@ -228,13 +245,26 @@ pub(super) fn cost_note(total: &Share) -> String {
 }
 
 pub(super) fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
-    let state = StateDir::open(&settings.state_dir)?;
     let now = now_ms();
-    let window = match &args.since {
-        Some(since) => Window::last(since.age, now),
-        None => Window::all(now),
+    let (report, hosts) = if args.fleet {
+        let age = args.since.as_ref().map(|s| s.age);
+        let (report, hosts) = super::fleet::report(settings, age, args.by.by(), now)?;
+        (report, Some(hosts))
+    } else if args.by == ByArg::Host {
+        return Err(Error::Usage(
+            "--by host needs --fleet: this machine's ledger is one host's".into(),
+        ));
+    } else {
+        let state = StateDir::open(&settings.state_dir)?;
+        let window = match &args.since {
+            Some(since) => Window::last(since.age, now),
+            None => Window::all(now),
+        };
+        (
+            spend::report(&state, window, args.by.by(), &settings.prices)?,
+            None,
+        )
     };
-    let report = spend::report(&state, window, args.by.by(), &settings.prices)?;
     let rfc3339 = |ms: u64| timefmt::format_rfc3339((ms / 1000) as i64);
     if args.json {
         output::emit_json(&ReportJson {
@@ -252,22 +282,33 @@ pub(super) fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
             total: (&report.total).into(),
             sessions: report.sessions,
             skipped: report.skipped,
+            hosts,
         });
         return Ok(Exit::Ok);
     }
     let span = match (args.since, report.window.since_ms) {
         (Some(typed), Some(since)) => format!(
-            "in the last {} (since {})",
+            "in the last {} (since {}{})",
             sanitize(&typed.typed),
-            rfc3339(since)
+            rfc3339(since),
+            if hosts.is_some() {
+                ", whole UTC days"
+            } else {
+                ""
+            }
         ),
+        _ if hosts.is_some() => "in the fleet store".to_string(),
         _ => "in the whole ledger".to_string(),
     };
     if report.rows.is_empty() {
         output::emit(&format!("No sandbox time {span}.\n"));
         return Ok(Exit::Ok);
     }
-    output::emit(&text(&report, args.by, &span));
+    let mut out = text(&report, args.by, &span);
+    if let Some(hosts) = hosts {
+        out.push_str(&super::fleet::report_note(hosts));
+    }
+    output::emit(&out);
     Ok(Exit::Ok)
 }
 

@@ -23,10 +23,11 @@
 //! release; the alive ones until now, counted in brackets), as `sandguard report` counts it;
 //! `--json` has it as `spend` (seconds as numbers, and `by_provider`). Telling it reads each
 //! listed session's story, as `sessions show` does: only the rows shown, so a terminal's 20
-//! rows cost 20 reads. `--fleet` has no spend: the store does not keep it yet. Where prices
-//! are configured ([`crate::ledger::price`]) the cell adds the estimate (`1h24m ~$0.07`), a
-//! note under the table says it is one, and `spend` has an `estimate` object (as `sandguard
-//! report`'s groups do, `super::report`); without prices both are as they were.
+//! rows cost 20 reads. `--fleet` has it too, as the session's host last wrote it to the
+//! store (`super::fleet`). Where prices are configured ([`crate::ledger::price`]) the cell
+//! adds the estimate (`1h24m ~$0.07`), a note under the table says it is one, and `spend`
+//! has an `estimate` object (as `sandguard report`'s groups do, `super::report`); without
+//! prices both are as they were (the fleet store keeps time only).
 //!
 //! `sandguard sessions --prune [--older-than D]` deletes the sessions that ended (reclaimed or
 //! clean) more than D ago (default: `[sweep] prune_after`, 7 days), as every sweep does; a
@@ -36,8 +37,8 @@
 //! sandboxes and why (`show.rs`).
 //!
 //! `sandguard sessions --fleet [--json]`: every session of the fleet store instead (host,
-//! owner, state, lease left, claims); a store that cannot be read is exit 1, never an empty
-//! list.
+//! owner, state, lease left, claims, spend: `super::fleet`); a store that cannot be read is
+//! exit 1, never an empty list.
 
 use serde::Serialize;
 
@@ -95,20 +96,6 @@ enum Command {
 }
 
 #[derive(Serialize)]
-struct FleetJson {
-    session: String,
-    host: String,
-    state: &'static str,
-    owner: String,
-    /// Milliseconds of lease left; `null` when it expired.
-    lease_left_ms: Option<u64>,
-    started_at: String,
-    providers: Vec<String>,
-    claims: Vec<ClaimJson>,
-    detached: Vec<ClaimJson>,
-}
-
-#[derive(Serialize)]
 pub(super) struct SessionJson {
     session: String,
     state: String,
@@ -127,8 +114,8 @@ pub(super) struct SessionJson {
 
 #[derive(Serialize)]
 pub(super) struct ClaimJson {
-    provider: String,
-    id: String,
+    pub(super) provider: String,
+    pub(super) id: String,
 }
 
 /// A session id as a command was given it (`what`: the flag or command, for the message),
@@ -145,7 +132,7 @@ pub(super) fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
         return super::show::run(show, settings);
     }
     if args.fleet {
-        return fleet(args.json, settings);
+        return super::fleet::sessions(args.json, settings);
     }
     let state = StateDir::open(&settings.state_dir)?;
     if args.prune {
@@ -301,7 +288,7 @@ const SPEND_NOTE: &str = "SPEND: sandbox time, from each claim to its removal, t
 
 /// A session's sandbox time, its estimated cost where it has one, and how many of its
 /// sandboxes are alive.
-fn spend_cell(total: &Share) -> String {
+pub(super) fn spend_cell(total: &Share) -> String {
     let mut cell = super::report::human(total.time);
     if let Some(cost) = total.cost {
         cell.push_str(&format!(" {cost}"));
@@ -313,85 +300,10 @@ fn spend_cell(total: &Share) -> String {
 }
 
 /// What the `HELD` column counts (see the module docs); `where_`: where `sessions show` runs.
-fn held_note(where_: &str) -> String {
+pub(super) fn held_note(where_: &str) -> String {
     format!(
         "HELD: claims the session still holds (claimed, not released, detached or removed \
          since); sandboxes found only by its label are not counted: {where_}sandguard sessions \
          show ID lists every one.\n"
     )
-}
-
-/// `sessions --fleet`: one read of the store.
-fn fleet(json: bool, settings: &Settings) -> Result<Exit, Error> {
-    use crate::fleet::Store;
-    let f = settings.fleet.as_ref().ok_or_else(|| {
-        Error::Usage(
-            "--fleet needs a fleet store: [fleet] store in the config, or SANDGUARD_FLEET_STORE"
-                .into(),
-        )
-    })?;
-    let store =
-        crate::fleet::redis::RedisStore::new(f).map_err(|e| Error::Failed(e.to_string()))?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::Failed(format!("cannot start the async runtime: {e}")))?;
-    let sessions = runtime
-        .block_on(store.sessions())
-        .map_err(|e| Error::Failed(e.to_string()))?;
-    let claims = |set: &std::collections::BTreeSet<crate::protocol::Target>| {
-        set.iter()
-            .map(|t| ClaimJson {
-                provider: t.provider.clone(),
-                id: t.id.clone(),
-            })
-            .collect()
-    };
-    let rows: Vec<FleetJson> = sessions
-        .into_iter()
-        .map(|s| FleetJson {
-            state: s.state.as_str(),
-            lease_left_ms: s.lease_left.map(|d| d.as_millis() as u64),
-            started_at: timefmt::format_rfc3339((s.record.started_ms / 1000) as i64),
-            claims: claims(&s.holdings.claims),
-            detached: claims(&s.holdings.detached),
-            session: s.record.id,
-            host: s.record.host,
-            owner: s.record.owner,
-            providers: s.record.providers,
-        })
-        .collect();
-    if json {
-        output::emit_json(&serde_json::json!({ "sessions": rows }));
-    } else if rows.is_empty() {
-        output::emit("No sessions in the fleet store.\n");
-    } else {
-        output::emit(&fleet_table(&rows));
-    }
-    Ok(Exit::Ok)
-}
-
-fn fleet_table(rows: &[FleetJson]) -> String {
-    let cells: Vec<Vec<String>> = rows
-        .iter()
-        .map(|r| {
-            vec![
-                sanitize(&r.session).into_owned(),
-                sanitize(&r.host).into_owned(),
-                r.state.to_string(),
-                r.lease_left_ms.map_or_else(
-                    || "expired".into(),
-                    |ms| format!("{:.1}s", ms as f64 / 1000.0),
-                ),
-                r.claims.len().to_string(),
-                sanitize(&r.owner).into_owned(),
-            ]
-        })
-        .collect();
-    let mut text = output::table(
-        &["SESSION", "HOST", "STATE", "LEASE", "HELD", "OWNER"],
-        &cells,
-    );
-    text.push_str(&held_note("on its host, "));
-    text
 }

@@ -3,11 +3,13 @@
 //! off ([`MemoryStore::set_down`]) and emptied ([`MemoryStore::flush`]) as Redis can.
 
 use std::collections::{BTreeMap, HashMap};
+use std::ops::RangeInclusive;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::spend::{self, SessionSpend, SpendEntry};
 use super::{Changes, FleetError, FleetSession, FleetState, Holdings, Lock, SessionRecord, Store};
 use crate::ledger::SessionState;
 
@@ -17,6 +19,8 @@ struct Data {
     leases: HashMap<String, Instant>,
     holdings: HashMap<String, Holdings>,
     locks: HashMap<String, (String, Instant)>,
+    /// Each day's hash of figures, encoded as Redis holds them ([`super::spend`]).
+    spend: BTreeMap<u64, BTreeMap<String, String>>,
 }
 
 #[derive(Default)]
@@ -202,6 +206,41 @@ impl Store for MemoryStore {
             }
         }
         end(&mut d, id, state);
+        Ok(())
+    }
+
+    async fn put_spend(&self, s: &SessionSpend) -> Result<(), FleetError> {
+        let mut d = self.enter()?;
+        for (day, field, value) in s.fields() {
+            d.spend.entry(day).or_default().insert(field, value);
+        }
+        Ok(())
+    }
+
+    async fn spend(&self, days: RangeInclusive<u64>) -> Result<Vec<SpendEntry>, FleetError> {
+        let d = self.enter()?;
+        Ok(d.spend
+            .range(days)
+            .flat_map(|(day, hash)| hash.iter().filter_map(|(f, v)| spend::decode(*day, f, v)))
+            .collect())
+    }
+
+    async fn close_spend(
+        &self,
+        host: &str,
+        session: &str,
+        providers: &[String],
+        days: RangeInclusive<u64>,
+    ) -> Result<(), FleetError> {
+        let mut d = self.enter()?;
+        for (_, hash) in d.spend.range_mut(days) {
+            for p in providers {
+                let field = spend::field(host, session, p);
+                if let Some(closed) = hash.get(&field).and_then(|v| spend::close(v)) {
+                    hash.insert(field, closed);
+                }
+            }
+        }
         Ok(())
     }
 }

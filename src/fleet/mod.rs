@@ -19,6 +19,7 @@
 //! | `{prefix}:claims:{id}` | set | the session's claims, `provider:id` |
 //! | `{prefix}:detached:{id}` | set | what the owner detached, `provider:id` |
 //! | `{prefix}:lock:{id}` | string | a sweeper's token, `SET NX PX`, renewed while it reclaims |
+//! | `{prefix}:spend:{day}` | hash | one UTC day's sandbox time (`2026-12-06`): field `{host}\|{session}\|{provider}`, value JSON `{"ms", "alive_ms", "sandboxes", "first", "alive", "untimed", "started_ms"}` (times in ms; [`spend`] says what each counts); expires [`spend::KEEP_DAYS`] after the day ends |
 //!
 //! Decisions:
 //! - **The lease lives on the store's clock** (a key with `PX`), so machines' clocks never
@@ -36,18 +37,29 @@
 //!   makes the sidecar register again at once with everything it holds.
 //! - **Locks are released only by their holder** (a compare-and-delete script), and expire by
 //!   themselves if the sweeper dies: the next sweeper finishes what it left pending.
+//! - **Spend outlives the session** ([`spend`]): a final session's record goes after
+//!   [`FINAL_KEEP`], its figures stay [`spend::KEEP_DAYS`] (400) days after their day, in
+//!   hashes by day, so that a report reads the days it covers (one `HGETALL` each, in one
+//!   pipeline; no `SCAN`, no index to keep) and a day's hash expires by itself. A session's
+//!   sidecar writes its figures from its journal ([`Store::put_spend`]: one `HSET` per day, in
+//!   one pipelined round trip), at registration, at most once per renewal while it runs, and
+//!   at its end; its machine's sweep writes them when it ends the session; a fleet sweep,
+//!   which has no journal of another host's session, closes them ([`Store::close_spend`]).
 
 #[cfg(test)]
 pub(crate) mod memory;
 pub(crate) mod redis;
+pub(crate) mod spend;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::ledger::SessionState;
 use crate::protocol::Target;
+pub(crate) use spend::{SessionSpend, SpendEntry};
 
 /// How long a final session's record stays in the store after its end.
 pub(crate) const FINAL_KEEP: Duration = Duration::from_secs(3600);
@@ -225,6 +237,24 @@ pub trait Store: Send + Sync {
     /// A sweeper's progress: `state` written (and, when `reclaiming`, one more reclaim
     /// counted, by `host`); a final state drops the session as [`Store::finish`] does.
     async fn set_state(&self, id: &str, state: FleetState, host: &str) -> Result<(), FleetError>;
+
+    /// Writes a session's figures: each of its (day, provider) replaces what the store held
+    /// for it, and is kept [`spend::KEEP_DAYS`] after its day.
+    async fn put_spend(&self, spend: &SessionSpend) -> Result<(), FleetError>;
+
+    /// Every session's figures of the UTC `days` (days since the epoch; [`spend::days`]).
+    async fn spend(&self, days: RangeInclusive<u64>) -> Result<Vec<SpendEntry>, FleetError>;
+
+    /// A sweep's end of a session it has no journal of: the figures of `session` on `host`,
+    /// of `providers` in `days`, keep their time, and none of their sandboxes is alive any
+    /// more ([`spend::close`]).
+    async fn close_spend(
+        &self,
+        host: &str,
+        session: &str,
+        providers: &[String],
+        days: RangeInclusive<u64>,
+    ) -> Result<(), FleetError>;
 }
 
 /// `provider:id`, as the claims sets hold a target.

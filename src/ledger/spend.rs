@@ -52,6 +52,8 @@ use super::story::{Fate, Held, SandboxStory, Story};
 use super::{LedgerError, SessionView, StateDir};
 use crate::protocol::Target;
 
+pub(crate) mod daily;
+
 /// The figures of one group (a provider, a session, a day): sandbox time and the sandboxes it
 /// is of.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -187,6 +189,9 @@ pub(crate) enum By {
     Provider,
     /// The UTC day (`2026-12-06`) the time fell in.
     Day,
+    /// The host the session ran on: the fleet store's report only (`report --fleet`,
+    /// [`crate::fleet::spend`]); a ledger is one machine's, and `report` asks it of no ledger.
+    Host,
 }
 
 /// Spend across the ledger.
@@ -242,6 +247,8 @@ fn tally(histories: &[(SessionView, Story)], window: Window, by: By, prices: &Pr
                 By::Session => view.id.clone(),
                 By::Provider => provider.to_string(),
                 By::Day => day_of(day),
+                // Never asked of a ledger (see the variant): all of it is one machine's.
+                By::Host => String::new(),
             };
             let pieces = shares(&held, window, key);
             if pieces.is_empty() {

@@ -372,6 +372,7 @@ impl World {
                 store: self.store.clone(),
                 record,
                 lease: LEASE,
+                tally: None,
             }),
             bye_report: None,
             end_report: None,

@@ -50,6 +50,14 @@
 //!   repeated it each time; now it is printed once, with when the lease runs out at that
 //!   moment (`sessions --fleet` shows the lease left whenever asked).
 //! - **A lock not taken is not an error**: another sweeper has the session; it is left to it.
+//! - **Spend: closed, not counted again.** A fleet sweep has no journal of another host's
+//!   session, so it cannot count its sandboxes' time; once it has ended the session
+//!   (`reclaimed`) it closes the session's figures in the store ([`Store::close_spend`]):
+//!   they keep the time its sidecar last wrote (at most a renewal period, `lease / 3`, before
+//!   it died), and none of its sandboxes counts as alive any more. The time from that write to
+//!   the removal (about a lease and a sweep interval) is not counted: the store never saw it,
+//!   and no figure is made up (a ledger's `untimed` rule). A session left `pending` keeps its
+//!   figures open.
 //! - A sandbox of a session the store never heard of is judged by the local pass as before.
 
 use std::sync::Arc;
@@ -261,35 +269,16 @@ async fn reclaim_into(
             });
             // Written and unlocked in one round trip; if the store cannot take it, the lock
             // expires and the next sweeper reclaims the session again.
-            if let Err(e) = store.unlock(id, &token, Some((state, &fleet.host))).await {
-                fail(out, e.into());
+            match store.unlock(id, &token, Some((state, &fleet.host))).await {
+                Ok(()) if state.is_final() => ended::close_spend(store, &fresh).await,
+                Ok(()) => {}
+                Err(e) => fail(out, e.into()),
             }
         }
         Err(e) => {
             fail(out, e.into());
             let _ = store.unlock(id, &token, None).await;
         }
-    }
-}
-
-/// Tells the store that this machine's sweep ended session `id` in `state` (a session whose
-/// sidecar died on this machine, reclaimed by the local pass or an adopting watcher), so that
-/// `sessions --fleet` shows it ended and no fleet sweep reclaims it a second time. Only a
-/// final end is told, and only of a session the store holds and has not seen end (a session
-/// from before the store was configured gets no record). Best effort: a store that cannot be
-/// reached is logged, and the fleet sweep later finds the session's lease expired and
-/// reclaims it again, which finds it already gone.
-pub(crate) async fn tell_ended(store: &dyn Store, id: &str, state: SessionState) {
-    if !state.is_final() {
-        return;
-    }
-    let told = match store.session(id).await {
-        Ok(Some(s)) if !s.state.is_final() => store.finish(id, state.into()).await,
-        Ok(_) => Ok(()),
-        Err(e) => Err(e),
-    };
-    if let Err(e) = told {
-        tracing::warn!("cannot tell the fleet store that session {id} ended: {e}");
     }
 }
 
@@ -356,5 +345,8 @@ fn fleet_end(known: &Known, id: &str) -> Option<i64> {
     }
 }
 
+mod ended;
 #[cfg(test)]
 mod tests;
+
+pub(crate) use ended::tell_ended;

@@ -93,7 +93,7 @@ pub(crate) async fn one_pass(service: &SweepService) -> Result<Pass, LedgerError
     .await;
     if let Some(store) = &service.store {
         for (id, state) in &local.ended {
-            super::fleet::tell_ended(store.as_ref(), id, *state).await;
+            super::fleet::tell_ended(store.as_ref(), &service.state, id, *state).await;
         }
     }
     pass.decisions.extend(local.decisions);
@@ -170,6 +170,7 @@ fn adopt(
         adopted.insert(view.id.clone());
         let (providers, options) = (service.providers.clone(), service.options.clone());
         let store = service.store.clone();
+        let ledger = service.state.clone();
         let root = service.state.path().to_path_buf();
         watchers.spawn(async move {
             OwnerWatch::open(&owner).wait().await;
@@ -177,7 +178,7 @@ fn adopt(
             let (ended, report) =
                 super::reclaim_adopted(journal, &providers, &view, &options, Some(known)).await;
             if let Some(store) = store {
-                super::fleet::tell_ended(store.as_ref(), &view.id, ended).await;
+                super::fleet::tell_ended(store.as_ref(), &ledger, &view.id, ended).await;
             }
             let watched = Pass {
                 decisions: vec![Decision {

@@ -26,6 +26,16 @@
 //!   A fleet sweep's counters (`reclaims`, `reclaimed_by`) are history and stay.
 //! - **The end**: written with one round trip, bounded by [`END_TIMEOUT`]; when it cannot be
 //!   written, the lease runs out and the next fleet sweep finds nothing left to remove.
+//! - **Spend** ([`crate::fleet::spend`]): the session's figures, read from its journal
+//!   ([`Tally`]: the figures `sandguard report` counts), are written whole (a rewrite replaces)
+//!   at registration (again after the store was down or lost its data), at each timed renewal
+//!   (every `lease / 3`) while a sandbox of the session is alive or when its holdings changed
+//!   since the last write, and at the end, before the end itself ([`Last`]). So the store's
+//!   figures lag the journal's by at most `lease / 3` (10 s by default), a claim storm costs
+//!   one journal read per renewal period (a poke mirrors claims, it reads no journal), and a
+//!   session holding nothing alive reads nothing. The journal is read inline: a local file, at
+//!   most once a renewal. A write that fails is tried at the next renewal; the end's shares
+//!   [`END_TIMEOUT`] with the end.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,8 +44,9 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
-use crate::fleet::{FleetState, Holdings, SessionRecord, Store};
-use crate::ledger::{EndCause, SessionState};
+use crate::fleet::{FleetState, Holdings, SessionRecord, SessionSpend, Store};
+use crate::ledger::spend::daily::Days;
+use crate::ledger::{EndCause, LedgerError, SessionState};
 
 use super::ttl::SharedHoldings;
 
@@ -45,13 +56,50 @@ pub(crate) const FIRST_RETRY: Duration = Duration::from_millis(500);
 /// How long the sidecar's last write (the session's end) may take.
 pub(crate) const END_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The session's figures as its journal tells them at a time (unix ms): what `report` counts
+/// ([`crate::ledger::spend::daily::of_journal`]).
+pub(crate) type Tally = Arc<dyn Fn(u64) -> Result<Days, LedgerError> + Send + Sync>;
+
 /// Where and for how long the sidecar registers its session: the store, the session's
-/// record, the fleet's lease.
+/// record, the fleet's lease, and where its spend is read from (`None`: it is not written).
 pub(crate) struct Registration {
     pub store: Arc<dyn Store>,
     pub record: SessionRecord,
     pub lease: Duration,
+    pub tally: Option<Tally>,
 }
+
+impl Registration {
+    /// What the sidecar writes at its end, taken before the registrar runs.
+    pub(crate) fn last(&self) -> Last {
+        Last {
+            store: self.store.clone(),
+            record: self.record.clone(),
+            tally: self.tally.clone(),
+        }
+    }
+}
+
+/// The figures of the session `record` now, and whether a sandbox of it is alive; `None`
+/// without a tally, or when the journal cannot be read (said at `debug`: the next write tries
+/// again).
+fn spend_now(tally: Option<&Tally>, record: &SessionRecord) -> Option<(SessionSpend, bool)> {
+    match tally?(crate::ledger::now_ms()) {
+        Ok(days) => {
+            let alive = days.values().any(|d| d.share.alive > 0);
+            Some((SessionSpend::of(record, &days), alive))
+        }
+        Err(e) => {
+            tracing::debug!("cannot count the session's spend for the fleet store: {e}");
+            None
+        }
+    }
+}
+
+/// The last spend write (`None`: none since the last registration): of which holdings, and
+/// whether a sandbox was alive then.
+#[derive(Default)]
+struct Spent(Option<(Holdings, bool)>);
 
 pub(crate) struct Registrar {
     registration: Registration,
@@ -86,8 +134,10 @@ impl Registrar {
         let mut mirrored: Option<Holdings> = None;
         let mut failing_since: Option<Instant> = None;
         let mut failures = 0;
+        let (mut spent, mut timed) = (Spent::default(), true);
         loop {
             let now = self.current();
+            let fresh = mirrored.is_none();
             let result = match &mirrored {
                 None => p
                     .store
@@ -113,6 +163,13 @@ impl Registrar {
                             tracing::info!("fleet store reachable again; registered again");
                         }
                     }
+                    if fresh {
+                        // Registered (again): the store may have lost the figures too.
+                        spent = Spent::default();
+                    }
+                    if timed || fresh {
+                        self.write_spend(&mut spent, &now).await;
+                    }
                     mirrored = Some(now);
                     failures = 0;
                     every
@@ -136,14 +193,60 @@ impl Registrar {
                     Backoff::new(FIRST_RETRY, every.max(FIRST_RETRY)).delay(failures)
                 }
             };
-            if failing_since.is_some() {
+            timed = if failing_since.is_some() {
                 tokio::time::sleep(wait).await;
+                true
             } else {
                 tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = self.changed.notified() => {}
+                    _ = tokio::time::sleep(wait) => true,
+                    _ = self.changed.notified() => false,
+                }
+            };
+        }
+    }
+
+    /// Writes the session's figures if they are due (see the module docs).
+    async fn write_spend(&self, spent: &mut Spent, holdings: &Holdings) {
+        let due = match &spent.0 {
+            None => true,
+            Some((written, alive)) => *alive || written != holdings,
+        };
+        if !due {
+            return;
+        }
+        let p = &self.registration;
+        let Some((spend, alive)) = spend_now(p.tally.as_ref(), &p.record) else {
+            return;
+        };
+        match p.store.put_spend(&spend).await {
+            Ok(()) => *spent = Spent(Some((holdings.clone(), alive))),
+            Err(e) => tracing::debug!("cannot write the session's spend, at the next renewal: {e}"),
+        }
+    }
+}
+
+/// What the sidecar writes last: its figures, then its end ([`Last::write`]).
+pub(crate) struct Last {
+    store: Arc<dyn Store>,
+    record: SessionRecord,
+    tally: Option<Tally>,
+}
+
+impl Last {
+    /// Writes the session's figures as its journal ends them, then its end `state`, within
+    /// [`END_TIMEOUT`] together; a failure is logged.
+    pub(crate) async fn write(self, state: FleetState) {
+        let store = self.store.as_ref();
+        let both = async {
+            if let Some((spend, _)) = spend_now(self.tally.as_ref(), &self.record) {
+                if let Err(e) = store.put_spend(&spend).await {
+                    tracing::warn!("cannot write the session's spend to the fleet store: {e}");
                 }
             }
+            finish(store, &self.record.id, state).await;
+        };
+        if tokio::time::timeout(END_TIMEOUT, both).await.is_err() {
+            tracing::warn!("cannot write the session's end to the fleet store: timed out");
         }
     }
 }
@@ -168,155 +271,4 @@ pub(crate) async fn finish(store: &dyn Store, id: &str, state: FleetState) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::fleet::memory::MemoryStore;
-    use crate::protocol::Target;
-
-    fn registration(store: Arc<MemoryStore>) -> Registration {
-        Registration {
-            store,
-            record: SessionRecord {
-                id: "s1".into(),
-                host: "a".into(),
-                owner: "o".into(),
-                pid: 1,
-                labels: Default::default(),
-                providers: vec!["docker".into()],
-                started_ms: 1,
-            },
-            lease: Duration::from_secs(3),
-        }
-    }
-
-    fn claim(id: &str) -> Target {
-        Target {
-            provider: "docker".into(),
-            id: id.into(),
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn registers_renews_within_the_lease_and_mirrors_claims_at_once() {
-        let store = Arc::new(MemoryStore::default());
-        let holdings = SharedHoldings::default();
-        let changed = Arc::new(Notify::new());
-        let task = tokio::spawn(
-            Registrar::new(
-                registration(store.clone()),
-                holdings.clone(),
-                changed.clone(),
-            )
-            .run(),
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        assert!(store
-            .peek("s1")
-            .is_some_and(|(s, alive, _)| s == SessionState::Active && alive));
-        // Ten leases later it still holds the lease: renewed every lease / 3.
-        tokio::time::sleep(Duration::from_secs(30)).await;
-        assert!(store.peek("s1").unwrap().1, "the lease was not renewed");
-        let calls = store.calls.load(std::sync::atomic::Ordering::SeqCst);
-        // One round trip per renewal, three renewals a lease (and the registration).
-        assert!(
-            (30..=32).contains(&calls),
-            "{calls} round trips in 10 leases"
-        );
-        holdings.lock().unwrap().claims.insert(claim("c1"));
-        changed.notify_one();
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        assert!(store.peek("s1").unwrap().2.claims.contains(&claim("c1")));
-        task.abort();
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_store_that_was_down_or_lost_its_data_gets_the_session_again() {
-        let store = Arc::new(MemoryStore::default());
-        store.set_down(true);
-        let holdings = SharedHoldings::default();
-        holdings.lock().unwrap().claims.insert(claim("c1"));
-        let task = tokio::spawn(
-            Registrar::new(
-                registration(store.clone()),
-                holdings.clone(),
-                Arc::new(Notify::new()),
-            )
-            .run(),
-        );
-        tokio::time::sleep(Duration::from_secs(10)).await;
-        assert!(store.peek("s1").is_none());
-        store.set_down(false);
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let (state, alive, mirrored) = store.peek("s1").expect("registered once back");
-        assert!(state == SessionState::Active && alive);
-        assert!(mirrored.claims.contains(&claim("c1")));
-        // Redis restarted empty: the next renewal finds no record and registers again.
-        store.flush();
-        tokio::time::sleep(Duration::from_secs(1) + Duration::from_millis(10)).await;
-        let (_, alive, mirrored) = store.peek("s1").expect("registered again within a renewal");
-        assert!(alive && mirrored.claims.contains(&claim("c1")));
-        task.abort();
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_resumed_session_registers_again_under_its_id_with_its_new_owner() {
-        let store = Arc::new(MemoryStore::default());
-        let holdings = SharedHoldings::default();
-        holdings.lock().unwrap().claims.insert(claim("c1"));
-        let first = tokio::spawn(
-            Registrar::new(
-                registration(store.clone()),
-                holdings,
-                Arc::new(Notify::new()),
-            )
-            .run(),
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        // The first sidecar dies (no end written); then the ended case: its end written.
-        first.abort();
-        for ended in [None, Some(SessionState::Reclaimed.into())] {
-            if let Some(state) = ended {
-                finish(store.as_ref(), "s1", state).await;
-            }
-            let mut resumed = registration(store.clone());
-            resumed.record.owner = "o2".into();
-            resumed.record.pid = 2;
-            let seeded = SharedHoldings::default();
-            seeded
-                .lock()
-                .unwrap()
-                .claims
-                .extend([claim("c1"), claim("c2")]);
-            let second =
-                tokio::spawn(Registrar::new(resumed, seeded, Arc::new(Notify::new())).run());
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            let (state, alive, mirrored) = store.peek("s1").expect("registered again");
-            assert!(
-                state == SessionState::Active && alive,
-                "{ended:?}: {state:?}"
-            );
-            assert_eq!(mirrored.claims.len(), 2, "{ended:?}");
-            let listed = store.sessions().await.unwrap();
-            assert!(
-                listed
-                    .iter()
-                    .any(|s| s.record.id == "s1" && s.record.owner == "o2"),
-                "{ended:?}"
-            );
-            second.abort();
-        }
-    }
-
-    #[test]
-    fn a_sidecar_stopped_while_its_owner_lives_is_not_left_for_a_fleet_sweep() {
-        assert_eq!(end_state(None, SessionState::Active), FleetState::Stopped);
-        assert_eq!(
-            end_state(Some(EndCause::Bye), SessionState::Clean),
-            SessionState::Clean
-        );
-        assert_eq!(
-            end_state(Some(EndCause::LeaseExpired), SessionState::Pending),
-            SessionState::Pending
-        );
-    }
-}
+mod tests;

@@ -14,7 +14,7 @@
 //!
 //! With a fleet store, the fleet registrar ([`super::fleet`]) is one more task of the set: it
 //! registers at once, renews through the reclaim (it is shut down only after the loop has
-//! reclaimed), and the session's end is written to the store last.
+//! reclaimed), and the session's figures and end are written to the store last.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -151,16 +151,16 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
         tasks.spawn(keeper.run());
     }
     let fleet = service.fleet.map(|fleet| {
-        let ended = (fleet.store.clone(), fleet.record.id.clone());
+        let last = fleet.last();
         let registrar = Registrar::new(fleet, sidecar.holdings(), sidecar.changes());
         tasks.spawn(registrar.run());
-        ended
+        last
     });
     let outcome = sidecar.run(triggers).await;
     tasks.shutdown().await;
-    if let Some((store, id)) = fleet {
-        let state = super::fleet::end_state(outcome.cause, outcome.state);
-        super::fleet::finish(store.as_ref(), &id, state).await;
+    if let Some(last) = fleet {
+        last.write(super::fleet::end_state(outcome.cause, outcome.state))
+            .await;
     }
     outcome
 }

@@ -14,6 +14,7 @@ use sandguard::labels::{OWNER, SESSION};
 mod death;
 mod deploy;
 mod local;
+mod spend;
 mod store_down;
 
 const KEY: &str = "e2b_0123456789abcdef0123456789abcdef";

@@ -11,6 +11,7 @@
 //!   message of ours can carry the password; a host that cannot be resolved is said so
 //!   ([`errors`] has how, and why a lookup is tried again to know it).
 
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -19,13 +20,14 @@ use tokio::sync::Mutex;
 
 use super::{
     encode_target, Changes, FleetError, FleetSession, FleetState, Holdings, Lock, SessionRecord,
-    Store, FINAL_KEEP,
+    SessionSpend, SpendEntry, Store, FINAL_KEEP,
 };
 use crate::config::FleetSettings;
 use crate::ledger::SessionState;
 
 mod errors;
 mod reads;
+mod spend;
 
 use errors::describe;
 
@@ -361,5 +363,23 @@ impl Store for RedisStore {
         let mut pipe = redis::pipe();
         self.state_into(&mut pipe, id, state, host);
         self.query::<()>(&pipe).await
+    }
+
+    async fn put_spend(&self, spend: &SessionSpend) -> Result<(), FleetError> {
+        self.write_spend(spend).await
+    }
+
+    async fn spend(&self, days: RangeInclusive<u64>) -> Result<Vec<SpendEntry>, FleetError> {
+        self.read_spend(days).await
+    }
+
+    async fn close_spend(
+        &self,
+        host: &str,
+        session: &str,
+        providers: &[String],
+        days: RangeInclusive<u64>,
+    ) -> Result<(), FleetError> {
+        self.close_spend_of(host, session, providers, days).await
     }
 }

@@ -3,6 +3,7 @@
 use super::*;
 use crate::fleet::memory::MemoryStore;
 use crate::fleet::{Holdings, SessionRecord};
+use crate::ledger::StateDir;
 use crate::protocol::Target;
 use crate::providers::fake::{sandbox, Fake};
 use crate::providers::Kind;
@@ -17,6 +18,72 @@ fn record(id: &str) -> SessionRecord {
         providers: vec!["fake".into()],
         started_ms: 1,
     }
+}
+
+/// What a sidecar of host `a` wrote of session `id` today: one fake sandbox, alive, 90 s.
+fn alive_spend(id: &str) -> crate::fleet::SessionSpend {
+    let day = crate::ledger::spend::daily::day(crate::ledger::now_ms());
+    let figures = crate::fleet::spend::Figures {
+        time: Duration::from_secs(90),
+        alive_time: Duration::from_secs(90),
+        sandboxes: 1,
+        first: 1,
+        alive: 1,
+        untimed: 0,
+    };
+    crate::fleet::SessionSpend {
+        host: "a".into(),
+        session: id.into(),
+        started_ms: 1,
+        days: [((day, "fake".to_string()), figures)].into(),
+    }
+}
+
+/// A machine's own sweep ends a session of its ledger: the store gets its end and its
+/// figures from the journal, which replace what its sidecar last wrote.
+#[tokio::test]
+async fn a_local_end_writes_the_journals_figures_with_the_end() {
+    let store = MemoryStore::default();
+    store
+        .register(
+            &record("ended"),
+            &Holdings::default(),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    store.put_spend(&alive_spend("ended")).await.unwrap();
+    let dir = crate::ledger::testutil::TempDir::new("tell-ended");
+    let ledger = StateDir::open(dir.path()).unwrap();
+    let t = crate::ledger::now_ms() - 60_000;
+    let journal = [
+        format!(r#"{{"t":{t},"ev":"start","owner":"o","pid":7,"grace_ms":5}}"#),
+        format!(r#"{{"t":{t},"ev":"claim","provider":"fake","id":"c1"}}"#),
+        format!(
+            r#"{{"t":{},"ev":"removed","provider":"fake","id":"c1","outcome":"removed"}}"#,
+            t + 42_000
+        ),
+        format!(r#"{{"t":{},"ev":"end","state":"reclaimed"}}"#, t + 43_000),
+    ];
+    std::fs::write(
+        dir.path().join("sessions/ended.journal"),
+        journal.join("\n") + "\n",
+    )
+    .unwrap();
+    tell_ended(&store, &ledger, "ended", SessionState::Reclaimed).await;
+    assert_eq!(
+        store.session("ended").await.unwrap().unwrap().state,
+        SessionState::Reclaimed
+    );
+    let now = crate::ledger::now_ms();
+    let spend = store
+        .spend(crate::fleet::spend::days(Some(t), now))
+        .await
+        .unwrap();
+    // (Two days' figures when the minute crossed midnight.)
+    let time: Duration = spend.iter().map(|e| e.figures.time).sum();
+    assert_eq!(time, Duration::from_secs(42), "{spend:?}");
+    assert!(spend.iter().all(|e| e.figures.alive == 0), "{spend:?}");
 }
 
 fn options() -> Options {
@@ -81,6 +148,10 @@ async fn expired_leases_are_reclaimed_once_and_live_stopped_or_locked_ones_left(
         sandbox("a1", Kind::Instance, Some("alive")),
     ]);
     let providers: Vec<Arc<dyn Provider>> = vec![fake.clone()];
+    // What the dead and the live sidecars last wrote: one alive sandbox each.
+    for id in ["dead", "alive"] {
+        store.put_spend(&alive_spend(id)).await.unwrap();
+    }
     let fleet = FleetSweep {
         store: store.clone(),
         host: "b".into(),
@@ -89,6 +160,18 @@ async fn expired_leases_are_reclaimed_once_and_live_stopped_or_locked_ones_left(
     };
     let pass = pass(&fleet, &providers, &options(), false).await;
     assert!(pass.list_failures.is_empty(), "{:?}", pass.list_failures);
+    // The dead session's figures are closed (its time kept), the live one's left alone.
+    let now = crate::ledger::now_ms();
+    let spend = store
+        .spend(crate::fleet::spend::days(Some(now), now))
+        .await
+        .unwrap();
+    let of = |id: &str| spend.iter().find(|e| e.session == id).unwrap().figures;
+    assert_eq!(
+        (of("dead").alive, of("dead").time),
+        (0, Duration::from_secs(90))
+    );
+    assert_eq!(of("alive").alive, 1);
     assert_eq!(fake.remaining(), ["a1", "b1", "s1"]);
     let verdict = |id: &str| {
         pass.decisions

@@ -14,7 +14,8 @@ pub(crate) const RESUME_PATIENCE: std::time::Duration = std::time::Duration::fro
 
 /// What the fleet registrar registers, when a store is configured (nothing connects yet). A
 /// resumed session registers again under its id with its new owner and its first start
-/// (`started_ms`), replacing the record its last sidecar left.
+/// (`started_ms`), replacing the record its last sidecar left. Its spend is read from its
+/// `journal`.
 pub(crate) fn fleet_plan(
     settings: &Settings,
     session: &str,
@@ -22,6 +23,7 @@ pub(crate) fn fleet_plan(
     labels: std::collections::BTreeMap<String, String>,
     providers: &[std::sync::Arc<dyn crate::providers::Provider>],
     started_ms: Option<u64>,
+    journal: &std::path::Path,
 ) -> Option<crate::watch::fleet::Registration> {
     let fleet = settings.fleet.as_ref()?;
     let store = match crate::fleet::redis::RedisStore::new(fleet) {
@@ -43,6 +45,10 @@ pub(crate) fn fleet_plan(
             started_ms: started_ms.unwrap_or_else(crate::ledger::now_ms),
         },
         lease: fleet.lease,
+        tally: Some(std::sync::Arc::new({
+            let (journal, id) = (journal.to_path_buf(), session.to_string());
+            move |now_ms| crate::ledger::spend::daily::of_journal(&journal, &id, now_ms)
+        })),
     })
 }
 

@@ -295,7 +295,15 @@ fn assemble(
     };
     let providers = registry.select(None).unwrap_or_default();
     let started_ms = resumed.as_ref().map(|v| v.started_ms);
-    let fleet = begin::fleet_plan(settings, &session, &owner, labels, &providers, started_ms);
+    let fleet = begin::fleet_plan(
+        settings,
+        &session,
+        &owner,
+        labels,
+        &providers,
+        started_ms,
+        journal.path(),
+    );
     let meter = match &resumed {
         Some(_) if settings.budget().spends().next().is_some() => {
             metered(journal.path(), &providers, &settings.prices)
