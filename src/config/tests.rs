@@ -562,18 +562,14 @@ fn a_providers_limits_are_its_own_table_and_on_spend_is_the_sessions() {
     );
     assert!(settings.budget().unpriced().is_none());
     let unpriced = parse_file(path, "[limits]\nspend = \"$5\"\n").unwrap();
-    let settings = Settings::layer(
+    let why = Settings::layer(
         None,
         unpriced,
         &Overrides::default(),
         &env(&[("HOME", "/h")]),
     )
-    .unwrap();
-    let why = settings
-        .budget()
-        .unpriced()
-        .expect("nothing prices it")
-        .to_string();
+    .expect_err("nothing prices it")
+    .to_string();
     assert!(
         why.starts_with("limit `spend` is money ($5.00 estimated) but no price is set"),
         "{why}"

@@ -74,7 +74,9 @@ impl Figures {
             alive: self.alive,
             alive_time: self.alive_time,
             untimed: self.untimed,
-            ..Share::default()
+            // The store keeps no prices: all its time is unpriced, as a ledger's is without.
+            unpriced_time: self.time,
+            cost: None,
         }
     }
 }
