@@ -554,11 +554,11 @@ fn removed_for_its_age(s: &Scratch, session: &str, id: &str) -> bool {
 /// program runs on.
 #[test]
 fn the_cloud_sdks_sandboxes_carry_the_lifetime_and_are_removed_at_it() {
-    use crate::proxy::cloud::{kill, DAYTONA_KEY, E2B_KEY};
+    use crate::proxy::cloud::{DAYTONA_KEY, E2B_KEY};
     let s = Scratch::new("lifetime-e2b");
     let (emu, state) = e2b::start(E2B_KEY);
     let env = [("E2B_API_KEY", E2B_KEY), ("E2B_API_URL", emu.url.as_str())];
-    let (mut child, id, session) = one_with_a_lifetime(&s, &env, E2B_ONE_FOR_LONG);
+    let (child, id, session) = one_with_a_lifetime(&s, &env, E2B_ONE_FOR_LONG);
     let sent: serde_json::Value = serde_json::from_slice(&state.creates()[0].body).unwrap();
     assert_eq!(
         sent["timeout"], 4,
@@ -571,18 +571,7 @@ fn the_cloud_sdks_sandboxes_carry_the_lifetime_and_are_removed_at_it() {
         (sb.started_at + 3..=sb.started_at + 6).contains(&expires),
         "{expires}"
     );
-    eventually(
-        Duration::from_secs(15),
-        "E2B's sandbox is removed at its age",
-        || !state.exists(&id),
-    );
-    eventually(
-        Duration::from_secs(5),
-        "the removal is journaled with its cause",
-        || removed_for_its_age(&s, &session, &id),
-    );
-    assert!(child.try_wait().unwrap().is_none(), "the program runs on");
-    kill(child);
+    aged_out(&s, &session, &id, child, || !state.exists(&id));
 
     let s = Scratch::new("lifetime-daytona");
     let cloud = daytona::Daytona::start(DAYTONA_KEY);
@@ -591,21 +580,33 @@ fn the_cloud_sdks_sandboxes_carry_the_lifetime_and_are_removed_at_it() {
         ("DAYTONA_API_KEY", DAYTONA_KEY),
         ("DAYTONA_API_URL", url.as_str()),
     ];
-    let (mut child, id, session) = one_with_a_lifetime(&s, &env, DAYTONA_ONE);
+    let (child, id, session) = one_with_a_lifetime(&s, &env, DAYTONA_ONE);
     let labels = cloud.labels(&id).expect("made");
     assert!(labels.contains_key("sandguard.expires"), "{labels:?}");
+    aged_out(&s, &session, &id, child, || !cloud.is_live(&id));
+}
+
+/// Waits until the provider says `id` is `gone` and session's journal says it was removed
+/// for its age, with the program `child` still running; then kills the program.
+fn aged_out(
+    s: &Scratch,
+    session: &str,
+    id: &str,
+    mut child: std::process::Child,
+    gone: impl Fn() -> bool,
+) {
     eventually(
         Duration::from_secs(15),
-        "Daytona's sandbox is removed at its age",
-        || !cloud.is_live(&id),
+        "the sandbox is removed at its age",
+        gone,
     );
     eventually(
         Duration::from_secs(5),
         "the removal is journaled with its cause",
-        || removed_for_its_age(&s, &session, &id),
+        || removed_for_its_age(s, session, id),
     );
     assert!(child.try_wait().unwrap().is_none(), "the program runs on");
-    kill(child);
+    crate::proxy::cloud::kill(child);
 }
 
 const E2B_ONE_THEN_ANOTHER: &str = r#"
