@@ -186,8 +186,11 @@ impl<C: Clock> Sidecar<C> {
     }
 
     /// A slot for a create of `provider`'s sandbox under the session's limits
-    /// ([`crate::budget`]): journaled and synced before the answer, so the count survives a
-    /// crash; `None` when the session has no limit.
+    /// ([`crate::budget`]): written to the journal before the answer, so the count survives
+    /// the sidecar's crash (the kernel holds what was written); `None` when the session has no
+    /// limit. It is made durable by the claim's sync that follows the create: a machine
+    /// that crashes in between loses the slot together with the program that asked for it,
+    /// whose session is then over (an fdatasync here cost a create 0.2 ms, P7).
     fn take_slot(&mut self, provider: &str) -> Result<Option<u64>, Exceeded> {
         if !self.budget.0.any() {
             return Ok(None);
@@ -201,7 +204,6 @@ impl<C: Clock> Sidecar<C> {
                     provider: provider.to_string(),
                     n,
                 });
-                self.sync();
                 Ok(Some(n))
             }
             Err(exceeded) => {
