@@ -15,7 +15,7 @@
 //!   `slot` record is in the journal file before the answer (a sidecar that is killed keeps
 //!   it, the kernel has it), and the claim's fdatasync after the create covers it. Only a
 //!   machine that crashes in between loses it, and with it the program that asked, whose
-//!   session is then over: a sync of its own would cost every limited create 0.2 ms (P7)
+//!   session is then over: a sync of its own would add an fdatasync to every limited create
 //!   and protect nothing a later decision reads.
 //! - **`sandboxes` counts what the session holds now plus the slots still open**: two
 //!   concurrent creates racing for the last slot cannot both pass, since each takes its slot

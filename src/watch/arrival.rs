@@ -190,7 +190,7 @@ impl<C: Clock> Sidecar<C> {
     /// the sidecar's crash (the kernel holds what was written); `None` when the session has no
     /// limit. It is made durable by the claim's sync that follows the create: a machine
     /// that crashes in between loses the slot together with the program that asked for it,
-    /// whose session is then over (an fdatasync here cost a create 0.2 ms, P7).
+    /// whose session is then over (a sync of its own would be one more fdatasync per create).
     fn take_slot(&mut self, provider: &str) -> Result<Option<u64>, Exceeded> {
         if !self.budget.0.any() {
             return Ok(None);
