@@ -265,11 +265,22 @@ impl<C: Clock> Sidecar<C> {
     }
 
     /// Whether `t` names a sandbox (not a Docker network or volume); what no provider here can
-    /// read counts as one, the safe side of a limit.
+    /// read counts as one, the safe side of a limit. Each target is parsed once
+    /// ([`Sidecar::kinds`]): a limited create counts every held claim, and parsing them all
+    /// again each time made its cost grow with what the session holds (P7).
     pub(super) fn is_sandbox(&self, t: &Target) -> bool {
-        crate::providers::by_name(&self.providers, &t.provider)
+        let mut kinds = self
+            .kinds
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(known) = kinds.get(t) {
+            return *known;
+        }
+        let sandbox = crate::providers::by_name(&self.providers, &t.provider)
             .and_then(|p| p.parse_claim(&t.id).ok())
-            .is_none_or(|named| named.kind == Kind::Instance)
+            .is_none_or(|named| named.kind == Kind::Instance);
+        kinds.insert(t.clone(), sandbox);
+        sandbox
     }
 
     /// Whether a claim, release or detach names something a provider of this session can act on;

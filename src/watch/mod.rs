@@ -138,6 +138,9 @@ pub(crate) struct Sidecar<C> {
     spent: Option<tokio::sync::watch::Sender<std::collections::BTreeSet<Option<String>>>>,
     /// The spend limits reached (and said): the session's (`None`) and providers'.
     spent_told: std::collections::BTreeSet<Option<String>>,
+    /// Whether each target counted by a limit names a sandbox ([`Sidecar::is_sandbox`]),
+    /// parsed once; targets are only added, as claims are (a released one stays, a few bytes).
+    kinds: std::sync::Mutex<std::collections::HashMap<Target, bool>>,
 }
 
 /// Told a line (without `sandguard: `) for whoever started the session, while it runs.
@@ -171,6 +174,7 @@ impl<C: Clock> Sidecar<C> {
             meter: Default::default(),
             spent: None,
             spent_told: Default::default(),
+            kinds: Default::default(),
         }
     }
 
