@@ -329,7 +329,7 @@ logs=$(mktemp -d)
 # command's own set-up (tests/engine.sh) that does. It runs on a terminal (script(1)), as a
 # user types it, so that the closing line sandguard writes to the terminal can be read; the
 # terminal stays open 5 s after the command ends, as a user's does, for the sidecar's line
-# (it comes after the reclaim). The line must be README's comment under it.
+# (it comes after the reclaim). The line must be README's comment under it, figures aside.
 quick=$(awk '/<!-- readme: run quick-start -->/ { block = 1; next }
   block && /^```/ { if (open) exit; open = 1; next }
   open && !/^#/ && NF { print; exit }' README.md)
@@ -340,7 +340,11 @@ log "README's first command: $quick"
 set +e
 script -qfec "$quick"$'\n'"sleep 5" /dev/null </dev/null 2>&1 | tr -d '\r' | tee "$logs/quick"
 set -e
-if grep -qxF "$said" "$logs/quick"; then
+# The time in the line is the run's own: both sides are compared with each amount of time
+# written as N ("3.1 sandbox-seconds", "docker 3.1 s)"), so README's 3.1 matches a run's 3.3;
+# the count of sandboxes removed is compared as written.
+numbers() { sed -E 's/[0-9]+(\.[0-9]+)? (sandbox-[a-z]+|[a-z]+\))/N \2/g'; }
+if numbers <"$logs/quick" | grep -qxF "$(printf '%s\n' "$said" | numbers)"; then
   tally "quick start" 1 0
 else
   log "README's first command did not print: $said"
