@@ -15,6 +15,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::record::{Record, SessionState};
+use crate::budget::Limit;
 use crate::identity::death::{Exit, Gone};
 
 /// Why a session's reclaim began: the one word for it, from the sidecar's loop through the
@@ -99,6 +100,8 @@ pub enum Why {
     Cause { cause: EndCause, exit: Option<Exit> },
     /// A sweep finished a reclaim left pending.
     FinishedPending,
+    /// A limit of the session's removed it while its owner lived ([`Limit`]).
+    Limit(Limit),
     /// No reclaim is recorded around it.
     Unrecorded,
 }
@@ -114,6 +117,8 @@ impl Why {
         let cause = match self {
             Why::Cause { cause, exit } => (*cause, *exit),
             Why::FinishedPending => return "a sweep finished the pending reclaim".into(),
+            Why::Limit(Limit::Lifetime) => return "past the session's lifetime limit".into(),
+            Why::Limit(Limit::Spend) => return "the session's spend limit was reached".into(),
             Why::Unrecorded => return "no reclaim recorded".into(),
         };
         match cause {
@@ -125,8 +130,8 @@ impl Why {
         }
     }
 
-    /// A stable word for JSON: `owner_dead`, `lease_expired`, `bye`, `sweep`,
-    /// `finished_pending`, `unrecorded`.
+    /// A stable word for JSON (and the metrics' `cause`): `owner_dead`, `lease_expired`,
+    /// `bye`, `sweep`, `finished_pending`, `lifetime`, `spend`, `unrecorded`.
     pub fn as_str(&self) -> &'static str {
         match self {
             Why::Cause { cause, .. } => match cause {
@@ -136,6 +141,8 @@ impl Why {
                 EndCause::Sweep => "sweep",
             },
             Why::FinishedPending => "finished_pending",
+            Why::Limit(Limit::Lifetime) => "lifetime",
+            Why::Limit(Limit::Spend) => "spend",
             Why::Unrecorded => "unrecorded",
         }
     }

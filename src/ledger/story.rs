@@ -9,6 +9,7 @@
 //! |---|---|
 //! | `reclaim_start {cause}` | [`Why::Cause`], with the status or signal of an `owner_exit` that follows an owner's death |
 //! | after an `end pending`, no new `reclaim_start` | [`Why::FinishedPending`]: a sweep finishing it |
+//! | a `removed` with `limit`, while the owner lived | [`Why::Limit`]: the limit keeper's |
 //! | outside any reclaim | [`Why::Unrecorded`]: the journal does not say |
 //!
 //! A journal written before the cause was (a `reclaim_start` without one) is told as it always
@@ -56,6 +57,7 @@ use std::collections::HashMap;
 use super::cause::EndCause;
 pub(crate) use super::cause::Why;
 use super::record::{Entry, Record, SessionState};
+use crate::budget::Limit;
 use crate::identity::death::Exit;
 use crate::protocol::Target;
 
@@ -260,8 +262,11 @@ impl Teller {
                 id,
                 outcome,
                 at,
-                ..
-            } => return self.removed(Target { provider, id }, outcome == "gone", at.unwrap_or(t)),
+                limit,
+            } => {
+                let target = Target { provider, id };
+                return self.removed(target, outcome == "gone", at.unwrap_or(t), limit);
+            }
             Record::Stopped {
                 provider,
                 id,
@@ -378,12 +383,19 @@ impl Teller {
         }
     }
 
-    fn removed(&mut self, target: Target, gone: bool, t: u64) {
+    /// `limit`: removed by a limit of the session's while its owner lived (no reclaim's
+    /// run); its cause is the limit, whatever reclaim comes later.
+    fn removed(&mut self, target: Target, gone: bool, t: u64, limit: Option<Limit>) {
         let stopped = self
             .index
             .get(&target)
             .is_some_and(|&i| matches!(self.sandboxes[i].0.fate, Fate::Stopped { .. }));
         if gone && stopped {
+            return;
+        }
+        if let Some(limit) = limit {
+            let ending = Why::Limit(limit);
+            self.set(target, Fate::Removed { ending, gone }, t);
             return;
         }
         let fate = Fate::Removed {

@@ -357,3 +357,39 @@ fn a_release_of_an_id_ends_the_claim_pinned_to_it() {
     .unwrap();
     assert!(view.claims.is_empty(), "{:?}", view.claims);
 }
+
+#[test]
+fn a_limits_removal_is_told_as_the_limit_and_a_later_reclaim_does_not_retell_it() {
+    let s = story(&[
+        r#"{"t":2,"ev":"claim","provider":"docker","id":"a"}"#,
+        r#"{"t":3,"ev":"claim","provider":"docker","id":"b"}"#,
+        r#"{"t":4,"ev":"removed","provider":"docker","id":"a","outcome":"removed","limit":"lifetime"}"#,
+        r#"{"t":5,"ev":"owner_dead","reason":"exited"}"#,
+        r#"{"t":6,"ev":"reclaim_start","cause":"owner_exited"}"#,
+        r#"{"t":7,"ev":"removed","provider":"docker","id":"b","outcome":"removed"}"#,
+        r#"{"t":8,"ev":"end","state":"reclaimed"}"#,
+    ]);
+    let limit = Why::Limit(Limit::Lifetime);
+    assert_eq!(limit.as_str(), "lifetime");
+    assert_eq!(
+        fates(&s),
+        [
+            (
+                "a",
+                Origin::Claimed,
+                Fate::Removed {
+                    ending: limit,
+                    gone: false
+                }
+            ),
+            (
+                "b",
+                Origin::Claimed,
+                Fate::Removed {
+                    ending: Why::cause(EndCause::OwnerExited),
+                    gone: false
+                }
+            ),
+        ]
+    );
+}
