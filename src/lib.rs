@@ -153,6 +153,7 @@ mod fleet;
 mod identity;
 pub mod labels;
 mod ledger;
+mod metrics;
 #[cfg(test)]
 mod model;
 mod ownership;

@@ -34,6 +34,7 @@
 //!   where a plugin provider may be called `ledger` ([`crate::sweep::StoreFailure`]).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -43,6 +44,7 @@ use crate::config::{HumanDuration, Settings};
 use crate::fleet::redis::RedisStore;
 use crate::fleet::Store;
 use crate::ledger::StateDir;
+use crate::metrics::{self, serve::Endpoint, Metrics};
 use crate::providers::{Registry, SandboxKey};
 use crate::reclaim::Options;
 use crate::sweep::fleet::FleetSweep;
@@ -67,6 +69,10 @@ pub(super) struct Args {
     /// whatever machine they ran
     #[arg(long)]
     fleet: bool,
+    /// With --every: serve Prometheus metrics at GET /metrics on ADDR, a loopback address
+    /// (127.0.0.1:9464) or a unix socket path
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<Endpoint>,
 }
 
 #[derive(Serialize)]
@@ -134,6 +140,11 @@ pub(super) async fn run(
     if args.every.is_some_and(|d| d.0.is_zero()) {
         return Err(Error::Usage("--every must be longer than 0".into()));
     }
+    if args.metrics.is_some() && (args.every.is_none() || args.dry_run) {
+        return Err(Error::Usage(
+            "--metrics needs --every (a service to scrape) and no --dry-run".into(),
+        ));
+    }
     let state = StateDir::open(&settings.state_dir)?;
     // With a store configured, the local pass tells it of the sessions it ends, `--fleet` or
     // not; a store that cannot be built only stops `--fleet` (the local pass goes on).
@@ -162,13 +173,24 @@ pub(super) async fn run(
         }
         None => None,
     };
+    let every = args.every.map(|d| d.0).unwrap_or_default();
+    let metrics = match &args.metrics {
+        Some(endpoint) => {
+            let bound = metrics::serve::bind(endpoint).await?;
+            let served = Arc::new(Metrics::new(&settings.host.id(), every));
+            tracing::info!("metrics at {}", bound.endpoint());
+            Some((bound, served))
+        }
+        None => None,
+    };
     let plan = service::SweepService {
+        metrics: metrics.as_ref().map(|(_, m)| m.clone()),
         fleet,
         store,
         state,
         providers: registry.select(args.provider.as_deref())?,
         options: Options::from(&settings.reclaim),
-        every: args.every.map(|d| d.0).unwrap_or_default(),
+        every,
         dry_run: args.dry_run,
         prune_after: settings.sweep.prune_after,
     };
@@ -186,8 +208,17 @@ pub(super) async fn run(
             _ = int.recv() => {}
         }
     };
+    let ledger = plan.state.clone();
+    let serving = async move {
+        match metrics {
+            Some((bound, served)) => {
+                metrics::serve::serve(bound, served, ledger).await;
+            }
+            None => std::future::pending().await,
+        }
+    };
     let mut seen = Seen::default();
-    service::serve(plan, stop, |report| match report {
+    let sweeping = service::serve(plan, stop, |report| match report {
         Report::Pass(pass) | Report::Watched { pass, .. } if args.json => print_json(&args, pass),
         Report::Pass(pass) => {
             let news = seen.news(pass);
@@ -197,8 +228,12 @@ pub(super) async fn run(
             let news = vec![true; pass.decisions.len()];
             output::emit(&text(&args, pass, &news, Some(session)));
         }
-    })
-    .await;
+    });
+    // The endpoint lives as long as the service (and its socket file with it).
+    tokio::select! {
+        () = sweeping => {}
+        () = serving => {}
+    }
     Ok(Exit::Ok)
 }
 

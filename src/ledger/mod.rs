@@ -129,6 +129,25 @@ pub(crate) struct Stamp {
     mtime_ns: i128,
 }
 
+impl Stamp {
+    fn of(file: &File, path: &Path) -> Result<Stamp, LedgerError> {
+        let meta = file.metadata().map_err(io_err("inspect journal", path))?;
+        Ok(Stamp {
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+        })
+    }
+}
+
+/// One state of a session's history: its journal's [`Stamp`] and the length of its side file
+/// of stops (appended to only, by `sandguard stop`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HistoryStamp {
+    journal: Stamp,
+    stops_len: u64,
+}
+
 /// What [`StateDir::reread_session`] found.
 #[derive(Debug)]
 pub(crate) enum Reread {
@@ -382,14 +401,9 @@ impl StateDir {
         let mut file = File::open(&path).map_err(io_err("open journal", &path))?;
         // Probed before the stamp is taken and the text read, as `read_journal` does.
         let free = unix::try_lock_shared(&file).map_err(io_err("probe the lock of", &path))?;
-        let meta = file.metadata().map_err(io_err("inspect journal", &path))?;
         // Taken before the text is read: a line appended meanwhile is in the text but not in
         // the stamp, so the next look reads again (never the reverse).
-        let stamp = Stamp {
-            ino: meta.ino(),
-            len: meta.len(),
-            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
-        };
+        let stamp = Stamp::of(&file, &path)?;
         if seen == Some(stamp) {
             return Ok(Reread::Same {
                 sidecar_alive: !free,
@@ -402,6 +416,34 @@ impl StateDir {
         };
         view.sidecar_alive = !free;
         Ok(Reread::Read(stamp, Box::new(view)))
+    }
+
+    /// Session `id`'s history ([`StateDir::read_history`]) read again only if its journal or
+    /// its side file of stops changed since it was read at `seen`; `Ok(None)`: neither did.
+    /// For readers that keep every session's story between looks (the sweep's metrics), so
+    /// that a look costs a `stat` per session that did not change.
+    pub(crate) fn reread_history(
+        &self,
+        id: &str,
+        seen: Option<HistoryStamp>,
+    ) -> Result<Option<(HistoryStamp, SessionView, story::Story)>, LedgerError> {
+        let path = self.journal_path(id)?;
+        let file = File::open(&path).map_err(io_err("open journal", &path))?;
+        let stops = path.with_extension("stopped");
+        let stops_len = match fs::metadata(&stops) {
+            Ok(meta) => meta.len(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(io_err("inspect", &stops)(e)),
+        };
+        let stamp = HistoryStamp {
+            journal: Stamp::of(&file, &path)?,
+            stops_len,
+        };
+        if seen == Some(stamp) {
+            return Ok(None);
+        }
+        let (view, story) = self.read_history(id)?;
+        Ok(Some((stamp, view, story)))
     }
 
     /// Waits until no other sweep runs (`sweep.lock` in the state directory) and holds that

@@ -90,6 +90,7 @@ impl World {
                 ledger: here.then(|| self.state.path().to_path_buf()),
             }),
             store: Some(store),
+            metrics: None,
         };
         let _no_fork = FORKS.read().await;
         crate::sweep::service::one_pass(&plan)

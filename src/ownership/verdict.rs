@@ -89,6 +89,22 @@ impl Reason {
     pub(crate) fn is_detached(&self) -> bool {
         matches!(self, Reason::Detached | Reason::DetachedByOwner)
     }
+
+    /// The word a removal for this reason is counted under in the sweep's metrics (`cause`),
+    /// the same words a journal's ending gives ([`crate::ledger::story::Why::as_str`]) where
+    /// they mean the same: `expired` (its `sandguard.expires`), `lease_expired` (a fleet
+    /// lease), `lifetime`, `spend`, `finished_pending`, and `owner_dead` for every other
+    /// removing reason (an owner proven dead, however it was found).
+    pub(crate) fn cause(&self) -> &'static str {
+        match self {
+            Reason::Expired => "expired",
+            Reason::LeaseExpired | Reason::FleetLeaseExpired { .. } => "lease_expired",
+            Reason::Lifetime { .. } => "lifetime",
+            Reason::Spent { .. } => "spend",
+            Reason::ReclaimPending | Reason::ReclaimUnfinished => "finished_pending",
+            _ => "owner_dead",
+        }
+    }
 }
 
 impl fmt::Display for Reason {

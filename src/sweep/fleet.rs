@@ -129,6 +129,7 @@ pub(crate) async fn pass(
     for one in done {
         out.decisions.extend(one.decisions);
         out.removals.extend(one.removals);
+        out.untold.extend(one.untold);
         out.list_failures.extend(one.list_failures);
         out.store_failures.extend(one.store_failures);
     }
@@ -260,6 +261,9 @@ async fn reclaim_into(
     };
     match result {
         Ok((state, report)) => {
+            // Journaled nowhere on this machine (the module's decisions): counted from here.
+            out.untold
+                .extend(super::Untold::of(&report.removals, |_| "lease_expired"));
             out.removals.extend(report.removals);
             out.list_failures.extend(report.list_failures);
             let state = FleetState::from(if state.is_final() {

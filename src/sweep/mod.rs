@@ -38,7 +38,7 @@ mod failure;
 pub(crate) mod fleet;
 pub(crate) mod service;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -47,7 +47,7 @@ use crate::ledger::{EndCause, Journal, LedgerError, SessionState, SessionView, S
 use crate::ownership::known::Known;
 pub(crate) use crate::ownership::SessionVerdict;
 use crate::ownership::{self, Asker, Place, Reason};
-use crate::providers::{Provider, Sandbox, SandboxKey};
+use crate::providers::{Kind, Provider, Sandbox, SandboxKey};
 use crate::reclaim::ending::{Before, Ending};
 use crate::reclaim::{self, ListFailure, Options, Plan, Removal};
 
@@ -88,6 +88,38 @@ pub(crate) struct Pass {
     /// Ledger sessions this pass reclaimed, and the state each ended in (for the fleet store,
     /// [`fleet::tell_ended`]).
     pub ended: Vec<(String, SessionState)>,
+    /// The managed objects each provider that answered listed at the start of the pass, by
+    /// kind (the metrics' sandboxes alive, less what the pass removed).
+    pub listed: BTreeMap<String, BTreeMap<Kind, usize>>,
+    /// What the pass removed that no journal of this machine records (a sandbox judged by its
+    /// labels, a fleet session's): the metrics count these from here, and the rest from the
+    /// journals ([`crate::metrics`]).
+    pub untold: Vec<Untold>,
+}
+
+/// A removal no journal of this machine records: its provider, and why (a word of the
+/// metrics' `cause`: `expired`, `owner_dead`, `lease_expired`, …).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Untold {
+    pub provider: String,
+    pub cause: &'static str,
+}
+
+impl Untold {
+    /// The removals of `removals` that removed something (not those already gone, failed or
+    /// refused), each for the cause `cause` gives it.
+    pub(crate) fn of<'a>(
+        removals: &'a [Removal],
+        cause: impl Fn(&SandboxKey) -> &'static str + 'a,
+    ) -> impl Iterator<Item = Untold> + 'a {
+        removals
+            .iter()
+            .filter(|r| r.outcome == reclaim::Outcome::Removed)
+            .map(move |r| Untold {
+                provider: r.sandbox.provider.clone(),
+                cause: cause(&r.sandbox.key()),
+            })
+    }
 }
 
 impl Pass {
@@ -126,11 +158,27 @@ pub(crate) async fn pass(
     let known = Arc::new(Known::of(sessions, state.judge(), providers));
     let (to_reclaim, covered) = judge_ledger(&known, &mut out);
     let (found, failures) = reclaim::list_all(providers, &Selector::managed()).await;
+    for p in providers {
+        if !failures.iter().any(|f| f.provider == p.name()) {
+            // Instances at 0 when none is listed: a provider that answered has a figure.
+            out.listed
+                .insert(p.name().to_string(), BTreeMap::from([(Kind::Instance, 0)]));
+        }
+    }
+    for sandbox in &found {
+        let kinds = out.listed.entry(sandbox.provider.clone()).or_default();
+        *kinds.entry(sandbox.kind).or_default() += 1;
+    }
     out.list_failures.extend(failures);
     let orphans = judge_found(found, &covered, &known, &mut out);
     if dry_run {
         return out;
     }
+    let causes: HashMap<SandboxKey, &'static str> = orphans
+        .iter()
+        .map(|(sandbox, reason)| (sandbox.key(), reason.cause()))
+        .collect();
+    let orphans = orphans.into_iter().map(|(sandbox, _)| sandbox).collect();
     for view in &to_reclaim {
         match reclaim_session(state, providers, view, options, &known).await {
             Ok((ended, report)) => {
@@ -147,8 +195,11 @@ pub(crate) async fn pass(
             }
         }
     }
-    out.removals
-        .extend(reclaim::remove_all(providers, orphans, options).await);
+    let removed = reclaim::remove_all(providers, orphans, options).await;
+    out.untold.extend(Untold::of(&removed, |key| {
+        causes.get(key).copied().unwrap_or("owner_dead")
+    }));
+    out.removals.extend(removed);
     out
 }
 
@@ -186,13 +237,14 @@ fn judge_ledger(known: &Known, out: &mut Pass) -> (Vec<SessionView>, HashSet<Str
 }
 
 /// (b) Every managed sandbox no covered session looks after, judged one by one
-/// ([`ownership::judge`] as [`Asker::Sweep`]). Returns those to remove.
+/// ([`ownership::judge`] as [`Asker::Sweep`]). Returns those to remove, each with the reason
+/// it is removed for.
 fn judge_found(
     found: Vec<Sandbox>,
     covered: &HashSet<String>,
     known: &Known,
     out: &mut Pass,
-) -> Vec<Sandbox> {
+) -> Vec<(Sandbox, Reason)> {
     let mut orphans = Vec::new();
     for sandbox in found {
         let session = sandbox.session().unwrap_or_default().to_string();
@@ -213,7 +265,7 @@ fn judge_found(
             lease_left: None,
         });
         if verdict == SessionVerdict::Reclaim {
-            orphans.push(sandbox);
+            orphans.push((sandbox, judgement.reason));
         }
     }
     orphans

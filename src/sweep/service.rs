@@ -31,6 +31,7 @@ use crate::fleet::Store;
 use crate::identity::death::OwnerWatch;
 use crate::identity::Identity;
 use crate::ledger::{LedgerError, StateDir, SweepLock};
+use crate::metrics::Metrics;
 use crate::ownership::known::Known;
 use crate::providers::Provider;
 use crate::reclaim::Options;
@@ -50,6 +51,9 @@ pub(crate) struct SweepService {
     /// The fleet store (`[fleet] store`, with or without `--fleet`): told of the sessions the
     /// local pass and the adopting watchers end ([`super::fleet::tell_ended`]).
     pub store: Option<Arc<dyn Store>>,
+    /// `--metrics`: told of every pass, every watcher's reclaim and the owners watched, and
+    /// looking at the ledger after each ([`crate::metrics`]).
+    pub metrics: Option<Arc<Metrics>>,
 }
 
 /// What the service has to say: a pass, or what a watcher did when its owner died.
@@ -101,6 +105,8 @@ pub(crate) async fn one_pass(service: &SweepService) -> Result<Pass, LedgerError
     pass.list_failures.extend(local.list_failures);
     pass.store_failures.extend(local.store_failures);
     pass.adopt.extend(local.adopt);
+    pass.listed = local.listed;
+    pass.untold.extend(local.untold);
     if !service.dry_run {
         prune(&service.state, service.prune_after);
     }
@@ -126,11 +132,17 @@ pub(crate) async fn serve(
                     Ok((id, watched)) => {
                         report(Report::Watched { session: &id, pass: &watched });
                         adopted.remove(&id);
+                        if let Some(metrics) = &service.metrics {
+                            metrics.watched(&watched);
+                            metrics.watching(adopted.len(), 0);
+                            look(metrics, &service.state).await;
+                        }
                     }
                     Err(e) => tracing::warn!("a watcher of an adopted session failed: {e}"),
                 }
             }
             _ = tick.tick() => {
+                let began = std::time::Instant::now();
                 let pass = match one_pass(&service).await {
                     Ok(pass) => pass,
                     Err(e) => {
@@ -138,15 +150,31 @@ pub(crate) async fn serve(
                         continue;
                     }
                 };
+                if let Some(metrics) = &service.metrics {
+                    metrics.pass(&pass, began.elapsed());
+                    look(metrics, &service.state).await;
+                }
                 report(Report::Pass(&pass));
                 if !service.dry_run {
+                    let before = adopted.len();
                     adopt(&service, pass, &mut adopted, &mut watchers);
+                    if let Some(metrics) = &service.metrics {
+                        metrics.watching(adopted.len(), adopted.len() - before);
+                    }
                 }
             }
         }
     }
     // Releases the adopted sessions' locks: they are not reclaimed, only let go.
     watchers.shutdown().await;
+}
+
+/// Has `metrics` look at the ledger, off the runtime's threads.
+async fn look(metrics: &Arc<Metrics>, state: &StateDir) {
+    let (metrics, state) = (metrics.clone(), state.clone());
+    if let Err(e) = tokio::task::spawn_blocking(move || metrics.look(&state)).await {
+        tracing::warn!("metrics: the ledger's figures were not updated: {e}");
+    }
 }
 
 /// Watches each newly adopted live owner; its session is reclaimed when it dies, and the

@@ -45,6 +45,7 @@ fn a_watchers_report_says_whose_it_is_and_every_removal() {
         json: false,
         provider: None,
         fleet: false,
+        metrics: None,
     };
     let out = text(&args, &watched, &[true], Some("s"));
     assert_eq!(
@@ -77,6 +78,7 @@ fn a_held_lease_is_said_once_with_its_time_left_and_not_again_as_it_counts_down(
         json: false,
         provider: None,
         fleet: true,
+        metrics: None,
     };
     assert!(
         text(&args, &first, &news, None).starts_with(
