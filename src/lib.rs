@@ -46,6 +46,9 @@
 //!               the ledger or the fleet store could not do); service.rs (--every,
 //!               adoption, the sweep lock); fleet.rs (`sweep --fleet`: the fleet store's
 //!               expired leases, reclaimed once each under a lock in the store)
+//! metrics/      `sweep --every --metrics`: the figures (mod.rs, prometheus-client),
+//!               what the ledger's journals tell of the sidecars' reclaims (ledger.rs),
+//!               the loopback or unix-socket endpoint (serve.rs)
 //! fleet/        the fleet lease store behind a small trait (mod.rs, with the key layout):
 //!               redis/ (Redis or Valkey; reads.rs parses sessions, spend.rs the day hashes),
 //!               memory.rs (for unit tests), spend.rs (each session's sandbox time per day

@@ -18,6 +18,11 @@
 //! - **A watcher's report is no pass**: it says nothing about the other sessions, so the
 //!   caller must not take it as the state of the world (the `--every` output's "unchanged
 //!   since the last pass" bookkeeping ignores it).
+//! - **Metrics, when asked for** ([`SweepService::metrics`], `--metrics`): every completed
+//!   pass sets the heartbeat and counts its failures and what it removed that no journal
+//!   records; a watcher's reclaim counts its failures only (no heartbeat: it is no pass);
+//!   after each, the ledger is looked at again, off the runtime's threads, for what the
+//!   journals tell ([`crate::metrics`]).
 
 use std::collections::HashSet;
 use std::future::Future;

@@ -14,6 +14,7 @@ use sandguard::labels::{OWNER, SESSION};
 mod death;
 mod deploy;
 mod local;
+mod metrics;
 mod spend;
 mod store_down;
 

@@ -3,11 +3,13 @@
 //! that cannot be judged, sessions that stay owners of their labels, detaches in the ledger,
 //! final states, the ledger's growth; what the service says, and how it stops.
 //!
+//! - [`metrics`]: what `sweep --every --metrics` serves.
 //! - [`orphans`]: what a sweep reclaims, and what it adopts.
 //! - [`rules`]: the ownership rules on the sweep's side.
 //! - [`output`]: what `sweep --every` says.
 //! - [`service`]: `sweep --every` releasing what it adopted on SIGTERM.
 
+pub(crate) mod metrics;
 mod orphans;
 mod output;
 mod rules;
