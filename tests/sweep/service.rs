@@ -1,5 +1,5 @@
 //! `sandguard sweep --every D` adopts a session whose sidecar died while its owner
-//! lives, and on SIGTERM it stops at once and *releases* it: nothing is reclaimed, the
+//! lives (its `--metrics` count the owner adopted and watched), and on SIGTERM it stops at once and *releases* it: nothing is reclaimed, the
 //! session's lock is free (the ledger shows no live sidecar), and the next sweep adopts it
 //! again, or reclaims it once the owner has died.
 
@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::plugin::{cmd, config, kill_sidecar, pairs, session_row, Plugin};
 use crate::support::*;
+use crate::sweep::metrics::{scrape, value};
 
 #[test]
 fn sweep_every_releases_what_it_adopted_on_sigterm() {
@@ -28,9 +29,11 @@ fn sweep_every_releases_what_it_adopted_on_sigterm() {
             let _ = self.0.wait();
         }
     }
+    let sock = s.path().join("metrics.sock");
     let mut service = Reap(
         cmd(&s, &config)
-            .args(["sweep", "--every", "1s"])
+            .args(["sweep", "--every", "1s", "--metrics"])
+            .arg(&sock)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -40,6 +43,16 @@ fn sweep_every_releases_what_it_adopted_on_sigterm() {
         Duration::from_secs(10),
         "the service adopts the session (it holds its lock)",
         || row()["sidecar_alive"] == true,
+    );
+    // Its metrics say so: one owner adopted, and watched.
+    eventually(
+        Duration::from_secs(10),
+        "the metrics show the adoption",
+        || {
+            let body = scrape(&sock).2;
+            value(&body, "sandguard_sessions_watched", &[]) == Some(1.0)
+                && value(&body, "sandguard_sessions_adopted_total", &[]) == Some(1.0)
+        },
     );
 
     crate::watch::wrapper::unsafe_kill(service.0.id() as i32, libc::SIGTERM);
