@@ -9,7 +9,8 @@
 # (`sandguard -- true` against `tini -s -- true`, defaults on and every proxy off) from
 # `cargo bench --bench watchdog`, then P2 (reclaim of N running containers against
 # `docker rm -f` of N, N = 10, 50, 100, 200) from the suite's throughput part. The other
-# benchmarks follow. Every benchmark prints its figures and appends them to
+# benchmarks follow, mass death (issue 44: N guarded programs SIGKILLed at once against
+# `docker rm -f` of all their containers) first. Every benchmark prints its figures and appends them to
 # bench-results/results.md; the pictures (latency.svg, latency_proxy.svg, throughput.svg) land
 # beside it. The goals' lines are printed once more at the end, with `uptime`'s load averages
 # (the figures are meant for a quiet machine).
@@ -34,7 +35,7 @@ ONLY=throughput cargo bench --locked --bench suite
 for part in idle claims sweep; do
   ONLY=$part cargo bench --locked --bench suite
 done
-for bench in e2b_reclaim docker_proxy cloud_proxy fleet_sweep fleet_lease python_exit; do
+for bench in mass_death e2b_reclaim docker_proxy cloud_proxy fleet_sweep fleet_lease python_exit; do
   cargo bench --locked --bench "$bench"
 done
 echo

@@ -174,6 +174,10 @@ impl World {
                     name: Some((*name).to_string()),
                     ttl: i == 0,
                     reuses_ids: true,
+                    // One provider follows its sessions as Docker does, its news of the
+                    // last create always late: the reclaim that trusts following must still
+                    // find that one (issue 44).
+                    follows: i == 0,
                     ..Default::default()
                 })
             })
@@ -359,9 +363,12 @@ impl World {
             claims: v.claims,
             detached: v.detached,
         });
+        let began_ms = Some(record.started_ms);
         let plan = service::SidecarService {
             session: id,
             journal,
+            began_ms,
+            warm_up: Duration::ZERO,
             providers: self.providers.clone(),
             grace: Duration::from_secs(600),
             renew_every: Duration::from_millis(10),

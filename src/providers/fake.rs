@@ -52,6 +52,15 @@ pub(crate) struct Fake {
     /// It cannot look up one sandbox ([`Provider::describe`] answers `Unsupported`), as a
     /// plugin cannot.
     pub no_lookup: bool,
+    /// It follows sessions as Docker's event stream does ([`Provider::follow`]: instances
+    /// only, its following whole from the start), save that the instance of a session made
+    /// last is never known: its news is still on its way, as a create's at the instant of
+    /// death is, and only a listing finds it.
+    pub follows: bool,
+    /// The sessions followed.
+    pub followed: Mutex<std::collections::HashSet<String>>,
+    /// Every listing made (answered or failed).
+    pub lists: AtomicU32,
 }
 
 impl Fake {
@@ -123,6 +132,7 @@ impl Provider for Fake {
         }
     }
     async fn list(&self, selector: &Selector) -> Result<Vec<Sandbox>, ProviderError> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
         self.slow().await;
         if self
             .fail_lists
@@ -188,6 +198,37 @@ impl Provider for Fake {
     }
     async fn check(&self) -> Result<String, ProviderError> {
         Ok("fake".into())
+    }
+    fn warm_up(&self) -> bool {
+        self.follows
+    }
+    async fn follow(&self, session: &str, _began_ms: Option<u64>) {
+        if self.follows {
+            self.followed.lock().unwrap().insert(session.to_string());
+            std::future::pending::<()>().await;
+        }
+    }
+    fn known(&self, session: &str) -> Option<super::Following> {
+        if !self.followed.lock().unwrap().contains(session) {
+            return None;
+        }
+        let images = self.images.lock().unwrap();
+        let selector = Selector::session(session);
+        let mut sandboxes: Vec<Sandbox> = self
+            .sandboxes
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| s.kind == Kind::Instance)
+            .cloned()
+            .map(|s| seen_through(s, &images))
+            .filter(|s| selector.matches(&s.labels))
+            .collect();
+        sandboxes.pop();
+        Some(super::Following {
+            sandboxes,
+            whole: true,
+        })
     }
     async fn renew(&self, s: &Sandbox, _ttl: Duration) -> Result<(), ProviderError> {
         if !self.ttl {

@@ -58,6 +58,17 @@ impl Kind {
     }
 }
 
+/// What following proved of a session ([`Provider::known`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Following {
+    /// The sandboxes known to exist, oldest first.
+    pub sandboxes: Vec<Sandbox>,
+    /// Whether following has seen every sandbox of the session made since the session
+    /// began, but those whose news is still on its way: a reclaim whose settle pass lists
+    /// anyway need not list before its first removals ([`crate::reclaim`]).
+    pub whole: bool,
+}
+
 /// One managed resource as a provider listed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sandbox {
@@ -319,13 +330,15 @@ pub trait Provider: Send + Sync {
     /// Follows `session`'s sandboxes as the provider reports them created and destroyed, until
     /// the future is dropped (a sidecar runs it beside its watch); returns at once where the
     /// provider has no such feed (the default). What it learns is [`Provider::known`].
-    async fn follow(&self, session: &str) {
-        let _ = session;
+    /// `began_ms`: when the session began (Unix milliseconds), where known: following that
+    /// saw everything since then is [`Following::whole`].
+    async fn follow(&self, session: &str, began_ms: Option<u64>) {
+        let _ = (session, began_ms);
     }
     /// The sandboxes of `session` that following proved exist, as they were listed when
-    /// created: a reclaim removes them before it lists (the listing still finds the rest).
-    /// `None` when the session is not followed (the default).
-    fn known(&self, session: &str) -> Option<Vec<Sandbox>> {
+    /// created: a reclaim removes them first. `None` when the session is not followed (the
+    /// default).
+    fn known(&self, session: &str) -> Option<Following> {
         let _ = session;
         None
     }

@@ -8,7 +8,13 @@
 //!   prefix the provider accepts ([`Provider::names`]), nor anything labelled detached, nor a
 //!   claimed sandbox that carries another session's label while that session may live.
 //! - What a provider followed of the session while its owner lived ([`Provider::known`]) is
-//!   removed first, beside the first listing, which still decides completeness.
+//!   removed first, beside the first listing, which still decides completeness. Where
+//!   following is whole ([`Following::whole`]) and a settle pass will list anyway, the first
+//!   pass does not list at all: it removes what was followed, and looks up each claim
+//!   following does not hold ([`Provider::describe`]); the settle pass's listing finds the
+//!   rest (a create still on its way at death, a labelled network or volume made outside
+//!   the proxy: neither is followed). A listing beside the removals costs the daemon as much
+//!   as a removal's tenth; fifty sidecars dying at once made 150 of them (issue 44).
 //! - Providers are worked on concurrently; within one provider removals run with bounded
 //!   concurrency, kind by kind (instances, then networks, then volumes): see [`remove`].
 //! - A listing that fails transiently is tried again, with the same backoff as removals and
@@ -38,7 +44,9 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use crate::labels::Selector;
-use crate::providers::{Provider, Sandbox, SandboxKey};
+use futures_util::future::Either;
+
+use crate::providers::{Following, Provider, Sandbox, SandboxKey};
 use judged::Judged;
 
 pub(crate) use list::list_all;
@@ -89,7 +97,7 @@ where
         plan.claims.clone(),
         &HashSet::new(),
         options,
-        deadline,
+        (deadline, options.settle.is_some()),
     )
     .await;
     removals.extend(plan.refused.iter().map(|(sandbox, reason)| Removal {
@@ -113,7 +121,8 @@ where
             .filter(|r| r.outcome.is_final())
             .map(|r| key(&r.sandbox))
             .collect();
-        let (again, failures) = pass(providers, plan, late, &done, options, deadline).await;
+        let (again, failures) =
+            pass(providers, plan, late, &done, options, (deadline, false)).await;
         removals.extend(again);
         list_failures = failures;
     }
@@ -139,13 +148,15 @@ fn report_of(
 
 /// One pass over every provider: `claims` removed at once, the selector listed (again until
 /// it answers or the deadline comes) and its wanted matches removed; nothing in `done` twice.
+/// `(deadline, settling)`: `settling`, a settle pass will list after this one (so a provider
+/// whose following is whole need not list now).
 async fn pass(
     providers: &[Arc<dyn Provider>],
     plan: &Plan,
     claims: Vec<Sandbox>,
     done: &HashSet<SandboxKey>,
     options: &Options,
-    deadline: Instant,
+    (deadline, settling): (Instant, bool),
 ) -> (Vec<Removal>, Vec<ListFailure>) {
     let (ours, elsewhere): (Vec<Sandbox>, Vec<Sandbox>) = claims
         .into_iter()
@@ -163,7 +174,30 @@ async fn pass(
             .filter(|c| c.provider == p.name() && !plan.keeps(p.as_ref(), c))
             .cloned()
             .collect();
-        one_provider(p.as_ref(), plan, claims, done, options, deadline)
+        let followed = plan
+            .selector
+            .session_id()
+            .and_then(|session| p.known(session));
+        match followed {
+            Some(whole) if whole.whole && settling => Either::Left(followed_only(
+                p.as_ref(),
+                plan,
+                claims,
+                whole,
+                done,
+                options,
+                deadline,
+            )),
+            followed => Either::Right(one_provider(
+                p.as_ref(),
+                plan,
+                claims,
+                followed.map(|f| f.sandboxes),
+                done,
+                options,
+                deadline,
+            )),
+        }
     });
     let mut failures = Vec::new();
     for (r, f) in futures_util::future::join_all(work).await {
@@ -186,6 +220,7 @@ async fn one_provider(
     provider: &dyn Provider,
     plan: &Plan,
     claims: Vec<Sandbox>,
+    followed: Option<Vec<Sandbox>>,
     done: &HashSet<SandboxKey>,
     options: &Options,
     deadline: Instant,
@@ -218,10 +253,7 @@ async fn one_provider(
     // What the provider followed of the session (Docker's event stream) is judged and removed
     // at once, beside the first listing: the first removal does not wait for a listing, and
     // the listing, still made, finds what following missed (already judged ones are skipped).
-    let mut known = plan
-        .selector
-        .session_id()
-        .and_then(|session| provider.known(session))
+    let mut known = followed
         .map(|known| {
             let (targets, refused) = judged.sort(known, false);
             tracing::debug!(
@@ -261,6 +293,39 @@ async fn one_provider(
             Some(Ok(delay)) => tokio::time::sleep(delay).await,
         }
     }
+}
+
+/// A first pass for a provider whose following is whole, before a settle pass that lists
+/// (see the module docs): what was followed is judged and removed at once, each claim
+/// following does not hold is looked up and judged by what it carries, and nothing is
+/// listed. No listing, so no listing failure: the settle pass's is the one reported.
+async fn followed_only(
+    provider: &dyn Provider,
+    plan: &Plan,
+    claims: Vec<Sandbox>,
+    followed: Following,
+    done: &HashSet<SandboxKey>,
+    options: &Options,
+    deadline: Instant,
+) -> (Vec<Removal>, Option<ListFailure>) {
+    let pace = options.pace(provider.name());
+    let pace = pace.as_ref();
+    let mut judged = Judged::new(provider, plan, done.clone(), claims);
+    // As if a listing had answered in full with what was followed: the claims it does not
+    // answer for are looked up one by one, beside the first removals.
+    let (targets, mut removals) = judged.sort(followed.sandboxes, true);
+    tracing::debug!(
+        provider = provider.name(),
+        "removing {} followed sandboxes; following is whole, the settle pass lists",
+        targets.len()
+    );
+    let removing = remove::remove_from(provider, targets, options, deadline, pace);
+    let (removed, (described, refused)) =
+        tokio::join!(removing, judged.describe(options, deadline, pace));
+    removals.extend(removed);
+    removals.extend(refused);
+    removals.extend(remove::remove_from(provider, described, options, deadline, pace).await);
+    (removals, None)
 }
 
 fn key(s: &Sandbox) -> SandboxKey {

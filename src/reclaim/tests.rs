@@ -1,6 +1,7 @@
 //! Loop tests of the reclaim path with the in-memory provider and paused time.
 
 use std::sync::atomic::Ordering;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use super::*;
@@ -241,4 +242,39 @@ async fn a_provider_without_look_ups_is_listed_whole_for_its_claims() {
     assert_eq!(outcome("gone"), Some("gone"));
     assert_eq!(outcome("d"), None, "a detached one is kept without a word");
     assert_eq!(p.remaining(), vec!["d"]);
+}
+
+/// Following that is whole spares the first pass its listing only where a settle pass will
+/// list: the instance following missed (the fake never knows a session's last one, as a
+/// create's news at the instant of death is still on its way) is found either way, and the
+/// network following never holds is listed too.
+#[tokio::test(start_paused = true)]
+async fn whole_following_spares_the_first_listing_only_before_a_settle_pass() {
+    for (settle, lists) in [(None, 1), (Some(Duration::from_millis(500)), 1)] {
+        let p = Arc::new(Fake {
+            sandboxes: Mutex::new(vec![
+                sandbox("a", Kind::Instance, Some("s")),
+                sandbox("n", Kind::Network, Some("s")),
+                sandbox("stranger", Kind::Instance, Some("t")),
+                sandbox("b", Kind::Instance, Some("s")),
+            ]),
+            follows: true,
+            ..Default::default()
+        });
+        p.followed.lock().unwrap().insert("s".into());
+        let known = p.known("s").expect("followed");
+        assert!(known.whole);
+        assert_eq!(known.sandboxes.len(), 1, "b is not known yet");
+        let providers: Vec<Arc<dyn Provider>> = vec![p.clone()];
+        let opts = Options {
+            settle,
+            ..options()
+        };
+        let report = reclaim(&providers, &plan("s"), async { vec![] }, &opts).await;
+        assert!(report.is_clean(), "{:?}", report.removals);
+        assert_eq!(p.remaining(), vec!["stranger"], "settle {settle:?}");
+        assert_eq!(p.lists.load(Ordering::SeqCst), lists, "settle {settle:?}");
+        let first = p.calls_log.lock().unwrap()[0].0.clone();
+        assert_eq!(first, "a", "what was followed goes first");
+    }
 }

@@ -53,6 +53,13 @@ pub(crate) struct SidecarService {
     pub providers: Vec<Arc<dyn Provider>>,
     /// The lease grace once heartbeats start.
     pub grace: Duration,
+    /// When the session began (its `start` record), where it could be read: following that
+    /// saw everything since is whole ([`crate::providers::Following::whole`]).
+    pub began_ms: Option<u64>,
+    /// How long after start the providers are warmed up and followed: [`WARM_UP_DELAY`]; the
+    /// model test (whose sessions live milliseconds) follows at once, so that its reclaims
+    /// take the path that trusts following.
+    pub warm_up: Duration,
     /// How often server-side TTLs are renewed (`0`: never).
     pub renew_every: Duration,
     pub options: Options,
@@ -90,8 +97,10 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
     let mut tasks = JoinSet::new();
     let warm = service.providers.clone();
     let followed = service.session.clone();
+    let began_ms = service.began_ms;
+    let warm_up = service.warm_up;
     tasks.spawn(async move {
-        tokio::time::sleep(WARM_UP_DELAY).await;
+        tokio::time::sleep(warm_up).await;
         for p in warm.iter().filter(|p| p.warm_up()) {
             if let Err(e) = p.check().await {
                 tracing::warn!("provider {} is not reachable yet: {e}", p.name());
@@ -99,7 +108,8 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
         }
         // Then the session's sandboxes are followed as they come and go, so the reclaim
         // knows them before the owner dies ([`Provider::follow`]: Docker's event stream).
-        let follow = futures_util::future::join_all(warm.iter().map(|p| p.follow(&followed)));
+        let follow =
+            futures_util::future::join_all(warm.iter().map(|p| p.follow(&followed, began_ms)));
         let settle = async {
             // Start-up is over once the subscriptions are made: what it touched of the
             // program and nothing more stays resident (an idle stream touches nothing).

@@ -10,11 +10,21 @@
 //! `destroy` event. What it holds is used two ways:
 //!
 //! - **Known first** ([`Followed::known`]): the sidecar's reclaim judges and removes these at
-//!   once, beside the listing it still makes. The listing stays the source of completeness:
-//!   a container the follower missed (created before the subscription, while the stream was
-//!   down, or whose lookup had not answered yet) is found there and removed as before.
-//!   Docker's labels cannot change after create, so what the lookup listed is what a listing
-//!   at death would say.
+//!   once. A listing stays the source of completeness: a container the follower missed
+//!   (created before the subscription, while the stream was down, or whose lookup had not
+//!   answered yet) is found there and removed as before. Docker's labels cannot change after
+//!   create, so what the lookup listed is what a listing at death would say.
+//! - **Whole** ([`Following::whole`], issue 44): following that has not broken since its first
+//!   subscription, which replayed from a second before the session began, and that has no
+//!   lookup still due, has seen every container of the session but those whose `create` is
+//!   still on its way (made in the last instant before death). Then the reclaim skips the
+//!   listing beside its first removals and leaves completeness to its settle pass's listing,
+//!   which finds those too: when fifty sidecars die at once, 150 listings fewer reach the
+//!   daemon while it removes. One residue is named: the daemon replays `since` from the
+//!   events it keeps in memory (the last 256, all kinds, all containers), so on a daemon
+//!   that made more than that in the five seconds before the subscription, a create of the
+//!   session's first moments can be missing from the replay. Nothing is left by it: the
+//!   settle pass removes that container, two seconds later than the listing would have.
 //! - **No inspect** ([`Followed::exists`]): a container is removed by its full id, which
 //!   Docker matches before any name, so a full id is only ambiguous once its container is
 //!   gone (a stranger may then be *named* like it). An id whose `create` event arrived on this
@@ -72,7 +82,7 @@ use tokio::sync::Notify;
 use super::error::short;
 use super::DockerProvider;
 use crate::labels::{self, Selector};
-use crate::providers::Sandbox;
+use crate::providers::{Following, Sandbox};
 
 /// How far back the first subscription asks the daemon to replay.
 const SINCE: Duration = Duration::from_secs(5);
@@ -99,6 +109,10 @@ struct State {
     present: HashMap<String, Held>,
     /// How many `create` events were taken, to number the next one.
     creates: u64,
+    /// The stream has not broken since it was first asked for, and that first subscription
+    /// replayed from before the session began: every container of the session made so far
+    /// has its `create` on it (see the module docs for what may still be on its way).
+    whole: bool,
 }
 
 /// One container held.
@@ -123,15 +137,20 @@ impl Followed {
     }
 
     /// The containers of `session` known to exist, as listed when they were created, oldest
-    /// first (see the module docs); `None` when this session is not followed.
-    pub(super) fn known(&self, session: &str) -> Option<Vec<Sandbox>> {
+    /// first (see the module docs), and whether that is all of them but what is on its way
+    /// ([`State::whole`], and no lookup still due); `None` when this session is not followed.
+    pub(super) fn known(&self, session: &str) -> Option<Following> {
         let state = self.state();
         if state.session.as_deref() != Some(session) {
             return None;
         }
         let mut held: Vec<&Held> = state.present.values().collect();
         held.sort_by_key(|h| h.order);
-        Some(held.into_iter().filter_map(|h| h.sandbox.clone()).collect())
+        let whole = state.whole && held.iter().all(|h| h.sandbox.is_some());
+        Some(Following {
+            sandboxes: held.into_iter().filter_map(|h| h.sandbox.clone()).collect(),
+            whole,
+        })
     }
 
     fn start(&self, session: &str) {
@@ -163,9 +182,18 @@ impl Followed {
         }
     }
 
-    /// The stream ended or failed: nothing it proved is known any more.
+    /// The first subscription is asked for, replaying from `since` (Unix seconds): it covers
+    /// the whole session when that is before the second the session began in.
+    fn subscribing(&self, since: u64, began_ms: Option<u64>) {
+        self.state().whole = began_ms.is_some_and(|began| since < began / 1000);
+    }
+
+    /// The stream ended or failed: nothing it proved is known any more, and what it missed
+    /// is not known to be nothing, for as long as this session is followed.
     fn broke(&self) {
-        self.state().present.clear();
+        let mut state = self.state();
+        state.present.clear();
+        state.whole = false;
     }
 
     /// The ids whose lookup is due.
@@ -209,14 +237,15 @@ impl Followed {
 
 impl DockerProvider {
     /// Follows `session`'s containers until the task is dropped (see the module docs).
-    pub(super) async fn follow_session(&self, session: &str) {
+    pub(super) async fn follow_session(&self, session: &str, began_ms: Option<u64>) {
         self.followed.start(session);
-        tokio::join!(self.subscribe(session), self.look_up(session));
+        tokio::join!(self.subscribe(session, began_ms), self.look_up(session));
     }
 
     /// The event stream, subscribed again whenever it ends.
-    async fn subscribe(&self, session: &str) {
+    async fn subscribe(&self, session: &str, began_ms: Option<u64>) {
         let mut since = unix_now().saturating_sub(SINCE.as_secs());
+        self.followed.subscribing(since, began_ms);
         let mut pause = RESUBSCRIBE_MIN;
         loop {
             match self.client().await {

@@ -251,11 +251,11 @@ impl Provider for DockerProvider {
     }
 
     /// Follows the session's containers on Docker's event stream (`follow`).
-    async fn follow(&self, session: &str) {
-        self.follow_session(session).await;
+    async fn follow(&self, session: &str, began_ms: Option<u64>) {
+        self.follow_session(session, began_ms).await;
     }
 
-    fn known(&self, session: &str) -> Option<Vec<Sandbox>> {
+    fn known(&self, session: &str) -> Option<crate::providers::Following> {
         self.followed.known(session)
     }
 

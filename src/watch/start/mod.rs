@@ -295,6 +295,9 @@ fn assemble(
     };
     let providers = registry.select(None).unwrap_or_default();
     let started_ms = resumed.as_ref().map(|v| v.started_ms);
+    // When the session began, for following to tell whether it saw all of it (a new or
+    // handed session's journal holds its `start` alone: one short read).
+    let began_ms = started_ms.or_else(|| journal.view().ok().map(|v| v.started_ms));
     let fleet = begin::fleet_plan(
         settings,
         &session,
@@ -320,6 +323,8 @@ fn assemble(
     let plan = service::SidecarService {
         session: session.clone(),
         journal,
+        began_ms,
+        warm_up: service::WARM_UP_DELAY,
         providers,
         grace,
         renew_every: settings.watch.renew_every,

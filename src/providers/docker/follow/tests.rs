@@ -132,7 +132,10 @@ fn what_the_follower_says_exists_exists_in_every_history() {
                     );
                 }
             }
-            let known = followed.known(SESSION).unwrap_or_default();
+            let known = followed
+                .known(SESSION)
+                .map(|f| f.sandboxes)
+                .unwrap_or_default();
             for s in &known {
                 assert!(followed.exists(&s.id), "seed {seed}: known but not present");
             }
@@ -160,6 +163,7 @@ fn known_comes_oldest_created_first_whatever_order_lookups_answer_in() {
     let known: Vec<String> = followed
         .known(SESSION)
         .unwrap()
+        .sandboxes
         .into_iter()
         .map(|s| s.id)
         .collect();
@@ -170,21 +174,53 @@ fn known_comes_oldest_created_first_whatever_order_lookups_answer_in() {
 #[test]
 fn only_full_ids_of_the_followed_session_count() {
     let followed = Followed::default();
-    assert_eq!(followed.known(SESSION), None, "not followed yet");
+    let known = |f: &Followed| f.known(SESSION).map(|f| f.sandboxes);
+    assert_eq!(known(&followed), None, "not followed yet");
     followed.start(SESSION);
     assert_eq!(followed.known("other"), None);
     followed.create("0123456789ab");
     assert!(!followed.exists("0123456789ab"), "a prefix proves nothing");
     followed.create(&id(7));
     assert!(followed.exists(&id(7)));
-    assert_eq!(
-        followed.known(SESSION),
-        Some(vec![]),
-        "listed once looked up"
-    );
+    assert_eq!(known(&followed), Some(vec![]), "listed once looked up");
     followed.looked_up(&[id(7)], vec![sandbox(&id(7))], true);
-    assert_eq!(followed.known(SESSION), Some(vec![sandbox(&id(7))]));
+    assert_eq!(known(&followed), Some(vec![sandbox(&id(7))]));
     followed.destroy(&id(7));
-    assert_eq!(followed.known(SESSION), Some(vec![]));
+    assert_eq!(known(&followed), Some(vec![]));
     assert!(!followed.exists(&id(7)));
+}
+
+#[test]
+fn following_is_whole_only_from_before_the_session_began_unbroken_and_looked_up() {
+    let whole = |f: &Followed| f.known(SESSION).is_some_and(|f| f.whole);
+    let began_ms = 1_800_000_000_500;
+    // Replaying from the second before the session's: whole.
+    let followed = Followed::default();
+    followed.start(SESSION);
+    followed.subscribing(1_799_999_999, Some(began_ms));
+    assert!(whole(&followed));
+    // A create whose lookup has not answered: not yet.
+    followed.create(&id(1));
+    assert!(!whole(&followed), "a lookup still due");
+    followed.looked_up(&[id(1)], vec![sandbox(&id(1))], true);
+    assert!(whole(&followed));
+    // A broken stream: never again for this session, even once it is subscribed anew.
+    followed.broke();
+    assert!(!whole(&followed));
+    followed.create(&id(2));
+    followed.looked_up(&[id(2)], vec![sandbox(&id(2))], true);
+    assert!(!whole(&followed));
+
+    // Replaying from the session's own second, or later, or not knowing when it began: not
+    // whole (a resumed session's earlier containers are on no stream).
+    for (since, began) in [
+        (1_800_000_000, Some(began_ms)),
+        (1_800_000_003, Some(began_ms)),
+        (1_799_999_000, None),
+    ] {
+        let followed = Followed::default();
+        followed.start(SESSION);
+        followed.subscribing(since, began);
+        assert!(!whole(&followed), "since {since}, began {began:?}");
+    }
 }
