@@ -156,6 +156,7 @@ mod ledger;
 mod metrics;
 #[cfg(test)]
 mod model;
+mod notify;
 mod ownership;
 mod protocol;
 mod providers;
@@ -184,7 +185,9 @@ pub mod testing {
     }
     pub mod config {
         pub use crate::config::fleet::StoreUrl;
-        pub use crate::config::{CloudSettings, FleetSettings, Secret, Settings};
+        pub use crate::config::{
+            CloudSettings, FleetSettings, NotifySettings, Secret, Settings, Webhook,
+        };
     }
     pub mod fleet {
         pub use crate::fleet::redis::RedisStore;
