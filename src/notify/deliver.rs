@@ -1,5 +1,5 @@
-//! Delivering events: the notifier's own task, one event after another, to the command and the
-//! webhook at once, each tried up to `attempts` times.
+//! Delivering events: a task per target (the command, the webhook), one event after another,
+//! each tried up to `attempts` times.
 //!
 //! Decisions:
 //! - **Command**: `argv` run in a process group of its own, the event's JSON and a newline on
@@ -14,8 +14,9 @@
 //!   attempt the event is given up, with one `warn` line. Log lines name the webhook by its
 //!   scheme and host only ([`crate::config::Webhook::display`]); reqwest's error is printed
 //!   without its URL.
-//! - Events are delivered in order, one at a time: a target that hangs delays later events,
-//!   never the caller ([`super::Notifier::send`] does not wait).
+//! - Events are delivered in order, one at a time per target: a target that hangs delays its
+//!   own later events, never the other target's, never the caller
+//!   ([`super::Notifier::send`] does not wait).
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -30,10 +31,15 @@ use crate::config::{NotifySettings, Secret, Webhook};
 /// The longest pause between two attempts (a `Retry-After` included).
 const MAX_PAUSE: Duration = Duration::from_secs(60);
 
-/// Where events go, and how hard to try.
-pub(crate) struct Targets {
-    command: Option<Vec<String>>,
-    webhook: Option<(Webhook, reqwest::Client)>,
+/// Where events go.
+enum To {
+    Command(Vec<String>),
+    Webhook(Webhook, reqwest::Client),
+}
+
+/// One target, and how hard to try it.
+pub(crate) struct Target {
+    to: To,
     timeout: Duration,
     attempts: u32,
     backoff: Backoff,
@@ -48,8 +54,10 @@ struct Failed {
     wait: Option<Duration>,
 }
 
-impl Targets {
-    pub(crate) fn new(settings: &NotifySettings, host: String, secrets: Vec<Secret>) -> Targets {
+impl Target {
+    /// The targets `settings` name: the command, the webhook, or both.
+    pub(crate) fn all(settings: &NotifySettings, host: &str, secrets: &[Secret]) -> Vec<Target> {
+        let command = settings.command.clone().map(To::Command);
         let webhook = settings.webhook.clone().map(|hook| {
             let client = reqwest::Client::builder()
                 .timeout(settings.timeout)
@@ -58,42 +66,42 @@ impl Targets {
                 .user_agent(concat!("sandguard/", env!("CARGO_PKG_VERSION")))
                 .build()
                 .unwrap_or_default();
-            (hook, client)
+            To::Webhook(hook, client)
         });
-        Targets {
-            command: settings.command.clone(),
-            webhook,
-            timeout: settings.timeout,
-            attempts: settings.attempts.max(1),
-            backoff: Backoff::new(settings.retry_initial, MAX_PAUSE),
-            host,
-            secrets,
-        }
+        command
+            .into_iter()
+            .chain(webhook)
+            .map(|to| Target {
+                to,
+                timeout: settings.timeout,
+                attempts: settings.attempts.max(1),
+                backoff: Backoff::new(settings.retry_initial, MAX_PAUSE),
+                host: host.to_string(),
+                secrets: secrets.to_vec(),
+            })
+            .collect()
     }
 
     /// Delivers every event of `queue` until it closes.
     pub(crate) async fn run(self, mut queue: mpsc::Receiver<Event>) {
         while let Some(event) = queue.recv().await {
-            let payload = event.payload(&self.host, crate::timefmt::now_unix(), &self.secrets);
+            let payload = event.payload(&self.host, &self.secrets);
             let mut body = payload.to_string().into_bytes();
             body.push(b'\n');
             let kind = event.kind.as_str();
-            let command = async {
-                if let Some(argv) = &self.command {
+            match &self.to {
+                To::Command(argv) => {
                     let name = argv.first().map_or("", String::as_str);
                     let what = format!("command {}", crate::protocol::echo(name.as_bytes()));
                     self.attempt(kind, &what, || run_command(argv, &body, self.timeout))
                         .await;
                 }
-            };
-            let webhook = async {
-                if let Some((hook, client)) = &self.webhook {
+                To::Webhook(hook, client) => {
                     let what = format!("webhook {}", hook.display());
                     self.attempt(kind, &what, || post(client, hook, &body))
                         .await;
                 }
-            };
-            tokio::join!(command, webhook);
+            }
         }
     }
 

@@ -29,7 +29,7 @@
 pub(crate) mod deliver;
 pub(crate) mod sweep;
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -88,6 +88,8 @@ impl Kind {
 #[derive(Debug, Clone)]
 pub(crate) struct Event {
     pub kind: Kind,
+    /// When it happened (Unix seconds): its `at`, the same for every target.
+    pub at: i64,
     pub text: String,
     pub fields: Map<String, Value>,
 }
@@ -96,6 +98,7 @@ impl Event {
     pub(crate) fn new(kind: Kind, text: impl Into<String>) -> Event {
         Event {
             kind,
+            at: crate::timefmt::now_unix(),
             text: text.into(),
             fields: Map::new(),
         }
@@ -109,11 +112,11 @@ impl Event {
 
     /// The JSON sent: `event`, `host`, `at`, `text`, then the kind's fields, every string
     /// redacted.
-    pub(crate) fn payload(&self, host: &str, at_unix: i64, secrets: &[Secret]) -> Value {
+    pub(crate) fn payload(&self, host: &str, secrets: &[Secret]) -> Value {
         let mut out = Map::new();
         out.insert("event".into(), self.kind.as_str().into());
         out.insert("host".into(), host.into());
-        out.insert("at".into(), crate::timefmt::format_rfc3339(at_unix).into());
+        out.insert("at".into(), crate::timefmt::format_rfc3339(self.at).into());
         out.insert(
             "text".into(),
             format!("sandguard on {host}: {}", self.text).into(),
@@ -163,21 +166,28 @@ pub(crate) fn secrets(settings: &Settings) -> Vec<Secret> {
 }
 
 /// The handle events are sent through; see the module docs.
+///
+/// Each target (the command, the webhook) has its own queue and task: a webhook that hangs
+/// delays its own later events, never the command's.
 pub(crate) struct Notifier {
-    queue: Mutex<Option<mpsc::Sender<Event>>>,
-    task: Mutex<Option<JoinHandle<()>>>,
+    queues: Mutex<Vec<mpsc::Sender<Event>>>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Notifier {
-    /// Starts the delivery task for `settings` (on the current tokio runtime); `host` is each
-    /// payload's `host`.
+    /// Starts a delivery task per target of `settings` (on the current tokio runtime); `host`
+    /// is each payload's `host`.
     pub(crate) fn start(settings: &NotifySettings, host: String, secrets: Vec<Secret>) -> Notifier {
-        let (tx, rx) = mpsc::channel(QUEUE);
-        let targets = deliver::Targets::new(settings, host, secrets);
-        let task = tokio::spawn(targets.run(rx));
+        let mut queues = Vec::new();
+        let mut tasks = Vec::new();
+        for target in deliver::Target::all(settings, &host, &secrets) {
+            let (tx, rx) = mpsc::channel(QUEUE);
+            queues.push(tx);
+            tasks.push(tokio::spawn(target.run(rx)));
+        }
         Notifier {
-            queue: Mutex::new(Some(tx)),
-            task: Mutex::new(Some(task)),
+            queues: Mutex::new(queues),
+            tasks: Mutex::new(tasks),
         }
     }
 
@@ -191,59 +201,45 @@ impl Notifier {
         )))
     }
 
-    /// Queues `event` without waiting; a full (or closed) queue drops it, with a warning.
+    /// Queues `event` for each target without waiting; a full (or closed) queue drops it,
+    /// with a warning.
     pub(crate) fn send(&self, event: Event) {
-        let queue = self
-            .queue
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let Some(tx) = queue.as_ref() else {
-            return;
-        };
-        if let Err(e) = tx.try_send(event) {
-            let kind = match &e {
-                mpsc::error::TrySendError::Full(ev) | mpsc::error::TrySendError::Closed(ev) => {
-                    ev.kind
-                }
-            };
-            tracing::warn!(
-                "notify: event {} dropped: {} events are waiting for delivery already",
-                kind.as_str(),
-                QUEUE
-            );
+        let queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
+        for tx in queues.iter() {
+            if tx.try_send(event.clone()).is_err() {
+                tracing::warn!(
+                    "notify: event {} dropped: {QUEUE} events are waiting for delivery already",
+                    event.kind.as_str(),
+                );
+            }
         }
     }
 
-    /// Closes the queue and waits, for at most `bound`, for what is queued to be delivered
+    /// Closes the queues and waits, for at most `bound`, for what is queued to be delivered
     /// (or given up); past the bound the rest is dropped, with a warning.
     pub(crate) async fn flush(&self, bound: Duration) {
-        drop(
-            self.queue
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .take(),
-        );
-        let task = self
-            .task
+        self.queues
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        let Some(mut task) = task else { return };
-        if tokio::time::timeout(bound, &mut task).await.is_err() {
-            task.abort();
-            tracing::warn!(
-                "notify: events still undelivered after {:?} were dropped on exit",
-                bound
-            );
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(PoisonError::into_inner));
+        let deadline = tokio::time::Instant::now() + bound;
+        for mut task in tasks {
+            if tokio::time::timeout_at(deadline, &mut task).await.is_err() {
+                task.abort();
+                tracing::warn!(
+                    "notify: events still undelivered after {bound:?} were dropped on exit"
+                );
+            }
         }
     }
 }
 
 impl Drop for Notifier {
-    /// The delivery task does not outlive its handle.
+    /// The delivery tasks do not outlive their handle.
     fn drop(&mut self) {
-        if let Some(task) = self.task.get_mut().ok().and_then(Option::take) {
-            task.abort();
+        if let Ok(tasks) = self.tasks.get_mut() {
+            tasks.drain(..).for_each(|t| t.abort());
         }
     }
 }
