@@ -110,6 +110,7 @@ pub(crate) async fn one_pass(service: &SweepService) -> Result<Pass, LedgerError
     pass.adopt.extend(local.adopt);
     pass.listed = local.listed;
     pass.untold.extend(local.untold);
+    pass.ended.extend(local.ended);
     pass.finishing.extend(local.finishing);
     pass.detached.extend(local.detached);
     if !service.dry_run {
