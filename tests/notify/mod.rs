@@ -11,6 +11,7 @@
 //! [`Hook`] is the webhook: a std `TcpListener` on loopback, one thread, that records each
 //! request's path and JSON body and answers as told ([`Answer`]).
 
+mod config;
 mod delivery;
 mod sidecar;
 mod sweep;
