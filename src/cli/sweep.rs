@@ -251,7 +251,11 @@ fn notify(args: &Args, settings: &Settings) -> Option<crate::notify::sweep::Told
     }
     let notifier = crate::notify::Notifier::from_settings(settings)?;
     let after = settings.notify.as_ref().and_then(|n| n.detached_after);
-    Some(crate::notify::sweep::Told::new(notifier, after))
+    Some(crate::notify::sweep::Told::new(
+        notifier,
+        after,
+        &settings.state_dir,
+    ))
 }
 
 fn print(args: &Args, pass: &Pass) {

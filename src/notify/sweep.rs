@@ -10,22 +10,30 @@
 //! - `pending_finished`: the ledger sessions a reclaim had left pending (or that died
 //!   reclaiming) and that this pass ended for good; with what it removed of them.
 //! - `reclaim_pending`: removals that failed or did not finish by the deadline; each sandbox is
-//!   told once in a service's life (the next passes retry it, and saying so every five minutes
-//!   would bury the news); a one-shot sweep tells what it left.
+//!   told once while it stays pending (the next passes retry it, and saying so every five
+//!   minutes would bury the news): told again only after a pass that removed it or did not
+//!   retry it.
 //! - `detached_alive`: detached sandboxes older than `detached_after` by their provider's
-//!   creation time (a listing without one is never told); each once in a service's life.
+//!   creation time (a listing without one is never told); each once while it stays listed
+//!   (a pass whose listing of its provider failed forgets nothing).
+//! - **What was told is remembered in the state directory** (`notify.json`, [`Told::new`]),
+//!   so a sweep from cron every five minutes tells a stuck sandbox once, as a service does;
+//!   a file that cannot be read or written costs repeats (with a warning), never an event.
 //! - `sweeper_failing`: the ledger, the fleet store or a provider's listing failed in two
 //!   passes in a row (one failed pass is a blip the next pass retries); once per streak. The
 //!   first pass without failure after it is `sweeper_recovered`. A one-shot sweep has one pass
 //!   and never tells either (its exit status 1 says it).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use super::{Event, Kind, NAMED};
-use crate::providers::SandboxKey;
+use crate::providers::{Sandbox, SandboxKey};
 use crate::reclaim::{Outcome, Removal};
 use crate::sweep::Pass;
 
@@ -66,7 +74,49 @@ impl Tracker {
         events.extend(self.pending(pass));
         events.extend(self.detached(pass, now));
         events.extend(self.failing(pass));
+        self.forget(pass);
         events
+    }
+
+    /// Forgets what is no longer pending or detached: a removal this pass did not leave
+    /// pending, a detached sandbox its provider's listing no longer has.
+    fn forget(&mut self, pass: &Pass) {
+        let pending: HashSet<SandboxKey> = pass
+            .removals
+            .iter()
+            .filter(|r| !r.outcome.is_final())
+            .map(|r| r.sandbox.key())
+            .collect();
+        self.told_pending.retain(|k| pending.contains(k));
+        let detached: HashSet<SandboxKey> = pass.detached.iter().map(Sandbox::key).collect();
+        self.told_detached
+            .retain(|k| detached.contains(k) || !pass.listed.contains_key(&k.provider));
+    }
+
+    /// What was told, as `notify.json` keeps it.
+    fn memory(&self) -> Value {
+        let keys = |set: &HashSet<SandboxKey>| {
+            let mut v: Vec<(&str, &str)> = set
+                .iter()
+                .map(|k| (k.provider.as_str(), k.id.as_str()))
+                .collect();
+            v.sort_unstable();
+            json!(v)
+        };
+        json!({"pending": keys(&self.told_pending), "detached": keys(&self.told_detached)})
+    }
+
+    /// Takes back what `memory` kept (anything unreadable is ignored).
+    fn remember(&mut self, memory: &Value) {
+        let keys = |name: &str| -> HashSet<SandboxKey> {
+            serde_json::from_value::<Vec<(String, String)>>(memory[name].clone())
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(provider, id)| SandboxKey { provider, id })
+                .collect()
+        };
+        self.told_pending = keys("pending");
+        self.told_detached = keys("detached");
     }
 
     /// The events of a watcher's reclaim (an adopted owner died while watched).
@@ -343,23 +393,41 @@ impl Event {
 pub(crate) struct Told {
     pub notifier: std::sync::Arc<super::Notifier>,
     pub tracker: Tracker,
+    /// `notify.json` in the state directory: what was told, across runs.
+    memory: PathBuf,
 }
 
 impl Told {
+    /// A tracker that remembers what was told in `state` (the state directory).
     pub(crate) fn new(
         notifier: std::sync::Arc<super::Notifier>,
         detached_after: Option<Duration>,
+        state: &Path,
     ) -> Told {
+        let memory = state.join(MEMORY);
+        let mut tracker = Tracker::new(detached_after);
+        match std::fs::read(&memory) {
+            Ok(bytes) => match serde_json::from_slice::<Value>(&bytes) {
+                Ok(v) => tracker.remember(&v),
+                Err(e) => tracing::warn!("notify: {} unreadable, ignored: {e}", memory.display()),
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!("notify: cannot read {}: {e}", memory.display()),
+        }
         Told {
             notifier,
-            tracker: Tracker::new(detached_after),
+            tracker,
+            memory,
         }
     }
 
-    /// Sends the events of one pass (queued: this never waits).
+    /// Sends the events of one pass (queued: this never waits), and remembers what was told.
     pub(crate) fn pass(&mut self, pass: &Pass) {
         for event in self.tracker.pass(pass, crate::timefmt::now_unix()) {
             self.notifier.send(event);
+        }
+        if let Err(e) = write_private(&self.memory, &self.tracker.memory()) {
+            tracing::warn!("notify: cannot write {}: {e}", self.memory.display());
         }
     }
 
@@ -369,4 +437,21 @@ impl Told {
             self.notifier.send(event);
         }
     }
+}
+
+/// The file in the state directory that remembers what was told.
+const MEMORY: &str = "notify.json";
+
+/// Writes `value` to `path` through a temporary file renamed over it, mode 0600 (as every
+/// file of the state directory).
+fn write_private(path: &Path, value: &Value) -> std::io::Result<()> {
+    let tmp = path.with_extension("json.tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(value.to_string().as_bytes())?;
+    std::fs::rename(&tmp, path)
 }

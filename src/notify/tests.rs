@@ -133,3 +133,24 @@ fn a_detached_sandbox_is_told_when_old_enough_and_once() {
         "unset: never"
     );
 }
+
+#[test]
+fn a_sandbox_pending_again_after_its_removal_is_told_again() {
+    let mut t = Tracker::new(None);
+    let pending = Pass {
+        removals: vec![removal(
+            "c1",
+            "s1",
+            Outcome::Unfinished(Failure::new("busy")),
+        )],
+        ..Pass::default()
+    };
+    let removed = Pass {
+        removals: vec![removal("c1", "s1", Outcome::Removed)],
+        ..Pass::default()
+    };
+    assert_eq!(t.pass(&pending, 0).len(), 1);
+    assert!(t.pass(&pending, 0).is_empty());
+    t.pass(&removed, 0);
+    assert_eq!(t.pass(&pending, 0).len(), 1, "forgotten once removed");
+}

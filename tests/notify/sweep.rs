@@ -243,3 +243,31 @@ fn a_listing_that_fails_two_passes_in_a_row_is_told_once_and_so_is_its_recovery(
     assert!(recovered[0]["passes"].as_u64().unwrap() >= 2);
     assert_eq!(hook.events().len(), 2, "{:?}", hook.events());
 }
+
+#[test]
+fn sweeps_from_cron_tell_a_detached_sandbox_once_across_runs() {
+    let s = Scratch::new("notify-detached-cron");
+    let acme = Plugin::new(&s, "acme");
+    let config = config(&s, "2s", &[&acme]);
+    let sink = Sink::new(&s);
+    append(
+        &config,
+        &notify_table(&format!("{}detached_after = \"1h\"\n", sink.command())),
+    );
+    let now = sandguard::testing::timefmt::now_unix();
+    let dead = dead_owner_label();
+    let labels = [(SESSION, "sd2"), (OWNER, dead.as_str()), (DETACHED, "true")];
+    acme.insert_created("old", &labels, now - 7200);
+    for _ in 0..3 {
+        let out = run(cmd(&s, &config).args(["sweep"]));
+        assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    }
+    assert_eq!(sink.of("detached_alive").len(), 1, "{:?}", sink.events());
+    acme.insert_created("older", &labels, now - 9000);
+    let out = run(cmd(&s, &config).args(["sweep"]));
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let told = sink.of("detached_alive");
+    assert_eq!(told.len(), 2, "{told:?}");
+    assert_eq!(told[1]["count"], 1, "only the new one: {}", told[1]);
+    assert_eq!(told[1]["sandboxes"][0]["id"], "older");
+}
