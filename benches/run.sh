@@ -35,7 +35,7 @@ ONLY=throughput cargo bench --locked --bench suite
 for part in idle claims sweep; do
   ONLY=$part cargo bench --locked --bench suite
 done
-for bench in mass_death e2b_reclaim docker_proxy cloud_proxy fleet_sweep fleet_lease python_exit; do
+for bench in mass_death e2b_reclaim docker_proxy cloud_proxy fleet_sweep fleet_lease python_exit notify; do
   cargo bench --locked --bench "$bench"
 done
 echo

@@ -54,6 +54,10 @@
 //!               memory.rs (for unit tests), spend.rs (each session's sandbox time per day
 //!               and provider, and `report --fleet` over every host's); the sidecar's side is
 //!               watch/fleet.rs
+//! notify/       `[notify]` events: Event and Notifier (mod.rs, a queue and a task per
+//!               target), deliver.rs (the command, the webhook, retries), sweep.rs (what a
+//!               pass is told as, with the memory across passes); the sidecar's side is
+//!               watch/notify.rs
 //! ownership/    the one ownership judgement: whether a sandbox may be removed or renewed
 //!               (mod.rs), what a session is owed (judge_session), and why (verdict.rs);
 //!               known.rs (what is known: the session's own view, other sessions' journals
@@ -159,6 +163,7 @@ mod ledger;
 mod metrics;
 #[cfg(test)]
 mod model;
+mod notify;
 mod ownership;
 mod protocol;
 mod providers;
@@ -187,7 +192,9 @@ pub mod testing {
     }
     pub mod config {
         pub use crate::config::fleet::StoreUrl;
-        pub use crate::config::{CloudSettings, FleetSettings, Secret, Settings};
+        pub use crate::config::{
+            CloudSettings, FleetSettings, NotifySettings, Secret, Settings, Webhook,
+        };
     }
     pub mod fleet {
         pub use crate::fleet::redis::RedisStore;

@@ -11,6 +11,7 @@ mod support;
 
 pub(crate) mod cli;
 mod fleet;
+mod notify;
 pub(crate) mod providers;
 pub(crate) mod proxy;
 mod reclaim;

@@ -283,7 +283,7 @@ impl fmt::Display for Exceeded {
 
 impl Over {
     /// Its key in `[limits]`.
-    fn key(&self) -> &'static str {
+    pub(crate) fn key(&self) -> &'static str {
         match self {
             Over::Sandboxes { .. } => "sandboxes",
             Over::Creates { .. } => "creates",

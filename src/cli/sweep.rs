@@ -193,10 +193,17 @@ pub(super) async fn run(
         every,
         dry_run: args.dry_run,
         prune_after: settings.sweep.prune_after,
+        notify: notify(&args, settings),
     };
     if args.every.is_none() {
+        let mut plan = plan;
         let pass = service::one_pass(&plan).await?;
         print(&args, &pass);
+        // Notify: told after the pass is printed; waits a bounded while before exit.
+        if let Some(told) = &mut plan.notify {
+            told.pass(&pass);
+            told.notifier.flush(crate::notify::ONE_SHOT_FLUSH).await;
+        }
         return Ok(Exit::clean_if(pass.is_clean()));
     }
     use tokio::signal::unix::{signal, SignalKind};
@@ -235,6 +242,20 @@ pub(super) async fn run(
         () = serving => {}
     }
     Ok(Exit::Ok)
+}
+
+/// `[notify]`'s notifier for this sweep: none for a dry run (it does nothing to tell of).
+fn notify(args: &Args, settings: &Settings) -> Option<crate::notify::sweep::Told> {
+    if args.dry_run {
+        return None;
+    }
+    let notifier = crate::notify::Notifier::from_settings(settings)?;
+    let after = settings.notify.as_ref().and_then(|n| n.detached_after);
+    Some(crate::notify::sweep::Told::new(
+        notifier,
+        after,
+        &settings.state_dir,
+    ))
 }
 
 fn print(args: &Args, pass: &Pass) {

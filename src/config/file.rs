@@ -35,6 +35,8 @@ pub(super) struct FileConfig {
     pub(super) host: super::fleet::FileHost,
     #[serde(default)]
     pub(super) limits: FileLimits,
+    #[serde(default)]
+    pub(super) notify: super::notify::FileNotify,
 }
 
 /// `[limits]`: per session, on what it creates through the proxies (`crate::budget`).

@@ -22,6 +22,7 @@ pub(crate) mod docker;
 pub(crate) mod dotenv;
 mod file;
 pub(crate) mod fleet;
+pub(crate) mod notify;
 mod resolve;
 mod values;
 
@@ -29,6 +30,7 @@ pub use cloud::CloudSettings;
 pub(crate) use docker::DockerHost;
 pub use fleet::FleetSettings;
 pub(crate) use fleet::HostSettings;
+pub use notify::{NotifySettings, Webhook};
 pub use values::Secret;
 pub(crate) use values::ValueError;
 pub(crate) use values::{parse_duration, HumanDuration, Positive, Rate, SpendValue};
@@ -69,6 +71,8 @@ pub struct Settings {
     /// `[providers.NAME.limits]`: limits on one provider's sandboxes alone, beside the
     /// session's.
     pub provider_limits: std::collections::BTreeMap<String, crate::budget::Limits>,
+    /// `[notify]`: where events go ([`crate::notify`]); `None` when it names no target.
+    pub notify: Option<NotifySettings>,
 }
 
 /// The names of the built-in providers: their `[providers.NAME]` tables are theirs, and no

@@ -192,6 +192,7 @@ impl Settings {
                 on_spend: overrides.limits.on_spend.or(file.limits.on_spend),
             },
             provider_limits,
+            notify: super::notify::notify(file.notify),
         };
         // A money limit nothing can count is refused with the rest of the configuration.
         if let Some(unpriced) = settings.budget().unpriced() {

@@ -90,6 +90,7 @@ impl World {
                 ledger: here.then(|| self.state.path().to_path_buf()),
             }),
             store: Some(store),
+            notify: None,
             metrics: None,
         };
         let _no_fork = FORKS.read().await;

@@ -384,6 +384,7 @@ impl World {
             bye_report: None,
             end_report: None,
             notice: None,
+            notify: crate::notify::Lazy::none(),
             held,
             budget: Default::default(),
         };

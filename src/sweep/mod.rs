@@ -95,6 +95,11 @@ pub(crate) struct Pass {
     /// labels, a fleet session's): the metrics count these from here, and the rest from the
     /// journals ([`crate::metrics`]).
     pub untold: Vec<Untold>,
+    /// Ledger sessions this pass reclaimed that a reclaim had left `pending` (or
+    /// `reclaiming`): what it finished, for the `pending_finished` event ([`crate::notify`]).
+    pub finishing: Vec<String>,
+    /// The detached sandboxes this pass listed and left (for `detached_alive`).
+    pub detached: Vec<Sandbox>,
 }
 
 /// A removal no journal of this machine records: its provider, and why (a word of the
@@ -182,6 +187,9 @@ pub(crate) async fn pass(
     for view in &to_reclaim {
         match reclaim_session(state, providers, view, options, &known).await {
             Ok((ended, report)) => {
+                if matches!(view.state, SessionState::Pending | SessionState::Reclaiming) {
+                    out.finishing.push(view.id.clone());
+                }
                 out.ended.push((view.id.clone(), ended));
                 out.removals.extend(report.removals);
                 out.list_failures.extend(report.list_failures);
@@ -249,6 +257,10 @@ fn judge_found(
     for sandbox in found {
         let session = sandbox.session().unwrap_or_default().to_string();
         let judgement = ownership::judge(Asker::Sweep, &known.facts(&sandbox));
+        if judgement.reason.is_detached() {
+            // Told as alive long whoever covers it (`detached_alive`, [`crate::notify`]).
+            out.detached.push(sandbox.clone());
+        }
         if covered.contains(&session) && judgement.reason != Reason::Expired {
             continue;
         }

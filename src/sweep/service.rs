@@ -59,6 +59,9 @@ pub(crate) struct SweepService {
     /// `--metrics`: told of every pass, every watcher's reclaim and the owners watched, and
     /// looking at the ledger after each ([`crate::metrics`]).
     pub metrics: Option<Arc<Metrics>>,
+    /// `[notify]`: told of every pass and every watcher's reclaim, after it is done and
+    /// without waiting ([`crate::notify`]); a one-shot sweep's caller tells its one pass.
+    pub notify: Option<crate::notify::sweep::Told>,
 }
 
 /// What the service has to say: a pass, or what a watcher did when its owner died.
@@ -112,6 +115,9 @@ pub(crate) async fn one_pass(service: &SweepService) -> Result<Pass, LedgerError
     pass.adopt.extend(local.adopt);
     pass.listed = local.listed;
     pass.untold.extend(local.untold);
+    pass.ended.extend(local.ended);
+    pass.finishing.extend(local.finishing);
+    pass.detached.extend(local.detached);
     if !service.dry_run {
         prune(&service.state, service.prune_after);
     }
@@ -121,7 +127,7 @@ pub(crate) async fn one_pass(service: &SweepService) -> Result<Pass, LedgerError
 /// Runs passes every `service.every` until `stop` resolves; `report` sees each pass, and each
 /// watcher's reclaim as it ends.
 pub(crate) async fn serve(
-    service: SweepService,
+    mut service: SweepService,
     stop: impl Future<Output = ()>,
     mut report: impl FnMut(Report<'_>),
 ) {
@@ -136,6 +142,9 @@ pub(crate) async fn serve(
                 match done {
                     Ok((id, watched)) => {
                         report(Report::Watched { session: &id, pass: &watched });
+                        if let Some(told) = &mut service.notify {
+                            told.watched(&watched);
+                        }
                         adopted.remove(&id);
                         if let Some(metrics) = &service.metrics {
                             metrics.watched(&watched);
@@ -160,6 +169,9 @@ pub(crate) async fn serve(
                     look(metrics, &service.state).await;
                 }
                 report(Report::Pass(&pass));
+                if let Some(told) = &mut service.notify {
+                    told.pass(&pass);
+                }
                 if !service.dry_run {
                     let before = adopted.len();
                     adopt(&service, pass, &mut adopted, &mut watchers);
@@ -172,6 +184,9 @@ pub(crate) async fn serve(
     }
     // Releases the adopted sessions' locks: they are not reclaimed, only let go.
     watchers.shutdown().await;
+    if let Some(told) = &service.notify {
+        told.notifier.flush(crate::notify::STOP_FLUSH).await;
+    }
 }
 
 /// Has `metrics` look at the ledger, off the runtime's threads.

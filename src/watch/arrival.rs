@@ -208,6 +208,12 @@ impl<C: Clock> Sidecar<C> {
             }
             Err(exceeded) => {
                 tracing::warn!("refused a {provider} create: {exceeded}");
+                let key = match &exceeded.provider {
+                    Some(p) => format!("providers.{p}.limits.{}", exceeded.over.key()),
+                    None => exceeded.over.key().to_string(),
+                };
+                let line = format!("refused a {provider} create: {exceeded}");
+                self.tell_limit(&key, exceeded.provider.as_deref(), &line);
                 Err(exceeded)
             }
         }
@@ -227,8 +233,11 @@ impl<C: Clock> Sidecar<C> {
             let held = self.held_sandboxes(None);
             if held > u64::from(limit) {
                 self.observed.told_sandboxes = true;
-                over.push(format!(
-                    "this session holds {held} sandboxes, over its limit `sandboxes` ({limit})"
+                over.push((
+                    "sandboxes",
+                    format!(
+                        "this session holds {held} sandboxes, over its limit `sandboxes` ({limit})"
+                    ),
                 ));
             }
         }
@@ -236,16 +245,20 @@ impl<C: Clock> Sidecar<C> {
             let made = self.observed.claims + self.budget.1.made;
             if made > u64::from(limit) {
                 self.observed.told_creates = true;
-                over.push(format!(
+                over.push((
+                    "creates",
+                    format!(
                     "this session was told of {made} sandboxes, over its limit `creates` ({limit})"
+                ),
                 ));
             }
         }
-        for line in over {
+        for (key, line) in over {
             let line = format!(
                 "{line}; claims are not refused (only a create through a proxy is), nothing removed"
             );
             tracing::warn!("{line}");
+            self.tell_limit(key, None, &line);
             if let Some(notice) = &self.notice {
                 notice(&line);
             }

@@ -23,12 +23,14 @@ impl<C: Clock> Sidecar<C> {
     /// reclaimed); `exit`, for an owner that exited, learns how beside the reclaim and
     /// journals it (`owner_exit`) without delaying any removal.
     pub(super) async fn finish<R: AsyncRead + Unpin>(
-        self,
+        mut self,
         cause: Option<EndCause>,
         control: Option<LineReader<R>>,
         exit: Option<ExitProbe>,
     ) -> Ended {
+        let mut notify = std::mem::replace(&mut self.notify, crate::notify::Lazy::none());
         let Some(cause) = cause else {
+            notify.flush(crate::notify::STOP_FLUSH).await;
             tracing::warn!(
                 "session {}: sidecar stopped while its owner lives; nothing reclaimed, a sweep will judge the owner",
                 self.session
@@ -89,6 +91,7 @@ impl<C: Clock> Sidecar<C> {
         let ((state, report), ()) = tokio::join!(ending.run_then(late, told), learn_exit);
         ending::sync(Some(&journal)).await;
         tracing::debug!("session {} ended: {}", self.session, report.summary());
+        super::notify::tell_end(&mut notify, &self.session, &report).await;
         Ended {
             cause: Some(cause),
             state,

@@ -46,6 +46,7 @@ mod end;
 pub(crate) mod fleet;
 pub(crate) mod lease;
 pub(crate) mod limits;
+mod notify;
 pub(crate) mod service;
 pub(crate) mod start;
 mod triggers;
@@ -141,6 +142,10 @@ pub(crate) struct Sidecar<C> {
     /// Whether each target counted by a limit names a sandbox ([`Sidecar::is_sandbox`]),
     /// parsed once; targets are only added, as claims are (a released one stays, a few bytes).
     kinds: std::sync::Mutex<std::collections::HashMap<Target, bool>>,
+    /// `[notify]`, started at its first event ([`notify`]).
+    notify: crate::notify::Lazy,
+    /// The limits told to `[notify]` already, by key: once each per session.
+    limits_told: std::collections::BTreeSet<String>,
 }
 
 /// Told a line (without `sandguard: `) for whoever started the session, while it runs.
@@ -175,7 +180,14 @@ impl<C: Clock> Sidecar<C> {
             spent: None,
             spent_told: Default::default(),
             kinds: Default::default(),
+            notify: crate::notify::Lazy::none(),
+            limits_told: Default::default(),
         }
+    }
+
+    /// Where events go (`[notify]`); nothing is started until there is one.
+    pub(crate) fn notify_to(&mut self, notify: crate::notify::Lazy) {
+        self.notify = notify;
     }
 
     /// What stops a TTL keeper the moment the watch ends, before anything is reclaimed.
@@ -507,6 +519,11 @@ impl<C: Clock> Sidecar<C> {
             crate::protocol::echo(target.id.as_bytes()),
         );
         tracing::info!("{line}");
+        let key = match kind {
+            crate::budget::Limit::Lifetime => "lifetime",
+            crate::budget::Limit::Spend => "spend",
+        };
+        self.tell_limit(key, None, &line);
         if !gone {
             if let Some(notice) = &self.notice {
                 notice(&line);
@@ -562,6 +579,7 @@ impl<C: Clock> Sidecar<C> {
             let line =
                 format!("this session's spend{whose} reached its limit `{key}` ({limit}): {then}");
             tracing::warn!("{line}");
+            self.tell_limit(&key, scope.as_deref(), &line);
             if let Some(notice) = &self.notice {
                 notice(&line);
             }

@@ -87,6 +87,9 @@ pub(crate) struct SidecarService {
     pub end_report: Option<EndReport>,
     /// Told each line for the terminal while the owner lives ([`Sidecar::on_notice`]).
     pub notice: Option<Notice>,
+    /// `[notify]`: limits hit and a reclaim that left something pending
+    /// ([`super::notify`]); started only at the first event.
+    pub notify: crate::notify::Lazy,
 }
 
 /// Runs one session's sidecar to its end; see the module docs.
@@ -146,6 +149,7 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
     if let Some(notice) = service.notice {
         sidecar.on_notice(notice);
     }
+    sidecar.notify_to(service.notify);
     if let Some(keeper) = sidecar.limit_keeper() {
         tasks.spawn(keeper.run());
     }

@@ -92,6 +92,18 @@ impl Plugin {
         std::fs::write(self.state.join(format!("{id}.json")), sandbox.to_string()).unwrap();
     }
 
+    /// A running sandbox with these labels, created at `created_at` (Unix seconds).
+    pub fn insert_created(&self, id: &str, labels: &[(&str, &str)], created_at: i64) {
+        let labels: serde_json::Map<String, serde_json::Value> = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
+            .collect();
+        let sandbox = serde_json::json!({
+            "id": id, "status": "running", "labels": labels, "created_at": created_at,
+        });
+        std::fs::write(self.state.join(format!("{id}.json")), sandbox.to_string()).unwrap();
+    }
+
     /// How `remove` answers for `id` from now on (`None`: it removes).
     pub fn set_mode(&self, id: &str, mode: Option<&str>) {
         let file = self.state.join(format!("{id}.mode"));

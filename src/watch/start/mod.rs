@@ -337,6 +337,7 @@ fn assemble(
         bye_report: None,
         end_report: None,
         notice: None,
+        notify: crate::notify::Lazy::new(settings),
     };
     let triggers = Triggers {
         exit: owner_watch.exit_probe(),
