@@ -216,6 +216,11 @@ impl Resources {
         self.containers.push(id.to_string());
     }
 
+    /// A network made elsewhere (by a guarded script), as [`Resources::adopt_container`].
+    pub fn adopt_network(&mut self, id: &str) {
+        self.networks.push(id.to_string());
+    }
+
     /// A container that was created but never started.
     pub fn created_container(&mut self, labels: &[(&str, &str)]) -> String {
         let mut args: Vec<String> = vec!["create".into(), "--network".into(), "none".into()];

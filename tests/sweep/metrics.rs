@@ -271,4 +271,27 @@ fn the_documented_alerts_fire_when_the_reaper_stops() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    // The rule the book shows is the one tested, line for line.
+    let rules = std::fs::read_to_string(dir.join("sandguard-rules.yml")).unwrap();
+    let book = Path::new(env!("CARGO_MANIFEST_DIR")).join("book/src/metrics.md");
+    let book = std::fs::read_to_string(book).unwrap();
+    let start = book
+        .find("- alert: SandguardSweepStopped")
+        .expect("the book's rule");
+    let shown: Vec<&str> = book[start..]
+        .lines()
+        .take_while(|l| !l.starts_with("```"))
+        .map(str::trim)
+        .collect();
+    assert_eq!(shown.len(), 3, "{shown:?}");
+    let tested: Vec<&str> = rules.lines().map(str::trim).collect();
+    let at = tested
+        .iter()
+        .position(|l| *l == shown[0])
+        .expect("the rules file has the book's alert");
+    assert_eq!(
+        &tested[at..at + 3],
+        &shown[..],
+        "the book's rule is the tested one"
+    );
 }
