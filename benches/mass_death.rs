@@ -40,14 +40,7 @@ use docker::{
 const BENCH: &str = "Mass death (cargo bench --bench mass_death)";
 
 fn main() {
-    let ok = Command::new("docker")
-        .args(["image", "inspect", IMAGE])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        ok,
-        "needs a running Docker daemon and the test image: run tests/run.sh once first"
-    );
+    docker::require_image();
     let shapes: Vec<(usize, usize)> = std::env::var("SHAPES")
         .unwrap_or_else(|_| "50x2,20x5".into())
         .split(',')

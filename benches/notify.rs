@@ -18,11 +18,14 @@
 //! Run: `cargo bench --bench notify` (needs `docker info` to work and the test image that
 //! `tests/run.sh` builds). `RUNS=30` for more rounds.
 
+#[path = "common/docker.rs"]
+mod docker;
 #[path = "common/http.rs"]
 mod http;
 #[path = "common/report.rs"]
 mod report_file;
 
+use docker::IMAGE;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::os::unix::net::UnixStream;
@@ -32,7 +35,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const IMAGE: &str = "sandguard-test/busybox:latest";
 const SOCKET: &str = "/var/run/docker.sock";
 
 #[derive(Clone, Copy)]
@@ -185,14 +187,7 @@ fn main() {
         .and_then(|r| r.parse().ok())
         .unwrap_or(15);
     let exe = env!("CARGO_BIN_EXE_sandguard");
-    let ok = Command::new("docker")
-        .args(["image", "inspect", IMAGE])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        ok,
-        "needs a running Docker daemon and the test image: run tests/run.sh once first"
-    );
+    docker::require_image();
     let dir = std::env::temp_dir().join(format!("sandguard-bench-notify-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let answers = Hook::start(false);

@@ -47,19 +47,20 @@
 //! prints its figures beside this build's, marked `before`: one machine state for both, so a
 //! change is measured against what it replaced rather than against another hour's noise.
 
+#[path = "common/docker.rs"]
+mod docker;
 #[path = "common/first_delete.rs"]
 mod first_delete;
 #[path = "common/report.rs"]
 mod report_file;
 
+use docker::IMAGE;
 use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use first_delete::Proxy;
-
-const IMAGE: &str = "sandguard-test/busybox:latest";
 
 fn main() {
     let env_n = |key: &str, default: usize| {
@@ -69,14 +70,7 @@ fn main() {
             .unwrap_or(default)
     };
     let exe = env!("CARGO_BIN_EXE_sandguard");
-    let ok = Command::new("docker")
-        .args(["image", "inspect", IMAGE])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        ok,
-        "needs a running Docker daemon and the test image: run tests/run.sh once first"
-    );
+    docker::require_image();
     let only = std::env::var("ONLY").ok();
     let run = |part: &str| only.as_deref().is_none_or(|o| o == part);
 

@@ -9,6 +9,19 @@ use std::time::{Duration, Instant};
 
 pub const IMAGE: &str = "sandguard-test/busybox:latest";
 
+/// Stops the bench at once, saying what to run, when no daemon answers or the test image
+/// (which `tests/run.sh` builds) is missing.
+pub fn require_image() {
+    let ok = Command::new("docker")
+        .args(["image", "inspect", IMAGE])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        ok,
+        "needs a running Docker daemon and the test image: run tests/run.sh once first"
+    );
+}
+
 /// Starts `n` running containers with `labels`, 8 at a time; returns their ids.
 pub fn start_containers(n: usize, labels: &[String]) -> Vec<String> {
     let mut args: Vec<String> = vec![

@@ -8,13 +8,11 @@ use std::time::{Duration, Instant};
 use sandguard::labels::{OWNER, SESSION};
 
 use super::*;
-use crate::support::plugin::{cmd, config, Plugin};
+use crate::support::plugin::cmd;
 
 #[test]
 fn a_webhook_that_answers_500_is_retried_then_given_up_and_logged_by_its_host_only() {
-    let s = Scratch::new("notify-500");
-    let acme = Plugin::new(&s, "acme");
-    let config = config(&s, "2s", &[&acme]);
+    let (s, acme, config) = acme_rig("notify-500");
     let hook = Hook::start(Answer::Status500);
     let sink = Sink::new(&s);
     append(
@@ -60,9 +58,7 @@ fn a_webhook_that_answers_500_is_retried_then_given_up_and_logged_by_its_host_on
 
 #[test]
 fn a_webhook_that_hangs_delays_no_pass_of_the_service_nor_the_commands_events() {
-    let s = Scratch::new("notify-hang-every");
-    let acme = Plugin::new(&s, "acme");
-    let config = config(&s, "2s", &[&acme]);
+    let (s, acme, config) = acme_rig("notify-hang-every");
     let hook = Hook::start(Answer::Hang);
     let sink = Sink::new(&s);
     append(
@@ -112,9 +108,7 @@ fn a_webhook_that_hangs_delays_no_pass_of_the_service_nor_the_commands_events() 
 
 #[test]
 fn a_one_shot_sweep_reclaims_before_it_waits_a_bounded_while_for_a_hanging_webhook() {
-    let s = Scratch::new("notify-hang-once");
-    let acme = Plugin::new(&s, "acme");
-    let config = config(&s, "2s", &[&acme]);
+    let (s, acme, config) = acme_rig("notify-hang-once");
     let hook = Hook::start(Answer::Hang);
     append(
         &config,

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::plugin::{config, Plugin};
 use crate::support::*;
 
 /// How the webhook answers.
@@ -164,6 +165,15 @@ impl Sink {
     pub fn of(&self, kind: &str) -> Vec<serde_json::Value> {
         of(&self.events(), kind)
     }
+}
+
+/// A scratch directory named `name` whose config has the `acme` plugin (a 2 s reclaim
+/// deadline), to which a test appends its `[notify]`.
+pub(crate) fn acme_rig(name: &str) -> (Scratch, Plugin, PathBuf) {
+    let s = Scratch::new(name);
+    let acme = Plugin::new(&s, "acme");
+    let config = config(&s, "2s", &[&acme]);
+    (s, acme, config)
 }
 
 /// `[notify]` with `lines` (short retries unless they say otherwise).

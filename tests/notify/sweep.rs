@@ -10,7 +10,7 @@ use std::time::Duration;
 use sandguard::labels::{DETACHED, OWNER, SESSION};
 
 use super::*;
-use crate::support::plugin::{cmd, config, pairs, Plugin};
+use crate::support::plugin::{cmd, pairs};
 
 /// `sandguard sweep --every 300ms` with `config`, killed on drop.
 struct Service(std::process::Child);
@@ -79,9 +79,7 @@ fn a_flood_of_thirty_orphans_is_one_event_with_its_count_to_the_webhook_and_the_
 
 #[test]
 fn a_reclaim_left_pending_is_told_by_the_sidecar_and_its_finish_by_the_next_sweep() {
-    let s = Scratch::new("notify-pending");
-    let acme = Plugin::new(&s, "acme");
-    let config = config(&s, "2s", &[&acme]);
+    let (s, acme, config) = acme_rig("notify-pending");
     let hook = Hook::start(Answer::Ok);
     let sink = Sink::new(&s);
     append(
@@ -154,9 +152,7 @@ fn a_reclaim_left_pending_is_told_by_the_sidecar_and_its_finish_by_the_next_swee
 
 #[test]
 fn a_detached_sandbox_alive_longer_than_detached_after_is_told_once_by_the_service() {
-    let s = Scratch::new("notify-detached");
-    let acme = Plugin::new(&s, "acme");
-    let config = config(&s, "2s", &[&acme]);
+    let (s, acme, config) = acme_rig("notify-detached");
     let sink = Sink::new(&s);
     append(
         &config,
@@ -194,9 +190,7 @@ fn a_detached_sandbox_alive_longer_than_detached_after_is_told_once_by_the_servi
 
 #[test]
 fn a_listing_that_fails_two_passes_in_a_row_is_told_once_and_so_is_its_recovery() {
-    let s = Scratch::new("notify-failing");
-    let acme = Plugin::new(&s, "acme");
-    let config = config(&s, "2s", &[&acme]);
+    let (s, acme, config) = acme_rig("notify-failing");
     let hook = Hook::start(Answer::Ok);
     append(
         &config,
@@ -246,9 +240,7 @@ fn a_listing_that_fails_two_passes_in_a_row_is_told_once_and_so_is_its_recovery(
 
 #[test]
 fn sweeps_from_cron_tell_a_detached_sandbox_once_across_runs() {
-    let s = Scratch::new("notify-detached-cron");
-    let acme = Plugin::new(&s, "acme");
-    let config = config(&s, "2s", &[&acme]);
+    let (s, acme, config) = acme_rig("notify-detached-cron");
     let sink = Sink::new(&s);
     append(
         &config,
