@@ -15,13 +15,13 @@ fn a_webhook_that_answers_500_is_retried_then_given_up_and_logged_by_its_host_on
     let (s, acme, config) = acme_rig("notify-500");
     let hook = Hook::start(Answer::Status500);
     let sink = Sink::new(&s);
-    append(
+    with_notify(
         &config,
-        &notify_table(&format!(
+        &format!(
             "{}webhook = \"{}\"\nattempts = 3\nretry_initial = \"50ms\"\n",
             sink.command(),
             hook.url()
-        )),
+        ),
     );
     let dead = dead_owner_label();
     acme.insert("o1", &[(SESSION, "s500"), (OWNER, dead.as_str())]);
@@ -61,13 +61,13 @@ fn a_webhook_that_hangs_delays_no_pass_of_the_service_nor_the_commands_events() 
     let (s, acme, config) = acme_rig("notify-hang-every");
     let hook = Hook::start(Answer::Hang);
     let sink = Sink::new(&s);
-    append(
+    with_notify(
         &config,
-        &notify_table(&format!(
+        &format!(
             "{}webhook = \"{}\"\ntimeout = \"60s\"\n",
             sink.command(),
             hook.url()
-        )),
+        ),
     );
     let dead = dead_owner_label();
     acme.insert("first", &[(SESSION, "shang"), (OWNER, dead.as_str())]);
@@ -110,12 +110,9 @@ fn a_webhook_that_hangs_delays_no_pass_of_the_service_nor_the_commands_events() 
 fn a_one_shot_sweep_reclaims_before_it_waits_a_bounded_while_for_a_hanging_webhook() {
     let (s, acme, config) = acme_rig("notify-hang-once");
     let hook = Hook::start(Answer::Hang);
-    append(
+    with_notify(
         &config,
-        &notify_table(&format!(
-            "webhook = \"{}\"\ntimeout = \"60s\"\n",
-            hook.url()
-        )),
+        &format!("webhook = \"{}\"\ntimeout = \"60s\"\n", hook.url()),
     );
     let dead = dead_owner_label();
     acme.insert("o1", &[(SESSION, "sonce"), (OWNER, dead.as_str())]);

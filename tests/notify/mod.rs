@@ -181,6 +181,11 @@ pub(crate) fn notify_table(lines: &str) -> String {
     format!("\n[notify]\n{lines}")
 }
 
+/// Appends `[notify]` with `lines` to the config file at `config`.
+pub(crate) fn with_notify(config: &Path, lines: &str) {
+    append(config, &notify_table(lines));
+}
+
 /// Appends `text` to the config file at `path`.
 pub(crate) fn append(path: &Path, text: &str) {
     let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();

@@ -10,7 +10,7 @@ use std::time::Duration;
 use sandguard::labels::{DETACHED, OWNER, SESSION};
 
 use super::*;
-use crate::support::plugin::{cmd, pairs};
+use crate::support::plugin::{cmd, pairs, Plugin};
 
 /// `sandguard sweep --every 300ms` with `config`, killed on drop.
 struct Service(std::process::Child);
@@ -82,9 +82,9 @@ fn a_reclaim_left_pending_is_told_by_the_sidecar_and_its_finish_by_the_next_swee
     let (s, acme, config) = acme_rig("notify-pending");
     let hook = Hook::start(Answer::Ok);
     let sink = Sink::new(&s);
-    append(
+    with_notify(
         &config,
-        &notify_table(&format!("{}webhook = \"{}\"\n", sink.command(), hook.url())),
+        &format!("{}webhook = \"{}\"\n", sink.command(), hook.url()),
     );
     let mut owner = Owner::start(cmd(&s, &config), &s);
     let labels = owner.label_pairs();
@@ -152,12 +152,7 @@ fn a_reclaim_left_pending_is_told_by_the_sidecar_and_its_finish_by_the_next_swee
 
 #[test]
 fn a_detached_sandbox_alive_longer_than_detached_after_is_told_once_by_the_service() {
-    let (s, acme, config) = acme_rig("notify-detached");
-    let sink = Sink::new(&s);
-    append(
-        &config,
-        &notify_table(&format!("{}detached_after = \"1h\"\n", sink.command())),
-    );
+    let (s, acme, config, sink) = detached_rig("notify-detached");
     let now = sandguard::testing::timefmt::now_unix();
     let dead = dead_owner_label();
     let old = [(SESSION, "sd1"), (OWNER, dead.as_str()), (DETACHED, "true")];
@@ -192,10 +187,7 @@ fn a_detached_sandbox_alive_longer_than_detached_after_is_told_once_by_the_servi
 fn a_listing_that_fails_two_passes_in_a_row_is_told_once_and_so_is_its_recovery() {
     let (s, acme, config) = acme_rig("notify-failing");
     let hook = Hook::start(Answer::Ok);
-    append(
-        &config,
-        &notify_table(&format!("webhook = \"{}\"\n", hook.url())),
-    );
+    with_notify(&config, &format!("webhook = \"{}\"\n", hook.url()));
     acme.set_list(Some("down"));
     let service = Service::start(&s, &config);
     eventually(Duration::from_secs(20), "the failure is told", || {
@@ -240,12 +232,7 @@ fn a_listing_that_fails_two_passes_in_a_row_is_told_once_and_so_is_its_recovery(
 
 #[test]
 fn sweeps_from_cron_tell_a_detached_sandbox_once_across_runs() {
-    let (s, acme, config) = acme_rig("notify-detached-cron");
-    let sink = Sink::new(&s);
-    append(
-        &config,
-        &notify_table(&format!("{}detached_after = \"1h\"\n", sink.command())),
-    );
+    let (s, acme, config, sink) = detached_rig("notify-detached-cron");
     let now = sandguard::testing::timefmt::now_unix();
     let dead = dead_owner_label();
     let labels = [(SESSION, "sd2"), (OWNER, dead.as_str()), (DETACHED, "true")];
@@ -262,4 +249,16 @@ fn sweeps_from_cron_tell_a_detached_sandbox_once_across_runs() {
     assert_eq!(told.len(), 2, "{told:?}");
     assert_eq!(told[1]["count"], 1, "only the new one: {}", told[1]);
     assert_eq!(told[1]["sandboxes"][0]["id"], "older");
+}
+
+/// An acme rig whose `[notify]` tells a command (the returned sink) of detached sandboxes
+/// alive longer than an hour.
+fn detached_rig(name: &str) -> (Scratch, Plugin, PathBuf, Sink) {
+    let (s, acme, config) = acme_rig(name);
+    let sink = Sink::new(&s);
+    with_notify(
+        &config,
+        &format!("{}detached_after = \"1h\"\n", sink.command()),
+    );
+    (s, acme, config, sink)
 }
