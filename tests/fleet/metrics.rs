@@ -3,7 +3,7 @@
 //! machine) under `lease_expired`.
 
 use super::*;
-use crate::sweep::metrics::{promtool, scrape, value, Service};
+use crate::sweep::metrics::{promtool, scrape, value};
 
 #[test]
 fn a_fleet_sweepers_metrics_are_labelled_by_its_host_and_count_what_it_reclaimed() {
@@ -13,14 +13,10 @@ fn a_fleet_sweepers_metrics_are_labelled_by_its_host_and_count_what_it_reclaimed
     let boxes = dead_sessions(&redis, &e2b, 3);
     let b = Host::new("host-b", &redis.url(), &emu.url);
     let sock = b.scratch.path().join("metrics.sock");
-    let _service = Service(
+    let _service = Background::start(
         b.cmd()
             .args(["sweep", "--fleet", "--every", "1s", "--metrics"])
-            .arg(&sock)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+            .arg(&sock),
     );
     eventually(
         Duration::from_secs(15),

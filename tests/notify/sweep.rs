@@ -4,7 +4,6 @@
 //! (`sweeper_failing`, then `sweeper_recovered`). Each is sent once, to the webhook and the
 //! command alike.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use sandguard::labels::{DETACHED, OWNER, SESSION};
@@ -13,26 +12,8 @@ use super::*;
 use crate::support::plugin::{cmd, pairs, Plugin};
 
 /// `sandguard sweep --every 300ms` with `config`, killed on drop.
-struct Service(std::process::Child);
-
-impl Service {
-    fn start(s: &Scratch, config: &Path) -> Service {
-        let child = cmd(s, config)
-            .args(["sweep", "--every", "300ms"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        Service(child)
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+fn service(s: &Scratch, config: &Path) -> Background {
+    Background::start(cmd(s, config).args(["sweep", "--every", "300ms"]))
 }
 
 #[test]
@@ -158,7 +139,7 @@ fn a_detached_sandbox_alive_longer_than_detached_after_is_told_once_by_the_servi
     let old = [(SESSION, "sd1"), (OWNER, dead.as_str()), (DETACHED, "true")];
     acme.insert_created("old", &old, now - 7200);
     acme.insert_created("young", &old, now - 60);
-    let service = Service::start(&s, &config);
+    let service = service(&s, &config);
     eventually(Duration::from_secs(20), "the old one is told", || {
         !sink.events().is_empty()
     });
@@ -189,7 +170,7 @@ fn a_listing_that_fails_two_passes_in_a_row_is_told_once_and_so_is_its_recovery(
     let hook = Hook::start(Answer::Ok);
     with_notify(&config, &format!("webhook = \"{}\"\n", hook.url()));
     acme.set_list(Some("down"));
-    let service = Service::start(&s, &config);
+    let service = service(&s, &config);
     eventually(Duration::from_secs(20), "the failure is told", || {
         !hook.of("sweeper_failing").is_empty()
     });

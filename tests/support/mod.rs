@@ -85,6 +85,23 @@ impl Quiet for Command {
     }
 }
 
+/// A process started in the background with [`Quiet`] streams (a sweep service), killed and
+/// reaped on drop: it never outlives the test.
+pub struct Background(pub std::process::Child);
+
+impl Background {
+    pub fn start(cmd: &mut Command) -> Background {
+        Background(cmd.quiet().spawn().expect("spawn in the background"))
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A short id unique within this test run.
 pub fn unique() -> String {
     sandguard::testing::unix::random_hex(6).unwrap()

@@ -14,16 +14,6 @@ use crate::support::*;
 use crate::watch::wrapper::{guarded, script, unsafe_kill, wait_for_file};
 use sandguard::labels::{OWNER, SESSION};
 
-/// The service never outlives the test.
-pub(crate) struct Service(pub(crate) std::process::Child);
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// One `GET /metrics` on the unix socket `sock`: the status line, the headers and the body.
 pub(crate) fn scrape(sock: &Path) -> (String, String, String) {
     let mut stream = UnixStream::connect(sock)
@@ -96,7 +86,7 @@ fn the_sweeps_metrics_count_what_it_and_the_sidecars_reclaimed_and_promtool_acce
     let orphan = r.container(&[(SESSION, &orphan_session), (OWNER, &dead_owner_label())]);
 
     let sock = s.path().join("metrics.sock");
-    let service = Service(
+    let service = Background::start(
         sandguard(&s)
             .args([
                 "sweep",
@@ -106,11 +96,7 @@ fn the_sweeps_metrics_count_what_it_and_the_sidecars_reclaimed_and_promtool_acce
                 "docker",
                 "--metrics",
             ])
-            .arg(&sock)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+            .arg(&sock),
     );
     eventually(Duration::from_secs(10), "the socket is served", || {
         sock.exists()

@@ -3,7 +3,6 @@
 //! session's lock is free (the ledger shows no live sidecar), and the next sweep adopts it
 //! again, or reclaims it once the owner has died.
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::support::plugin::{cmd, config, kill_sidecar, pairs, session_row, Plugin};
@@ -21,23 +20,11 @@ fn sweep_every_releases_what_it_adopted_on_sigterm() {
     let session = owner.session.clone();
     let row = || session_row(&mut cmd(&s, &config), &session);
 
-    /// The service never outlives the test.
-    struct Reap(std::process::Child);
-    impl Drop for Reap {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let sock = s.path().join("metrics.sock");
-    let mut service = Reap(
+    let mut service = Background::start(
         cmd(&s, &config)
             .args(["sweep", "--every", "1s", "--metrics"])
-            .arg(&sock)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+            .arg(&sock),
     );
     eventually(
         Duration::from_secs(10),
