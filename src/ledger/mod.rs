@@ -558,6 +558,17 @@ pub(crate) mod testutil {
     use std::path::{Path, PathBuf};
     use std::sync::atomic::{AtomicU32, Ordering};
 
+    /// A session's first record: a well-formed owner identity, `pid`, a ten-minute grace and
+    /// no labels.
+    pub(crate) fn start(pid: u32) -> super::Record {
+        super::Record::Start {
+            owner: "0123456789abcdef-fedcba9876543210-7-100".into(),
+            pid,
+            grace_ms: 600_000,
+            labels: Default::default(),
+        }
+    }
+
     /// A fresh directory under the system temp dir, removed on drop.
     pub(crate) struct TempDir(PathBuf);
 

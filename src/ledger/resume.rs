@@ -113,19 +113,10 @@ impl StateDir {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::TempDir;
+    use super::super::testutil::{start, TempDir};
     use super::*;
     use crate::ledger::SessionState;
     use crate::protocol::Target;
-
-    fn start(pid: u32) -> Record {
-        Record::Start {
-            owner: "0123456789abcdef-fedcba9876543210-7-100".into(),
-            pid,
-            grace_ms: 600_000,
-            labels: Default::default(),
-        }
-    }
 
     fn resume(pid: u32) -> Record {
         Record::Resume {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::ledger::Tally;
 use super::serve::Endpoint;
 use super::Metrics;
-use crate::ledger::testutil::TempDir;
+use crate::ledger::testutil::{start, TempDir};
 use crate::ledger::{EndCause, Journal, Record, SessionState, StateDir};
 use crate::protocol::Target;
 use crate::providers::fake::sandbox;
@@ -42,15 +42,6 @@ fn metrics_are_served_on_loopback_or_a_socket_path_only() {
     ] {
         let e = wider.parse::<Endpoint>().unwrap_err();
         assert!(e.contains("loopback"), "{wider}: {e}");
-    }
-}
-
-fn start() -> Record {
-    Record::Start {
-        owner: "0123456789abcdef-fedcba9876543210-7-100".into(),
-        pid: 7,
-        grace_ms: 600_000,
-        labels: Default::default(),
     }
 }
 
@@ -96,7 +87,7 @@ fn reclaim(j: &mut Journal, removed: &[&str], pending: &[&str]) {
 }
 
 fn session(dir: &StateDir, id: &str, claims: &[&str]) -> Journal {
-    let mut j = dir.create_session(id, start()).unwrap();
+    let mut j = dir.create_session(id, start(7)).unwrap();
     for c in claims {
         j.append(&Record::claim(&docker(c))).unwrap();
     }

@@ -6,21 +6,12 @@ use std::io::Write;
 use std::sync::Arc;
 
 use super::{Cache, Known};
-use crate::ledger::testutil::TempDir;
+use crate::ledger::testutil::{start, TempDir};
 use crate::ledger::{Record, StateDir};
 use crate::ownership::Sidecar;
 use crate::protocol::Target;
 use crate::providers::fake::Fake;
 use crate::providers::{Kind, Provider, Sandbox};
-
-fn start() -> Record {
-    Record::Start {
-        owner: "0123456789abcdef-fedcba9876543210-7-100".into(),
-        pid: 7,
-        grace_ms: 600_000,
-        labels: Default::default(),
-    }
-}
 
 fn t(id: &str) -> Target {
     Target::new("fake", id).unwrap()
@@ -44,7 +35,7 @@ fn claimers(root: &std::path::Path, cache: &Arc<Cache>, id: &str) -> Vec<String>
 fn a_journal_that_changed_between_two_batches_is_read_again() {
     let dir = TempDir::new("known-cache-changed");
     let state = StateDir::open(dir.path()).unwrap();
-    let mut other = state.create_session("other", start()).unwrap();
+    let mut other = state.create_session("other", start(7)).unwrap();
     other.write(&Record::claim(&t("x"))).unwrap();
     other.sync().unwrap();
     let cache = Arc::new(Cache::default());
@@ -56,7 +47,7 @@ fn a_journal_that_changed_between_two_batches_is_read_again() {
     assert!(claimers(dir.path(), &cache, "x").is_empty());
     assert_eq!(claimers(dir.path(), &cache, "y"), ["other"]);
     // A session that appears is read; one that goes away is forgotten.
-    let mut third = state.create_session("third", start()).unwrap();
+    let mut third = state.create_session("third", start(7)).unwrap();
     third.write(&Record::claim(&t("y"))).unwrap();
     third.sync().unwrap();
     assert_eq!(claimers(dir.path(), &cache, "y"), ["other", "third"]);
@@ -69,7 +60,7 @@ fn a_journal_that_changed_between_two_batches_is_read_again() {
 fn a_torn_last_line_is_read_once_it_is_whole() {
     let dir = TempDir::new("known-cache-torn");
     let state = StateDir::open(dir.path()).unwrap();
-    drop(state.create_session("other", start()).unwrap());
+    drop(state.create_session("other", start(7)).unwrap());
     let path = state.journal_file("other").unwrap();
     let started = std::fs::read(&path).unwrap().len();
     {
@@ -97,7 +88,7 @@ fn a_torn_last_line_is_read_once_it_is_whole() {
 fn a_lock_given_up_without_a_line_is_seen() {
     let dir = TempDir::new("known-cache-lock");
     let state = StateDir::open(dir.path()).unwrap();
-    let mut other = state.create_session("other", start()).unwrap();
+    let mut other = state.create_session("other", start(7)).unwrap();
     other.write(&Record::claim(&t("x"))).unwrap();
     other.sync().unwrap();
     let cache = Arc::new(Cache::default());
