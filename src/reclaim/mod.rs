@@ -97,7 +97,12 @@ where
         plan.claims.clone(),
         &HashSet::new(),
         options,
-        (deadline, options.settle.is_some()),
+        deadline,
+        if options.settle.is_some() {
+            Then::SettlePass
+        } else {
+            Then::Nothing
+        },
     )
     .await;
     removals.extend(plan.refused.iter().map(|(sandbox, reason)| Removal {
@@ -121,8 +126,16 @@ where
             .filter(|r| r.outcome.is_final())
             .map(|r| key(&r.sandbox))
             .collect();
-        let (again, failures) =
-            pass(providers, plan, late, &done, options, (deadline, false)).await;
+        let (again, failures) = pass(
+            providers,
+            plan,
+            late,
+            &done,
+            options,
+            deadline,
+            Then::Nothing,
+        )
+        .await;
         removals.extend(again);
         list_failures = failures;
     }
@@ -148,15 +161,16 @@ fn report_of(
 
 /// One pass over every provider: `claims` removed at once, the selector listed (again until
 /// it answers or the deadline comes) and its wanted matches removed; nothing in `done` twice.
-/// `(deadline, settling)`: `settling`, a settle pass will list after this one (so a provider
-/// whose following is whole need not list now).
+/// `then`: what comes after this pass (a settle pass lists, so a provider whose following is
+/// whole need not list now).
 async fn pass(
     providers: &[Arc<dyn Provider>],
     plan: &Plan,
     claims: Vec<Sandbox>,
     done: &HashSet<SandboxKey>,
     options: &Options,
-    (deadline, settling): (Instant, bool),
+    deadline: Instant,
+    then: Then,
 ) -> (Vec<Removal>, Vec<ListFailure>) {
     let (ours, elsewhere): (Vec<Sandbox>, Vec<Sandbox>) = claims
         .into_iter()
@@ -179,15 +193,9 @@ async fn pass(
             .session_id()
             .and_then(|session| p.known(session));
         match followed {
-            Some(whole) if whole.whole && settling => Either::Left(followed_only(
-                p.as_ref(),
-                plan,
-                claims,
-                whole,
-                done,
-                options,
-                deadline,
-            )),
+            Some(following) if following.whole && then == Then::SettlePass => Either::Left(
+                followed_only(p.as_ref(), plan, claims, following, done, options, deadline),
+            ),
             followed => Either::Right(one_provider(
                 p.as_ref(),
                 plan,
@@ -326,6 +334,16 @@ async fn followed_only(
     removals.extend(refused);
     removals.extend(remove::remove_from(provider, described, options, deadline, pace).await);
     (removals, None)
+}
+
+/// What comes after a pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Then {
+    /// A settle pass that lists every provider: a provider whose following is whole need not
+    /// list in this one ([`followed_only`]).
+    SettlePass,
+    /// Nothing: this pass's listing is the last word.
+    Nothing,
 }
 
 fn key(s: &Sandbox) -> SandboxKey {
