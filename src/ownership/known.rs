@@ -45,6 +45,55 @@ mod facts;
 
 pub(crate) use facts::Own;
 
+/// Where every judge of one sidecar gets its facts: the claims judged as they arrive, the
+/// keepers' rounds (TTL, lifetime, spend) and the reclaim at the end each take one [`Known`]
+/// from here ([`Source::known`]), read from the same ledger through the same [`Cache`]. So a
+/// keeper, which runs while the owner lives, is told what any other session detached or
+/// claimed exactly as the reclaim at the end is (DESIGN's "One set of facts for every
+/// judge"); none can be handed "nothing known".
+#[derive(Clone)]
+pub(crate) struct Source {
+    /// The state directory the sidecar's journal is in.
+    root: Option<std::path::PathBuf>,
+    /// The sidecar's session: its own records are its judges' ([`Own`]), its journal is not
+    /// read here.
+    session: String,
+    cache: Arc<Cache>,
+    providers: Vec<Arc<dyn Provider>>,
+}
+
+impl Source {
+    pub(crate) fn new(
+        root: Option<std::path::PathBuf>,
+        session: &str,
+        providers: &[Arc<dyn Provider>],
+    ) -> Source {
+        Source {
+            root,
+            session: session.to_string(),
+            cache: Arc::default(),
+            providers: providers.to_vec(),
+        }
+    }
+
+    /// The facts of one use (a batch of claims, a keeper's round, the reclaim): other
+    /// sessions' journals read again only where they changed since the last use.
+    pub(crate) fn known(&self) -> Known {
+        Known::lazy(self.root.clone(), &self.providers)
+            .but(&self.session)
+            .cached(&self.cache)
+    }
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Source")
+            .field("root", &self.root)
+            .field("session", &self.session)
+            .finish_non_exhaustive()
+    }
+}
+
 /// What is known of the sessions a sandbox names: the ledger's sessions and the judge of
 /// owners, each read at most once (through a [`Cache`] for a sidecar's batches of claims).
 pub(crate) struct Known {
@@ -60,8 +109,6 @@ pub(crate) struct Known {
     /// ([`Known::cached`]).
     cache: Option<Arc<Cache>>,
     providers: Vec<Arc<dyn Provider>>,
-    /// Nothing is known beyond the asker's own records ([`Known::nothing`]).
-    blind: bool,
     /// Each owner label judged so far, by the label ([`Known::owner`]).
     owners: Mutex<HashMap<String, Liveness>>,
 }
@@ -197,7 +244,8 @@ impl std::fmt::Debug for Known {
 
 impl Known {
     /// Knowledge read from the state directory at `root` when first needed (`None`: no
-    /// ledger; every session is judged by its owner label alone).
+    /// ledger here, as for a fleet sweep on another host: every session is judged by its
+    /// owner label alone).
     pub(crate) fn lazy(root: Option<std::path::PathBuf>, providers: &[Arc<dyn Provider>]) -> Known {
         Known {
             root,
@@ -207,19 +255,7 @@ impl Known {
             but: None,
             cache: None,
             providers: providers.to_vec(),
-            blind: false,
             owners: Mutex::default(),
-        }
-    }
-
-    /// Knowledge of nothing beyond what the asker's own records say ([`Own`]): no ledger and
-    /// no judge of owners, so every other session stands unknown and no other session's
-    /// claim or detach is seen. For a reclaim plan given no knowledge (nothing is then taken
-    /// from another session) and for the TTL keeper, which renews only what its session holds.
-    pub(crate) fn nothing() -> Known {
-        Known {
-            blind: true,
-            ..Known::lazy(None, &[])
         }
     }
 
@@ -308,7 +344,6 @@ impl Known {
     fn session(&self, id: &str, owner_label: Option<&str>) -> Session {
         match self.view(id) {
             Some(view) => self.standing(view),
-            None if self.blind => Session::UNKNOWN,
             None => Session {
                 owner: owner_label.map_or(Liveness::Unknown, |o| self.owner(o)),
                 ..Session::UNKNOWN

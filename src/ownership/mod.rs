@@ -14,9 +14,14 @@
 //! The rules, in the order they apply (DESIGN's trust rules; README's "Trust rules" states
 //! them for users):
 //!
-//! 1. **An absolute TTL ends everything**: `sandguard.expires` in the past is removed by a
-//!    sweep (and `stop --all`), detached or not; it is never renewed. A session's own reclaim
-//!    leaves that to the sweep: it judges by ownership alone.
+//! 1. **An absolute TTL ends what is owned** (ownership before age): a sandbox whose
+//!    `sandguard.expires` passed is removed by a sweep (and `stop --all`), detached or not,
+//!    when some session owns it (rules 3 and 4: a label that counts, or a claim); it is never
+//!    renewed. An expiry the sandbox only inherited with a label that does not count (a
+//!    stranger's container from an image committed with a session's labels) makes it no one's,
+//!    and so never expired; nor does an expiry age a Docker network or volume, which goes with
+//!    its session (a lifetime ages sandboxes, never a session's networks or volumes). A
+//!    session's own reclaim leaves expiry to the sweep: it judges by ownership alone.
 //! 2. **Detach wins everywhere** (the `sandguard.detached=true` label as much as a `detach` in
 //!    any session's ledger, over any claim): kept by every path but `stop ID`, where the user
 //!    named that one sandbox. A detach lasts as long as the sandbox: pruning never forgets it.
@@ -84,6 +89,15 @@ impl Session {
     pub(crate) const UNKNOWN: Session = Session {
         owner: Liveness::Unknown,
         sidecar: Sidecar::NotHere,
+        ended_at: None,
+        lease: Lease::None,
+    };
+
+    /// A session whose sidecar asks, about itself: its owner alive, its sidecar too, not over
+    /// (its reclaim's plan, its keepers).
+    pub(crate) const GUARDED: Session = Session {
+        owner: Liveness::Alive,
+        sidecar: Sidecar::Alive,
         ended_at: None,
         lease: Lease::None,
     };
@@ -178,6 +192,18 @@ impl<'a> Facts<'a> {
         self.labelled.is_none() || self.owner_by_label().is_some()
     }
 
+    /// Whether its expiry may end it (rule 1, ownership before age): it is a sandbox itself,
+    /// not a Docker network or volume, and some session owns it: its label counts, or (for
+    /// labels its creator set) a session claimed it. An expiry that came with a label that
+    /// does not count was only inherited, as the label was: it ends nothing.
+    fn ages(&self) -> bool {
+        if self.sandbox.kind != crate::providers::Kind::Instance {
+            return false;
+        }
+        let label = self.owner_by_label().is_some();
+        label || (!self.inherited && !self.claimed_by.is_empty())
+    }
+
     fn expired(&self) -> bool {
         self.sandbox
             .labels
@@ -207,7 +233,10 @@ pub(crate) fn judge(asker: Asker<'_>, facts: &Facts<'_>) -> Judgement {
     if facts.expired() {
         match asker {
             Asker::Renew { .. } => return Judgement::keep(Reason::Expired),
-            Asker::Sweep | Asker::StopAll => return Judgement::remove(Reason::Expired),
+            Asker::Sweep | Asker::StopAll if facts.ages() => {
+                return Judgement::remove(Reason::Expired)
+            }
+            Asker::Sweep | Asker::StopAll => {}
             // A session's own reclaim judges by ownership alone: what its owner detached
             // stays, and the next sweep ends it for its TTL.
             Asker::Reclaim { .. }

@@ -132,6 +132,58 @@ fn detach_wins_over_labels_claims_and_stop_all_but_not_over_a_ttl_or_a_named_sto
     );
 }
 
+/// Ownership before age: an expiry ends what a session owns (its label counts, or its creator
+/// set the expiry and a session claimed it), and only a sandbox itself.
+#[test]
+fn an_expiry_ends_only_what_is_owned_and_only_a_sandbox() {
+    let expiring = |kind, session: Option<&str>| {
+        let mut s = fake::sandbox("x", kind, session);
+        s.created_at = Some(1_001);
+        s.labels
+            .insert(crate::labels::EXPIRES.into(), "1999".into());
+        s
+    };
+    let owned = expiring(Kind::Instance, Some("a"));
+    for asker in [Asker::Sweep, Asker::StopAll] {
+        let f = facts(&owned, Some(("a", LIVE)));
+        assert_eq!(judge(asker, &f).reason, Reason::Expired, "{asker:?}");
+        // A stranger made from the image of a session that ended before it: the inherited
+        // session label does not count, nor the expiry inherited with it.
+        let stranger = Facts {
+            inherited: true,
+            ..facts(&owned, Some(("a", DEAD_OVER)))
+        };
+        assert_ne!(judge(asker, &stranger).reason, Reason::Expired, "{asker:?}");
+        assert!(!judge(asker, &stranger).removes() || asker == Asker::StopAll);
+        // ... and a claim does not make an inherited expiry the claimer's.
+        let claimed = Facts {
+            claimed_by: vec![("b", LIVE)],
+            ..stranger.clone()
+        };
+        assert_ne!(judge(asker, &claimed).reason, Reason::Expired, "{asker:?}");
+        // An expiry its creator set on an unlabelled sandbox a session claimed: owned.
+        let bare = expiring(Kind::Instance, None);
+        let mut f = facts(&bare, None);
+        assert_ne!(
+            judge(asker, &f).reason,
+            Reason::Expired,
+            "nobody's: {asker:?}"
+        );
+        f.claimed_by = vec![("b", LIVE)];
+        assert_eq!(judge(asker, &f).reason, Reason::Expired, "{asker:?}");
+        // A session's network or volume goes with the session, never by an expiry.
+        for kind in [Kind::Network, Kind::Volume] {
+            let other = expiring(kind, Some("a"));
+            let f = facts(&other, Some(("a", LIVE)));
+            assert_ne!(judge(asker, &f).reason, Reason::Expired, "{kind:?}");
+        }
+    }
+    assert_eq!(
+        judge(Asker::Sweep, &facts(&owned, Some(("a", LIVE)))).verdict,
+        Verdict::Remove
+    );
+}
+
 #[test]
 fn an_inherited_label_counts_only_for_a_sandbox_created_while_its_session_lived() {
     let created = |at| Sandbox {

@@ -27,10 +27,11 @@ pub(crate) struct Plan {
     /// What a sweep already listed for every session it reclaims: a provider found there is
     /// not listed again by this reclaim (one not found there is).
     pub listed: Option<Arc<Listed>>,
-    /// How other sessions stand, for claims of sandboxes that do not carry this session's
-    /// label (a claim adopts, it never steals). `None`: nothing is known of them
-    /// ([`Known::nothing`]), so none is taken from another session.
-    pub known: Option<Arc<Known>>,
+    /// The facts every judge is told ([`Known`]: how other sessions stand, for claims of
+    /// sandboxes that do not carry this session's label, and what any session detached).
+    /// Never optional: a reclaim that knew nothing of the ledger would take what another
+    /// session detached (DESIGN's "One set of facts for every judge").
+    pub known: Arc<Known>,
     /// How this session stands, for a label its sandboxes only inherited (a Docker image
     /// committed with its labels): alive by default (its sidecar reclaims); a sweep that
     /// finishes an ended session says when it ended.
@@ -39,12 +40,15 @@ pub(crate) struct Plan {
 
 impl Plan {
     /// What a session's reclaim is after: its labels, its claims as the providers read them,
-    /// minus what it detached.
+    /// minus what it detached; judged on `known`'s facts.
     pub(crate) fn for_session<'a>(
         session: &str,
         providers: &[Arc<dyn Provider>],
-        claims: impl IntoIterator<Item = &'a Target>,
-        detached: impl IntoIterator<Item = &'a Target>,
+        (claims, detached): (
+            impl IntoIterator<Item = &'a Target>,
+            impl IntoIterator<Item = &'a Target>,
+        ),
+        known: Arc<Known>,
     ) -> Plan {
         let mut plan = Plan {
             selector: Selector::session(session),
@@ -52,13 +56,8 @@ impl Plan {
             keep: Vec::new(),
             refused: Vec::new(),
             listed: None,
-            known: None,
-            own: ownership::Session {
-                owner: crate::identity::Liveness::Alive,
-                sidecar: ownership::Sidecar::Alive,
-                ended_at: None,
-                lease: ownership::Lease::None,
-            },
+            known,
+            own: ownership::Session::GUARDED,
         };
         for t in claims {
             match Sandbox::from_claim(providers, t) {
@@ -110,17 +109,9 @@ impl Plan {
             claimed,
             detached: self.keeps(provider, s),
         };
-        let nothing;
-        let known = match &self.known {
-            Some(known) => known.as_ref(),
-            None => {
-                nothing = Known::nothing();
-                &nothing
-            }
-        };
         ownership::judge(
             ownership::Asker::Reclaim { session },
-            &known.facts_for(s, own),
+            &self.known.facts_for(s, own),
         )
     }
 }

@@ -26,13 +26,8 @@ fn plan(session: &str) -> Plan {
         selector: Selector::session(session),
         claims: vec![],
         keep: vec![],
-        known: None,
-        own: crate::ownership::Session {
-            owner: crate::identity::Liveness::Alive,
-            sidecar: crate::ownership::Sidecar::Alive,
-            ended_at: None,
-            lease: crate::ownership::Lease::None,
-        },
+        known: Arc::new(crate::ownership::known::Known::lazy(None, &[])),
+        own: crate::ownership::Session::GUARDED,
         refused: vec![],
         listed: None,
     }

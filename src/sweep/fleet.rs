@@ -310,11 +310,11 @@ async fn end_session(
 ) -> (SessionState, reclaim::Report) {
     // A target both claimed and detached is detached (detach wins), as a ledger folds it.
     let claims = s.holdings.claims.difference(&s.holdings.detached);
-    let mut plan = Plan::for_session(&s.record.id, providers, claims, &s.holdings.detached);
+    let detached = &s.holdings.detached;
+    let mut plan = Plan::for_session(&s.record.id, providers, (claims, detached), known.clone());
     plan.listed = Some(listed.clone());
     plan.own.sidecar = ownership::Sidecar::Gone;
     plan.own.ended_at = fleet_end(known, &s.record.id);
-    plan.known = Some(known.clone());
     let before = Before {
         providers: Some(s.record.providers.clone()),
         ..Default::default()

@@ -322,24 +322,22 @@ pub(crate) async fn reclaim_session(
     known: &Arc<Known>,
 ) -> Result<(SessionState, reclaim::Report), LedgerError> {
     let journal = adopt(state, &view.id).await?;
-    Ok(reclaim_adopted(journal, providers, view, options, Some(known.clone())).await)
+    Ok(reclaim_adopted(journal, providers, view, options, known.clone()).await)
 }
 
 /// Reclaims a session whose journal (and lock) the caller holds: its labels, its claims and
 /// what is pending, minus what it detached.
-/// `known`: how the other sessions stand (for its claims; `None`: none is taken from another
-/// session).
+/// `known`: the facts its judgement is told (how the other sessions stand, for its claims).
 pub(crate) async fn reclaim_adopted(
     journal: Journal,
     providers: &[Arc<dyn Provider>],
     view: &SessionView,
     options: &Options,
-    known: Option<Arc<Known>>,
+    known: Arc<Known>,
 ) -> (SessionState, reclaim::Report) {
     let journal = Arc::new(Mutex::new(journal));
     let claims: Vec<_> = view.claims.iter().chain(view.pending.keys()).collect();
-    let mut plan = Plan::for_session(&view.id, providers, claims, &view.detached);
-    plan.known = known;
+    let mut plan = Plan::for_session(&view.id, providers, (claims, &view.detached), known);
     plan.own.ended_at = crate::ownership::known::ended_at(view);
     plan.own.sidecar = crate::ownership::Sidecar::Gone;
     let once = Options {

@@ -224,7 +224,7 @@ fn adopt(
             OwnerWatch::open(&owner).wait().await;
             let known = Arc::new(Known::lazy(Some(root), &providers));
             let (ended, report) =
-                super::reclaim_adopted(journal, &providers, &view, &options, Some(known)).await;
+                super::reclaim_adopted(journal, &providers, &view, &options, known).await;
             if let Some(store) = store {
                 super::fleet::tell_ended(store.as_ref(), &ledger, &view.id, ended).await;
             }

@@ -13,7 +13,6 @@ use super::triggers::drain_claims;
 use super::{Ended, Sidecar};
 use crate::identity::death::{ExitProbe, PROBE_FOR};
 use crate::ledger::{EndCause, Record, SessionState};
-use crate::ownership::known::Known;
 use crate::protocol::{ByeOutcome, LineReader};
 use crate::reclaim::ending::{self, Before, Ending, SharedJournal};
 use crate::reclaim::{Plan, Report};
@@ -40,13 +39,18 @@ impl<C: Clock> Sidecar<C> {
                 state: SessionState::Active,
             };
         };
-        let mut plan = {
-            let h = self.held();
-            Plan::for_session(&self.session, &self.providers, &h.claims, &h.detached)
-        };
         // Other sessions are read from the ledger only if a claim names a sandbox that does
         // not carry this session's label.
-        plan.known = Some(Arc::new(Known::lazy(self.state_root(), &self.providers)));
+        let known = Arc::new(self.facts.known());
+        let plan = {
+            let h = self.held();
+            Plan::for_session(
+                &self.session,
+                &self.providers,
+                (&h.claims, &h.detached),
+                known,
+            )
+        };
         let journal: SharedJournal = Arc::new(Mutex::new(self.journal));
         let settle = self.options.settle.unwrap_or(Duration::ZERO);
         let late = drain_claims(control, settle, &journal, &self.providers);

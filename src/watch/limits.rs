@@ -19,9 +19,12 @@
 //!   once, then every [`SPENT_ROUNDS`], for what is made past it by the label path). The
 //!   keeper runs only when such a limit is set (a sidecar without one keeps its zero
 //!   wake-ups).
-//! - **Only the session's own sandbox, and not a detached one** (the judgement's rule 7):
-//!   a stranger's container, however old, is never touched; a detach wins, as everywhere. A
-//!   Docker network or volume is not aged: it is reclaimed with the session.
+//! - **Only the session's own sandbox, and not a detached one** (the judgement's rule 7), on
+//!   the facts every judge of the sidecar is told ([`Source`]: the ledger, every session's
+//!   journal): a stranger's container, however old, is never touched; a detach wins, as
+//!   everywhere, whichever session that owned the sandbox detached it (one another session
+//!   detached stays so when this session claims it later). A Docker network or volume is
+//!   not aged: it is reclaimed with the session.
 //! - **A failed removal is retried next round** (logged); one that finds the sandbox gone is
 //!   journaled `gone`, as a reclaim's is.
 //! - **It stops with the watch**, as the TTL keeper does ([`Halt`]): nothing is removed by it
@@ -39,6 +42,7 @@ use tokio::sync::mpsc;
 
 use super::ttl::{still_held, Halt, Held, SharedHoldings};
 use crate::budget::{Budget, Limit};
+use crate::ownership::known::Source;
 use crate::ownership::{Asker, Verdict};
 use crate::protocol::Target;
 use crate::providers::{Provider, ProviderError, Sandbox, SandboxKey};
@@ -82,6 +86,8 @@ pub(crate) struct Keeper {
     every: Duration,
     holdings: SharedHoldings,
     halt: Halt,
+    /// Where each round's facts come from: the sidecar's own.
+    facts: Source,
     aged: mpsc::UnboundedSender<Aged>,
     /// When each sandbox whose provider gives no creation time was first seen (unix seconds).
     first_seen: HashMap<SandboxKey, i64>,
@@ -95,7 +101,7 @@ impl Keeper {
         session: &str,
         (budget, spent): (Budget, Option<Spent>),
         holdings: SharedHoldings,
-        halt: Halt,
+        (halt, facts): (Halt, Source),
         aged: mpsc::UnboundedSender<Aged>,
     ) -> Keeper {
         let shortest = std::iter::once(budget.session.lifetime)
@@ -110,6 +116,7 @@ impl Keeper {
             spent,
             holdings,
             halt,
+            facts,
             aged,
             first_seen: HashMap::new(),
         }
@@ -158,7 +165,8 @@ impl Keeper {
 
     async fn round_on(&mut self, provider: &Arc<dyn Provider>, holdings: &super::ttl::Holdings) {
         let providers = self.providers.clone();
-        let held = Held::on(provider, &providers, &self.session, holdings).await;
+        let known = self.facts.known();
+        let held = Held::on(provider, &providers, &self.session, holdings, known).await;
         let now = crate::timefmt::now_unix();
         let spent = self
             .spent

@@ -64,7 +64,7 @@ use tokio::io::AsyncRead;
 
 use crate::budget::{Budget, Slots};
 use crate::ledger::{EndCause, Journal, Record, SessionState};
-use crate::ownership::known::{self, Known};
+use crate::ownership::known;
 use crate::protocol::{ByeOutcome, Command, ProtocolError, Target};
 use crate::providers::Provider;
 use crate::reclaim::{Options, Report};
@@ -120,9 +120,10 @@ pub(crate) struct Sidecar<C> {
     end_report: Option<EndReport>,
     /// Stops the TTL keeper the moment the watch ends, before the reclaim.
     halting: ttl::Halting,
-    /// Other sessions as the last batch of claims read them: a journal is read again only
-    /// when it changed ([`known::Cache`]).
-    others: Arc<known::Cache>,
+    /// Where every judge of this sidecar gets its facts (claims as they arrive, the keepers'
+    /// rounds, the reclaim): the ledger, other sessions' journals read again only when they
+    /// changed ([`known::Source`]).
+    facts: known::Source,
     /// The session's limits, and the create slots they were decided by (`crate::budget`):
     /// none until [`Sidecar::limit`].
     budget: (Budget, Slots),
@@ -159,6 +160,7 @@ impl<C: Clock> Sidecar<C> {
         lease: Lease<C>,
         options: Options,
     ) -> Self {
+        let facts = known::Source::new(state_root(&journal), &session, &providers);
         Sidecar {
             session,
             providers,
@@ -171,7 +173,7 @@ impl<C: Clock> Sidecar<C> {
             bye_report: None,
             end_report: None,
             halting: ttl::Halting::default(),
-            others: Arc::default(),
+            facts,
             budget: Default::default(),
             aged: None,
             notice: None,
@@ -234,7 +236,7 @@ impl<C: Clock> Sidecar<C> {
             &self.session,
             (budget, spent),
             self.holdings(),
-            self.halt(),
+            (self.halt(), self.facts()),
             tx,
         ))
     }
@@ -367,9 +369,7 @@ impl<C: Clock> Sidecar<C> {
         let mut line = first;
         // Other sessions' claims and the providers' labels, read (once for the batch) only if
         // a claim comes; a journal that did not change since the last batch is not read again.
-        let known = Known::lazy(self.state_root(), &self.providers)
-            .but(&self.session)
-            .cached(&self.others);
+        let known = self.facts.known();
         let mut listed = Listings::default();
         let mut claimed = 0;
         for _ in 0..BATCH {
@@ -591,10 +591,9 @@ impl<C: Clock> Sidecar<C> {
         }
     }
 
-    /// The state directory this sidecar's journal is in.
-    fn state_root(&self) -> Option<std::path::PathBuf> {
-        let root = self.journal.path().parent().and_then(|p| p.parent())?;
-        Some(root.to_path_buf())
+    /// Where this sidecar's judges get their facts: its keepers take it too.
+    pub(crate) fn facts(&self) -> known::Source {
+        self.facts.clone()
     }
 
     fn share(&self, change: impl FnOnce(&mut ttl::Holdings)) {
@@ -617,6 +616,12 @@ impl<C: Clock> Sidecar<C> {
             tracing::error!("session {}: {e}", self.session);
         }
     }
+}
+
+/// The state directory `journal` is in.
+fn state_root(journal: &Journal) -> Option<std::path::PathBuf> {
+    let root = journal.path().parent().and_then(|p| p.parent())?;
+    Some(root.to_path_buf())
 }
 
 #[cfg(test)]

@@ -159,7 +159,7 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
         service.grace,
         service.renew_every,
         sidecar.holdings(),
-        sidecar.halt(),
+        (sidecar.halt(), sidecar.facts()),
     );
     if let Some(keeper) = keeper.map(|k| k.capped(ttl_limits)) {
         tasks.spawn(keeper.run());

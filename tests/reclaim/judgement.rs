@@ -1,18 +1,19 @@
 //! Rules decided by the one ownership judgement, through the real binary and the real
 //! daemon: a claim adopts and never steals, `stop --all --session` keeps what is detached,
 //! pruning never forgets a detach, the detached label wins over a claim, a container from the
-//! session's own commit is its own and a later stranger's is not, and the TTL keeper renews
-//! nothing after its owner's death. (The fleet's proof of life is checked where its path can
+//! session's own commit is its own and a later stranger's is not (nor expired by the
+//! `sandguard.expires` its image carries), and the TTL keeper renews nothing after its
+//! owner's death. (The fleet's proof of life is checked where its path can
 //! be driven without a store: the `sweep::fleet` unit tests.)
 
 use std::time::Duration;
 
 use crate::support::plugin::session_row;
 use crate::support::*;
-use crate::watch::wrapper::{guarded, wait_for_file};
+use crate::watch::wrapper::{guarded, guarded_with, wait_for_file};
 
 /// Waits until `session`'s sidecar is gone and the session is over.
-fn ended(s: &Scratch, session: &str) {
+pub(super) fn ended(s: &Scratch, session: &str) {
     eventually(Duration::from_secs(30), "the session ends", || {
         let row = session_row(&mut sandguard(s), session);
         row["sidecar_alive"] == false
@@ -26,12 +27,22 @@ fn ended(s: &Scratch, session: &str) {
 /// A script that runs `body` in a session, writes `$SANDGUARD_SESSION` and then whatever
 /// `body` echoed into `file`, and exits.
 fn in_session(s: &Scratch, name: &str, body: &str) -> (Vec<String>, std::path::PathBuf) {
+    in_session_env(s, &[], name, body)
+}
+
+/// [`in_session`] with more variables for `sandguard` (a config, a provider's key).
+pub(super) fn in_session_env(
+    s: &Scratch,
+    env: &[(&str, &str)],
+    name: &str,
+    body: &str,
+) -> (Vec<String>, std::path::PathBuf) {
     let file = s.path().join(name);
     let script = format!(
         "{{ echo \"$SANDGUARD_SESSION\"; {body}; }} > {0}.tmp && mv {0}.tmp {0}",
         file.display()
     );
-    let mut job = guarded(s, &script);
+    let mut job = crate::watch::wrapper::guarded_env(s, env, &[], &script);
     let lines = wait_for_file(&file, &mut job.0);
     let _ = job.0.wait();
     (lines, file)
@@ -219,6 +230,77 @@ fn a_container_from_the_sessions_own_commit_is_its_own_and_a_later_strangers_is_
     assert!(
         container_exists(&later),
         "a sweep took the stranger: {}",
+        out.stdout
+    );
+    let _ = std::process::Command::new("docker")
+        .args(["rmi", "-f", &image])
+        .output();
+}
+
+/// Ownership before age: a container of a `--max-lifetime` session carries its
+/// `sandguard.expires` with its session and owner labels; a plain `docker commit` of it (past
+/// the proxy, which keeps sandguard's labels out of what it commits) puts all three into the
+/// image. A stranger's unlabelled container started from that image after the session ended
+/// is not the session's, so its inherited expiry ends nothing: a sweep, with this state
+/// directory or with another, keeps it once the expiry passed (it removed it before
+/// 2026-12-07: "its sandguard.expires has passed").
+#[test]
+fn an_expiry_a_strangers_container_inherited_from_an_image_ends_nothing() {
+    require_docker();
+    // Sweeps act on every session's orphans on the daemon.
+    let _g = exclusive();
+    let s = Scratch::new("inherited-expiry");
+    let mut res = Resources::default();
+    let image = format!("sandguard-test/expiry-commit-{}:latest", unique());
+    let daemon =
+        std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into());
+    let file = s.path().join("ids");
+    let script = format!(
+        "set -e; a=$({RUN} {IMAGE} sleep 600); DOCKER_HOST={daemon} docker commit $a {image} \
+         >/dev/null; printf '%s\n%s\n' \"$SANDGUARD_SESSION\" $a > {0}.tmp; mv {0}.tmp {0}",
+        file.display()
+    );
+    let args = ["run", "--docker-proxy", "--max-lifetime", "2s"];
+    let mut job = guarded_with(&s, &args, &script);
+    let lines = wait_for_file(&file, &mut job.0);
+    let _ = job.0.wait();
+    let (session, made) = (&lines[0], &lines[1]);
+    res.adopt_container(made);
+    ended(&s, session);
+    let label = |key: &str| {
+        let format = format!("{{{{index .Config.Labels \"{key}\"}}}}");
+        let out = std::process::Command::new("docker")
+            .args(["image", "inspect", "--format", &format, &image])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(&label("sandguard.session"), session, "the commit kept it");
+    let expires: i64 = label("sandguard.expires").parse().expect("an expiry");
+    let later = {
+        let out = std::process::Command::new("docker")
+            .args(["run", "-d", "--network", "none", &image, "sleep", "600"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    res.adopt_container(&later);
+    eventually(Duration::from_secs(10), "the expiry passes", || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .is_ok_and(|d| d.as_secs() as i64 > expires)
+    });
+    let out = run(sandguard(&s).args(["sweep", "--json"]));
+    assert!(
+        container_exists(&later),
+        "a sweep took a stranger for the expiry its image carries: {}",
+        out.stdout
+    );
+    let elsewhere = Scratch::new("inherited-expiry-elsewhere");
+    let out = run(sandguard(&elsewhere).args(["sweep", "--json"]));
+    assert!(
+        container_exists(&later),
+        "a sweep with another state directory took the stranger: {}",
         out.stdout
     );
     let _ = std::process::Command::new("docker")

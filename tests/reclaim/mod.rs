@@ -5,6 +5,8 @@
 //!
 //! - [`judgement`]: the judgement's rules, one case each, on the real daemon.
 //! - [`detach`]: a detached sandbox survives its owner and every sweep until its TTL.
+//! - [`keepers`]: the limits and the TTL keeper, which act while the owner lives, judge with
+//!   the ledger's facts (what another session detached stays so).
 //! - [`failures`]: removals that fail or stay unfinished, and providers that cannot be listed.
 //! - [`ids`]: ids no provider's parser accepts are refused and reach no provider.
 //! - [`model`]: random histories through the real binary, against the oracle.
@@ -13,4 +15,5 @@ mod detach;
 mod failures;
 mod ids;
 mod judgement;
+mod keepers;
 mod model;

@@ -15,9 +15,10 @@
 //!   sandboxes all carry its own label never reads another journal.
 //! - A claim arriving at a sidecar ([`Known::claim_facts`]) is told how the session whose
 //!   label the sandbox carries stands and which other sessions claimed it: all rule 4 reads.
-//! - Where nothing is known beyond the asker's own records ([`Known::nothing`]: a plan given
-//!   no knowledge, the TTL keeper), every other session stands unknown and no other claim or
-//!   detach is seen, so nothing is taken from another session.
+//! - Every session's own judge is one of these: its reclaim, and its keepers while the owner
+//!   lives (TTL, lifetime, spend), all told by a [`super::Source`]. There is no "nothing
+//!   known": a keeper that judged by its holdings alone renewed and removed what another
+//!   session had detached (issue 55).
 
 use super::Known;
 use crate::ownership::{Facts, Session, Sidecar};

@@ -150,7 +150,8 @@ fn journaled_claims_are_parsed_again_when_a_reclaim_is_planned() {
         t("gone", ".."),
         t("gone", "x/../y"),
     ];
-    let plan = crate::reclaim::Plan::for_session("s", &providers, &claims, &[]);
+    let known = Arc::new(crate::ownership::known::Known::lazy(None, &providers));
+    let plan = crate::reclaim::Plan::for_session("s", &providers, (&claims, &[]), known);
     let planned: Vec<(&str, &str)> = plan
         .claims
         .iter()

@@ -96,7 +96,8 @@ async fn end_for(cause: EndCause, journaled: bool) -> (SessionState, Vec<String>
     let journal: SharedJournal = Arc::new(Mutex::new(journal));
     let fake = Fake::holding(vec![fake::sandbox("a", Kind::Instance, Some("s1"))]);
     let providers: Vec<Arc<dyn Provider>> = vec![fake.clone()];
-    let plan = Plan::for_session("s1", &providers, [], []);
+    let known = Arc::new(crate::ownership::known::Known::lazy(None, &providers));
+    let plan = Plan::for_session("s1", &providers, ([], []), known);
     let ending = Ending {
         journal: journaled.then_some(&journal),
         providers: &providers,

@@ -44,7 +44,7 @@ async fn the_sessions_old_sandbox_is_removed_and_told_and_nothing_else() {
             None,
         ),
         Arc::new(std::sync::Mutex::new(holdings)),
-        halting.halt(),
+        (halting.halt(), Source::new(None, "s", &providers)),
         tx,
     );
     assert_eq!(keeper.every, Duration::from_secs(6), "a tenth of the limit");

@@ -8,9 +8,13 @@
 //! nothing renews, and the provider itself ends the sandboxes a little after the grace.
 //!
 //! - What is renewed is the one ownership judgement's to say ([`crate::ownership`], as
-//!   [`Asker::Renew`]): the session's own sandboxes and claims, never a detached one (by the
-//!   `detach` command or the `sandguard.detached=true` label: their own TTL is what should end
-//!   them), never one whose `sandguard.expires` passed, and nothing after the owner's death.
+//!   [`Asker::Renew`]), on the facts every judge of the sidecar is told
+//!   ([`crate::ownership::known::Source`]: the ledger, every session's journal): the
+//!   session's own sandboxes and claims, never a detached one (by the `detach` command of
+//!   any session that owned it, or the `sandguard.detached=true` label: their own TTL is
+//!   what should end them; one another session detached stays so when this session claims
+//!   it later), never one whose `sandguard.expires` passed, and nothing after the owner's
+//!   death.
 //! - The keeper stops the moment the watch ends: the sidecar turns `ending` and then waits
 //!   for a batch of renewal calls already in flight (at most [`halt::HALT_WAIT`]) before its
 //!   reclaim starts ([`Halting`]); the keeper checks again before each call. A reclaim whose removals
@@ -33,7 +37,7 @@ use futures_util::stream::{self, StreamExt};
 
 use crate::identity::Liveness;
 use crate::labels::Selector;
-use crate::ownership::known::{Known, Own};
+use crate::ownership::known::{Known, Own, Source};
 use crate::ownership::{self, Asker, Verdict};
 use crate::providers::{Provider, ProviderError, Sandbox};
 
@@ -67,6 +71,8 @@ pub(crate) struct Keeper {
     /// The session's limits: no sandbox is renewed past its creation plus its lifetime
     /// limit ([`Keeper::capped`]).
     limits: crate::budget::Budget,
+    /// Where each round's facts come from: the sidecar's own ([`Source`]).
+    facts: Source,
 }
 
 impl Keeper {
@@ -77,7 +83,7 @@ impl Keeper {
         grace: Duration,
         every: Duration,
         holdings: SharedHoldings,
-        halt: Halt,
+        (halt, facts): (Halt, Source),
     ) -> Option<Keeper> {
         let providers: Vec<Arc<dyn Provider>> = providers
             .iter()
@@ -95,6 +101,7 @@ impl Keeper {
             holdings,
             halt,
             limits: Default::default(),
+            facts,
         })
     }
 
@@ -142,7 +149,8 @@ impl Keeper {
     }
 
     async fn renew_on(&self, provider: &Arc<dyn Provider>, holdings: &Holdings) {
-        let held = Held::on(provider, &self.providers, &self.session, holdings).await;
+        let known = self.facts.known();
+        let held = Held::on(provider, &self.providers, &self.session, holdings, known).await;
         let provider = provider.as_ref();
         // The one judgement decides each renewal, with the owner as the watch last saw it.
         let owner = if self.halt.is_ending() {
@@ -200,7 +208,8 @@ pub(crate) struct Held<'a> {
     holdings: &'a Holdings,
     /// Listed by label, and the claims looked up.
     pub sandboxes: Vec<Sandbox>,
-    /// A keeper reads no ledger: it is told what its holdings say ([`Known::nothing`]).
+    /// What else the round is told: the ledger, as every judge of the sidecar is
+    /// ([`Source::known`]).
     known: Known,
 }
 
@@ -211,6 +220,7 @@ impl<'a> Held<'a> {
         providers: &'a [Arc<dyn Provider>],
         session: &'a str,
         holdings: &'a Holdings,
+        known: Known,
     ) -> Held<'a> {
         let claims: Vec<_> = holdings
             .claims
@@ -238,7 +248,7 @@ impl<'a> Held<'a> {
             session,
             holdings,
             sandboxes: Vec::new(),
-            known: Known::nothing(),
+            known,
         };
         // The claims nothing listed answered for (unjudged while the listing failed), looked
         // up as the reclaim looks them up ([`claimed`]), so that the judgement reads what
@@ -283,10 +293,10 @@ impl<'a> Held<'a> {
     pub(crate) fn judge(&self, asker: Asker<'_>, s: &Sandbox) -> Verdict {
         let own = Own {
             session: self.session,
-            // Not told, as the keeper always judged: a label of its session that the
-            // sandbox only inherited counts for a renewal (or an ageing) only through a
-            // claim.
-            standing: ownership::Session::UNKNOWN,
+            // As its reclaim's plan stands ([`ownership::Session::GUARDED`]): a label of its
+            // session that the sandbox inherited counts while the session lives, for the
+            // keeper as for the reclaim (the same facts for every judge).
+            standing: ownership::Session::GUARDED,
             claimed: self.holdings.claims.iter().any(|t| self.names(t, s)),
             detached: self.holdings.detached.iter().any(|t| self.names(t, s)),
         };

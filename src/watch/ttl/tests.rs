@@ -52,7 +52,7 @@ fn keeper(p: Arc<dyn Provider>, holdings: Holdings, halting: &Halting) -> Keeper
         Duration::from_secs(600),
         Duration::from_secs(60),
         Arc::new(std::sync::Mutex::new(holdings)),
-        halting.halt(),
+        (halting.halt(), Source::new(None, "s", &providers)),
     )
     .unwrap()
 }
@@ -141,7 +141,10 @@ fn no_ttl_provider_means_no_keeper() {
         Duration::from_secs(600),
         Duration::from_secs(60),
         rx,
-        Halting::default().halt(),
+        (
+            Halting::default().halt(),
+            Source::new(None, "s", &providers)
+        ),
     )
     .is_none());
 }

@@ -89,8 +89,11 @@ fn an_arriving_claim_is_told_other_sessions_holds_and_not_its_own() {
     assert!(known.claim_facts(&mine, "other").claimed_by.is_empty());
 }
 
+/// Without a ledger (a fleet sweep on another host), nothing but the asker's own records and
+/// the sandbox's owner label is known: no other session's claim or detach is seen, and the
+/// owner label says how its session stands.
 #[test]
-fn knowing_nothing_sees_no_other_session() {
+fn without_a_ledger_the_owner_label_says_how_a_session_stands() {
     let mut theirs = fake::sandbox("x", Kind::Instance, Some("other"));
     let me = crate::identity::Identity::current();
     if let Some(me) = &me {
@@ -98,12 +101,10 @@ fn knowing_nothing_sees_no_other_session() {
             .labels
             .insert(crate::labels::OWNER.to_string(), me.to_label());
     }
-    let nothing = Known::nothing();
-    let facts = nothing.facts_for(&theirs, own(ALIVE, true));
-    assert_eq!(facts.labelled, Some(("other", Session::UNKNOWN)));
+    let no_ledger = Known::lazy(None, &[]);
+    let facts = no_ledger.facts_for(&theirs, own(ALIVE, true));
     assert_eq!(facts.claimed_by, vec![("me", Session::UNKNOWN)]);
     assert!(!facts.detached);
-    // Without a ledger but with a judge of owners, the owner label says how it stands.
     if me.is_some() {
         let owner = Known::lazy(None, &[])
             .facts(&theirs)

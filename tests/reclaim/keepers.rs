@@ -1,0 +1,146 @@
+//! The keepers that act while their owner lives (the lifetime and spend limits that remove,
+//! the TTL keeper that renews) are judges like every other path, with the same facts: what
+//! every session's journal says. A sandbox one session claimed and detached, and another
+//! claimed once the first was over (a claim adopts what an ended session held), stays
+//! detached: the second session's keepers neither remove nor renew it, as its reclaim at the
+//! end keeps it. Before 2026-12-07 the keepers judged by their own holdings alone.
+
+use std::time::{Duration, Instant};
+
+use super::judgement::{ended, in_session_env};
+use crate::support::*;
+use crate::watch::wrapper::{guarded_env, unsafe_kill, wait_for_file};
+
+/// Session B claims `provider`'s sandbox `id` and detaches it, then ends; returns B's id.
+fn detached_by_an_ended_session(
+    s: &Scratch,
+    env: &[(&str, &str)],
+    provider: &str,
+    id: &str,
+) -> String {
+    let (lines, _) = in_session_env(
+        s,
+        env,
+        "b",
+        &format!("sandguard claim {provider} {id} >&2; sandguard detach {provider} {id} >&2"),
+    );
+    ended(s, &lines[0]);
+    lines[0].clone()
+}
+
+/// Session A claims `theirs` (B's detached one) and `ours`, with `args` before the `--`;
+/// returns its job and session id once both claims are confirmed.
+fn claiming_both(
+    s: &Scratch,
+    env: &[(&str, &str)],
+    args: &[&str],
+    provider: &str,
+    (theirs, ours): (&str, &str),
+) -> (crate::watch::wrapper::Job, String) {
+    let file = s.path().join(format!("a-{}", unique()));
+    let script = format!(
+        "sandguard claim {provider} {theirs} >&2; sandguard claim {provider} {ours} >&2; \
+         echo \"$SANDGUARD_SESSION\" > {0}.tmp && mv {0}.tmp {0}; exec sleep 600",
+        file.display()
+    );
+    let mut job = guarded_env(s, env, args, &script);
+    let lines = wait_for_file(&file, &mut job.0);
+    (job, lines[0].clone())
+}
+
+/// A session's `removed` records, from its journal.
+fn removed_in(s: &Scratch, session: &str) -> Vec<String> {
+    std::fs::read_to_string(crate::watch::sidecar::journal(s, session))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(r#""ev":"removed""#))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The lifetime limit, and the spend limit that reclaims, remove the session's own claim at
+/// the limit, and keep the container another (ended) session detached, though this session
+/// claimed it too: while the owner lives, and at its death.
+#[test]
+fn a_limit_keeps_what_another_session_detached_though_the_session_claimed_it() {
+    require_docker();
+    let _g = shared();
+    for (tag, limits) in [
+        ("lifetime", &["run", "--max-lifetime", "2s"][..]),
+        (
+            "spend",
+            &["run", "--max-spend", "2s", "--on-spend", "reclaim"][..],
+        ),
+    ] {
+        let s = Scratch::new(&format!("keeper-detached-{tag}"));
+        let mut res = Resources::default();
+        let theirs = res.container(&[]);
+        let ours = res.container(&[]);
+        detached_by_an_ended_session(&s, &[], "docker", &theirs);
+        let (job, session) = claiming_both(&s, &[], limits, "docker", (&theirs, &ours));
+        // The keeper's round that removes its own claim judged the other one too.
+        eventually(
+            Duration::from_secs(30),
+            &format!("the {tag} limit removes the session's own claim"),
+            || !container_exists(&ours),
+        );
+        let removed = removed_in(&s, &session);
+        assert!(
+            container_exists(&theirs),
+            "the {tag} limit removed what another session detached: {removed:?}"
+        );
+        assert!(
+            !removed.iter().any(|l| l.contains(theirs.as_str())),
+            "{removed:?}"
+        );
+        unsafe_kill(-(job.0.id() as i32), libc::SIGKILL);
+        ended(&s, &session);
+        assert!(
+            container_exists(&theirs),
+            "the reclaim at the owner's death removed what another session detached"
+        );
+    }
+}
+
+/// The TTL keeper renews the session's own claim every round, and never the E2B sandbox
+/// another (ended) session detached, though this session claimed it too: its own timeout is
+/// what should end it (30 s of life stayed 30 s, not the keeper's 610 s).
+#[test]
+fn the_ttl_keeper_renews_nothing_another_session_detached() {
+    const KEY: &str = "e2b_0123456789abcdef0123456789abcdef";
+    let s = Scratch::new("ttl-detached");
+    let (emu, e2b) = crate::support::e2b::start(KEY);
+    let config = cloud_config(&s, "\n[watch]\nrenew_every = \"1s\"\n");
+    let config = config.to_string_lossy().into_owned();
+    let env = [
+        ("SANDGUARD_CONFIG", config.as_str()),
+        ("E2B_API_KEY", KEY),
+        ("E2B_API_URL", emu.url.as_str()),
+    ];
+    let (theirs, ours) = (format!("i{}", unique()), format!("i{}", unique()));
+    e2b.insert(&theirs, &[]);
+    e2b.insert(&ours, &[]);
+    detached_by_an_ended_session(&s, &env, "e2b", &theirs);
+    let started = Instant::now();
+    let (job, _) = claiming_both(&s, &env, &["run"], "e2b", (&theirs, &ours));
+    let renewals = |id: &str| {
+        emu.hits()
+            .into_iter()
+            .filter(|h| {
+                h.at > started && h.method == "POST" && h.path == format!("/sandboxes/{id}/timeout")
+            })
+            .count()
+    };
+    // Two rounds renewed the session's own claim: each judged the other claim too.
+    eventually(
+        Duration::from_secs(20),
+        "the keeper renews the session's own claim twice",
+        || renewals(&ours) >= 2,
+    );
+    assert_eq!(
+        renewals(&theirs),
+        0,
+        "the TTL keeper renewed what another session detached"
+    );
+    unsafe_kill(-(job.0.id() as i32), libc::SIGKILL);
+}
