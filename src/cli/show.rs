@@ -267,6 +267,10 @@ fn words(s: &SandboxStory, view: &SessionView, owner: Liveness) -> String {
             ending.words()
         ),
         Fate::Released => "removed by the program itself (released)".into(),
+        Fate::Vanished => format!(
+            "gone by itself while the program ran (its provider said so: an autoremove, its \
+             own timeout, a removal past the proxy) ({origin})"
+        ),
         Fate::Stopped { gone: false } => format!("removed by hand (sandguard stop) ({origin})"),
         Fate::Stopped { gone: true } => {
             format!("gone: already gone when sandguard stop came for it ({origin})")

@@ -97,6 +97,17 @@ pub enum Record {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         limit: Option<crate::budget::Limit>,
     },
+    /// The provider said it is gone while the owner lived, and no path of sandguard's removed
+    /// it: the provider's own event (Docker's `destroy`: `docker run --rm`, a removal past the
+    /// proxy) or a look-up that found nothing (a cloud sandbox its own timeout ended). It is
+    /// released as by a `release` (its slot freed); `at`: unix milliseconds when the provider
+    /// said so, where its time ends (`crate::watch::gone`). A reader older than this record
+    /// skips it and keeps the claim, which is harmless: a reclaim finds it gone.
+    Vanished {
+        provider: String,
+        id: String,
+        at: u64,
+    },
     /// `pending`: the reclaim gave up on it for now; a later sweep must finish it.
     Failed {
         provider: String,

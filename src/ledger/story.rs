@@ -77,6 +77,9 @@ pub enum Fate {
     Removed { ending: Why, gone: bool },
     /// The program removed it and said so (`release`).
     Released,
+    /// The provider said it went while the owner lived, with no path of sandguard's removing
+    /// it (`vanished`: an autoremove, its own timeout, a removal past the proxy).
+    Vanished,
     /// Meant to outlive the owner: only its TTL ends it.
     Detached,
     /// Never acted upon, for this reason.
@@ -96,6 +99,7 @@ impl Fate {
             Fate::Removed { gone: false, .. } => "removed",
             Fate::Removed { gone: true, .. } => "gone",
             Fate::Released => "released",
+            Fate::Vanished => "vanished",
             Fate::Detached => "detached",
             Fate::Refused(_) => "refused",
             Fate::Pending(_) => "pending",
@@ -294,6 +298,11 @@ impl Teller {
                 (Target { provider, id }, Fate::Detached)
             }
             Record::Release { provider, id } => (Target { provider, id }, Fate::Released),
+            // Timed by when the provider said so.
+            Record::Vanished { provider, id, at } => {
+                self.set(Target { provider, id }, Fate::Vanished, at);
+                return;
+            }
             Record::Refused {
                 provider,
                 id,
@@ -410,7 +419,7 @@ impl Teller {
     /// Records the sandbox's latest fate; returns its index.
     fn set(&mut self, target: Target, fate: Fate, at_ms: u64) -> usize {
         let claims = matches!(fate, Fate::Claimed | Fate::Detached);
-        let by_id = matches!(fate, Fate::Released | Fate::Detached)
+        let by_id = matches!(fate, Fate::Released | Fate::Vanished | Fate::Detached)
             .then(|| self.pinned.get(&target))
             .flatten();
         if let Some(&i) = self.index.get(&target).or(by_id) {

@@ -210,7 +210,9 @@ fn track(v: &mut SessionView, record: Record) {
         }
         // Gone, whoever removed it (a release of `ID` ends its pinned claims too,
         // `Target::answers`).
-        Record::Release { provider, id } | Record::Removed { provider, id, .. } => {
+        Record::Release { provider, id }
+        | Record::Removed { provider, id, .. }
+        | Record::Vanished { provider, id, .. } => {
             let t = Target { provider, id };
             v.claims.retain(|c| !c.answers(&t));
             v.detached.remove(&t);

@@ -3,9 +3,10 @@
 //!
 //! Decisions:
 //! - **Removals are judged by what disappeared** from the providers during the step, whoever
-//!   removed it: a removal is allowed when the oracle allowed it before the step or after it
-//!   (a death in the step makes removal allowed; a claim may make it forbidden), or when it is
-//!   what the step's `stop` named.
+//!   removed it, including what the step made and removed within itself (a limit's keeper
+//!   runs every few milliseconds): a removal is allowed when the oracle allowed it before
+//!   the step or after it (a death in the step makes removal allowed; a claim may make it
+//!   forbidden), or when it is what the step's `stop` named.
 //! - **"Left behind" only after a sweep that ran against healthy providers** (no fault on at
 //!   the start or at the end of the step): a faulty provider may leave work pending.
 //! - **Renewals are judged against the start of the dead owner's reclaim** (its first removal
@@ -14,6 +15,10 @@
 //!   object its call was pinned to: a live claimer of an object a stranger's reuse replaced
 //!   may go on renewing the gone one (the provider answers "not found"), and that is no
 //!   renewal of the new object's dead owner's (seed 782593264 counted it as one).
+//! - **No renewal of what an owner detached**, once its `detach` was confirmed: not by the
+//!   session that detached it, nor by a session that claimed it after (a keeper is told the
+//!   ledger's facts, as every judge is). Timed from the end of the detaching step, against
+//!   the object detached (a reuse makes a new one).
 //! - **"Final" is checked when a session first reads final**, against what it owned then.
 
 use std::collections::BTreeSet;
@@ -47,6 +52,9 @@ pub(super) struct Checks {
     finals: BTreeSet<usize>,
     /// Renewals already judged.
     renewals_seen: usize,
+    /// When each object (sandbox number, identity) was seen detached by an owner: the end
+    /// of the step that detached it.
+    detached_at: std::collections::BTreeMap<(usize, String), tokio::time::Instant>,
 }
 
 type Found = Option<(Invariant, String)>;
@@ -61,10 +69,23 @@ impl Checks {
         o: &mut Oracle,
         seen: &Before,
     ) -> Found {
+        self.detaches(world, before, o);
         removals(world, op, before, o, seen)
             .or_else(|| left_behind(world, op, o, seen))
             .or_else(|| self.renewals(world, before, o))
             .or_else(|| self.finals(world, o))
+    }
+
+    /// Notes the objects an owner's `detach` detached in this step.
+    fn detaches(&mut self, world: &World, before: &Oracle, o: &Oracle) {
+        let now = tokio::time::Instant::now();
+        for (&x, b) in &o.boxes {
+            let was = before.boxes.get(&x).is_some_and(|w| w.detached);
+            if b.detached && !was {
+                let identity = world.latest.get(&x).cloned().unwrap_or_default();
+                self.detached_at.entry((x, identity)).or_insert(now);
+            }
+        }
     }
 
     fn renewals(&mut self, world: &World, before: &Oracle, o: &Oracle) -> Found {
@@ -92,6 +113,20 @@ impl Checks {
                 return Some((
                     Invariant::RenewedDetached,
                     format!("{id} was renewed, but it carries sandguard.detached=true"),
+                ));
+            }
+            // Detached by an owner's confirmed `detach`: nobody's keeper renews it after.
+            let object = identity
+                .clone()
+                .or_else(|| world.latest.get(&x).cloned())
+                .unwrap_or_default();
+            if let Some(t) = self.detached_at.get(&(x, object)).filter(|t| at > *t) {
+                return Some((
+                    Invariant::RenewedDetached,
+                    format!(
+                        "{id} was renewed {:?} after its owner detached it",
+                        at.duration_since(*t)
+                    ),
                 ));
             }
             // The renewal is after the death only if it came after the last of its owners'
@@ -153,7 +188,16 @@ fn removals(world: &World, op: Op, before: &Oracle, o: &mut Oracle, seen: &Befor
     let now = world.ids();
     let mut lapsed = seen.lapsed.clone();
     lapsed.extend(world.lapsed());
-    for id in seen.ids.difference(&now) {
+    // What was there before the step, and what the step made (a limit's keeper may remove
+    // a sandbox within the step that created it).
+    let made: BTreeSet<String> = o
+        .boxes
+        .iter()
+        .filter(|(_, b)| !b.gone)
+        .map(|(&x, _)| box_id(x))
+        .collect();
+    let candidates: BTreeSet<&String> = seen.ids.union(&made).collect();
+    for id in candidates.into_iter().filter(|id| !now.contains(*id)) {
         let Some(x) = number(id) else { continue };
         if let Err(why) = removable(before, o, op, x, &lapsed) {
             return Some((
@@ -208,7 +252,7 @@ pub(super) fn removable(
             before.stop_may_take(&given, x, &box_id(x))
         }
         Op::StopAll { s } => before.stop_all_takes(s, x),
-        Op::Removes { x: named, .. } => named == x,
+        Op::Removes { x: named, .. } | Op::Vanish { x: named } => named == x,
         Op::FleetSweep { here: false, .. } => before.fleet_elsewhere_takes(x, lapsed),
         _ => false,
     };

@@ -13,6 +13,16 @@
 //!   the rule then has one answer, and the model asks it.
 //! - An image that names a session with no journal (its sidecar died before it made one)
 //!   carries none of its labels: no program could have been told them.
+//! - **An image may carry a `sandguard.expires` already past** (a `--max-lifetime` session's
+//!   container committed with its labels). The oracle is told it counts only where it came
+//!   with the session label the sandbox carries from that image and that label counts
+//!   (ownership before age): a stranger's sandbox from an ended session's image is nobody's,
+//!   and its inherited expiry ends nothing.
+//! - **The provider removes a sandbox by itself** ([`World::vanish`]: an autoremove, its own
+//!   TTL) and says so to the sessions it follows, as Docker's `destroy` does; a session that
+//!   claimed it must see it gone (`crate::watch::gone`): the step waits, within the model's
+//!   patience, until no live session's ledger still claims it where the provider can be
+//!   asked (see [`World::vanish`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -59,6 +69,56 @@ impl World {
         self.take(x);
         self.put(x, p, BTreeMap::new(), BTreeMap::new());
         o.create(x, None, false);
+    }
+
+    /// The provider removes sandbox `x` by itself, telling the sessions it follows; then,
+    /// where every provider is healthy and `x`'s provider has a server-side TTL (the keeper
+    /// looks up what its listing does not answer for, every few milliseconds), waits until no
+    /// live session's ledger still claims that object: a claim on something the provider says
+    /// is gone must be released (its slot freed, its time ended). `Err` (starting with
+    /// [`super::world::HELD_GONE`]) when one still does after the model's patience.
+    pub(super) async fn vanish(&mut self, x: usize, o: &mut Oracle) -> Result<(), String> {
+        let Some(&p) = self.made.get(&x) else {
+            return Ok(());
+        };
+        let identity = self.latest.get(&x).cloned().unwrap_or_default();
+        if !self.fakes[p].vanish(&box_id(x)) {
+            return Ok(());
+        }
+        o.gone(x);
+        if !self.healthy() || !self.fakes[p].ttl {
+            return Ok(());
+        }
+        let (bare, pinned) = (box_id(x), format!("{}@{identity}", box_id(x)));
+        let holds = |c: &crate::protocol::Target| {
+            c.provider == PROVIDERS[p] && (c.id == bare || c.id == pinned)
+        };
+        let deadline = tokio::time::Instant::now() + super::world::PATIENCE;
+        loop {
+            let holders: Vec<String> = self
+                .sessions
+                .values()
+                .filter(|v| v.run.is_some() && !v.faults.died())
+                .filter(|v| {
+                    self.state
+                        .read_session(&v.id)
+                        .is_ok_and(|view| view.claims.iter().any(holds))
+                })
+                .map(|v| v.id.clone())
+                .collect();
+            if holders.is_empty() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline || !self.healthy() {
+                return Err(format!(
+                    "{}{} went by itself, but {} still claim it",
+                    super::world::HELD_GONE,
+                    box_id(x),
+                    holders.join(", ")
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
     }
 
     /// Removes sandbox `x` from its provider behind sandguard's back; whether it was there.
@@ -110,6 +170,9 @@ impl World {
         let mut carried = BTreeMap::new();
         if image.detached {
             carried.insert(labels::DETACHED.to_string(), "true".to_string());
+        }
+        if image.expires {
+            carried.insert(labels::EXPIRES.to_string(), "1".to_string());
         }
         let Some(t) = image.session else {
             return (carried, None);
@@ -165,13 +228,13 @@ impl World {
                 // unless it is the same (its own image: the inheritance rule decides).
                 let (carried, inherited) = self.image(image).await;
                 let own = carried.get(labels::SESSION) == labels.get(labels::SESSION);
-                let label = if own && image.is_some_and(|i| i.session.is_some()) {
-                    inherited
-                } else {
-                    Some(s)
-                };
+                let from_image = own && image.is_some_and(|i| i.session.is_some());
+                let label = if from_image { inherited } else { Some(s) };
                 self.put(x, provider, labels, carried);
                 o.create(x, label, detached || detached_image);
+                if from_image && expires(image) {
+                    o.expired(x);
+                }
                 if let Make::Proxy { .. } = how {
                     // The proxy sees the create's own labels (`Hold::of`).
                     let acked = self.proxy_claim(s, x, detached).await;
@@ -184,8 +247,12 @@ impl World {
                     return Ok(());
                 }
                 let (carried, label) = self.image(image).await;
+                let from_image = carried.contains_key(labels::SESSION);
                 self.put(x, provider, BTreeMap::new(), carried);
                 o.create(x, label, detached_image);
+                if from_image && expires(image) {
+                    o.expired(x);
+                }
                 self.claim(s, x, o).await
             }
         }
@@ -216,10 +283,19 @@ impl World {
             },
             Forge::None => (BTreeMap::new(), inherited, true),
         };
+        let session_from_image = from_image && carried.contains_key(labels::SESSION);
         self.put(x, provider, labels, carried);
         o.create(x, label, image.is_some_and(|i| i.detached));
         if from_image {
             o.inherited(x);
         }
+        if session_from_image && expires(image) {
+            o.expired(x);
+        }
     }
+}
+
+/// Whether `image` carries a `sandguard.expires` (already past).
+fn expires(image: Option<Image>) -> bool {
+    image.is_some_and(|i| i.expires)
 }

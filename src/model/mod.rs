@@ -92,6 +92,9 @@ enum Invariant {
     FinalTooSoon,
     /// A sidecar started again after a crash was refused for good (`world::WEDGED`).
     Wedged,
+    /// A live session still claims what its provider said went by itself
+    /// (`world::HELD_GONE`).
+    HeldGone,
     /// The code did not do what the step needs within its patience (a hang, a panic).
     Stuck,
 }
@@ -128,6 +131,7 @@ async fn steps(world: &mut World, history: &[Op]) -> Option<Violation> {
         let seen = check::Before::of(world);
         let found = match apply(world, *op, &mut o).await {
             Err(e) if e.starts_with(world::WEDGED) => Some((Invariant::Wedged, e)),
+            Err(e) if e.starts_with(world::HELD_GONE) => Some((Invariant::HeldGone, e)),
             Err(e) => Some((Invariant::Stuck, e)),
             Ok(()) => checks.after(world, *op, &before, &mut o, &seen),
         };
@@ -162,7 +166,12 @@ impl Violation {
 
 async fn apply(world: &mut World, op: Op, o: &mut Oracle) -> Result<(), String> {
     match op {
-        Op::Start { s, crash, wrapper } => world.start(s, crash, wrapper, o).await?,
+        Op::Start {
+            s,
+            crash,
+            wrapper,
+            limit,
+        } => world.start(s, (crash, wrapper, limit), o).await?,
         Op::Restart { s } => world.restart(s, o).await?,
         Op::CrashAt { s, after } => world.crash_at(s, after),
         Op::Create {
@@ -181,6 +190,7 @@ async fn apply(world: &mut World, op: Op, o: &mut Oracle) -> Result<(), String> 
         Op::Claim { s, x } => world.claim(s, x, o).await?,
         Op::Removes { s, x, proxy } => world.removes(s, x, proxy, o).await,
         Op::Reuse { x } => world.reuse(x, o),
+        Op::Vanish { x } => world.vanish(x, o).await?,
         Op::Release { s, x } => world.release(s, x, o).await?,
         Op::Detach { s, x } => world.detach(s, x, o).await?,
         Op::Stop { x, cut } => world.stop(x, cut).await,

@@ -39,6 +39,10 @@ pub(super) struct Image {
     pub session: Option<usize>,
     /// `sandguard.detached=true`.
     pub detached: bool,
+    /// A `sandguard.expires` already past (a `--max-lifetime` session's container committed
+    /// with its labels): it ends the sandbox only where the label it came with counts
+    /// (ownership before age).
+    pub expires: bool,
 }
 
 impl fmt::Display for Image {
@@ -49,6 +53,9 @@ impl fmt::Display for Image {
         }
         if self.detached {
             f.write_str(" detached=true")?;
+        }
+        if self.expires {
+            f.write_str(" expires=<past>")?;
         }
         Ok(())
     }
@@ -108,6 +115,15 @@ impl fmt::Display for Crash {
     }
 }
 
+/// A limit that removes while its owner lives, with which a session may start: its keeper
+/// runs every few milliseconds, at random points of the history, and removes what the
+/// session owns (every sandbox is past a lifetime of 0; a spend of 1 ms is reached at once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Limit {
+    Lifetime,
+    Spend,
+}
+
 /// A provider fault, switched on until `heal`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Fault {
@@ -131,6 +147,8 @@ pub(super) enum Op {
         /// Started as the wrapper starts one (`sandguard -- CMD`): the journal created unsynced
         /// and handed to the sidecar, which syncs it; else as `watch` does.
         wrapper: bool,
+        /// With a limit whose keeper removes while the owner lives.
+        limit: Option<Limit>,
     },
     /// `watch --session S` again for a live owner whose sidecar is gone (a restarted
     /// Kubernetes sidecar): it must begin or resume the session, never be refused for good.
@@ -169,6 +187,11 @@ pub(super) enum Op {
     /// A stranger makes another sandbox under `x`'s id once it is free (the one there now
     /// removed first): ids that are names (Docker volumes) are taken again.
     Reuse {
+        x: usize,
+    },
+    /// The provider removes `x` by itself (an autoremove, its own TTL), and says so to the
+    /// sessions it follows (Docker's `destroy`): whoever held it must see it gone.
+    Vanish {
         x: usize,
     },
     Release {
@@ -227,10 +250,20 @@ impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let p = |i: usize| PROVIDERS[i % PROVIDERS.len()];
         match *self {
-            Op::Start { s, crash, wrapper } => {
+            Op::Start {
+                s,
+                crash,
+                wrapper,
+                limit,
+            } => {
                 write!(f, "start session s{s}")?;
                 if wrapper {
                     write!(f, " with the wrapper")?;
+                }
+                match limit {
+                    Some(Limit::Lifetime) => write!(f, " with --max-lifetime 0")?,
+                    Some(Limit::Spend) => write!(f, " with --max-spend 1ms --on-spend reclaim")?,
+                    None => {}
                 }
                 match crash {
                     Some(c) => write!(f, ", its sidecar {c}"),
@@ -302,6 +335,7 @@ impl fmt::Display for Op {
                 }
             ),
             Op::Reuse { x } => write!(f, "a stranger makes another x{x} (the name taken again)"),
+            Op::Vanish { x } => write!(f, "the provider removes x{x} by itself"),
             Op::Release { s, x } => write!(f, "s{s} releases x{x}"),
             Op::Detach { s, x } => write!(f, "s{s} detaches x{x}"),
             Op::Stop { x, cut } => match cut {

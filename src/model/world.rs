@@ -59,6 +59,28 @@ use crate::watch::{service, Ended, Triggers};
 
 /// The fleet lease of every sidecar (renewed every third of it).
 pub(super) const LEASE: Duration = Duration::from_millis(90);
+/// How often a limited session's keeper runs ([`super::ops::Limit`]).
+pub(super) const LIMIT_ROUNDS: Duration = Duration::from_millis(7);
+
+/// The budget of a session started with `limit`: a lifetime of 0 (every sandbox is past it),
+/// or a spend of 1 ms of sandbox time that reclaims (reached as soon as anything is held).
+fn budget(limit: Option<super::ops::Limit>) -> crate::budget::Budget {
+    use super::ops::Limit;
+    let limits = match limit {
+        None => crate::budget::Limits::default(),
+        Some(Limit::Lifetime) => crate::budget::Limits {
+            lifetime: Some(Duration::ZERO),
+            ..Default::default()
+        },
+        Some(Limit::Spend) => crate::budget::Limits {
+            spend: Some(crate::budget::Spend::Time(Duration::from_millis(1))),
+            on_spend: Some(crate::budget::OnSpend::Reclaim),
+            ..Default::default()
+        },
+    };
+    limits.into()
+}
+
 /// How long the model waits for the code to do something before it calls it stuck.
 pub(super) const PATIENCE: Duration = Duration::from_secs(10);
 
@@ -109,6 +131,8 @@ pub(super) struct Session {
     pub(super) run: Option<JoinHandle<Ended>>,
     /// Where its sidecar's journal writes fail (`crate::ledger::faults`).
     pub(super) faults: Faults,
+    /// The limit its keeper keeps while the owner lives, if any ([`super::ops::Limit`]).
+    pub(super) limit: Option<super::ops::Limit>,
 }
 
 /// A begun journal, and the session it resumed (`None`: a new one).
@@ -116,6 +140,9 @@ type Begun = (crate::ledger::Journal, Option<crate::ledger::SessionView>);
 
 /// How a wedge's message starts: a start refused for good after a crash.
 pub(super) const WEDGED: &str = "wedged: ";
+
+/// How the message of a claim kept on what the provider said went by itself starts.
+pub(super) const HELD_GONE: &str = "held gone: ";
 
 /// A fresh directory for one history's ledger, removed on drop.
 struct Scratch(std::path::PathBuf);
@@ -224,8 +251,7 @@ impl World {
     pub(super) async fn start(
         &mut self,
         s: usize,
-        crash: Option<Crash>,
-        wrapper: bool,
+        (crash, wrapper, limit): (Option<Crash>, bool, Option<super::ops::Limit>),
         o: &mut Oracle,
     ) -> Result<(), String> {
         if self.sessions.contains_key(&s) {
@@ -256,9 +282,13 @@ impl World {
                 stop: None,
                 run: None,
                 faults: crash.map_or_else(Faults::counting, Crash::faults),
+                limit,
             },
         );
         o.start(s);
+        if limit.is_some() {
+            o.limited(s);
+        }
         let begun = match wrapper {
             true => self.hand_over(s),
             false => self.begin(s),
@@ -372,6 +402,7 @@ impl World {
             providers: self.providers.clone(),
             grace: Duration::from_secs(600),
             renew_every: Duration::from_millis(10),
+            limit_rounds: Some(LIMIT_ROUNDS),
             options: options(Some(Duration::from_millis(5))),
             proxy: None,
             cloud: Vec::new(),
@@ -386,7 +417,11 @@ impl World {
             notice: None,
             notify: crate::notify::Lazy::none(),
             held,
-            budget: Default::default(),
+            budget: (
+                budget(session.limit),
+                Default::default(),
+                Default::default(),
+            ),
         };
         let (pipe, end) = tokio::io::duplex(64 * 1024);
         let (proxy, claims) = tokio::sync::mpsc::unbounded_channel();

@@ -12,6 +12,12 @@
 //! - Labels: the sandguard labels are E2B `metadata` entries, as SDKs stamp them at create.
 //! - Remove: `DELETE /sandboxes/{id}` → 204 (a paused sandbox's snapshot goes too); 404 means
 //!   it is gone.
+//! - Look-up ([`Provider::describe`]): `GET /sandboxes/{id}` (the detail, with its metadata);
+//!   404 is gone. The keepers look a claim up this way when their listing did not answer for
+//!   it, and a sandbox that E2B ended by itself (its own timeout) is then released
+//!   (`crate::watch::gone`); the look-up is made only after a listing of the same API
+//!   answered in full, so a 404 there is E2B's word for the sandbox, not a path nothing
+//!   routes.
 //! - TTL: E2B ends a sandbox at its `endAt`. [`Provider::renew`] reads it
 //!   (`GET /sandboxes/{id}`) and only when it falls short of `ttl` from now calls
 //!   `POST /sandboxes/{id}/timeout {"timeout": secs}` (204). That call *sets* the expiry, and
@@ -46,7 +52,9 @@ use reqwest::Method;
 use serde::Deserialize;
 
 use super::http::{decode_json, encode_segment, listing_error, walk, Http, NOT_UNRESERVED};
-use super::{Capabilities, Entry, EntryState, Kind, Provider, ProviderError, Refusal, Sandbox};
+use super::{
+    Capabilities, Described, Entry, EntryState, Kind, Provider, ProviderError, Refusal, Sandbox,
+};
 use crate::config::CloudSettings;
 use crate::labels::Selector;
 use crate::timefmt;
@@ -147,6 +155,17 @@ fn metadata_filter(selector: &Selector) -> Option<String> {
 }
 
 impl E2b {
+    /// `GET /sandboxes/{id}`: the sandbox as E2B details it (404: `Gone`).
+    async fn read_one(&self, id: &str) -> Result<Listed, ProviderError> {
+        let path = format!("/sandboxes/{}", encode_segment(id)?);
+        let what = format!("failed to read sandbox {id}");
+        let reply = self
+            .http
+            .read(|| self.http.request(Method::GET, &path), &what)
+            .await?;
+        reply.json("e2b", &what)
+    }
+
     async fn page(
         &self,
         filter: Option<&str>,
@@ -200,6 +219,14 @@ impl Provider for E2b {
         walk("e2b", |token| self.page(filter.as_deref(), token)).await
     }
 
+    async fn describe(&self, claimed: &Sandbox) -> Result<Described, ProviderError> {
+        match self.read_one(&claimed.id).await {
+            Ok(listed) => Ok(Described::Found(listed.into_sandbox())),
+            Err(ProviderError::Gone(_)) => Ok(Described::Gone),
+            Err(e) => Err(e),
+        }
+    }
+
     async fn remove(&self, sandbox: &Sandbox) -> Result<(), ProviderError> {
         let path = format!("/sandboxes/{}", encode_segment(&sandbox.id)?);
         let what = format!("failed to remove sandbox {}", sandbox.id);
@@ -216,12 +243,7 @@ impl Provider for E2b {
 
     async fn renew(&self, sandbox: &Sandbox, ttl: Duration) -> Result<(), ProviderError> {
         let path = format!("/sandboxes/{}", encode_segment(&sandbox.id)?);
-        let what = format!("failed to read sandbox {}", sandbox.id);
-        let reply = self
-            .http
-            .read(|| self.http.request(Method::GET, &path), &what)
-            .await?;
-        let current: Listed = reply.json("e2b", &what)?;
+        let current = self.read_one(&sandbox.id).await?;
         let wanted = timefmt::now_unix() + ttl.as_secs() as i64;
         if current
             .end_at

@@ -57,13 +57,40 @@ pub(crate) struct Fake {
     /// last is never known: its news is still on its way, as a create's at the instant of
     /// death is, and only a listing finds it.
     pub follows: bool,
-    /// The sessions followed.
-    pub followed: Mutex<std::collections::HashSet<String>>,
+    /// The sessions followed, and where each is told what went ([`Fake::vanish`]).
+    pub followed: Mutex<std::collections::HashMap<String, super::GoneTx>>,
     /// Every listing made (answered or failed).
     pub lists: AtomicU32,
 }
 
 impl Fake {
+    /// Removes sandbox `id` as the provider would by itself (an autoremove, its own TTL):
+    /// behind sandguard's back, told as an event to the sessions followed whose label it
+    /// carries, as Docker's `destroy` is; whether it was there.
+    pub(crate) fn vanish(&self, id: &str) -> bool {
+        let mut all = self.sandboxes.lock().unwrap();
+        let Some(at) = all.iter().position(|s| s.id == id) else {
+            return false;
+        };
+        let gone = all.remove(at);
+        drop(all);
+        let images = self.images.lock().unwrap();
+        let seen = seen_through(gone.clone(), &images);
+        drop(images);
+        let followed = self.followed.lock().unwrap();
+        let told = seen
+            .session()
+            .and_then(|s| followed.get(s))
+            .filter(|_| gone.kind == Kind::Instance);
+        if let Some(tx) = told {
+            let _ = tx.send(super::Gone {
+                sandbox: gone,
+                at_ms: crate::ledger::now_ms(),
+            });
+        }
+        true
+    }
+
     pub(crate) fn holding(sandboxes: Vec<Sandbox>) -> Arc<Fake> {
         Arc::new(Fake {
             sandboxes: Mutex::new(sandboxes),
@@ -202,14 +229,17 @@ impl Provider for Fake {
     fn warm_up(&self) -> bool {
         self.follows
     }
-    async fn follow(&self, session: &str, _began_ms: Option<u64>) {
+    async fn follow(&self, session: &str, _began_ms: Option<u64>, gone: super::GoneTx) {
         if self.follows {
-            self.followed.lock().unwrap().insert(session.to_string());
+            self.followed
+                .lock()
+                .unwrap()
+                .insert(session.to_string(), gone);
             std::future::pending::<()>().await;
         }
     }
     fn known(&self, session: &str) -> Option<super::Following> {
-        if !self.followed.lock().unwrap().contains(session) {
+        if !self.followed.lock().unwrap().contains_key(session) {
             return None;
         }
         let images = self.images.lock().unwrap();

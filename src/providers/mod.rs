@@ -69,6 +69,21 @@ pub struct Following {
     pub whole: bool,
 }
 
+/// A provider's word, while it follows a session, that one of the session's sandboxes went
+/// without sandguard removing it (Docker's `destroy` event: `docker run --rm`, a removal past
+/// the proxy): the sidecar releases what it held of it ([`Provider::follow`]). DESIGN's "a
+/// removal is what the provider confirmed": an event is such a confirmation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gone {
+    /// What went, as the event names it (its provider, kind and full id).
+    pub sandbox: Sandbox,
+    /// Unix milliseconds when the provider said so.
+    pub at_ms: u64,
+}
+
+/// Where a provider following a session tells what it saw go ([`Gone`]).
+pub(crate) type GoneTx = tokio::sync::mpsc::UnboundedSender<Gone>;
+
 /// One managed resource as a provider listed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sandbox {
@@ -329,11 +344,12 @@ pub trait Provider: Send + Sync {
     }
     /// Follows `session`'s sandboxes as the provider reports them created and destroyed, until
     /// the future is dropped (a sidecar runs it beside its watch); returns at once where the
-    /// provider has no such feed (the default). What it learns is [`Provider::known`].
+    /// provider has no such feed (the default). What it learns is [`Provider::known`], and
+    /// each sandbox of the session it sees go is told to `gone` ([`Gone`]).
     /// `began_ms`: when the session began (Unix milliseconds), where known: following that
     /// saw everything since then is [`Following::whole`].
-    async fn follow(&self, session: &str, began_ms: Option<u64>) {
-        let _ = (session, began_ms);
+    async fn follow(&self, session: &str, began_ms: Option<u64>, gone: GoneTx) {
+        let _ = (session, began_ms, gone);
     }
     /// The sandboxes of `session` that following proved exist, as they were listed when
     /// created: a reclaim removes them first. `None` when the session is not followed (the

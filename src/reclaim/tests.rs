@@ -256,7 +256,8 @@ async fn whole_following_spares_the_first_listing_only_before_a_settle_pass() {
             follows: true,
             ..Default::default()
         });
-        p.followed.lock().unwrap().insert("s".into());
+        let (gone, _) = tokio::sync::mpsc::unbounded_channel();
+        p.followed.lock().unwrap().insert("s".into(), gone);
         let known = p.known("s").expect("followed");
         assert!(known.whole);
         assert_eq!(known.sandboxes.len(), 1, "b is not known yet");

@@ -34,6 +34,14 @@
 //!   removable here, whatever its lease. A fleet sweep on *another* host cannot see the
 //!   owner: there, a session whose sidecar died (its lease runs out) may be reclaimed.
 //! - **A released claim is forgotten**: the sandbox is then owned by its labels only.
+//! - **Ownership before age**: a sandbox whose `sandguard.expires` has passed may be removed
+//!   by a sweep or `stop --all`, detached or not, but only when that expiry came with a
+//!   session label that counts ([`Sandbox::expired`]); one a stranger's sandbox inherited from
+//!   an image ends nothing.
+//! - **A limit removes only what its session owns**: a live session with a limit that removes
+//!   (a lifetime, a spend that reclaims) may have its keeper remove, while it lives, what it
+//!   owns and did not detach ([`Oracle::keeper_takes`]); never what another session detached,
+//!   though it claimed it later.
 //! - `stop ID` removes the managed sandbox (one carrying a session label) the id names, or
 //!   that a unique prefix names, detached or not (the user named it); an empty id names
 //!   nothing (DESIGN says of claimed ids "never empty"; the oracle holds `stop` to it too:
@@ -62,6 +70,8 @@ pub enum Kept {
 pub struct Session {
     pub owner_alive: bool,
     pub sidecar_alive: bool,
+    /// It has a limit whose keeper removes what it owns while it lives.
+    pub limited: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -82,6 +92,9 @@ pub struct Sandbox {
     pub stolen: BTreeSet<usize>,
     /// Detached by an owner's confirmed `detach`.
     pub detached: bool,
+    /// It carries a `sandguard.expires` already past that counts: it came with the session
+    /// label it carries (from its image), and that label counts.
+    pub expired: bool,
     pub gone: bool,
 }
 
@@ -104,8 +117,23 @@ impl Oracle {
             Session {
                 owner_alive: true,
                 sidecar_alive: true,
+                limited: false,
             },
         );
+    }
+
+    /// Session `s` has a limit whose keeper removes what it owns while it lives.
+    pub fn limited(&mut self, s: usize) {
+        if let Some(x) = self.sessions.get_mut(&s) {
+            x.limited = true;
+        }
+    }
+
+    /// `x` carries an expiry already past that counts (see [`Sandbox::expired`]).
+    pub fn expired(&mut self, x: usize) {
+        if let Some(b) = self.boxes.get_mut(&x) {
+            b.expired = b.label.is_some();
+        }
     }
 
     pub fn alive(&self, s: usize) -> bool {
@@ -232,12 +260,26 @@ impl Oracle {
 
     /// Whether a sidecar or a sweep on this host may remove `x` now; why not, if not.
     pub fn may_remove(&self, x: usize) -> Result<(), Kept> {
+        if self.boxes.get(&x).is_some_and(|b| b.expired) {
+            return Ok(());
+        }
         self.may_ever_remove(x)?;
         let owners = self.owners(x);
-        if owners.iter().any(|&s| !self.alive(s)) {
+        if owners.iter().any(|&s| !self.alive(s)) || self.keeper_takes(x) {
             return Ok(());
         }
         Err(Kept::OwnersLive(names(&owners)))
+    }
+
+    /// Whether a live session's limit keeper may remove `x` now: it owns `x` (its label, or a
+    /// claim that stands) and `x` is not detached, by anyone that owned it.
+    pub fn keeper_takes(&self, x: usize) -> bool {
+        self.may_ever_remove(x).is_ok()
+            && self.owners(x).iter().any(|s| {
+                self.sessions
+                    .get(s)
+                    .is_some_and(|v| v.limited && v.owner_alive && v.sidecar_alive)
+            })
     }
 
     /// Whether any path but a `stop` naming `x` may remove it at all, whoever lives: only

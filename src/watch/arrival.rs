@@ -162,10 +162,10 @@ impl<C: Clock> Sidecar<C> {
     ///
     /// A create's slot under the session's limits is decided here too, one ask at a time
     /// ([`Sidecar::take_slot`]), and its end journaled.
-    pub(super) fn on_proxy_ask<R>(&mut self, ask: Option<ProxyAsk>, t: &mut Triggers<R>) {
+    pub(super) async fn on_proxy_ask<R>(&mut self, ask: Option<ProxyAsk>, t: &mut Triggers<R>) {
         match ask {
             Some(ProxyAsk::Slot { provider, answer }) => {
-                let _ = answer.send(self.take_slot(&provider));
+                let _ = answer.send(self.slot(&provider).await);
             }
             Some(ProxyAsk::SlotDone { n, made }) => {
                 self.budget.1.done(n, made);
@@ -191,13 +191,25 @@ impl<C: Clock> Sidecar<C> {
     /// limit. It is made durable by the claim's sync that follows the create: a machine
     /// that crashes in between loses the slot together with the program that asked for it,
     /// whose session is then over (a sync of its own would be one more fdatasync per create).
-    fn take_slot(&mut self, provider: &str) -> Result<Option<u64>, Exceeded> {
+    ///
+    /// A create that would pass `sandboxes` is decided again once the provider was asked what
+    /// the session still holds there ([`Sidecar::confirm_held`]): what went by itself (a
+    /// `docker run --rm` whose event is still on its way) frees its slot first, and only
+    /// what the provider says exists is counted against the limit.
+    async fn slot(&mut self, provider: &str) -> Result<Option<u64>, Exceeded> {
         if !self.budget.0.any() {
             return Ok(None);
         }
-        let mut slots = std::mem::take(&mut self.budget.1);
-        let taken = slots.take(&self.budget.0, provider, &*self);
-        self.budget.1 = slots;
+        let mut taken = self.take_slot(provider);
+        if let Err(Exceeded {
+            over: crate::budget::Over::Sandboxes { .. },
+            ..
+        }) = taken
+        {
+            if self.confirm_held(provider).await {
+                taken = self.take_slot(provider);
+            }
+        }
         match taken {
             Ok(n) => {
                 self.write(&Record::Slot {
@@ -217,6 +229,15 @@ impl<C: Clock> Sidecar<C> {
                 Err(exceeded)
             }
         }
+    }
+
+    /// The one slot decision ([`crate::budget::Slots::take`]) against what the session holds
+    /// now; nothing journaled or told.
+    fn take_slot(&mut self, provider: &str) -> Result<u64, Exceeded> {
+        let mut slots = std::mem::take(&mut self.budget.1);
+        let taken = slots.take(&self.budget.0, provider, &*self);
+        self.budget.1 = slots;
+        taken
     }
 
     /// Limits observed outside the proxies: `claimed` more claims arrived by the control pipe

@@ -86,8 +86,10 @@ pub(crate) struct Keeper {
     every: Duration,
     holdings: SharedHoldings,
     halt: Halt,
-    /// Where each round's facts come from: the sidecar's own.
+    /// Where each round's facts come from (the sidecar's own), and where it tells what its
+    /// look-ups found gone.
     facts: Source,
+    gone: crate::providers::GoneTx,
     aged: mpsc::UnboundedSender<Aged>,
     /// When each sandbox whose provider gives no creation time was first seen (unix seconds).
     first_seen: HashMap<SandboxKey, i64>,
@@ -101,9 +103,10 @@ impl Keeper {
         session: &str,
         (budget, spent): (Budget, Option<Spent>),
         holdings: SharedHoldings,
-        (halt, facts): (Halt, Source),
+        link: super::Link,
         aged: mpsc::UnboundedSender<Aged>,
     ) -> Keeper {
+        let super::Link { halt, facts, gone } = link;
         let shortest = std::iter::once(budget.session.lifetime)
             .chain(budget.providers.values().map(|l| l.lifetime))
             .flatten()
@@ -117,9 +120,16 @@ impl Keeper {
             holdings,
             halt,
             facts,
+            gone,
             aged,
             first_seen: HashMap::new(),
         }
+    }
+
+    /// Rounds every `every` instead of as its limits say (the model test's).
+    pub(crate) fn every(mut self, every: Duration) -> Keeper {
+        self.every = every;
+        self
     }
 
     /// A round every [`Keeper::every`], from one after start (with a lifetime limit), and at
@@ -167,6 +177,7 @@ impl Keeper {
         let providers = self.providers.clone();
         let known = self.facts.known();
         let held = Held::on(provider, &providers, &self.session, holdings, known).await;
+        held.tell_gone(&self.gone);
         let now = crate::timefmt::now_unix();
         let spent = self
             .spent

@@ -44,6 +44,7 @@ mod arrival;
 pub(crate) mod daemon;
 mod end;
 pub(crate) mod fleet;
+mod gone;
 pub(crate) mod lease;
 pub(crate) mod limits;
 mod notify;
@@ -145,12 +146,28 @@ pub(crate) struct Sidecar<C> {
     kinds: std::sync::Mutex<std::collections::HashMap<Target, bool>>,
     /// `[notify]`, started at its first event ([`notify`]).
     notify: crate::notify::Lazy,
+    /// What the providers (their events) and the keepers (their look-ups) say went by itself
+    /// ([`gone`]): the sender is handed to them, the loop releases what it receives.
+    gone: (
+        crate::providers::GoneTx,
+        tokio::sync::mpsc::UnboundedReceiver<crate::providers::Gone>,
+    ),
     /// The limits told to `[notify]` already, by key: once each per session.
     limits_told: std::collections::BTreeSet<String>,
 }
 
 /// Told a line (without `sandguard: `) for whoever started the session, while it runs.
 pub(crate) type Notice = Box<dyn Fn(&str) + Send>;
+
+/// What a keeper beside the loop (TTL, limits) takes from its sidecar ([`Sidecar::link`]):
+/// what stops it before the reclaim, where its rounds' facts come from (the same as every
+/// judge of the sidecar's), and where it tells what its look-ups found gone ([`gone`]).
+#[derive(Clone)]
+pub(crate) struct Link {
+    pub halt: ttl::Halt,
+    pub facts: known::Source,
+    pub gone: crate::providers::GoneTx,
+}
 
 impl<C: Clock> Sidecar<C> {
     pub(crate) fn new(
@@ -184,7 +201,13 @@ impl<C: Clock> Sidecar<C> {
             kinds: Default::default(),
             notify: crate::notify::Lazy::none(),
             limits_told: Default::default(),
+            gone: tokio::sync::mpsc::unbounded_channel(),
         }
+    }
+
+    /// Where a provider's following, or a keeper, tells what went by itself ([`gone`]).
+    pub(crate) fn gone_to(&self) -> crate::providers::GoneTx {
+        self.gone.0.clone()
     }
 
     /// Where events go (`[notify]`); nothing is started until there is one.
@@ -236,7 +259,7 @@ impl<C: Clock> Sidecar<C> {
             &self.session,
             (budget, spent),
             self.holdings(),
-            (self.halt(), self.facts()),
+            self.link(),
             tx,
         ))
     }
@@ -321,7 +344,7 @@ impl<C: Clock> Sidecar<C> {
                 // the claim is on disk), and a flood of control lines must not starve them.
                 // Each costs the client a round trip to the daemon, so they cannot flood.
                 claim = next_claim(&mut t.proxy), if t.proxy.is_some() => {
-                    self.on_proxy_ask(claim, t);
+                    self.on_proxy_ask(claim, t).await;
                 }
                 // Control lines before the death event: a claim written just before the owner
                 // died is in the pipe already and must be known before reclaiming.
@@ -331,6 +354,8 @@ impl<C: Clock> Sidecar<C> {
                     }
                 }
                 gone = &mut t.owner => return Some(gone.into()),
+                // The sender is held here too: never closed while the loop runs.
+                Some(went) = self.gone.1.recv() => self.on_gone(went),
                 aged = triggers::next_aged(&mut self.aged), if self.aged.is_some() => {
                     self.on_aged(aged);
                 }
@@ -591,9 +616,13 @@ impl<C: Clock> Sidecar<C> {
         }
     }
 
-    /// Where this sidecar's judges get their facts: its keepers take it too.
-    pub(crate) fn facts(&self) -> known::Source {
-        self.facts.clone()
+    /// What a keeper takes from this sidecar ([`Link`]).
+    pub(crate) fn link(&self) -> Link {
+        Link {
+            halt: self.halt(),
+            facts: self.facts.clone(),
+            gone: self.gone_to(),
+        }
     }
 
     fn share(&self, change: impl FnOnce(&mut ttl::Holdings)) {

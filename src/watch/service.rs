@@ -2,7 +2,7 @@
 //!
 //! [`run`] starts, in one [`JoinSet`], the tasks a sidecar needs besides its loop: the
 //! provider warm-up ([`WARM_UP_DELAY`] after start) and then the following of the session's
-//! sandboxes ([`Provider::follow`]), the TTL keeper ([`super::ttl`], only when
+//! sandboxes ([`Provider::follow`], which also tells what goes by itself: `super::gone`), the TTL keeper ([`super::ttl`], only when
 //! a provider has a server-side lifetime), the Docker API proxy and the cloud API proxies (when
 //! asked for). It then
 //! runs the loop ([`Sidecar::run`]) and, whatever the outcome, shuts every task down and waits
@@ -62,6 +62,10 @@ pub(crate) struct SidecarService {
     pub warm_up: Duration,
     /// How often server-side TTLs are renewed (`0`: never).
     pub renew_every: Duration,
+    /// How often the limit keeper's rounds run, where it has one: `None` by its limits
+    /// ([`super::limits`]); the model test, whose sessions live milliseconds, sets a few
+    /// milliseconds so that the keeper runs at random points of its histories.
+    pub limit_rounds: Option<Duration>,
     pub options: Options,
     /// The Docker API proxy to serve, already bound (its claims come in through
     /// [`Triggers::proxy`]).
@@ -97,11 +101,19 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
     service: SidecarService,
     triggers: Triggers<R>,
 ) -> Ended {
+    let mut sidecar = Sidecar::new(
+        service.session.clone(),
+        service.providers.clone(),
+        service.journal,
+        Lease::new(BootClock, service.grace),
+        service.options,
+    );
     let mut tasks = JoinSet::new();
     let warm = service.providers.clone();
     let followed = service.session.clone();
     let began_ms = service.began_ms;
     let warm_up = service.warm_up;
+    let gone = sidecar.gone_to();
     tasks.spawn(async move {
         tokio::time::sleep(warm_up).await;
         for p in warm.iter().filter(|p| p.warm_up()) {
@@ -110,9 +122,12 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
             }
         }
         // Then the session's sandboxes are followed as they come and go, so the reclaim
-        // knows them before the owner dies ([`Provider::follow`]: Docker's event stream).
-        let follow =
-            futures_util::future::join_all(warm.iter().map(|p| p.follow(&followed, began_ms)));
+        // knows them before the owner dies, and what goes by itself is released at once
+        // ([`Provider::follow`]: Docker's event stream).
+        let follow = futures_util::future::join_all(
+            warm.iter()
+                .map(|p| p.follow(&followed, began_ms, gone.clone())),
+        );
         let settle = async {
             // Start-up is over once the subscriptions are made: what it touched of the
             // program and nothing more stays resident (an idle stream touches nothing).
@@ -128,13 +143,6 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
     for proxy in service.cloud {
         tasks.spawn(proxy.run());
     }
-    let mut sidecar = Sidecar::new(
-        service.session.clone(),
-        service.providers.clone(),
-        service.journal,
-        Lease::new(BootClock, service.grace),
-        service.options,
-    );
     if let Some(report) = service.bye_report {
         sidecar.on_bye(report);
     }
@@ -151,6 +159,10 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
     }
     sidecar.notify_to(service.notify);
     if let Some(keeper) = sidecar.limit_keeper() {
+        let keeper = match service.limit_rounds {
+            Some(every) => keeper.every(every),
+            None => keeper,
+        };
         tasks.spawn(keeper.run());
     }
     let keeper = Keeper::new(
@@ -159,7 +171,7 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
         service.grace,
         service.renew_every,
         sidecar.holdings(),
-        (sidecar.halt(), sidecar.facts()),
+        sidecar.link(),
     );
     if let Some(keeper) = keeper.map(|k| k.capped(ttl_limits)) {
         tasks.spawn(keeper.run());

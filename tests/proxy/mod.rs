@@ -11,6 +11,8 @@
 //! - [`defaults`]: `sandguard -- CMD` serves the proxies by default.
 //! - [`limits`]: limits per session (`--max-sandboxes`, `--max-creates`) refuse a create in
 //!   the client's own error, and make nothing.
+//! - [`released`]: what the daemon removes by itself (`docker run --rm`) is seen gone, gives
+//!   its slot back and stops counting.
 //! - [`spend`]: what a session's sandboxes cost in time (and money, priced per template) is
 //!   what the provider served, per sandbox and in total, and the terminal is told it.
 
@@ -21,4 +23,5 @@ mod docker;
 mod docker_claims;
 mod docker_labels;
 mod limits;
+mod released;
 mod spend;

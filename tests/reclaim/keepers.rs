@@ -144,3 +144,56 @@ fn the_ttl_keeper_renews_nothing_another_session_detached() {
     );
     unsafe_kill(-(job.0.id() as i32), libc::SIGKILL);
 }
+
+/// A cloud sandbox its own timeout ended while the owner lives is released when the TTL
+/// keeper's look-up finds it gone (a removal the provider confirmed): journaled `vanished`,
+/// no longer counted alive, its time ended then. Before 2026-12-07 it stayed claimed, counted
+/// alive and spending, until the owner's death.
+#[test]
+fn what_a_cloud_sandboxs_own_timeout_ended_is_released_when_the_keeper_finds_it_gone() {
+    const KEY: &str = "e2b_0123456789abcdef0123456789abcdef";
+    let s = Scratch::new("ttl-gone");
+    let (emu, e2b) = crate::support::e2b::start(KEY);
+    let config = cloud_config(&s, "\n[watch]\nrenew_every = \"1s\"\n");
+    let config = config.to_string_lossy().into_owned();
+    let env = [
+        ("SANDGUARD_CONFIG", config.as_str()),
+        ("E2B_API_KEY", KEY),
+        ("E2B_API_URL", emu.url.as_str()),
+    ];
+    let (ends, stays) = (format!("i{}", unique()), format!("i{}", unique()));
+    e2b.insert(&ends, &[]);
+    e2b.insert(&stays, &[]);
+    let (job, session) = claiming_both(&s, &env, &["run"], "e2b", (&ends, &stays));
+    let show = || {
+        let out = run(sandguard(&s)
+            .env("SANDGUARD_CONFIG", &config)
+            .args(["sessions", "show", &session, "--json"]));
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        json(&out.stdout)
+    };
+    assert_eq!(show()["spend"]["alive"], 2);
+    e2b.time_out(&ends);
+    let ended_at = Instant::now();
+    eventually(
+        Duration::from_secs(15),
+        "the keeper finds it gone and the sidecar releases it",
+        || show()["spend"]["alive"] == 1,
+    );
+    let shown = show();
+    let fate = |id: &str| {
+        shown["sandboxes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["id"] == id)
+            .map(|x| x["fate"].clone())
+    };
+    assert_eq!(fate(&ends), Some("vanished".into()), "{shown}");
+    assert_eq!(fate(&stays), Some("claimed".into()), "{shown}");
+    assert!(
+        ended_at.elapsed() < Duration::from_secs(15),
+        "released within a few keeper rounds"
+    );
+    unsafe_kill(-(job.0.id() as i32), libc::SIGKILL);
+}

@@ -111,6 +111,11 @@ impl State {
         }
     }
 
+    /// Ends a sandbox as its own timeout would: gone, with no request for it.
+    pub fn time_out(&self, id: &str) {
+        self.sandboxes.lock().unwrap().remove(id);
+    }
+
     pub fn exists(&self, id: &str) -> bool {
         self.sandboxes.lock().unwrap().contains_key(id)
     }

@@ -30,6 +30,7 @@ pub(crate) fn generate(seed: u64, len: usize) -> Vec<Op> {
         s: 0,
         crash: None,
         wrapper: false,
+        limit: limit(&mut rng),
     }];
     sessions.push(Sketch {
         owner: true,
@@ -55,6 +56,7 @@ pub(crate) fn generate(seed: u64, len: usize) -> Vec<Op> {
                     s: sessions.len() - 1,
                     crash,
                     wrapper: rng.chance(30),
+                    limit: limit(&mut rng),
                 });
                 continue;
             }
@@ -183,8 +185,13 @@ pub(crate) fn generate(seed: u64, len: usize) -> Vec<Op> {
                     proxy: rng.chance(50),
                 }
             }
-            28 if boxes > 0 => Op::Reuse {
-                x: rng.below(boxes),
+            28 if boxes > 0 => match rng.chance(50) {
+                true => Op::Reuse {
+                    x: rng.below(boxes),
+                },
+                false => Op::Vanish {
+                    x: rng.below(boxes),
+                },
             },
             17..=19 | 26 => Op::Sweep {
                 prune: rng.chance(40),
@@ -227,7 +234,16 @@ fn image(rng: &mut Rng, sessions: usize) -> Option<Image> {
     Some(Image {
         session,
         detached: session.is_none() || rng.chance(50),
+        expires: rng.chance(40),
     })
+}
+
+/// A limit that removes while the owner lives, for a fifth of the sessions.
+fn limit(rng: &mut Rng) -> Option<Limit> {
+    if !rng.chance(20) {
+        return None;
+    }
+    Some(rng.pick(&[Limit::Lifetime, Limit::Spend]))
 }
 
 /// A crash among an actor's journal writes, `percent` of the time: mostly a death (anywhere

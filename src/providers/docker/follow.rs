@@ -25,6 +25,15 @@
 //!   that made more than that in the five seconds before the subscription, a create of the
 //!   session's first moments can be missing from the replay. Nothing is left by it: the
 //!   settle pass removes that container, two seconds later than the listing would have.
+//! - **Gone by itself** (issue 55): every `destroy` of a container of the session is told to
+//!   the sidecar ([`crate::providers::Gone`], timed by the event), whoever removed it: the
+//!   daemon itself (`docker run --rm`, the commonest agent pattern) or a client past the
+//!   proxy. The sidecar releases what it held of it, so its slot is freed and its time stops
+//!   where the daemon said it went; a removal the provider confirmed, never one a request
+//!   merely asked for. A destroy on the stream is told whether or not its `create` was, since
+//!   the stream is filtered by the session's label and the daemon sends it only once the
+//!   container is gone; one replayed after a resubscription is told again (a release of what
+//!   is no longer held does nothing).
 //! - **No inspect** ([`Followed::exists`]): a container is removed by its full id, which
 //!   Docker matches before any name, so a full id is only ambiguous once its container is
 //!   gone (a stranger may then be *named* like it). An id whose `create` event arrived on this
@@ -82,7 +91,7 @@ use tokio::sync::Notify;
 use super::error::short;
 use super::DockerProvider;
 use crate::labels::{self, Selector};
-use crate::providers::{Following, Sandbox};
+use crate::providers::{Following, Gone, GoneTx, Kind, Provider, Sandbox};
 
 /// How far back the first subscription asks the daemon to replay.
 const SINCE: Duration = Duration::from_secs(5);
@@ -236,14 +245,18 @@ impl Followed {
 }
 
 impl DockerProvider {
-    /// Follows `session`'s containers until the task is dropped (see the module docs).
-    pub(super) async fn follow_session(&self, session: &str, began_ms: Option<u64>) {
+    /// Follows `session`'s containers until the task is dropped, telling `gone` each one
+    /// destroyed (see the module docs).
+    pub(super) async fn follow_session(&self, session: &str, began_ms: Option<u64>, gone: GoneTx) {
         self.followed.start(session);
-        tokio::join!(self.subscribe(session, began_ms), self.look_up(session));
+        tokio::join!(
+            self.subscribe(session, began_ms, &gone),
+            self.look_up(session)
+        );
     }
 
     /// The event stream, subscribed again whenever it ends.
-    async fn subscribe(&self, session: &str, began_ms: Option<u64>) {
+    async fn subscribe(&self, session: &str, began_ms: Option<u64>, gone: &GoneTx) {
         let mut since = unix_now().saturating_sub(SINCE.as_secs());
         self.followed.subscribing(since, began_ms);
         let mut pause = RESUBSCRIBE_MIN;
@@ -278,7 +291,17 @@ impl DockerProvider {
                         let id = event.actor.and_then(|a| a.id).unwrap_or_default();
                         match event.action.as_deref() {
                             Some("create") => self.followed.create(&id),
-                            Some("destroy" | "remove") => self.followed.destroy(&id),
+                            Some("destroy" | "remove") => {
+                                self.followed.destroy(&id);
+                                let at_ms = event
+                                    .time_nano
+                                    .and_then(|n| u64::try_from(n / 1_000_000).ok())
+                                    .unwrap_or_else(crate::ledger::now_ms);
+                                let _ = gone.send(Gone {
+                                    sandbox: Sandbox::claimed(self.name(), Kind::Instance, &id),
+                                    at_ms,
+                                });
+                            }
                             _ => {}
                         }
                     }

@@ -77,8 +77,8 @@ use bollard::{ClientVersion, Docker};
 use tokio::sync::OnceCell;
 
 use super::{
-    Capabilities, Described, Entry, EntryState, Kind, Listing, Provider, ProviderError, Refusal,
-    Sandbox,
+    Capabilities, Described, Entry, EntryState, GoneTx, Kind, Listing, Provider, ProviderError,
+    Refusal, Sandbox,
 };
 use crate::config::docker::{ContextError, Origin, DEFAULT_HOST};
 use crate::config::DockerSettings;
@@ -251,8 +251,8 @@ impl Provider for DockerProvider {
     }
 
     /// Follows the session's containers on Docker's event stream (`follow`).
-    async fn follow(&self, session: &str, began_ms: Option<u64>) {
-        self.follow_session(session, began_ms).await;
+    async fn follow(&self, session: &str, began_ms: Option<u64>, gone: GoneTx) {
+        self.follow_session(session, began_ms, gone).await;
     }
 
     fn known(&self, session: &str) -> Option<crate::providers::Following> {

@@ -44,7 +44,7 @@ async fn the_sessions_old_sandbox_is_removed_and_told_and_nothing_else() {
             None,
         ),
         Arc::new(std::sync::Mutex::new(holdings)),
-        (halting.halt(), Source::new(None, "s", &providers)),
+        link(halting.halt(), &providers),
         tx,
     );
     assert_eq!(keeper.every, Duration::from_secs(6), "a tenth of the limit");
@@ -65,4 +65,13 @@ async fn the_sessions_old_sandbox_is_removed_and_told_and_nothing_else() {
     assert_eq!(left, ["old-detached", "stranger", "theirs", "young"]);
     halting.stop().await;
     task.await.unwrap();
+}
+
+/// What the keeper takes from a sidecar of session `s` without a ledger.
+fn link(halt: super::super::ttl::Halt, providers: &[Arc<dyn Provider>]) -> super::super::Link {
+    super::super::Link {
+        halt,
+        facts: crate::ownership::known::Source::new(None, "s", providers),
+        gone: tokio::sync::mpsc::unbounded_channel().0,
+    }
 }

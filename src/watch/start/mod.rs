@@ -328,6 +328,7 @@ fn assemble(
         providers,
         grace,
         renew_every: settings.watch.renew_every,
+        limit_rounds: None,
         options: Options::from(&settings.reclaim),
         proxy,
         cloud: served.cloud,

@@ -10,7 +10,8 @@
 //! - a provider that cannot look one up is listed once, whole ([`Selector::anything`],
 //!   read-only), for all of them; a claim not found there is judged as it stands (its renewal
 //!   says whether it exists);
-//! - one that is gone, or whose id now names another object, is not renewed;
+//! - one that is gone, or whose id now names another object, is not renewed, and is given
+//!   back as gone: the keeper tells the sidecar, which releases it (`crate::watch::gone`);
 //! - one whose look-up failed is not renewed this round (logged): nobody can tell what it
 //!   carries, and the next round asks again (a TTL is `grace + 2 × renew_every`, so one missed
 //!   round ends nothing).
@@ -20,8 +21,12 @@ use futures_util::stream::{self, StreamExt};
 use crate::labels::Selector;
 use crate::providers::{Described, Provider, ProviderError, Sandbox};
 
-/// `claims` as `provider` shows them now: what the keeper's judgement reads.
-pub(super) async fn look_up(provider: &dyn Provider, claims: Vec<Sandbox>) -> Vec<Sandbox> {
+/// `claims` as `provider` shows them now: what the keeper's judgement reads; and the claims
+/// the provider said are gone (or whose id names another object now).
+pub(super) async fn look_up(
+    provider: &dyn Provider,
+    claims: Vec<Sandbox>,
+) -> (Vec<Sandbox>, Vec<Sandbox>) {
     let described: Vec<(Sandbox, Result<Described, ProviderError>)> = stream::iter(claims)
         .map(|c| async move {
             let d = provider.describe(&c).await;
@@ -31,11 +36,14 @@ pub(super) async fn look_up(provider: &dyn Provider, claims: Vec<Sandbox>) -> Ve
         .collect()
         .await;
     let mut found = Vec::new();
+    let mut gone = Vec::new();
     let mut unsupported = Vec::new();
     for (claim, answer) in described {
         match answer {
             Ok(Described::Found(s)) if claim.names(provider, &s) => found.push(s),
-            Ok(Described::Found(_) | Described::Gone) | Err(ProviderError::Gone(_)) => {}
+            Ok(Described::Found(_) | Described::Gone) | Err(ProviderError::Gone(_)) => {
+                gone.push(claim);
+            }
             Ok(Described::Unsupported) => unsupported.push(claim),
             Err(e) => tracing::warn!(
                 "cannot look up {} {} to renew its TTL: {e}",
@@ -45,7 +53,7 @@ pub(super) async fn look_up(provider: &dyn Provider, claims: Vec<Sandbox>) -> Ve
         }
     }
     if unsupported.is_empty() {
-        return found;
+        return (found, gone);
     }
     match provider.list(&Selector::anything()).await {
         Ok(all) => found.extend(unsupported.into_iter().map(|c| {
@@ -59,5 +67,5 @@ pub(super) async fn look_up(provider: &dyn Provider, claims: Vec<Sandbox>) -> Ve
             provider.name()
         ),
     }
-    found
+    (found, gone)
 }

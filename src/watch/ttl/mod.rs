@@ -73,6 +73,8 @@ pub(crate) struct Keeper {
     limits: crate::budget::Budget,
     /// Where each round's facts come from: the sidecar's own ([`Source`]).
     facts: Source,
+    /// Where it tells what its look-ups found gone (`crate::watch::gone`).
+    gone: crate::providers::GoneTx,
 }
 
 impl Keeper {
@@ -83,8 +85,9 @@ impl Keeper {
         grace: Duration,
         every: Duration,
         holdings: SharedHoldings,
-        (halt, facts): (Halt, Source),
+        link: super::Link,
     ) -> Option<Keeper> {
+        let super::Link { halt, facts, gone } = link;
         let providers: Vec<Arc<dyn Provider>> = providers
             .iter()
             .filter(|p| p.capabilities().ttl)
@@ -102,6 +105,7 @@ impl Keeper {
             halt,
             limits: Default::default(),
             facts,
+            gone,
         })
     }
 
@@ -151,6 +155,7 @@ impl Keeper {
     async fn renew_on(&self, provider: &Arc<dyn Provider>, holdings: &Holdings) {
         let known = self.facts.known();
         let held = Held::on(provider, &self.providers, &self.session, holdings, known).await;
+        held.tell_gone(&self.gone);
         let provider = provider.as_ref();
         // The one judgement decides each renewal, with the owner as the watch last saw it.
         let owner = if self.halt.is_ending() {
@@ -208,6 +213,8 @@ pub(crate) struct Held<'a> {
     holdings: &'a Holdings,
     /// Listed by label, and the claims looked up.
     pub sandboxes: Vec<Sandbox>,
+    /// The claims the provider said are gone when looked up ([`claimed::look_up`]).
+    gone: Vec<Sandbox>,
     /// What else the round is told: the ledger, as every judge of the sidecar is
     /// ([`Source::known`]).
     known: Known,
@@ -248,6 +255,7 @@ impl<'a> Held<'a> {
             session,
             holdings,
             sandboxes: Vec::new(),
+            gone: Vec::new(),
             known,
         };
         // The claims nothing listed answered for (unjudged while the listing failed), looked
@@ -267,10 +275,24 @@ impl<'a> Held<'a> {
                     Some(s)
                 })
                 .collect();
-            sandboxes.extend(claimed::look_up(provider, unlisted).await);
+            let (found, gone) = claimed::look_up(provider, unlisted).await;
+            sandboxes.extend(found);
+            held.gone = gone;
         }
         held.sandboxes = sandboxes;
         held
+    }
+
+    /// Tells the sidecar what the round's look-ups found gone (`crate::watch::gone`): it
+    /// releases what it still holds of them.
+    pub(crate) fn tell_gone(&self, to: &crate::providers::GoneTx) {
+        let at_ms = crate::ledger::now_ms();
+        for s in &self.gone {
+            let _ = to.send(crate::providers::Gone {
+                sandbox: s.clone(),
+                at_ms,
+            });
+        }
     }
 
     /// Whether claim (or detach) `t` names listed `s`: the one answer

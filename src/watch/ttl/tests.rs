@@ -52,7 +52,7 @@ fn keeper(p: Arc<dyn Provider>, holdings: Holdings, halting: &Halting) -> Keeper
         Duration::from_secs(600),
         Duration::from_secs(60),
         Arc::new(std::sync::Mutex::new(holdings)),
-        (halting.halt(), Source::new(None, "s", &providers)),
+        link(halting.halt(), &providers),
     )
     .unwrap()
 }
@@ -141,10 +141,7 @@ fn no_ttl_provider_means_no_keeper() {
         Duration::from_secs(600),
         Duration::from_secs(60),
         rx,
-        (
-            Halting::default().halt(),
-            Source::new(None, "s", &providers)
-        ),
+        link(Halting::default().halt(), &providers),
     )
     .is_none());
 }
@@ -189,4 +186,13 @@ async fn a_pinned_claim_is_judged_by_the_labels_of_the_sandbox_it_names() {
         .map(|(id, identity, _)| format!("{id}@{}", identity.as_deref().unwrap_or("")))
         .collect();
     assert_eq!(renewed, vec!["p@2"]);
+}
+
+/// What the keeper takes from a sidecar of session `s` without a ledger.
+fn link(halt: super::super::ttl::Halt, providers: &[Arc<dyn Provider>]) -> super::super::Link {
+    super::super::Link {
+        halt,
+        facts: crate::ownership::known::Source::new(None, "s", providers),
+        gone: tokio::sync::mpsc::unbounded_channel().0,
+    }
 }
