@@ -1,13 +1,15 @@
 //! `--max-lifetime` through the proxies: a sandbox (a container, a cloud sandbox) made
 //! through a proxy carries `sandguard.expires` at its creation plus the limit and is removed
-//! at that age while the program runs on, only the session's own.
+//! at that age while the program runs on, only the session's own; a session's networks and
+//! volumes are never aged (DESIGN, "Ownership before age"): they carry no `sandguard.expires`,
+//! and a `sandguard sweep` while the owner lives leaves them, with their data.
 
 use std::time::Duration;
 
 use crate::proxy::limits::journal;
 use crate::support::*;
 use crate::support::{daytona, e2b};
-use crate::watch::wrapper::{unsafe_kill, wait_for_file};
+use crate::watch::wrapper::{guarded_with, unsafe_kill, wait_for_file};
 
 /// `--max-lifetime`: the program's old container is removed while the program runs, with a
 /// line on its terminal and the cause in the journal; a younger one stays until it too is
@@ -201,4 +203,99 @@ fn aged_out(
     );
     assert!(child.try_wait().unwrap().is_none(), "the program runs on");
     crate::proxy::cloud::kill(child);
+}
+
+/// The labels `docker {kind} inspect` shows on `name`, as JSON.
+fn labels_of(kind: &str, name: &str) -> serde_json::Value {
+    let out = std::process::Command::new("docker")
+        .args([kind, "inspect", "-f", "{{json .Labels}}", name])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "docker {kind} inspect {name}: {out:?}"
+    );
+    json(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// A lifetime ages the session's container, never its network or volume: made through the
+/// proxy under `--max-lifetime 2s`, they carry the session's labels but no
+/// `sandguard.expires`, and once the container is gone for its age a `sandguard sweep` (same
+/// state directory) while the program lives leaves both, the volume with its data.
+#[test]
+fn a_lifetime_never_ages_the_sessions_network_or_volume() {
+    require_docker();
+    let _g = shared();
+    let s = Scratch::new("lifetime-kept");
+    let out = s.path();
+    let u = unique();
+    let (volume, network) = (format!("sg-life-vol-{u}"), format!("sg-life-net-{u}"));
+    let mut made = Resources::default();
+    made.adopt_volume(&volume);
+    made.adopt_network(&network);
+    let script = format!(
+        r#"set -e
+docker volume create {volume} > /dev/null
+docker network create --internal {network} > /dev/null
+docker run --rm --network none -v {volume}:/data {IMAGE} sh -c 'echo kept > /data/file'
+c=$(docker run -d --network {network} -v {volume}:/data {IMAGE} sleep 600)
+printf '%s\n' "$SANDGUARD_SESSION" "$c" > {out}/done.tmp
+mv {out}/done.tmp {out}/done
+exec sleep 3600
+"#,
+        out = out.display(),
+    );
+    let args = ["run", "--docker-proxy", "--max-lifetime", "2s"];
+    let mut child = guarded_with(&s, &args, &script);
+    let lines = wait_for_file(&out.join("done"), &mut child);
+    let [session, container] = <[String; 2]>::try_from(lines).unwrap();
+    made.adopt_container(&container);
+    let labels = [("volume", &volume), ("network", &network)]
+        .map(|(kind, name)| (kind, labels_of(kind, name)));
+    eventually(
+        Duration::from_secs(20),
+        "the container goes at its age",
+        || !container_exists(&container),
+    );
+    // The volume and network were made before the container, so their lifetime is past too
+    // (the wait is time passing, not a synchronisation: a whole second more, however an
+    // expiry in unix seconds is rounded).
+    std::thread::sleep(Duration::from_millis(1100));
+    let swept = run(sandguard(&s).arg("sweep"));
+    assert!(child.try_wait().unwrap().is_none(), "the program runs on");
+    assert!(
+        volume_exists(&volume),
+        "the sweep left the volume: {}{}",
+        swept.stdout,
+        swept.stderr
+    );
+    assert!(
+        network_exists(&network),
+        "the sweep left the network: {}{}",
+        swept.stdout,
+        swept.stderr
+    );
+    let mount = format!("{volume}:/data");
+    let read = std::process::Command::new("docker")
+        .args(["run", "--rm", "--network", "none", "-v", &mount, IMAGE])
+        .args(["cat", "/data/file"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&read.stdout).trim(),
+        "kept",
+        "with its data"
+    );
+    for (kind, labels) in labels {
+        assert_eq!(labels["sandguard.session"], session.as_str(), "{labels}");
+        assert!(
+            labels.get("sandguard.expires").is_none(),
+            "the {kind} carries no lifetime: {labels}"
+        );
+    }
+    unsafe_kill(child.id() as i32, libc::SIGKILL);
+    child.wait().unwrap();
+    eventually(Duration::from_secs(10), "they go with the session", || {
+        !volume_exists(&volume) && !network_exists(&network)
+    });
 }

@@ -11,8 +11,8 @@
 //! - [`defaults`]: `sandguard -- CMD` serves the proxies by default.
 //! - [`limits`]: limits per session (`--max-sandboxes`, `--max-creates`) refuse a create in
 //!   the client's own error, and make nothing.
-//! - [`lifetime`]: `--max-lifetime` stamps what a proxy creates with its lifetime and removes
-//!   it at that age while the program runs on.
+//! - [`lifetime`]: `--max-lifetime` ages the session's sandboxes, never its networks or
+//!   volumes.
 //! - [`spend`]: what a session's sandboxes cost in time (and money, priced per template) is
 //!   what the provider served, per sandbox and in total, and the terminal is told it.
 

@@ -160,8 +160,12 @@ impl Api {
         labels: &crate::proxy::stamp::Labels,
     ) -> Result<(Vec<u8>, Hold), Unstampable> {
         match self {
-            Api::E2b => e2b::stamp(body, &labels.now("e2b"), labels.budget.lifetime("e2b")),
-            Api::Daytona => daytona::stamp(body, &labels.now("daytona")),
+            Api::E2b => e2b::stamp(
+                body,
+                &labels.now(Some("e2b")),
+                labels.budget.lifetime("e2b"),
+            ),
+            Api::Daytona => daytona::stamp(body, &labels.now(Some("daytona"))),
         }
     }
 

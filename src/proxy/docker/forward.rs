@@ -172,11 +172,12 @@ impl Creates for Creating<'_> {
     /// The name the create gave the object, by which the program may remove it (`removal`).
     type Made = Option<String>;
 
-    /// The session's labels merged into `Labels`; a container's named volumes are made
-    /// first, labelled and claimed (`volumes`).
+    /// The session's labels merged into `Labels` (a container's with its lifetime, a
+    /// network's or a volume's never: `crate::proxy::stamp::Labels`); a container's named
+    /// volumes are made first, labelled and claimed (`volumes`).
     async fn stamp(&self, body: &[u8]) -> Result<Stamped<Option<String>>, Refusal> {
         let shared = &self.conn.shared;
-        let (stamped, hold) = create::stamp(body, &shared.labels.now("docker"))?;
+        let (stamped, hold) = create::stamp(body, &shared.labels.now(self.counted()))?;
         if self.kind == Create::Container {
             for v in &create::named_volumes(&stamped)? {
                 volumes::precreate(shared, self.version, v, hold).await?;
