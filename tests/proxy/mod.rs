@@ -13,6 +13,8 @@
 //!   the client's own error, and make nothing.
 //! - [`lifetime`]: `--max-lifetime` ages the session's sandboxes, never its networks or
 //!   volumes.
+//! - [`releases`]: a removal through a proxy releases only what the provider confirmed gone;
+//!   a `DELETE` it did not route frees no slot.
 //! - [`spend`]: what a session's sandboxes cost in time (and money, priced per template) is
 //!   what the provider served, per sandbox and in total, and the terminal is told it.
 
@@ -24,4 +26,5 @@ mod docker_claims;
 mod docker_labels;
 mod lifetime;
 mod limits;
+mod releases;
 mod spend;
