@@ -35,8 +35,9 @@
 //!               create.rs (the one create pipeline: read → decide → stamp → forward →
 //!               claim), refusal.rs (why a proxy answers itself), stamp.rs, claim.rs (a claim
 //!               handed to the sidecar and acknowledged, and a create's slot asked for),
-//!               size.rs (a create's size, for prices), accept.rs, tasks.rs, path.rs,
-//!               headers.rs, json.rs
+//!               release.rs (whether a DELETE's answer releases its claim: the one
+//!               decision, on the path the provider routed), size.rs (a create's size, for
+//!               prices), accept.rs, tasks.rs, path.rs, headers.rs, json.rs
 //! budget/       limits per session and per provider (Limits, Budget), the one decision
 //!               whether a create may go on (Slots::take, Exceeded), and what was spent,
 //!               metered for `spend` (meter.rs); the sidecar holds the slots and the meter,

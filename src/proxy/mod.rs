@@ -20,7 +20,9 @@
 //! - [`size`]: the size a cloud create names (its template, its snapshot), journaled with its
 //!   claim for prices;
 //! - [`claim`]: how a proxy hands the sidecar a claim, a detach or a release and waits until it
-//!   is journaled.
+//!   is journaled;
+//! - [`release`]: whether the answer to a `DELETE` of a claimed sandbox releases its claim,
+//!   the one decision both proxies take on the path the provider routed.
 //!
 //! Both are started by the sidecar (`watch::start::proxies`) and their claims arrive in its
 //! loop (`watch::arrival`). The proxies sit above the drivers: they read a provider's wire
@@ -36,6 +38,7 @@ pub(crate) mod headers;
 pub(crate) mod json;
 pub(crate) mod path;
 pub(crate) mod refusal;
+pub(crate) mod release;
 pub(crate) mod size;
 pub(crate) mod stamp;
 pub(crate) mod tasks;

@@ -54,11 +54,16 @@ where
     }
 }
 
-/// What the proxies stamp a create with: the session's labels, and with a `lifetime` limit
-/// ([`crate::budget::Limits::lifetime`]) `sandguard.expires` at the create's time plus the
-/// limit, so that the limit holds if sandguard dies (a sweep removes what is past its
-/// `sandguard.expires`, detached or not). A create that sets an earlier `sandguard.expires`
-/// itself keeps its own ([`stamp`]).
+/// What the proxies stamp a create with: the session's labels, and on a sandbox (a Docker
+/// container, a cloud sandbox) with a `lifetime` limit ([`crate::budget::Limits::lifetime`])
+/// `sandguard.expires` at the create's time plus the limit, so that the limit holds if
+/// sandguard dies (a sweep removes what is past its `sandguard.expires`, detached or not). A
+/// create that sets an earlier `sandguard.expires` itself keeps its own ([`stamp`]).
+///
+/// Decision: a lifetime ages sandboxes, never a session's Docker networks or volumes (DESIGN,
+/// "Ownership before age"): those go with the session, so they are stamped with the
+/// session's labels alone ([`Labels::now`] with no provider), and a sweep never takes a
+/// volume's data for the lifetime of the container that used it.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Labels {
     pub session: BTreeMap<String, String>,
@@ -76,9 +81,13 @@ impl From<BTreeMap<String, String>> for Labels {
 }
 
 impl Labels {
-    /// The labels for a create of `provider`'s sandbox made now.
-    pub(crate) fn now(&self, provider: &str) -> Cow<'_, BTreeMap<String, String>> {
-        let Some(lifetime) = self.budget.lifetime(provider) else {
+    /// The labels for a create made now: of a sandbox of `sandbox`'s provider, with its
+    /// lifetime; of anything else (`None`: a Docker network or volume), the session's alone.
+    /// The proxies pass the provider their limits count the create under
+    /// (`crate::proxy::create::Creates::counted`), so what a lifetime ages and what a limit
+    /// counts are one notion.
+    pub(crate) fn now(&self, sandbox: Option<&str>) -> Cow<'_, BTreeMap<String, String>> {
+        let Some(lifetime) = sandbox.and_then(|provider| self.budget.lifetime(provider)) else {
             return Cow::Borrowed(&self.session);
         };
         let at =
@@ -215,4 +224,32 @@ pub(crate) fn id_at(answer: &[u8], key: &str) -> Option<String> {
     let value: serde_json::Value = serde_json::from_slice(answer).ok()?;
     let id = value.get(key)?.as_str()?;
     (!id.is_empty()).then(|| id.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lifetime_is_stamped_on_sandboxes_only() {
+        let aged = Labels {
+            session: BTreeMap::from([("sandguard.session".into(), "s1".into())]),
+            budget: crate::budget::Limits {
+                lifetime: Some(std::time::Duration::from_secs(120)),
+                ..Default::default()
+            }
+            .into(),
+        };
+        let now = crate::timefmt::now_unix();
+        let container = aged.now(Some("docker"));
+        let expires: i64 = container[crate::labels::EXPIRES].parse().unwrap();
+        assert!((now + 120..=now + 122).contains(&expires), "{expires}");
+        let network_or_volume = aged.now(None);
+        assert_eq!(
+            *network_or_volume, aged.session,
+            "the session's labels alone"
+        );
+        let unlimited = Labels::from(aged.session.clone());
+        assert_eq!(*unlimited.now(Some("docker")), aged.session);
+    }
 }

@@ -272,13 +272,14 @@ impl Oracle {
     }
 
     /// Whether a live session's limit keeper may remove `x` now: it owns `x` (its label, or a
-    /// claim that stands) and `x` is not detached, by anyone that owned it.
+    /// claim that stands) and `x` is not detached, by anyone that owned it. Whether its
+    /// sidecar still runs is not asked: one that died in the step may have removed it first.
     pub fn keeper_takes(&self, x: usize) -> bool {
         self.may_ever_remove(x).is_ok()
             && self.owners(x).iter().any(|s| {
                 self.sessions
                     .get(s)
-                    .is_some_and(|v| v.limited && v.owner_alive && v.sidecar_alive)
+                    .is_some_and(|v| v.limited && v.owner_alive)
             })
     }
 

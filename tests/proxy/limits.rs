@@ -13,7 +13,7 @@ use crate::watch::wrapper::{guarded_with, unsafe_kill, wait_for_file};
 
 /// Runs `script` guarded with the Docker proxy and `limits`; waits for the file `done` it
 /// writes (its lines returned), then kills the program and waits for the reclaim.
-fn limited(s: &Scratch, limits: &[&str], script: &str) -> Vec<String> {
+pub(super) fn limited(s: &Scratch, limits: &[&str], script: &str) -> Vec<String> {
     let mut args = vec!["run", "--docker-proxy"];
     args.extend_from_slice(limits);
     let mut child = guarded_with(s, &args, script);
@@ -23,7 +23,8 @@ fn limited(s: &Scratch, limits: &[&str], script: &str) -> Vec<String> {
     lines
 }
 
-fn journal(s: &Scratch, session: &str) -> String {
+/// The journal of `session`, as written so far.
+pub(super) fn journal(s: &Scratch, session: &str) -> String {
     std::fs::read_to_string(crate::watch::sidecar::journal(s, session)).unwrap_or_default()
 }
 
@@ -327,97 +328,6 @@ fn a_restarted_sidecar_counts_on_from_the_journal_an_open_slot_included() {
     );
 }
 
-/// `--max-lifetime`: the program's old container is removed while the program runs, with a
-/// line on its terminal and the cause in the journal; a younger one stays until it too is
-/// that old (made on the label path, by the program's own `--label`, not through the proxy);
-/// a stranger's container as old is never touched. Every container made through the proxy
-/// carries `sandguard.expires` at its creation plus the limit.
-#[test]
-fn max_lifetime_removes_the_running_programs_old_container_and_only_its_own() {
-    require_docker();
-    let _g = shared();
-    let s = Scratch::new("limit-lifetime");
-    let out = s.path();
-    let stranger = {
-        let made = std::process::Command::new("docker")
-            .args(["run", "-d", "--network", "none", IMAGE, "sleep", "600"])
-            .output()
-            .unwrap();
-        assert!(made.status.success(), "{made:?}");
-        String::from_utf8_lossy(&made.stdout).trim().to_string()
-    };
-    let real =
-        std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into());
-    let script = format!(
-        r#"set -e
-old=$(docker run -d --network none {IMAGE} sleep 600)
-expires=$(docker inspect -f '{{{{index .Config.Labels "sandguard.expires"}}}}' "$old")
-sleep 4
-young=$(DOCKER_HOST={real} docker run -d --network none --label sandguard.session=$SANDGUARD_SESSION {IMAGE} sleep 600)
-while docker inspect "$old" > /dev/null 2>&1; do sleep 0.2; done
-running=$(docker inspect -f '{{{{.State.Running}}}}' "$young")
-printf '%s\n' "$SANDGUARD_SESSION" "$old" "$young" "$running" "$expires" "$(date +%s)" > {out}/done.tmp
-mv {out}/done.tmp {out}/done
-exec sleep 3600
-"#,
-        out = out.display(),
-    );
-    let mut terminal = crate::support::terminal::Terminal::open();
-    let started = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    let mut child = crate::proxy::defaults::wrapped(
-        &s,
-        &["run", "--docker-proxy", "--max-lifetime", "6s"],
-        &script,
-        &mut terminal,
-    );
-    let lines = wait_for_file(&out.join("done"), &mut child);
-    let [session, old, young, running, expires, _] = <[String; 6]>::try_from(lines).unwrap();
-    assert_eq!(
-        running, "true",
-        "the younger container still runs when the old one is gone"
-    );
-    let expires: i64 = expires.parse().expect("sandguard.expires is stamped");
-    assert!(
-        (started + 6..=started + 12).contains(&expires),
-        "stamped at its creation plus the limit: {expires} (started {started})"
-    );
-    eventually(
-        Duration::from_secs(20),
-        "the younger one goes at its age too",
-        || !container_exists(&young),
-    );
-    assert!(child.try_wait().unwrap().is_none(), "the program runs on");
-    assert!(
-        container_exists(&stranger),
-        "a stranger's container as old stays"
-    );
-    for id in [&old, &young] {
-        eventually(
-            Duration::from_secs(5),
-            "the removal is journaled with its cause",
-            || removed_for_its_age(&s, &session, &id[..12]),
-        );
-    }
-    eventually(
-        Duration::from_secs(5),
-        "the terminal is told of both",
-        || {
-            let said = terminal.text();
-            [&old, &young].iter().all(|id| {
-                said.contains(&format!("sandguard: removed docker sandbox {}", &id[..12]))
-            }) && said.contains("past the lifetime limit (6s); the program runs on")
-        },
-    );
-    unsafe_kill(child.id() as i32, libc::SIGKILL);
-    child.wait().unwrap();
-    let _ = std::process::Command::new("docker")
-        .args(["rm", "-f", &stranger])
-        .output();
-}
-
 /// `--max-spend`: once the session's sandbox time reaches the limit a create through the proxy
 /// is refused with the CLI's own error naming `spend`, and what runs, runs on (the default);
 /// with `--on-spend reclaim`, every container the session holds is removed too, while the
@@ -504,109 +414,6 @@ exec sleep 3600
             || !container_exists(&a) && !container_exists(&b),
         );
     }
-}
-
-const E2B_ONE_FOR_LONG: &str = r#"
-import json, os, time
-from e2b import Sandbox
-
-sandbox = Sandbox.create(timeout=300)
-print(json.dumps({"ids": [sandbox.sandbox_id], "session": os.environ["SANDGUARD_SESSION"]}), flush=True)
-time.sleep(600)
-"#;
-
-const DAYTONA_ONE: &str = r#"
-import json, os, time
-from daytona import Daytona
-
-sandbox = Daytona().create()
-print(json.dumps({"ids": [sandbox.id], "session": os.environ["SANDGUARD_SESSION"]}), flush=True)
-time.sleep(600)
-"#;
-
-/// Runs an SDK `script` that makes one sandbox, guarded with the cloud proxy and
-/// `--max-lifetime 4s`: the program, the sandbox's id and the session.
-fn one_with_a_lifetime(
-    s: &Scratch,
-    env: &[(&str, &str)],
-    script: &str,
-) -> (std::process::Child, String, String) {
-    use crate::proxy::cloud::{first_line, guarded};
-    let config = cloud_config(s, "");
-    let args = ["run", "--cloud-proxy", "--max-lifetime", "4s"];
-    let mut child = guarded(s, &config, env, &args, script).spawn().unwrap();
-    let said = first_line(&mut child);
-    let id = said["ids"][0].as_str().unwrap().to_string();
-    let session = said["session"].as_str().unwrap().to_string();
-    (child, id, session)
-}
-
-/// The journal of `session` says `id` was removed for the lifetime limit.
-fn removed_for_its_age(s: &Scratch, session: &str, id: &str) -> bool {
-    journal(s, session).lines().any(|l| {
-        l.contains(r#""ev":"removed""#) && l.contains(id) && l.contains(r#""limit":"lifetime""#)
-    })
-}
-
-/// `--max-lifetime` on the cloud proxy: E2B's SDK asks for 300 s and the create reaches E2B
-/// with its `timeout` cut to the limit and `sandguard.expires` in its metadata; Daytona's
-/// sandbox carries `sandguard.expires` in its labels; both are removed at their age while the
-/// program runs on.
-#[test]
-fn the_cloud_sdks_sandboxes_carry_the_lifetime_and_are_removed_at_it() {
-    use crate::proxy::cloud::{DAYTONA_KEY, E2B_KEY};
-    let s = Scratch::new("lifetime-e2b");
-    let (emu, state) = e2b::start(E2B_KEY);
-    let env = [("E2B_API_KEY", E2B_KEY), ("E2B_API_URL", emu.url.as_str())];
-    let (child, id, session) = one_with_a_lifetime(&s, &env, E2B_ONE_FOR_LONG);
-    let sent: serde_json::Value = serde_json::from_slice(&state.creates()[0].body).unwrap();
-    assert_eq!(
-        sent["timeout"], 4,
-        "the SDK's 300 s cut to the limit: {sent}"
-    );
-    let sb = state.get(&id).expect("made");
-    assert!(sb.end_at - sb.started_at <= 4, "E2B ends it at the limit");
-    let expires: i64 = sb.metadata["sandguard.expires"].parse().unwrap();
-    assert!(
-        (sb.started_at + 3..=sb.started_at + 6).contains(&expires),
-        "{expires}"
-    );
-    aged_out(&s, &session, &id, child, || !state.exists(&id));
-
-    let s = Scratch::new("lifetime-daytona");
-    let cloud = daytona::Daytona::start(DAYTONA_KEY);
-    let url = cloud.api_url();
-    let env = [
-        ("DAYTONA_API_KEY", DAYTONA_KEY),
-        ("DAYTONA_API_URL", url.as_str()),
-    ];
-    let (child, id, session) = one_with_a_lifetime(&s, &env, DAYTONA_ONE);
-    let labels = cloud.labels(&id).expect("made");
-    assert!(labels.contains_key("sandguard.expires"), "{labels:?}");
-    aged_out(&s, &session, &id, child, || !cloud.is_live(&id));
-}
-
-/// Waits until the provider says `id` is `gone` and session's journal says it was removed
-/// for its age, with the program `child` still running; then kills the program.
-fn aged_out(
-    s: &Scratch,
-    session: &str,
-    id: &str,
-    mut child: std::process::Child,
-    gone: impl Fn() -> bool,
-) {
-    eventually(
-        Duration::from_secs(15),
-        "the sandbox is removed at its age",
-        gone,
-    );
-    eventually(
-        Duration::from_secs(5),
-        "the removal is journaled with its cause",
-        || removed_for_its_age(s, session, id),
-    );
-    assert!(child.try_wait().unwrap().is_none(), "the program runs on");
-    crate::proxy::cloud::kill(child);
 }
 
 const E2B_ONE_THEN_ANOTHER: &str = r#"

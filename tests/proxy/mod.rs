@@ -11,8 +11,11 @@
 //! - [`defaults`]: `sandguard -- CMD` serves the proxies by default.
 //! - [`limits`]: limits per session (`--max-sandboxes`, `--max-creates`) refuse a create in
 //!   the client's own error, and make nothing.
-//! - [`released`]: what the daemon removes by itself (`docker run --rm`) is seen gone, gives
-//!   its slot back and stops counting.
+//! - [`lifetime`]: `--max-lifetime` ages the session's sandboxes, never its networks or
+//!   volumes.
+//! - [`releases`]: a removal through a proxy releases only what the provider confirmed gone;
+//!   a `DELETE` it did not route frees no slot; what the daemon removes by itself
+//!   (`docker run --rm`) is seen gone, gives its slot back and stops counting.
 //! - [`spend`]: what a session's sandboxes cost in time (and money, priced per template) is
 //!   what the provider served, per sandbox and in total, and the terminal is told it.
 
@@ -22,6 +25,7 @@ mod defaults;
 mod docker;
 mod docker_claims;
 mod docker_labels;
+mod lifetime;
 mod limits;
-mod released;
+mod releases;
 mod spend;

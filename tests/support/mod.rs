@@ -238,6 +238,11 @@ impl Resources {
         self.networks.push(id.to_string());
     }
 
+    /// A volume made elsewhere (by a guarded script), as [`Resources::adopt_container`].
+    pub fn adopt_volume(&mut self, name: &str) {
+        self.volumes.push(name.to_string());
+    }
+
     /// A container that was created but never started.
     pub fn created_container(&mut self, labels: &[(&str, &str)]) -> String {
         let mut args: Vec<String> = vec!["create".into(), "--network".into(), "none".into()];

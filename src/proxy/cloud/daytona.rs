@@ -22,7 +22,10 @@
 //!   pass.
 //! - `DELETE <base>/{sandbox,workspace}/{idOrName}` removes: passed on, and what this proxy
 //!   claimed (by its id, or the name the create answer gave it) is released once the service
-//!   accepts the delete (`super::removal`).
+//!   accepts the delete (`super::removal`). Whether the service routes it is judged on the
+//!   path as sent ([`removal_routed`]), as Express matches it: still percent-encoded (so
+//!   `/api/%73andbox/x` is no route of its: Express decodes only the parameter), in any ASCII
+//!   case, with one trailing `/` allowed, and no doubled slash or dot segment resolved.
 
 use std::collections::BTreeMap;
 
@@ -61,6 +64,32 @@ pub(crate) fn removal(rest: &[&str]) -> Option<String> {
         [c, id] if COLLECTIONS.iter().any(|x| c.eq_ignore_ascii_case(x)) => Some(id.to_string()),
         _ => None,
     }
+}
+
+/// Whether the service routes a `DELETE` of `path` (as sent, percent-encoded; `base` is the
+/// upstream's own path) to its delete of `given`: `<base>/{sandbox,workspace}/{idOrName}` with
+/// at most one trailing `/`, the base and the collection in any ASCII case, the id segment
+/// decoding to `given`.
+pub(crate) fn removal_routed(path: &str, base: &str, given: &str) -> bool {
+    let under = path.len() >= base.len()
+        && path.is_char_boundary(base.len())
+        && path[..base.len()].eq_ignore_ascii_case(base);
+    if !under {
+        return false;
+    }
+    let rest = &path[base.len()..];
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    let parts: Vec<&str> = rest.split('/').collect();
+    let [first, collection, id] = parts[..] else {
+        return false;
+    };
+    let decoded = crate::proxy::path::decode(id).ok().map(String::from_utf8);
+    first.is_empty()
+        && COLLECTIONS
+            .iter()
+            .any(|c| collection.eq_ignore_ascii_case(c))
+        && !id.is_empty()
+        && matches!(decoded, Some(Ok(id)) if id == given)
 }
 
 pub(crate) fn stamp(

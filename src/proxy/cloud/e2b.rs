@@ -12,8 +12,13 @@
 //!   no such route is served, and a create added there later is refused rather than passed on
 //!   unstamped. `resume` and `connect` bring back a sandbox that exists already (created, and
 //!   stamped, through its own create), so they pass, as do snapshots and templates.
-//! - `DELETE [/vN]/sandboxes/{id}` removes (the SDK's kill): passed on, and what this proxy
-//!   claimed is released once the service says it is gone (`super::removal`).
+//! - `DELETE [/vN]/sandboxes/{id}` is recognised as a removal (the SDK's kill): passed on, and
+//!   what this proxy claimed is released once the service confirms it gone
+//!   (`super::removal`). The service routes its kill only at `DELETE /sandboxes/{sandboxID}`
+//!   (the spec's one kill): Go decodes the path, then gin matches it exactly, case-sensitively
+//!   (a trailing slash is redirected, a doubled slash, a dot segment or a version prefix is
+//!   not found), so only that path, as sent, is [`removal_routed`]; a `404` anywhere else is
+//!   the router's, not "no such sandbox".
 //! - gin routes case-sensitively; these routes match in any ASCII case all the same (a
 //!   superset: stamping or refusing a path the service would answer 404 costs nothing).
 
@@ -22,6 +27,7 @@ use std::time::Duration;
 
 use super::{Hold, Route, UNKNOWN_CREATE};
 use crate::proxy::json::{go_field, Json};
+use crate::proxy::path::decode;
 use crate::proxy::refusal::Unstampable;
 use crate::proxy::stamp::{id_at, merge, Keys};
 
@@ -58,6 +64,18 @@ pub(crate) fn removal(rest: &[&str]) -> Option<String> {
     match rest {
         [c, id] if c.eq_ignore_ascii_case("sandboxes") => Some(id.to_string()),
         _ => None,
+    }
+}
+
+/// Whether the service routes a `DELETE` of `path` (as sent, percent-encoded; `base` is the
+/// upstream's own path) to its kill of `given`: decoded, exactly `<base>/sandboxes/{given}`.
+pub(crate) fn removal_routed(path: &str, base: &str, given: &str) -> bool {
+    match (decode(path), decode(base)) {
+        (Ok(path), Ok(mut want)) => {
+            want.extend_from_slice(format!("/sandboxes/{given}").as_bytes());
+            path == want
+        }
+        _ => false,
     }
 }
 

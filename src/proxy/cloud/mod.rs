@@ -53,8 +53,11 @@
 //!   answers, errors included (4xx, 5xx, 429 with their headers), pass through unchanged.
 //!
 //! - A `DELETE` of a sandbox (E2B's kill, Daytona's delete) passes on, and once the service
-//!   answers it done (`2xx`, `404`) the claim this proxy made for that sandbox is released
+//!   confirms it (`2xx` on a path it routes as sent, or its `404` for the claimed id:
+//!   `crate::proxy::release`) the claim this proxy made for that sandbox is released
 //!   ([`removal`]), so the ledger knows when the program ended it and its time stops there.
+//!   A `DELETE` it refused, or a path it does not route (E2B's `/v2/sandboxes/{id}`), releases
+//!   nothing.
 //!
 //! - Connections are accepted by the loop both proxies share (`proxy::accept`),
 //!   each served by hyper's HTTP/1 server with upgrades; a websocket's raw copy is a task of
@@ -90,6 +93,7 @@ use crate::proxy::claim::Claim;
 pub(crate) use crate::proxy::claim::{Ask, Hold};
 use crate::proxy::create::{self as pipeline, Creates, Stamped, Unclaimed};
 use crate::proxy::refusal::{Refusal, Unstampable};
+use crate::proxy::release::Routed;
 use crate::proxy::stamp::MAX_CREATE_BODY;
 use crate::proxy::tasks::Tasks;
 
@@ -114,9 +118,13 @@ pub(crate) enum Route {
     Create,
     /// A create the proxy cannot stamp, and why.
     Refuse(&'static str),
-    /// A `DELETE` of the sandbox the path names (its id, or a Daytona name): passed on, and
-    /// released once done ([`removal`]).
-    Remove(String),
+    /// A `DELETE` of the sandbox the path names (`given`: its id, or a Daytona name): passed
+    /// on, and released once the service confirms it ([`removal`]); `routed`, whether the
+    /// service routes the path as sent to its removal (`crate::proxy::release`).
+    Remove {
+        given: String,
+        routed: Routed,
+    },
 }
 
 impl Api {
@@ -160,8 +168,12 @@ impl Api {
         labels: &crate::proxy::stamp::Labels,
     ) -> Result<(Vec<u8>, Hold), Unstampable> {
         match self {
-            Api::E2b => e2b::stamp(body, &labels.now("e2b"), labels.budget.lifetime("e2b")),
-            Api::Daytona => daytona::stamp(body, &labels.now("daytona")),
+            Api::E2b => e2b::stamp(
+                body,
+                &labels.now(Some("e2b")),
+                labels.budget.lifetime("e2b"),
+            ),
+            Api::Daytona => daytona::stamp(body, &labels.now(Some("daytona"))),
         }
     }
 
@@ -171,6 +183,15 @@ impl Api {
         match self {
             Api::E2b => e2b::removal(rest),
             Api::Daytona => daytona::removal(rest),
+        }
+    }
+
+    /// Whether the service routes a `DELETE` of `path`, as sent, to its removal of `given`
+    /// (its router's own reading; the method is checked by the caller).
+    pub(crate) fn removal_routed(self, path: &str, base: &str, given: &str) -> bool {
+        match self {
+            Api::E2b => e2b::removal_routed(path, base, given),
+            Api::Daytona => daytona::removal_routed(path, base, given),
         }
     }
 
@@ -389,7 +410,7 @@ async fn handle(req: Request<Incoming>, shared: &Shared, tasks: &Tasks) -> Respo
                 .unwrap_or_else(|r| refused(shared.api, &r))
         }
         Route::Refuse(why) => answer(400, &refusal_message(shared.api, why)),
-        Route::Remove(given) => removal::remove(req, shared, &given).await,
+        Route::Remove { given, routed } => removal::remove(req, shared, &given, routed).await,
     }
 }
 
@@ -419,7 +440,14 @@ fn route(req: &Request<Incoming>, shared: &Shared) -> Route {
     }
     let rest = &segments[shared.base.len()..];
     if req.method().as_str().eq_ignore_ascii_case("DELETE") {
-        return shared.api.removal(rest).map_or(Route::Pass, Route::Remove);
+        let Some(given) = shared.api.removal(rest) else {
+            return Route::Pass;
+        };
+        // Recognised on the cleaned path (a superset); released only on the path as sent.
+        let exact = req.method() == hyper::Method::DELETE
+            && (shared.api).removal_routed(req.uri().path(), &shared.upstream.base, &given);
+        let routed = if exact { Routed::Exactly } else { Routed::Not };
+        return Route::Remove { given, routed };
     }
     shared.api.route(post, rest)
 }

@@ -174,6 +174,54 @@ fn deletes_of_one_sandbox_are_removals_and_the_rest_is_not() {
 }
 
 #[test]
+fn a_removal_is_routed_only_where_the_service_routes_it_as_sent() {
+    let e2b = |path: &str| Api::E2b.removal_routed(path, "", "i1");
+    assert!(e2b("/sandboxes/i1"));
+    assert!(e2b("/sandboxes/%69%31"), "Go decodes before gin routes");
+    assert!(e2b("/sandbo%78es/i1"));
+    for path in [
+        "/v2/sandboxes/i1",
+        "/V1/sandboxes/i1",
+        "/Sandboxes/i1",
+        "/sandboxes/i1/",
+        "//sandboxes/i1",
+        "/sandboxes/./i1",
+        "/x/../sandboxes/i1",
+        "/sandboxes/i2",
+        "/sandboxes/i1%zz",
+    ] {
+        assert!(!e2b(path), "{path}");
+    }
+    assert!(Api::E2b.removal_routed("/e2b/sandboxes/i1", "/e2b", "i1"));
+    assert!(!Api::E2b.removal_routed("/sandboxes/i1", "/e2b", "i1"));
+
+    let daytona = |path: &str| Api::Daytona.removal_routed(path, "/api", "d1");
+    for path in [
+        "/api/sandbox/d1",
+        "/api/sandbox/d1/",
+        "/API/Sandbox/d1",
+        "/api/workspace/d1",
+        "/api/sandbox/%64%31",
+    ] {
+        assert!(daytona(path), "{path}");
+    }
+    for path in [
+        "/api/%73andbox/d1",
+        "/api/sandbox/d1//",
+        "/api//sandbox/d1",
+        "/api/./sandbox/d1",
+        "/api/sandboxes/d1",
+        "/api/sandbox/d1/x",
+        "/apix/sandbox/d1",
+        "/sandbox/d1",
+        "/api/sandbox/d2",
+        "/api/sandbox/%ff",
+    ] {
+        assert!(!daytona(path), "{path}");
+    }
+}
+
+#[test]
 fn a_create_names_its_size_where_each_service_reads_it() {
     assert_eq!(
         Api::E2b.size(br#"{"templateID":"base","metadata":{}}"#),

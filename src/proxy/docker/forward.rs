@@ -22,8 +22,9 @@
 //!   request, which is judged like any other or refused as malformed. A client that needs
 //!   stdin asks for the upgrade, as every current client does.
 //! - A removal (`DELETE` of a container, network or volume) goes on as it came; a prune has
-//!   its answer read whole. When the daemon says the object is gone, its claim is released
-//!   before the answer reaches the client ([`removal`]).
+//!   its answer read whole. When the daemon confirms the object gone (`2xx` on a path mux
+//!   routes as sent, or its `404` for the claimed id: `crate::proxy::release`), its claim is
+//!   released before the answer reaches the client ([`removal`]).
 //! - Every other request goes on with its body streamed as it arrives, and its answer comes
 //!   back streamed (`logs -f`, `events`, pulls); an upgrade answered `101` becomes a raw copy
 //!   both ways ([`Conn::splice`]).
@@ -82,13 +83,13 @@ pub(super) async fn handle(req: Request<Incoming>, conn: &Conn) -> Response<Body
             pipeline::create(&creating, parts, body).await
         }
         Route::Commit => commit(req, &target, conn).await,
-        Route::Remove { kind, given } => {
+        Route::Remove {
+            kind,
+            given,
+            routed,
+        } => {
             let resp = pass(req, &target, upgrade, conn).await;
-            let status = resp.status();
-            if status.is_success() || status == StatusCode::NOT_FOUND {
-                removal::removed(&conn.shared, kind, &given).await;
-            }
-            Ok(resp)
+            Ok(removal::removed(&conn.shared, resp, kind, &given, routed).await)
         }
         Route::Prune { kind } => Ok(prune(req, &target, kind, conn).await),
         Route::Libpod => Err(Refusal::said(403, target::LIBPOD_REFUSED)),
@@ -172,11 +173,12 @@ impl Creates for Creating<'_> {
     /// The name the create gave the object, by which the program may remove it (`removal`).
     type Made = Option<String>;
 
-    /// The session's labels merged into `Labels`; a container's named volumes are made
-    /// first, labelled and claimed (`volumes`).
+    /// The session's labels merged into `Labels` (a container's with its lifetime, a
+    /// network's or a volume's never: `crate::proxy::stamp::Labels`); a container's named
+    /// volumes are made first, labelled and claimed (`volumes`).
     async fn stamp(&self, body: &[u8]) -> Result<Stamped<Option<String>>, Refusal> {
         let shared = &self.conn.shared;
-        let (stamped, hold) = create::stamp(body, &shared.labels.now("docker"))?;
+        let (stamped, hold) = create::stamp(body, &shared.labels.now(self.counted()))?;
         if self.kind == Create::Container {
             for v in &create::named_volumes(&stamped)? {
                 volumes::precreate(shared, self.version, v, hold).await?;

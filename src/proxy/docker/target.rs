@@ -6,13 +6,23 @@
 //! (`http://docker/v1.41/containers/create`, any scheme) routes by its path, the query is cut
 //! at the first `?`, and the path is percent-decoded before routing, so `%63reate` is `create`
 //! and `containers%2Fcreate` is `containers/create`. gorilla/mux answers a path that is not
-//! clean (dot segments, doubled slashes) with a redirect rather than routing it; the proxy
-//! cleans it and matches anyway, so such a path is at worst stamped once too often, never
-//! passed on unstamped. A target Go would refuse (a bad `%` escape, a relative path) is
-//! refused here too. Routes match case-sensitively, as mux does; the method `POST` matches
-//! in any case (a superset: stamping a request mux would not route costs nothing).
+//! clean (dot segments, doubled slashes) with a redirect rather than routing it, and one with
+//! a trailing slash with its own `404 page not found` (Docker's router is not `StrictSlash`);
+//! the proxy cleans the path and matches anyway, so such a path is at worst stamped once too
+//! often, never passed on unstamped. A target Go would refuse (a bad `%` escape, a relative
+//! path) is refused here too. Routes match case-sensitively, as mux does; the methods `POST`
+//! and `DELETE` match in any case (a superset: stamping a request mux would not route costs
+//! nothing).
+//!
+//! Decision: a superset is safe for a create, not for a removal, whose answer releases a
+//! claim (`crate::proxy::release`). So a [`Route::Remove`] also says whether mux routes it
+//! as sent ([`Routed::Exactly`]): the method exactly `DELETE` (mux compares methods as
+//! registered) and the decoded path already clean, with no trailing slash, doubled slash or
+//! dot segment; anything else reached the daemon as a redirect or a `404` of its router, and
+//! releases nothing.
 
 use crate::proxy::path::{clean, decode};
+pub(crate) use crate::proxy::release::Routed;
 
 /// Which Docker object a request creates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,10 +50,11 @@ pub enum Route {
     ExecStart,
     /// `DELETE [/vX.Y]/{containers,networks,volumes}/{id}`: what the program removes itself;
     /// its claim is released once the daemon says it is gone. `given` is the id or name as
-    /// the request named it.
+    /// the request named it; `routed`, whether mux takes the request as sent for the removal.
     Remove {
         kind: Create,
         given: String,
+        routed: Routed,
     },
     /// `POST [/vX.Y]/{containers,networks,volumes}/prune`: the answer names what went.
     Prune {
@@ -105,6 +116,10 @@ pub fn route(method: &str, target: &str) -> Result<Route, &'static str> {
         [plural, given] if delete && kind(plural).is_some() => Route::Remove {
             kind: kind(plural).unwrap_or(Create::Container),
             given: (*given).to_string(),
+            routed: match method == "DELETE" && path == format!("/{}", segments.join("/")) {
+                true => Routed::Exactly,
+                false => Routed::Not,
+            },
         },
         ["containers", "create"] if post => create(Create::Container),
         ["networks", "create"] if post => create(Create::Network),
@@ -253,6 +268,7 @@ mod tests {
             Ok(Route::Remove {
                 kind,
                 given: given.into(),
+                routed: Routed::Exactly,
             })
         };
         assert_eq!(
@@ -260,11 +276,11 @@ mod tests {
             remove(Create::Volume, "v1")
         );
         assert_eq!(
-            route("delete", "/containers/%61bc"),
+            route("DELETE", "/containers/%61bc"),
             remove(Create::Container, "abc")
         );
         assert_eq!(
-            route("DELETE", "/networks/n1"),
+            route("DELETE", "http://d/v1.41/networks/n1"),
             remove(Create::Network, "n1")
         );
         assert_eq!(route("GET", "/volumes/v1"), Ok(Route::Other));
@@ -276,6 +292,37 @@ mod tests {
             })
         );
         assert_eq!(route("GET", "/volumes/prune"), Ok(Route::Other));
+    }
+
+    #[test]
+    fn a_removal_mux_does_not_route_as_sent_is_not_routed() {
+        let not = |kind, given: &str| {
+            Ok(Route::Remove {
+                kind,
+                given: given.into(),
+                routed: Routed::Not,
+            })
+        };
+        for target in [
+            "/v1.41/containers/abc/",
+            "/v1.41/containers/abc%2F",
+            "/v1.41//containers/abc",
+            "//containers/abc",
+            "/v1.41/containers/./abc",
+            "/v1.41/images/../containers/abc",
+            "/v1.41/containers/abc/.",
+        ] {
+            assert_eq!(
+                route("DELETE", target),
+                not(Create::Container, "abc"),
+                "{target}"
+            );
+        }
+        assert_eq!(
+            route("delete", "/v1.41/volumes/v1"),
+            not(Create::Volume, "v1"),
+            "mux matches the method as registered"
+        );
     }
 
     #[test]
