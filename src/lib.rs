@@ -73,7 +73,8 @@
 //!               and Retry-After gate), stop.rs (`sandguard stop`: what was asked, journaled),
 //!               ending.rs (the ONE journaled session ending, for the sidecar and the sweep)
 //! providers/    the trait (mod.rs: Provider, Sandbox and the one naming rule), registry.rs,
-//!               retry.rs (reads, paging, error chains), http/ and redact.rs (the REST layer);
+//!               retry.rs (reads, paging, error chains), http/ and redact.rs (the REST layer;
+//!               redact/url.rs: the one redaction of URLs, which every address printed uses);
 //!               one module per driver: docker/ (daemon.rs: where the daemon listens),
 //!               e2b.rs, daytona/, flyio/, tenki/, modal/ (its messages generated from
 //!               proto/modal.proto), plugin/ (any executable speaking JSON)
@@ -88,7 +89,9 @@
 //!               would leave them)
 //! protocol/     control lines (and their bounded reader), the sidecar's ready line, the
 //!               SessionId rule (a leaf: the ledger and the labels carry it too)
-//! config/       file + environment + flags → one Settings (dotenv.rs: Daytona's ./.env)
+//! config/       file + environment + flags → one Settings (dotenv.rs: Daytona's ./.env;
+//!               docker/: where the daemon is, sockets/trust.rs: which found sockets are
+//!               safe, address.rs: the address that prints only redacted)
 //! identity/     owner identity, liveness (alive / dead / unknown), death.rs (watching a
 //!               live owner die: pidfd, kqueue, /proc fallback)
 //! labels.rs     the label keys a session stamps and the selector (a leaf every layer reads,
@@ -96,7 +99,8 @@
 //!               labels a sandbox carries from its image count as its creator's)
 //! unix/         the only module with unsafe: fd, process, signal, the platform seam
 //!               (linux.rs, macos.rs); host.rs (this machine's, boot's and pid namespace's
-//!               ids, below identity and config)
+//!               ids, below identity and config); owner.rs (whether only the user or root
+//!               can change a file: the ledger's directory, an engine socket found)
 //! model/        (unit tests only) random histories against a model of the trust rules; its
 //!               generator and oracle are testing/rng.rs and testing/oracle.rs
 //! timefmt.rs    RFC 3339 and uptimes

@@ -96,7 +96,9 @@ start_rootless_podman() {
   [ -c /dev/net/tun ] && chmod 0666 /dev/net/tun
   if [ ! -S "$socket" ] || ! DOCKER_HOST=unix://$socket docker version >/dev/null 2>&1; then
     log "starting rootless Podman's service as $PODMAN_USER at $socket (no network)"
-    unshare --net -- su -s /bin/sh "$PODMAN_USER" -c "cd && mkdir -p $runtime/podman &&
+    # The socket's directory only its owner writes, whatever su's umask: sandguard skips a
+    # socket found in a directory others can write (src/config/docker/sockets/trust.rs).
+    unshare --net -- su -s /bin/sh "$PODMAN_USER" -c "cd && mkdir -p -m 700 $runtime/podman &&
       XDG_RUNTIME_DIR=$runtime exec podman system service --time=0 unix://$socket" \
       >/tmp/sandguard-podman.log 2>&1 &
     for _ in $(seq 1 120); do

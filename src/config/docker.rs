@@ -12,9 +12,11 @@
 //! Decisions:
 //! - Precedence: `DOCKER_HOST` > `DOCKER_CONTEXT` > `[providers.docker] host` >
 //!   `currentContext` in the Docker CLI's `config.json` > the engines' sockets, in one order
-//!   per platform, the first that exists ([`sockets`]: on macOS Docker Desktop, Colima,
-//!   OrbStack, Rancher Desktop, Podman machine, then `/var/run/docker.sock`; on Linux
-//!   `/var/run/docker.sock`) > `unix:///var/run/docker.sock` when none exists. The two
+//!   per platform, the first that exists and that no other user could have made ([`sockets`]:
+//!   on macOS Docker Desktop, Colima, OrbStack, Rancher Desktop, Podman machine, then
+//!   `/var/run/docker.sock`; on Linux rootless Docker, rootless Podman, rootful Podman, then
+//!   `/var/run/docker.sock`) > `unix:///var/run/docker.sock` when none exists (no address when
+//!   every one that exists was skipped). The two
 //!   environment variables keep the Docker CLI's order and beat the file, as every environment
 //!   variable does in sandguard. The file's `host` beats `currentContext`: it was written for
 //!   sandguard on purpose, while `currentContext` is the Docker CLI's ambient state (and is
@@ -37,8 +39,18 @@
 //!   directory: sandguard's Docker client speaks no TLS yet, and speaking plain HTTP to a TLS
 //!   port fails with an answer nobody can read. `ssh://` endpoints are used as they are, and the
 //!   driver refuses the scheme, naming it.
+//! - What `DOCKER_HOST`, a context or the file's `host` names is used as it is: it is the
+//!   user's choice, made on purpose, and is not second-guessed by the checks that discovery
+//!   makes of the sockets it finds ([`sockets`]: owned by the user or root, in a directory
+//!   others cannot write). Discovery is a guess on the user's behalf, so it only guesses what
+//!   no other user could have planted; an explicit address is not a guess.
+//! - The address is a [`DaemonAddress`], which prints only redacted (`address.rs`): a password
+//!   in `DOCKER_HOST` (`tcp://user:PW@host`) never reaches output, a log or the ledger.
 
+mod address;
 pub(crate) mod sockets;
+
+pub(crate) use address::DaemonAddress;
 
 use std::path::{Path, PathBuf};
 
@@ -52,19 +64,21 @@ pub(crate) const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
 /// The daemon's address and what chose it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DockerHost {
-    /// `unix:///path` or `tcp://host:port`; `Err`: the source could not be followed, and why.
-    pub address: Result<String, ContextError>,
+    /// `unix:///path` or `tcp://host:port`; `Err`: the source could not be followed (or every
+    /// socket found was skipped), and why.
+    pub address: Result<DaemonAddress, HostError>,
     /// What chose it, for messages: `DOCKER_HOST`, `context "colima" (DOCKER_CONTEXT)`,
     /// `Colima's socket, the first engine socket found …`, …
     pub via: String,
     pub origin: Origin,
 }
 
-/// Why the Docker context that names the daemon (or the Docker CLI's config file that names
-/// the current one) cannot be followed; see the module docs. The causes (an I/O or JSON
-/// error) are kept as their text: a [`DockerHost`] is cloned and compared.
+/// Why there is no address to use: the Docker context that names the daemon (or the Docker
+/// CLI's config file that names the current one) cannot be followed, or every engine socket
+/// found was skipped; see the module docs. The causes (an I/O or JSON error) are kept as their
+/// text: a [`DockerHost`] is cloned and compared.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ContextError {
+pub enum HostError {
     /// Neither `DOCKER_CONFIG` nor `HOME` says where the contexts are.
     #[error(
         "Docker context {name:?} ({by}) cannot be found: neither DOCKER_CONFIG nor HOME is set"
@@ -104,6 +118,14 @@ pub enum ContextError {
         file.display()
     )]
     ConfigNotJson { file: PathBuf, detail: String },
+    /// Nothing named a daemon, and every engine socket that exists was skipped: another user
+    /// could have made it ([`sockets`]).
+    #[error(
+        "no engine socket found is safe to use: skipped as unsafe: {}; set DOCKER_HOST to use \
+         one anyway",
+        sockets::listed(.0)
+    )]
+    Untrusted(Vec<sockets::Skipped>),
 }
 
 /// What is wrong with a context's `meta.json`.
@@ -126,6 +148,10 @@ pub enum Origin {
     Named,
     /// An engine's socket that exists ([`sockets::search`]).
     Found,
+    /// Nothing named a daemon, and every engine socket that exists was skipped
+    /// ([`HostError::Untrusted`] says which and why): there is no address, and the driver
+    /// fails every use with that error.
+    Untrusted,
     /// Nothing named a daemon and no engine socket exists at any of `looked`: the default
     /// address, which nothing listens on.
     Default { looked: Vec<PathBuf> },
@@ -150,7 +176,7 @@ pub(crate) fn resolve_on(
 fn named(file_host: Option<String>, env: &dyn Env) -> Option<DockerHost> {
     if let Some(host) = env.var("DOCKER_HOST") {
         return Some(DockerHost {
-            address: Ok(host),
+            address: Ok(DaemonAddress::new(host)),
             via: "DOCKER_HOST".into(),
             origin: Origin::Named,
         });
@@ -163,7 +189,7 @@ fn named(file_host: Option<String>, env: &dyn Env) -> Option<DockerHost> {
     }
     if let Some(host) = file_host {
         return Some(DockerHost {
-            address: Ok(host),
+            address: Ok(DaemonAddress::new(host)),
             via: "[providers.docker] host".into(),
             origin: Origin::Named,
         });
@@ -172,11 +198,11 @@ fn named(file_host: Option<String>, env: &dyn Env) -> Option<DockerHost> {
     let file = dir.join("config.json");
     let current = match std::fs::read(&file) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-        Err(e) => Err(ContextError::ConfigUnreadable {
+        Err(e) => Err(HostError::ConfigUnreadable {
             file: file.clone(),
             detail: e.to_string(),
         }),
-        Ok(bytes) => current_context(&bytes).map_err(|e| ContextError::ConfigNotJson {
+        Ok(bytes) => current_context(&bytes).map_err(|e| HostError::ConfigNotJson {
             file: file.clone(),
             detail: e.to_string(),
         }),
@@ -220,19 +246,19 @@ fn follow(name: &str, by: &str, dir: Option<&Path>) -> DockerHost {
     let via = format!("context {name:?} ({by})");
     let (name, by) = (name.to_string(), by.to_string());
     let address = match dir {
-        None => Err(ContextError::Unfound { name, by }),
+        None => Err(HostError::Unfound { name, by }),
         Some(dir) => {
             let meta = meta_path(dir, &name);
             let tls = context_dir(dir, "tls", &name).join("docker");
             match read_endpoint(&meta) {
-                Err(problem) => Err(ContextError::Meta {
+                Err(problem) => Err(HostError::Meta {
                     name,
                     by,
                     meta,
                     problem,
                 }),
-                Ok(_) if tls.exists() => Err(ContextError::Tls { name, by, tls }),
-                Ok(host) => Ok(host),
+                Ok(_) if tls.exists() => Err(HostError::Tls { name, by, tls }),
+                Ok(host) => Ok(DaemonAddress::new(host)),
             }
         }
     };
@@ -321,7 +347,7 @@ mod tests {
         );
         std::fs::write(dir.join("config.json"), r#"{"currentContext":"cur"}"#).unwrap();
         let file = || Some("unix:///file.sock".to_string());
-        let addr = |h: Option<DockerHost>| h.map(|h| h.address.unwrap());
+        let addr = |h: Option<DockerHost>| h.map(|h| h.address.unwrap().expose().to_string());
         let all = env(&[
             ("DOCKER_HOST", "unix:///host.sock"),
             ("DOCKER_CONTEXT", "env"),
@@ -333,7 +359,7 @@ mod tests {
         let cur = env(&[("DOCKER_CONFIG", d)]);
         assert_eq!(addr(named(file(), &cur)).unwrap(), "unix:///file.sock");
         let found = named(None, &cur).unwrap();
-        assert_eq!(found.address.unwrap(), "unix:///cur.sock");
+        assert_eq!(found.address.unwrap().expose(), "unix:///cur.sock");
         assert!(found.via.contains("currentContext"), "{}", found.via);
         // `default` is no context.
         let default = env(&[("DOCKER_CONTEXT", "default"), ("DOCKER_CONFIG", d)]);
@@ -418,7 +444,7 @@ mod tests {
         };
         let on_mac = |file: Option<&str>, env: &HashMap<String, String>| {
             let host = resolve_on(Platform::MacOs, file.map(str::to_string), env);
-            (host.address.unwrap(), host.origin)
+            (host.address.unwrap().expose().to_string(), host.origin)
         };
         let desktop = format!("unix://{}", list[0].path.display());
         assert_eq!(on_mac(None, &mac.env), (desktop.clone(), Origin::Found));

@@ -10,8 +10,9 @@
 //!   secrets and a Kubernetes Secret supplies the password). They are kept as
 //!   [`Secret`]s and handed to the client as connection fields, never spliced into a string.
 //! - **A store URL is a secret too**: the whole URL is held as a [`Secret`]; every message
-//!   shows [`FleetSettings::display`], the URL with its password replaced by `***`, and a
-//!   malformed URL is reported by what is wrong with it, never by echoing it.
+//!   shows [`FleetSettings::display`], the URL with its password replaced by `[redacted]` (the
+//!   crate's one redaction of URLs, `crate::providers::redact::url`), and a malformed URL is
+//!   reported by what is wrong with it, never by echoing it.
 //! - `SANDGUARD_FLEET_STORE` beats `[fleet] store`; with neither, there is no fleet and no
 //!   Redis code runs anywhere.
 //! - `lease` is at least 1 s (renewals go every `lease / 3`); `prefix` is 1 to 64 characters
@@ -28,6 +29,7 @@ use serde::Deserialize;
 
 use super::values::{HumanDuration, Secret, ValueError};
 use super::{ConfigError, Env};
+use crate::providers::redact;
 
 /// `[fleet]` as written.
 #[derive(Debug, Default, Deserialize)]
@@ -51,7 +53,7 @@ pub struct StoreUrl(Secret);
 
 impl std::fmt::Debug for StoreUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&redact(self.0.expose()))
+        f.write_str(&redact::url(self.0.expose()))
     }
 }
 
@@ -80,23 +82,6 @@ impl<'de> Deserialize<'de> for StoreUrl {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
         StoreUrl::parse(&s).map_err(serde::de::Error::custom)
-    }
-}
-
-/// The URL with its password (if any) replaced by `***`; a text that does not parse shows
-/// only its scheme.
-pub(crate) fn redact(text: &str) -> String {
-    match reqwest::Url::parse(text) {
-        Ok(mut url) => {
-            if url.password().is_some() {
-                let _ = url.set_password(Some("***"));
-            }
-            url.to_string()
-        }
-        Err(_) => match text.split_once("://") {
-            Some((scheme, _)) => format!("{scheme}://…"),
-            None => "…".into(),
-        },
     }
 }
 
@@ -177,7 +162,7 @@ pub struct FleetSettings {
 impl FleetSettings {
     /// The store URL as messages show it: its password masked.
     pub fn display(&self) -> String {
-        redact(self.store.expose())
+        redact::url(self.store.expose())
     }
 }
 
@@ -250,10 +235,13 @@ mod tests {
         let url = StoreUrl::parse("rediss://bob:hunter2@redis.example:6380/1").unwrap();
         let shown = format!("{url:?}");
         assert!(!shown.contains("hunter2"), "{shown}");
-        assert!(shown.contains("bob:***@redis.example:6380"), "{shown}");
-        assert_eq!(redact("redis://:pw@h:1"), "redis://:***@h:1");
-        assert_eq!(redact("redis://h:1"), "redis://h:1");
-        assert_eq!(redact("redis://a:b@[bad"), "redis://…");
+        assert!(
+            shown.contains("bob:[redacted]@redis.example:6380"),
+            "{shown}"
+        );
+        assert_eq!(redact::url("redis://:pw@h:1"), "redis://:[redacted]@h:1");
+        assert_eq!(redact::url("redis://h:1"), "redis://h:1");
+        assert_eq!(redact::url("redis://a:b@[bad"), "redis://…");
     }
 
     #[test]

@@ -440,7 +440,7 @@ fn the_fleet_store_comes_from_env_or_file_and_never_prints_its_password() {
     let f = s.fleet.as_ref().unwrap();
     assert_eq!(f.lease, Duration::from_secs(9));
     assert_eq!(f.prefix, "sandguard");
-    assert_eq!(f.display(), "redis://u:***@file:6379");
+    assert_eq!(f.display(), "redis://u:[redacted]@file:6379");
     assert_eq!(s.host.id.as_deref(), Some("a"));
     assert!(!format!("{s:?}").contains("pw@"), "{s:?}");
 

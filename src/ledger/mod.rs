@@ -79,7 +79,10 @@ pub enum LedgerError {
         source: io::Error,
     },
     #[error("refusing to use {} as sandguard state: {reason}", path.display())]
-    Unsafe { path: PathBuf, reason: String },
+    Unsafe {
+        path: PathBuf,
+        reason: unix::owner::Exposed,
+    },
     #[error("journal {} is locked by another process (a live sidecar, a sweep, or a reader)", path.display())]
     Locked { path: PathBuf },
     #[error("session journal {} already exists", path.display())]
@@ -532,24 +535,11 @@ fn private_dir(path: &Path) -> Result<(), LedgerError> {
         Ok(_) => {}
     }
     let meta = fs::symlink_metadata(path).map_err(io_err("inspect", path))?;
-    let me = unix::geteuid();
-    let reason = if meta.file_type().is_symlink() {
-        "it is a symlink".to_string()
-    } else if !meta.is_dir() {
-        "it is not a directory".to_string()
-    } else if meta.uid() != me {
-        format!("it is owned by uid {}, not by uid {me}", meta.uid())
-    } else if meta.mode() & 0o022 != 0 {
-        format!(
-            "it is writable by group or others (mode {:04o})",
-            meta.mode() & 0o7777
-        )
-    } else {
-        return Ok(());
-    };
-    Err(LedgerError::Unsafe {
-        path: path.to_path_buf(),
-        reason,
+    unix::owner::private_dir(&meta, unix::owner::Owners::user()).map_err(|reason| {
+        LedgerError::Unsafe {
+            path: path.to_path_buf(),
+            reason,
+        }
     })
 }
 

@@ -282,7 +282,9 @@ fn the_claim_index_finds_what_walking_every_claim_finds() {
 
     let docker: Arc<dyn crate::providers::Provider> =
         Arc::new(crate::providers::docker::DockerProvider::new(
-            Ok("unix:///nonexistent.sock".into()),
+            Ok(crate::config::docker::DaemonAddress::new(
+                "unix:///nonexistent.sock",
+            )),
             &DockerSettings {
                 enabled: Some(true),
                 host: None,

@@ -22,6 +22,14 @@
 //!
 //! Decision: erring on the side of hiding. A word that only looks like a credential (the
 //! `100` of `max_tokens=100`) is hidden too; an error message loses a detail, never a secret.
+//!
+//! A text known to be one URL (a Docker daemon's address, the fleet store's) is shown through
+//! [`url`] (`redact/url.rs`), the one redaction of URLs; [`redact`] finds URLs' passwords in
+//! free text.
+
+mod url;
+
+pub(crate) use url::url;
 
 use crate::config::Secret;
 

@@ -4,8 +4,10 @@
 //! module `os`, with the same names and meanings; nothing outside this module says
 //! `target_os`. The rest is POSIX and shared: [`fd`] (descriptors), [`process`] (processes and
 //! their groups, the detached start), [`signal`] (dispositions, masks, pid 1's signals,
-//! SIGPIPE-free writes), `host.rs` (this machine's, boot's and pid namespace's ids), and here
-//! random bytes, file locks, the user, and the platform's own calls re-exported.
+//! SIGPIPE-free writes), `host.rs` (this machine's, boot's and pid namespace's ids), [`owner`]
+//! (whether only this user or root can change a file: the ledger's directory, an engine's
+//! socket), and here random bytes, file locks, the user, and the platform's own calls
+//! re-exported.
 //!
 //! The small interface each platform fills ([`os`]'s items, both files):
 //! - **the owner's exit**: [`watch_exit`] (a descriptor readable once a pid exits: a pidfd on
@@ -40,6 +42,7 @@
 
 mod fd;
 mod host;
+pub(crate) mod owner;
 mod process;
 mod signal;
 

@@ -262,6 +262,52 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     out
 }
 
+/// What shows the Docker daemon's address when it cannot be reached: the commands that list
+/// or check providers, and the wrapper's warning.
+const ADDRESS_SHOWN_BY: &[&[&str]] = &[
+    &["providers"],
+    &["providers", "--json"],
+    &["ps"],
+    &["ps", "--json"],
+    &["stop", "--all"],
+    &["sweep"],
+    &["sweep", "--json"],
+    &["--", "true"],
+];
+
+/// A password in `DOCKER_HOST`'s user info is shown by no command, nor the wrapper's warning,
+/// nor a debug log, nor the ledger; the address is shown with it redacted, its host kept.
+#[test]
+fn a_password_in_docker_host_is_never_shown() {
+    let s = Scratch::new("docker-host-password");
+    // The sidecar's reclaim gives up on the daemon it cannot reach within the test.
+    let config = s.file("short.toml", "[reclaim]\ndeadline = \"3s\"\n");
+    let shown = "tcp://user:[redacted]@127.0.0.1:1";
+    for args in ADDRESS_SHOWN_BY {
+        let out = run(sandguard(&s)
+            .env("DOCKER_HOST", "tcp://user:s3cretPW@127.0.0.1:1")
+            .env("SANDGUARD_CONFIG", &config)
+            .env("SANDGUARD_LOG", "debug")
+            .args(*args));
+        let all = format!("{}{}", out.stdout, out.stderr);
+        assert!(!all.contains("s3cretPW"), "{args:?} shows it:\n{all}");
+        assert!(all.contains(shown), "{args:?} hides the address:\n{all}");
+    }
+    eventually(Duration::from_secs(20), "the sidecar ended", || {
+        let v = json(&run(sandguard(&s).args(["sessions", "--json"])).stdout);
+        v["sessions"].as_array().unwrap()[0]["sidecar_alive"] == false
+    });
+    let texts: Vec<String> = walk(&s.path().join("state"))
+        .iter()
+        .map(|f| String::from_utf8_lossy(&std::fs::read(f).unwrap()).into_owned())
+        .collect();
+    assert!(texts.iter().all(|t| !t.contains("s3cretPW")), "{texts:?}");
+    assert!(
+        texts.iter().any(|t| t.contains(shown)),
+        "the log was checked"
+    );
+}
+
 #[test]
 fn an_unsafe_state_directory_is_refused() {
     let s = Scratch::new("statedir");

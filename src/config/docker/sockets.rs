@@ -3,7 +3,8 @@
 //!
 //! One list per platform ([`candidates`]), a plain function of the platform and the
 //! environment, so the macOS list is built and tested on Linux too; [`crate::unix::PLATFORM`]
-//! picks the list at build time. The first candidate that is a socket wins ([`search`]).
+//! picks the list at build time. The first candidate that is a socket sandguard can trust wins
+//! ([`search`]; what it trusts, [`trust`]).
 //!
 //! Decisions:
 //! - macOS, in this order (each path from the engine's own sources or documentation):
@@ -62,15 +63,35 @@
 //! - When several exist, the first wins and the others are named in [`DockerHost::via`]
 //!   (a link to the chosen socket is said to be one), with what to set to choose another.
 //!   When none exists, the address is [`DEFAULT_HOST`] and `via` names every path looked at.
+//! - A socket another user could have made is skipped, whichever list it is on ([`trust`]:
+//!   the socket owned by the user or root, its directory writable by no one else; a sticky
+//!   world-writable directory such as `/tmp` is writable by others too, and is skipped, since
+//!   anyone there may take the name whenever the engine is stopped). Rootless Docker's
+//!   `$XDG_RUNTIME_DIR/docker.sock` with `XDG_RUNTIME_DIR=/tmp`, common in containers and CI,
+//!   would otherwise hand whoever got there first every create the proxy forwards, secrets in
+//!   the environment included. A skipped socket is named in `via` with why (so in `sandguard
+//!   providers`), and the search goes on to the next candidate. When every socket that exists
+//!   is skipped there is no address ([`Origin::Untrusted`], [`HostError::Untrusted`]), never the
+//!   default one, which may be the very socket skipped; the Docker driver then counts as
+//!   configured and fails every use saying which and why (the wrapper warns, `ps` and `sweep`
+//!   exit 1), since a socket there says Docker is used here, and the user's own engine must not
+//!   be left unguarded in silence. `DOCKER_HOST` or a context uses one anyway: an address the
+//!   user names is not judged (`crate::config::docker`).
 //! - Path variables that are not absolute (`HOME=relative`) are ignored, as the XDG base
 //!   directory spec says of its own: a relative path would be resolved against whatever the
 //!   working directory happens to be.
 
+mod trust;
+
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use super::{DockerHost, Origin, DEFAULT_HOST, DEFAULT_SOCKET};
+pub(crate) use trust::listed;
+pub(crate) use trust::Skipped;
+
+use super::{DaemonAddress, DockerHost, HostError, Origin, DEFAULT_HOST, DEFAULT_SOCKET};
 use crate::config::Env;
+use crate::unix::owner::Owners;
 
 /// Whose list of sockets [`candidates`] gives: Linux (the user's rootless engines, then the
 /// system's) or macOS (the desktop engines' sockets in the user's home, then the default
@@ -149,28 +170,54 @@ pub(crate) fn candidates(platform: Platform, env: &dyn Env) -> Vec<Candidate> {
         .collect()
 }
 
-/// The first of `candidates` that is a socket, naming the others that are too; else the
-/// default address, naming where it looked.
+/// The first of `candidates` that is a socket this user can trust, naming the others that
+/// exist and those skipped; else no address when some were skipped, else the default
+/// address, naming where it looked.
 pub(crate) fn search(candidates: &[Candidate]) -> DockerHost {
-    let present: Vec<&Candidate> = candidates.iter().filter(|c| is_socket(&c.path)).collect();
-    let Some((chosen, others)) = present.split_first() else {
-        let looked: Vec<PathBuf> = candidates.iter().map(|c| c.path.clone()).collect();
-        return DockerHost {
-            address: Ok(DEFAULT_HOST.to_string()),
-            via: format!(
-                "the default address: no engine socket exists at {}",
-                shown(&looked)
-            ),
-            origin: Origin::Default { looked },
-        };
-    };
+    let owners = Owners::user_or_root();
+    let mut safe = Vec::new();
+    let mut skipped = Vec::new();
+    for c in candidates.iter().filter(|c| is_socket(&c.path)) {
+        match trust::judge(&c.path, owners) {
+            Ok(()) => safe.push(c),
+            Err(why) => skipped.push(Skipped {
+                name: c.name,
+                path: c.path.clone(),
+                why,
+            }),
+        }
+    }
+    match safe.split_first() {
+        Some((chosen, others)) => found(chosen, others, &skipped),
+        None if !skipped.is_empty() => DockerHost {
+            // The error names them and why; `via` says only where they came from.
+            via: "the engine sockets sandguard looks for".into(),
+            address: Err(HostError::Untrusted(skipped)),
+            origin: Origin::Untrusted,
+        },
+        None => {
+            let looked: Vec<PathBuf> = candidates.iter().map(|c| c.path.clone()).collect();
+            DockerHost {
+                address: Ok(DaemonAddress::new(DEFAULT_HOST)),
+                via: format!(
+                    "the default address: no engine socket exists at {}",
+                    shown(&looked)
+                ),
+                origin: Origin::Default { looked },
+            }
+        }
+    }
+}
+
+/// `chosen`, with the others present and those skipped named in `via`.
+fn found(chosen: &Candidate, others: &[&Candidate], skipped: &[Skipped]) -> DockerHost {
     let mut via = format!(
         "{}, the first engine socket found in sandguard's order",
         chosen.name
     );
+    let mut distinct = !skipped.is_empty();
     if !others.is_empty() {
         let chosen_target = std::fs::canonicalize(&chosen.path).ok();
-        let mut distinct = false;
         let named: Vec<String> = others
             .iter()
             .map(|o| {
@@ -186,12 +233,18 @@ pub(crate) fn search(candidates: &[Candidate]) -> DockerHost {
             })
             .collect();
         via.push_str(&format!("; also present: {}", named.join(", ")));
-        if distinct {
-            via.push_str("; set DOCKER_HOST or a Docker context to use another");
-        }
+    }
+    if !skipped.is_empty() {
+        via.push_str(&format!("; skipped as unsafe: {}", listed(skipped)));
+    }
+    if distinct {
+        via.push_str("; set DOCKER_HOST or a Docker context to use another");
     }
     DockerHost {
-        address: Ok(format!("unix://{}", chosen.path.display())),
+        address: Ok(DaemonAddress::new(format!(
+            "unix://{}",
+            chosen.path.display()
+        ))),
         via,
         origin: Origin::Found,
     }

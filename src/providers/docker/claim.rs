@@ -33,6 +33,7 @@
 use bollard::Docker;
 
 use super::error::{classify, short};
+use crate::config::docker::DaemonAddress;
 use crate::providers::{Kind, ProviderError, Sandbox};
 
 /// The shortest id prefix a claim may use (what `docker ps` shows).
@@ -126,7 +127,7 @@ pub(super) fn names(claimed: &Sandbox, listed: &Sandbox) -> bool {
 /// resolved it to (see the module docs). A volume name is returned as it is.
 pub(super) async fn resolve(
     docker: &Docker,
-    host: &str,
+    host: &DaemonAddress,
     sandbox: &Sandbox,
 ) -> Result<String, ProviderError> {
     let (kind, id) = (sandbox.kind, sandbox.id.as_str());
@@ -172,7 +173,11 @@ pub(super) async fn resolve(
 
 /// The name of the volume `sandbox` names, checked, when it is pinned, against the volume of
 /// that name now: another one (made since under the same name) is refused.
-async fn volume(docker: &Docker, host: &str, sandbox: &Sandbox) -> Result<String, ProviderError> {
+async fn volume(
+    docker: &Docker,
+    host: &DaemonAddress,
+    sandbox: &Sandbox,
+) -> Result<String, ProviderError> {
     let name = &sandbox.id;
     let Some(claimed) = &sandbox.identity else {
         return Ok(name.clone());

@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::UnixStream;
 
+use crate::config::docker::DaemonAddress;
+
 /// Where the real daemon listens.
 #[derive(Debug, Clone)]
 pub(crate) enum Upstream {
@@ -16,10 +18,11 @@ pub(crate) enum Upstream {
 }
 
 /// A Docker host address the proxy (and the driver's own requests) cannot connect to: its
-/// scheme is neither `unix://` nor `tcp://` / `http://` (`ssh://`, `npipe://`, …).
+/// scheme is neither `unix://` nor `tcp://` / `http://` (`ssh://`, `npipe://`, …). Printed
+/// redacted, as every [`DaemonAddress`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("the Docker proxy cannot forward to {0:?}: use unix:///path or tcp://host:port")]
-pub(crate) struct UnsupportedHost(pub(crate) String);
+pub(crate) struct UnsupportedHost(pub(crate) DaemonAddress);
 
 /// The driver's own requests fail for good with it.
 impl From<UnsupportedHost> for crate::providers::Detail {
@@ -30,7 +33,8 @@ impl From<UnsupportedHost> for crate::providers::Detail {
 
 impl Upstream {
     /// From a Docker host address: `unix:///path`, `tcp://host:port` or `http://host:port`.
-    pub(crate) fn parse(host: &str) -> Result<Upstream, UnsupportedHost> {
+    pub(crate) fn parse(address: &DaemonAddress) -> Result<Upstream, UnsupportedHost> {
+        let host = address.expose();
         if let Some(path) = host.strip_prefix("unix://") {
             return Ok(Upstream::Unix(PathBuf::from(path)));
         }
@@ -39,7 +43,7 @@ impl Upstream {
                 return Ok(Upstream::Tcp(addr.trim_end_matches('/').to_string()));
             }
         }
-        Err(UnsupportedHost(host.to_string()))
+        Err(UnsupportedHost(address.clone()))
     }
 
     pub(crate) async fn connect(&self) -> io::Result<Box<dyn Io>> {

@@ -4,10 +4,11 @@
 
 use bollard::errors::Error as BollardError;
 
+use crate::config::docker::DaemonAddress;
 use crate::providers::ProviderError;
 
 /// Maps a bollard error onto the classes reclaim decides by.
-pub(super) fn classify(host: &str, doing: &str, err: BollardError) -> ProviderError {
+pub(super) fn classify(host: &DaemonAddress, doing: &str, err: BollardError) -> ProviderError {
     match err {
         BollardError::DockerResponseServerError {
             status_code,

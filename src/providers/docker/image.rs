@@ -21,6 +21,7 @@ use bollard::Docker;
 use futures_util::stream::{self, StreamExt};
 
 use super::error::{classify, short};
+use crate::config::docker::DaemonAddress;
 use crate::providers::ProviderError;
 
 pub(super) use crate::labels::inherited::own_labels;
@@ -61,7 +62,7 @@ impl ImageCache {
     pub(super) async fn lookup(
         &self,
         docker: &Docker,
-        host: &str,
+        host: &DaemonAddress,
         ids: BTreeSet<String>,
     ) -> HashMap<String, Result<Image, ProviderError>> {
         stream::iter(ids)
@@ -77,7 +78,12 @@ impl ImageCache {
             .await
     }
 
-    async fn inspect(&self, docker: &Docker, host: &str, id: &str) -> Result<Image, ProviderError> {
+    async fn inspect(
+        &self,
+        docker: &Docker,
+        host: &DaemonAddress,
+        id: &str,
+    ) -> Result<Image, ProviderError> {
         match docker.inspect_image(id).await {
             Ok(image) => {
                 let labels: Labels = image

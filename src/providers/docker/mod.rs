@@ -80,7 +80,7 @@ use super::{
     Capabilities, Described, Entry, EntryState, GoneTx, Kind, Listing, Provider, ProviderError,
     Refusal, Sandbox,
 };
-use crate::config::docker::{ContextError, Origin, DEFAULT_HOST};
+use crate::config::docker::{DaemonAddress, HostError, Origin, DEFAULT_HOST};
 use crate::config::DockerSettings;
 use crate::labels::Selector;
 use error::{classify, short};
@@ -92,8 +92,10 @@ const NEWEST_API: ClientVersion = ClientVersion {
 };
 
 /// Whether Docker is configured: enabled in the config, or a daemon named (`DOCKER_HOST`, a
-/// context, the file's `host`) or an engine's socket found; never when disabled. Settings
-/// without a resolved host (built by hand) are the default address, not looked for.
+/// context, the file's `host`) or an engine's socket found, even one skipped as unsafe (a
+/// socket there says Docker is used here: every use then fails saying why, never silently);
+/// never when disabled. Settings without a resolved host (built by hand) are the default
+/// address, not looked for.
 pub(crate) fn configured(settings: &DockerSettings) -> bool {
     match settings.enabled {
         Some(enabled) => enabled,
@@ -108,11 +110,10 @@ pub(crate) fn configured(settings: &DockerSettings) -> bool {
 pub(crate) fn entry(settings: &DockerSettings) -> Entry {
     let host = address(settings);
     if let Some(h) = &settings.host {
-        tracing::debug!(
-            "Docker daemon: {} ({})",
-            h.address.as_deref().unwrap_or("-"),
-            h.via
-        );
+        match &h.address {
+            Ok(address) => tracing::debug!("Docker daemon: {address} ({})", h.via),
+            Err(_) => tracing::debug!("Docker daemon: - ({})", h.via),
+        }
     }
     let state = match (settings.enabled, configured(settings)) {
         (Some(false), _) => EntryState::Unconfigured(
@@ -136,22 +137,24 @@ pub(crate) fn entry(settings: &DockerSettings) -> Entry {
     }
 }
 
-/// The daemon's address, or why the source that named it could not be followed (a Docker
-/// context: `crate::config::docker`); the latter fails every use, naming context and file.
-pub(crate) fn address(settings: &DockerSettings) -> Result<String, ContextError> {
+/// The daemon's address, or why there is none (a Docker context that cannot be followed,
+/// every engine socket skipped: `crate::config::docker`); the latter fails every use, naming
+/// its cause.
+pub(crate) fn address(settings: &DockerSettings) -> Result<DaemonAddress, HostError> {
     match &settings.host {
         Some(h) => h.address.clone(),
-        None => Ok(DEFAULT_HOST.to_string()),
+        None => Ok(DaemonAddress::new(DEFAULT_HOST)),
     }
 }
 
 /// A Docker daemon reached through bollard. The client is built on first use, so building the
 /// registry never touches the daemon.
 pub(crate) struct DockerProvider {
-    host: String,
-    /// Why the configured address cannot be used (a Docker context that cannot be
-    /// followed); every use fails with it.
-    unusable: Option<ContextError>,
+    /// Printed only redacted, wherever an error or `check` names it.
+    host: DaemonAddress,
+    /// Why there is no address to use (a Docker context that cannot be followed, every
+    /// engine socket skipped); every use fails with it.
+    unusable: Option<HostError>,
     /// What named the address (`DOCKER_HOST`, a context, …), for `check`.
     via: Option<String>,
     api_version: Option<String>,
@@ -165,10 +168,10 @@ pub(crate) struct DockerProvider {
 
 impl DockerProvider {
     /// `host`: the address, or why it cannot be had (every call then fails with that).
-    pub(crate) fn new(host: Result<String, ContextError>, settings: &DockerSettings) -> Self {
+    pub(crate) fn new(host: Result<DaemonAddress, HostError>, settings: &DockerSettings) -> Self {
         let (host, unusable) = match host {
             Ok(h) => (h, None),
-            Err(why) => (String::new(), Some(why)),
+            Err(why) => (DaemonAddress::new(""), Some(why)),
         };
         DockerProvider {
             host,
@@ -197,10 +200,11 @@ impl DockerProvider {
             .map(parse_api_version)
             .transpose()?;
         let version = pinned.as_ref().unwrap_or(&NEWEST_API);
-        let docker = if self.host.starts_with("unix://") {
-            Docker::connect_with_unix(&self.host, secs, version)
-        } else if self.host.starts_with("tcp://") || self.host.starts_with("http://") {
-            Docker::connect_with_http(&self.host, secs, version)
+        let host = self.host.expose();
+        let docker = if host.starts_with("unix://") {
+            Docker::connect_with_unix(host, secs, version)
+        } else if host.starts_with("tcp://") || host.starts_with("http://") {
+            Docker::connect_with_http(host, secs, version)
         } else {
             return Err(ProviderError::fatal(format!(
                 "unsupported Docker host {:?}: use unix:///path or tcp://host:port",
@@ -378,6 +382,30 @@ fn parse_api_version(v: &str) -> Result<ClientVersion, ProviderError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every socket found skipped is Docker configured and failing, naming them: the user's
+    /// own engine in a directory others can write is not silently left unguarded.
+    #[test]
+    fn every_socket_skipped_is_configured_and_fails_saying_why() {
+        use crate::config::docker::{sockets, DockerHost};
+        let fake = sockets::tests::fake_linux("untrusted-driver");
+        let list = sockets::tests::linux_list(&fake);
+        let _listener = sockets::tests::FakeMac::bind(&list[0].path);
+        sockets::tests::chmod(list[0].path.parent().unwrap(), 0o1777);
+        let host: DockerHost = sockets::search(&list);
+        let settings = DockerSettings {
+            enabled: None,
+            host: Some(host),
+            api_version: None,
+            timeout: std::time::Duration::from_secs(1),
+        };
+        assert!(configured(&settings));
+        let why = address(&settings).unwrap_err().to_string();
+        assert!(
+            why.contains("skipped as unsafe: rootless Docker's socket"),
+            "{why}"
+        );
+    }
 
     #[test]
     fn api_versions_parse() {

@@ -34,10 +34,15 @@ use bollard::models::NetworkDisconnectRequest;
 use bollard::Docker;
 
 use super::error::{classify, short};
+use crate::config::docker::DaemonAddress;
 use crate::providers::ProviderError;
 
 /// Removes the network with the full id `id`.
-pub(super) async fn remove(docker: &Docker, host: &str, id: &str) -> Result<(), ProviderError> {
+pub(super) async fn remove(
+    docker: &Docker,
+    host: &DaemonAddress,
+    id: &str,
+) -> Result<(), ProviderError> {
     let doing = format!("remove network {} on", short(id));
     let (cleared, attached) = endpoints(docker, id).await;
     if attached > 0 {

@@ -48,6 +48,7 @@ use serde::Deserialize;
 
 use super::daemon::Upstream;
 use super::error::{classify_status, short};
+use crate::config::docker::DaemonAddress;
 use crate::providers::ProviderError;
 
 /// Podman's refusal to remove a pod's infra container alone.
@@ -61,7 +62,11 @@ pub(super) fn is_infra_refusal(err: &BollardError) -> bool {
 
 /// Removes the pod whose infra container is `id` (full id), unless it holds containers that
 /// are still there (module docs).
-pub(super) async fn remove(host: &str, timeout: Duration, id: &str) -> Result<(), ProviderError> {
+pub(super) async fn remove(
+    host: &DaemonAddress,
+    timeout: Duration,
+    id: &str,
+) -> Result<(), ProviderError> {
     let libpod = Libpod::new(host, timeout)?;
     let doing = format!("remove container {} on {host}", short(id));
     let infra: Container = match libpod.get(&format!("containers/{id}/json")).await? {
@@ -181,15 +186,15 @@ enum Answer<T> {
 /// Podman's own API at the driver's address.
 struct Libpod {
     upstream: Upstream,
-    host: String,
+    host: DaemonAddress,
     timeout: Duration,
 }
 
 impl Libpod {
-    fn new(host: &str, timeout: Duration) -> Result<Libpod, ProviderError> {
+    fn new(host: &DaemonAddress, timeout: Duration) -> Result<Libpod, ProviderError> {
         Ok(Libpod {
             upstream: Upstream::parse(host).map_err(ProviderError::fatal)?,
-            host: host.to_string(),
+            host: host.clone(),
             timeout,
         })
     }

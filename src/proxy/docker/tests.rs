@@ -275,11 +275,16 @@ async fn commits_are_rewritten() {
 
 #[test]
 fn upstream_addresses() {
+    let parse = |a: &str| Upstream::parse(&crate::config::docker::DaemonAddress::new(a));
     assert!(
-        matches!(Upstream::parse("unix:///var/run/docker.sock"), Ok(Upstream::Unix(p)) if p == Path::new("/var/run/docker.sock"))
+        matches!(parse("unix:///var/run/docker.sock"), Ok(Upstream::Unix(p)) if p == Path::new("/var/run/docker.sock"))
     );
+    assert!(matches!(parse("tcp://127.0.0.1:2375"), Ok(Upstream::Tcp(a)) if a == "127.0.0.1:2375"));
+    assert!(parse("ssh://host").is_err());
+    // What cannot be forwarded to is named redacted.
+    let refused = parse("ssh://me:s3cret@host").unwrap_err().to_string();
     assert!(
-        matches!(Upstream::parse("tcp://127.0.0.1:2375"), Ok(Upstream::Tcp(a)) if a == "127.0.0.1:2375")
+        refused.contains("\"ssh://me:[redacted]@host\""),
+        "{refused}"
     );
-    assert!(Upstream::parse("ssh://host").is_err());
 }

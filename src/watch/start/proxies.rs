@@ -27,7 +27,7 @@
 
 use std::time::Duration;
 
-use crate::config::docker::ContextError;
+use crate::config::docker::{DaemonAddress, HostError};
 use crate::config::{ProxyMode, Ryuk, Settings, RYUK_DISABLED};
 use crate::providers::docker::daemon::{UnsupportedHost, Upstream};
 use crate::proxy::cloud::{self, Api, CloudError, CloudProxy, Upstream as CloudUpstream};
@@ -51,9 +51,10 @@ pub(crate) enum ProxyError {
          is configured or found (see `sandguard providers`)"
     )]
     NoDocker,
-    /// The Docker context that names the daemon cannot be followed.
+    /// There is no address to forward to: the Docker context that names the daemon cannot
+    /// be followed, or every engine socket found was skipped.
     #[error("cannot start the Docker proxy: {0}")]
-    DockerContext(Box<ContextError>),
+    DockerContext(Box<HostError>),
     /// The daemon's address is not one the proxy can forward to.
     #[error(transparent)]
     DockerHost(UnsupportedHost),
@@ -301,19 +302,20 @@ enum Look {
 /// the Docker proxy was asked for. `via` is ` (what named the address)`, or empty.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Silence {
-    /// The Docker context that names it cannot be followed.
+    /// There is no address: the Docker context that names it cannot be followed, or every
+    /// engine socket found was skipped.
     #[error("Docker{via} cannot be used: {error}")]
-    Context { via: String, error: ContextError },
+    Context { via: String, error: HostError },
     /// Its address is not one sandguard can connect to.
     #[error("Docker{via} cannot be used: {error}")]
     Unsupported { via: String, error: UnsupportedHost },
     /// Nothing answered within [`PROBE_TIMEOUT`].
     #[error("no Docker daemon answers at {host}{via} within {PROBE_TIMEOUT:?}")]
-    TimedOut { host: String, via: String },
+    TimedOut { host: DaemonAddress, via: String },
     /// The connection failed.
     #[error("no Docker daemon answers at {host}{via}: {error}")]
     Refused {
-        host: String,
+        host: DaemonAddress,
         via: String,
         error: std::io::Error,
     },

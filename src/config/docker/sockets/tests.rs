@@ -1,6 +1,7 @@
 //! The socket lists and the search, against fake homes holding real bound Unix sockets.
 
 use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
@@ -44,9 +45,12 @@ impl FakeMac {
             .collect()
     }
 
-    /// A listening socket at `path`, as an engine would leave it.
+    /// A listening socket at `path`, as an engine would leave it: in a directory only its
+    /// owner writes, whatever the umask.
     pub(crate) fn bind(path: &Path) -> UnixListener {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let dir = path.parent().unwrap();
+        std::fs::create_dir_all(dir).unwrap();
+        chmod(dir, 0o755);
         UnixListener::bind(path).unwrap()
     }
 }
@@ -57,7 +61,11 @@ impl Drop for FakeMac {
     }
 }
 
-fn address(c: &Candidate) -> String {
+pub(crate) fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+pub(crate) fn address(c: &Candidate) -> String {
     format!("unix://{}", c.path.display())
 }
 
@@ -96,7 +104,10 @@ fn each_macos_engine_socket_alone_is_found() {
     for c in mac.list() {
         let listener = FakeMac::bind(&c.path);
         let found = search(&mac.list());
-        assert_eq!(found.address.as_deref(), Ok(address(&c).as_str()));
+        assert_eq!(
+            found.address.as_ref().map(DaemonAddress::expose),
+            Ok(address(&c).as_str())
+        );
         assert_eq!(found.origin, Origin::Found);
         assert!(found.via.starts_with(c.name), "{}", found.via);
         assert!(found.via.contains("first"), "{}", found.via);
@@ -115,7 +126,10 @@ fn with_several_the_first_in_the_order_wins_and_the_others_are_named() {
     let _listeners: Vec<UnixListener> = list.iter().map(|c| FakeMac::bind(&c.path)).collect();
     for (i, chosen) in list.iter().enumerate() {
         let found = search(&list);
-        assert_eq!(found.address.as_deref(), Ok(address(chosen).as_str()));
+        assert_eq!(
+            found.address.as_ref().map(DaemonAddress::expose),
+            Ok(address(chosen).as_str())
+        );
         let (why, others) = found
             .via
             .split_once("; also present: ")
@@ -151,10 +165,14 @@ fn what_is_not_a_socket_is_skipped_and_a_link_to_one_counts() {
     let _live = FakeMac::bind(&colima.path);
     let system = list.last().unwrap();
     std::fs::create_dir_all(system.path.parent().unwrap()).unwrap();
+    chmod(system.path.parent().unwrap(), 0o755);
     std::os::unix::fs::symlink(&colima.path, &system.path).unwrap();
 
     let found = search(&list);
-    assert_eq!(found.address.as_deref(), Ok(address(colima).as_str()));
+    assert_eq!(
+        found.address.as_ref().map(DaemonAddress::expose),
+        Ok(address(colima).as_str())
+    );
     for skipped in [&desktop.path, &colima_home.path, dangling] {
         let shown = skipped.display().to_string();
         assert!(!found.via.contains(&shown), "{shown} in {}", found.via);
@@ -174,7 +192,10 @@ fn with_none_the_default_address_names_every_place_looked_at() {
     let mac = FakeMac::new("none");
     let list = mac.list();
     let found = search(&list);
-    assert_eq!(found.address.as_deref(), Ok(DEFAULT_HOST));
+    assert_eq!(
+        found.address.as_ref().map(DaemonAddress::expose),
+        Ok(DEFAULT_HOST)
+    );
     let looked: Vec<PathBuf> = list.iter().map(|c| c.path.clone()).collect();
     assert_eq!(
         found.origin,
@@ -197,7 +218,7 @@ fn with_none_the_default_address_names_every_place_looked_at() {
 }
 
 /// A fake Linux user: a runtime directory (`XDG_RUNTIME_DIR`) under a scratch root.
-fn fake_linux(tag: &str) -> FakeMac {
+pub(crate) fn fake_linux(tag: &str) -> FakeMac {
     let mut fake = FakeMac::new(tag);
     let runtime = fake.root.join("run-user").display().to_string();
     fake.env.insert("XDG_RUNTIME_DIR".into(), runtime);
@@ -206,7 +227,7 @@ fn fake_linux(tag: &str) -> FakeMac {
 
 /// The Linux list for `fake`, its system sockets moved under the root so that the machine
 /// running the test has no say.
-fn linux_list(fake: &FakeMac) -> Vec<Candidate> {
+pub(crate) fn linux_list(fake: &FakeMac) -> Vec<Candidate> {
     candidates(Platform::Linux, &fake.env)
         .into_iter()
         .map(|c| match c.path.starts_with(&fake.root) {
@@ -251,7 +272,11 @@ fn the_linux_order_is_rootless_docker_rootless_podman_rootful_podman_default() {
     for (n, c) in list.iter().enumerate().rev() {
         listeners.push(FakeMac::bind(&c.path));
         let host = search(&list);
-        assert_eq!(host.address.as_deref(), Ok(address(c).as_str()), "{c:?}");
+        assert_eq!(
+            host.address.as_ref().map(DaemonAddress::expose),
+            Ok(address(c).as_str()),
+            "{c:?}"
+        );
         assert!(host.via.starts_with(c.name), "{}", host.via);
         for later in &list[n + 1..] {
             assert!(
