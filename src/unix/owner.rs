@@ -12,10 +12,23 @@
 //!   a socket path in such a directory is theirs to take whenever its engine is stopped, and
 //!   every later connection by path (the Docker proxy connects once per request) would then
 //!   reach them. What the rule asks is "not writable by others", and a sticky directory is.
+//! - One exception, where root is trusted ([`Owners::UserOrRoot`]: what the system made): a
+//!   directory root owns may be writable by its group when that group is root's own or
+//!   `daemon` ([`SYSTEM_GROUPS`]: gid 0, `root`/`wheel`, and 1, `daemon`, on Linux, the BSDs
+//!   and macOS alike), whose members are the system's own accounts. macOS makes
+//!   `/private/var/run` `root:daemon 0775` (its `/var/run/docker.sock` is the link Docker
+//!   Desktop makes), and without it that socket, the last of the macOS list, would always be
+//!   skipped. No other group is trusted so, system or not: macOS's `staff` (20) and
+//!   `everyone` (12) hold every user, Ubuntu's `adm` (4) its first one, `docker` people.
+//!   The ledger ([`Owners::User`]) allows no group write at all.
 //! - Only the mode bits and the owner are read (`stat(2)`), not ACLs: what `ls -l` shows.
 
 use std::fs::Metadata;
 use std::os::unix::fs::MetadataExt;
+
+/// The groups whose write to a directory root owns is the system's own (module docs): gid 0
+/// (`root`, `wheel`) and 1 (`daemon`).
+pub(crate) const SYSTEM_GROUPS: [u32; 2] = [0, 1];
 
 /// Who may own what is judged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,8 +92,10 @@ pub(crate) fn private_dir(meta: &Metadata, owners: Owners) -> Result<(), Exposed
         return Err(Exposed::NotDirectory);
     }
     owned(meta, owners)?;
+    let systems = matches!(owners, Owners::UserOrRoot(_)) && meta.uid() == 0;
     match meta.mode() & 0o022 {
         0 => Ok(()),
+        0o020 if systems && SYSTEM_GROUPS.contains(&meta.gid()) => Ok(()),
         _ => Err(Exposed::Writable {
             mode: meta.mode() & 0o7777,
         }),
@@ -138,6 +153,32 @@ mod tests {
         // Followed, a link is judged as the directory it leads to.
         assert_eq!(private_dir(&std::fs::metadata(&link).unwrap(), me), Ok(()));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Root's directory written by root's own group or `daemon` (macOS's `/private/var/run`,
+    /// `root:daemon 0775`) is the system's, where root is trusted; never for the ledger, and
+    /// never for another group.
+    #[test]
+    #[ignore = "needs root to give a directory to root's groups; tests/run.sh runs ignored tests as root"]
+    fn a_roots_directory_its_system_group_writes_is_the_systems() {
+        assert_eq!(super::super::geteuid(), 0, "run as root");
+        let dir = dir_with_mode("system-group", 0o775);
+        let chown = |gid: u32| std::os::unix::fs::chown(&dir, Some(0), Some(gid)).unwrap();
+        let meta = || std::fs::metadata(&dir).unwrap();
+        for gid in SYSTEM_GROUPS {
+            chown(gid);
+            assert_eq!(private_dir(&meta(), Owners::UserOrRoot(1000)), Ok(()), "{gid}");
+            let writable = Err(Exposed::Writable { mode: 0o775 });
+            assert_eq!(private_dir(&meta(), Owners::User(0)), writable, "{gid}");
+        }
+        chown(4);
+        let writable = Err(Exposed::Writable { mode: 0o775 });
+        assert_eq!(private_dir(&meta(), Owners::UserOrRoot(1000)), writable);
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        chown(0);
+        let writable = Err(Exposed::Writable { mode: 0o777 });
+        assert_eq!(private_dir(&meta(), Owners::UserOrRoot(1000)), writable);
+        std::fs::remove_dir(&dir).unwrap();
     }
 
     #[test]
