@@ -27,7 +27,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::ops::{box_id, Forge, Image, Make, PROVIDERS};
+use super::ops::{box_id, Forge, Image, Make, Refusal, PROVIDERS};
 use super::oracle::Oracle;
 use super::world::World;
 use crate::labels;
@@ -58,6 +58,53 @@ impl World {
             return;
         }
         o.gone(x);
+    }
+
+    /// Session `s`'s program asks the proxy to remove its sandbox `x`, and the provider
+    /// answers `answer` without removing it: what the proxy hands its sidecar is what the
+    /// proxies' one decision says of that answer ([`crate::proxy::release::releases`]). The
+    /// sandbox is still there, so whatever of it the session's ledger claimed before must
+    /// still be claimed after: `Err` (starting with [`super::world::UNCONFIRMED`]) if not.
+    pub(super) async fn refused(
+        &mut self,
+        s: usize,
+        x: usize,
+        answer: Refusal,
+        o: &mut Oracle,
+    ) -> Result<(), String> {
+        use crate::proxy::release::{releases, NotFound, Routed};
+        if !o.alive(s) || !self.guarded(s) {
+            return Ok(());
+        }
+        let Some(target) = self.pinned(x) else {
+            return Ok(());
+        };
+        let claimed = |world: &World| {
+            let id = &world.sessions[&s].id;
+            world.state.read_session(id).is_ok_and(|v| {
+                v.claims
+                    .iter()
+                    .any(|c| c == &target || target.answers(c))
+            })
+        };
+        let before = claimed(self);
+        let (routed, status) = match answer {
+            Refusal::NotRouted => (Routed::Not, 404),
+            Refusal::RouterNotFound => (Routed::Exactly, 404),
+            Refusal::Conflict => (Routed::Exactly, 409),
+            Refusal::ServerError => (Routed::Exactly, 500),
+        };
+        if releases(routed, status, NotFound::Unsaid) {
+            self.proxy_says(s, target.clone(), Hold::Release).await;
+        }
+        if before && !claimed(self) && self.pinned(x).as_ref() == Some(&target) {
+            return Err(format!(
+                "{}s{s} no longer claims {} after the provider refused its removal ({answer:?})",
+                super::world::UNCONFIRMED,
+                box_id(x)
+            ));
+        }
+        Ok(())
     }
 
     /// A stranger makes another sandbox under `x`'s id (a volume's name taken again): the one

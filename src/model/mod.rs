@@ -95,6 +95,8 @@ enum Invariant {
     /// A live session still claims what its provider said went by itself
     /// (`world::HELD_GONE`).
     HeldGone,
+    /// A claim was released on a removal the provider refused (`world::UNCONFIRMED`).
+    Unconfirmed,
     /// The code did not do what the step needs within its patience (a hang, a panic).
     Stuck,
 }
@@ -132,6 +134,7 @@ async fn steps(world: &mut World, history: &[Op]) -> Option<Violation> {
         let found = match apply(world, *op, &mut o).await {
             Err(e) if e.starts_with(world::WEDGED) => Some((Invariant::Wedged, e)),
             Err(e) if e.starts_with(world::HELD_GONE) => Some((Invariant::HeldGone, e)),
+            Err(e) if e.starts_with(world::UNCONFIRMED) => Some((Invariant::Unconfirmed, e)),
             Err(e) => Some((Invariant::Stuck, e)),
             Ok(()) => checks.after(world, *op, &before, &mut o, &seen),
         };
@@ -191,6 +194,7 @@ async fn apply(world: &mut World, op: Op, o: &mut Oracle) -> Result<(), String> 
         Op::Removes { s, x, proxy } => world.removes(s, x, proxy, o).await,
         Op::Reuse { x } => world.reuse(x, o),
         Op::Vanish { x } => world.vanish(x, o).await?,
+        Op::Refused { s, x, answer } => world.refused(s, x, answer, o).await?,
         Op::Release { s, x } => world.release(s, x, o).await?,
         Op::Detach { s, x } => world.detach(s, x, o).await?,
         Op::Stop { x, cut } => world.stop(x, cut).await,

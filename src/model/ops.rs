@@ -124,6 +124,21 @@ pub(super) enum Limit {
     Spend,
 }
 
+/// How the provider answers a `DELETE` the program sent through the proxy and that it did
+/// not carry out: the sandbox is still there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Refusal {
+    /// A path its router does not take as its removal (`/containers/ID/`, `/v2/sandboxes/ID`):
+    /// the router's own `404`.
+    NotRouted,
+    /// The removal route, answered `404` naming no id (`page not found`).
+    RouterNotFound,
+    /// `409` (a removal already in progress).
+    Conflict,
+    /// `500`.
+    ServerError,
+}
+
 /// A provider fault, switched on until `heal`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Fault {
@@ -183,6 +198,13 @@ pub(super) enum Op {
         s: usize,
         x: usize,
         proxy: bool,
+    },
+    /// Session `s`'s program asks the proxy to remove its sandbox `x`, and the provider
+    /// refuses (`answer`): the sandbox stays, and so must its claim.
+    Refused {
+        s: usize,
+        x: usize,
+        answer: Refusal,
     },
     /// A stranger makes another sandbox under `x`'s id once it is free (the one there now
     /// removed first): ids that are names (Docker volumes) are taken again.
@@ -336,6 +358,11 @@ impl fmt::Display for Op {
             ),
             Op::Reuse { x } => write!(f, "a stranger makes another x{x} (the name taken again)"),
             Op::Vanish { x } => write!(f, "the provider removes x{x} by itself"),
+            Op::Refused { s, x, answer } => write!(
+                f,
+                "s{s}'s program asks the proxy to remove x{x}, and the provider refuses \
+                 ({answer:?})"
+            ),
             Op::Release { s, x } => write!(f, "s{s} releases x{x}"),
             Op::Detach { s, x } => write!(f, "s{s} detaches x{x}"),
             Op::Stop { x, cut } => match cut {

@@ -144,6 +144,9 @@ pub(super) const WEDGED: &str = "wedged: ";
 /// How the message of a claim kept on what the provider said went by itself starts.
 pub(super) const HELD_GONE: &str = "held gone: ";
 
+/// How the message of a claim released on a removal the provider refused starts.
+pub(super) const UNCONFIRMED: &str = "released unconfirmed: ";
+
 /// A fresh directory for one history's ledger, removed on drop.
 struct Scratch(std::path::PathBuf);
 

@@ -179,10 +179,23 @@ pub(crate) fn generate(seed: u64, len: usize) -> Vec<Op> {
                 if own.is_empty() {
                     continue;
                 }
-                Op::Removes {
-                    s,
-                    x: rng.pick(&own),
-                    proxy: rng.chance(50),
+                let x = rng.pick(&own);
+                match rng.below(3) {
+                    0 => Op::Refused {
+                        s,
+                        x,
+                        answer: rng.pick(&[
+                            Refusal::NotRouted,
+                            Refusal::RouterNotFound,
+                            Refusal::Conflict,
+                            Refusal::ServerError,
+                        ]),
+                    },
+                    _ => Op::Removes {
+                        s,
+                        x,
+                        proxy: rng.chance(50),
+                    },
                 }
             }
             28 if boxes > 0 => match rng.chance(50) {
