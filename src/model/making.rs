@@ -81,11 +81,10 @@ impl World {
         };
         let claimed = |world: &World| {
             let id = &world.sessions[&s].id;
-            world.state.read_session(id).is_ok_and(|v| {
-                v.claims
-                    .iter()
-                    .any(|c| c == &target || target.answers(c))
-            })
+            world
+                .state
+                .read_session(id)
+                .is_ok_and(|v| v.claims.iter().any(|c| c == &target || target.answers(c)))
         };
         let before = claimed(self);
         let (routed, status) = match answer {

@@ -351,11 +351,16 @@ fn key(s: &Sandbox) -> SandboxKey {
 }
 
 /// Keeps one record per sandbox, preferring a final outcome (a second pass that found a
-/// sandbox gone after the first pass timed out on it means it is gone).
+/// sandbox gone after the first pass timed out on it means it is gone). One per *object*:
+/// where ids are names, a claim of the object an id named before (refused, final: "now is
+/// not the one claimed") and the object the id names now (claimed too, its removal
+/// unfinished) are two records; keyed by id alone, the refusal stood for both and the
+/// session read `reclaimed` with the second still there (found by the model, seed
+/// 499166176: a name is not an identity).
 fn merge(removals: Vec<Removal>) -> Vec<Removal> {
-    let mut seen: BTreeMap<SandboxKey, Removal> = BTreeMap::new();
+    let mut seen: BTreeMap<(SandboxKey, Option<String>), Removal> = BTreeMap::new();
     for r in removals {
-        let key = key(&r.sandbox);
+        let key = (key(&r.sandbox), r.sandbox.identity.clone());
         match seen.get(&key) {
             Some(existing) if existing.outcome.is_final() || !r.outcome.is_final() => {}
             _ => {

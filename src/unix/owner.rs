@@ -167,7 +167,11 @@ mod tests {
         let meta = || std::fs::metadata(&dir).unwrap();
         for gid in SYSTEM_GROUPS {
             chown(gid);
-            assert_eq!(private_dir(&meta(), Owners::UserOrRoot(1000)), Ok(()), "{gid}");
+            assert_eq!(
+                private_dir(&meta(), Owners::UserOrRoot(1000)),
+                Ok(()),
+                "{gid}"
+            );
             let writable = Err(Exposed::Writable { mode: 0o775 });
             assert_eq!(private_dir(&meta(), Owners::User(0)), writable, "{gid}");
         }

@@ -327,7 +327,7 @@ impl<C: Clock> Sidecar<C> {
     }
 
     /// Journals `t` as refused for `reason` (final, reported once); always `false`.
-    fn refuse(&mut self, t: &Target, reason: String) -> bool {
+    pub(super) fn refuse(&mut self, t: &Target, reason: String) -> bool {
         tracing::warn!("refused {} {}: {reason}", t.provider, t.id);
         self.write(&Record::Refused {
             provider: t.provider.clone(),

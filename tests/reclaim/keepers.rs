@@ -197,3 +197,62 @@ fn what_a_cloud_sandboxs_own_timeout_ended_is_released_when_the_keeper_finds_it_
     );
     unsafe_kill(-(job.0.id() as i32), libc::SIGKILL);
 }
+
+/// A detach that arrives while a limit's removal of that very sandbox is on its way is not
+/// confirmed as if the sandbox would live on: the removal lands first and the detach is
+/// refused, saying why; the journal never holds a detach followed by that sandbox's removal.
+/// The plugin holds the removal (`gate`) until the program's `detach` line is in the pipe
+/// and the sidecar had a moment to read it. Found by the model (seed 564188974); on
+/// 2026-12-07's code before the fix the detach was confirmed, then the sandbox removed.
+#[test]
+fn a_detach_while_a_limits_removal_is_on_its_way_is_refused_not_confirmed() {
+    use crate::support::plugin::{self, Plugin};
+    let s = Scratch::new("detach-in-flight");
+    let acme = Plugin::new(&s, "acme");
+    // Made long ago: past any lifetime at the keeper's first round.
+    acme.insert_created("p1", &[], 1_000_000_000);
+    acme.set_mode("p1", Some("gate"));
+    let (started, open) = acme.gate("p1");
+    let config = plugin::config(&s, "5s", &[&acme]);
+    let config = config.to_string_lossy().into_owned();
+    let sent = s.path().join("sent");
+    let script = format!(
+        "sandguard claim acme p1 >&2; while [ ! -e {started} ]; do sleep 0.02; done; \
+         printf 'detach acme p1\\n' >&\"$SANDGUARD_FD\"; \
+         echo \"$SANDGUARD_SESSION\" > {sent}.tmp && mv {sent}.tmp {sent}; exec sleep 600",
+        started = started.display(),
+        sent = sent.display(),
+    );
+    let env = [("SANDGUARD_CONFIG", config.as_str())];
+    let mut job = guarded_env(&s, &env, &["run", "--max-lifetime", "1s"], &script);
+    let session = wait_for_file(&sent, &mut job.0).remove(0);
+    // Not a wait for the code's result: the time the sidecar has to read the line while the
+    // removal is held (the old code confirmed the detach within it).
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::write(&open, "").unwrap();
+    let journal = || {
+        std::fs::read_to_string(crate::watch::sidecar::journal(&s, &session)).unwrap_or_default()
+    };
+    eventually(Duration::from_secs(20), "the removal is journaled", || {
+        journal().contains(r#""ev":"removed""#)
+    });
+    eventually(Duration::from_secs(10), "the detach is answered", || {
+        journal().contains(r#""ev":"refused","provider":"acme","id":"p1""#)
+            || journal().contains(r#""ev":"detach""#)
+    });
+    let text = journal();
+    let (detach, removed) = (
+        text.find(r#""ev":"detach""#),
+        text.find(r#""ev":"removed""#),
+    );
+    assert!(
+        !matches!((detach, removed), (Some(d), Some(r)) if d < r),
+        "a detach was confirmed, then the sandbox removed:\n{text}"
+    );
+    assert!(
+        text.contains("removed by the session's limit before the detach arrived"),
+        "{text}"
+    );
+    assert!(!acme.exists("p1"));
+    unsafe_kill(-(job.0.id() as i32), libc::SIGKILL);
+}

@@ -17,7 +17,9 @@ use crate::support::*;
 ///
 /// Remove modes: `fatal` (`retry: false`), `busy` (`retry: true`), `afterN` (`retry: true`,
 /// `retry_after_secs: N`), `crash` (SIGSEGV, no reply), `big` (a valid `removed` reply over
-/// 16 MiB, and nothing removed); `once-MODE` answers MODE the first time only. List modes:
+/// 16 MiB, and nothing removed), `gate` (touches `STATE/ID.started`, then waits until
+/// `STATE/ID.open` exists before it removes: a removal held on its way); `once-MODE` answers
+/// MODE the first time only. List modes:
 /// `down` (an error reply), `big` (a listing over 16 MiB), `unstartable` (lists, then takes
 /// its own execute permission away, so the next call cannot start).
 const SCRIPT: &str = r#"#!/bin/sh
@@ -44,6 +46,7 @@ remove)
   mode=$(cat "$state/$id.mode" 2>/dev/null)
   case "$mode" in
   once-*) if [ -e "$state/$id.tried" ]; then mode=; else touch "$state/$id.tried"; mode=${mode#once-}; fi ;;
+  gate) touch "$state/$id.started"; while [ ! -e "$state/$id.open" ]; do sleep 0.02; done; mode= ;;
   esac
   case "$mode" in
   fatal) echo '{"error":"quota says no","retry":false}' ;;
@@ -124,6 +127,14 @@ impl Plugin {
                 let _ = std::fs::remove_file(file);
             }
         }
+    }
+
+    /// Where a `gate` removal of `id` says it started, and the file that lets it go on.
+    pub fn gate(&self, id: &str) -> (PathBuf, PathBuf) {
+        (
+            self.state.join(format!("{id}.started")),
+            self.state.join(format!("{id}.open")),
+        )
     }
 
     pub fn exists(&self, id: &str) -> bool {

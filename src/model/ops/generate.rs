@@ -5,6 +5,11 @@
 //! Decisions:
 //! - The generator keeps a sketch of who lives (owners, sidecars) only to pick plausible
 //!   operations; the oracle (`crate::testing::oracle`) is what judges them.
+//! - **Claims go where the keepers' judgement is tested**: half of them name a sandbox some
+//!   other session claimed or detached, and, where a session with a limit runs, half are
+//!   that session's; so a keeper running while its owner lives often holds what another
+//!   session detached or claimed (a keeper told less than the ledger's facts removed or
+//!   renewed such sandboxes, issue 55).
 
 use super::*;
 
@@ -13,6 +18,8 @@ use super::*;
 struct Sketch {
     owner: bool,
     sidecar: bool,
+    /// Started with a limit whose keeper removes while the owner lives.
+    limited: bool,
 }
 
 /// A random history of `len` operations from `seed`.
@@ -26,15 +33,19 @@ pub(crate) fn generate(seed: u64, len: usize) -> Vec<Op> {
     // What each session detached: it never claims nor releases those again (DESIGN leaves
     // open whether that undoes the detach).
     let mut detached: Vec<(usize, usize)> = Vec::new();
+    // Each claim made: (session, sandbox).
+    let mut claimed: Vec<(usize, usize)> = Vec::new();
+    let first = limit(&mut rng);
     let mut ops = vec![Op::Start {
         s: 0,
         crash: None,
         wrapper: false,
-        limit: limit(&mut rng),
+        limit: first,
     }];
     sessions.push(Sketch {
         owner: true,
         sidecar: true,
+        limited: first.is_some(),
     });
     while ops.len() < len {
         let live: Vec<usize> = (0..sessions.len()).filter(|&s| sessions[s].owner).collect();
@@ -48,15 +59,17 @@ pub(crate) fn generate(seed: u64, len: usize) -> Vec<Op> {
                 let crash = crash(&mut rng, 20);
                 // A crashed start may leave the owner unguarded: the sketch says so, so that
                 // restarts are generated (the world knows whether the sidecar runs).
+                let limit = limit(&mut rng);
                 sessions.push(Sketch {
                     owner: true,
                     sidecar: crash.is_none(),
+                    limited: limit.is_some(),
                 });
                 ops.push(Op::Start {
                     s: sessions.len() - 1,
                     crash,
                     wrapper: rng.chance(30),
-                    limit: limit(&mut rng),
+                    limit,
                 });
                 continue;
             }
@@ -98,6 +111,9 @@ pub(crate) fn generate(seed: u64, len: usize) -> Vec<Op> {
                 };
                 boxes += 1;
                 makers.push(Some(s));
+                if !matches!(how, Make::Labelled { .. }) {
+                    claimed.push((s, boxes - 1));
+                }
                 Op::Create {
                     s,
                     x: boxes - 1,
@@ -122,10 +138,31 @@ pub(crate) fn generate(seed: u64, len: usize) -> Vec<Op> {
                 }
             }
             9 | 10 if !guarded.is_empty() && boxes > 0 => {
-                let (s, x) = (rng.pick(&guarded), rng.below(boxes));
+                let limited: Vec<usize> = guarded
+                    .iter()
+                    .copied()
+                    .filter(|&s| sessions[s].limited)
+                    .collect();
+                let s = if !limited.is_empty() && rng.chance(50) {
+                    rng.pick(&limited)
+                } else {
+                    rng.pick(&guarded)
+                };
+                let others: Vec<usize> = detached
+                    .iter()
+                    .chain(claimed.iter())
+                    .filter(|&&(by, _)| by != s)
+                    .map(|&(_, x)| x)
+                    .collect();
+                let x = if !others.is_empty() && rng.chance(50) {
+                    rng.pick(&others)
+                } else {
+                    rng.below(boxes)
+                };
                 if detached.contains(&(s, x)) {
                     continue;
                 }
+                claimed.push((s, x));
                 Op::Claim { s, x }
             }
             11 | 12 if !guarded.is_empty() && boxes > 0 => {
@@ -251,9 +288,9 @@ fn image(rng: &mut Rng, sessions: usize) -> Option<Image> {
     })
 }
 
-/// A limit that removes while the owner lives, for a fifth of the sessions.
+/// A limit that removes while the owner lives, for a third of the sessions.
 fn limit(rng: &mut Rng) -> Option<Limit> {
-    if !rng.chance(20) {
+    if !rng.chance(33) {
         return None;
     }
     Some(rng.pick(&[Limit::Lifetime, Limit::Spend]))

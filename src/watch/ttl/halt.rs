@@ -8,7 +8,7 @@ use std::time::Duration;
 
 /// How long a sidecar whose watch ended waits for a batch of renewals already in flight
 /// before its reclaim starts anyway (a renewal call is bounded by its client's timeouts).
-pub(super) const HALT_WAIT: Duration = Duration::from_secs(1);
+pub(crate) const HALT_WAIT: Duration = Duration::from_secs(1);
 
 /// The keeper's half of its stop: `ending` turns `true` when the watch ends; the keeper holds
 /// `calls` around each batch of renewal calls, checking `ending` once it has it.
@@ -55,6 +55,13 @@ impl Halting {
             ending: self.ending.subscribe(),
             calls: self.calls.clone(),
         }
+    }
+
+    /// The lock a keeper holds around each batch of calls: whoever holds it knows no
+    /// keeper's removal or renewal is on its way ([`super::super::Sidecar`]'s detach takes it
+    /// before it is confirmed).
+    pub(crate) fn calls(&self) -> Arc<tokio::sync::Mutex<()>> {
+        self.calls.clone()
     }
 
     /// Stops the keeper: from now on it calls nothing; a batch in flight is waited for (at

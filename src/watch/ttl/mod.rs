@@ -44,7 +44,7 @@ use crate::providers::{Provider, ProviderError, Sandbox};
 mod claimed;
 mod halt;
 
-pub(crate) use halt::{Halt, Halting};
+pub(crate) use halt::{Halt, Halting, HALT_WAIT};
 
 /// What the owner holds, as the sidecar last saw it (the same type the fleet store mirrors).
 pub(crate) use crate::fleet::Holdings;
