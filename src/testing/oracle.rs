@@ -20,7 +20,8 @@
 //!   stranger who copies S's labels hands it to S: sandguard cannot tell, and DESIGN says a
 //!   session owns whatever carries its label). An unlabelled sandbox is nobody's.
 //! - **A claim adopts, it never steals.** A claim by S stands when the sandbox carries no
-//!   live session's label but S's own, and no other live session's claim stands on it.
+//!   live session's label but S's own, and no other live session's confirmed claim (one its
+//!   sidecar journaled) stands on it.
 //!   A claim that does not stand gives S nothing: removing the sandbox for S's death is a
 //!   theft. The proxy's claim of what it just created always stands.
 //! - **Detach wins everywhere**: `sandguard.detached=true` set by the creator, or the owner's
@@ -164,7 +165,9 @@ impl Oracle {
             return false;
         };
         let foreign_label = b.label.is_some_and(|l| l != s && self.alive(l));
-        let foreign_claim = b.claimed.iter().any(|&c| c != s && self.alive(c));
+        // A claim its sidecar never journaled (it died writing it) is known to no path: it
+        // cannot make another session's claim a theft.
+        let foreign_claim = b.confirmed.iter().any(|&c| c != s && self.alive(c));
         !foreign_label && !foreign_claim
     }
 
