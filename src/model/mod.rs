@@ -195,6 +195,7 @@ async fn apply(world: &mut World, op: Op, o: &mut Oracle) -> Result<(), String> 
         Op::Reuse { x } => world.reuse(x, o),
         Op::Vanish { x } => world.vanish(x, o).await?,
         Op::Refused { s, x, answer } => world.refused(s, x, answer, o).await?,
+        Op::Pause => tokio::time::sleep(world::PAUSE).await,
         Op::Release { s, x } => world.release(s, x, o).await?,
         Op::Detach { s, x } => world.detach(s, x, o).await?,
         Op::Stop { x, cut } => world.stop(x, cut).await,

@@ -258,6 +258,9 @@ pub(super) enum Op {
         fault: Fault,
     },
     Heal,
+    /// Time passes: every keeper (TTL, limits) runs a round or two while nothing else
+    /// happens (`world::PAUSE`).
+    Pause,
 }
 
 /// The providers of every history: `fake` (with a server-side TTL) and `fake2`.
@@ -396,6 +399,7 @@ impl fmt::Display for Op {
             Op::Prune => write!(f, "the sweep service prunes the ledger"),
             Op::Fault { provider, fault } => write!(f, "{} fault: {fault:?}", p(provider)),
             Op::Heal => write!(f, "every provider heals"),
+            Op::Pause => write!(f, "time passes: the keepers run"),
         }
     }
 }

@@ -62,6 +62,12 @@ pub(super) const LEASE: Duration = Duration::from_millis(90);
 /// How often a limited session's keeper runs ([`super::ops::Limit`]).
 pub(super) const LIMIT_ROUNDS: Duration = Duration::from_millis(7);
 
+/// How long [`super::ops::Op::Pause`] lets the keepers run: a few rounds of each (the limit
+/// keeper's [`LIMIT_ROUNDS`], the TTL keeper's 10 ms). Time passing, not a synchronisation:
+/// on a loaded machine a keeper may run fewer rounds, which can only miss a bug, never blame
+/// correct code.
+pub(super) const PAUSE: Duration = Duration::from_millis(30);
+
 /// The budget of a session started with `limit`: a lifetime of 0 (every sandbox is past it),
 /// or a spend of 1 ms of sandbox time that reclaims (reached as soon as anything is held).
 fn budget(limit: Option<super::ops::Limit>) -> crate::budget::Budget {

@@ -163,7 +163,13 @@ pub(crate) fn generate(seed: u64, len: usize) -> Vec<Op> {
                     continue;
                 }
                 claimed.push((s, x));
-                Op::Claim { s, x }
+                // A keeper's round after a claim, before anything else happens to it.
+                if rng.chance(50) {
+                    ops.push(Op::Claim { s, x });
+                    Op::Pause
+                } else {
+                    Op::Claim { s, x }
+                }
             }
             11 | 12 if !guarded.is_empty() && boxes > 0 => {
                 let s = rng.pick(&guarded);
@@ -178,7 +184,13 @@ pub(crate) fn generate(seed: u64, len: usize) -> Vec<Op> {
                 }
                 if rng.chance(65) {
                     detached.push((s, x));
-                    Op::Detach { s, x }
+                    // The TTL keeper's round after a detach: nothing detached is renewed.
+                    if rng.chance(30) {
+                        ops.push(Op::Detach { s, x });
+                        Op::Pause
+                    } else {
+                        Op::Detach { s, x }
+                    }
                 } else {
                     Op::Release { s, x }
                 }
