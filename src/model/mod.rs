@@ -73,7 +73,7 @@ use oracle::Oracle;
 use world::World;
 
 /// Histories a default run makes.
-pub(crate) const DEFAULT_CASES: usize = 300;
+pub(crate) const DEFAULT_CASES: usize = 500;
 /// Histories run at once.
 pub(crate) const DEFAULT_JOBS: usize = 4;
 /// The most operations a history has (and the fewest, [`MIN_LEN`]).

@@ -148,14 +148,17 @@ pub(crate) fn generate(seed: u64, len: usize) -> Vec<Op> {
                 } else {
                     rng.pick(&guarded)
                 };
-                let others: Vec<usize> = detached
-                    .iter()
-                    .chain(claimed.iter())
-                    .filter(|&&(by, _)| by != s)
-                    .map(|&(_, x)| x)
-                    .collect();
-                let x = if !others.is_empty() && rng.chance(50) {
-                    rng.pick(&others)
+                let of_others = |held: &[(usize, usize)]| -> Vec<usize> {
+                    held.iter()
+                        .filter(|&&(by, _)| by != s)
+                        .map(|&(_, x)| x)
+                        .collect()
+                };
+                let (theirs_detached, theirs_claimed) = (of_others(&detached), of_others(&claimed));
+                let x = if !theirs_detached.is_empty() && rng.chance(40) {
+                    rng.pick(&theirs_detached)
+                } else if !theirs_claimed.is_empty() && rng.chance(35) {
+                    rng.pick(&theirs_claimed)
                 } else {
                     rng.below(boxes)
                 };
