@@ -9,6 +9,7 @@
 //!   the ledger's facts (what another session detached stays so).
 //! - [`failures`]: removals that fail or stay unfinished, and providers that cannot be listed.
 //! - [`ids`]: ids no provider's parser accepts are refused and reach no provider.
+//! - [`names`]: a name is not an identity to the end of a reclaim (two claims of one name).
 //! - [`model`]: random histories through the real binary, against the oracle.
 
 mod detach;
@@ -17,3 +18,4 @@ mod ids;
 mod judgement;
 mod keepers;
 mod model;
+mod names;
