@@ -27,8 +27,9 @@
 //!               end.rs (the session's end), triggers.rs (what the loop waits on), service.rs
 //!               (the library service that owns the loop's tasks), lease.rs (the boot-clock
 //!               lease), ttl/ (server-side TTLs), limits.rs (the limits that remove while
-//!               the owner lives), fleet.rs (its fleet lease), daemon.rs (the detach from the
-//!               terminal of `sandguard watch`)
+//!               the owner lives), gone.rs (what the provider says went by itself,
+//!               released: events, keepers' look-ups, before a refusal), fleet.rs (its
+//!               fleet lease), daemon.rs (the detach from the terminal of `sandguard watch`)
 //! proxy/        the two API proxies: docker/ (the Docker Engine API on a private socket) and
 //!               cloud/ (E2B and Daytona on loopback, one file per API; removal.rs: what the
 //!               program deletes, released); what both share:
@@ -62,7 +63,7 @@
 //! ownership/    the one ownership judgement: whether a sandbox may be removed or renewed
 //!               (mod.rs), what a session is owed (judge_session), and why (verdict.rs);
 //!               known.rs (what is known: the session's own view, other sessions' journals
-//!               cached), known/facts.rs (the judgement's facts, built there and nowhere
+//!               cached; Source, where every judge of a sidecar gets it), known/facts.rs (the judgement's facts, built there and nowhere
 //!               else); detach.rs; every path that removes or renews asks it (DESIGN's
 //!               trust rules)
 //! reclaim/      the one removal path: mod.rs (the passes), judged.rs (one provider's share
