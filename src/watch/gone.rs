@@ -23,6 +23,7 @@
 //! is gone stays held: unknown is not gone. A provider that can neither follow nor look one
 //! sandbox up (a plugin without `describe`) frees its slots at the session's end, as before.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use futures_util::stream::{self, StreamExt};
@@ -45,10 +46,8 @@ impl<C: Clock> Sidecar<C> {
     pub(super) fn on_gone(&mut self, gone: Gone) {
         let held: Vec<Target> = {
             let h = self.held();
-            h.claims
-                .iter()
-                .chain(h.detached.iter())
-                .filter(|t| gone.sandbox.provider == t.provider)
+            naming(&h.claims, &gone.sandbox)
+                .chain(naming(&h.detached, &gone.sandbox))
                 .filter(|t| gone.sandbox.named_by(&self.providers, t))
                 .cloned()
                 .collect()
@@ -121,4 +120,28 @@ impl<C: Clock> Sidecar<C> {
         }
         any
     }
+}
+
+/// The targets of `held` that may name `s`, found by what a claim of it can be (its id, a
+/// prefix of it where ids are matched by prefix, or it pinned, `ID@IDENTITY`), not by walking
+/// every claim: a `destroy` of each of a session's containers must not cost what it holds
+/// (a sidecar may hold 100 000 claims). [`Sandbox::named_by`] then decides.
+fn naming<'a>(held: &'a BTreeSet<Target>, s: &'a Sandbox) -> impl Iterator<Item = &'a Target> {
+    let prefixes = (1..=s.id.len())
+        .filter(|&end| s.id.is_char_boundary(end))
+        .filter_map(move |end| {
+            held.get(&Target {
+                provider: s.provider.clone(),
+                id: s.id[..end].to_string(),
+            })
+        });
+    let pin = format!("{}@", s.id);
+    let from = Target {
+        provider: s.provider.clone(),
+        id: pin.clone(),
+    };
+    let pinned = held
+        .range(from..)
+        .take_while(move |t| t.provider == s.provider && t.id.starts_with(&pin));
+    prefixes.chain(pinned)
 }

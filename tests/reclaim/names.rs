@@ -44,9 +44,14 @@ fn two_claims_of_one_name_are_two_objects_to_the_end_of_the_reclaim() {
     let journal =
         std::fs::read_to_string(crate::watch::sidecar::journal(&s, session)).unwrap_or_default();
     let pinned = journal
-        .matches(&format!(r#""ev":"claim","provider":"docker","id":"volume/{v}@"#))
+        .matches(&format!(
+            r#""ev":"claim","provider":"docker","id":"volume/{v}@"#
+        ))
         .count();
-    assert_eq!(pinned, 2, "two claims, each pinned to its volume: {journal}");
+    assert_eq!(
+        pinned, 2,
+        "two claims, each pinned to its volume: {journal}"
+    );
     let row = crate::support::plugin::session_row(&mut sandguard(&s), session);
     assert_eq!(
         row["state"], "pending",
