@@ -204,11 +204,7 @@ exec sleep 3600
         "the second run, its first container gone by itself: {}",
         err(2)
     );
-    let show = || {
-        let out = run(sandguard(&s).args(["sessions", "show", &session, "--json"]));
-        assert_eq!(out.code, 0, "{}", out.stderr);
-        json(&out.stdout)
-    };
+    let show = || shown(&mut sandguard(&s), &session);
     // Both are gone, and seen so while the owner lives: none counts as alive, and their
     // time ended when the daemon removed them (each ran `true`: well under a second).
     eventually(

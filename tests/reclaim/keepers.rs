@@ -11,6 +11,33 @@ use super::judgement::{ended, in_session_env};
 use crate::support::*;
 use crate::watch::wrapper::{guarded_env, unsafe_kill, wait_for_file};
 
+/// An E2B emulator, and what a session needs to reach it, its TTL keeper renewing every
+/// second.
+struct E2bRig {
+    emu: crate::support::emu::Emulator,
+    e2b: std::sync::Arc<crate::support::e2b::State>,
+    config: String,
+}
+
+impl E2bRig {
+    const KEY: &'static str = "e2b_0123456789abcdef0123456789abcdef";
+
+    fn new(s: &Scratch) -> E2bRig {
+        let (emu, e2b) = crate::support::e2b::start(Self::KEY);
+        let config = cloud_config(s, "\n[watch]\nrenew_every = \"1s\"\n");
+        let config = config.to_string_lossy().into_owned();
+        E2bRig { emu, e2b, config }
+    }
+
+    fn env(&self) -> [(&str, &str); 3] {
+        [
+            ("SANDGUARD_CONFIG", self.config.as_str()),
+            ("E2B_API_KEY", Self::KEY),
+            ("E2B_API_URL", self.emu.url.as_str()),
+        ]
+    }
+}
+
 /// Session B claims `provider`'s sandbox `id` and detaches it, then ends; returns B's id.
 fn detached_by_an_ended_session(
     s: &Scratch,
@@ -107,16 +134,9 @@ fn a_limit_keeps_what_another_session_detached_though_the_session_claimed_it() {
 /// what should end it (30 s of life stayed 30 s, not the keeper's 610 s).
 #[test]
 fn the_ttl_keeper_renews_nothing_another_session_detached() {
-    const KEY: &str = "e2b_0123456789abcdef0123456789abcdef";
     let s = Scratch::new("ttl-detached");
-    let (emu, e2b) = crate::support::e2b::start(KEY);
-    let config = cloud_config(&s, "\n[watch]\nrenew_every = \"1s\"\n");
-    let config = config.to_string_lossy().into_owned();
-    let env = [
-        ("SANDGUARD_CONFIG", config.as_str()),
-        ("E2B_API_KEY", KEY),
-        ("E2B_API_URL", emu.url.as_str()),
-    ];
+    let rig = E2bRig::new(&s);
+    let (emu, e2b, env) = (&rig.emu, &rig.e2b, rig.env());
     let (theirs, ours) = (format!("i{}", unique()), format!("i{}", unique()));
     e2b.insert(&theirs, &[]);
     e2b.insert(&ours, &[]);
@@ -151,27 +171,14 @@ fn the_ttl_keeper_renews_nothing_another_session_detached() {
 /// alive and spending, until the owner's death.
 #[test]
 fn what_a_cloud_sandboxs_own_timeout_ended_is_released_when_the_keeper_finds_it_gone() {
-    const KEY: &str = "e2b_0123456789abcdef0123456789abcdef";
     let s = Scratch::new("ttl-gone");
-    let (emu, e2b) = crate::support::e2b::start(KEY);
-    let config = cloud_config(&s, "\n[watch]\nrenew_every = \"1s\"\n");
-    let config = config.to_string_lossy().into_owned();
-    let env = [
-        ("SANDGUARD_CONFIG", config.as_str()),
-        ("E2B_API_KEY", KEY),
-        ("E2B_API_URL", emu.url.as_str()),
-    ];
+    let rig = E2bRig::new(&s);
+    let (e2b, env) = (&rig.e2b, rig.env());
     let (ends, stays) = (format!("i{}", unique()), format!("i{}", unique()));
     e2b.insert(&ends, &[]);
     e2b.insert(&stays, &[]);
     let (job, session) = claiming_both(&s, &env, &["run"], "e2b", (&ends, &stays));
-    let show = || {
-        let out = run(sandguard(&s)
-            .env("SANDGUARD_CONFIG", &config)
-            .args(["sessions", "show", &session, "--json"]));
-        assert_eq!(out.code, 0, "{}", out.stderr);
-        json(&out.stdout)
-    };
+    let show = || shown(sandguard(&s).env("SANDGUARD_CONFIG", &rig.config), &session);
     assert_eq!(show()["spend"]["alive"], 2);
     e2b.time_out(&ends);
     let ended_at = Instant::now();

@@ -155,6 +155,14 @@ pub fn run(cmd: &mut Command) -> Run {
     }
 }
 
+/// `sessions show SESSION --json` by `cmd` (the binary with whatever config it needs),
+/// answered with exit 0, parsed.
+pub fn shown(cmd: &mut Command, session: &str) -> serde_json::Value {
+    let out = run(cmd.args(["sessions", "show", session, "--json"]));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    json(&out.stdout)
+}
+
 pub fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }

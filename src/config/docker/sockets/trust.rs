@@ -97,8 +97,11 @@ mod tests {
     use super::super::{search, DaemonAddress, Origin};
 
     /// Rootless Docker's socket in a runtime directory others can write (`XDG_RUNTIME_DIR=/tmp`:
-    /// sticky and world-writable; plain world-writable; group-writable) is skipped and named with
-    /// why, and the next socket is chosen; in a directory only its owner writes, it wins.
+    /// sticky and world-writable; plain world-writable; group-writable by a group of people)
+    /// is skipped and named with why, and the next socket is chosen; in a directory only its
+    /// owner writes, it wins. (Run as root, the directory is root's: its group is made one of
+    /// people, gid 1000, since root's own group writing root's directory is the system's,
+    /// `crate::unix::owner`.)
     #[test]
     fn a_socket_in_a_directory_others_can_write_is_skipped_and_the_next_chosen() {
         let fake = fake_linux("linux-planted");
@@ -106,6 +109,9 @@ mod tests {
         let (rootless, default) = (&list[0], list.last().unwrap());
         let _listeners = [FakeMac::bind(&rootless.path), FakeMac::bind(&default.path)];
         let runtime = rootless.path.parent().unwrap();
+        if crate::unix::geteuid() == 0 {
+            std::os::unix::fs::chown(runtime, None, Some(1000)).unwrap();
+        }
         for mode in [0o1777, 0o777, 0o775, 0o730] {
             chmod(runtime, mode);
             let host = search(&list);
