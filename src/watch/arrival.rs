@@ -317,6 +317,40 @@ impl<C: Clock> Sidecar<C> {
         sandbox
     }
 
+    /// A detach the judgement allows, applied once no keeper's call is on its way: a removal
+    /// or renewal already in flight lands first (at most [`super::ttl::HALT_WAIT`]; the keepers check
+    /// the holdings before each later call), and a sandbox a limit removed meanwhile is not
+    /// confirmed detached, as if it would live on: its detach is refused, saying so. Found by
+    /// the model, seed 564188974: a lifetime's removal in flight removed a sandbox its owner's
+    /// detach had just been confirmed for.
+    pub(super) async fn detach(&mut self, t: Target) {
+        let calls = self.halting.calls();
+        let _quiet = tokio::time::timeout(super::ttl::HALT_WAIT, calls.lock()).await;
+        let mut removed = Vec::new();
+        while let Some(aged) = self.aged.as_mut().and_then(|rx| rx.try_recv().ok()) {
+            removed.push(aged.target.clone());
+            self.on_aged(Some(aged));
+        }
+        let named = |r: &Target| {
+            r == &t
+                || r.answers(&t)
+                || t.answers(r)
+                || crate::providers::Sandbox::from_claim(&self.providers, r)
+                    .is_ok_and(|s| s.named_by(&self.providers, &t))
+        };
+        match removed.iter().find(|r| named(r)) {
+            Some(_) => {
+                self.refuse(
+                    &t,
+                    "removed by the session's limit before the detach arrived".into(),
+                );
+            }
+            None => {
+                self.apply(Command::Detach(t));
+            }
+        }
+    }
+
     /// Whether a claim, release or detach names something a provider of this session can act on;
     /// otherwise it is journaled `refused`, once, with the reason.
     pub(super) fn accept(&mut self, t: &Target) -> bool {
@@ -327,7 +361,7 @@ impl<C: Clock> Sidecar<C> {
     }
 
     /// Journals `t` as refused for `reason` (final, reported once); always `false`.
-    pub(super) fn refuse(&mut self, t: &Target, reason: String) -> bool {
+    fn refuse(&mut self, t: &Target, reason: String) -> bool {
         tracing::warn!("refused {} {}: {reason}", t.provider, t.id);
         self.write(&Record::Refused {
             provider: t.provider.clone(),

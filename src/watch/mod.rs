@@ -454,40 +454,6 @@ impl<C: Clock> Sidecar<C> {
         bye
     }
 
-    /// A detach the judgement allows, applied once no keeper's call is on its way: a removal
-    /// or renewal already in flight lands first (at most [`ttl::HALT_WAIT`]; the keepers check
-    /// the holdings before each later call), and a sandbox a limit removed meanwhile is not
-    /// confirmed detached, as if it would live on: its detach is refused, saying so. Found by
-    /// the model, seed 564188974: a lifetime's removal in flight removed a sandbox its owner's
-    /// detach had just been confirmed for.
-    async fn detach(&mut self, t: Target) {
-        let calls = self.halting.calls();
-        let _quiet = tokio::time::timeout(ttl::HALT_WAIT, calls.lock()).await;
-        let mut removed = Vec::new();
-        while let Some(aged) = self.aged.as_mut().and_then(|rx| rx.try_recv().ok()) {
-            removed.push(aged.target.clone());
-            self.on_aged(Some(aged));
-        }
-        let named = |r: &Target| {
-            r == &t
-                || r.answers(&t)
-                || t.answers(r)
-                || crate::providers::Sandbox::from_claim(&self.providers, r)
-                    .is_ok_and(|s| s.named_by(&self.providers, &t))
-        };
-        match removed.iter().find(|r| named(r)) {
-            Some(_) => {
-                self.refuse(
-                    &t,
-                    "removed by the session's limit before the detach arrived".into(),
-                );
-            }
-            None => {
-                self.apply(Command::Detach(t));
-            }
-        }
-    }
-
     /// Applies one command: journaled (not yet synced) and remembered; [`EndCause::Bye`] for
     /// `bye`.
     fn apply(&mut self, command: Command) -> Option<EndCause> {
