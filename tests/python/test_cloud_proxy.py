@@ -4,7 +4,8 @@ unchanged (it knows nothing of sandguard) creates a sandbox that carries the ses
 and is claimed; ``close()`` reclaims that sandbox and puts ``E2B_API_URL`` back.
 
 The E2B API here is a small server in this test process that records what reaches it: the
-real wire format's create (``POST /sandboxes``, answered with a ``sandboxID``), listing and
+real wire format's create (``POST /sandboxes``, answered with a ``sandboxID``), the detail of
+a sandbox it made (``GET /sandboxes/{id}``, which the reclaim looks a claim up by), listing and
 delete, nothing more. The full E2B emulator and the vendor's SDK through the proxy are the
 Rust suite's (tests/proxy/cloud.rs)."""
 
@@ -18,10 +19,12 @@ KEY = "e2b_" + "5" * 32
 
 
 class FakeE2b:
-    """Records every request; creates answer a new id, listings an empty page, deletes 204."""
+    """Records every request; creates answer a new id, a sandbox made and not deleted is
+    detailed by its id, listings answer an empty page, deletes 204."""
 
     def __init__(self):
         self.requests = []
+        self.made = {}
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -44,9 +47,10 @@ class FakeE2b:
                 return body
 
             def do_POST(self):
-                self._record()
+                body = self._record()
                 if self.path.split("?")[0] in ("/sandboxes", "/v2/sandboxes"):
                     sid = f"sbx{len(fake.requests):04d}"
+                    fake.made[sid] = json.loads(body or b"{}").get("metadata") or {}
                     return self._answer(201, {"sandboxID": sid, "clientID": "c",
                                               "templateID": "base", "envdVersion": "0.2.0"})
                 self._answer(404, {"code": 404, "message": "not found"})
@@ -55,10 +59,15 @@ class FakeE2b:
                 self._record()
                 if self.path.startswith("/v2/sandboxes"):
                     return self._answer(200, [])
-                self._answer(404, {"code": 404, "message": "not found"})
+                sid = self.path.split("?")[0].removeprefix("/sandboxes/")
+                if sid in fake.made:
+                    return self._answer(200, {"sandboxID": sid, "templateID": "base",
+                                              "metadata": fake.made[sid], "state": "running"})
+                self._answer(404, {"code": 404, "message": f"sandbox \"{sid}\" not found"})
 
             def do_DELETE(self):
                 self._record()
+                fake.made.pop(self.path.split("?")[0].removeprefix("/sandboxes/"), None)
                 self._answer(204)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
