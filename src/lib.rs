@@ -46,7 +46,7 @@
 //!               `spend`
 //! sweep/        one pass: judging the ledger and every provider (mod.rs); failure.rs (what
 //!               the ledger or the fleet store could not do); service.rs (--every,
-//!               adoption, the sweep lock); fleet.rs (`sweep --fleet`: the fleet store's
+//!               adoption, the sweep lock, the metrics' baseline, a bounded stop); fleet.rs (`sweep --fleet`: the fleet store's
 //!               expired leases, reclaimed once each under a lock in the store)
 //! metrics/      `sweep --every --metrics`: the figures (mod.rs, prometheus-client),
 //!               what the ledger's journals tell of the sidecars' reclaims (ledger.rs),
@@ -72,7 +72,8 @@
 //!               (listings retried until the deadline), remove.rs (retries), target.rs
 //!               (which ledger target names a sandbox), pace.rs (each provider's window, rate
 //!               and Retry-After gate), stop.rs (`sandguard stop`: what was asked, journaled),
-//!               ending.rs (the ONE journaled session ending, for the sidecar and the sweep)
+//!               ending.rs (the ONE journaled session ending, for the sidecar and the sweep),
+//!               cutoff.rs (a reclaim cut short: the sweep service's stop)
 //! providers/    the trait (mod.rs: Provider, Sandbox and the one naming rule), registry.rs,
 //!               retry.rs (reads, paging, error chains), http/ and redact.rs (the REST layer;
 //!               redact/url.rs: the one redaction of URLs, which every address printed uses);

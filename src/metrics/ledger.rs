@@ -16,7 +16,9 @@ type Cause = (String, &'static str);
 #[derive(Default)]
 pub(super) struct Tally {
     sessions: HashMap<String, Known>,
-    /// Whether a look has been made: the first one's findings are the baseline.
+    /// Whether a look has been made: the first one's findings are the baseline (the sweep
+    /// service makes it before its first pass). A look that could not list the ledger is
+    /// none: the next one is the baseline.
     primed: bool,
 }
 

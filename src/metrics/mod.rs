@@ -38,9 +38,12 @@
 //!   was not this tool's doing.
 //! - **Counted from when the service started.** The journals the first look finds are the
 //!   baseline: what they already tell is not counted, only what they tell afterwards, and
-//!   every session that starts later in full. A counter that began with the ledger's history
-//!   would jump at every restart by whatever pruning took away. Pruned sessions leave their
-//!   counts in the counters (counters never decrease).
+//!   every session that starts later in full. The service takes that look before anything
+//!   it does ([`crate::sweep::service`]): what happened before it started is not its doing;
+//!   what its first pass reclaims is counted, as is a sidecar's reclaim that ends while it
+//!   runs. A counter that began with the ledger's history would jump at every restart by
+//!   whatever pruning took away. Pruned sessions leave their counts in the counters
+//!   (counters never decrease).
 //! - **Looked at on every scrape and after every pass**, so a sidecar's reclaim is counted
 //!   at the next scrape, not a sweep interval later; a look costs a `stat` per session whose
 //!   journal did not change, and keeps the story of unfinished sessions only.

@@ -122,6 +122,7 @@ fn options_until(settle: Option<Duration>, deadline: Duration) -> Options {
         settle,
         rates: Default::default(),
         paces: Default::default(),
+        cutoff: Default::default(),
         windows: Default::default(),
     }
 }

@@ -382,10 +382,13 @@ pub(crate) struct Found<'a> {
 pub(crate) enum Place<'a> {
     /// Nowhere but in a sandbox's label: judged by how it stands alone.
     Label,
-    /// This machine's ledger, its sidecar gone: its state and its owner's pid.
+    /// This machine's ledger, its sidecar gone: its state and its owner's pid; `elsewhere`:
+    /// for a `pending` session that owes only providers the sweep judging it does not have,
+    /// their names (`docker`, `docker, modal`), and `None` otherwise.
     Ledger {
         state: crate::ledger::SessionState,
         pid: u32,
+        elsewhere: Option<&'a str>,
     },
     /// The fleet store: its state there, the host whose sidecar registered it, its owner's
     /// pid, and whether its lease is still held (renewed by that host's sidecar).
@@ -409,8 +412,10 @@ impl From<&Session> for Found<'_> {
 /// Whether a session nobody guards may be reclaimed (rule 5): proof of life beats a lease,
 /// unknown is not dead. Where it was found adds (the sweeps print the reason as given):
 /// - **ledger**: a reclaim that was begun (`pending`, or `reclaiming` by a process that died)
-///   is finished, whatever the owner; a live owner is adopted, and the reasons say its
-///   sidecar is gone (a ledger session's lease is never known here: [`Lease::None`]);
+///   is finished, whatever the owner, unless it is pending only on providers the sweep does
+///   not have (left to a sweep that has them: nothing here can finish it); a live owner is
+///   adopted, and the reasons say its sidecar is gone (a ledger session's lease is never
+///   known here: [`Lease::None`]);
 /// - **fleet store**: a session that ended, or whose lease a host still holds, or whose
 ///   sidecar was stopped while its owner lived (only its own host's sweep judges it), is
 ///   left; one whose lease expired is reclaimed unless this machine sees its owner alive,
@@ -420,6 +425,16 @@ pub(crate) fn judge_session<'a>(found: impl Into<Found<'a>>) -> (SessionVerdict,
     let Found { session, place } = found.into();
     match place {
         Place::Label => by_owner(&session),
+        Place::Ledger {
+            state: SessionState::Pending,
+            elsewhere: Some(providers),
+            ..
+        } => (
+            SessionVerdict::Leave,
+            Reason::PendingElsewhere {
+                providers: providers.to_string(),
+            },
+        ),
         Place::Ledger {
             state: SessionState::Pending,
             ..

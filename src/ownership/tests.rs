@@ -236,6 +236,31 @@ fn proof_of_life_beats_an_expired_lease_and_unknown_is_not_dead() {
     assert_eq!(judge_session(&LIVE).0, SessionVerdict::Leave);
 }
 
+/// A pending reclaim is finished whatever the owner, by a sweep that has a provider it owes;
+/// one that owes only providers the sweep lacks is left to a sweep that has them.
+#[test]
+fn a_pending_reclaim_is_finished_unless_it_owes_only_providers_the_sweep_lacks() {
+    use crate::ledger::SessionState;
+    let at = |elsewhere| Found {
+        session: DEAD_OVER,
+        place: Place::Ledger {
+            state: SessionState::Pending,
+            pid: 7,
+            elsewhere,
+        },
+    };
+    assert_eq!(
+        judge_session(at(None)),
+        (SessionVerdict::Reclaim, Reason::ReclaimPending)
+    );
+    let (verdict, why) = judge_session(at(Some("docker")));
+    assert_eq!(verdict, SessionVerdict::Leave);
+    assert_eq!(
+        why.to_string(),
+        "its reclaim is pending on docker only, which this sweep does not have: a sweep that has it will finish it"
+    );
+}
+
 #[test]
 fn nothing_is_renewed_after_a_death_or_for_another_session() {
     let s = labelled("a");

@@ -57,6 +57,11 @@ pub(crate) enum Reason {
     ReclaimPending,
     /// A ledger session's reclaim began and its process died.
     ReclaimUnfinished,
+    /// A ledger session's reclaim is pending only on these providers, which the sweep
+    /// judging it does not have.
+    PendingElsewhere {
+        providers: String,
+    },
     /// A ledger session's owner is dead, and its sidecar gone.
     OwnerDeadSidecarGone,
     /// A ledger session's owner (this pid) lives, and its sidecar is gone.
@@ -151,6 +156,10 @@ impl fmt::Display for Reason {
             Reason::AfterDeath => f.write_str("its owner is dead: nothing is renewed after a death"),
             Reason::ReclaimPending => f.write_str("a reclaim is pending"),
             Reason::ReclaimUnfinished => f.write_str("a reclaim started and never finished"),
+            Reason::PendingElsewhere { providers } => write!(
+                f,
+                "its reclaim is pending on {providers} only, which this sweep does not have: a sweep that has it will finish it"
+            ),
             Reason::OwnerDeadSidecarGone => f.write_str("its owner is dead and its sidecar is gone"),
             Reason::SidecarGone { pid } => {
                 write!(f, "its owner (pid {pid}) lives but its sidecar is gone")

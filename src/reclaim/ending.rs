@@ -21,6 +21,21 @@
 //!   used are the ones its sidecar had configured (its `providers` record). One this reclaim
 //!   did not list (a `sweep --provider P`, or a sweep on a host where it is not configured)
 //!   is journaled `unlisted`, and the session stays `pending` until a reclaim lists it.
+//! - **A provider's part, once done, stays done** ([`Before::owed`]). A `pending` session owes
+//!   only the providers its earlier reclaim left unlisted or left sandboxes pending on: every
+//!   other one was listed and emptied then. So a sweep that has only those finishes the
+//!   session (a `sweep --provider e2b` ends a session whose Docker part its sidecar did),
+//!   and a sweep that has none of them has nothing to do for it (the sweep leaves it,
+//!   [`crate::sweep`]). A session not yet `pending` owes every provider it names.
+//! - **The words say what is left, and where.** A reclaim that did everything it could but
+//!   left providers it does not have says so ("done with what it has; pending on docker,
+//!   which this reclaim does not list …"), never "could not be removed" beside "nothing to
+//!   reclaim"; a reclaim that failed says it failed, and names what it left to others too.
+//! - **Cut short, it ends as at its deadline** ([`super::cutoff`]): what the stopped sweep
+//!   service did not finish is journaled pending, the end written whole.
+//! - **The outcomes and the end are written with no await between them**, so an ending its
+//!   caller drops (a stopping sweep service past its grace) is whole or not ended
+//!   (`reclaiming`, or `pending` as before), never torn: keep it so.
 //! - **Journals do not grow without bound.** Finishing a session that is already `pending`
 //!   writes only what changed: no new `reclaim_start`, a `failed` record only when the error
 //!   differs from the one journaled last for that sandbox, an `unlisted` only when the error
@@ -35,7 +50,7 @@
 //!   is journaled when it arrives, so `sandguard claim` sees it acknowledged, and removed by
 //!   the second pass.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
@@ -52,6 +67,28 @@ pub(crate) struct Before {
     pub unlisted: BTreeMap<String, String>,
     /// The providers the session used; `None` when its journal does not say.
     pub providers: Option<Vec<String>>,
+}
+
+impl Before {
+    /// The providers this session's reclaim still owes (see the module docs): for a `pending`
+    /// session, those its earlier reclaim left unlisted or left sandboxes pending on; for any
+    /// other, every provider its journal names.
+    pub(crate) fn owed(&self) -> BTreeSet<String> {
+        let left = self
+            .unlisted
+            .keys()
+            .cloned()
+            .chain(self.pending.keys().map(|t| t.provider.clone()));
+        if self.state == Some(SessionState::Pending) {
+            return left.collect();
+        }
+        self.providers
+            .iter()
+            .flatten()
+            .cloned()
+            .chain(left)
+            .collect()
+    }
 }
 
 impl From<&SessionView> for Before {
@@ -172,7 +209,7 @@ impl Ending<'_> {
         }
         sync(journal).await;
         let id = plan.selector.session_id().unwrap_or_default();
-        summarise(id, cause, state, &report);
+        summarise(id, cause, state, &report, &uncovered);
         (state, report)
     }
 }
@@ -184,14 +221,9 @@ fn uncovered(
     providers: &[Arc<dyn Provider>],
 ) -> BTreeMap<String, String> {
     let here = |name: &str| providers.iter().any(|p| p.name() == name);
-    let named = before
-        .providers
-        .iter()
-        .flatten()
-        .cloned()
-        .chain(before.unlisted.keys().cloned())
-        .chain(before.pending.keys().map(|t| t.provider.clone()));
-    named
+    before
+        .owed()
+        .into_iter()
         .filter(|name| !here(name) && !report.list_failures.iter().any(|f| &f.provider == name))
         .map(|name| {
             let why = "not listed by this reclaim (not selected, or not configured here)";
@@ -260,8 +292,15 @@ fn records(
 
 /// The one summary line, through the log: `info` when the session ended with nothing left,
 /// `warn` when something was left pending (the user must act, or a sweep will).
-fn summarise(id: &str, cause: EndCause, state: SessionState, report: &Report) {
-    let (label, how, what) = (cause.label(), describe(state), report.summary());
+fn summarise(
+    id: &str,
+    cause: EndCause,
+    state: SessionState,
+    report: &Report,
+    uncovered: &BTreeMap<String, String>,
+) {
+    let (label, what) = (cause.label(), report.summary());
+    let how = describe(state, report, uncovered);
     if state == SessionState::Pending {
         tracing::warn!("session {id}: {label}; {how} ({what})");
     } else {
@@ -269,11 +308,22 @@ fn summarise(id: &str, cause: EndCause, state: SessionState, report: &Report) {
     }
 }
 
-fn describe(state: SessionState) -> &'static str {
+/// How the session ended, in words that agree with the report: what failed, and what is left
+/// to a reclaim that has the providers this one does not.
+fn describe(state: SessionState, report: &Report, uncovered: &BTreeMap<String, String>) -> String {
+    let retry = "some sandboxes could not be removed and may still be running; `sandguard sweep` will retry";
+    let others = uncovered.keys().cloned().collect::<Vec<_>>().join(", ");
+    let elsewhere = "not selected, or not configured here";
     match state {
-        SessionState::Pending => "some sandboxes could not be removed and may still be running; `sandguard sweep` will retry",
-        SessionState::Clean => "ended clean",
-        _ => "reclaimed",
+        SessionState::Pending if uncovered.is_empty() => retry.to_string(),
+        SessionState::Pending if report.is_clean() => format!(
+            "done with what it has; pending on {others}, which this reclaim does not list ({elsewhere}): a `sandguard sweep` that has it will finish it"
+        ),
+        SessionState::Pending => {
+            format!("{retry}; {others} is left to a sweep that has it ({elsewhere})")
+        }
+        SessionState::Clean => "ended clean".to_string(),
+        _ => "reclaimed".to_string(),
     }
 }
 

@@ -1,6 +1,8 @@
 //! Listing providers: once (for `ps`, `stop` and a sweep's look over every provider), or, in a
 //! reclaim, again and again until the listing succeeds or the deadline comes.
 //!
+//! A reclaim's listing is cut like its removals ([`super::cutoff`]): a cut listing failed.
+//!
 //! A listing failure is never an empty list: it comes back as a [`ListFailure`] beside what
 //! was found, so the caller can say that sandboxes may still be running. What a provider could
 //! list is kept even when another part of its listing failed ([`Provider::list_parts`]).
@@ -61,8 +63,20 @@ pub(super) async fn attempt(
 ) -> Attempt {
     // A place in the pace's window like a removal's: with a pace shared by several reclaims,
     // their listings are calls to the provider like any other, under the same gate and cap.
-    let slot = pace.slot().await;
-    let Listing { found, errors } = provider.list_parts(selector).await;
+    let cut = || Attempt {
+        found: Vec::new(),
+        retry: Some(Err(ListFailure {
+            provider: provider.name().to_string(),
+            error: super::cutoff::cut_short().into(),
+        })),
+    };
+    let Some(slot) = options.cutoff.or(pace.slot()).await else {
+        return cut();
+    };
+    let Some(Listing { found, errors }) = options.cutoff.or(provider.list_parts(selector)).await
+    else {
+        return cut();
+    };
     let found: Vec<Sandbox> = matching(found, selector).collect();
     let Some(failure) = failure(provider.name(), &errors) else {
         slot.succeeded();
@@ -93,7 +107,7 @@ pub(super) async fn attempt(
             }
         }
     }
-    let retry = if Instant::now() + delay >= deadline {
+    let retry = if Instant::now() + delay >= deadline || options.cutoff.is_cut() {
         Err(failure)
     } else {
         tracing::debug!(

@@ -25,7 +25,11 @@
 //!   listing failures are the ones reported: it is the latest word on each provider.
 //! - At the deadline whatever is still failing is reported as [`Outcome::Unfinished`]; under a
 //!   session that leaves the session pending for the next sweep.
+//! - A cut ([`Options::cutoff`], the sweep service's stop) is the deadline brought forward:
+//!   every wait of the reclaim answers at once, and what is left is reported as at the
+//!   deadline ([`cutoff`]).
 
+pub(crate) mod cutoff;
 pub(crate) mod ending;
 mod judged;
 mod list;
@@ -120,7 +124,12 @@ where
     }
     if let Some(settle) = options.settle {
         let late = late.await;
-        tokio::time::sleep_until(started + settle).await;
+        // Cut, the second pass still runs: every wait of it answers at once, and the late
+        // claims are left unfinished rather than forgotten.
+        options
+            .cutoff
+            .or(tokio::time::sleep_until(started + settle))
+            .await;
         let done: HashSet<SandboxKey> = removals
             .iter()
             .filter(|r| r.outcome.is_final())
@@ -298,7 +307,10 @@ async fn one_provider(
                 removals.extend(judged.unjudged(&failure));
                 return (removals, Some(failure));
             }
-            Some(Ok(delay)) => tokio::time::sleep(delay).await,
+            // Cut, the next attempt answers at once with the cut.
+            Some(Ok(delay)) => {
+                options.cutoff.or(tokio::time::sleep(delay)).await;
+            }
         }
     }
 }

@@ -1,10 +1,11 @@
-//! The limits of one reclaim ([`Options`]) and the per-provider pace it shares with others
-//! ([`Paces`]).
+//! The limits of one reclaim ([`Options`]): its deadline, its retries, the per-provider pace
+//! it shares with others ([`Paces`]) and what may cut it short ([`Cutoff`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::cutoff::Cutoff;
 use super::pace::Pace;
 use crate::config::ReclaimSettings;
 
@@ -24,6 +25,9 @@ pub(crate) struct Options {
     /// Where each provider's [`Pace`] comes from: a fresh one per reclaim (the default), or
     /// one shared by every reclaim run with these options ([`Paces::shared`]).
     pub paces: Paces,
+    /// What brings the deadline forward: the sweep service's stop ([`super::cutoff`]);
+    /// never, by default.
+    pub cutoff: Cutoff,
 }
 
 impl Options {
@@ -105,6 +109,7 @@ impl From<&ReclaimSettings> for Options {
             settle: Some(s.settle).filter(|d| !d.is_zero()),
             rates: s.rates.clone(),
             paces: Paces::default(),
+            cutoff: Cutoff::default(),
         }
     }
 }

@@ -7,7 +7,8 @@
 //! - "Already gone" counts as removed. A fatal error stops retrying that one sandbox; the pass
 //!   goes on and the failure sets the final status. A refusal ([`ProviderError::Refused`]) is
 //!   final and leaves nothing pending.
-//! - At the deadline whatever is still failing is [`Outcome::Unfinished`].
+//! - At the deadline whatever is still failing is [`Outcome::Unfinished`]; so is it at a cut
+//!   ([`super::cutoff`]), which ends every wait here at once.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -131,10 +132,11 @@ async fn remove_one(
 }
 
 /// Calls `call` (one request to `provider`) under its pace until it answers, fails for good,
-/// or the deadline comes: transient failures are retried with [`backoff`], a `Retry-After`
-/// honoured (the pace held closed for it, and a throttled answer slows the provider down).
-/// The last answer (at the deadline, the last transient failure) and the attempts made. The
-/// one retry loop of a removal, and of the look-up of a claim before it is judged.
+/// or the deadline (or a cut, [`super::cutoff`]) comes: transient failures are retried with
+/// [`backoff`], a `Retry-After` honoured (the pace held closed for it, and a throttled answer
+/// slows the provider down). The last answer (at the deadline, the last transient failure;
+/// cut before any came, [`super::cutoff::cut_short`]) and the attempts made. The one retry
+/// loop of a removal, and of the look-up of a claim before it is judged.
 pub(super) async fn retrying<T, F, Fut>(
     provider: &dyn Provider,
     options: &Options,
@@ -147,10 +149,16 @@ where
     Fut: std::future::Future<Output = Result<T, ProviderError>>,
 {
     let mut attempts = 0;
+    let cut = |attempts| (Err(super::cutoff::cut_short()), attempts);
     loop {
-        let slot = pace.slot().await;
+        let Some(slot) = options.cutoff.or(pace.slot()).await else {
+            return cut(attempts);
+        };
         attempts += 1;
-        let failure = match call().await {
+        let Some(answer) = options.cutoff.or(call()).await else {
+            return cut(attempts);
+        };
+        let failure = match answer {
             answer @ (Ok(_) | Err(ProviderError::Gone(_))) => {
                 slot.succeeded();
                 return (answer, attempts);
@@ -181,7 +189,10 @@ where
             attempt = attempts,
             "retrying in {delay:?}: {failure}"
         );
-        tokio::time::sleep(delay).await;
+        // Cut during the backoff: as at the deadline, the last answer stands.
+        if options.cutoff.or(tokio::time::sleep(delay)).await.is_none() {
+            return (Err(failure), attempts);
+        }
     }
 }
 
@@ -235,6 +246,7 @@ mod tests {
             settle: None,
             rates: Default::default(),
             paces: Default::default(),
+            cutoff: Default::default(),
             windows: Default::default(),
         }
     }

@@ -17,6 +17,7 @@ fn options() -> Options {
         settle: None,
         rates: Default::default(),
         paces: Default::default(),
+        cutoff: Default::default(),
         windows: Default::default(),
     }
 }

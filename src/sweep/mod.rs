@@ -4,7 +4,10 @@
 //!
 //! (a) **The ledger**: sessions whose lock is free (their sidecar is dead) and whose state is
 //! not final.
-//! - `pending`, or `reclaiming` (a reclaim that died half way): finish it, whatever the owner.
+//! - `pending`, or `reclaiming` (a reclaim that died half way): finish it, whatever the owner;
+//!   but a `pending` session that owes only providers this sweep does not have (a `sweep
+//!   --provider P` over a session whose part on P is done) is left, with that reason, to a
+//!   sweep that has them ([`reclaim::ending::Before::owed`]).
 //! - Owner proven dead ([`crate::identity`]: this machine, this boot and pid namespace, the
 //!   process gone; or a boot this machine ran and ended): reclaim the session (its labels on
 //!   every provider, plus its claims, minus what it detached), through the one session ending
@@ -33,6 +36,17 @@
 //! `--dry-run` decides everything and touches nothing (not even the journals). A session whose
 //! journal cannot be taken (a reader holds it for longer than [`ADOPT_PATIENCE`]) is an error
 //! of the pass, never reported as reclaimed.
+//!
+//! Decisions:
+//! - **A sweep limited to some providers finishes their part and leaves the rest**: a session's
+//!   reclaim lists only the sweep's providers, and the session stays `pending` on the others
+//!   (said once, by the one session ending); afterwards the session owes nothing this sweep
+//!   has, and is left ("its reclaim is pending on docker only, which this sweep does not
+//!   have"): no reclaim that cannot progress, no warning every pass.
+//! - **A pass cut short** (the service's stop, [`Options::cutoff`]) ends as at its deadline:
+//!   the listing and the reclaim at work answer at once ([`reclaim::cutoff`]), the session at
+//!   work is journaled pending, and the sessions it had not begun are not touched (the next
+//!   sweep judges them afresh; nothing of them needs journaling).
 
 mod failure;
 pub(crate) mod fleet;
@@ -161,8 +175,13 @@ pub(crate) async fn pass(
         }
     };
     let known = Arc::new(Known::of(sessions, state.judge(), providers));
-    let (to_reclaim, covered) = judge_ledger(&known, &mut out);
-    let (found, failures) = reclaim::list_all(providers, &Selector::managed()).await;
+    let (to_reclaim, covered) = judge_ledger(&known, providers, &mut out);
+    let managed = Selector::managed();
+    let listing = reclaim::list_all(providers, &managed);
+    let (found, failures) = match options.cutoff.or(listing).await {
+        Some(listed) => listed,
+        None => (Vec::new(), cut_listings(providers)),
+    };
     for p in providers {
         if !failures.iter().any(|f| f.provider == p.name()) {
             // Instances at 0 when none is listed: a provider that answered has a figure.
@@ -184,8 +203,35 @@ pub(crate) async fn pass(
         .map(|(sandbox, reason)| (sandbox.key(), reason.cause()))
         .collect();
     let orphans = orphans.into_iter().map(|(sandbox, _)| sandbox).collect();
-    for view in &to_reclaim {
-        match reclaim_session(state, providers, view, options, &known).await {
+    reclaim_sessions(state, providers, &to_reclaim, options, &known, &mut out).await;
+    let removed = reclaim::remove_all(providers, orphans, options).await;
+    out.untold.extend(Untold::of(&removed, |key| {
+        causes.get(key).copied().unwrap_or("owner_dead")
+    }));
+    out.removals.extend(removed);
+    out
+}
+
+/// The ledger's sessions to reclaim, one after the other, into `out`. Once the pass is cut
+/// ([`Options::cutoff`]), those not begun are left as they are: nothing of them to journal,
+/// and the next sweep judges them afresh.
+async fn reclaim_sessions(
+    state: &StateDir,
+    providers: &[Arc<dyn Provider>],
+    to_reclaim: &[SessionView],
+    options: &Options,
+    known: &Arc<Known>,
+    out: &mut Pass,
+) {
+    for (begun, view) in to_reclaim.iter().enumerate() {
+        if options.cutoff.is_cut() {
+            let left = to_reclaim.len() - begun;
+            tracing::warn!(
+                "the sweep was stopped: {left} sessions it had not begun are left to the next sweep"
+            );
+            return;
+        }
+        match reclaim_session(state, providers, view, options, known).await {
             Ok((ended, report)) => {
                 if matches!(view.state, SessionState::Pending | SessionState::Reclaiming) {
                     out.finishing.push(view.id.clone());
@@ -203,18 +249,16 @@ pub(crate) async fn pass(
             }
         }
     }
-    let removed = reclaim::remove_all(providers, orphans, options).await;
-    out.untold.extend(Untold::of(&removed, |key| {
-        causes.get(key).copied().unwrap_or("owner_dead")
-    }));
-    out.removals.extend(removed);
-    out
 }
 
 /// (a) The ledger's sessions whose sidecar is gone and that are not over: decided, and the
 /// live owners put up for adoption. Returns the sessions to reclaim, and every session a live
 /// sidecar or this pass looks after (not to be judged again by their sandboxes).
-fn judge_ledger(known: &Known, out: &mut Pass) -> (Vec<SessionView>, HashSet<String>) {
+fn judge_ledger(
+    known: &Known,
+    providers: &[Arc<dyn Provider>],
+    out: &mut Pass,
+) -> (Vec<SessionView>, HashSet<String>) {
     let sessions = known.views();
     let mut covered: HashSet<String> = sessions
         .iter()
@@ -226,7 +270,8 @@ fn judge_ledger(known: &Known, out: &mut Pass) -> (Vec<SessionView>, HashSet<Str
         .iter()
         .filter(|s| !s.sidecar_alive && !s.state.is_final())
     {
-        let (verdict, reason) = judge_session(view, known);
+        let elsewhere = owed_elsewhere(view, providers);
+        let (verdict, reason) = judge_session(view, known, elsewhere.as_deref());
         out.decisions.push(Decision {
             session: view.id.clone(),
             sandbox: None,
@@ -286,16 +331,48 @@ fn judge_found(
 /// A ledger session nobody guards, as the one judgement decides it
 /// ([`ownership::judge_session`]: a reclaim that was begun is finished; otherwise its owner
 /// decides); its reason is printed as given.
-fn judge_session(view: &SessionView, known: &Known) -> (SessionVerdict, String) {
+/// `elsewhere`: see [`owed_elsewhere`].
+fn judge_session(
+    view: &SessionView,
+    known: &Known,
+    elsewhere: Option<&str>,
+) -> (SessionVerdict, String) {
     let found = ownership::Found {
         session: known.standing(view),
         place: Place::Ledger {
             state: view.state,
             pid: view.pid,
+            elsewhere,
         },
     };
     let (verdict, why) = ownership::judge_session(found);
     (verdict, why.to_string())
+}
+
+/// For a `pending` session that owes only providers this sweep does not have
+/// ([`Before::owed`]), their names, joined: nothing this sweep can do finishes it, and a sweep
+/// that has them will. `None` for any other session (one that owes nothing it names is
+/// finished as ever: its reclaim ends it).
+fn owed_elsewhere(view: &SessionView, providers: &[Arc<dyn Provider>]) -> Option<String> {
+    if view.state != SessionState::Pending {
+        return None;
+    }
+    let owed = Before::from(view).owed();
+    let here = |name: &String| providers.iter().any(|p| p.name() == name);
+    let elsewhere = !owed.is_empty() && !owed.iter().any(here);
+    elsewhere.then(|| owed.into_iter().collect::<Vec<_>>().join(", "))
+}
+
+/// Every provider's listing, failed for the cut ([`reclaim::cutoff`]): the pass was stopped
+/// before they answered.
+fn cut_listings(providers: &[Arc<dyn Provider>]) -> Vec<ListFailure> {
+    providers
+        .iter()
+        .map(|p| ListFailure {
+            provider: p.name().to_string(),
+            error: reclaim::cutoff::cut_short().into(),
+        })
+        .collect()
 }
 
 /// Takes a session's journal (and lock), waiting up to [`ADOPT_PATIENCE`] for a reader that
@@ -354,3 +431,6 @@ pub(crate) async fn reclaim_adopted(
     };
     ending.run().await
 }
+
+#[cfg(test)]
+mod tests;

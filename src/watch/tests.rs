@@ -67,6 +67,7 @@ impl Harness {
             settle: Some(Duration::from_secs(2)),
             rates: Default::default(),
             paces: Default::default(),
+            cutoff: Default::default(),
             windows: Default::default(),
         };
         let providers: Vec<Arc<dyn Provider>> = vec![fake.clone()];

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use crate::support::plugin::kill_sidecar;
 use crate::support::*;
 use crate::watch::wrapper::{guarded, script, unsafe_kill, wait_for_file};
 use sandguard::labels::{OWNER, SESSION};
@@ -209,6 +210,71 @@ fn the_sweeps_metrics_count_what_it_and_the_sidecars_reclaimed_and_promtool_acce
         || !sock.exists(),
     );
     drop(service);
+}
+
+/// An orphan the service finds when it starts (its owner and its sidecar SIGKILLed before it
+/// ran, nobody left to reclaim it) is reclaimed by the service's first pass, and counted:
+/// the baseline is the ledger as it was before that pass, so what the pass does is the
+/// service's own. The pass that matters most, a reaper restarted after a crash or a reboot.
+#[test]
+fn the_first_pass_of_a_service_is_counted() {
+    require_docker();
+    let _g = exclusive();
+    let s = Scratch::new("sweep-metrics-first");
+    let ids = s.path().join("ids");
+    let mut job = guarded(&s, &script(&ids, "sleep 3600"));
+    let containers = wait_for_file(&ids, &mut job);
+    let mut r = Resources::default();
+    for c in &containers {
+        r.adopt_container(c);
+    }
+    let sessions = json(&run(sandguard(&s).args(["sessions", "--json"])).stdout);
+    let session = sessions["sessions"][0]["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    kill_sidecar(&session);
+    unsafe_kill(job.id() as i32, libc::SIGKILL);
+    let _ = job.0.wait();
+    assert!(
+        containers.iter().all(|c| container_exists(c)),
+        "nobody reclaims before the service starts"
+    );
+
+    let sock = s.path().join("metrics.sock");
+    let _service = Background::start(
+        sandguard(&s)
+            .args([
+                "sweep",
+                "--every",
+                "1s",
+                "--provider",
+                "docker",
+                "--metrics",
+            ])
+            .arg(&sock),
+    );
+    eventually(
+        Duration::from_secs(20),
+        "the first pass reclaims the orphaned session",
+        || containers.iter().all(|c| !container_exists(c)),
+    );
+    let reclaimed = |body: &str| {
+        value(
+            body,
+            "sandguard_sandboxes_reclaimed_total",
+            &[r#"provider="docker""#, r#"cause="sweep""#],
+        )
+    };
+    eventually(
+        Duration::from_secs(10),
+        "the scrape counts the four containers of the first pass",
+        || reclaimed(&scrape(&sock).2) == Some(4.0),
+    );
+    let body = scrape(&sock).2;
+    assert_eq!(value(&body, "sandguard_sessions_pending", &[]), Some(0.0));
+    let (ok, said) = promtool(&body);
+    assert!(ok, "promtool check metrics: {said}\n{body}");
 }
 
 #[test]

@@ -7,10 +7,13 @@
 //! - [`orphans`]: what a sweep reclaims, and what it adopts.
 //! - [`rules`]: the ownership rules on the sweep's side.
 //! - [`output`]: what `sweep --every` says.
-//! - [`service`]: `sweep --every` releasing what it adopted on SIGTERM.
+//! - [`partial`]: a sweep that has some of a session's providers (`--provider`).
+//! - [`service`]: `sweep --every` stopping on SIGTERM: what it adopted released, a pass at
+//!   work cut short.
 
 pub(crate) mod metrics;
 mod orphans;
 mod output;
+mod partial;
 mod rules;
 mod service;

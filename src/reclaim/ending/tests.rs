@@ -65,6 +65,69 @@ fn a_provider_the_reclaim_did_not_list_keeps_the_session_pending() {
     assert_eq!(left.keys().collect::<Vec<_>>(), ["acme"]);
 }
 
+/// A pending session owes only what its reclaim left (its unlisted providers, those it left
+/// sandboxes pending on): a reclaim with only those ends it, and says what is left, and
+/// where, without "could not be removed" when nothing failed.
+#[test]
+fn a_pending_session_owes_only_what_its_reclaim_left() {
+    let t = Target {
+        provider: "e2b".into(),
+        id: "i1".into(),
+    };
+    let before = Before {
+        state: Some(SessionState::Pending),
+        pending: [(t, "HTTP 503".to_string())].into(),
+        unlisted: [("acme".to_string(), "down".to_string())].into(),
+        providers: Some(vec!["docker".into(), "e2b".into(), "acme".into()]),
+    };
+    let owed: Vec<String> = before.owed().into_iter().collect();
+    assert_eq!(owed, ["acme", "e2b"], "docker's part was done");
+    let fresh = Before {
+        state: Some(SessionState::Active),
+        ..before.clone()
+    };
+    assert_eq!(
+        fresh.owed().len(),
+        3,
+        "not yet reclaimed: it owes every provider"
+    );
+
+    let e2b: Arc<dyn Provider> = Arc::new(Fake {
+        name: Some("e2b".into()),
+        ..Fake::default()
+    });
+    let report = Report {
+        listed: vec!["e2b".into()],
+        ..Default::default()
+    };
+    let left = uncovered(&before, &report, &[e2b]);
+    assert_eq!(left.keys().collect::<Vec<_>>(), ["acme"]);
+    let said = describe(SessionState::Pending, &report, &left);
+    assert!(
+        said.starts_with("done with what it has; pending on acme"),
+        "{said}"
+    );
+    assert!(!said.contains("could not be removed"), "{said}");
+    let failed = Report {
+        list_failures: vec![ListFailure {
+            provider: "e2b".into(),
+            error: Failure::new("HTTP 503"),
+        }],
+        ..Default::default()
+    };
+    let said = describe(SessionState::Pending, &failed, &left);
+    assert!(
+        said.starts_with("some sandboxes could not be removed"),
+        "{said}"
+    );
+    assert!(
+        said.ends_with(
+            "acme is left to a sweep that has it (not selected, or not configured here)"
+        ),
+        "{said}"
+    );
+}
+
 fn options() -> Options {
     Options {
         concurrency: 4,
@@ -74,6 +137,7 @@ fn options() -> Options {
         settle: None,
         rates: Default::default(),
         paces: Default::default(),
+        cutoff: Default::default(),
         windows: Default::default(),
     }
 }
