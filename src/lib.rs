@@ -64,8 +64,9 @@
 //!               (mod.rs), what a session is owed (judge_session), and why (verdict.rs);
 //!               known.rs (what is known: the session's own view, other sessions' journals
 //!               cached; Source, where every judge of a sidecar gets it), known/facts.rs (the judgement's facts, built there and nowhere
-//!               else); detach.rs; every path that removes or renews asks it (DESIGN's
-//!               trust rules)
+//!               else); detach.rs; stop.rs (what `stop --all` takes: the orphaned, the
+//!               user's own, other users' live owners'); every path that removes or renews
+//!               asks it (DESIGN's trust rules)
 //! reclaim/      the one removal path: mod.rs (the passes), judged.rs (one provider's share
 //!               judged, claims looked up first), plan.rs (Plan, Listed), report.rs
 //!               (Outcome, Failure: what the provider said, Report), options.rs, list.rs

@@ -166,6 +166,18 @@ impl Judge {
         self.liveness_with(id, crate::unix::process_stat, crate::unix::probe_pid)
     }
 
+    /// The user (real uid) the process `id` names runs as, when it is alive on this machine
+    /// ([`Judge::liveness`]) and its uid can be read ([`crate::unix::process_uid`]). The uid
+    /// is read between two judgements of its liveness: a pid the owner left and another
+    /// process took in between has another start time, and is no answer.
+    pub fn user(&self, id: &Identity) -> Option<u32> {
+        if self.liveness(id) != Liveness::Alive {
+            return None;
+        }
+        let uid = crate::unix::process_uid(id.pid)?;
+        (self.liveness(id) == Liveness::Alive).then_some(uid)
+    }
+
     /// Judges an owner label; an unreadable label is unknown.
     pub fn label(&self, label: &str) -> Liveness {
         Identity::parse_label(label).map_or(Liveness::Unknown, |id| self.liveness(&id))

@@ -130,3 +130,21 @@ fn this_process_is_alive() {
     assert_eq!(me.liveness(), Liveness::Alive);
     assert_eq!(Identity::parse_label(&me.to_label()), Some(me));
 }
+
+#[test]
+fn a_live_owners_user_is_read_and_a_dead_or_unknown_ones_is_not() {
+    let j = Judge::new(BTreeSet::new());
+    let me = Identity::current().unwrap();
+    assert_eq!(j.user(&me), Some(crate::unix::geteuid()));
+    // The same pid with another start time: another process, which tells nothing of this one.
+    let reused = Identity {
+        start_time: me.start_time + 1,
+        ..me.clone()
+    };
+    assert_eq!(j.user(&reused), None);
+    let elsewhere = Identity {
+        machine: "1111111111111111".into(),
+        ..me
+    };
+    assert_eq!(j.user(&elsewhere), None);
+}

@@ -21,8 +21,9 @@ use tokio::time::Instant;
 use super::ops::{box_id, Crash, Cut, Fault};
 use super::world::{options, sweep_options, World, FORKS, LEASE, PATIENCE};
 use crate::fleet::Store;
+use crate::ownership::Only;
 use crate::reclaim;
-use crate::reclaim::stop::Asked;
+use crate::reclaim::stop::{Answer, Asked};
 
 impl World {
     /// `sandguard stop ID`: the same library call the command makes
@@ -38,12 +39,15 @@ impl World {
 
     /// `sandguard stop --all --session S`, as the command does it.
     pub(super) async fn stop_all(&mut self, s: usize) {
-        self.stop_as(Some(&World::session_id(s)), Asked::All).await;
+        self.stop_as(Some(&World::session_id(s)), Asked::All(Only::All))
+            .await;
     }
 
     async fn stop_as(&self, session: Option<&str>, asked: Asked<'_>) {
         let root = Some(self.state.path().to_path_buf());
-        if let Ok(chosen) = reclaim::stop::choose(&self.providers, root, session, asked).await {
+        if let Ok(mut chosen) = reclaim::stop::choose(&self.providers, root, session, asked).await {
+            // Nobody to ask: the contract, as a `stop --all` without a terminal keeps it.
+            chosen.settle(Answer::Yes);
             reclaim::remove_all(&self.providers, chosen.targets, &options(None)).await;
         }
     }

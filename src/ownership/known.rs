@@ -111,6 +111,8 @@ pub(crate) struct Known {
     providers: Vec<Arc<dyn Provider>>,
     /// Each owner label judged so far, by the label ([`Known::owner`]).
     owners: Mutex<HashMap<String, Liveness>>,
+    /// Which user each live owner label runs as, once read (`Known::user`).
+    users: Mutex<HashMap<String, super::User>>,
 }
 
 /// The ledger's sessions as one read saw them, and their claims indexed by provider and the
@@ -256,6 +258,7 @@ impl Known {
             cache: None,
             providers: providers.to_vec(),
             owners: Mutex::default(),
+            users: Mutex::default(),
         }
     }
 

@@ -44,16 +44,24 @@
 //!    ([`Asker::Lifetime`], [`Asker::Spent`]); a detached one is kept (rule 2), as is one
 //!    whose age is not known, and anything not a sandbox itself (a Docker network or volume is
 //!    reclaimed with the session, not aged).
+//! 8. **`stop --all` tells the dead from the living, and yours from theirs** ([`stop`]): it
+//!    takes every managed sandbox but the detached (its contract), yet says which are orphaned
+//!    (owner proven dead, or session over), which are the user's own, and which belong to other
+//!    users' live owners or to owners that cannot be judged from here, so that the CLI can ask
+//!    before taking the last ([`Only::OwnOrDead`] is the answer "no") and `--dead` can take the
+//!    orphaned alone ([`Only::Dead`]).
 
 use crate::identity::Liveness;
 use crate::providers::Sandbox;
 
 pub(crate) mod detach;
 pub(crate) mod known;
+mod stop;
 #[cfg(test)]
 mod tests;
 mod verdict;
 
+pub(crate) use stop::{Only, User};
 pub(crate) use verdict::{Judgement, Reason, Verdict};
 
 /// Whether a session's sidecar (or an adopting sweep) holds its journal's lock.
@@ -131,8 +139,8 @@ pub(crate) enum Asker<'a> {
     Reclaim { session: &'a str },
     /// `sandguard stop ID`: the user named this one sandbox.
     StopNamed,
-    /// `sandguard stop --all [--session S]`.
-    StopAll,
+    /// `sandguard stop --all [--session S] [--dead]`, taking what `only` says (rule 8).
+    StopAll { only: Only },
     /// A sweep looking at a managed sandbox that no session it reclaims covers.
     Sweep,
     /// Session `session`'s TTL keeper, whose owner stands as `owner`.
@@ -164,6 +172,9 @@ pub(crate) struct Facts<'a> {
     pub claimed_by: Vec<(&'a str, Session)>,
     /// Some session's ledger (or holdings) detached it.
     pub detached: bool,
+    /// Which user the owner its label names runs as, when that owner lives here and its
+    /// session is not in this ledger (rule 8; only [`known::Known::facts`] reads it).
+    pub owner_user: User,
     /// Unix seconds now.
     pub now: i64,
 }
@@ -181,6 +192,7 @@ impl<'a> Facts<'a> {
             inherited: sandbox.inherited,
             claimed_by: Vec::new(),
             detached: false,
+            owner_user: User::Unknown,
             now: crate::timefmt::now_unix(),
         }
     }
@@ -233,10 +245,12 @@ pub(crate) fn judge(asker: Asker<'_>, facts: &Facts<'_>) -> Judgement {
     if facts.expired() {
         match asker {
             Asker::Renew { .. } => return Judgement::keep(Reason::Expired),
-            Asker::Sweep | Asker::StopAll if facts.ages() => {
+            Asker::Sweep | Asker::StopAll { only: Only::All } if facts.ages() => {
                 return Judgement::remove(Reason::Expired)
             }
-            Asker::Sweep | Asker::StopAll => {}
+            // An expiry does not prove an owner dead, nor make a live owner's ours to take
+            // without asking (rule 8): the sweep removes it.
+            Asker::Sweep | Asker::StopAll { .. } => {}
             // A session's own reclaim judges by ownership alone: what its owner detached
             // stays, and the next sweep ends it for its TTL.
             Asker::Reclaim { .. }
@@ -253,7 +267,7 @@ pub(crate) fn judge(asker: Asker<'_>, facts: &Facts<'_>) -> Judgement {
     match (asker, detached) {
         (Asker::StopNamed, _) => Judgement::remove(Reason::Named),
         (_, Some(why)) => Judgement::keep(why),
-        (Asker::StopAll, None) => Judgement::remove(Reason::Named),
+        (Asker::StopAll { only }, None) => stop::judge(only, facts),
         (Asker::Reclaim { session }, None) => {
             owned_by(session, facts).map_or_else(Judgement::keep, Judgement::remove)
         }

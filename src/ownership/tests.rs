@@ -29,6 +29,7 @@ fn facts<'a>(s: &'a Sandbox, label: Option<(&'a str, Session)>) -> Facts<'a> {
         inherited: false,
         claimed_by: Vec::new(),
         detached: false,
+        owner_user: User::Unknown,
         now: 2_000,
     }
 }
@@ -101,7 +102,8 @@ fn detach_wins_over_labels_claims_and_stop_all_but_not_over_a_ttl_or_a_named_sto
     f.claimed_by = vec![("a", DEAD_OVER)];
     for asker in [
         Asker::Reclaim { session: "a" },
-        Asker::StopAll,
+        Asker::StopAll { only: Only::All },
+        Asker::StopAll { only: Only::Dead },
         Asker::Sweep,
     ] {
         assert_eq!(judge(asker, &f).reason, Reason::Detached, "{asker:?}");
@@ -144,7 +146,8 @@ fn an_expiry_ends_only_what_is_owned_and_only_a_sandbox() {
         s
     };
     let owned = expiring(Kind::Instance, Some("a"));
-    for asker in [Asker::Sweep, Asker::StopAll] {
+    const ALL: Asker = Asker::StopAll { only: Only::All };
+    for asker in [Asker::Sweep, ALL] {
         let f = facts(&owned, Some(("a", LIVE)));
         assert_eq!(judge(asker, &f).reason, Reason::Expired, "{asker:?}");
         // A stranger made from the image of a session that ended before it: the inherited
@@ -154,7 +157,7 @@ fn an_expiry_ends_only_what_is_owned_and_only_a_sandbox() {
             ..facts(&owned, Some(("a", DEAD_OVER)))
         };
         assert_ne!(judge(asker, &stranger).reason, Reason::Expired, "{asker:?}");
-        assert!(!judge(asker, &stranger).removes() || asker == Asker::StopAll);
+        assert!(!judge(asker, &stranger).removes() || asker == ALL);
         // ... and a claim does not make an inherited expiry the claimer's.
         let claimed = Facts {
             claimed_by: vec![("b", LIVE)],

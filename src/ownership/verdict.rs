@@ -37,6 +37,18 @@ pub(crate) enum Reason {
     OwnerDead,
     OwnerLives,
     OwnerUnknown,
+    /// Its owner lives on this machine as another user (this uid): `stop --all` asks.
+    NotYours {
+        uid: u32,
+    },
+    /// Its owner lives on this machine, but as which user cannot be read.
+    UserUnknown,
+    /// Its session is over in this machine's ledger, its sidecar gone.
+    SessionOver,
+    /// Session `by`, which may still live, claimed it.
+    ClaimLives {
+        by: String,
+    },
     NoOwner,
     LeaseExpired,
     SidecarAlive,
@@ -142,6 +154,14 @@ impl fmt::Display for Reason {
                 "its owner cannot be judged from here (another machine, boot or pid namespace): TTL only",
             ),
             Reason::NoOwner => f.write_str("it names no owner and no session of this ledger: TTL only"),
+            Reason::NotYours { uid } => {
+                write!(f, "its owner lives, as uid {uid}: a live owner that is not you")
+            }
+            Reason::UserUnknown => {
+                f.write_str("its owner lives here, but as which user cannot be read: it cannot be judged from here")
+            }
+            Reason::SessionOver => f.write_str("its session is over and its sidecar gone"),
+            Reason::ClaimLives { by } => write!(f, "session {by}, which may still live, claimed it"),
             Reason::LeaseExpired => f.write_str("its fleet lease expired and its owner cannot be judged from here"),
             Reason::SidecarAlive => f.write_str("its session's sidecar lives"),
             Reason::Lifetime { limit } => {

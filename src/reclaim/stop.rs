@@ -12,7 +12,12 @@
 //!   there".
 //! - Then the judgement: `stop ID` removes what the user named, detached or not; `stop --all`
 //!   keeps every detached sandbox (by its label or by a `detach` in any session's ledger),
-//!   with the reason.
+//!   with the reason, and takes what [`Only`] says (rule 8 of [`crate::ownership`]).
+//! - `stop --all` (all of it, [`Only::All`]) sets apart what it takes only because all was
+//!   asked for: the sandboxes of other users' live owners and of owners that cannot be judged
+//!   from here, those the same judgement keeps when asked for [`Only::OwnOrDead`] (the answer
+//!   "no"). They wait in [`Chosen::theirs`] until the caller [`Chosen::settle`]s them: the CLI
+//!   asks on a terminal, and takes them without asking (the contract) when it cannot.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,7 +27,7 @@ use super::{list_all, ListFailure, Removal};
 use crate::labels::Selector;
 use crate::ledger::{Record, StateDir};
 use crate::ownership::known::Known;
-use crate::ownership::{self, Asker};
+use crate::ownership::{self, Asker, Only, Reason};
 use crate::providers::{Provider, Sandbox};
 use crate::session::SessionId;
 
@@ -31,16 +36,59 @@ use crate::session::SessionId;
 pub(crate) enum Asked<'a> {
     /// One sandbox, by its id or a unique prefix.
     Id(&'a str),
-    /// Every managed sandbox (of the session, with one).
-    All,
+    /// Every managed sandbox (of the session, with one), as far as `Only` says.
+    All(Only),
 }
 
 /// What `stop` removes, what it keeps and why, and the providers it could not list.
 #[derive(Debug, Default)]
 pub(crate) struct Chosen {
     pub targets: Vec<Sandbox>,
+    /// What `stop --all` takes only once the user agrees (or nobody can be asked), with why:
+    /// other users' live owners' sandboxes, and those whose owner cannot be judged from here.
+    pub theirs: Vec<(Sandbox, Reason)>,
     pub kept: Vec<(Sandbox, String)>,
     pub failures: Vec<ListFailure>,
+}
+
+/// The answer about [`Chosen::theirs`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// Take them: a yes, `--yes`, or nobody to ask (the contract).
+    Yes,
+    /// Keep them.
+    No,
+}
+
+impl Chosen {
+    /// How many of [`Chosen::theirs`] belong to other users' live owners, and how many to
+    /// owners that cannot be judged from here.
+    pub(crate) fn theirs_counted(&self) -> (usize, usize) {
+        let others = self
+            .theirs
+            .iter()
+            .filter(|(_, why)| matches!(why, Reason::NotYours { .. }))
+            .count();
+        (others, self.theirs.len() - others)
+    }
+
+    /// Takes [`Chosen::theirs`] too, or keeps them saying so, as `answer` says.
+    pub(crate) fn settle(&mut self, answer: Answer) {
+        for (s, why) in std::mem::take(&mut self.theirs) {
+            match answer {
+                Answer::Yes => self.targets.push(s),
+                Answer::No => self.kept.push((s, format!("{why} (you answered no)"))),
+            }
+        }
+    }
+}
+
+/// What the judgement makes of one candidate.
+enum Fate {
+    Take,
+    /// Taken only with the user's yes (see [`Chosen::theirs`]).
+    Theirs(Reason),
+    Keep(Reason),
 }
 
 /// `stop ID` found nothing, or several.
@@ -83,21 +131,44 @@ pub(crate) async fn choose(
                 })
             }
         },
-        Asked::All => (found, Asker::StopAll),
+        Asked::All(only) => (found, Asker::StopAll { only }),
     };
     let mut chosen = Chosen {
         failures,
         ..Chosen::default()
     };
     for s in candidates {
-        let judgement = ownership::judge(asker, &known.facts(&s));
-        if judgement.removes() {
-            chosen.targets.push(s);
-        } else {
-            chosen.kept.push((s, judgement.reason.to_string()));
+        match fate(asker, &known, &s) {
+            Fate::Take => chosen.targets.push(s),
+            Fate::Theirs(why) => chosen.theirs.push((s, why)),
+            Fate::Keep(why) => chosen.kept.push((s, why.to_string())),
         }
     }
     Ok(chosen)
+}
+
+/// The judgement of one candidate, from one set of facts; for all of `stop --all`, asked
+/// again as the answer "no" would ask, to tell the user's own and the orphaned from theirs.
+fn fate(asker: Asker<'_>, known: &Known, s: &Sandbox) -> Fate {
+    let facts = known.facts(s);
+    let judgement = ownership::judge(asker, &facts);
+    if !judgement.removes() {
+        return Fate::Keep(judgement.reason);
+    }
+    if asker != (Asker::StopAll { only: Only::All }) {
+        return Fate::Take;
+    }
+    let only_own = ownership::judge(
+        Asker::StopAll {
+            only: Only::OwnOrDead,
+        },
+        &facts,
+    );
+    if only_own.removes() {
+        Fate::Take
+    } else {
+        Fate::Theirs(only_own.reason)
+    }
 }
 
 /// The one sandbox `id` names: an exact id, else a unique prefix; never an id that names

@@ -121,6 +121,21 @@ pub(crate) fn parse_stat(text: &str) -> Option<ProcStat> {
     })
 }
 
+/// The user `pid` runs as: its real uid, the first of the four on the `Uid:` line of
+/// `/proc/PID/status` (proc(5): real, effective, saved set, filesystem), the user who started
+/// it (a set-user-id program keeps it). `None` when it cannot be read (no such process, or
+/// hidden by `hidepid`).
+pub(crate) fn process_uid(pid: u32) -> Option<u32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    parse_uid(&text)
+}
+
+/// The real uid in the text of a `/proc/PID/status`.
+fn parse_uid(text: &str) -> Option<u32> {
+    let ids = text.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    ids.split_whitespace().next()?.parse().ok()
+}
+
 /// This machine's id as the OS keeps it: `/etc/machine-id` (systemd's), else D-Bus's copy.
 pub(crate) fn machine_id() -> Option<String> {
     ["/etc/machine-id", "/var/lib/dbus/machine-id"]
@@ -314,5 +329,17 @@ mod tests {
         let zombie = STAT.replace(") S ", ") Z ");
         assert!(parse_stat(&zombie).unwrap().exited);
         assert!(parse_stat("12 (x) S 1").is_none());
+    }
+
+    #[test]
+    fn the_real_uid_is_the_first_of_the_uid_line() {
+        let status =
+            "Name:\tsleep\nUmask:\t0022\nUid:\t65534\t0\t0\t0\nGid:\t65534\t65534\t65534\t65534\n";
+        assert_eq!(parse_uid(status), Some(65534));
+        assert_eq!(parse_uid("Name:\tx\n"), None);
+        assert_eq!(
+            process_uid(std::process::id()),
+            Some(nix::unistd::getuid().as_raw())
+        );
     }
 }

@@ -92,6 +92,26 @@ const SZOMB: u32 = 5;
 /// process; another user's that this one may not inspect): the caller then asks `kill(pid,
 /// 0)`, and only `ESRCH` there is taken as gone.
 pub(crate) fn process_stat(pid: u32) -> Option<ProcStat> {
+    let info = bsd_info(pid)?;
+    Some(ProcStat {
+        exited: info.pbi_status == SZOMB,
+        start_time: info
+            .pbi_start_tvsec
+            .saturating_mul(1_000_000)
+            .saturating_add(info.pbi_start_tvusec),
+    })
+}
+
+/// The user `pid` runs as: its real uid, `pbi_ruid` of `proc_pidinfo(pid, PROC_PIDTBSDINFO)`
+/// (libproc.h), the user who started it (a set-user-id program keeps it). `None` when it
+/// cannot be read.
+pub(crate) fn process_uid(pid: u32) -> Option<u32> {
+    bsd_info(pid).map(|info| info.pbi_ruid)
+}
+
+/// `proc_pidinfo(pid, PROC_PIDTBSDINFO)`: the process's BSD info (libproc.h); `None` when it
+/// cannot be read (no such process; another user's that this one may not inspect).
+fn bsd_info(pid: u32) -> Option<libc::proc_bsdinfo> {
     let pid = libc::c_int::try_from(pid).ok()?;
     // SAFETY: `proc_bsdinfo` is plain old data; all zeroes is a valid value of it.
     let mut info: libc::proc_bsdinfo = unsafe { std::mem::zeroed() };
@@ -108,16 +128,7 @@ pub(crate) fn process_stat(pid: u32) -> Option<ProcStat> {
         )
     };
     // proc_pidinfo returns the bytes written; anything short of the whole struct is no answer.
-    if wrote != size {
-        return None;
-    }
-    Some(ProcStat {
-        exited: info.pbi_status == SZOMB,
-        start_time: info
-            .pbi_start_tvsec
-            .saturating_mul(1_000_000)
-            .saturating_add(info.pbi_start_tvusec),
-    })
+    (wrote == size).then_some(info)
 }
 
 /// This machine's id: `gethostuuid(2)`, the hardware UUID (the one System Information shows),

@@ -15,7 +15,9 @@
 //!   [`watch_self`] (one a process can hand over: Linux only), [`exit_status`] (how it ended:
 //!   `PIDFD_GET_INFO` on Linux, unknown on macOS);
 //! - **a process's identity**: [`process_stat`] (its start time and whether it has exited:
-//!   `/proc/PID/stat`, `proc_pidinfo`), and the host's machine, boot and pid namespace;
+//!   `/proc/PID/stat`, `proc_pidinfo`), [`process_uid`] (the user it runs as, for `stop
+//!   --all`'s question: `/proc/PID/status`, `proc_pidinfo`), and the host's machine, boot and
+//!   pid namespace;
 //! - **the lease clock**, which counts time asleep: [`sleep_counting_clock`]
 //!   (`CLOCK_BOOTTIME`, macOS's `CLOCK_MONOTONIC`);
 //! - **the fast detached start**'s two steps (`clone(CLONE_VM | CLONE_VFORK)`; `fork` and
@@ -54,8 +56,8 @@ mod os;
 mod os;
 
 pub(crate) use os::{
-    exit_status, process_stat, release_startup_pages, sleep_counting_clock, watch_exit, watch_self,
-    EXIT_WATCH, MAX_SOCKET_PATH, PLATFORM, POLLED,
+    exit_status, process_stat, process_uid, release_startup_pages, sleep_counting_clock,
+    watch_exit, watch_self, EXIT_WATCH, MAX_SOCKET_PATH, PLATFORM, POLLED,
 };
 
 pub use fd::*;

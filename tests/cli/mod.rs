@@ -4,6 +4,7 @@
 //! ship (systemd and launchd units, the man page, the container image).
 //!
 //! - [`ps_stop`]: `ps`, `stop` and `providers` against the real daemon.
+//! - [`stop_all`]: `stop --all` on a shared engine: the question, `--yes`, `--dead`.
 //! - [`session_ids`]: session ids, `sessions show` and refused detaches, answered honestly.
 //! - [`report`]: spend: `report`, and the spend `sessions` and `sessions show` print.
 //! - [`edges`]: `ps --session/--state`, `sessions show`, log levels, verdicts said once.
@@ -21,3 +22,4 @@ pub(crate) mod readme;
 mod report;
 mod security;
 mod session_ids;
+mod stop_all;

@@ -1,7 +1,8 @@
 //! A pseudo-terminal, for what the wrapper says when a user runs it (its last line comes only
-//! to a stderr that is a terminal), and the reading of that line's usage part.
+//! to a stderr that is a terminal) and for a question a command asks there (`stop --all`),
+//! and the reading of that line's usage part.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -11,6 +12,8 @@ use std::sync::{Arc, Mutex};
 pub struct Terminal {
     slave: Option<OwnedFd>,
     seen: Arc<Mutex<String>>,
+    /// The master's side a user types on.
+    keyboard: std::fs::File,
 }
 
 impl Terminal {
@@ -33,8 +36,10 @@ impl Terminal {
             unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
         let seen = Arc::new(Mutex::new(String::new()));
         let sink = seen.clone();
+        let master = std::fs::File::from(master);
+        let keyboard = master.try_clone().expect("dup the terminal's master");
         std::thread::spawn(move || {
-            let mut master = std::fs::File::from(master);
+            let mut master = master;
             let mut buf = [0u8; 1024];
             while let Ok(n) = master.read(&mut buf) {
                 if n == 0 {
@@ -48,6 +53,7 @@ impl Terminal {
         Terminal {
             slave: Some(slave),
             seen,
+            keyboard,
         }
     }
 
@@ -56,8 +62,39 @@ impl Terminal {
         Stdio::from(self.slave.take().expect("one child per terminal"))
     }
 
+    /// The terminal as a child's stdin and stderr, as a user's shell gives them (our own copy
+    /// is closed when the child is spawned).
+    pub fn stdin_and_stderr(&mut self) -> (Stdio, Stdio) {
+        let slave = self.slave.take().expect("one child per terminal");
+        let again = slave.try_clone().expect("dup the terminal");
+        (Stdio::from(slave), Stdio::from(again))
+    }
+
     pub fn text(&self) -> String {
         self.seen.lock().unwrap().replace('\r', "")
+    }
+
+    /// What the terminal shows once it shows `needle`, waiting at most `limit`; `None` if it
+    /// never did.
+    pub fn wait_for(&self, needle: &str, limit: std::time::Duration) -> Option<String> {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let text = self.text();
+            if text.contains(needle) {
+                return Some(text);
+            }
+            if std::time::Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Types `line` and Enter, as a user answering a question.
+    pub fn type_line(&self, line: &str) {
+        (&self.keyboard)
+            .write_all(format!("{line}\n").as_bytes())
+            .expect("type on the terminal");
     }
 }
 

@@ -5,7 +5,10 @@
 //!
 //! Decisions:
 //! - A path that is no session's own (a sweep, `stop`) is told everything the ledger says
-//!   ([`Known::facts`]).
+//!   ([`Known::facts`]), and, for an owner alive on this machine whose session the ledger does
+//!   not have, which user it runs as (`stop --all` asks before taking another user's: rule 8
+//!   of [`crate::ownership`]). Read once per owner label, and only for such an owner: the
+//!   ledger's own sessions are this user's.
 //! - A session's own reclaim or renewal ([`Known::facts_for`]) is told what its own records
 //!   say (its plan, or the keeper's holdings), and the ledger is asked only what they leave
 //!   open: whether another session adopted and detached a sandbox of its label, once it is
@@ -20,8 +23,11 @@
 //!   known": a keeper that judged by its holdings alone renewed and removed what another
 //!   session had detached (issue 55).
 
+use std::sync::PoisonError;
+
 use super::Known;
-use crate::ownership::{Facts, Session, Sidecar};
+use crate::identity::{Identity, Liveness};
+use crate::ownership::{Facts, Session, Sidecar, User};
 use crate::providers::Sandbox;
 
 /// What a session asking about a sandbox knows by its own records (a reclaim's plan, the TTL
@@ -45,9 +51,35 @@ impl Known {
     pub(crate) fn facts<'a>(&'a self, sandbox: &'a Sandbox) -> Facts<'a> {
         let mut facts = Facts::of(sandbox);
         self.stand_label(&mut facts);
+        facts.owner_user = match (facts.labelled, sandbox.owner()) {
+            (Some((_, s)), Some(label))
+                if s.sidecar == Sidecar::NotHere && s.owner == Liveness::Alive =>
+            {
+                self.user(label)
+            }
+            _ => User::Unknown,
+        };
         facts.claimed_by = self.claimers(sandbox, "");
         facts.detached = self.detached(sandbox);
         facts
+    }
+
+    /// Which user the live owner `label` names runs as, against the user sandguard runs as
+    /// (its effective uid: the user its ledger belongs to); judged once per [`Known`], as
+    /// [`Known::owner`] judges liveness.
+    fn user(&self, label: &str) -> User {
+        let mut users = self.users.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(&read) = users.get(label) {
+            return read;
+        }
+        let uid = Identity::parse_label(label).and_then(|id| self.judge().user(&id));
+        let read = match uid {
+            Some(uid) if uid == crate::unix::geteuid() => User::Yours,
+            Some(uid) => User::Other(uid),
+            None => User::Unknown,
+        };
+        users.insert(label.to_string(), read);
+        read
     }
 
     /// The facts of `sandbox` for session `own.session`'s reclaim or renewal: its own records

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::{Known, Own};
 use crate::identity::{Judge, Liveness};
 use crate::ledger::SessionView;
-use crate::ownership::{Session, Sidecar};
+use crate::ownership::{Session, Sidecar, User};
 use crate::protocol::Target;
 use crate::providers::fake::{self, Fake};
 use crate::providers::{Kind, Provider};
@@ -113,5 +113,37 @@ fn without_a_ledger_the_owner_label_says_how_a_session_stands() {
             .1
             .owner;
         assert_eq!(owner, Liveness::Alive);
+    }
+}
+
+/// Which user a live owner runs as is read for an owner alive here whose session the ledger
+/// does not have (rule 8), and only for such an owner.
+#[test]
+fn a_live_owners_user_is_read_only_outside_the_ledger() {
+    let me = crate::identity::Identity::current().expect("this process's identity");
+    let with_owner = |session: &str, owner: &str| {
+        let mut s = fake::sandbox("x", Kind::Instance, Some(session));
+        s.labels
+            .insert(crate::labels::OWNER.to_string(), owner.to_string());
+        s
+    };
+    let known = known();
+    let here = with_owner("elsewhere", &me.to_label());
+    assert_eq!(known.facts(&here).owner_user, User::Yours);
+    // The ledger's own session: the user's, nothing to read.
+    let in_ledger = with_owner("other", &me.to_label());
+    assert_eq!(known.facts(&in_ledger).owner_user, User::Unknown);
+    // Not alive here: another machine's owner, a dead one.
+    let elsewhere = crate::identity::Identity {
+        machine: "1111111111111111".into(),
+        ..me.clone()
+    };
+    let dead = crate::identity::Identity {
+        start_time: me.start_time + 1,
+        ..me
+    };
+    for owner in [elsewhere, dead] {
+        let s = with_owner("elsewhere", &owner.to_label());
+        assert_eq!(known.facts(&s).owner_user, User::Unknown, "{owner}");
     }
 }
