@@ -11,7 +11,8 @@
 //! main.rs       args → logging → cli → exit code
 //! cli/          one file per subcommand: parses its args, makes Settings, calls the library
 //!               once and prints what it answers; error.rs (one Error, one exit code mapping);
-//!               watch/terminal.rs (the sidecar's words on the wrapper's stderr); report.rs
+//!               watch/terminal.rs (the sidecar's words on the wrapper's stderr);
+//!               output/refusals.rs (refused creates, for `sessions show` and `report`); report.rs
 //!               (`sandguard report`: the ledger's spend, printed); fleet.rs (`--fleet` of
 //!               `sessions` and `report`: the fleet store read instead of the ledger)
 //! wrapper/      `sandguard -- CMD` as a library service: mod.rs (the session made and handed
@@ -25,7 +26,8 @@
 //! watch/        the sidecar: start/ (how it begins, up to ready, the proxies it serves), its
 //!               event loop (mod.rs), arrival.rs (claims and detaches judged as they come),
 //!               end.rs (the session's end), triggers.rs (what the loop waits on), service.rs
-//!               (the library service that owns the loop's tasks), lease.rs (the boot-clock
+//!               (the library service that owns the loop's tasks), refusals.rs (the creates
+//!               a limit refused, journaled per doubling), lease.rs (the boot-clock
 //!               lease), ttl/ (server-side TTLs), limits.rs (the limits that remove while
 //!               the owner lives), gone.rs (what the provider says went by itself,
 //!               released: events, keepers' look-ups, before a refusal), fleet.rs (its
@@ -34,13 +36,16 @@
 //!               cloud/ (E2B and Daytona on loopback, one file per API; removal.rs: what the
 //!               program deletes, released); what both share:
 //!               create.rs (the one create pipeline: read → decide → stamp → forward →
-//!               claim), refusal.rs (why a proxy answers itself), stamp.rs, claim.rs (a claim
+//!               claim), refusal.rs (why a proxy answers itself), named.rs (what a create
+//!               names, for the record of its refusal), stamp.rs, claim.rs (a claim
 //!               handed to the sidecar and acknowledged, and a create's slot asked for),
 //!               release.rs (whether a DELETE's answer releases its claim: the one
 //!               decision, on the path the provider routed), size.rs (a create's size, for
 //!               prices), accept.rs, tasks.rs, path.rs, headers.rs, json.rs
 //! budget/       limits per session and per provider (Limits, Budget), the one decision
-//!               whether a create may go on (Slots::take, Exceeded), and what was spent,
+//!               whether a create may go on (Slots::take, exceeded.rs: Exceeded and its
+//!               words), the creates refused (refusals.rs: counted, journaled per
+//!               doubling), and what was spent,
 //!               metered for `spend` (meter.rs); the sidecar holds the slots and the meter,
 //!               the proxies ask; watch/limits.rs removes at `lifetime` and a reclaiming
 //!               `spend`
@@ -84,9 +89,11 @@
 //! ledger/       the state directory: journals, locks, the boots this machine ran, pruning;
 //!               cause.rs (EndCause: why a session ended, journaled on reclaim_start),
 //!               view.rs (a journal folded), story.rs (a journal told as a history, each
-//!               sandbox's held stretches with it), spend.rs (sandbox time per session and
+//!               sandbox's held stretches with it; story/refusals.rs: the creates refused),
+//!               spend.rs (sandbox time per session and
 //!               provider, from the story; `report` across the ledger, which cli/report.rs
-//!               prints; spend/daily.rs: a session's per UTC day, for the fleet store),
+//!               prints; spend/daily.rs: a session's per UTC day, for the fleet store;
+//!               spend/refused.rs: the refused creates `report` counts),
 //!               price.rs (what a sandbox's time is estimated to cost),
 //!               faults.rs (tests: writes that fail as a process dying there, or a full disk,
 //!               would leave them)

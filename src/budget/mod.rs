@@ -27,6 +27,13 @@
 //!   answer) counts as one create made and one sandbox alive until the session ends: whether
 //!   the create happened is unknown, and over-counting by one is the safe side of a budget
 //!   (the count is never lost across a restart).
+//! - **A refusal is on the record, without a sync of its own**: a create a limit refuses is
+//!   counted per provider and limit ([`Refused`], in the slots, so a resumed sidecar counts
+//!   on) and journaled (`create_refused`) at each doubling of its count and at the session's
+//!   end ([`refusals`] says why not each). Its record is written before the refusal is
+//!   answered and made durable by the next sync (a claim's, a control batch's, the end's):
+//!   refusals come in floods, an fdatasync each would make an agent's retry loop cost a disk
+//!   flush per retry, and the count is history that no later decision reads.
 //! - **A limit never removes anything here**: a refusal creates nothing and claims nothing.
 //!   Two limits remove, elsewhere, and only while the owner lives and only what the session
 //!   owns (the judgement's rule 7): `lifetime` (a sandbox that old, `crate::watch::limits`)
@@ -41,9 +48,14 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+mod exceeded;
 mod meter;
+mod refusals;
 
+pub(crate) use exceeded::{Exceeded, Over};
 pub(crate) use meter::Meter;
+pub(crate) use refusals::journals;
+pub(crate) use refusals::Refused;
 
 /// The limits of one session; `None`: no limit of that kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -86,7 +98,8 @@ impl From<Limits> for Budget {
 #[derive(Debug, thiserror::Error)]
 #[error(
     "limit `{key}` is money ({limit}) but no price is set to count it by: give the providers \
-     a price_per_hour (README: Budgets, Prices), or make the limit sandbox time (\"20h\")"
+     a price_per_hour (book/src/budgets.md, \"Prices\"), or make the limit sandbox time \
+     (\"20h\")"
 )]
 pub struct Unpriced {
     key: String,
@@ -219,79 +232,6 @@ pub enum Limit {
     Spend,
 }
 
-/// Why a create was refused: the limit it would pass (the session's, or `provider`'s alone),
-/// and the count that reached it.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Exceeded {
-    pub provider: Option<String>,
-    pub over: Over,
-}
-
-/// Which limit a create would pass, and the count that reached it.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Over {
-    /// `sandboxes`: `alive` sandboxes (held, or being created) already.
-    Sandboxes { limit: u32, alive: u64 },
-    /// `creates`: `made` sandboxes created (or being created) already.
-    Creates { limit: u32, made: u64 },
-    /// `spend`: `used` already (sandbox time, or estimated money).
-    Spend { limit: Spend, used: Spend },
-}
-
-impl fmt::Display for Exceeded {
-    /// The reason, without the `sandguard:` each proxy puts before it; it names the limit as
-    /// the config and the command line name it (a provider's as
-    /// `providers.NAME.limits.KEY`).
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (key, of) = match (&self.over, self.provider.as_deref()) {
-            (over, None) => (over.key().to_string(), String::new()),
-            (over, Some(p)) => (
-                format!("providers.{p}.limits.{}", over.key()),
-                format!(" {p}"),
-            ),
-        };
-        let this = if of.is_empty() {
-            "this session"
-        } else {
-            "this session's"
-        };
-        match self.over {
-            Over::Sandboxes { limit, alive } => write!(
-                f,
-                "limit `{key}` reached (at most {limit}{of} alive at once; {this}{of} sandboxes: \
-                 {alive}); nothing was created"
-            ),
-            Over::Creates { limit, made } => write!(
-                f,
-                "limit `{key}` reached (at most {limit}{of} over the session; {this}{of} \
-                 creates: {made}); nothing was created"
-            ),
-            Over::Spend { limit, used } => {
-                let used = match used {
-                    Spend::Time(d) => crate::timefmt::format_span(d),
-                    Spend::Cost(c) => format!("${c:.2}"),
-                };
-                write!(
-                    f,
-                    "limit `{key}` reached (at most {limit}{of}; {this}{of} used {used}); \
-                     nothing was created"
-                )
-            }
-        }
-    }
-}
-
-impl Over {
-    /// Its key in `[limits]`.
-    pub(crate) fn key(&self) -> &'static str {
-        match self {
-            Over::Sandboxes { .. } => "sandboxes",
-            Over::Creates { .. } => "creates",
-            Over::Spend { .. } => "spend",
-        }
-    }
-}
-
 /// What a session holds and used, as the sidecar counts it, in one scope: all of it (`None`)
 /// or one provider's.
 pub(crate) trait Usage {
@@ -312,6 +252,8 @@ pub struct Slots {
     pub made: u64,
     /// The same, per provider.
     pub made_by: BTreeMap<String, u64>,
+    /// The creates each limit refused, per provider ([`Refused`]).
+    pub refused: Refused,
 }
 
 impl Slots {

@@ -135,11 +135,12 @@ fn a_refusal_names_the_limit_as_the_config_does() {
         .starts_with("limit `sandboxes` reached"));
     assert_eq!(
         e(Some("e2b"), full).to_string(),
-        "limit `providers.e2b.limits.sandboxes` reached (at most 10 e2b alive at once; this \
-         session's e2b sandboxes: 10); nothing was created"
+        "limit `providers.e2b.limits.sandboxes` reached (at most 10 alive at once on e2b; this \
+         session has 10 there); nothing was created"
     );
     let e = e(None, Over::Creates { limit: 3, made: 3 });
     assert!(e.to_string().starts_with("limit `creates` reached"));
+    assert_eq!(e.key(), "creates");
     assert!(!Budget::default().any());
     assert!(ten().any());
 }
@@ -210,4 +211,73 @@ fn a_providers_limits_hold_its_own_creates_beside_the_sessions() {
     assert!(fresh.take(&budget, "docker", &spent).is_ok());
     assert_eq!(budget.lifetime("e2b"), Some(Duration::from_secs(600)));
     assert_eq!(budget.lifetime("docker"), None);
+}
+
+/// Each limit in grammatical English, the session's and a provider's (issue 56: "this session
+/// sandboxes: 2" read as a form, and the book quotes "this session has 1").
+#[test]
+fn every_refusal_reads_as_a_sentence() {
+    let e = |provider: Option<&str>, over| {
+        Exceeded {
+            provider: provider.map(str::to_string),
+            over,
+        }
+        .to_string()
+    };
+    let said = [
+        (
+            e(None, Over::Sandboxes { limit: 1, alive: 1 }),
+            "limit `sandboxes` reached (at most 1 alive at once; this session has 1); nothing \
+             was created",
+        ),
+        (
+            e(None, Over::Creates { limit: 2, made: 2 }),
+            "limit `creates` reached (at most 2 over the session; this session has made 2); \
+             nothing was created",
+        ),
+        (
+            e(Some("daytona"), Over::Creates { limit: 2, made: 2 }),
+            "limit `providers.daytona.limits.creates` reached (at most 2 over the session on \
+             daytona; this session has made 2 there); nothing was created",
+        ),
+        (
+            e(
+                Some("e2b"),
+                Over::Spend {
+                    limit: Spend::Cost(3.0),
+                    used: Spend::Cost(3.1234),
+                },
+            ),
+            "limit `providers.e2b.limits.spend` reached (at most $3.00 estimated on e2b; this \
+             session used $3.12 there); nothing was created",
+        ),
+    ];
+    for (got, want) in said {
+        assert_eq!(got, want);
+    }
+    let over = Over::Spend {
+        limit: Spend::Time(Duration::from_secs(4)),
+        used: Spend::Time(Duration::from_secs(5)),
+    };
+    assert_eq!(
+        (over.max().as_str(), over.reached().as_str()),
+        ("4s of sandbox time", "5s")
+    );
+}
+
+/// The error for a money limit with no price cites the book's section on prices, which
+/// must exist there (it once cited a README section that did not).
+#[test]
+fn an_unpriced_spend_points_to_a_section_the_book_has() {
+    let budget = session(Limits {
+        spend: Some(Spend::Cost(5.0)),
+        ..Default::default()
+    });
+    let said = budget.unpriced().unwrap().to_string();
+    assert!(said.contains("(book/src/budgets.md, \"Prices\")"), "{said}");
+    let book = include_str!("../../book/src/budgets.md");
+    assert!(
+        book.lines().any(|l| l == "## Prices"),
+        "the section it cites"
+    );
 }

@@ -1,6 +1,8 @@
 //! Output shared by the subcommands: exit codes, text tables, escaping of untrusted strings,
 //! the JSON shape of a sandbox, and writing to stdout without dying on a closed pipe.
 
+pub(super) mod refusals;
+
 use std::borrow::Cow;
 use std::io::Write;
 

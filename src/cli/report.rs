@@ -36,6 +36,11 @@
 //!   "unpriced_seconds": 0.0}`: `cost` in the currency the prices are in, for the priced part
 //!   of `seconds`; `unpriced_seconds`, the part with no price. A group with no priced time
 //!   has no `estimate` at all, and without prices the output is as it was.
+//! - **Refused creates beside the time.** The creates the limits refused in the window
+//!   follow the table, in one of their own grouped the same way (`Creates refused by a limit,
+//!   by provider:`, with the provider and the limit), and in `--json` as `refused_creates`
+//!   ([`crate::ledger::spend`] counts them, `super::output::refusals` prints them); a
+//!   ledger with none prints nothing more.
 //! - `--fleet` reads the store instead of the ledger, and prints the same table (time only:
 //!   the store keeps no money), with a line saying how many hosts it covers (`--json`:
 //!   `hosts`, only then). The store keeps whole UTC days, so its `--since` counts from the
@@ -47,6 +52,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::output::refusals::{self, RefusedRowJson};
 use super::output::{self, sanitize, Exit};
 use super::Error;
 use crate::config::{HumanDuration, Settings};
@@ -209,6 +215,10 @@ struct ReportJson {
     /// With `--fleet`: how many hosts the figures come from.
     #[serde(skip_serializing_if = "Option::is_none")]
     hosts: Option<usize>,
+    /// The creates the limits refused, per group, provider and limit; absent with `--fleet`
+    /// (`super::output::refusals`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refused_creates: Option<Vec<RefusedRowJson>>,
 }
 
 #[derive(Serialize)]
@@ -283,6 +293,9 @@ pub(super) fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
             sessions: report.sessions,
             skipped: report.skipped,
             hosts,
+            refused_creates: hosts
+                .is_none()
+                .then(|| report.refused.iter().map(Into::into).collect()),
         });
         return Ok(Exit::Ok);
     }
@@ -300,11 +313,13 @@ pub(super) fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
         _ if hosts.is_some() => "in the fleet store".to_string(),
         _ => "in the whole ledger".to_string(),
     };
+    let refused = refusals::report_table(&report.refused, args.by.as_str());
     if report.rows.is_empty() {
-        output::emit(&format!("No sandbox time {span}.\n"));
+        output::emit(&format!("No sandbox time {span}.\n{refused}"));
         return Ok(Exit::Ok);
     }
     let mut out = text(&report, args.by, &span);
+    out.push_str(&refused);
     if let Some(hosts) = hosts {
         out.push_str(&super::fleet::report_note(hosts));
     }

@@ -45,6 +45,8 @@
 //!   estimate (`Sandbox time: 12m, ~$0.07 estimated.`, `  e2b: 10m over 2 sandbox(es),
 //!   ~$0.06`), and a last line says it is one, at today's prices, and how much time has no
 //!   price (`super::report::cost_note`).
+//! - The creates its limits refused are told under the table, per provider and limit, and
+//!   in `--json` as `refused_creates` (`super::output::refusals` says how).
 //! - `--json` is the `sessions --json` row of the session (its `spend` included) plus `ending` and `sandboxes`
 //!   (`provider`, `id`, `kind`, `origin`, `fate`, `cause`, `detail`, `words`; `size` where
 //!   the create named one; `seconds`, its own time as `spend` counts it, `null` when not
@@ -52,6 +54,7 @@
 
 use serde::Serialize;
 
+use super::output::refusals::{self, RefusedCreatesJson};
 use super::output::{self, sanitize, Exit};
 use super::sessions::{row, SessionJson};
 use super::Error;
@@ -80,6 +83,8 @@ struct ShowJson {
     sandboxes: Vec<SandboxJson>,
     /// Providers a reclaim could not list (their sandboxes are pending), with the error.
     unlisted: std::collections::BTreeMap<String, String>,
+    /// The creates its limits refused, per provider and limit (`output::refusals`).
+    refused_creates: Vec<RefusedCreatesJson>,
 }
 
 #[derive(Serialize)]
@@ -152,9 +157,11 @@ pub(super) fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
             ending,
             sandboxes,
             unlisted,
+            refused_creates: story.refused.iter().map(Into::into).collect(),
         });
     } else {
         let mut out = text(&view, owner, ending.as_ref(), &sandboxes);
+        out.push_str(&refusals::show_lines(&story.refused));
         out.push_str(&spend_lines(&spend));
         output::emit(&out);
     }

@@ -274,6 +274,8 @@ pub(crate) fn report(entries: &[SpendEntry], window: Window, by: By) -> (Report,
         total,
         sessions: sessions.len(),
         skipped: 0,
+        // The store keeps sandbox time only: refused creates are each ledger's.
+        refused: Vec::new(),
     };
     (report, hosts.len())
 }

@@ -163,6 +163,25 @@ pub enum Record {
         n: u64,
         made: bool,
     },
+    /// A create through a proxy that a limit refused (`crate::budget`): the `n`th of
+    /// `provider`'s creates that `limit` (its key as the config names it: `sandboxes`,
+    /// `providers.e2b.limits.sandboxes`) refused in the session, at `at` (unix ms). `max` and
+    /// `reached`, the limit and the count that reached it in the refusal's words (`2`, `4s of
+    /// sandbox time`; `2`, `5s`, `$3.12`); `create`, what the create named as far as the
+    /// proxy read it (`image`, `template`, `snapshot`; never its environment or headers).
+    /// Journaled at each doubling of `n` and at the session's end, not for every refusal
+    /// (`crate::budget::refusals`): a reader keeps the largest `n`. A reader older than this
+    /// record skips it as [`Record::Unknown`], which loses only the history.
+    CreateRefused {
+        provider: String,
+        limit: String,
+        max: String,
+        reached: String,
+        n: u64,
+        at: u64,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        create: BTreeMap<String, String>,
+    },
     /// A record written by a newer sandguard. Only ever read; writing one is an error.
     #[serde(other, skip_serializing)]
     Unknown,
@@ -286,140 +305,4 @@ pub(crate) fn now_ms() -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn round_trip(record: Record) {
-        let entry = Entry { t: 42, record };
-        let line = entry.encode().unwrap();
-        assert_eq!(line.last(), Some(&b'\n'));
-        assert_eq!(Entry::decode(&line[..line.len() - 1]).unwrap(), entry);
-    }
-
-    #[test]
-    fn every_record_round_trips() {
-        let labels = BTreeMap::from([("sandguard.session".to_string(), "abc".to_string())]);
-        let (provider, id) = ("docker".to_string(), "3f2a".to_string());
-        for record in [
-            Record::Start {
-                owner: "o".into(),
-                pid: 7,
-                grace_ms: 600_000,
-                labels,
-            },
-            Record::Claim {
-                provider: provider.clone(),
-                id: id.clone(),
-                size: None,
-            },
-            Record::Claim {
-                provider: provider.clone(),
-                id: id.clone(),
-                size: Some("base".into()),
-            },
-            Record::Detach {
-                provider: provider.clone(),
-                id: id.clone(),
-                size: Some("base".into()),
-            },
-            Record::Resume {
-                owner: "o2".into(),
-                pid: 8,
-                grace_ms: 5_000,
-                labels: BTreeMap::new(),
-            },
-            Record::LeaseExpired,
-            Record::OwnerDead {
-                reason: "exited".into(),
-            },
-            Record::OwnerExit {
-                code: None,
-                signal: Some(9),
-            },
-            Record::OwnerExit {
-                code: Some(3),
-                signal: None,
-            },
-            Record::ReclaimStart { cause: None },
-            Record::ReclaimStart {
-                cause: Some(EndCause::OwnerGoneAtStart),
-            },
-            Record::Removed {
-                provider: provider.clone(),
-                id: id.clone(),
-                outcome: "gone".into(),
-                at: Some(41),
-                limit: None,
-            },
-            Record::Removed {
-                provider: provider.clone(),
-                id: id.clone(),
-                outcome: "removed".into(),
-                at: Some(42),
-                limit: Some(crate::budget::Limit::Lifetime),
-            },
-            Record::Failed {
-                provider,
-                id,
-                error: "daemon unreachable".into(),
-                pending: true,
-            },
-            Record::End {
-                state: SessionState::Pending,
-            },
-        ] {
-            round_trip(record);
-        }
-    }
-
-    #[test]
-    fn the_line_format_is_flat_and_stable() {
-        let entry = Entry {
-            t: 1,
-            record: Record::Claim {
-                provider: "docker".into(),
-                id: "abc".into(),
-                size: None,
-            },
-        };
-        let line = String::from_utf8(entry.encode().unwrap()).unwrap();
-        assert_eq!(
-            line, "{\"t\":1,\"ev\":\"claim\",\"provider\":\"docker\",\"id\":\"abc\"}\n",
-            "no size, no field: a claim reads as it always did"
-        );
-        let sized =
-            Entry::decode(br#"{"t":1,"ev":"claim","provider":"e2b","id":"i","size":"base"}"#);
-        assert_eq!(
-            sized.unwrap().record,
-            Record::claim_sized(&Target::new("e2b", "i").unwrap(), Some("base".into()))
-        );
-        let end = Entry::decode(br#"{"t":2,"ev":"end","state":"reclaimed"}"#).unwrap();
-        assert_eq!(
-            end.record,
-            Record::End {
-                state: SessionState::Reclaimed
-            }
-        );
-    }
-
-    #[test]
-    fn unknown_kinds_decode_as_unknown_and_cannot_be_written() {
-        let e = Entry::decode(br#"{"t":3,"ev":"teleport","to":"mars","n":1}"#).unwrap();
-        assert_eq!(e.record, Record::Unknown);
-        assert!(e.encode().is_err());
-        // A known kind with broken fields is corrupt, not unknown.
-        assert!(Entry::decode(br#"{"t":3,"ev":"claim","provider":"docker"}"#).is_err());
-        assert!(Entry::decode(br#"{"ev":"renew"}"#).is_err());
-    }
-
-    #[test]
-    fn states_print_lower_case_and_know_when_they_are_final() {
-        assert_eq!(SessionState::Reclaiming.to_string(), "reclaiming");
-        assert_eq!(
-            serde_json::to_string(&SessionState::Clean).unwrap(),
-            "\"clean\""
-        );
-        assert!(SessionState::Clean.is_final() && SessionState::Reclaimed.is_final());
-        assert!(!SessionState::Pending.is_final() && !SessionState::Active.is_final());
-    }
-}
+mod tests;

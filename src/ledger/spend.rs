@@ -41,6 +41,8 @@
 //!   then, and each sandbox the pass removed or found gone ends when its provider said so
 //!   (the time the `removed` record will carry); a sandbox still open otherwise (a detached
 //!   one, one the pass could not remove) counts until the line is written.
+//! - **Refused creates are counted beside the time** ([`refused`]): per group, provider and
+//!   limit, in the same window; a refused create holds no time.
 //! - **One unreadable journal does not hide the rest.** [`report`] skips it with a warning and
 //!   says how many it skipped, as the sweep does.
 
@@ -53,6 +55,9 @@ use super::{LedgerError, SessionView, StateDir};
 use crate::protocol::Target;
 
 pub(crate) mod daily;
+mod refused;
+
+pub(crate) use refused::RefusedRow;
 
 /// The figures of one group (a provider, a session, a day): sandbox time and the sandboxes it
 /// is of.
@@ -208,6 +213,9 @@ pub(crate) struct Report {
     pub sessions: usize,
     /// Journals that could not be read (each warned about).
     pub skipped: usize,
+    /// The creates the limits refused in the window, per group, provider and limit
+    /// ([`refused`]); a group with none has no row.
+    pub refused: Vec<RefusedRow>,
 }
 
 /// Spend across every journal of the state directory, in `window`, grouped `by`, priced at
@@ -232,6 +240,7 @@ pub(crate) fn report(
     histories.sort_by(|(a, _), (b, _)| (a.started_ms, &a.id).cmp(&(b.started_ms, &b.id)));
     let mut report = tally(&histories, window, by, prices);
     report.skipped = skipped;
+    report.refused = refused::tally(&histories, window, by);
     Ok(report)
 }
 
@@ -287,6 +296,7 @@ fn tally(histories: &[(SessionView, Story)], window: Window, by: By, prices: &Pr
         total,
         sessions,
         skipped: 0,
+        refused: Vec::new(),
     }
 }
 

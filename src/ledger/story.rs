@@ -47,6 +47,9 @@
 //!   next fate is the new life's); claims and detaches carry over as they were. So
 //!   `sessions show` of a resumed session tells it active under its new owner, with what the
 //!   new sidecar watches as claimed; the earlier life is in the removals' own words.
+//! - A create a limit refused (`create_refused`) is no sandbox: it is told apart, per
+//!   provider and limit ([`Story::refused`], `story/refusals.rs`), never in the sandboxes'
+//!   table.
 //! - Each sandbox's stretches of being held ([`Held`]: from its claim, detach or first pending
 //!   failure to its removal, release, stop or refusal) are kept here, where the records meet
 //!   their sandbox, so that spend ([`super::spend`]) reads the story rather than folding the
@@ -54,12 +57,15 @@
 
 use std::collections::HashMap;
 
+mod refusals;
+
 use super::cause::EndCause;
 pub(crate) use super::cause::Why;
 use super::record::{Entry, Record, SessionState};
 use crate::budget::Limit;
 use crate::identity::death::Exit;
 use crate::protocol::Target;
+pub(crate) use refusals::RefusedCreates;
 
 /// How the session came to know a sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,6 +169,8 @@ pub struct Story {
     pub sandboxes: Vec<SandboxStory>,
     /// Each time a new sidecar took the session over, oldest first.
     pub resumes: Vec<Resumed>,
+    /// The creates its limits refused, per provider and limit, in the order first refused.
+    pub refused: Vec<RefusedCreates>,
 }
 
 /// One `resume`: a new sidecar took the session over.
@@ -243,10 +251,14 @@ struct Teller {
     /// The first run of the current life (after the last `resume`).
     life: usize,
     resumes: Vec<Resumed>,
+    refused: refusals::Gathered,
 }
 
 impl Teller {
     fn apply(&mut self, entry: Entry) {
+        if matches!(entry.record, Record::CreateRefused { .. }) {
+            return self.refused.add_record(entry.record);
+        }
         let t = entry.t;
         let mut size = None;
         let (target, fate) = match entry.record {
@@ -489,6 +501,7 @@ impl Teller {
             ending,
             sandboxes,
             resumes: self.resumes,
+            refused: self.refused.finish(),
         }
     }
 }

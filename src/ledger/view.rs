@@ -15,6 +15,10 @@
 //! says they are done. A sandguard that predates `resume` skips it as a record of an unknown
 //! kind, and reads the session as its first owner's.
 //!
+//! A `create_refused` record (a create a limit refused) moves no sandbox: it counts, in the
+//! slots, how many of its provider's creates its limit refused, so that a resumed sidecar
+//! counts on (the largest `n` read; [`crate::budget::Refused`]).
+//!
 //! A `failed` record with the id `*` (written by earlier versions for a provider that could
 //! not be listed) reads as an `unlisted` record for that provider.
 
@@ -66,8 +70,8 @@ pub struct SessionView {
     pub sidecar_alive: bool,
     /// Unparseable lines before the last one.
     pub corrupt_lines: usize,
-    /// The create slots its limits were decided by (`crate::budget`): what a resumed sidecar
-    /// counts on from.
+    /// The create slots its limits were decided by (`crate::budget`), and the creates they
+    /// refused: what a resumed sidecar counts on from.
     #[serde(skip)]
     pub slots: crate::budget::Slots,
 }
@@ -221,6 +225,9 @@ fn track(v: &mut SessionView, record: Record) {
         }
         Record::Slot { provider, n } => v.slots.taken(n, &provider),
         Record::SlotDone { n, made } => v.slots.done(n, made),
+        Record::CreateRefused {
+            provider, limit, n, ..
+        } => v.slots.refused.seen(&provider, &limit, n),
         Record::Failed {
             provider,
             id,

@@ -12,6 +12,7 @@
 //! JSON boolean, a key in another case) is no detach, exactly as [`crate::providers::Sandbox`]
 //! reads the label at reclaim time.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -29,9 +30,11 @@ pub(crate) enum Ask {
     Claim(Claim),
     /// A create of a sandbox of `provider` asks for a slot: answered once the slot is
     /// journaled with its number, `None` when the session has no limit (nothing is
-    /// journaled), or the limit it would pass.
+    /// journaled), or the limit it would pass (its refusal journaled with `create`, what the
+    /// create names: `super::named`).
     Slot {
         provider: String,
+        create: BTreeMap<String, String>,
         answer: oneshot::Sender<Result<Option<u64>, Exceeded>>,
     },
     /// Slot `n`'s create is done: `made` when it made a sandbox (not acknowledged: a slot
@@ -135,17 +138,19 @@ pub(crate) async fn claim(
     }
 }
 
-/// A slot for a create of a sandbox of `provider` (waits at most [`ACK_TIMEOUT`] for the
+/// A slot for a create of a sandbox of `provider`, naming `create` (waits at most [`ACK_TIMEOUT`] for the
 /// sidecar to decide and journal it): `Ok(None)` when the session has no limit, or when no
 /// sidecar takes asks any more (the session is ending: the create goes on as it would without
 /// limits, labelled, and the settle pass finds it).
 pub(crate) async fn slot(
     asks: &mpsc::UnboundedSender<Ask>,
     provider: &str,
+    create: BTreeMap<String, String>,
 ) -> Result<Option<u64>, SlotRefusal> {
     let (answer, answered) = oneshot::channel();
     let ask = Ask::Slot {
         provider: provider.to_string(),
+        create,
         answer,
     };
     if asks.send(ask).is_err() {

@@ -7,7 +7,8 @@
 //!    session's limits from the sidecar ([`super::claim::slot`], [`crate::budget`]), decided
 //!    one at a time and journaled before the create goes on (and before it is stamped: the
 //!    Docker proxy's stamp makes a container's named volumes, which a refused create must
-//!    not leave); over a limit it is refused ([`Refusal::Limit`]). A refusal here, as at every step, creates nothing and claims
+//!    not leave); over a limit it is refused ([`Refusal::Limit`]), and the sidecar journals
+//!    the refusal with what the create names ([`Creates::named`]). A refusal here, as at every step, creates nothing and claims
 //!    nothing. The slot's end is told after the answer: made, or given back when the create
 //!    failed (an answer not `2xx`, or no answer);
 //! 3. **stamp**: the API's own step ([`Creates::stamp`]): the session's labels merged into the
@@ -28,6 +29,7 @@
 //! carries the session's labels, so a reclaim finds it), the cloud proxy withholds it (`503`:
 //! the program never holds a sandbox sandguard did not claim).
 
+use std::collections::BTreeMap;
 use std::future::Future;
 
 use http_body_util::{Either, Full};
@@ -102,6 +104,10 @@ pub(crate) trait Creates: Sync {
     /// Docker container, an E2B or Daytona sandbox; not a network or a volume).
     fn counted(&self) -> Option<&str>;
 
+    /// What the create body names (`super::named`: its image, template or snapshot), for the
+    /// record of a refusal.
+    fn named(&self, body: &[u8]) -> BTreeMap<String, String>;
+
     /// The sidecar's channel (claims and slots).
     fn claims(&self) -> &mpsc::UnboundedSender<Ask>;
 
@@ -123,7 +129,7 @@ pub(crate) async fn create<C: Creates>(
     // Decided before stamping: the Docker proxy's stamp makes a container's named volumes,
     // which a refused create must not leave behind.
     let slot = match api.counted() {
-        Some(provider) => super::claim::slot(api.claims(), provider)
+        Some(provider) => super::claim::slot(api.claims(), provider, api.named(&body))
             .await
             .map_err(Refusal::Limit)?,
         None => None,

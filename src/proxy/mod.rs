@@ -19,6 +19,8 @@
 //!   reads it ([`json`] keeps a body as Go's decoder reads it);
 //! - [`size`]: the size a cloud create names (its template, its snapshot), journaled with its
 //!   claim for prices;
+//! - [`named`]: what a create names (its image, template or snapshot, never its environment),
+//!   journaled with a refusal of it;
 //! - [`claim`]: how a proxy hands the sidecar a claim, a detach or a release and waits until it
 //!   is journaled;
 //! - [`release`]: whether the answer to a `DELETE` of a claimed sandbox releases its claim,
@@ -36,6 +38,7 @@ pub(crate) mod create;
 pub(crate) mod docker;
 pub(crate) mod headers;
 pub(crate) mod json;
+pub(crate) mod named;
 pub(crate) mod path;
 pub(crate) mod refusal;
 pub(crate) mod release;

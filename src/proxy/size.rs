@@ -20,6 +20,12 @@ pub(crate) const MAX_SIZE: usize = 128;
 
 /// The size `body` names at `keys`, if it names one worth keeping (see the module docs).
 pub(crate) fn named(body: &[u8], keys: Keys) -> Option<String> {
+    string_at(body, keys).filter(|s| kept(s))
+}
+
+/// The string `body` holds at the top-level key `keys`, as the service reads it (see the
+/// module docs); `None` when it holds none, or a value that is not a string.
+pub(crate) fn string_at(body: &[u8], keys: Keys) -> Option<String> {
     let Ok(Json::Object(pairs)) = Json::parse(body) else {
         return None;
     };
@@ -30,7 +36,7 @@ pub(crate) fn named(body: &[u8], keys: Keys) -> Option<String> {
         Keys::Exact(name) => pairs.iter().rfind(|(k, _)| k == name),
     };
     match value {
-        Some((_, Json::String(s))) if kept(s) => Some(s.clone()),
+        Some((_, Json::String(s))) => Some(s.clone()),
         _ => None,
     }
 }

@@ -3,7 +3,8 @@
 //! `owns` (a detach counts only from a session that owns what it names) and `accept` (what no
 //! provider of the session can act on is journaled `refused`); and as they arrive from the
 //! proxies (`on_proxy_ask`: a create, claimed and acknowledged once on disk, and its slot
-//! under the session's limits taken and ended).
+//! under the session's limits taken and ended, or refused and put on the record:
+//! `super::refusals`).
 
 use super::lease::Clock;
 use super::triggers::refusal;
@@ -164,8 +165,12 @@ impl<C: Clock> Sidecar<C> {
     /// ([`Sidecar::take_slot`]), and its end journaled.
     pub(super) async fn on_proxy_ask<R>(&mut self, ask: Option<ProxyAsk>, t: &mut Triggers<R>) {
         match ask {
-            Some(ProxyAsk::Slot { provider, answer }) => {
-                let _ = answer.send(self.slot(&provider).await);
+            Some(ProxyAsk::Slot {
+                provider,
+                create,
+                answer,
+            }) => {
+                let _ = answer.send(self.slot(&provider, create).await);
             }
             Some(ProxyAsk::SlotDone { n, made }) => {
                 self.budget.1.done(n, made);
@@ -196,7 +201,14 @@ impl<C: Clock> Sidecar<C> {
     /// the session still holds there ([`Sidecar::confirm_held`]): what went by itself (a
     /// `docker run --rm` whose event is still on its way) frees its slot first, and only
     /// what the provider says exists is counted against the limit.
-    async fn slot(&mut self, provider: &str) -> Result<Option<u64>, Exceeded> {
+    ///
+    /// A refusal is on the record ([`Sidecar::refused`]): counted, and journaled with what the
+    /// create names (`create`) as `super::refusals` decides.
+    async fn slot(
+        &mut self,
+        provider: &str,
+        create: std::collections::BTreeMap<String, String>,
+    ) -> Result<Option<u64>, Exceeded> {
         if !self.budget.0.any() {
             return Ok(None);
         }
@@ -219,13 +231,7 @@ impl<C: Clock> Sidecar<C> {
                 Ok(Some(n))
             }
             Err(exceeded) => {
-                tracing::warn!("refused a {provider} create: {exceeded}");
-                let key = match &exceeded.provider {
-                    Some(p) => format!("providers.{p}.limits.{}", exceeded.over.key()),
-                    None => exceeded.over.key().to_string(),
-                };
-                let line = format!("refused a {provider} create: {exceeded}");
-                self.tell_limit(&key, exceeded.provider.as_deref(), &line);
+                self.refused(provider, &exceeded, create);
                 Err(exceeded)
             }
         }

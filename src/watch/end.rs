@@ -27,6 +27,8 @@ impl<C: Clock> Sidecar<C> {
         control: Option<LineReader<R>>,
         exit: Option<ExitProbe>,
     ) -> Ended {
+        // The refusals' exact counts, before anything else is journaled for the end.
+        self.journal_refusals();
         let mut notify = std::mem::replace(&mut self.notify, crate::notify::Lazy::none());
         let Some(cause) = cause else {
             notify.flush(crate::notify::STOP_FLUSH).await;

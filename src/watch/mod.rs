@@ -48,6 +48,7 @@ mod gone;
 pub(crate) mod lease;
 pub(crate) mod limits;
 mod notify;
+mod refusals;
 pub(crate) mod service;
 pub(crate) mod start;
 mod triggers;
@@ -154,6 +155,8 @@ pub(crate) struct Sidecar<C> {
     ),
     /// The limits told to `[notify]` already, by key: once each per session.
     limits_told: std::collections::BTreeSet<String>,
+    /// The latest refused create of each provider and limit not journaled yet ([`refusals`]).
+    unjournaled: refusals::Unjournaled,
 }
 
 /// Told a line (without `sandguard: `) for whoever started the session, while it runs.
@@ -201,6 +204,7 @@ impl<C: Clock> Sidecar<C> {
             kinds: Default::default(),
             notify: crate::notify::Lazy::none(),
             limits_told: Default::default(),
+            unjournaled: Default::default(),
             gone: tokio::sync::mpsc::unbounded_channel(),
         }
     }

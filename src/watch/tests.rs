@@ -385,3 +385,42 @@ async fn claims_over_a_limit_are_reported_once_and_nothing_is_refused() {
     h.kill_owner.take().unwrap().send(()).unwrap();
     h.finish().await;
 }
+
+/// A flood of refused creates is journaled at each doubling while it lasts, and its exact
+/// count once the session ends (`super::refusals`).
+#[tokio::test(start_paused = true)]
+async fn refused_creates_are_journaled_per_doubling_and_counted_exactly_at_the_end() {
+    let s = "refusals";
+    let mut h = Harness::start_set(s, Fake::holding(Vec::new()), |sidecar| {
+        let limits = crate::budget::Limits {
+            creates: Some(0),
+            ..Default::default()
+        };
+        sidecar.limit(limits, Default::default());
+    });
+    for _ in 0..10 {
+        let (answer, answered) = oneshot::channel();
+        let create = [("image".to_string(), "busybox".to_string())].into();
+        let ask = crate::proxy::claim::Ask::Slot {
+            provider: "fake".into(),
+            create,
+            answer,
+        };
+        h.proxy.send(ask).unwrap();
+        assert!(answered.await.unwrap().is_err(), "over `creates`");
+    }
+    let journal = std::fs::read_to_string(h.dir.join(format!("sessions/{s}.journal"))).unwrap();
+    let written: Vec<&str> = journal
+        .lines()
+        .filter(|l| l.contains(r#""ev":"create_refused""#))
+        .collect();
+    assert_eq!(written.len(), 4, "the 1st, 2nd, 4th and 8th: {journal}");
+    assert!(written[3].contains(r#""n":8"#) && written[3].contains(r#""image":"busybox""#));
+    h.kill_owner.take().unwrap().send(()).unwrap();
+    let (_, _, view) = h.finish().await;
+    assert_eq!(
+        view.slots.refused.of("fake", "creates"),
+        10,
+        "the 10th, at the end"
+    );
+}

@@ -181,7 +181,7 @@ test("guard({ maxSandboxes: 1 }): the E2B SDK's second create rejects with the p
   assert.equal(out.code, 0, out.stderr);
   const said = JSON.parse(out.stdout.trim());
   assert.ok(said.refused, out.stdout);
-  assert.match(said.refused.message, /sandguard: refused a e2b sandbox create: limit `sandboxes` reached/);
+  assert.match(said.refused.message, /sandguard: refused a sandbox create on e2b: limit `sandboxes` reached/);
   assert.equal(said.state, "clean", out.stdout);
   assert.equal(await sandbox(said.id), null, "close() deleted the one it made");
 });

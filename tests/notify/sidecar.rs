@@ -61,8 +61,9 @@ exec sleep 3600
     assert_eq!(e["provider"], serde_json::Value::Null, "{e}");
     let text = e["text"].as_str().unwrap();
     assert!(
-        text.contains(&format!("session {session}: refused a docker create"))
-            && text.contains("`sandboxes`"),
+        text.contains(&format!(
+            "session {session}: refused a sandbox create on docker"
+        )) && text.contains("`sandboxes`"),
         "{text}"
     );
 }

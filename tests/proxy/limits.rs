@@ -220,7 +220,7 @@ fn the_e2b_sdk_gets_its_own_error_at_max_sandboxes_and_the_service_makes_nothing
     let s = Scratch::new("limit-e2b");
     let (emu, state) = e2b::start(E2B_KEY);
     let env = [("E2B_API_KEY", E2B_KEY), ("E2B_API_URL", emu.url.as_str())];
-    let message = "sandguard: refused a e2b sandbox create: limit `sandboxes` reached";
+    let message = "sandguard: refused a sandbox create on e2b: limit `sandboxes` reached";
     let (child, ids) = over_the_limit(&s, &env, "--max-sandboxes", E2B_OVER_THE_LIMIT, message);
     assert_eq!(state.creates().len(), 2, "the third never reached E2B");
     kill(child);
@@ -401,8 +401,17 @@ exec sleep 3600
         } else {
             assert_eq!(running.trim(), "2", "what runs, runs on");
             assert!(
-                !journal.contains(r#""limit":"spend""#),
-                "nothing removed for it"
+                !journal
+                    .lines()
+                    .any(|l| l.contains(r#""ev":"removed""#) && l.contains(r#""limit":"spend""#)),
+                "nothing removed for it (its refusal is journaled, with the limit): {journal}"
+            );
+            assert!(
+                journal
+                    .lines()
+                    .any(|l| l.contains(r#""ev":"create_refused""#)
+                        && l.contains(r#""limit":"spend""#)),
+                "the refused create is on the record: {journal}"
             );
         }
         assert!(child.try_wait().unwrap().is_none(), "the program runs on");
@@ -449,7 +458,7 @@ fn a_money_spend_at_the_configured_prices_refuses_the_create_past_it() {
     let said = first_line(&mut child);
     let raised = said["error"]["message"].as_str().unwrap_or_default();
     assert!(
-        raised.contains("sandguard: refused a e2b sandbox create: limit `spend` reached (at most $3.00 estimated; this session used $"),
+        raised.contains("sandguard: refused a sandbox create on e2b: limit `spend` reached (at most $3.00 estimated; this session used $"),
         "the SDK raises with the limit: {said}"
     );
     assert_eq!(state.creates().len(), 1, "the second never reached E2B");
@@ -465,6 +474,10 @@ fn a_money_spend_at_the_configured_prices_refuses_the_create_past_it() {
     assert!(
         err.contains("limit `spend` is money ($3.00 estimated) but no price is set"),
         "{err}"
+    );
+    assert!(
+        err.contains("book/src/budgets.md, \"Prices\"") && !err.contains("README"),
+        "it points to the book's section on prices, which exists: {err}"
     );
     assert!(
         !String::from_utf8_lossy(&out.stdout).contains("ran"),

@@ -11,6 +11,8 @@
 //! - [`defaults`]: `sandguard -- CMD` serves the proxies by default.
 //! - [`limits`]: limits per session (`--max-sandboxes`, `--max-creates`) refuse a create in
 //!   the client's own error, and make nothing.
+//! - [`refusals`]: a refused create is on the record (journal, `sessions show`, `report`),
+//!   a flood of them a record per doubling, never an environment value.
 //! - [`lifetime`]: `--max-lifetime` ages the session's sandboxes, never its networks or
 //!   volumes.
 //! - [`releases`]: a removal through a proxy releases only what the provider confirmed gone;
@@ -27,5 +29,6 @@ mod docker_claims;
 mod docker_labels;
 mod lifetime;
 mod limits;
+mod refusals;
 mod releases;
 mod spend;

@@ -147,7 +147,7 @@ fn an_e2b_delete_off_the_kill_route_frees_no_slot_and_the_sdks_kill_does() {
         "the second create is refused: the unrouted DELETE freed no slot: {said}"
     );
     assert!(
-        error.contains("sandguard: refused a e2b sandbox create: limit `sandboxes` reached"),
+        error.contains("sandguard: refused a sandbox create on e2b: limit `sandboxes` reached"),
         "the SDK raises with the limit: {said}"
     );
     let before = said["before"].as_str().unwrap_or_default();

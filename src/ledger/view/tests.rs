@@ -177,3 +177,17 @@ fn create_slots_are_folded_so_a_resumed_sidecar_counts_on_from_them() {
     // Slot 1 was open when the journal stopped: it still counts.
     assert_eq!(v.slots.open.keys().copied().collect::<Vec<_>>(), [1]);
 }
+
+#[test]
+fn refused_creates_are_counted_by_the_largest_n_and_move_no_sandbox() {
+    let v = view(&[
+        r#"{"t":1,"ev":"start","owner":"o","pid":1,"grace_ms":1}"#,
+        r#"{"t":2,"ev":"create_refused","provider":"docker","limit":"sandboxes","max":"1","reached":"1","n":1,"at":2,"create":{"image":"busybox"}}"#,
+        r#"{"t":3,"ev":"create_refused","provider":"docker","limit":"sandboxes","max":"1","reached":"1","n":8,"at":3}"#,
+        r#"{"t":4,"ev":"create_refused","provider":"e2b","limit":"creates","max":"2","reached":"2","n":1,"at":4}"#,
+    ]);
+    assert_eq!(v.slots.refused.of("docker", "sandboxes"), 8);
+    assert_eq!(v.slots.refused.of("e2b", "creates"), 1);
+    assert!(v.claims.is_empty() && v.refused.is_empty());
+    assert_eq!(v.state, SessionState::Active);
+}

@@ -212,6 +212,15 @@ impl Api {
         }
     }
 
+    /// What a create body names (`crate::proxy::named`): E2B's template, Daytona's snapshot.
+    pub(crate) fn create_names(self, body: &[u8]) -> std::collections::BTreeMap<String, String> {
+        let fields = match self {
+            Api::E2b => crate::proxy::named::E2B,
+            Api::Daytona => crate::proxy::named::DAYTONA,
+        };
+        crate::proxy::named::named(body, fields)
+    }
+
     /// The new sandbox's id in a successful create answer.
     pub(crate) fn created(self, answer: &[u8]) -> Option<String> {
         match self {
@@ -452,10 +461,11 @@ fn route(req: &Request<Incoming>, shared: &Shared) -> Route {
     shared.api.route(post, rest)
 }
 
+/// Worded so that no article hangs on the provider's name ("a sandbox create on e2b").
 fn refusal_message(api: Api, why: &str) -> String {
     format!(
-        "sandguard: refused a {} sandbox create it cannot stamp with the session's labels ({why}); \
-         nothing was created",
+        "sandguard: refused a sandbox create on {} that it cannot stamp with the session's \
+         labels ({why}); nothing was created",
         api.name()
     )
 }
@@ -464,7 +474,7 @@ fn refusal_message(api: Api, why: &str) -> String {
 fn refused(api: Api, refusal: &Refusal) -> Response<Body> {
     if let Refusal::Limit(_) = refusal {
         let message = format!(
-            "sandguard: refused a {} sandbox create: {refusal}",
+            "sandguard: refused a sandbox create on {}: {refusal}",
             api.name()
         );
         return answer(refusal.status(), &message);
@@ -519,6 +529,14 @@ impl Creates for Creating<'_> {
     /// Every create this proxy routes makes a sandbox.
     fn counted(&self) -> Option<&str> {
         Some(self.0.api.name())
+    }
+
+    /// Nothing without limits (nothing is refused, so the body is not read again).
+    fn named(&self, body: &[u8]) -> std::collections::BTreeMap<String, String> {
+        if !self.0.labels.budget.any() {
+            return Default::default();
+        }
+        self.0.api.create_names(body)
     }
 
     fn claims(&self) -> &mpsc::UnboundedSender<Ask> {

@@ -221,6 +221,15 @@ impl Creates for Creating<'_> {
         (self.kind == Create::Container).then_some("docker")
     }
 
+    /// A container's image; nothing without limits (nothing is refused, so the body is not
+    /// read again).
+    fn named(&self, body: &[u8]) -> std::collections::BTreeMap<String, String> {
+        if !self.conn.shared.labels.budget.any() {
+            return Default::default();
+        }
+        crate::proxy::named::named(body, crate::proxy::named::DOCKER)
+    }
+
     fn claims(&self) -> &tokio::sync::mpsc::UnboundedSender<super::Ask> {
         &self.conn.shared.claims
     }
