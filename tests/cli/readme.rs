@@ -9,8 +9,10 @@
 //! a new snippet cannot slip in untested by accident; a name used twice, in one file or across
 //! files, fails [`every_run_name_is_used_once`].
 //!
-//! The snippets use the image name `busybox`; the daemon has only the test image, which these
-//! tests tag as `busybox:latest` (a local tag, nothing is pulled).
+//! The snippets run the test image, `sandguard-test/busybox` ([`IMAGE`], made by
+//! tests/engine.sh: nothing is pulled), as a reader runs them
+//! ([`the_examples_run_the_test_image_which_is_never_pulled`]); the Budgets chapter's still
+//! says `busybox`, which its test tags locally ([`busybox`]).
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -80,7 +82,7 @@ pub(crate) fn block(name: &str) -> String {
         )
 }
 
-/// `busybox:latest` as a local tag of the test image.
+/// `busybox:latest` as a local tag of the test image, for the one block that names it.
 fn busybox() {
     require_docker();
     let ok = Command::new("docker")
@@ -112,6 +114,36 @@ fn every_block_is_run_or_says_why_not() {
             );
         }
     }
+}
+
+/// Every example that starts a container names the image `tests/engine.sh` makes
+/// (`sandguard-test/busybox`, imported, never pulled), so that it runs as written on a machine
+/// with no registry: a bare `busybox` is Docker Hub's, which an offline machine cannot pull.
+/// `book/src/budgets.md` is not read yet: its examples are reworded on the branch that owns
+/// the chapter (its run block, `budget-flags`, still runs on the local `busybox` tag).
+#[test]
+fn the_examples_run_the_test_image_which_is_never_pulled() {
+    let mut pulled = Vec::new();
+    for (path, text) in docs() {
+        if path == "book/src/budgets.md" {
+            continue;
+        }
+        for (_, _, body) in blocks(&text) {
+            for line in body.lines() {
+                let bare = line
+                    .match_indices("busybox")
+                    .any(|(at, _)| !line[..at].ends_with("sandguard-test/"));
+                if bare {
+                    pulled.push(format!("{path}: {}", line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        pulled.is_empty(),
+        "examples that name an image to pull, not sandguard-test/busybox:\n{}",
+        pulled.join("\n")
+    );
 }
 
 /// A `run NAME` marker names one block among README.md and every chapter: [`block`] takes the
@@ -151,7 +183,7 @@ fn every_run_name_is_used_once() {
 /// this test.
 #[test]
 fn the_quick_start_guards_a_program() {
-    busybox();
+    require_docker();
     let _g = shared();
     let s = Scratch::new("readme-quick");
     let text = block("quick-start");
@@ -197,7 +229,7 @@ fn the_quick_start_guards_a_program() {
 /// container is reclaimed when the script is killed.
 #[test]
 fn the_claim_snippet_claims_an_unlabelled_container() {
-    busybox();
+    require_docker();
     let _g = shared();
     let s = Scratch::new("readme-claim");
     let ids = s.path().join("ids");
@@ -223,7 +255,7 @@ fn the_claim_snippet_claims_an_unlabelled_container() {
 /// Guarding a container by hand with a label, then `ps` and `stop --all --session`.
 #[test]
 fn guarding_a_container_by_hand_with_a_label() {
-    busybox();
+    require_docker();
     let _g = shared();
     let s = Scratch::new("readme-labels");
     let mut script = block("labels-by-hand");
