@@ -538,7 +538,8 @@ if [ -n "$darwin" ]; then
 fi
 
 # Step 4: the helper's tests against that wheel (a fresh venv, the real Docker daemon). The
-# Docker proxy's test also installs docker-py (`docker` from PyPI) into that venv.
+# Docker proxy's test also installs docker-py (`docker==7.2.0` from PyPI, pinned in
+# tests/python/conftest.py) into that venv.
 # -p no:cacheprovider: no .pytest_cache in the work tree.
 set +e
 SANDGUARD_WHEEL=$wheel "$tools/bin/pytest" -p no:cacheprovider -v tests/python 2>&1 | tee "$logs/pytest"

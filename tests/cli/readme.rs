@@ -146,6 +146,67 @@ fn the_examples_run_the_test_image_which_is_never_pulled() {
     );
 }
 
+/// README's "Clients tried" names every client the tests install at the version they install:
+/// the vendors' Python SDKs (tests/run.sh's `SDK_PINS`), the npm packages tests/run.sh adds
+/// to the Node tests' project (`name@version`), and docker-py (tests/python/conftest.py), each
+/// pinned (`==`, `@`), never a range; and it never says a version is unrecorded where the
+/// tests record it.
+#[test]
+fn readme_names_the_clients_at_the_versions_the_tests_install() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |rel: &str| std::fs::read_to_string(root.join(rel)).unwrap();
+    let (runner, conftest, readme) = (
+        read("tests/run.sh"),
+        read("tests/python/conftest.py"),
+        read("README.md"),
+    );
+    let tried = readme
+        .split_once("## Clients tried")
+        .and_then(|(_, rest)| rest.split("\n## ").next())
+        .expect("README has a section \"Clients tried\"");
+    let quoted = |line: &str| -> Vec<String> {
+        line.split(['\'', '"'])
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect()
+    };
+    let mut pins: Vec<String> = runner
+        .lines()
+        .find(|l| l.starts_with("SDK_PINS=("))
+        .map(quoted)
+        .expect("tests/run.sh pins the vendors' SDKs in SDK_PINS");
+    let npm = runner
+        .split_once("npm install")
+        .and_then(|(_, rest)| rest.split(')').next())
+        .expect("tests/run.sh installs the Node tests' packages with npm install");
+    pins.extend(
+        npm.split_whitespace()
+            .filter(|w| w.contains('@') && w.starts_with(char::is_alphabetic))
+            .map(str::to_string),
+    );
+    pins.extend(
+        conftest
+            .lines()
+            .filter(|l| l.contains("\"docker"))
+            .flat_map(quoted)
+            .filter(|w| w.starts_with("docker") && w.contains(['=', '<', '>', '~'])),
+    );
+    assert!(pins.len() >= 6, "the pins found: {pins:?}");
+    let mut wrong: Vec<String> = pins
+        .iter()
+        .filter_map(|pin| match () {
+            _ if !pin.contains("==") && !pin.contains('@') => Some(format!("{pin}: a range")),
+            _ if !tried.contains(pin.as_str()) => Some(format!("{pin}: not in README")),
+            _ => None,
+        })
+        .collect();
+    if tried.contains("not recorded") {
+        wrong.push("README says versions were \"not recorded\"".into());
+    }
+    assert!(wrong.is_empty(), "README's Clients tried:\n{}", wrong.join("\n"));
+}
+
 /// A `run NAME` marker names one block among README.md and every chapter: [`block`] takes the
 /// first, so a second of the same name would never run.
 #[test]
