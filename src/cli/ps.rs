@@ -2,6 +2,24 @@
 //! whether its owner is alive, and when the provider itself will end it (`EXPIRES`,
 //! `expires_at`) where the provider has such a lifetime and lists it.
 //!
+//! Decisions (`EXPIRES`, [`Sandbox::expires_at`]): only a time the provider's listing gives as
+//! the moment it ends the sandbox on its own, never one worked out from other fields:
+//! - E2B: `endAt` while the sandbox runs (E2B stops it then: kills it, or pauses it when it
+//!   was made with auto-pause); none once paused, since E2B keeps a paused sandbox until it is
+//!   deleted (`crate::providers::e2b`).
+//! - Daytona: `autoDestroyAt`, set only while a TTL is (destroyed then, whatever its state).
+//!   Its auto-stop and auto-delete intervals count from when it goes idle or stops, so they
+//!   name no time.
+//! - Tenki: `timeoutAt`, when Tenki terminates the session (`ExtendSession` moves it).
+//! - Modal: none. The listing has the timeout in seconds, but not for certain when its clock
+//!   started (the create, or the task's start after the image is pulled): a guess could show a
+//!   sandbox ending before it does.
+//! - Docker (and Podman), Fly.io Machines, plugins: none; nothing of theirs ends a sandbox on
+//!   a clock (`sandguard.expires` is sandguard's own, ended by a sweep).
+//!
+//! The times (`UPTIME`, `in …`) are written as every table writes them
+//! ([`timefmt::format_uptime`]).
+//!
 //! Only instances (containers, VMs, cloud sandboxes) are shown; the networks and volumes of a
 //! session are removed with it by `stop` but are not sandboxes a user runs. A provider that
 //! could not be queried is listed under `errors` (and at the bottom of the text) and makes the
