@@ -7,6 +7,7 @@
 //! - [`stop_all`]: `stop --all` on a shared engine: the question, `--yes`, `--dead`.
 //! - [`session_ids`]: session ids, `sessions show` and refused detaches, answered honestly.
 //! - [`report`]: spend: `report`, and the spend `sessions` and `sessions show` print.
+//! - [`durations`]: times as every table writes them, adding up as a user adds them.
 //! - [`edges`]: `ps --session/--state`, `sessions show`, log levels, verdicts said once.
 //! - [`config_errors`]: bad configuration exits 2 naming file, line and key.
 //! - [`security`]: secrets, unsafe state directories, look-alikes.
@@ -14,6 +15,7 @@
 //! - [`packaging`], [`image`]: the packaging files and the container image.
 
 mod config_errors;
+mod durations;
 mod edges;
 pub(crate) mod image;
 mod packaging;

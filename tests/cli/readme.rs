@@ -204,7 +204,11 @@ fn readme_names_the_clients_at_the_versions_the_tests_install() {
     if tried.contains("not recorded") {
         wrong.push("README says versions were \"not recorded\"".into());
     }
-    assert!(wrong.is_empty(), "README's Clients tried:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "README's Clients tried:\n{}",
+        wrong.join("\n")
+    );
 }
 
 /// A `run NAME` marker names one block among README.md and every chapter: [`block`] takes the
