@@ -3,22 +3,15 @@
 //! `expires_at`) where the provider has such a lifetime and lists it.
 //!
 //! Decisions (`EXPIRES`, [`Sandbox::expires_at`]): only a time the provider's listing gives as
-//! the moment it ends the sandbox on its own, never one worked out from other fields:
-//! - E2B: `endAt` while the sandbox runs (E2B stops it then: kills it, or pauses it when it
-//!   was made with auto-pause); none once paused, since E2B keeps a paused sandbox until it is
-//!   deleted (`crate::providers::e2b`).
-//! - Daytona: `autoDestroyAt`, set only while a TTL is (destroyed then, whatever its state).
-//!   Its auto-stop and auto-delete intervals count from when it goes idle or stops, so they
-//!   name no time.
-//! - Tenki: `timeoutAt`, when Tenki terminates the session (`ExtendSession` moves it).
-//! - Modal: none. The listing has the timeout in seconds, but not for certain when its clock
-//!   started (the create, or the task's start after the image is pulled): a guess could show a
-//!   sandbox ending before it does.
-//! - Docker (and Podman), Fly.io Machines, plugins: none; nothing of theirs ends a sandbox on
-//!   a clock (`sandguard.expires` is sandguard's own, ended by a sweep).
-//!
-//! The times (`UPTIME`, `in …`) are written as every table writes them
-//! ([`timefmt::format_uptime`]).
+//! when it ends the sandbox on its own, never one worked out from other fields. E2B: `endAt`
+//! while it runs (it is stopped then: killed, or paused if made with auto-pause), none once
+//! paused (kept until deleted). Daytona: `autoDestroyAt`, set while a TTL is (its auto-stop
+//! and auto-delete count from when it idles or stops: no time). Tenki: `timeoutAt`. Modal:
+//! none; its listing has a timeout in seconds, not for certain when that clock started (the
+//! create, or the task's start after its image is pulled), and a guess could end a sandbox
+//! early on screen. Docker, Fly.io Machines, plugins: none, nothing of theirs ends a sandbox
+//! on a clock (`sandguard.expires` is sandguard's, ended by a sweep). Times (`UPTIME`,
+//! `in …`) are written as every table writes them ([`timefmt::format_uptime`]).
 //!
 //! Only instances (containers, VMs, cloud sandboxes) are shown; the networks and volumes of a
 //! session are removed with it by `stop` but are not sandboxes a user runs. A provider that
@@ -61,6 +54,7 @@
 
 use serde::Serialize;
 
+use super::output::colour::Paint;
 use super::output::{self, sanitize, ErrorJson, Exit, SandboxJson};
 use super::Error;
 use std::collections::HashMap;
@@ -317,7 +311,7 @@ pub(super) async fn run(
                 .collect(),
         });
     } else {
-        let mut text = render(&found, timefmt::now_unix(), &host_of);
+        let mut text = render(&found, timefmt::now_unix(), &host_of, Paint::stdout());
         text.push_str(&output::failure_lines(
             &failures,
             "its sandboxes are not listed above",
@@ -340,6 +334,7 @@ fn render<'a>(
     found: &'a [Sandbox],
     now: i64,
     host_of: &dyn Fn(&'a Sandbox) -> Option<Option<&'a str>>,
+    paint: Paint,
 ) -> String {
     if found.is_empty() {
         return "No running sandboxes.\n".to_string();
@@ -384,7 +379,8 @@ fn render<'a>(
     if with_hosts {
         headers.push("HOST");
     }
-    let mut text = output::table(&headers, &rows);
+    // OWNER's words, coloured on a terminal.
+    let mut text = output::painted_table(&headers, &rows, &[7], paint);
     text.push_str(&format!(
         "{} Stop with: sandguard stop <instance-id>\n",
         count_line(found)

@@ -10,7 +10,7 @@ use crate::support::*;
 
 /// Writes `lines` as the journal of `session` in the scratch's state directory, as a sidecar
 /// would have (mode 0600 in 0700 directories).
-fn write_journal(s: &Scratch, session: &str, lines: &[String]) {
+pub(super) fn write_journal(s: &Scratch, session: &str, lines: &[String]) {
     let state = s.path().join("state");
     let dir = state.join("sandguard").join("sessions");
     std::fs::DirBuilder::new()
@@ -31,6 +31,12 @@ fn write_journal(s: &Scratch, session: &str, lines: &[String]) {
         .unwrap();
 }
 
+/// A journal's first record: the session began at `t0` (Unix ms) for `owner`.
+pub(super) fn start_line(t0: i64, owner: &str) -> String {
+    let start = r#""ev":"start","pid":4242,"grace_ms":600000,"labels":{}"#;
+    format!(r#"{{"t":{t0},{start},"owner":"{owner}"}}"#)
+}
+
 /// A reclaimed session an hour old whose docker, e2b and daytona sandboxes lived 60 s, 11 s
 /// and 4 s; its id.
 fn session_of_three(s: &Scratch) -> String {
@@ -43,9 +49,7 @@ fn session_of_three(s: &Scratch) -> String {
         ("e2b", "isbxeleven", 11_000),
         ("daytona", "sbx-four", 4_000),
     ];
-    let mut lines = vec![format!(
-        r#"{{"t":{t0},"ev":"start","owner":"{owner}","pid":4242,"grace_ms":600000,"labels":{{}}}}"#
-    )];
+    let mut lines = vec![start_line(t0, owner)];
     for (provider, id, _) in sandboxes {
         lines.push(format!(
             r#"{{"t":{t0},"ev":"claim","provider":"{provider}","id":"{id}"}}"#
