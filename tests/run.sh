@@ -342,7 +342,8 @@ command -v flock >/dev/null 2>&1 || apt_install util-linux
 command -v redis-server >/dev/null 2>&1 || apt_install redis-server
 command -v redis-cli >/dev/null 2>&1 || apt_install redis-tools
 # The metrics tests (tests/sweep/metrics.rs, tests/fleet/metrics.rs) check a scrape with
-# Prometheus' own `promtool check metrics` (Debian's prometheus package).
+# Prometheus' own `promtool check metrics`, and tests/sweep/dashboard.rs the Grafana
+# dashboard's expressions with `promtool check rules` (Debian's prometheus package).
 command -v promtool >/dev/null 2>&1 || apt_install prometheus
 # tests/fleet/ reads packaging/kubernetes/ with a YAML parser.
 python3 -c 'import yaml' 2>/dev/null || apt_install python3-yaml

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::durations::{start_line, write_journal};
+use crate::support::journal::{start_line, write_journal};
 use crate::support::plugin::{cmd, config, Plugin};
 use crate::support::terminal::Terminal;
 use crate::support::*;

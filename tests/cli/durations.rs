@@ -3,39 +3,8 @@
 //! exact) is 1m15s of sandbox time in `sessions`, `sessions show` and `report`, as a user adds
 //! the parts up, and each part is written by the same rule (`src/timefmt.rs`).
 
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-
+use crate::support::journal::{start_line, write_journal};
 use crate::support::*;
-
-/// Writes `lines` as the journal of `session` in the scratch's state directory, as a sidecar
-/// would have (mode 0600 in 0700 directories).
-pub(super) fn write_journal(s: &Scratch, session: &str, lines: &[String]) {
-    let state = s.path().join("state");
-    let dir = state.join("sandguard").join("sessions");
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)
-        .unwrap();
-    for d in [state.clone(), state.join("sandguard")] {
-        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
-    }
-    let mut f = std::fs::OpenOptions::new()
-        .create_new(true)
-        .write(true)
-        .mode(0o600)
-        .open(dir.join(format!("{session}.journal")))
-        .unwrap();
-    f.write_all(format!("{}\n", lines.join("\n")).as_bytes())
-        .unwrap();
-}
-
-/// A journal's first record: the session began at `t0` (Unix ms) for `owner`.
-pub(super) fn start_line(t0: i64, owner: &str) -> String {
-    let start = r#""ev":"start","pid":4242,"grace_ms":600000,"labels":{}"#;
-    format!(r#"{{"t":{t0},{start},"owner":"{owner}"}}"#)
-}
 
 /// A reclaimed session an hour old whose docker, e2b and daytona sandboxes lived 60 s, 11 s
 /// and 4 s; its id.
