@@ -11,8 +11,10 @@
 //! main.rs       args → logging → cli → exit code
 //! cli/          one file per subcommand: parses its args, makes Settings, calls the library
 //!               once and prints what it answers; error.rs (one Error, one exit code mapping);
-//!               watch/terminal.rs (the sidecar's words on the wrapper's stderr);
-//!               output/refusals.rs (refused creates, for `sessions show` and `report`); report.rs
+//!               output.rs (tables, JSON shapes, stdout; output/colour.rs: state words
+//!               coloured on a terminal, never with NO_COLOR; output/refusals.rs: refused
+//!               creates, for `sessions show` and `report`);
+//!               watch/terminal.rs (the sidecar's words on the wrapper's stderr); report.rs
 //!               (`sandguard report`: the ledger's spend, printed); fleet.rs (`--fleet` of
 //!               `sessions` and `report`: the fleet store read instead of the ledger)
 //! wrapper/      `sandguard -- CMD` as a library service: mod.rs (the session made and handed
@@ -113,7 +115,7 @@
 //!               can change a file: the ledger's directory, an engine socket found)
 //! model/        (unit tests only) random histories against a model of the trust rules; its
 //!               generator and oracle are testing/rng.rs and testing/oracle.rs
-//! timefmt.rs    RFC 3339 and uptimes
+//! timefmt.rs    RFC 3339, and the one way every table writes a span (`1m15s`)
 //! backoff.rs    the one backoff schedule every retry waits by
 //! ```
 //!

@@ -1,6 +1,23 @@
 //! The little calendar arithmetic sandguard needs: RFC 3339 timestamps to and from Unix
-//! seconds (UTC only; offsets are applied), and the compact uptimes `ps` prints. Written out
-//! here rather than pulling a date crate into every build.
+//! seconds (UTC only; offsets are applied), and the spans of time the tables print. Written
+//! out here rather than pulling a date crate into every build.
+//!
+//! Two ways to write a span, each for its reader:
+//! - [`format_uptime`], **every table's**: ages and time left in `ps` and `sessions`, sandbox
+//!   time in `sessions`, `sessions show` and `report`. Two units, the largest that is not zero
+//!   and the next, the second always in two digits: `42s`, `1m15s`, `1h01m`, `2d03h`. What is
+//!   below the second unit is dropped, never rounded up, so a time is never shown longer
+//!   than it was, and parts of 1m00s, 11s and 4s read as a total of `1m15s`, as a user adds
+//!   them up (within one of the total's smaller unit: its seconds past an hour, its minutes
+//!   past a day). Two units, because a third is noise next to the first (a second of an hour)
+//!   and one alone drops up to half the figure (75 s read `1m`). No spaces inside: a table
+//!   read by `awk` or `cut` keeps one word a cell.
+//! - [`format_span`], a span as a config writes it (`1m30s`, `2h`), every non-zero unit: the
+//!   limits and TTLs echoed back as the user set them.
+//!
+//! The wrapper's closing line is neither: it speaks sandbox-hours, -minutes or -seconds with a
+//! decimal, each provider in the total's unit, so that its parts add up by eye in one unit
+//! (`src/cli/watch/terminal.rs`).
 
 /// Days since 1970-01-01 for a proleptic Gregorian date (Howard Hinnant's algorithm).
 fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
@@ -97,12 +114,13 @@ pub fn format_rfc3339(secs: i64) -> String {
     )
 }
 
-/// A compact age: `42s`, `5m`, `1h01m`, `2d03h`.
+/// A span as every table writes it (see the module's docs): `42s`, `1m15s`, `1h01m`,
+/// `2d03h`; a negative one (a clock that moved back) is `0s`.
 pub(crate) fn format_uptime(secs: i64) -> String {
     let s = secs.max(0);
     match s {
         0..=59 => format!("{s}s"),
-        60..=3599 => format!("{}m", s / 60),
+        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
         3600..=86_399 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
         _ => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
     }
@@ -177,11 +195,20 @@ mod tests {
     }
 
     #[test]
-    fn uptimes_are_compact() {
+    fn a_table_span_keeps_two_units_and_drops_the_rest() {
         assert_eq!(format_uptime(42), "42s");
-        assert_eq!(format_uptime(5 * 60 + 59), "5m");
-        assert_eq!(format_uptime(3600 + 60), "1h01m");
+        assert_eq!(format_uptime(60), "1m00s");
+        assert_eq!(format_uptime(5 * 60 + 59), "5m59s");
+        assert_eq!(format_uptime(3600 + 60 + 59), "1h01m");
         assert_eq!(format_uptime(2 * 86_400 + 3 * 3600 + 59), "2d03h");
         assert_eq!(format_uptime(-5), "0s");
+    }
+
+    #[test]
+    fn a_total_reads_as_its_parts_add_up() {
+        // The case: 1 m + 11 s + 4 s was a total of `1m`.
+        assert_eq!(format_uptime(60 + 11 + 4), "1m15s");
+        // Parts in minutes and seconds, a total past the hour: within a minute.
+        assert_eq!(format_uptime(2 * (30 * 60 + 30)), "1h01m");
     }
 }

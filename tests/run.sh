@@ -7,6 +7,11 @@
 #   - the test image sandguard-test/busybox:latest, built from a static busybox with
 #     `docker import` (nothing is pulled);
 # then runs, in this order (each step must pass, or the script stops with its status):
+#   D. the docs check (tests/docs/run.sh): the checker's own tests, then the checker on the
+#      tree: conflict markers anywhere (lock files aside), and in README, the book, config/
+#      and packaging/ dead paths, dead test names, dead links and anchors, and citations of
+#      README or book sections that do not exist; Python's standard library only, first,
+#      since it needs nothing built and takes about a second;
 #   Q. README's first command as written (its quick start's first line, on a terminal by
 #      script(1)), before anything here has started a daemon: its own set-up step
 #      (tests/engine.sh) must start one; the terminal must be told of the reclaim;
@@ -58,8 +63,8 @@
 # Tests marked #[ignore] need root (giving a directory to another user); they run here, which
 # needs root anyway, with `--include-ignored`.
 #
-# The last line adds up every layer, fuzz targets, unit tests, integration tests, macOS
-# targets linted, Python tests, the macOS packages' checks and Node tests:
+# The last line adds up every layer, the docs check, fuzz targets, unit tests, integration
+# tests, macOS targets linted, Python tests, the macOS packages' checks and Node tests:
 # `tests/run.sh: N passed, N failed (…)`, also when a layer failed and the run stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -316,6 +321,20 @@ if [ -n "${CI:-}" ]; then
   done
 fi
 
+logs=$(mktemp -d)
+
+# Step D: the docs check (tests/docs/run.sh), whose last line counts its self-tests and the
+# tree's check.
+command -v python3 >/dev/null 2>&1 || apt_install python3
+set +e
+tests/docs/run.sh 2>&1 | tee "$logs/docs"
+rc=${PIPESTATUS[0]}
+set -e
+read -r p f < <(sed -n 's/^docs check: \([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' \
+  "$logs/docs") || true
+tally "docs check" "${p:-0}" "${f:-1}"
+[ "$rc" -eq 0 ] || exit "$rc"
+
 command -v systemd-analyze >/dev/null 2>&1 || apt_install systemd
 command -v flock >/dev/null 2>&1 || apt_install util-linux
 # The fleet tests (tests/fleet/) start their own redis-server on a loopback port, with a
@@ -323,11 +342,11 @@ command -v flock >/dev/null 2>&1 || apt_install util-linux
 command -v redis-server >/dev/null 2>&1 || apt_install redis-server
 command -v redis-cli >/dev/null 2>&1 || apt_install redis-tools
 # The metrics tests (tests/sweep/metrics.rs, tests/fleet/metrics.rs) check a scrape with
-# Prometheus' own `promtool check metrics` (Debian's prometheus package).
+# Prometheus' own `promtool check metrics`, and tests/sweep/dashboard.rs the Grafana
+# dashboard's expressions with `promtool check rules` (Debian's prometheus package).
 command -v promtool >/dev/null 2>&1 || apt_install prometheus
 # tests/fleet/ reads packaging/kubernetes/ with a YAML parser.
 python3 -c 'import yaml' 2>/dev/null || apt_install python3-yaml
-logs=$(mktemp -d)
 
 # Step Q: README's first command, as written (the first command line of its quick start),
 # before anything here started a daemon or made the image: on a fresh machine it is the
@@ -520,7 +539,8 @@ if [ -n "$darwin" ]; then
 fi
 
 # Step 4: the helper's tests against that wheel (a fresh venv, the real Docker daemon). The
-# Docker proxy's test also installs docker-py (`docker` from PyPI) into that venv.
+# Docker proxy's test also installs docker-py (`docker==7.2.0` from PyPI, pinned in
+# tests/python/conftest.py) into that venv.
 # -p no:cacheprovider: no .pytest_cache in the work tree.
 set +e
 SANDGUARD_WHEEL=$wheel "$tools/bin/pytest" -p no:cacheprovider -v tests/python 2>&1 | tee "$logs/pytest"

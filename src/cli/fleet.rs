@@ -141,12 +141,12 @@ pub(super) fn sessions(json: bool, settings: &Settings) -> Result<Exit, Error> {
     } else if rows.is_empty() {
         output::emit("No sessions in the fleet store.\n");
     } else {
-        output::emit(&table(&rows));
+        output::emit(&table(&rows, output::colour::Paint::stdout()));
     }
     Ok(Exit::Ok)
 }
 
-fn table(rows: &[FleetJson]) -> String {
+fn table(rows: &[FleetJson], paint: output::colour::Paint) -> String {
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
@@ -164,11 +164,15 @@ fn table(rows: &[FleetJson]) -> String {
             ]
         })
         .collect();
-    let mut text = output::table(
+    // STATE's words, coloured on a terminal as `sessions` colours them (OWNER here is the
+    // owner's label, not whether it lives).
+    let mut text = output::painted_table(
         &[
             "SESSION", "HOST", "STATE", "LEASE", "HELD", "SPEND", "OWNER",
         ],
         &cells,
+        &[2],
+        paint,
     );
     text.push_str(&held_note("on its host, "));
     text.push_str(

@@ -266,14 +266,13 @@ fn dispatch(command: Command, settings: &Settings) -> Result<Exit, Error> {
     })
 }
 
-/// Diagnostics go to stderr, coloured only on a terminal and never with `NO_COLOR`.
+/// Diagnostics go to stderr, coloured only on a terminal and never with `NO_COLOR`: the one
+/// rule of [`output::colour`], for stderr.
 pub fn init_logging(level: tracing::Level) {
-    let colour = std::env::var_os("NO_COLOR").is_none()
-        && std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt()
         .with_max_level(level)
         .with_writer(std::io::stderr)
-        .with_ansi(colour)
+        .with_ansi(output::colour::Paint::stderr().is_on())
         .with_target(false)
         .try_init();
 }

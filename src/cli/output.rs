@@ -1,5 +1,8 @@
-//! Output shared by the subcommands: exit codes, text tables, escaping of untrusted strings,
-//! the JSON shape of a sandbox, and writing to stdout without dying on a closed pipe.
+//! Output shared by the subcommands: exit codes, text tables (their state words coloured on a
+//! terminal: [`colour`]), escaping of untrusted strings, the JSON shape of a sandbox, and
+//! writing to stdout without dying on a closed pipe.
+
+pub(super) mod colour;
 
 pub(super) mod refusals;
 
@@ -8,6 +11,7 @@ use std::io::Write;
 
 use serde::Serialize;
 
+use self::colour::{Hue, Paint};
 use crate::identity::{Identity, Liveness};
 use crate::providers::Sandbox;
 use crate::reclaim::{ListFailure, Removal};
@@ -100,6 +104,18 @@ pub(super) fn sanitize(s: &str) -> Cow<'_, str> {
 
 /// Lays out rows under headers, columns separated by three spaces, the last one unpadded.
 pub(super) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    painted_table(headers, rows, &[], Paint::off())
+}
+
+/// [`table`], with the state words of the columns `states` in their colour when `paint` is
+/// on ([`colour`]). Each cell is padded as its plain text, so the columns line up as they do
+/// unpainted.
+pub(super) fn painted_table(
+    headers: &[&str],
+    rows: &[Vec<String>],
+    states: &[usize],
+    paint: Paint,
+) -> String {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -107,19 +123,20 @@ pub(super) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
         }
     }
     let mut out = String::new();
-    let line = |cells: Vec<&str>, out: &mut String| {
+    let line = |cells: Vec<&str>, hues: &dyn Fn(usize, &str) -> Option<Hue>, out: &mut String| {
         let last = cells.len().saturating_sub(1);
         for (i, cell) in cells.iter().enumerate() {
-            out.push_str(cell);
+            out.push_str(&paint.word(cell, hues(i, cell)));
             if i < last {
                 out.push_str(&" ".repeat(widths[i] - cell.chars().count() + 3));
             }
         }
         out.push('\n');
     };
-    line(headers.to_vec(), &mut out);
+    line(headers.to_vec(), &|_, _| None, &mut out);
+    let hues = |i: usize, cell: &str| states.contains(&i).then(|| Hue::of_state(cell))?;
     for row in rows {
-        line(row.iter().map(String::as_str).collect(), &mut out);
+        line(row.iter().map(String::as_str).collect(), &hues, &mut out);
     }
     out
 }

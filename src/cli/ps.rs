@@ -2,6 +2,17 @@
 //! whether its owner is alive, and when the provider itself will end it (`EXPIRES`,
 //! `expires_at`) where the provider has such a lifetime and lists it.
 //!
+//! Decisions (`EXPIRES`, [`Sandbox::expires_at`]): only a time the provider's listing gives as
+//! when it ends the sandbox on its own, never one worked out from other fields. E2B: `endAt`
+//! while it runs (it is stopped then: killed, or paused if made with auto-pause), none once
+//! paused (kept until deleted). Daytona: `autoDestroyAt`, set while a TTL is (its auto-stop
+//! and auto-delete count from when it idles or stops: no time). Tenki: `timeoutAt`. Modal:
+//! none; its listing has a timeout in seconds, not for certain when that clock started (the
+//! create, or the task's start after its image is pulled), and a guess could end a sandbox
+//! early on screen. Docker, Fly.io Machines, plugins: none, nothing of theirs ends a sandbox
+//! on a clock (`sandguard.expires` is sandguard's, ended by a sweep). Times (`UPTIME`,
+//! `in …`) are written as every table writes them ([`timefmt::format_uptime`]).
+//!
 //! Only instances (containers, VMs, cloud sandboxes) are shown; the networks and volumes of a
 //! session are removed with it by `stop` but are not sandboxes a user runs. A provider that
 //! could not be queried is listed under `errors` (and at the bottom of the text) and makes the
@@ -43,6 +54,7 @@
 
 use serde::Serialize;
 
+use super::output::colour::Paint;
 use super::output::{self, sanitize, ErrorJson, Exit, SandboxJson};
 use super::Error;
 use std::collections::HashMap;
@@ -299,7 +311,7 @@ pub(super) async fn run(
                 .collect(),
         });
     } else {
-        let mut text = render(&found, timefmt::now_unix(), &host_of);
+        let mut text = render(&found, timefmt::now_unix(), &host_of, Paint::stdout());
         text.push_str(&output::failure_lines(
             &failures,
             "its sandboxes are not listed above",
@@ -322,6 +334,7 @@ fn render<'a>(
     found: &'a [Sandbox],
     now: i64,
     host_of: &dyn Fn(&'a Sandbox) -> Option<Option<&'a str>>,
+    paint: Paint,
 ) -> String {
     if found.is_empty() {
         return "No running sandboxes.\n".to_string();
@@ -366,7 +379,8 @@ fn render<'a>(
     if with_hosts {
         headers.push("HOST");
     }
-    let mut text = output::table(&headers, &rows);
+    // OWNER's words, coloured on a terminal.
+    let mut text = output::painted_table(&headers, &rows, &[7], paint);
     text.push_str(&format!(
         "{} Stop with: sandguard stop <instance-id>\n",
         count_line(found)

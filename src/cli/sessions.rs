@@ -178,7 +178,7 @@ pub(super) fn run(args: Args, settings: &Settings) -> Result<Exit, Error> {
             None => "No sessions.\n",
         });
     } else {
-        let mut text = table(&rows);
+        let mut text = table(&rows, output::colour::Paint::stdout());
         if not_shown > 0 {
             text.push_str(&format!(
                 "{not_shown} older session(s) not shown (--limit 0 shows all).\n"
@@ -243,7 +243,7 @@ pub(super) fn row(
     }
 }
 
-fn table(rows: &[SessionJson]) -> String {
+fn table(rows: &[SessionJson], paint: output::colour::Paint) -> String {
     let now = timefmt::now_unix();
     let cells: Vec<Vec<String>> = rows
         .iter()
@@ -266,11 +266,14 @@ fn table(rows: &[SessionJson]) -> String {
             ]
         })
         .collect();
-    let mut text = output::table(
+    // STATE's and OWNER's words, coloured on a terminal.
+    let mut text = output::painted_table(
         &[
             "SESSION", "STATE", "OWNER", "SIDECAR", "HELD", "SPEND", "AGE",
         ],
         &cells,
+        &[1, 2],
+        paint,
     );
     text.push_str(&held_note(""));
     text.push_str(SPEND_NOTE);

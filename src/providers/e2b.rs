@@ -41,6 +41,12 @@
 //! - `E2B_DEBUG` is ignored. In the SDK it points the client at `http://localhost:3000`, E2B's
 //!   own development stack; sandguard goes where `E2B_API_URL` or `E2B_DOMAIN` say.
 //! - The client-side key-format check is not made: deprecated, and without effect in 2.63.0.
+//! - `expires_at` (`ps`'s `EXPIRES`) is the listing's `endAt` while the sandbox runs: E2B stops
+//!   it then, whatever sandguard does (it kills it, or pauses it when it was created with
+//!   auto-pause; the listing does not say which, and either way it stops running and billing
+//!   compute). A paused sandbox has none: E2B keeps a paused one, its state whole, until it
+//!   is deleted or resumed (e2b.dev/docs/sandbox: "preserved indefinitely"), so the `endAt`
+//!   it still lists says nothing of its end.
 //!
 //! [`should_retry`]: super::http::should_retry
 
@@ -108,7 +114,16 @@ struct Listed {
 }
 
 impl Listed {
+    /// When E2B ends it (see the module's decisions): its `endAt` unless it is paused.
+    fn ends_at(&self) -> Option<i64> {
+        if self.state.as_deref() == Some("paused") {
+            return None;
+        }
+        self.end_at.as_deref().and_then(timefmt::parse_rfc3339)
+    }
+
     fn into_sandbox(self) -> Sandbox {
+        let expires_at = self.ends_at();
         Sandbox {
             inherited: false,
             identity: None,
@@ -117,7 +132,7 @@ impl Listed {
             id: self.sandbox_id,
             status: self.state.unwrap_or_else(|| "running".into()),
             created_at: self.started_at.as_deref().and_then(timefmt::parse_rfc3339),
-            expires_at: None,
+            expires_at,
             image: self.alias.or(self.template_id),
             labels: self.metadata.unwrap_or_default(),
         }
@@ -300,6 +315,11 @@ mod tests {
         assert_eq!(s[0].image.as_deref(), Some("py"));
         assert_eq!(s[0].session(), Some("s1"));
         assert_eq!(s[0].created_at, Some(1_767_225_600));
+        assert_eq!(
+            s[0].expires_at, None,
+            "paused: E2B keeps it until it is deleted"
+        );
+        assert_eq!(s[1].expires_at, Some(1_767_225_900), "running: its endAt");
         assert!(s[1].labels.is_empty());
     }
 }

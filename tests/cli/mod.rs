@@ -7,13 +7,17 @@
 //! - [`stop_all`]: `stop --all` on a shared engine: the question, `--yes`, `--dead`.
 //! - [`session_ids`]: session ids, `sessions show` and refused detaches, answered honestly.
 //! - [`report`]: spend: `report`, and the spend `sessions` and `sessions show` print.
+//! - [`durations`]: times as every table writes them, adding up as a user adds them.
+//! - [`colour`]: the state words of `ps` and `sessions`, coloured on a terminal only.
 //! - [`edges`]: `ps --session/--state`, `sessions show`, log levels, verdicts said once.
 //! - [`config_errors`]: bad configuration exits 2 naming file, line and key.
 //! - [`security`]: secrets, unsafe state directories, look-alikes.
 //! - [`readme`]: README's and the book's code blocks, run.
 //! - [`packaging`], [`image`]: the packaging files and the container image.
 
+mod colour;
 mod config_errors;
+mod durations;
 mod edges;
 pub(crate) mod image;
 mod packaging;

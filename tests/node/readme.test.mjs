@@ -37,12 +37,11 @@ function block(name) {
 }
 
 test("the documentation's Node snippet runs as written, and what it made is gone when close() resolves", async (t) => {
-  // The snippet says `busybox`: a local tag of the test image (nothing is pulled).
-  docker("tag", IMAGE, "busybox:latest");
+  // The snippet runs IMAGE, the test image tests/engine.sh made (nothing is pulled).
   const since = docker("system", "info", "--format", "{{.SystemTime}}");
   const out = await run("readme-snippet.mjs", block("node-guard"), guardedEnv(scratch()));
   const until = docker("system", "info", "--format", "{{.SystemTime}}");
-  const made = docker("events", "--since", since, "--until", until, "--filter", "event=create", "--filter", "image=busybox", "--format", "{{.Actor.ID}}")
+  const made = docker("events", "--since", since, "--until", until, "--filter", "event=create", "--filter", `image=${IMAGE.replace(/:latest$/, "")}`, "--format", "{{.Actor.ID}}")
     .split("\n")
     .filter(Boolean);
   t.after(() => removeQuietly(...made));

@@ -84,6 +84,37 @@ impl Cloud for E2b {
 
 conformance!(E2b; dropped_connections, server_ttl);
 
+/// `EXPIRES` is E2B's `endAt` for a running sandbox (the suite checks it), and none for a
+/// paused one: E2B keeps a paused sandbox until it is deleted, whatever `endAt` it lists.
+#[test]
+fn a_paused_sandbox_has_no_expiry() {
+    let rig = Rig::<E2b>::new(Config::deadline(3));
+    let session = session_id();
+    let (running, paused) = (rig.labelled(&session), rig.labelled(&session));
+    rig.cloud.state.pause(&paused);
+    let out = rig.run(&["ps", "--json", "--provider", "e2b"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let v = json(&out.stdout);
+    let listed = |id: &str| -> serde_json::Value {
+        v["sandboxes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["instance_id"] == id)
+            .unwrap_or_else(|| panic!("{id} not listed: {v}"))
+            .clone()
+    };
+    let end = rig.cloud.state.get(&running).unwrap().end_at;
+    let end = sandguard::testing::timefmt::format_rfc3339(end);
+    assert_eq!(listed(&running)["expires_at"], end.as_str(), "{v}");
+    assert_eq!(listed(&paused)["status"], "paused", "{v}");
+    assert_eq!(
+        listed(&paused)["expires_at"],
+        serde_json::Value::Null,
+        "{v}"
+    );
+}
+
 /// One request straight to the emulator, as a client that knows nothing of Retry-After would
 /// send it: (status, headers with lower-case names, body).
 fn raw(emu: &Emulator, method: &str, target: &str) -> (u16, Vec<(String, String)>, String) {

@@ -106,6 +106,21 @@ fn assert_not_printed(text: &str, secret: &str) {
     }
 }
 
+/// The cell under `header` in the row of a text table that starts with `id` (cells are set
+/// apart by at least three spaces, and hold no three in a row).
+fn cell(table: &str, id: &str, header: &str) -> String {
+    let head = table.lines().next().unwrap_or_default();
+    let at = head
+        .find(header)
+        .unwrap_or_else(|| panic!("no {header}:\n{table}"));
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(id))
+        .unwrap_or_else(|| panic!("no row for {id}:\n{table}"));
+    let rest = row.get(at..).unwrap_or_default();
+    rest.split("   ").next().unwrap_or_default().to_string()
+}
+
 /// The command succeeded; its output otherwise.
 fn ok(out: &crate::support::Run) {
     assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
@@ -121,6 +136,7 @@ pub fn ps_lists_labelled_sandboxes_only<C: Cloud>() {
 
     let out = rig.run(&["ps", "--provider", C::NAME]);
     ok(&out);
+    let table = out.stdout.clone();
     let line = |id: &str| out.stdout.lines().find(|l| l.starts_with(id));
     let owned_line = line(&owned).unwrap_or_else(|| panic!("{owned} not listed:\n{}", out.stdout));
     for word in [C::NAME, C::RUNNING, C::IMAGE, &session, "alive"] {
@@ -161,6 +177,22 @@ pub fn ps_lists_labelled_sandboxes_only<C: Cloud>() {
         assert!(
             created.is_some_and(|t| (since_2026..tomorrow).contains(&t)),
             "{sb}"
+        );
+    }
+    // EXPIRES: when the provider itself ends the sandbox, where its listing says so
+    // (`Cloud::expires_at`), in the JSON and in the table; none (`-`) where it does not.
+    for sb in v["sandboxes"].as_array().unwrap() {
+        let id = sb["instance_id"].as_str().unwrap();
+        let want = rig
+            .cloud
+            .expires_at(id)
+            .map(sandguard::testing::timefmt::format_rfc3339);
+        assert_eq!(sb["expires_at"].as_str(), want.as_deref(), "{sb}");
+        let cell = cell(&table, id, "EXPIRES");
+        assert_eq!(
+            cell.starts_with("in "),
+            want.is_some(),
+            "EXPIRES {cell:?} of {id}:\n{table}"
         );
     }
     let entry = v["sandboxes"]

@@ -82,10 +82,12 @@ def env(tmp_path, pyenv):
 @pytest.fixture(scope="session")
 def docker_sdk(pyenv) -> Path:
     """The wheel's venv plus docker-py (the `docker` package from PyPI), for the Docker API
-    proxy's test: an unmodified SDK client must work through `sandguard run --docker-proxy`."""
+    proxy's test: an unmodified SDK client must work through `sandguard run --docker-proxy`.
+    Pinned, as the other clients the tests install are, so that README can say which version
+    is proven (7.2.0: what the range `>=7,<8` this pin replaces last resolved to)."""
     subprocess.run(
         [str(pyenv / "bin" / "python"), "-m", "pip", "install", "-q",
-         "--disable-pip-version-check", "docker>=7,<8"],
+         "--disable-pip-version-check", "docker==7.2.0"],
         check=True,
     )
     return pyenv

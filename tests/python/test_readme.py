@@ -44,8 +44,7 @@ def exists(cid: str) -> bool:
 
 def test_the_readme_python_snippet_runs_and_leaves_nothing(tmp_path, pyenv, env,
                                                           docker_ready):
-    # The snippet says `busybox`: a local tag of the test image (nothing is pulled).
-    subprocess.run(["docker", "tag", IMAGE, "busybox:latest"], check=True)
+    # The snippet runs IMAGE, the test image tests/engine.sh made (nothing is pulled).
     # Run the block as written; after it, report what it made (its variables are in scope).
     program = readme_block("python-guard") + "\nimport json\nprint(json.dumps([cid, plain, other]))\n"
     script = tmp_path / "readme_snippet.py"

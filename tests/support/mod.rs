@@ -11,6 +11,7 @@ pub mod e2b;
 pub mod emu;
 pub mod fifo;
 pub mod flyio;
+pub mod journal;
 pub mod modal;
 pub mod plugin;
 pub mod redis;

@@ -1,6 +1,7 @@
 //! A pseudo-terminal, for what the wrapper says when a user runs it (its last line comes only
-//! to a stderr that is a terminal) and for a question a command asks there (`stop --all`),
-//! and the reading of that line's usage part.
+//! to a stderr that is a terminal), for a question a command asks there (`stop --all`) and
+//! for what a command prints to a terminal (colour), and the reading of that line's usage
+//! part.
 
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -59,6 +60,12 @@ impl Terminal {
 
     /// The terminal as a child's stderr (our own copy is closed when the child is spawned).
     pub fn stderr(&mut self) -> Stdio {
+        Stdio::from(self.slave.take().expect("one child per terminal"))
+    }
+
+    /// The terminal as a child's stdout: what a user sees a command print (our own copy is
+    /// closed when the child is spawned).
+    pub fn stdout(&mut self) -> Stdio {
         Stdio::from(self.slave.take().expect("one child per terminal"))
     }
 

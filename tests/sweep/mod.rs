@@ -4,6 +4,7 @@
 //! final states, the ledger's growth; what the service says, and how it stops.
 //!
 //! - [`metrics`]: what `sweep --every --metrics` serves.
+//! - [`dashboard`]: the Grafana dashboard asks only for what it serves.
 //! - [`orphans`]: what a sweep reclaims, and what it adopts.
 //! - [`rules`]: the ownership rules on the sweep's side.
 //! - [`output`]: what `sweep --every` says.
@@ -11,6 +12,7 @@
 //! - [`service`]: `sweep --every` stopping on SIGTERM: what it adopted released, a pass at
 //!   work cut short.
 
+mod dashboard;
 pub(crate) mod metrics;
 mod orphans;
 mod output;

@@ -79,7 +79,7 @@ The package's modules, one concept each (all private; everything public is re-ex
 here, and ``import sandguard`` is the one import a program needs):
 
 - ``_outcome``: :class:`Outcome`, :class:`Left` and the errors;
-- ``_identity``: the owner label (mirrors src/identity.rs) and the label names;
+- ``_identity``: the owner label (mirrors src/identity/mod.rs) and the label names;
 - ``_binary``: :func:`find_binary`;
 - ``_pipe``: a line read from the sidecar, a write that never raises ``SIGPIPE``;
 - ``_sidecar``: starting the sidecar and reading its ``ready`` line;

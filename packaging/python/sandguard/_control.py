@@ -11,7 +11,7 @@ Decisions:
   :func:`register`, :func:`unregister`), else the pipe named by ``$SANDGUARD_FD`` (a program
   under ``sandguard -- python ...``, or a child given ``pass_fds``).
 - Bad words (:func:`target`) raise ``ValueError`` before anything runs, checked as the
-  sidecar's parser checks them (src/protocol.rs).
+  sidecar's parser checks them (src/protocol/mod.rs).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from ._outcome import SandguardError
 if TYPE_CHECKING:
     from ._guard import Guard
 
-# The control protocol's limits (src/protocol.rs).
+# The control protocol's limits (src/protocol/mod.rs).
 _MAX_ID = 512
 _PROVIDER = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}\Z")
 
@@ -62,7 +62,7 @@ def unregister(g: "Guard") -> None:
 
 
 def target(provider: str, sandbox_id: str) -> str:
-    """``PROVIDER ID``, checked as the sidecar's parser checks it (src/protocol.rs)."""
+    """``PROVIDER ID``, checked as the sidecar's parser checks it (src/protocol/mod.rs)."""
     if not isinstance(provider, str) or not _PROVIDER.match(provider):
         raise ValueError(
             f"invalid provider name {provider!r}: expected [a-z0-9][a-z0-9_-]{{0,31}}"

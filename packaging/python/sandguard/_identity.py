@@ -1,4 +1,4 @@
-"""The owner's identity, exactly as the sidecar computes it (mirrors src/identity.rs): the
+"""The owner's identity, exactly as the sidecar computes it (mirrors src/identity/mod.rs): the
 ``sandguard.owner`` label a sandbox carries, and the label names.
 
 A label that differs by one character from the sidecar's makes a sandbox nobody's, so every

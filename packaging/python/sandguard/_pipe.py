@@ -51,7 +51,7 @@ def write_without_sigpipe(fd: int, data: bytes) -> None:
     sends it to the writing thread); if the write failed with EPIPE, the SIGPIPE it raised is
     taken off the pending set (``sigtimedwait`` with a zero timeout) before the old mask comes
     back. A SIGPIPE already pending before the call is left alone. Mirrors
-    ``write_without_sigpipe`` in src/unix.rs.
+    ``write_without_sigpipe`` in src/unix/signal.rs.
     """
     sigpipe = getattr(signal, "SIGPIPE", None)
     if sigpipe is None or not hasattr(signal, "pthread_sigmask"):

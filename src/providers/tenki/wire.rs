@@ -79,6 +79,12 @@ impl Session {
 
     pub(super) fn into_sandbox(self, wanted: Option<&str>) -> Sandbox {
         let labels = read_labels(&self.tags, &self.metadata, wanted);
+        // `ps`'s EXPIRES: Tenki terminates a session at its `timeoutAt` (the deadline
+        // `ExtendSession` moves), whatever it runs.
+        let expires_at = self
+            .timeout_at
+            .as_deref()
+            .and_then(crate::timefmt::parse_rfc3339);
         let status = self.status();
         let image = [
             &self.source_registry_ref,
@@ -100,7 +106,7 @@ impl Session {
                 .and_then(crate::timefmt::parse_rfc3339),
             id: self.id,
             status,
-            expires_at: None,
+            expires_at,
             image,
             labels,
         }

@@ -117,7 +117,7 @@ export interface GuardOptions {
   onSpend?: "refuse" | "reclaim";
 }
 
-/** `PROVIDER ID`, checked as the sidecar's parser checks it (src/protocol.rs). */
+/** `PROVIDER ID`, checked as the sidecar's parser checks it (src/protocol/mod.rs). */
 function checkTarget(provider: string, id: string): void {
   if (typeof provider !== "string" || !PROVIDER.test(provider)) {
     throw new TypeError(`invalid provider name ${JSON.stringify(provider)}: expected [a-z0-9][a-z0-9_-]{0,31}`);

@@ -1,5 +1,5 @@
 /**
- * The owner's identity, exactly as the sidecar computes it (mirrors src/identity.rs and the
+ * The owner's identity, exactly as the sidecar computes it (mirrors src/identity/mod.rs and the
  * Python helper's `_identity.py`): the `sandguard.owner` label a sandbox carries, and the
  * label names. A label that differs by one character from the sidecar's makes a sandbox
  * nobody's, so every field is read as the Rust side reads it: the machine id's and boot id's
