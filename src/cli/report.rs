@@ -21,7 +21,7 @@
 //!   or `0`, is bad usage (exit 2) naming the value, as clap words any bad value. Without it,
 //!   everything the ledger still holds is counted (pruned sessions are gone from it).
 //! - Times print as the rest of the CLI prints an age ([`crate::timefmt::format_uptime`]:
-//!   `42s`, `5m`, `1h01m`, `2d03h`); `--json` gives seconds as numbers (millisecond
+//!   `42s`, `5m00s`, `1h01m`, `2d03h`); `--json` gives seconds as numbers (millisecond
 //!   precision), so a script never parses `1h01m`.
 //! - Sandboxes the journal names only at their removal (found by a reclaim through the
 //!   session's label, never claimed) have no known start: a line says how many, and their

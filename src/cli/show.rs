@@ -39,10 +39,10 @@
 //!   timeouts end it (sandguard no longer renews them); Modal's is the `timeout` given at
 //!   creation; a plugin's is the plugin's own, if it has one (this command asks no plugin).
 //! - The session's sandbox time follows the table, one line per provider
-//!   ([`crate::ledger::spend`], as `sandguard report` counts it: `Sandbox time: 12m.` then
-//!   `  docker: 12m over 3 sandbox(es), 1 alive (2m so far)`); no line when it knew no
+//!   ([`crate::ledger::spend`], as `sandguard report` counts it: `Sandbox time: 12m00s.` then
+//!   `  docker: 12m00s over 3 sandbox(es), 1 alive (2m00s so far)`); no line when it knew no
 //!   sandbox. Where prices are configured ([`crate::ledger::price`]) each line adds its
-//!   estimate (`Sandbox time: 12m, ~$0.07 estimated.`, `  e2b: 10m over 2 sandbox(es),
+//!   estimate (`Sandbox time: 12m00s, ~$0.07 estimated.`, `  e2b: 10m00s over 2 sandbox(es),
 //!   ~$0.06`), and a last line says it is one, at today's prices, and how much time has no
 //!   price (`super::report::cost_note`).
 //! - The creates its limits refused are told under the table, per provider and limit, and

@@ -310,9 +310,17 @@ impl Teller {
                 (Target { provider, id }, Fate::Detached)
             }
             Record::Release { provider, id } => (Target { provider, id }, Fate::Released),
-            // Timed by when the provider said so.
+            // Timed by when the provider said so. What `stop` removed by hand is gone too,
+            // and its event comes whichever record is written first: the stop tells it.
             Record::Vanished { provider, id, at } => {
-                self.set(Target { provider, id }, Fate::Vanished, at);
+                let target = Target { provider, id };
+                let stopped = self
+                    .index
+                    .get(&target)
+                    .is_some_and(|&i| matches!(self.sandboxes[i].0.fate, Fate::Stopped { .. }));
+                if !stopped {
+                    self.set(target, Fate::Vanished, at);
+                }
                 return;
             }
             Record::Refused {

@@ -11,8 +11,7 @@
 //!
 //! The snippets run the test image, `sandguard-test/busybox` ([`IMAGE`], made by
 //! tests/engine.sh: nothing is pulled), as a reader runs them
-//! ([`the_examples_run_the_test_image_which_is_never_pulled`]); the Budgets chapter's still
-//! says `busybox`, which its test tags locally ([`busybox`]).
+//! ([`the_examples_run_the_test_image_which_is_never_pulled`]).
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -82,17 +81,6 @@ pub(crate) fn block(name: &str) -> String {
         )
 }
 
-/// `busybox:latest` as a local tag of the test image, for the one block that names it.
-fn busybox() {
-    require_docker();
-    let ok = Command::new("docker")
-        .args(["tag", IMAGE, "busybox:latest"])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "docker tag {IMAGE} busybox:latest");
-}
-
 #[test]
 fn every_block_is_run_or_says_why_not() {
     let docs = docs();
@@ -119,15 +107,10 @@ fn every_block_is_run_or_says_why_not() {
 /// Every example that starts a container names the image `tests/engine.sh` makes
 /// (`sandguard-test/busybox`, imported, never pulled), so that it runs as written on a machine
 /// with no registry: a bare `busybox` is Docker Hub's, which an offline machine cannot pull.
-/// `book/src/budgets.md` is not read yet: its examples are reworded on the branch that owns
-/// the chapter (its run block, `budget-flags`, still runs on the local `busybox` tag).
 #[test]
 fn the_examples_run_the_test_image_which_is_never_pulled() {
     let mut pulled = Vec::new();
     for (path, text) in docs() {
-        if path == "book/src/budgets.md" {
-            continue;
-        }
         for (_, _, body) in blocks(&text) {
             for line in body.lines() {
                 let bare = line
@@ -405,7 +388,7 @@ fn the_plugin_example_and_its_config_work() {
 /// proxy's message, and the session made exactly one container.
 #[test]
 fn the_budget_snippet_refuses_the_second_run() {
-    busybox();
+    require_docker();
     let _g = shared();
     let s = Scratch::new("readme-budget");
     let out = Command::new("sh")

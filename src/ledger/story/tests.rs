@@ -241,6 +241,35 @@ fn stops_by_hand_are_merged_in_by_time_and_a_later_reclaim_keeps_them() {
     ));
 }
 
+/// `stop` removes a claimed container while its owner lives; the daemon's `destroy` event
+/// makes the sidecar journal it `vanished`, before or after the stop's record: either way it
+/// is told as stopped by hand, its time ended at the removal (a race
+/// `cli::edges::sessions_show_tells_what_sandguard_stop_removed_by_hand` lost 4 times in 10).
+#[test]
+fn a_stop_by_hand_is_told_whichever_comes_first_its_record_or_the_event() {
+    for vanished_at in [4, 6] {
+        let journal = [
+            START,
+            r#"{"t":2,"ev":"claim","provider":"docker","id":"a"}"#,
+            &format!(
+                r#"{{"t":{vanished_at},"ev":"vanished","provider":"docker","id":"a","at":4}}"#
+            ),
+            "",
+        ]
+        .join("\n");
+        let stops = r#"{"t":5,"ev":"stopped","provider":"docker","id":"a","outcome":"removed"}"#;
+        let s = tell(journal.as_bytes(), format!("{stops}\n").as_bytes());
+        assert_eq!(
+            fates(&s),
+            [("a", Origin::Claimed, Fate::Stopped { gone: false })],
+            "vanished at {vanished_at}"
+        );
+        let held = &s.sandboxes[0].held;
+        assert_eq!(held.len(), 1);
+        assert!(held[0].to_ms.is_some_and(|t| t <= 5), "{held:?}");
+    }
+}
+
 /// What sandguard writes now: the cause on `reclaim_start`, beside the facts older readers
 /// tell it by. The story is the same as the old format's for the same history.
 #[test]
