@@ -30,15 +30,23 @@ as_root() {
   fi
 }
 
+# apt-get, one at a time: tests/run.sh installs packages from jobs that run side by side,
+# and two apt-gets at once fail on dpkg's lock; flock(1) (util-linux, in every Debian) makes
+# the second wait for the first, and DPkg::Lock::Timeout waits for anything else holding
+# dpkg's lock (unattended upgrades) instead of failing at once.
 apt_updated=
+apt_get() {
+  as_root flock /tmp/sandguard-apt.lock env DEBIAN_FRONTEND=noninteractive \
+    apt-get -o DPkg::Lock::Timeout=600 "$@"
+}
 apt_install() {
   if [ -z "$apt_updated" ]; then
     log "apt-get update"
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    apt_get update -qq
     apt_updated=1
   fi
   log "installing $*"
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+  apt_get install -y -qq "$@" >/dev/null
 }
 
 start_docker() {

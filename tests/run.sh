@@ -6,7 +6,7 @@
 #     --iptables=false` (no default bridge, no NAT: test containers reach no network);
 #   - the test image sandguard-test/busybox:latest, built from a static busybox with
 #     `docker import` (nothing is pulled);
-# then runs, in this order (each step must pass, or the script stops with its status):
+# and the layers it runs, each of which must pass (a failure stops the run with its status):
 #   D. the docs check (tests/docs/run.sh): the checker's own tests, then the checker on the
 #      tree: conflict markers anywhere (lock files aside), and in README, the book, config/
 #      and packaging/ dead paths, dead test names, dead links and anchors, and citations of
@@ -14,10 +14,14 @@
 #      since it needs nothing built and takes about a second;
 #   Q. README's first command as written (its quick start's first line, on a terminal by
 #      script(1)), before anything here has started a daemon: its own set-up step
-#      (tests/engine.sh) must start one; the terminal must be told of the reclaim;
-#   0. `fuzz/run.sh`: every cargo-fuzz target for FUZZ_SECONDS (default 30) on its committed
-#      corpus, on the stable toolchain (it installs cargo-fuzz when missing, and builds under
-#      the target directory's `fuzz/`); first, so that a test runner's summary stays last;
+#      (tests/engine.sh) must start one; the terminal must be told of the reclaim. Its
+#      `cargo run --release` is the run's one release build for Linux: the wheel (step 3)
+#      and the npm packages (step 5) carry that binary;
+#   B. the tests' one debug build (`cargo test --no-run`, the benchmarks' test build too),
+#      with clippy as the workspace's compiler wrapper (RUSTC_WORKSPACE_WRAPPER=clippy-driver,
+#      `-D warnings`): the Linux lint of every target comes with the build the tests run,
+#      and every later debug build here (the engine layers, the emulator example) is that
+#      one, reused;
 #   1. `cargo test`: unit tests and the one integration-test binary; the vendors' Python SDKs
 #      (`e2b`, `daytona`, `modal`, pinned) are installed first into their own venv, and its
 #      interpreter exported as SANDGUARD_SDK_PYTHON, for the tests that drive the provider
@@ -31,41 +35,58 @@
 #   1c. the same engine tests (not Podman's pods) on rootless Docker: Debian's dockerd under
 #      RootlessKit (`dockerd-rootless.sh`), run by an unprivileged user of its own, the same
 #      way (start_rootless_docker);
-#   2. the macOS targets, aarch64-apple-darwin and x86_64-apple-darwin (no Mac runs here):
-#      `cargo clippy --all-targets -- -D warnings` for each, with zig as ring's C compiler
-#      (packaging/darwin/zig-cc), in the target directory's `darwin/` so that the Linux build
-#      is not touched; one pass or failure per target;
-#   2b. the book (book/, mdBook): `mdbook build book` into the target directory, mdbook from
-#      crates.io (`cargo install --locked`, under the target directory) when not on PATH;
-#   3. the Python wheel: `maturin build --release` (the `sandguard` binary plus the pure-Python
-#      helper module), in the same target directory as step 1 so that only the release build
-#      of the crate and its dependencies is added, and nothing when it is already built; then
-#      the two macOS wheels (`maturin build --zig`, linked against the stand-ins in
-#      packaging/darwin/frameworks), each checked by packaging/darwin/check: its tag, and a
-#      Mach-O executable for its CPU that loads only system libraries, is signed ad hoc on
-#      arm64 and asks for the macOS the tag promises;
-#   4. `pytest tests/python`: the wheel installed into a fresh venv, and guarded Python
-#      programs that create containers and then die or exit;
+#   3. the Python wheel: `maturin build --release` in the target directory of step Q, so that
+#      it packs the binary Q built (nothing is compiled again); then `pytest tests/python`:
+#      the wheel installed into a fresh venv, and guarded Python programs that create
+#      containers and then die or exit;
 #   5. the npm packages (`packaging/npm/build.sh`, `npm pack`) installed from their tarballs
 #      into a scratch project, and `node --test tests/node`: guarded Node programs, with the
-#      E2B SDK and testcontainers-node from npm; first, the macOS platform packages
-#      (`@sandguard/darwin-arm64`, `@sandguard/darwin-x64`) made from the macOS wheels'
-#      binaries and checked the same way (os, cpu, no libc; the Mach-O binary).
-# maturin, pytest and zig (PyPI's `ziglang`) come from PyPI into a venv under the target
-# directory (kept, so a second run installs nothing); the macOS Rust targets from rustup.
+#      E2B SDK and testcontainers-node from npm;
+# and beside them, in the background at the lowest CPU priority (nice 19), so that they take
+# only what the layers above leave of the 2 cores (the integration tests mostly wait on
+# daemons and timers):
+#   0. `fuzz/run.sh`: every cargo-fuzz target for FUZZ_SECONDS (default 20) on its committed
+#      corpus, on the stable toolchain (fuzz/run.sh says why 20 s and no sanitizer), built
+#      under the target directory's `fuzz/`; from the end of B on;
+#   2. the macOS targets, aarch64-apple-darwin and x86_64-apple-darwin (no Mac runs here):
+#      one release build each, the wheel's (`maturin build --zig`, linked against the
+#      stand-ins in packaging/darwin/frameworks), with clippy as the workspace's compiler
+#      wrapper (`-D warnings`): the lint of the library and the binary for macOS comes with
+#      the build that links them, in the target directory's `darwin/`; each wheel checked by
+#      packaging/darwin/check (its tag, and a Mach-O executable for its CPU that loads only
+#      system libraries, is signed ad hoc on arm64 and asks for the macOS the tag promises);
+#      then the macOS platform packages (`@sandguard/darwin-arm64`, `@sandguard/darwin-x64`)
+#      made from those binaries and checked the same way (os, cpu, no libc; the Mach-O
+#      binary); from the end of B on;
+#   2b. the book (book/, mdBook): `mdbook build book` into the target directory;
+# and what only waits (apt, pip, npm, rustup, and starting rootless Podman and Docker) is
+# started as early as it can be, beside whatever compiles: the Python tools, the vendors'
+# SDKs, the macOS Rust targets, the npm vendors' packages and the tools built from crates.io
+# from the start (after D); Debian's packages and the rootless engines after Q (Q's own
+# set-up must find a machine this script has not prepared).
+#
+# Tools built from source (cargo-fuzz, mdbook), when not on PATH, are installed once per
+# machine into a tool cache, $SANDGUARD_TOOL_CACHE (default ~/.cache/sandguard/tools), one
+# directory per tool, version and rustc, and reused by every later run and clone on that
+# machine; on a fresh machine they are built, beside Q. maturin, pytest and zig (PyPI's
+# `ziglang`) come from PyPI into a venv under the target directory (kept, so a second run
+# in a checkout installs nothing); the macOS Rust targets from rustup.
+#
 # Extra arguments go to `cargo test`, e.g. `tests/run.sh -- stop_all`;
 # SANDGUARD_SKIP_FUZZ=1 skips step 0, SANDGUARD_SKIP_ENGINES=1 steps 1b and 1c,
-# SANDGUARD_SKIP_DARWIN=1 step 2 and the macOS packages of steps 3 and 5,
-# SANDGUARD_SKIP_PYTHON=1 steps 3 to 5 and SANDGUARD_SKIP_NODE=1 step 5 (each says so, and
-# the closing count says what was skipped).
-# When CI is set, a skip is refused: CI runs every layer.
+# SANDGUARD_SKIP_DARWIN=1 step 2, SANDGUARD_SKIP_PYTHON=1 steps 3 and 5 and
+# SANDGUARD_SKIP_NODE=1 step 5 (each says so, and the closing count says what was skipped).
+# When CI is set, a skip is refused: CI runs every layer. For one subsystem's tests while
+# working on it, tests/quick.sh is the faster loop (book/src/developing.md).
 #
 # Tests marked #[ignore] need root (giving a directory to another user); they run here, which
 # needs root anyway, with `--include-ignored`.
 #
-# The last line adds up every layer, the docs check, fuzz targets, unit tests, integration
-# tests, macOS targets linted, Python tests, the macOS packages' checks and Node tests:
-# `tests/run.sh: N passed, N failed (…)`, also when a layer failed and the run stopped.
+# The run ends with a table of every layer's wall time, its build and its run apart, and
+# whether it ran beside the others (then its time overlaps theirs), with the run's own wall
+# time; then the last line adds up every layer, the docs check, fuzz targets, unit tests,
+# integration tests, macOS targets linted, Python tests, the macOS packages' checks and Node
+# tests: `tests/run.sh: N passed, N failed (…)`, also when a layer failed and the run stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -163,16 +184,19 @@ start_rootless_docker() {
   echo "$socket"
 }
 
-# The venv that holds the Python test tools (maturin, pytest); not the one the tests install
-# the wheel into (each test session makes a fresh one).
+# The venv that holds the Python test tools (maturin, pytest, and zig for the macOS builds);
+# not the one the tests install the wheel into (each test session makes a fresh one).
+# zig: the version these builds were checked with.
+ZIG_PIN='ziglang>=0.17,<0.18'
 python_tools() {
   local venv=$1
-  if [ ! -x "$venv/bin/pytest" ] || [ ! -x "$venv/bin/maturin" ]; then
+  if [ ! -x "$venv/bin/pytest" ] || [ ! -x "$venv/bin/maturin" ] ||
+    ! "$venv/bin/python" -m ziglang version >/dev/null 2>&1; then
     command -v python3 >/dev/null 2>&1 || apt_install python3 python3-venv python3-pip
     python3 -m venv "$venv" 2>/dev/null || { apt_install python3-venv; python3 -m venv "$venv"; }
-    log "installing maturin and pytest into $venv"
+    log "installing maturin, pytest and zig ($ZIG_PIN) into $venv"
     "$venv/bin/python" -m pip install -q --disable-pip-version-check \
-      'maturin>=1.5,<2' 'pytest>=7'
+      'maturin>=1.5,<2' 'pytest>=7' "$ZIG_PIN"
   fi
 }
 
@@ -204,7 +228,7 @@ open(sys.argv[2], "wb").write(z.read(name))' "$1" "$2"
   chmod 755 "$2"
 }
 
-# The macOS targets (step 2, and the macOS packages of steps 3 and 5). The wheel tag is the
+# The macOS targets (step 2, their wheels and npm packages). The wheel tag is the
 # minimum macOS rustc builds for (and maturin's default MACOSX_DEPLOYMENT_TARGET), which
 # packaging/darwin/check finds again in the linked binary; the npm platform is npm's
 # process.platform-process.arch on that Mac.
@@ -212,12 +236,10 @@ DARWIN_TARGETS=(aarch64-apple-darwin x86_64-apple-darwin)
 declare -A DARWIN_WHEEL_TAG=([aarch64-apple-darwin]=macosx_11_0_arm64
   [x86_64-apple-darwin]=macosx_10_12_x86_64)
 declare -A DARWIN_NPM=([aarch64-apple-darwin]=darwin-arm64 [x86_64-apple-darwin]=darwin-x64)
-# zig as the macOS C compiler and linker: the version these builds were checked with.
-ZIG_PIN='ziglang>=0.17,<0.18'
 
-# What the macOS steps need: the Rust targets (rustup) and zig in the tools venv.
-darwin_tools() { # VENV
-  local venv=$1 installed t missing=()
+# The macOS Rust targets, from rustup (step 2).
+darwin_targets() {
+  local installed t missing=()
   if ! command -v rustup >/dev/null 2>&1; then
     log "the macOS targets come from rustup, and there is no rustup here"
     return 1
@@ -230,50 +252,52 @@ darwin_tools() { # VENV
     log "rustup target add ${missing[*]}"
     rustup target add "${missing[@]}"
   fi
-  if ! "$venv/bin/python" -m ziglang version >/dev/null 2>&1; then
-    command -v python3 >/dev/null 2>&1 || apt_install python3 python3-venv python3-pip
-    python3 -m venv "$venv" 2>/dev/null || { apt_install python3-venv; python3 -m venv "$venv"; }
-    log "installing zig ($ZIG_PIN) into $venv"
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check "$ZIG_PIN"
-  fi
 }
 
-# Step 2 for one target: clippy over the whole crate, tests included, with zig compiling
-# ring's C through packaging/darwin/zig-cc (CC_<target>, which cc-rs reads).
-darwin_clippy() { # TARGET
-  local started
-  started=$(date +%s)
-  log "cargo clippy --target $1 (zig as the C compiler)"
-  env "CC_${1//-/_}=$PWD/packaging/darwin/zig-cc" SANDGUARD_ZIG_PYTHON="$tools/bin/python" \
-    CARGO_TARGET_DIR="$target/darwin" \
-    cargo clippy --locked --all-targets --target "$1" -- -D warnings || return
-  log "clippy for $1 passed in $(( $(date +%s) - started )) s"
+# LINT: the environment under which cargo compiles the workspace's own crates with
+# clippy-driver instead of rustc (what `cargo clippy` itself sets), `-D warnings`: a build
+# then lints what it compiles, so that no separate lint build is needed. Dependencies are
+# compiled by rustc as ever, and the same for every build that runs under LINT.
+lint_setup() {
+  local driver
+  driver=$(rustup which clippy-driver 2>/dev/null) || driver=$(command -v clippy-driver) ||
+    { rustup component add clippy && driver=$(rustup which clippy-driver); } ||
+    { log "clippy is missing (rustup component add clippy)"; return 1; }
+  LINT=(RUSTC_WORKSPACE_WRAPPER="$driver" CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__)
 }
 
-# Step 3 for one target: the macOS wheel, built by maturin with zig as the linker (maturin sets
+# Step 2 for one target: the macOS wheel, built by maturin with zig as the linker (maturin sets
 # MACOSX_DEPLOYMENT_TARGET and zig's target from it), the frameworks resolved against the
-# stand-ins in packaging/darwin/frameworks; then checked. stdout: one line per check.
+# stand-ins in packaging/darwin/frameworks, and clippy as the workspace's compiler (LINT): the
+# one build of the target lints the library and the binary for macOS with `-D warnings`, and
+# links them. Every target's code lives in the library or the binary (src/unix/macos.rs is
+# the platform's file): the tests' code, the same on both platforms, is linted on Linux (step B).
+# Then the wheel is checked. stdout: one line per check.
 darwin_wheel() { # TARGET
-  local started tag=${DARWIN_WHEEL_TAG[$1]} whl
-  started=$(date +%s)
-  log "building the Python wheel for $1 (maturin build --zig)"
-  if ! CARGO_TARGET_DIR=$target/darwin CARGO_ZIGBUILD_PYTHON_PATH=$tools/bin/python \
+  local t0 tag=${DARWIN_WHEEL_TAG[$1]} whl
+  t0=$(now)
+  log "building the Python wheel for $1 (maturin build --zig, clippy -D warnings)"
+  if ! env "${LINT[@]}" CARGO_TARGET_DIR="$target/darwin" CARGO_ZIGBUILD_PYTHON_PATH="$tools/bin/python" \
     "$tools/bin/maturin" build --release --locked --target "$1" --zig --out "$target/darwin/wheels" \
     -- -C "link-arg=-F$PWD/packaging/darwin/frameworks" >&2; then
-    echo "FAILED: the wheel for $1 was not built"
+    echo "FAILED: $1: the wheel's build, or clippy in it"
     return 1
   fi
-  log "wheel for $1 built in $(( $(date +%s) - started )) s"
+  stamp "macOS $1" build "$(since "$t0")"
+  echo "linted: $1 (clippy -D warnings, in the wheel's build)"
+  t0=$(now)
   whl=$(ls "$target/darwin/wheels"/sandguard-*-"$tag".whl) ||
     { echo "FAILED: no wheel tagged $tag"; return 1; }
   "$tools/bin/python" packaging/darwin/check wheel "$whl" "$1" "$tag"
+  stamp "macOS $1" run "$(since "$t0")"
 }
 
-# Step 5 for one target: the npm platform package holding the macOS wheel's binary, built by
+# Step 2 for one target: the npm platform package holding the macOS wheel's binary, built by
 # packaging/npm/build.sh into OUT (not the Linux packages' directory, which the Node tests
 # install from), then checked. stdout: one line per check.
 darwin_npm_package() { # TARGET OUT
-  local platform=${DARWIN_NPM[$1]} whl bin
+  local platform=${DARWIN_NPM[$1]} whl bin t0
+  t0=$(now)
   whl=$(ls "$target/darwin/wheels"/sandguard-*-"${DARWIN_WHEEL_TAG[$1]}".whl) ||
     { echo "FAILED: no macOS wheel for $1 to take the binary from"; return 1; }
   bin=$2/unpacked/$1/sandguard
@@ -282,6 +306,80 @@ darwin_npm_package() { # TARGET OUT
   packaging/npm/build.sh "$2" "$bin" "$platform" >&2 ||
     { echo "FAILED: packaging/npm/build.sh did not build @sandguard/$platform"; return 1; }
   "$tools/bin/python" packaging/darwin/check npm "$(ls "$2"/sandguard-"$platform"-[0-9]*.tgz)" "$1"
+  stamp "macOS $1" run "$(since "$t0")"
+}
+
+# The npm packages the Node tests install beside sandguard's: pinned (the E2B SDK, and
+# testcontainers-node 11.x, since 12.0.4 crashes at require on Node 20).
+NPM_PINS=('e2b@2.51.0' 'testcontainers@11.9.0')
+
+# --- Every minute accounted for: each layer's parts, in $logs/times, a line each:
+# LAYER, PART (set-up, build or run), wall seconds, and "beside" for what ran in the background.
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.0f", b - a }'; }
+stamp() { # LAYER PART SECONDS
+  printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "${BESIDE:-}" >>"$logs/times"
+}
+# The seconds of cargo's last "Finished … in 1m 54s" (or "in 43.24s") line in LOG; 0 if none.
+cargo_took() { # LOG
+  sed -n 's/.*Finished.* in \(\([0-9]*\)m \)\{0,1\}\([0-9.]*\)s.*$/\2 \3/p' "$1" | tail -n 1 |
+    awk '{ s = NF == 2 ? $1 * 60 + $2 : $1 } END { printf "%.0f", s + 0 }'
+}
+# The table: a row per layer, its set-up, build and run apart; a part in parentheses ran
+# beside the others, its time overlapping theirs. The whole run's wall time is its last row.
+time_table() {
+  [ -s "$logs/times" ] || return 0
+  printf '\ntests/run.sh: where the time went, in wall seconds; (N) ran beside the rest, at nice 19 when it compiled or fuzzed\n'
+  awk -F'\t' -v total="$(since "$run_started")" '
+    !($1 in seen) { seen[$1] = 1; order[++n] = $1 }
+    { t[$1, $2] += $3; if ($4 != "") beside[$1, $2] = 1 }
+    function cell(l, part) {
+      if (!((l, part) in t)) return "-"
+      return ((l, part) in beside) ? "(" t[l, part] ")" : t[l, part]
+    }
+    END {
+      printf "  %-44s %8s %8s %8s\n", "layer", "set-up", "build", "run"
+      for (i = 1; i <= n; i++)
+        printf "  %-44s %8s %8s %8s\n", order[i], cell(order[i], "set-up"),
+          cell(order[i], "build"), cell(order[i], "run")
+      printf "  %-44s %26s\n", "the whole run", total
+    }' "$logs/times"
+}
+
+# --- Layers in the background: `beside NAME NICE FUNCTION ARGS…` runs FUNCTION in a
+# subshell at NICE, its output kept in $logs/NAME.out; `join NAME` waits for it, shows that
+# output and returns its status. A run that stops leaves no job behind (closing_line).
+declare -A job_pid=()
+beside() { # NAME NICE FUNCTION [ARGS...]
+  local name=$1 nice=$2
+  shift 2
+  (
+    [ "$nice" -eq 0 ] || renice -n "$nice" -p "$BASHPID" >/dev/null
+    BESIDE=beside
+    set -e
+    "$@"
+  ) >"$logs/$name.out" 2>&1 </dev/null &
+  job_pid[$name]=$!
+}
+join() { # NAME
+  local rc=0
+  wait "${job_pid[$1]}" || rc=$?
+  unset "job_pid[$1]"
+  log "what $1 printed, beside the rest:"
+  cat "$logs/$1.out"
+  return "$rc"
+}
+# Until the job NAME has made FILE; fails when it ended without.
+await() { # FILE NAME
+  while [ ! -e "$1" ]; do
+    kill -0 "${job_pid[$2]}" 2>/dev/null || [ -e "$1" ] || return 1
+    sleep 1
+  done
+}
+kill_tree() { # PID
+  local child
+  for child in $(ps -o pid= --ppid "$1" 2>/dev/null); do kill_tree "$child"; done
+  kill "$1" 2>/dev/null || true
 }
 
 # Every layer's counts, added up in the closing line.
@@ -293,7 +391,9 @@ tally() { # NAME PASSED FAILED
   passed=$((passed + $2)); failed=$((failed + $3)); parts+=("$1 $2/$(($2 + $3))")
 }
 closing_line() {
-  local rc=$? note
+  local rc=$? note pid
+  for pid in "${job_pid[@]}"; do kill_tree "$pid"; done
+  time_table
   note=$(printf '%s, ' "${parts[@]}")
   note=${note%, }
   [ -n "$note" ] || note="nothing ran"
@@ -304,13 +404,19 @@ closing_line() {
   fi
   printf 'tests/run.sh: %d passed, %d failed (%s)\n' "$passed" "$failed" "$note"
 }
-trap closing_line EXIT
 
 # Counts `test result:` lines of cargo test output: "N passed; M failed".
 cargo_counts() { # LOG
   awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
        END { printf "%d %d\n", p, f }' "$1"
 }
+
+run_started=$(now)
+logs=$(mktemp -d)
+target=${CARGO_TARGET_DIR:-$PWD/target}
+[[ $target = /* ]] || target=$PWD/$target
+tools=$target/python-tools
+trap closing_line EXIT
 
 if [ -n "${CI:-}" ]; then
   for var in SANDGUARD_SKIP_FUZZ SANDGUARD_SKIP_ENGINES SANDGUARD_SKIP_DARWIN SANDGUARD_SKIP_PYTHON SANDGUARD_SKIP_NODE; do
@@ -320,33 +426,65 @@ if [ -n "${CI:-}" ]; then
     fi
   done
 fi
+fuzz=1 engines=1 darwin=1 python=1 node=1
+if [ "${SANDGUARD_SKIP_FUZZ:-}" = 1 ]; then
+  log "SANDGUARD_SKIP_FUZZ=1: the fuzz targets are NOT run"
+  skipped+=("fuzz") fuzz=
+fi
+if [ "${SANDGUARD_SKIP_ENGINES:-}" = 1 ]; then
+  log "SANDGUARD_SKIP_ENGINES=1: the engine tests on rootless Podman and rootless Docker are NOT run"
+  skipped+=("podman" "rootless-docker") engines=
+fi
+if [ "${SANDGUARD_SKIP_DARWIN:-}" = 1 ]; then
+  log "SANDGUARD_SKIP_DARWIN=1: the macOS targets' builds, lint and packages are NOT run"
+  skipped+=("darwin") darwin=
+fi
+if [ "${SANDGUARD_SKIP_PYTHON:-}" = 1 ]; then
+  log "SANDGUARD_SKIP_PYTHON=1: the Python wheel and its tests, and the npm package and its tests (which carry the wheel's binary), are NOT run"
+  skipped+=("python" "node") python= node=
+elif [ "${SANDGUARD_SKIP_NODE:-}" = 1 ]; then
+  log "SANDGUARD_SKIP_NODE=1: the npm package and its tests are NOT run"
+  skipped+=("node") node=
+fi
 
-logs=$(mktemp -d)
 
 # Step D: the docs check (tests/docs/run.sh), whose last line counts its self-tests and the
 # tree's check.
 command -v python3 >/dev/null 2>&1 || apt_install python3
+t0=$(now)
 set +e
 tests/docs/run.sh 2>&1 | tee "$logs/docs"
 rc=${PIPESTATUS[0]}
 set -e
+stamp "docs check" run "$(since "$t0")"
 read -r p f < <(sed -n 's/^docs check: \([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' \
   "$logs/docs") || true
 tally "docs check" "${p:-0}" "${f:-1}"
 [ "$rc" -eq 0 ] || exit "$rc"
 
-command -v systemd-analyze >/dev/null 2>&1 || apt_install systemd
-command -v flock >/dev/null 2>&1 || apt_install util-linux
-# The fleet tests (tests/fleet/) start their own redis-server on a loopback port, with a
-# password and no persistence, and stop it at the end; redis-cli reads the store back.
-command -v redis-server >/dev/null 2>&1 || apt_install redis-server
-command -v redis-cli >/dev/null 2>&1 || apt_install redis-tools
-# The metrics tests (tests/sweep/metrics.rs, tests/fleet/metrics.rs) check a scrape with
-# Prometheus' own `promtool check metrics`, and tests/sweep/dashboard.rs the Grafana
-# dashboard's expressions with `promtool check rules` (Debian's prometheus package).
-command -v promtool >/dev/null 2>&1 || apt_install prometheus
-# tests/fleet/ reads packaging/kubernetes/ with a YAML parser.
-python3 -c 'import yaml' 2>/dev/null || apt_install python3-yaml
+# What only downloads, and the tools built from crates.io, beside step Q: the Python tools
+# (maturin, pytest, zig), the vendors' SDKs (for step 1), the macOS Rust targets, and
+# cargo-fuzz and mdbook (tests/tools.sh's tool cache). Nothing here installs a Debian package
+# but python3-venv when a venv cannot be made without it (apt_install waits its turn).
+tools_job() {
+  local t0
+  t0=$(now)
+  python_tools "$tools"
+  sdk_python "$target/sdk-venv" >"$logs/sdk-python"
+  stamp "Python tools, vendors' SDKs" set-up "$(since "$t0")"
+  if [ -n "$darwin" ]; then
+    t0=$(now)
+    darwin_targets
+    stamp "macOS Rust targets" set-up "$(since "$t0")"
+  fi
+  t0=$(now)
+  [ -z "$fuzz" ] || cached_tool cargo-fuzz "$CARGO_FUZZ_VERSION" cargo-fuzz >/dev/null
+  cached_tool mdbook "$MDBOOK_VERSION" mdbook >"$logs/mdbook-path"
+  stamp "cargo-fuzz, mdbook (tool cache)" build "$(since "$t0")"
+}
+# shellcheck source=tests/tools.sh
+. tests/tools.sh
+beside tools 19 tools_job
 
 # Step Q: README's first command, as written (the first command line of its quick start),
 # before anything here started a daemon or made the image: on a fresh machine it is the
@@ -361,9 +499,13 @@ said=$(awk '/<!-- readme: run quick-start -->/ { block = 1; next }
   block && /^# sandguard: / { sub(/^# /, ""); print; exit }' README.md)
 command -v script >/dev/null 2>&1 || apt_install bsdutils
 log "README's first command: $quick"
+t0=$(now)
 set +e
 script -qfec "$quick"$'\n'"sleep 5" /dev/null </dev/null 2>&1 | tr -d '\r' | tee "$logs/quick"
 set -e
+took=$(since "$t0") built=$(cargo_took "$logs/quick")
+stamp "quick start (the release build)" build "$built"
+stamp "quick start (the release build)" run "$((took - built))"
 # The time in the line is the run's own: both sides are compared with each amount of time
 # written as N ("3.1 sandbox-seconds", "docker 3.1 s)"), so README's 3.1 matches a run's 3.3;
 # the count of sandboxes removed is compared as written.
@@ -378,51 +520,135 @@ fi
 start_docker
 build_test_image
 
-# Step 0: the fuzz targets, a bounded time each.
-if [ "${SANDGUARD_SKIP_FUZZ:-}" = 1 ]; then
-  log "SANDGUARD_SKIP_FUZZ=1: the fuzz targets were NOT run"
-  skipped+=("fuzz")
-else
-  set +e
-  fuzz/run.sh 2>&1 | tee "$logs/fuzz"
-  rc=${PIPESTATUS[0]}
-  set -e
-  tally "fuzz targets" "$(grep -c ': no crash in' "$logs/fuzz" || true)" \
-    "$(grep -c ': FAILED after' "$logs/fuzz" || true)"
-  [ "$rc" -eq 0 ] || exit "$rc"
-fi
+# Debian's packages the tests need, in one apt-get, then rootless Podman and rootless Docker
+# started (steps 1b and 1c), beside step B: the fleet tests (tests/fleet/) start their own
+# redis-server on a loopback port and read the store back with redis-cli; the metrics tests
+# check a scrape with Prometheus' own `promtool check metrics`, and tests/sweep/dashboard.rs
+# the Grafana dashboard's expressions with `promtool check rules` (Debian's prometheus);
+# tests/fleet/ reads packaging/kubernetes/ with a YAML parser; systemd-analyze checks the
+# units; Node and npm for step 5 and the macOS npm packages. $logs/packages says they are in.
+system_job() {
+  local t0 missing=() socket
+  t0=$(now)
+  command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+  command -v flock >/dev/null 2>&1 || missing+=(util-linux)
+  command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+  command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+  command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+  python3 -c 'import yaml' 2>/dev/null || missing+=(python3-yaml)
+  if [ -n "$engines" ]; then
+    command -v podman >/dev/null 2>&1 || missing+=(podman)
+    command -v newuidmap >/dev/null 2>&1 || missing+=(uidmap)
+    command -v slirp4netns >/dev/null 2>&1 || missing+=(slirp4netns)
+    command -v catatonit >/dev/null 2>&1 || missing+=(catatonit)
+    command -v rootlesskit >/dev/null 2>&1 || missing+=(rootlesskit)
+  fi
+  if [ -n "$node$darwin" ]; then
+    command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+  fi
+  [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
+  stamp "Debian packages" set-up "$(since "$t0")"
+  touch "$logs/packages"
+  if [ -n "$node" ]; then
+    # The vendors' npm packages, into the Node tests' project now; sandguard's own tarballs
+    # join them in step 5.
+    t0=$(now)
+    rm -rf "$project" && mkdir -p "$project"
+    printf '{ "name": "sandguard-node-tests", "private": true }\n' >"$project/package.json"
+    (cd "$project" && npm install --no-audit --no-fund --silent "${NPM_PINS[@]}" >/dev/null)
+    stamp "node tests" set-up "$(since "$t0")"
+  fi
+  if [ -n "$engines" ]; then
+    t0=$(now)
+    socket=$(start_rootless_podman)
+    DOCKER_HOST=unix://$socket build_test_image
+    echo "$socket" >"$logs/podman-socket"
+    stamp "podman engine tests" set-up "$(since "$t0")"
+    t0=$(now)
+    socket=$(start_rootless_docker)
+    DOCKER_HOST=unix://$socket build_test_image
+    echo "$socket" >"$logs/rootless-docker-socket"
+    stamp "rootless docker engine tests" set-up "$(since "$t0")"
+  fi
+}
+project=$target/node-tests
+beside system 0 system_job
 
-# The vendors' SDKs for the emulator checks in step 1.
-SANDGUARD_SDK_PYTHON=$(sdk_python "${CARGO_TARGET_DIR:-$PWD/target}/sdk-venv")
+# Step B: the tests' one debug build, linted by clippy as it compiles (LINT), benchmarks'
+# test build included (`--all-targets`); every debug build below runs with LINT too, so that
+# each finds this one up to date.
+lint_setup
+t0=$(now)
+env "${LINT[@]}" cargo test --locked --all-targets --no-run
+stamp "the tests' debug build (clippy -D warnings)" build "$(since "$t0")"
+
+join tools || exit 1
+SANDGUARD_SDK_PYTHON=$(cat "$logs/sdk-python")
 export SANDGUARD_SDK_PYTHON
 
-# Step 1: the Rust suite (ignored tests too: they need root, which this script has).
-# The tests of what only Podman has (tests/providers/docker/podman.rs, pods) are left to step 1b.
+# Step 0, beside the rest: the fuzz targets, a bounded time each.
+if [ -n "$fuzz" ]; then
+  beside fuzz 19 fuzz/run.sh
+fi
+
+# Step 2, beside the rest: the macOS targets, a build (linted) and checks each, then their
+# npm platform packages (once Node is in: $logs/packages).
+darwin_job() {
+  local t
+  rm -rf "$target/darwin/wheels"
+  for t in "${DARWIN_TARGETS[@]}"; do darwin_wheel "$t" || true; done
+  await "$logs/packages" system
+  rm -rf "$target/darwin/npm/unpacked" && rm -f "$target/darwin/npm"/sandguard-*.tgz
+  for t in "${DARWIN_TARGETS[@]}"; do darwin_npm_package "$t" "$target/darwin/npm" || true; done
+}
+if [ -n "$darwin" ]; then
+  beside darwin 19 darwin_job
+fi
+
+# Step 2b: the book (book/, the manual README links into), built with mdbook (the tool
+# cache's, or the one on PATH); the output goes to the target directory, never into the
+# checkout. About a second.
+t0=$(now)
+if "$(cat "$logs/mdbook-path")" build book -d "$target/book"; then
+  tally "book" 1 0
+else
+  tally "book" 0 1
+  log "mdbook build book FAILED"
+  exit 1
+fi
+stamp "book" run "$(since "$t0")"
+
+# Step 1: the Rust suite (ignored tests too: they need root, which this script has), once
+# Debian's packages are in. The tests of what only Podman has
+# (tests/providers/docker/podman.rs, pods) are left to step 1b.
+await "$logs/packages" system || { join system; exit 1; }
 args=("$@")
 case " $* " in
   *" -- "*) args+=(--include-ignored --skip providers::docker::podman::) ;;
   *) args+=(-- --include-ignored --skip providers::docker::podman::) ;;
 esac
+t0=$(now)
 set +e
-cargo test --locked "${args[@]}" 2>&1 | tee "$logs/cargo"
+env "${LINT[@]}" cargo test --locked "${args[@]}" 2>&1 | tee "$logs/cargo"
 rc=${PIPESTATUS[0]}
 set -e
+stamp "cargo tests (unit, integration)" run "$(since "$t0")"
 read -r p f < <(cargo_counts "$logs/cargo")
 tally "cargo tests" "$p" "$f"
 [ "$rc" -eq 0 ] || exit "$rc"
 
 # Steps 1b and 1c: the engine tests again on a second and third engine, each run by an
 # unprivileged user of its own: the tests tests/engines.txt names (those under providers::docker::podman:: on
-# Podman only), from the binary step 1 built, with DOCKER_HOST at the engine's socket for the
+# Podman only), from the binary step B built, with DOCKER_HOST at the engine's socket for the
 # tests, their docker CLI and sandguard alike; then sandguard run as that user, with nothing
 # naming a daemon, finds the engine's socket in its runtime directory itself (what it says
 # must name WHY). A name that matches no test counts as a failure.
 engine_layer() { # NAME USER SOCKET WHY EXCLUDE
-  local name=$1 user=$2 socket=$3 why=$4 exclude=$5 rc p f runtime check found
-  DOCKER_HOST=unix://$socket build_test_image
+  local name=$1 user=$2 socket=$3 why=$4 exclude=$5 rc p f runtime check found t0
+  t0=$(now)
   mapfile -t engine_tests < <(grep -v -e '^#' -e '^$' ${exclude:+-e "$exclude"} tests/engines.txt)
   set +e
-  DOCKER_HOST=unix://$socket cargo test --locked --test integration -- --exact \
+  DOCKER_HOST=unix://$socket env "${LINT[@]}" cargo test --locked --test integration -- --exact \
     --include-ignored "${engine_tests[@]}" 2>&1 | tee "$logs/$user"
   rc=${PIPESTATUS[0]}
   set -e
@@ -435,7 +661,7 @@ engine_layer() { # NAME USER SOCKET WHY EXCLUDE
   # it. The binary is copied where the user can run it (the checkout may be private).
   runtime=/run/user/$(id -u "$user")
   check=$(mktemp /tmp/sandguard-engine-check.XXXXXX)
-  install -m 755 "${CARGO_TARGET_DIR:-$PWD/target}/debug/sandguard" "$check"
+  install -m 755 "$target/debug/sandguard" "$check"
   found=$(env -u DOCKER_HOST -u DOCKER_CONTEXT -u DOCKER_CONFIG -u SANDGUARD_CONFIG \
     -u SANDGUARD_STATE_DIR HOME="$(getent passwd "$user" | cut -d: -f6)" \
     XDG_RUNTIME_DIR="$runtime" setpriv --reuid "$user" --regid "$user" \
@@ -449,103 +675,71 @@ engine_layer() { # NAME USER SOCKET WHY EXCLUDE
     log "sandguard run as $user did not find $why: $found"
     f=$((f + 1)) rc=1
   fi
+  stamp "$name engine tests" run "$(since "$t0")"
   tally "$name engine tests" "$p" "$f"
   [ "$rc" -eq 0 ] || exit "$rc"
 }
 
-if [ "${SANDGUARD_SKIP_ENGINES:-}" = 1 ]; then
-  log "SANDGUARD_SKIP_ENGINES=1: the engine tests on rootless Podman and rootless Docker were NOT run"
-  skipped+=("podman" "rootless-docker")
-else
-  # Step 1b: rootless Podman (start_rootless_podman), with the tests of its pods.
-  socket=$(start_rootless_podman)
-  engine_layer podman "$PODMAN_USER" "$socket" "rootless Podman's socket" ""
-  # Step 1c: rootless Docker (start_rootless_docker), without them.
-  socket=$(start_rootless_docker)
-  engine_layer "rootless docker" "$ROOTLESS_DOCKER_USER" "$socket" \
+# The rootless engines were started beside steps B and 1 (system_job); their start-up's log
+# is shown here.
+join system || exit 1
+if [ -n "$engines" ]; then
+  # Step 1b: rootless Podman, with the tests of its pods.
+  engine_layer podman "$PODMAN_USER" "$(cat "$logs/podman-socket")" "rootless Podman's socket" ""
+  # Step 1c: rootless Docker, without them.
+  engine_layer "rootless docker" "$ROOTLESS_DOCKER_USER" "$(cat "$logs/rootless-docker-socket")" \
     "rootless Docker's socket" "^providers::docker::podman::"
 fi
 
-# Step 2: the macOS targets, linted. Their own target directory ($target/darwin), so that
-# nothing built for Linux above or below is built again; each target passes or fails alone.
-target=${CARGO_TARGET_DIR:-$PWD/target}
-tools=$target/python-tools
-darwin=1
-if [ "${SANDGUARD_SKIP_DARWIN:-}" = 1 ]; then
-  log "SANDGUARD_SKIP_DARWIN=1: the macOS targets' lint and the macOS packages were NOT run"
-  skipped+=("darwin")
-  darwin=
-else
-  darwin_tools "$tools"
-  p=0 f=0
-  for t in "${DARWIN_TARGETS[@]}"; do
-    if darwin_clippy "$t"; then p=$((p + 1)); else f=$((f + 1)); log "clippy FAILED for $t"; fi
-  done
-  tally "macOS clippy" "$p" "$f"
-  [ "$f" -eq 0 ] || exit 1
-fi
-
-# Step 2b: the book (book/, the manual README links into), built with mdbook: the one on
-# PATH, else the one installed from crates.io into $target/mdbook (kept, so a second run
-# installs nothing). Built here, before the steps that a skip ends the run at, so that every
-# run builds it; the output goes to the target directory, never into the checkout.
-mdbook=$(command -v mdbook || true)
-if [ -z "$mdbook" ]; then
-  mdbook=$target/mdbook/bin/mdbook
-  if [ ! -x "$mdbook" ]; then
-    log "installing mdbook 0.4.52 from crates.io into $target/mdbook"
-    cargo install --locked mdbook@0.4.52 --root "$target/mdbook"
+# What ran beside, counted: the fuzz targets and the macOS targets. Each layer's status
+# stops the run as a layer in front would, after the Python and Node layers had their turn
+# (their counts are in the closing line either way).
+collect_beside() {
+  local rc=0 p f
+  if [ -n "$fuzz" ]; then
+    join fuzz || rc=1
+    built=$(sed -n 's/^fuzz\/run.sh: fuzz targets built in \([0-9]*\) s$/\1/p' "$logs/fuzz.out")
+    all=$(sed -n 's/^fuzz\/run.sh: .* \([0-9]*\) s in all$/\1/p' "$logs/fuzz.out")
+    BESIDE=beside stamp "fuzz targets" build "${built:-0}"
+    BESIDE=beside stamp "fuzz targets" run "$(( ${all:-0} - ${built:-0} ))"
+    tally "fuzz targets" "$(grep -c ': no crash in' "$logs/fuzz.out" || true)" \
+      "$(grep -c ': FAILED after' "$logs/fuzz.out" || true)"
   fi
-fi
-book_out=$target/book
-[[ $book_out = /* ]] || book_out=$PWD/$book_out
-if "$mdbook" build book -d "$book_out"; then
-  tally "book" 1 0
-else
-  tally "book" 0 1
-  log "mdbook build book FAILED"
-  exit 1
+  if [ -n "$darwin" ]; then
+    join darwin || rc=1
+    p=$(grep -c '^linted: ' "$logs/darwin.out" || true)
+    tally "macOS clippy" "$p" "$((${#DARWIN_TARGETS[@]} - p))"
+    tally "macOS wheel and npm checks" "$(grep -c '^ok: ' "$logs/darwin.out" || true)" \
+      "$(grep -c '^FAILED: ' "$logs/darwin.out" || true)"
+    ! grep -q '^FAILED: ' "$logs/darwin.out" || rc=1
+  fi
+  return "$rc"
+}
+
+if [ -z "$python" ]; then
+  collect_beside
+  exit
 fi
 
-if [ "${SANDGUARD_SKIP_PYTHON:-}" = 1 ]; then
-  log "SANDGUARD_SKIP_PYTHON=1: the Python wheel and its tests, and the npm package and its tests (which carry the wheel's binary), were NOT run"
-  skipped+=("python" "node")
-  [ -z "$darwin" ] || skipped+=("darwin-packages")
-  exit 0
-fi
-
-# Step 3: the wheel, as users install it. The target directory is cargo's (step 1), so the
-# dependencies it shares with the debug build are fetched once; only the release build is new.
-python_tools "$tools"
+# Step 3: the wheel, as users install it. The target directory is step Q's, whose release
+# build it packs: nothing is compiled again.
 rm -rf "$target/wheels"
 log "building the Python wheel (maturin build --release)"
-started=$(date +%s)
+t0=$(now)
 CARGO_TARGET_DIR=$target "$tools/bin/maturin" build --release --locked --out "$target/wheels"
-log "wheel built in $(( $(date +%s) - started )) s"
+stamp "python tests" build "$(since "$t0")"
 wheel=$(ls "$target"/wheels/sandguard-*.whl)
-
-# The macOS wheels: a release build per target in $target/darwin, and packaging/darwin/check's
-# lines (the tag; the binary's CPU, libraries, signature and minimum macOS) counted.
-if [ -n "$darwin" ]; then
-  rm -rf "$target/darwin/wheels"
-  set +e
-  for t in "${DARWIN_TARGETS[@]}"; do
-    darwin_wheel "$t" | tee -a "$logs/darwin-wheels"
-  done
-  set -e
-  tally "macOS wheel checks" "$(grep -c '^ok: ' "$logs/darwin-wheels" || true)" \
-    "$(grep -c '^FAILED: ' "$logs/darwin-wheels" || true)"
-  ! grep -q '^FAILED: ' "$logs/darwin-wheels" || exit 1
-fi
 
 # Step 4: the helper's tests against that wheel (a fresh venv, the real Docker daemon). The
 # Docker proxy's test also installs docker-py (`docker==7.2.0` from PyPI, pinned in
 # tests/python/conftest.py) into that venv.
 # -p no:cacheprovider: no .pytest_cache in the work tree.
+t0=$(now)
 set +e
 SANDGUARD_WHEEL=$wheel "$tools/bin/pytest" -p no:cacheprovider -v tests/python 2>&1 | tee "$logs/pytest"
 rc=${PIPESTATUS[0]}
 set -e
+stamp "python tests" run "$(since "$t0")"
 # pytest's closing line, e.g. "==== 2 failed, 13 passed, 1 error in 30.1s ====".
 summary=$(grep -E '^=+ .* in [0-9.]+s' "$logs/pytest" | tail -n 1)
 read -r p f < <(awk '{ for (i = 2; i <= NF; i++) { w = $i; sub(/,$/, "", w)
@@ -556,47 +750,30 @@ python_rc=$rc
 
 # Step 5: the npm packages, as users install them: `packaging/npm/build.sh` compiles the
 # TypeScript helper and packs it (`npm pack`) with a platform package holding the wheel's own
-# binary; both tarballs are installed into a scratch project with the vendors' packages from
-# npm (pinned: the E2B SDK, and testcontainers-node 11.x, since 12.0.4 crashes at require on
-# Node 20), and `node --test tests/node` runs guarded Node programs in it. The E2B tests
-# serve the Rust suite's E2B emulator (examples/emulate.rs) on loopback.
-if [ "${SANDGUARD_SKIP_NODE:-}" = 1 ]; then
-  log "SANDGUARD_SKIP_NODE=1: the npm package and its tests were NOT run"
-  skipped+=("node")
-  [ -z "$darwin" ] || skipped+=("darwin-npm")
+# binary; both tarballs join the vendors' packages (NPM_PINS, installed beside step B) in a
+# scratch project, and `node --test tests/node` runs guarded Node programs in it. The E2B
+# tests serve the Rust suite's E2B emulator (examples/emulate.rs, from step B) on loopback.
+if [ -z "$node" ]; then
+  collect_beside
   exit "$python_rc"
 fi
-command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || apt_install nodejs npm
 # node:test's --test-concurrency needs Node 20.10 or later (the package itself runs on 18).
 if ! node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 20 || (a === 20 && b >= 10) ? 0 : 1)'; then
   log "the Node tests need Node 20.10 or later; this is $(node --version)"
   exit 1
 fi
+t0=$(now)
 npm_out=$target/npm
 rm -rf "$npm_out/unpacked" && mkdir -p "$npm_out/unpacked"
 wheel_binary "$wheel" "$npm_out/unpacked/sandguard"
 rm -f "$npm_out"/sandguard-*.tgz
 packaging/npm/build.sh "$npm_out" "$npm_out/unpacked/sandguard"
-# The macOS platform packages, from the macOS wheels' binaries, checked; in a directory of
-# their own, so that the Linux packages' directory holds what the Node tests install.
-if [ -n "$darwin" ]; then
-  rm -rf "$target/darwin/npm/unpacked" && rm -f "$target/darwin/npm"/sandguard-*.tgz
-  set +e
-  for t in "${DARWIN_TARGETS[@]}"; do
-    darwin_npm_package "$t" "$target/darwin/npm" | tee -a "$logs/darwin-npm"
-  done
-  set -e
-  tally "macOS npm checks" "$(grep -c '^ok: ' "$logs/darwin-npm" || true)" \
-    "$(grep -c '^FAILED: ' "$logs/darwin-npm" || true)"
-  ! grep -q '^FAILED: ' "$logs/darwin-npm" || exit 1
-fi
-project=$target/node-tests
-rm -rf "$project" && mkdir -p "$project"
-printf '{ "name": "sandguard-node-tests", "private": true }\n' >"$project/package.json"
-log "installing the npm tarballs and the vendors' packages into $project"
+log "installing the npm tarballs into $project"
 (cd "$project" && npm install --no-audit --no-fund --silent "$npm_out"/sandguard-linux-*.tgz \
-  "$npm_out"/sandguard-[0-9]*.tgz e2b@2.51.0 testcontainers@11.9.0 >/dev/null)
-cargo build --locked --example emulate
+  "$npm_out"/sandguard-[0-9]*.tgz "${NPM_PINS[@]}" >/dev/null)
+env "${LINT[@]}" cargo build --locked --example emulate
+stamp "node tests" build "$(since "$t0")"
+t0=$(now)
 set +e
 SANDGUARD_NODE_PROJECT=$project SANDGUARD_NPM_OUT=$npm_out \
   SANDGUARD_EMULATE=$target/debug/examples/emulate \
@@ -604,8 +781,10 @@ SANDGUARD_NODE_PROJECT=$project SANDGUARD_NPM_OUT=$npm_out \
   tee "$logs/node"
 rc=${PIPESTATUS[0]}
 set -e
+stamp "node tests" run "$(since "$t0")"
 # node:test's TAP summary: "# pass N", "# fail N".
 tally "node tests" "$(awk '/^# pass / { print $3 }' "$logs/node" | tail -n 1)" \
   "$(awk '/^# fail / { print $3 }' "$logs/node" | tail -n 1)"
+collect_beside || exit 1
 [ "$python_rc" -eq 0 ] || exit "$python_rc"
 exit "$rc"

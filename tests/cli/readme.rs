@@ -131,7 +131,7 @@ fn the_examples_run_the_test_image_which_is_never_pulled() {
 
 /// README's "Clients tried" names every client the tests install at the version they install:
 /// the vendors' Python SDKs (tests/run.sh's `SDK_PINS`), the npm packages tests/run.sh adds
-/// to the Node tests' project (`name@version`), and docker-py (tests/python/conftest.py), each
+/// to the Node tests' project (its `NPM_PINS`, `name@version`), and docker-py (tests/python/conftest.py), each
 /// pinned (`==`, `@`), never a range; and it never says a version is unrecorded where the
 /// tests record it.
 #[test]
@@ -159,14 +159,12 @@ fn readme_names_the_clients_at_the_versions_the_tests_install() {
         .find(|l| l.starts_with("SDK_PINS=("))
         .map(quoted)
         .expect("tests/run.sh pins the vendors' SDKs in SDK_PINS");
-    let npm = runner
-        .split_once("npm install")
-        .and_then(|(_, rest)| rest.split(')').next())
-        .expect("tests/run.sh installs the Node tests' packages with npm install");
     pins.extend(
-        npm.split_whitespace()
-            .filter(|w| w.contains('@') && w.starts_with(char::is_alphabetic))
-            .map(str::to_string),
+        runner
+            .lines()
+            .find(|l| l.starts_with("NPM_PINS=("))
+            .map(quoted)
+            .expect("tests/run.sh pins the Node tests' packages in NPM_PINS"),
     );
     pins.extend(
         conftest
