@@ -479,7 +479,7 @@ tools_job() {
   fi
   t0=$(now)
   [ -z "$fuzz" ] || cached_tool cargo-fuzz "$CARGO_FUZZ_VERSION" cargo-fuzz >/dev/null
-  cached_tool mdbook "$MDBOOK_VERSION" mdbook >"$logs/mdbook-path"
+  cached_tool mdbook "$MDBOOK_VERSION" mdbook search >"$logs/mdbook-path"
   stamp "cargo-fuzz, mdbook (tool cache)" build "$(since "$t0")"
 }
 # shellcheck source=tests/tools.sh

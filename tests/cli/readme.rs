@@ -131,9 +131,9 @@ fn the_examples_run_the_test_image_which_is_never_pulled() {
 
 /// README's "Clients tried" names every client the tests install at the version they install:
 /// the vendors' Python SDKs (tests/run.sh's `SDK_PINS`), the npm packages tests/run.sh adds
-/// to the Node tests' project (its `NPM_PINS`, `name@version`), and docker-py (tests/python/conftest.py), each
-/// pinned (`==`, `@`), never a range; and it never says a version is unrecorded where the
-/// tests record it.
+/// to the Node tests' project (its `NPM_PINS`, `name@version`), and docker-py
+/// (tests/python/conftest.py), each pinned (`==`, `@`), never a range; and it never says a
+/// version is unrecorded where the tests record it.
 #[test]
 fn readme_names_the_clients_at_the_versions_the_tests_install() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

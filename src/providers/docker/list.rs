@@ -23,6 +23,15 @@ use super::DockerProvider;
 use crate::labels::Selector;
 use crate::providers::{Kind, Listing, ProviderError, Sandbox};
 
+/// Podman's Docker-compatible API lists a container in a state of its own for a moment,
+/// `stopped` (its process ended, Podman's clean-up not yet done), which the Engine API's
+/// schema, and so bollard, does not have: the whole listing then fails to parse, whoever's
+/// the container. The listing is asked again, [`UNPARSED_PAUSE`] later, up to
+/// [`UNPARSED_RETRIES`] times; an answer that still does not parse is the error it was (and
+/// unknown is not dead: nothing is judged on it).
+const UNPARSED_RETRIES: u32 = 5;
+const UNPARSED_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+
 impl DockerProvider {
     /// Containers, networks and volumes, each on its own: what failed is reported beside what
     /// was found.
@@ -60,9 +69,20 @@ impl DockerProvider {
             filters: Some(filters),
             ..Default::default()
         };
-        let containers = match docker.list_containers(Some(options)).await {
-            Ok(containers) => containers,
-            Err(e) => return Listing::from(Err(classify(&self.host, "list containers on", e))),
+        let mut unparsed = 0;
+        let containers = loop {
+            match docker.list_containers(Some(options.clone())).await {
+                Ok(containers) => break containers,
+                Err(bollard::errors::Error::JsonDataError { .. })
+                    if unparsed < UNPARSED_RETRIES =>
+                {
+                    unparsed += 1;
+                    tokio::time::sleep(UNPARSED_PAUSE).await;
+                }
+                Err(e) => {
+                    return Listing::from(Err(classify(&self.host, "list containers on", e)))
+                }
+            }
         };
         // Only what the selector wants is worth an image lookup.
         let wanted: Vec<ContainerSummary> = containers

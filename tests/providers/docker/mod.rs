@@ -13,6 +13,7 @@ mod follow;
 mod ledger;
 mod podman;
 mod sockets;
+mod states;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
