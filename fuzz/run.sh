@@ -21,7 +21,8 @@
 #   about half as fast; without it the build is about 340 s on 2 cores, and its one
 #   compilation unit per crate (cargo-fuzz's, for inlining) leaves a core to the rest;
 # - debug-assertions on (cargo-fuzz's default), so overflow and the crate's own
-#   debug_assert!s still fail; line tables only for the backtrace of a panic;
+#   debug_assert!s still fail; no debug info (fuzz/Cargo.toml): a panic's message carries its
+#   file and line without it, and libFuzzer saves the input, which replays under a debugger;
 # - 20 s a target (FUZZ_SECONDS): without the sanitizer that is more executions than the 30 s
 #   were with it, and a smoke test against regressions on the corpus, which is what CI's
 #   fuzzing is for here; a longer search is FUZZ_SECONDS by hand.

@@ -79,9 +79,7 @@ impl DockerProvider {
                     unparsed += 1;
                     tokio::time::sleep(UNPARSED_PAUSE).await;
                 }
-                Err(e) => {
-                    return Listing::from(Err(classify(&self.host, "list containers on", e)))
-                }
+                Err(e) => return Listing::from(Err(classify(&self.host, "list containers on", e))),
             }
         };
         // Only what the selector wants is worth an image lookup.

@@ -55,14 +55,19 @@ fn a_container_podman_lists_as_stopped_for_a_moment_does_not_fail_the_listing() 
     };
     let host = engine::serve(&s.path().join("docker.sock"), Arc::new(handler));
 
-    let out = run(sandguard(&s)
-        .env("DOCKER_HOST", &host)
-        .args(["ps", "--session", &session, "--json"]));
+    let out =
+        run(sandguard(&s)
+            .env("DOCKER_HOST", &host)
+            .args(["ps", "--session", &session, "--json"]));
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     let listed = json(&out.stdout);
-    let listed = listed["sandboxes"].as_array().expect("ps --json lists sandboxes");
+    let listed = listed["sandboxes"]
+        .as_array()
+        .expect("ps --json lists sandboxes");
     assert!(
-        listed.len() == 1 && listed[0]["instance_id"] == id.as_str() && listed[0]["status"] == "exited",
+        listed.len() == 1
+            && listed[0]["instance_id"] == id.as_str()
+            && listed[0]["status"] == "exited",
         "ps did not list the session's container: {}",
         out.stdout
     );
