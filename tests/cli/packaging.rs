@@ -5,11 +5,10 @@
 //! man page packagers install (`sandguard man`) names no page that does not exist and has
 //! EXIT STATUS and ENVIRONMENT; `--version` names the commit of a git checkout.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::support::{run, sandguard, Scratch};
+use crate::support::{run, sandguard, write_executable, Scratch};
 
 fn packaging(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -79,15 +78,13 @@ fn the_launchd_agent_parses_and_its_command_runs_the_sweep_from_cargo_bin() {
     std::fs::create_dir_all(home.join("Library/Logs")).unwrap();
     let args = s.path().join("args");
     let stub = bin.join("sandguard");
-    std::fs::write(
+    write_executable(
         &stub,
-        format!(
+        &format!(
             "#!/bin/sh\nprintf '%s\\n' \"$@\" > '{}'\necho 'a verdict on stdout'\necho 'a warning on stderr' >&2\n",
             args.display()
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
 
     let out = Command::new("/bin/sh")
         .args(["-c", &command])

@@ -2,7 +2,6 @@
 //! named by `[providers.NAME] command`, that keep their sandboxes as files in a scratch
 //! directory.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -81,9 +80,7 @@ impl Fake {
 }
 
 fn write_script(path: &Path, text: &str) {
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, text).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write_executable(path, text);
 }
 
 /// The scratch `bin` directory first on `PATH`.
@@ -556,4 +553,39 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// The race behind "Text file busy" when a test ran a plugin it had just written, forced: a
+/// thread spawns children without pause (each forked child holds this process's descriptors
+/// until it execs) while this thread writes a script and runs it at once, 200 times. Written
+/// by `write_executable` (by `sh`, so no descriptor of it open for writing exists here), every
+/// run starts; written with `std::fs::write` and a chmod, as the plugin tests did, some failed
+/// with ETXTBSY.
+#[test]
+fn a_script_written_while_other_threads_fork_runs_every_time() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let s = Scratch::new("etxtbsy");
+    let stop = Arc::new(AtomicBool::new(false));
+    let forker = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let _ = std::process::Command::new("/bin/true").status();
+            }
+        })
+    };
+    let mut busy = 0;
+    for n in 0..200 {
+        let path = s.path().join(format!("bin/script-{n}"));
+        write_executable(&path, "#!/bin/sh\nexit 0\n");
+        match std::process::Command::new(&path).status() {
+            Ok(status) => assert!(status.success()),
+            Err(e) if e.raw_os_error() == Some(26) => busy += 1,
+            Err(e) => panic!("{}: {e}", path.display()),
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    forker.join().unwrap();
+    assert_eq!(busy, 0, "runs that failed with ETXTBSY, of 200");
 }

@@ -43,6 +43,24 @@ pub fn exclusive() -> RwLockWriteGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Writes an executable file (mode 0755, its directory made) so that no descriptor open for
+/// writing it ever exists in this process: `sh` writes it, in a child of its own. The test
+/// process forks children from many threads at once, and a child forked while this process
+/// held the file open for writing keeps that descriptor until it execs; running the file
+/// meanwhile fails with ETXTBSY ("Text file busy"), as a loaded CI run once saw.
+pub fn write_executable(path: &Path, text: &str) {
+    use std::io::Write;
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let mut sh = Command::new("/bin/sh")
+        .args(["-c", "cat > \"$1\" && chmod 755 \"$1\"", "sh"])
+        .arg(path)
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    sh.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    assert!(sh.wait().unwrap().success(), "writing {}", path.display());
+}
+
 /// A private scratch directory, removed on drop.
 pub struct Scratch(pub PathBuf);
 

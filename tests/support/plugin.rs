@@ -5,7 +5,6 @@
 //! switch Docker off, so their sweeps never touch the shared daemon. Used by the tests of
 //! reclaim failures, detaches, exit codes, the sweep service and plugin removals.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -76,8 +75,7 @@ impl Plugin {
         let state = dir.join(format!("{name}.state"));
         std::fs::create_dir_all(&state).unwrap();
         let text = SCRIPT.replace("__STATE__", &state.display().to_string());
-        std::fs::write(&script, text).unwrap();
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        super::write_executable(&script, &text);
         Plugin {
             name: name.to_string(),
             script,

@@ -282,13 +282,10 @@ fn a_plugin_named_ledger_is_not_the_ledger() {
     use std::os::unix::process::CommandExt;
     let s = Scratch::new("sweep-ledger-plugin");
     let plugin = s.path().join("plugins/ledger");
-    std::fs::create_dir_all(plugin.parent().unwrap()).unwrap();
-    std::fs::write(
+    write_executable(
         &plugin,
         "#!/bin/sh\necho 'the plugin fell over' >&2\nexit 3\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let extra = format!(
         "\n[providers.ledger]\ncommand = [\"{}\"]\n",
         plugin.display()

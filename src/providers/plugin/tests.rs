@@ -4,13 +4,26 @@ use super::*;
 use crate::config::PluginSettings;
 use crate::ledger::testutil::TempDir;
 use crate::providers::EntryState;
-use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
+/// A script written by `sh`, so that no descriptor open for writing it exists in this process:
+/// a child another test forks meanwhile would keep one until it execs, and running the script
+/// then fails with ETXTBSY ("Text file busy"), as a loaded CI run once saw.
 fn script(dir: &std::path::Path, name: &str, body: &str) -> PathBuf {
+    use std::io::Write;
     let path = dir.join(name);
-    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut sh = std::process::Command::new("/bin/sh")
+        .args(["-c", "cat > \"$1\" && chmod 755 \"$1\"", "sh"])
+        .arg(&path)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    sh.stdin
+        .take()
+        .unwrap()
+        .write_all(format!("#!/bin/sh\n{body}\n").as_bytes())
+        .unwrap();
+    assert!(sh.wait().unwrap().success());
     path
 }
 
