@@ -17,8 +17,8 @@
 # the target's first run; nothing since, in every CI run's 30 s a target. So:
 # - no sanitizer (`-s none`): what the targets reach is safe Rust, whose failures are panics,
 #   which libFuzzer catches without one (the tree's few `unsafe` blocks are system calls in
-#   src/unix/, which no target reaches); AddressSanitizer made the build 554 s and every run
-#   about half as fast; without it the build is about 340 s on 2 cores, and its one
+#   src/unix/, which no target reaches); AddressSanitizer made the build 554 s and every input
+#   2 to 4 times slower to run; without it the build is about 340 s alone on 2 cores, and its one
 #   compilation unit per crate (cargo-fuzz's, for inlining) leaves a core to the rest;
 # - debug-assertions on (cargo-fuzz's default), so overflow and the crate's own
 #   debug_assert!s still fail; no debug info (fuzz/Cargo.toml): a panic's message carries its
