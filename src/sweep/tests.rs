@@ -59,6 +59,24 @@ fn pending(dir: &StateDir, id: &str, on: &str) {
     for r in &records {
         j.append(r).unwrap();
     }
+    drop(j);
+    // The journal's lock is its sidecar's life, and a child another test's thread forks holds
+    // a copy of the descriptor, and so the lock, until it execs: the pass then took the
+    // sidecar for alive and decided nothing (seen once, in a loaded CI run). Wait until the
+    // lock reads free, as a dead sidecar's does.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while dir
+        .sessions()
+        .unwrap()
+        .iter()
+        .any(|s| s.id == id && s.sidecar_alive)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{id}'s lock stayed held"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 fn fake_holding_a(session: &str) -> Arc<Fake> {
