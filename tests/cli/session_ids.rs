@@ -17,6 +17,7 @@ use std::process::{Command, Stdio};
 
 use sandguard::labels::SESSION;
 
+use crate::support::journal::write_journal;
 use crate::support::plugin::{cmd, config, Plugin};
 use crate::support::*;
 
@@ -214,29 +215,6 @@ echo "$SANDGUARD_SESSION" > {o}
         log.contains(&format!("refused detach: acme {by_line} is not owned")),
         "the sidecar logs the refusal:\n{log}"
     );
-}
-
-/// Writes a journal by hand, as a sidecar would have (mode 0600 in a 0700 directory).
-fn write_journal(s: &Scratch, session: &str, lines: &[String]) {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    let dir = state_dir(s).join("sessions");
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)
-        .unwrap();
-    for d in [s.path().join("state"), state_dir(s)] {
-        std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-    }
-    let mut text = lines.join("\n");
-    text.push('\n');
-    let mut f = std::fs::OpenOptions::new()
-        .create_new(true)
-        .write(true)
-        .mode(0o600)
-        .open(dir.join(format!("{session}.journal")))
-        .unwrap();
-    std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
 }
 
 #[test]

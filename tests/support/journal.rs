@@ -1,6 +1,6 @@
 //! Journals written by hand, as a sidecar would have written them, for tests that need a
 //! ledger of exact times and states without running the sessions (`tests/cli/durations.rs`,
-//! `tests/cli/colour.rs`, `tests/sweep/dashboard.rs`).
+//! `tests/cli/colour.rs`, `tests/cli/session_ids.rs`, `tests/sweep/dashboard.rs`).
 
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};

@@ -41,21 +41,10 @@ pub struct RefusedCreates {
 #[derive(Debug, Default)]
 pub(super) struct Gathered(Vec<RefusedCreates>);
 
-/// One `create_refused` record's fields.
-struct Seen {
-    provider: String,
-    limit: String,
-    max: String,
-    reached: String,
-    n: u64,
-    at: u64,
-    create: BTreeMap<String, String>,
-}
-
 impl Gathered {
     /// A `create_refused` record (any other record is not this module's, and is ignored).
     pub(super) fn add_record(&mut self, record: Record) {
-        if let Record::CreateRefused {
+        let Record::CreateRefused {
             provider,
             limit,
             max,
@@ -64,43 +53,32 @@ impl Gathered {
             at,
             create,
         } = record
-        {
-            self.add(Seen {
+        else {
+            return;
+        };
+        let found = self
+            .0
+            .iter_mut()
+            .find(|r| r.provider == provider && r.limit == limit);
+        let Some(r) = found else {
+            return self.0.push(RefusedCreates {
                 provider,
                 limit,
                 max,
                 reached,
-                n,
-                at,
+                count: n,
+                first_ms: at,
+                last_ms: at,
                 create,
-            });
-        }
-    }
-
-    fn add(&mut self, seen: Seen) {
-        let found = self
-            .0
-            .iter_mut()
-            .find(|r| r.provider == seen.provider && r.limit == seen.limit);
-        let Some(r) = found else {
-            return self.0.push(RefusedCreates {
-                provider: seen.provider,
-                limit: seen.limit,
-                max: seen.max,
-                reached: seen.reached,
-                count: seen.n,
-                first_ms: seen.at,
-                last_ms: seen.at,
-                create: seen.create,
-                steps: vec![(seen.at, seen.n)],
+                steps: vec![(at, n)],
             });
         };
-        if seen.n < r.count {
+        if n < r.count {
             return; // an older count, written out of order: what it says is known already
         }
-        (r.max, r.reached, r.count) = (seen.max, seen.reached, seen.n);
-        r.last_ms = r.last_ms.max(seen.at);
-        r.steps.push((seen.at, seen.n));
+        (r.max, r.reached, r.count) = (max, reached, n);
+        r.last_ms = r.last_ms.max(at);
+        r.steps.push((at, n));
     }
 
     pub(super) fn finish(self) -> Vec<RefusedCreates> {
@@ -140,8 +118,8 @@ impl RefusedCreates {
 mod tests {
     use super::*;
 
-    fn seen(provider: &str, limit: &str, n: u64, at: u64, image: Option<&str>) -> Seen {
-        Seen {
+    fn seen(provider: &str, limit: &str, n: u64, at: u64, image: Option<&str>) -> Record {
+        Record::CreateRefused {
             provider: provider.into(),
             limit: limit.into(),
             max: "1".into(),
@@ -157,10 +135,10 @@ mod tests {
     #[test]
     fn the_first_is_told_whole_and_the_count_is_the_largest_n() {
         let mut g = Gathered::default();
-        g.add(seen("docker", "sandboxes", 1, 10, Some("busybox")));
-        g.add(seen("e2b", "sandboxes", 1, 11, None));
-        g.add(seen("docker", "sandboxes", 2, 12, Some("alpine")));
-        g.add(seen("docker", "sandboxes", 20, 30, Some("alpine")));
+        g.add_record(seen("docker", "sandboxes", 1, 10, Some("busybox")));
+        g.add_record(seen("e2b", "sandboxes", 1, 11, None));
+        g.add_record(seen("docker", "sandboxes", 2, 12, Some("alpine")));
+        g.add_record(seen("docker", "sandboxes", 20, 30, Some("alpine")));
         let told = g.finish();
         assert_eq!(told.len(), 2);
         let docker = &told[0];
@@ -177,7 +155,7 @@ mod tests {
     fn a_window_counts_the_refusals_up_to_each_record_at_its_time() {
         let mut g = Gathered::default();
         for (n, at) in [(1, 10), (2, 20), (4, 30), (6, 40)] {
-            g.add(seen("docker", "sandboxes", n, at, None));
+            g.add_record(seen("docker", "sandboxes", n, at, None));
         }
         let r = &g.finish()[0];
         let all = r.counted(0, 100, |_| String::new());
